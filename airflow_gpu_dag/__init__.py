@@ -1,0 +1,12 @@
+"""airflow-gpu-dag: an Apache Airflow 3 provider for dependency-graph-driven GPU scheduling."""
+
+from __future__ import annotations
+
+from airflow_gpu_dag.hints import gpu_hints
+
+__version__ = "0.1.0"
+
+#: ``weight_rule`` value for critical-path priority.
+CRITICAL_PATH_WEIGHT_RULE = "airflow_gpu_dag.priority_strategy.CriticalPathPriorityStrategy"
+
+__all__ = ["CRITICAL_PATH_WEIGHT_RULE", "__version__", "gpu_hints"]

@@ -1,0 +1,1 @@
+"""Adapters between Airflow objects (DAGs, serialized DAGs, task instances) and the pure core."""

@@ -1,0 +1,98 @@
+"""Read an Airflow DAG (authoring ``airflow.sdk.DAG`` or the scheduler's ``SerializedDAG``) into a
+:class:`~airflow_gpu_dag.core.graph.TaskGraph`.
+
+Only attributes that survive serialization are read: ``task_dict``, ``downstream_task_ids``,
+``pool``, ``pool_slots``, ``retries`` and the provider's hints in ``executor_config``. So the same
+graph is built in the dag-processor, the scheduler, the api-server and the CLI.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_gpu_dag.config import default_duration_seconds
+from airflow_gpu_dag.core.graph import TaskGraph, TaskNode
+from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_duration
+from airflow_gpu_dag.core.validation import ERROR, Finding
+from airflow_gpu_dag.hints import read_hints
+
+__all__ = ["build_task_graph"]
+
+
+def build_task_graph(dag: Any, default_duration: float | None = None) -> tuple[TaskGraph, list[Finding]]:
+    """Return the task graph of ``dag`` and the findings made while reading it.
+
+    A task without a duration estimate gets ``default_duration`` (``[gpu_dag] default_duration``
+    when None) and is marked undeclared; a malformed estimate or GPU request becomes an error
+    finding naming the task, and the task is given the default so planning can go on.
+    """
+    if default_duration is None:
+        default_duration = default_duration_seconds()
+    dag_id = str(dag.dag_id)
+    graph = TaskGraph(dag_id)
+    findings: list[Finding] = []
+    tasks = dag.task_dict
+    for task_id, task in tasks.items():
+        graph.add_task(_read_node(dag_id, task_id, task, default_duration, findings))
+    for task_id, task in tasks.items():
+        for down in sorted(getattr(task, "downstream_task_ids", ()) or ()):
+            if down in tasks:
+                graph.add_edge(task_id, down, _edge_kind(dag, task_id, down))
+    return graph, findings
+
+
+def _edge_kind(dag: Any, upstream: str, downstream: str) -> str | None:
+    """Edge kind from an edge label (``Label("data")``) if the DAG has one."""
+    edge_info = getattr(dag, "edge_info", None) or {}
+    label = (edge_info.get(upstream) or {}).get(downstream, {}).get("label")
+    return str(label) if label else None
+
+
+def _read_node(
+    dag_id: str, task_id: str, task: Any, default_duration: float, findings: list[Finding]
+) -> TaskNode:
+    hints = read_hints(getattr(task, "executor_config", None))
+    declared = "duration_s" in hints
+    duration = default_duration
+    if declared:
+        try:
+            duration = parse_duration(hints["duration_s"])
+        except EstimateError as err:
+            declared = False
+            findings.append(
+                Finding(
+                    ERROR,
+                    "bad-estimate",
+                    dag_id,
+                    task_id,
+                    str(err) + ".",
+                    'set a valid estimate, e.g. gpu_hints(duration="45m").',
+                )
+            )
+    gpu = None
+    if "gpus" in hints:
+        try:
+            gpu = GpuRequest.parse(hints["gpus"], hints.get("gpu_memory_mib"), hints.get("gpu_type"))
+        except EstimateError as err:
+            findings.append(
+                Finding(
+                    ERROR,
+                    "bad-gpu-request",
+                    dag_id,
+                    task_id,
+                    str(err) + ".",
+                    "request a whole number of GPUs >= 1, e.g. gpu_hints(gpus=2, gpu_memory='40GiB').",
+                )
+            )
+    pool_slots = getattr(task, "pool_slots", 1)
+    return TaskNode(
+        task_id=task_id,
+        duration=duration,
+        gpu=gpu,
+        pool=getattr(task, "pool", None),
+        pool_slots=pool_slots if isinstance(pool_slots, int) else 1,
+        retries=int(getattr(task, "retries", 0) or 0),
+        inputs=tuple(str(p) for p in hints.get("inputs", ()) or ()),
+        outputs=tuple(str(p) for p in hints.get("outputs", ()) or ()),
+        duration_declared=declared,
+    )

@@ -1,0 +1,200 @@
+"""GPU requests and the units they are written in (durations, memory sizes).
+
+Pure: no Airflow, no Kubernetes. Every parser raises :class:`EstimateError` with a message that says
+what was wrong and what a valid value looks like; callers add the DAG and task id.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "EstimateError",
+    "GpuRequest",
+    "format_duration",
+    "format_memory",
+    "parse_duration",
+    "parse_memory_mib",
+]
+
+
+class EstimateError(ValueError):
+    """A duration, memory size or GPU request that cannot be understood or can never be valid."""
+
+
+_DURATION_UNITS = {
+    "s": 1.0,
+    "sec": 1.0,
+    "secs": 1.0,
+    "second": 1.0,
+    "seconds": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "mins": 60.0,
+    "minute": 60.0,
+    "minutes": 60.0,
+    "h": 3600.0,
+    "hr": 3600.0,
+    "hrs": 3600.0,
+    "hour": 3600.0,
+    "hours": 3600.0,
+    "d": 86400.0,
+    "day": 86400.0,
+    "days": 86400.0,
+}
+_DURATION_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*")
+_DURATION_HELP = 'use seconds (1800) or a string such as "90s", "30m", "1h30m", "2h"'
+
+
+def parse_duration(value: object) -> float:
+    """Return a duration in seconds.
+
+    Accepts a non-negative number of seconds, a :class:`datetime.timedelta`, or a string of one or
+    more ``<number><unit>`` parts (``"90s"``, ``"30m"``, ``"1h30m"``, ``"2 hours"``). A bare numeric
+    string is read as seconds. Zero is allowed (a marker task); negative, NaN and infinite are not.
+    """
+    seconds: float
+    if isinstance(value, bool):
+        raise EstimateError(f"duration {value!r} is a boolean; {_DURATION_HELP}")
+    if hasattr(value, "total_seconds"):
+        seconds = float(value.total_seconds())  # type: ignore[attr-defined]
+    elif isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        if not text:
+            raise EstimateError(f"duration is empty; {_DURATION_HELP}")
+        try:
+            seconds = float(text)
+        except ValueError:
+            pos = 0
+            seconds = 0.0
+            while pos < len(text):
+                match = _DURATION_PART.match(text, pos)
+                if not match or match.group(2) not in _DURATION_UNITS:
+                    raise EstimateError(f"duration {value!r} cannot be parsed; {_DURATION_HELP}") from None
+                seconds += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+                pos = match.end()
+    else:
+        raise EstimateError(f"duration {value!r} has type {type(value).__name__}; {_DURATION_HELP}")
+    if math.isnan(seconds) or math.isinf(seconds):
+        raise EstimateError(f"duration {value!r} is not finite; {_DURATION_HELP}")
+    if seconds < 0:
+        raise EstimateError(f"duration {value!r} is negative; {_DURATION_HELP}")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """Format seconds as a short human string: ``1h05m``, ``12m30s``, ``45s``."""
+    total = int(round(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s" if secs else f"{minutes}m"
+    return f"{secs}s"
+
+
+_MEMORY_UNITS_MIB = {
+    "": 1.0 / (1024 * 1024),  # bare number: bytes
+    "b": 1.0 / (1024 * 1024),
+    "k": 1000 / (1024 * 1024),
+    "kb": 1000 / (1024 * 1024),
+    "ki": 1.0 / 1024,
+    "kib": 1.0 / 1024,
+    "m": 1000**2 / 1024**2,
+    "mb": 1000**2 / 1024**2,
+    "mi": 1.0,
+    "mib": 1.0,
+    "g": 1000**3 / 1024**2,
+    "gb": 1000**3 / 1024**2,
+    "gi": 1024.0,
+    "gib": 1024.0,
+    "t": 1000**4 / 1024**2,
+    "tb": 1000**4 / 1024**2,
+    "ti": 1024.0 * 1024,
+    "tib": 1024.0 * 1024,
+}
+_MEMORY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_MEMORY_HELP = 'use a size such as "80GiB", "80Gi", "80G", "40960MiB" (an int is MiB)'
+
+
+def parse_memory_mib(value: object) -> int:
+    """Return a memory size in MiB (rounded up).
+
+    Strings take a number and a unit: decimal (``K``/``KB``, ``M``/``MB``, ``G``/``GB``, ``T``/``TB``)
+    or binary (``Ki``/``KiB``, ``Mi``/``MiB``, ``Gi``/``GiB``, ``Ti``/``TiB``), case-insensitive; a
+    string without a unit is bytes. A bare ``int`` is MiB. ``"80G"`` is 76,294 MiB and ``"80GiB"`` is
+    81,920 MiB, as in Kubernetes.
+    """
+    if isinstance(value, bool):
+        raise EstimateError(f"GPU memory {value!r} is a boolean; {_MEMORY_HELP}")
+    if isinstance(value, int):
+        mib = float(value)
+    elif isinstance(value, float):
+        mib = value
+    elif isinstance(value, str):
+        match = _MEMORY_RE.match(value)
+        if not match or match.group(2).lower() not in _MEMORY_UNITS_MIB:
+            raise EstimateError(f"GPU memory {value!r} cannot be parsed; {_MEMORY_HELP}")
+        mib = float(match.group(1)) * _MEMORY_UNITS_MIB[match.group(2).lower()]
+    else:
+        raise EstimateError(f"GPU memory {value!r} has type {type(value).__name__}; {_MEMORY_HELP}")
+    if math.isnan(mib) or math.isinf(mib) or mib < 0:
+        raise EstimateError(f"GPU memory {value!r} must be a finite size >= 0; {_MEMORY_HELP}")
+    return int(math.ceil(mib - 1e-9))
+
+
+def format_memory(mib: int | None) -> str:
+    """Format MiB as ``80GiB`` / ``512MiB``; ``-`` for no requirement."""
+    if not mib:
+        return "-"
+    if mib % 1024 == 0:
+        return f"{mib // 1024}GiB"
+    return f"{mib}MiB"
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """What one task needs from a GPU pool: ``count`` devices, each with ``memory_mib`` free.
+
+    ``count`` is the number of whole GPUs and also the task's pool slots. ``gpu_type`` selects the
+    pool/hardware family (``"a100"``, ``"h100"``); ``None`` means any.
+    """
+
+    count: int
+    memory_mib: int | None = None
+    gpu_type: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.count, bool) or not isinstance(self.count, int):
+            raise EstimateError(f"GPU count {self.count!r} must be a whole number of GPUs (1, 2, 4, 8)")
+        if self.count <= 0:
+            raise EstimateError(
+                f"GPU count {self.count} must be at least 1; a task that needs no GPU should not "
+                "declare a GPU request"
+            )
+        if self.memory_mib is not None and self.memory_mib < 0:
+            raise EstimateError(f"GPU memory {self.memory_mib} MiB must be >= 0")
+        if self.gpu_type is not None and not str(self.gpu_type).strip():
+            raise EstimateError("GPU type must be a non-empty name such as 'a100', or None for any")
+
+    @classmethod
+    def parse(cls, count: object, memory: object = None, gpu_type: str | None = None) -> GpuRequest:
+        """Build a request from user input (``count`` int or numeric string, ``memory`` any size)."""
+        if isinstance(count, str) and count.strip().isdigit():
+            count = int(count.strip())
+        if isinstance(count, float) and count.is_integer():
+            count = int(count)
+        memory_mib = None if memory in (None, "", 0) else parse_memory_mib(memory)
+        gtype = gpu_type.strip().lower() if isinstance(gpu_type, str) and gpu_type.strip() else None
+        return cls(count=count, memory_mib=memory_mib, gpu_type=gtype)  # type: ignore[arg-type]
+
+    def describe(self) -> str:
+        """Short human form: ``4x a100 (80GiB each)``."""
+        kind = self.gpu_type or "GPU"
+        mem = f" ({format_memory(self.memory_mib)} each)" if self.memory_mib else ""
+        return f"{self.count}x {kind}{mem}"

@@ -1,0 +1,284 @@
+"""Validate a task graph before anything runs.
+
+Pure: no Airflow. Each check returns :class:`Finding` objects that name the DAG, the task and the
+fix. Errors (cycles, requests no pool can ever hold, unknown pools, malformed estimates) must stop a
+DAG from running; warnings (missing estimates, granularity, hidden dependencies) are reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+
+from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.resources import format_duration
+
+__all__ = [
+    "Finding",
+    "GraphValidationError",
+    "ValidationPolicy",
+    "find_hidden_dependencies",
+    "validate_graph",
+]
+
+ERROR = "error"
+WARNING = "warning"
+#: Airflow's built-in pool, always present.
+DEFAULT_POOL = "default_pool"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem found in a DAG."""
+
+    severity: str
+    code: str
+    dag_id: str
+    task_id: str | None
+    message: str
+    fix: str
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity == ERROR
+
+    def __str__(self) -> str:
+        where = f"DAG {self.dag_id!r}" + (f", task {self.task_id!r}" if self.task_id else "")
+        return f"{self.severity.upper()} [{self.code}] {where}: {self.message} Fix: {self.fix}"
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class GraphValidationError(ValueError):
+    """Raised by :meth:`ValidationReport.raise_for_errors`; the message lists every error."""
+
+    def __init__(self, findings: list[Finding]) -> None:
+        self.findings = findings
+        super().__init__("\n".join(str(f) for f in findings))
+
+
+@dataclass(frozen=True)
+class ValidationPolicy:
+    """What the checks compare against.
+
+    ``pool_slots``: known pools and their total slots (GPU pools: GPUs). When given, a task in a pool
+    not listed is an error. ``max_gpus_per_host``: the largest single host (or node); a task needing
+    more GPUs than this can never be placed, even if the pool is larger. Granularity bounds follow
+    the guidance that an atomic node should run between about 10 minutes and 2 hours.
+    """
+
+    pool_slots: Mapping[str, int] | None = None
+    max_gpus_per_host: int | None = None
+    min_task_seconds: float = 600.0
+    max_task_seconds: float = 7200.0
+    check_granularity: bool = True
+    known_gpu_types: frozenset[str] | None = None
+
+
+@dataclass
+class ValidationReport:
+    """All findings for one DAG."""
+
+    dag_id: str
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.is_error]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if not f.is_error]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def raise_for_errors(self) -> None:
+        if self.errors:
+            raise GraphValidationError(self.errors)
+
+
+def validate_graph(
+    graph: TaskGraph,
+    policy: ValidationPolicy | None = None,
+    extra: Iterable[Finding] = (),
+) -> ValidationReport:
+    """Run every check on ``graph``; ``extra`` are findings the adapter made while reading the DAG
+    (for example an estimate it could not parse)."""
+    policy = policy or ValidationPolicy()
+    report = ValidationReport(graph.dag_id, list(extra))
+    cycle = graph.find_cycle()
+    if cycle:
+        report.findings.append(
+            Finding(
+                ERROR,
+                "cycle",
+                graph.dag_id,
+                cycle[0],
+                f"dependency cycle {' -> '.join(cycle)}.",
+                "remove one edge of the cycle; a pipeline must be acyclic.",
+            )
+        )
+    report.findings.extend(_check_resources(graph, policy))
+    report.findings.extend(_check_estimates(graph, policy))
+    if not cycle:
+        report.findings.extend(find_hidden_dependencies(graph))
+    return report
+
+
+def _check_resources(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Finding]:
+    pools = policy.pool_slots
+    for node in graph.nodes.values():
+        pool = node.pool or DEFAULT_POOL
+        if pools is not None and pool not in pools and pool != DEFAULT_POOL:
+            known = ", ".join(sorted(pools)) or "none"
+            yield Finding(
+                ERROR,
+                "unknown-pool",
+                graph.dag_id,
+                node.task_id,
+                f"pool {pool!r} does not exist (known pools: {known}).",
+                f"create it (airflow pools set {pool} <slots> '<description>') or use a known pool.",
+            )
+        elif pools is not None and pool in pools and node.pool_slots > pools[pool]:
+            yield Finding(
+                ERROR,
+                "impossible-request",
+                graph.dag_id,
+                node.task_id,
+                f"needs {node.pool_slots} slots of pool {pool!r}, which has only {pools[pool]} in all; "
+                "it would wait forever.",
+                f"request at most {pools[pool]} GPUs, or grow pool {pool!r}.",
+            )
+        if node.gpu is None:
+            continue
+        if policy.max_gpus_per_host is not None and node.gpu.count > policy.max_gpus_per_host:
+            yield Finding(
+                ERROR,
+                "impossible-request",
+                graph.dag_id,
+                node.task_id,
+                f"requests {node.gpu.count} GPUs but the largest host has {policy.max_gpus_per_host}.",
+                f"split the work or request at most {policy.max_gpus_per_host} GPUs per task.",
+            )
+        if (
+            policy.known_gpu_types is not None
+            and node.gpu.gpu_type is not None
+            and node.gpu.gpu_type not in policy.known_gpu_types
+        ):
+            known = ", ".join(sorted(policy.known_gpu_types)) or "none"
+            yield Finding(
+                ERROR,
+                "unknown-gpu-type",
+                graph.dag_id,
+                node.task_id,
+                f"GPU type {node.gpu.gpu_type!r} is not in the inventory (known: {known}).",
+                "use one of the known GPU types or leave gpu_type unset for any GPU.",
+            )
+
+
+def _check_estimates(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Finding]:
+    for node in graph.nodes.values():
+        if not node.duration_declared:
+            yield Finding(
+                WARNING,
+                "missing-estimate",
+                graph.dag_id,
+                node.task_id,
+                f"no duration estimate; assuming {format_duration(node.duration)}.",
+                'declare one, e.g. executor_config=gpu_hints(duration="30m").',
+            )
+            continue
+        if not policy.check_granularity or node.duration == 0:
+            continue
+        if node.duration < policy.min_task_seconds:
+            yield Finding(
+                WARNING,
+                "granularity-too-fine",
+                graph.dag_id,
+                node.task_id,
+                f"estimated {format_duration(node.duration)}, under "
+                f"{format_duration(policy.min_task_seconds)}: scheduling overhead dominates.",
+                "merge it with a neighbouring step.",
+            )
+        elif node.duration > policy.max_task_seconds:
+            yield Finding(
+                WARNING,
+                "granularity-too-coarse",
+                graph.dag_id,
+                node.task_id,
+                f"estimated {format_duration(node.duration)}, over "
+                f"{format_duration(policy.max_task_seconds)}: the scheduler loses flexibility.",
+                "split it into atomic steps (load, preprocess, init, train, checkpoint, evaluate).",
+            )
+
+
+def _normalise(path: str) -> str:
+    path = path.strip()
+    return path.rstrip("/") or "/"
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """True when one path equals or contains the other (by whole path components)."""
+    if a == b:
+        return True
+    short, long_ = (a, b) if len(a) < len(b) else (b, a)
+    return long_.startswith(short if short.endswith("/") else short + "/")
+
+
+def find_hidden_dependencies(graph: TaskGraph) -> list[Finding]:
+    """Pairs of tasks touching the same dataset path (equal, or one containing the other) where at
+    least one writes it and neither is upstream of the other: the reader may see a half-written
+    dataset, or two writers race. Assumes an acyclic graph."""
+    touches: list[tuple[str, str, bool]] = []  # (path, task_id, writes)
+    for node in graph.nodes.values():
+        for path in node.outputs:
+            touches.append((_normalise(path), node.task_id, True))
+        for path in node.inputs:
+            touches.append((_normalise(path), node.task_id, False))
+    if not touches:
+        return []
+    touches.sort()
+    descendants: dict[str, set[str]] = {}
+
+    def ordered(a: str, b: str) -> bool:
+        for x, y in ((a, b), (b, a)):
+            if x not in descendants:
+                descendants[x] = graph.descendants(x)
+            if y in descendants[x]:
+                return True
+        return False
+
+    findings: list[Finding] = []
+    reported: set[tuple[str, str]] = set()
+    for i, (path_a, task_a, writes_a) in enumerate(touches):
+        for path_b, task_b, writes_b in touches[i + 1 :]:
+            if not _overlaps(path_a, path_b):
+                if not path_b.startswith(path_a):
+                    break  # sorted: no later path can be inside path_a
+                continue
+            if task_a == task_b or not (writes_a or writes_b):
+                continue
+            pair = (min(task_a, task_b), max(task_a, task_b))
+            if pair in reported or ordered(task_a, task_b):
+                continue
+            reported.add(pair)
+            if writes_a:
+                writer, writer_path, other, other_path = task_a, path_a, task_b, path_b
+            else:
+                writer, writer_path, other, other_path = task_b, path_b, task_a, path_a
+            what = "also writes" if writes_a and writes_b else "reads"
+            findings.append(
+                Finding(
+                    WARNING,
+                    "hidden-dependency",
+                    graph.dag_id,
+                    other,
+                    f"{other!r} {what} {other_path!r}, which overlaps {writer_path!r} written by "
+                    f"{writer!r}, with no dependency between the two tasks.",
+                    f"add the edge {writer} >> {other}, or a completeness sensor on the dataset.",
+                )
+            )
+    return findings

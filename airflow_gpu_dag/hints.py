@@ -1,0 +1,88 @@
+"""Scheduling hints that survive DAG serialization.
+
+Custom operator attributes are dropped when Airflow serializes a DAG, but ``executor_config`` is
+kept verbatim, and it is what the scheduler (priority strategy), the api-server (critical-path page)
+and the CLI see. The provider therefore stores a task's duration estimate, GPU request and declared
+dataset paths under one key of ``executor_config``. Executors ignore keys they do not know
+(the KubernetesExecutor reads only ``pod_override``).
+
+    from airflow_gpu_dag import gpu_hints
+
+    BashOperator(task_id="train", bash_command="...",
+                 executor_config=gpu_hints(duration="1h30m", gpus=4, gpu_memory="80GiB"))
+
+The values are checked here, when the DAG file is parsed, so a malformed estimate fails the import
+with a message that says what a valid value looks like.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from airflow_gpu_dag.core.resources import GpuRequest, parse_duration
+
+__all__ = ["HINTS_KEY", "gpu_hints", "merge_hints", "read_hints"]
+
+#: The key under ``executor_config`` that holds this provider's hints.
+HINTS_KEY = "gpu_dag"
+
+
+def gpu_hints(
+    duration: object = None,
+    gpus: object = None,
+    gpu_memory: object = None,
+    gpu_type: str | None = None,
+    inputs: Iterable[str] = (),
+    outputs: Iterable[str] = (),
+    executor_config: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Return an ``executor_config`` dict carrying the hints (merged into ``executor_config``).
+
+    :param duration: estimated run time: seconds, a timedelta, or ``"30m"``, ``"1h30m"``.
+    :param gpus: whole GPUs the task needs (>= 1); omit for a CPU task.
+    :param gpu_memory: free memory needed on each GPU: ``"80GiB"``, ``"80G"``, or an int of MiB.
+    :param gpu_type: GPU family (``"a100"``, ``"h100"``); None = any.
+    :param inputs: dataset paths/URIs the task reads (used to find hidden dependencies).
+    :param outputs: dataset paths/URIs the task writes.
+    :param executor_config: an existing executor_config (e.g. with ``pod_override``) to merge into.
+    :raises airflow_gpu_dag.core.resources.EstimateError: a value cannot be parsed or is impossible.
+    """
+    hints: dict[str, Any] = {}
+    if duration is not None:
+        hints["duration_s"] = parse_duration(duration)
+    if gpus is not None:
+        request = GpuRequest.parse(gpus, gpu_memory, gpu_type)
+        hints["gpus"] = request.count
+        if request.memory_mib:
+            hints["gpu_memory_mib"] = request.memory_mib
+        if request.gpu_type:
+            hints["gpu_type"] = request.gpu_type
+    elif gpu_memory is not None or gpu_type is not None:
+        request = GpuRequest.parse(1, gpu_memory, gpu_type)
+        hints["gpus"] = 1
+        if request.memory_mib:
+            hints["gpu_memory_mib"] = request.memory_mib
+        if request.gpu_type:
+            hints["gpu_type"] = request.gpu_type
+    if inputs:
+        hints["inputs"] = [str(p) for p in inputs]
+    if outputs:
+        hints["outputs"] = [str(p) for p in outputs]
+    return merge_hints(executor_config, hints)
+
+
+def merge_hints(executor_config: Mapping[str, Any] | None, hints: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a copy of ``executor_config`` with ``hints`` merged under :data:`HINTS_KEY`."""
+    merged = dict(executor_config or {})
+    merged[HINTS_KEY] = {**dict(merged.get(HINTS_KEY) or {}), **hints}
+    return merged
+
+
+def read_hints(executor_config: object) -> dict[str, Any]:
+    """The raw hints dict of a task's ``executor_config`` (empty when there are none)."""
+    if isinstance(executor_config, Mapping):
+        hints = executor_config.get(HINTS_KEY)
+        if isinstance(hints, Mapping):
+            return dict(hints)
+    return {}
