@@ -11,8 +11,9 @@ dataset paths under one key of ``executor_config``. Executors ignore keys they d
     BashOperator(task_id="train", bash_command="...",
                  executor_config=gpu_hints(duration="1h30m", gpus=4, gpu_memory="80GiB"))
 
-The values are checked here, when the DAG file is parsed, so a malformed estimate fails the import
-with a message that says what a valid value looks like.
+Valid values are normalised here (seconds, MiB). An invalid value is kept as written: the provider's
+cluster policy (``airflow.policy`` entry point) then fails the DAG's import with an error that names
+the DAG, the task and the fix, and ``airflow gpu-dag lint`` reports the same.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from airflow_gpu_dag.core.resources import GpuRequest, parse_duration
+from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_duration
 
 __all__ = ["HINTS_KEY", "gpu_hints", "merge_hints", "read_hints"]
 
@@ -46,30 +47,44 @@ def gpu_hints(
     :param inputs: dataset paths/URIs the task reads (used to find hidden dependencies).
     :param outputs: dataset paths/URIs the task writes.
     :param executor_config: an existing executor_config (e.g. with ``pod_override``) to merge into.
-    :raises airflow_gpu_dag.core.resources.EstimateError: a value cannot be parsed or is impossible.
     """
     hints: dict[str, Any] = {}
     if duration is not None:
-        hints["duration_s"] = parse_duration(duration)
-    if gpus is not None:
-        request = GpuRequest.parse(gpus, gpu_memory, gpu_type)
-        hints["gpus"] = request.count
-        if request.memory_mib:
-            hints["gpu_memory_mib"] = request.memory_mib
-        if request.gpu_type:
-            hints["gpu_type"] = request.gpu_type
-    elif gpu_memory is not None or gpu_type is not None:
-        request = GpuRequest.parse(1, gpu_memory, gpu_type)
-        hints["gpus"] = 1
-        if request.memory_mib:
-            hints["gpu_memory_mib"] = request.memory_mib
-        if request.gpu_type:
-            hints["gpu_type"] = request.gpu_type
+        hints["duration_s"] = _checked(parse_duration, duration)
+    if gpus is not None or gpu_memory is not None or gpu_type is not None:
+        count = 1 if gpus is None else gpus
+        try:
+            request = GpuRequest.parse(count, gpu_memory, gpu_type)
+        except EstimateError:
+            # Kept as written: the cluster policy / lint reports it naming the DAG and the task.
+            hints["gpus"] = _primitive(count)
+            if gpu_memory is not None:
+                hints["gpu_memory_mib"] = _primitive(gpu_memory)
+            if gpu_type is not None:
+                hints["gpu_type"] = _primitive(gpu_type)
+        else:
+            hints["gpus"] = request.count
+            if request.memory_mib:
+                hints["gpu_memory_mib"] = request.memory_mib
+            if request.gpu_type:
+                hints["gpu_type"] = request.gpu_type
     if inputs:
         hints["inputs"] = [str(p) for p in inputs]
     if outputs:
         hints["outputs"] = [str(p) for p in outputs]
     return merge_hints(executor_config, hints)
+
+
+def _primitive(value: object) -> object:
+    return value if isinstance(value, str | int | float | bool) else repr(value)
+
+
+def _checked(parse: Any, value: object) -> object:
+    """Parsed value, or the raw value when it is invalid (reported later with DAG and task names)."""
+    try:
+        return parse(value)
+    except EstimateError:
+        return _primitive(value)
 
 
 def merge_hints(executor_config: Mapping[str, Any] | None, hints: Mapping[str, Any]) -> dict[str, Any]:

@@ -70,9 +70,22 @@ def _read_node(
                 )
             )
     gpu = None
+    pool_slots = getattr(task, "pool_slots", 1)
     if "gpus" in hints:
         try:
             gpu = GpuRequest.parse(hints["gpus"], hints.get("gpu_memory_mib"), hints.get("gpu_type"))
+            if gpu.count != pool_slots and getattr(task, "pool", None) not in (None, "default_pool"):
+                findings.append(
+                    Finding(
+                        ERROR,
+                        "pool-slots-mismatch",
+                        dag_id,
+                        task_id,
+                        f"requests {gpu.count} GPUs but takes {pool_slots} slots of pool {task.pool!r}; "
+                        "the pool would not gate its GPUs.",
+                        f"set pool_slots={gpu.count} (the GPU operators do this for you).",
+                    )
+                )
         except EstimateError as err:
             findings.append(
                 Finding(
@@ -84,7 +97,6 @@ def _read_node(
                     "request a whole number of GPUs >= 1, e.g. gpu_hints(gpus=2, gpu_memory='40GiB').",
                 )
             )
-    pool_slots = getattr(task, "pool_slots", 1)
     return TaskNode(
         task_id=task_id,
         duration=duration,

@@ -66,6 +66,8 @@ def parse_duration(value: object) -> float:
         text = value.strip().lower()
         if not text:
             raise EstimateError(f"duration is empty; {_DURATION_HELP}")
+        if text.startswith("-"):
+            raise EstimateError(f"duration {value!r} is negative; {_DURATION_HELP}")
         try:
             seconds = float(text)
         except ValueError:

@@ -1,0 +1,25 @@
+"""The planning core must import neither Airflow nor Kubernetes (it is shared by the scheduler plugin,
+the CLI, the controller and the simulator, and must stay testable on its own)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import airflow_gpu_dag.core as core
+
+CORE_DIR = Path(core.__file__).parent
+
+
+def test_core_modules_import_no_airflow_or_kubernetes() -> None:
+    modules = sorted(f"airflow_gpu_dag.core.{p.stem}" for p in CORE_DIR.glob("*.py") if p.stem != "__init__")
+    assert "airflow_gpu_dag.core.critical_path" in modules
+    code = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('airflow', 'kubernetes', 'kubernetes_asyncio'))\n"
+        "print(','.join(bad))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "", f"core imported: {result.stdout.strip()}"

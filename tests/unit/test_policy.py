@@ -1,0 +1,104 @@
+"""Parse-time validation through Airflow's own DagBag and the provider's cluster policy."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+HEADER = """
+from airflow.sdk import DAG
+from airflow.providers.standard.operators.bash import BashOperator
+from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
+"""
+
+
+def _load(tmp_path: Path, body: str, monkeypatch: pytest.MonkeyPatch, **conf: str) -> object:
+    for key, value in conf.items():
+        monkeypatch.setenv(f"AIRFLOW__GPU_DAG__{key.upper()}", value)
+    from airflow.dag_processing.dagbag import DagBag
+
+    path = tmp_path / "dag_file.py"
+    path.write_text(HEADER + textwrap.dedent(body))
+    return DagBag(dag_folder=str(path))
+
+
+def test_valid_dag_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bag = _load(
+        tmp_path,
+        """
+        with DAG("good", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}):
+            BashOperator(task_id="train", bash_command="true", pool="gpu_default", pool_slots=2,
+                         executor_config=gpu_hints(duration="1h", gpus=2, gpu_memory="40GiB"))
+        """,
+        monkeypatch,
+        pools='{"gpu_default": 4}',
+    )
+    assert bag.import_errors == {}  # type: ignore[attr-defined]
+    assert "good" in bag.dags  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("task", "expected"),
+    [
+        ('executor_config=gpu_hints(duration="-5m")', "duration '-5m' is negative"),
+        ('executor_config=gpu_hints(duration="soonish")', "cannot be parsed"),
+        ("executor_config=gpu_hints(duration='1h', gpus=0)", "GPU count 0 must be at least 1"),
+        (
+            'executor_config=gpu_hints(duration="1h", gpus=1, gpu_memory="eighty")',
+            "'eighty' cannot be parsed",
+        ),
+        (
+            'executor_config=gpu_hints(duration="1h", gpus=16), pool="gpu_default", pool_slots=16',
+            "only 4 in all",
+        ),
+        ('executor_config=gpu_hints(duration="1h", gpus=1), pool="gpu_tpu"', "pool 'gpu_tpu' does not exist"),
+    ],
+)
+def test_bad_input_fails_import_naming_dag_task_and_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task: str, expected: str
+) -> None:
+    bag = _load(
+        tmp_path,
+        f"""
+        with DAG("bad", default_args={{"weight_rule": CRITICAL_PATH_WEIGHT_RULE}}):
+            BashOperator(task_id="train_step", bash_command="true", {task})
+        """,
+        monkeypatch,
+        pools='{"gpu_default": 4}',
+    )
+    errors = list(bag.import_errors.values())  # type: ignore[attr-defined]
+    assert len(errors) == 1, errors
+    assert expected in errors[0]
+    assert "DAG 'bad', task 'train_step'" in errors[0]
+    assert "Fix:" in errors[0]
+    assert "bad" not in bag.dags  # type: ignore[attr-defined]
+
+
+def test_cycle_rejected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bag = _load(
+        tmp_path,
+        """
+        with DAG("cyclic"):
+            a = BashOperator(task_id="a", bash_command="true", executor_config=gpu_hints(duration="20m"))
+            b = BashOperator(task_id="b", bash_command="true", executor_config=gpu_hints(duration="20m"))
+            a >> b >> a
+        """,
+        monkeypatch,
+    )
+    errors = list(bag.import_errors.values())  # type: ignore[attr-defined]
+    assert len(errors) == 1 and "cycle" in errors[0].lower()
+
+
+def test_dags_not_using_the_provider_are_left_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bag = _load(
+        tmp_path,
+        """
+        with DAG("plain"):
+            BashOperator(task_id="x", bash_command="true", pool="no_such_pool")
+        """,
+        monkeypatch,
+        pools='{"gpu_default": 4}',
+    )
+    assert bag.import_errors == {}  # type: ignore[attr-defined]

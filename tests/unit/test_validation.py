@@ -1,0 +1,99 @@
+"""Validation: every check names the DAG, the task and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_gpu_dag.core import GpuRequest, TaskGraph, TaskNode, ValidationPolicy, validate_graph
+from airflow_gpu_dag.core.validation import GraphValidationError, find_hidden_dependencies
+
+
+def _codes(report) -> list[tuple[str, str | None]]:  # type: ignore[no-untyped-def]
+    return [(f.code, f.task_id) for f in report.findings]
+
+
+def test_clean_graph_has_no_findings() -> None:
+    graph = TaskGraph("ok")
+    graph.add_task(TaskNode("prep", duration=1200))
+    graph.add_task(TaskNode("train", duration=3600, gpu=GpuRequest(4), pool="gpu", pool_slots=4))
+    graph.add_edge("prep", "train")
+    report = validate_graph(graph, ValidationPolicy(pool_slots={"gpu": 8}, max_gpus_per_host=8))
+    assert report.findings == []
+    assert report.ok
+    report.raise_for_errors()
+
+
+def test_cycle_error_names_cycle() -> None:
+    graph = TaskGraph.from_edges("loop", {"a": 900, "b": 900}, [("a", "b"), ("b", "a")])
+    report = validate_graph(graph)
+    (finding,) = report.errors
+    assert finding.code == "cycle"
+    assert "a -> b -> a" in str(finding) and "DAG 'loop'" in str(finding)
+    with pytest.raises(GraphValidationError, match="remove one edge"):
+        report.raise_for_errors()
+
+
+def test_impossible_and_unknown_pool() -> None:
+    graph = TaskGraph("big")
+    graph.add_task(TaskNode("train", duration=3600, gpu=GpuRequest(16), pool="gpu", pool_slots=16))
+    graph.add_task(TaskNode("eval", duration=1200, gpu=GpuRequest(1), pool="gpu_h100", pool_slots=1))
+    report = validate_graph(graph, ValidationPolicy(pool_slots={"gpu": 8}, max_gpus_per_host=8))
+    assert _codes(report) == [
+        ("impossible-request", "train"),
+        ("impossible-request", "train"),
+        ("unknown-pool", "eval"),
+    ]
+    messages = [str(f) for f in report.errors]
+    assert "only 8" in messages[0] and "request at most 8" in messages[0]
+    assert "largest host has 8" in messages[1]
+    assert "gpu_h100" in messages[2] and "airflow pools set gpu_h100" in messages[2]
+
+
+def test_unknown_gpu_type() -> None:
+    graph = TaskGraph("t")
+    graph.add_task(TaskNode("x", duration=1200, gpu=GpuRequest(1, gpu_type="tpu")))
+    report = validate_graph(graph, ValidationPolicy(known_gpu_types=frozenset({"a100"})))
+    assert _codes(report) == [("unknown-gpu-type", "x")]
+
+
+def test_estimate_warnings() -> None:
+    graph = TaskGraph("g")
+    graph.add_task(TaskNode("tiny", duration=60))
+    graph.add_task(TaskNode("huge", duration=5 * 3600))
+    graph.add_task(TaskNode("unknown", duration=1800, duration_declared=False))
+    graph.add_task(TaskNode("marker", duration=0))
+    graph.add_task(TaskNode("fine", duration=3600))
+    report = validate_graph(graph)
+    assert report.ok
+    assert _codes(report) == [
+        ("granularity-too-fine", "tiny"),
+        ("granularity-too-coarse", "huge"),
+        ("missing-estimate", "unknown"),
+    ]
+    quiet = validate_graph(graph, ValidationPolicy(check_granularity=False))
+    assert _codes(quiet) == [("missing-estimate", "unknown")]
+
+
+def test_hidden_dependencies() -> None:
+    graph = TaskGraph("data")
+    graph.add_task(TaskNode("clean", duration=1200, outputs=("s3://lake/clean/",)))
+    graph.add_task(TaskNode("train", duration=1200, inputs=("s3://lake/clean/shard-1",)))
+    graph.add_task(TaskNode("stats", duration=1200, inputs=("s3://lake/clean",)))
+    graph.add_task(TaskNode("other", duration=1200, inputs=("s3://lake/clean-v2",)))
+    graph.add_task(TaskNode("reader2", duration=1200, inputs=("s3://lake/clean/shard-1",)))
+    graph.add_edge("clean", "stats")
+    findings = find_hidden_dependencies(graph)
+    # train and reader2 read inside what clean writes, unordered; stats is ordered; other is a different path;
+    # two readers of the same path are not a conflict.
+    assert sorted(f.task_id for f in findings) == ["reader2", "train"]
+    assert all("clean >> " in f.fix for f in findings)
+
+
+def test_two_unordered_writers() -> None:
+    graph = TaskGraph("w")
+    graph.add_task(TaskNode("a", duration=1200, outputs=("/data/ckpt",)))
+    graph.add_task(TaskNode("b", duration=1200, outputs=("/data/ckpt/epoch1",)))
+    (finding,) = find_hidden_dependencies(graph)
+    assert "also writes" in finding.message
+    graph.add_edge("a", "b")
+    assert find_hidden_dependencies(graph) == []
