@@ -1,0 +1,51 @@
+"""Fixtures for tests that boot a real Airflow (marker ``airflow_real``).
+
+One boot per test module: a module sets what it needs as module attributes and uses the
+``airflow_cluster`` fixture::
+
+    AIRFLOW_DAGS = "priority"            # folder under tests/integration/dags/ (required)
+    AIRFLOW_POOLS = {"gpu_pool": 1}       # optional
+    AIRFLOW_ENV = {"AIRFLOW__GPU_DAG__POOLS": '{"gpu_pool": 1}'}  # optional
+    AIRFLOW_TRIGGERER = True              # optional, default False
+
+    pytestmark = pytest.mark.airflow_real
+
+    def test_something(airflow_cluster):
+        run_id = airflow_cluster.trigger("my_dag")
+        ...
+
+Or build your own module-scoped fixture with ``AirflowCluster(...)`` directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_gpu_dag.testing import AirflowCluster
+
+#: tests/integration/dags/ — one sub-folder per topic so each boot parses only its own DAGs.
+DAGS_ROOT = Path(__file__).parent / "dags"
+
+
+@pytest.fixture(scope="module")
+def airflow_cluster(request: pytest.FixtureRequest) -> Iterator[AirflowCluster]:
+    """A running cluster for the whole test module, configured by the module's ``AIRFLOW_*``
+    attributes (see the module docstring)."""
+    module = request.module
+    topic = getattr(module, "AIRFLOW_DAGS", None)
+    if not topic:
+        raise pytest.UsageError(
+            f"{module.__name__} uses the airflow_cluster fixture but sets no AIRFLOW_DAGS; "
+            'add e.g. AIRFLOW_DAGS = "my_topic" (a folder under tests/integration/dags/).'
+        )
+    folder = DAGS_ROOT / topic
+    with AirflowCluster(
+        folder,
+        pools=getattr(module, "AIRFLOW_POOLS", None),
+        env=getattr(module, "AIRFLOW_ENV", None),
+        triggerer=bool(getattr(module, "AIRFLOW_TRIGGERER", False)),
+    ) as cluster:
+        yield cluster

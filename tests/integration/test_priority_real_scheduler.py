@@ -1,0 +1,203 @@
+"""Critical-path priority on the real Airflow scheduler (not ``dag.test()``, which ignores pools and
+priority).
+
+Setup: three independent chains (DAG file ``dags/priority/priority_chains.py``), every task in the
+pool ``one_slot`` (1 slot), ``[core] parallelism = 1``. The DAG file is generated twice, with our
+weight rule and with Airflow's default ``downstream`` rule.
+
+What the scheduler does at each step: a loop first moves task instances whose upstreams are done to
+``scheduled`` and then queues the ready task instances ordered by ``-priority_weight`` (ties:
+logical date, map index) while pool slots and executor slots are free. With one slot only the
+highest-priority ready task starts, and it runs alone until it is done. With parallelism 1 the
+executor slot is freed only after the finished task's state is committed (the worker reports first,
+then exits, then the executor tells the scheduler), so the finished task's downstream is already
+``scheduled`` when the next task is picked: the start order is exactly the greedy order
+"highest weight among ready tasks", which :func:`greedy_orders` computes (all of them, when ties
+leave a choice).
+
+    critical-path weights: a1=10800 c1=6000 c2=3000 b1=2400 b2=1800 b3=1200 b4=600
+        -> a1, c1, c2, b1, b2, b3, b4 (the only greedy order)
+    downstream weights:    b1=4 b2=3 b3=2 c1=2 a1=1 b4=1 c2=1
+        -> b1, b2, then ties: {b3, c1} ..., a1 among the last three
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from airflow_gpu_dag.airflow.graph import build_task_graph
+from airflow_gpu_dag.core.critical_path import analyze
+from airflow_gpu_dag.testing import AirflowCluster
+
+pytestmark = pytest.mark.airflow_real
+
+AIRFLOW_DAGS = "priority"
+AIRFLOW_POOLS = {"one_slot": 1}
+AIRFLOW_ENV = {"AIRFLOW__CORE__PARALLELISM": "1"}
+
+DAG_DIR = Path(__file__).parent / "dags" / AIRFLOW_DAGS
+CRITICAL = "cp_chains_critical"
+DOWNSTREAM = "cp_chains_downstream"
+FEATURES = "cp_features"
+
+UPSTREAM: dict[str, list[str]] = {
+    "a1": [],
+    "b1": [],
+    "b2": ["b1"],
+    "b3": ["b2"],
+    "b4": ["b3"],
+    "c1": [],
+    "c2": ["c1"],
+}
+EXPECTED_CP_WEIGHTS = {"a1": 10800, "b1": 2400, "b2": 1800, "b3": 1200, "b4": 600, "c1": 6000, "c2": 3000}
+EXPECTED_DOWNSTREAM_WEIGHTS = {"a1": 1, "b1": 4, "b2": 3, "b3": 2, "b4": 1, "c1": 2, "c2": 1}
+EXPECTED_CP_ORDER = ["a1", "c1", "c2", "b1", "b2", "b3", "b4"]
+EXPECTED_FEATURE_WEIGHTS = {
+    "setup_env": 6900,
+    "prep.load": 6600,
+    "prep.clean": 5400,
+    "train": 4800,
+    "evaluate": 1200,
+    "teardown_env": 300,
+}
+
+
+@dataclass
+class RunResult:
+    dag_id: str
+    run_id: str
+    state: str
+    tis: list[dict[str, Any]]
+
+    def by_task(self) -> dict[str, dict[str, Any]]:
+        """Unmapped task instances by task_id."""
+        return {ti["task_id"]: ti for ti in self.tis if ti["map_index"] == -1}
+
+    def start_order(self) -> list[str]:
+        """task_ids in the order they started."""
+        return [ti["task_id"] for ti in sorted(self.tis, key=lambda ti: _ts(ti["start_date"]))]
+
+
+def _ts(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def greedy_orders(weights: dict[str, int], upstream: dict[str, list[str]]) -> list[list[str]]:
+    """Every order a 1-slot scheduler can start the tasks in: each step starts a task of maximal
+    weight among those whose upstream tasks are done (ties branch)."""
+    orders: list[list[str]] = []
+
+    def extend(done: list[str]) -> None:
+        ready = [t for t in weights if t not in done and all(u in done for u in upstream[t])]
+        if not ready:
+            orders.append(done)
+            return
+        top = max(weights[t] for t in ready)
+        for task_id in sorted(t for t in ready if weights[t] == top):
+            extend([*done, task_id])
+
+    extend([])
+    return orders
+
+
+def _load_dag_module(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"priority_dags_{name}", DAG_DIR / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _analysed_weights(dag: Any) -> dict[str, int]:
+    graph, findings = build_task_graph(dag)
+    assert not [f for f in findings if f.is_error], findings
+    return {task_id: int(round(t.remaining)) for task_id, t in analyze(graph).timings.items()}
+
+
+@pytest.fixture(scope="module")
+def runs(airflow_cluster: AirflowCluster) -> dict[str, RunResult]:
+    """Run the three DAGs one after the other (so they never compete) and collect their TIs."""
+    assert airflow_cluster.get_pool("one_slot")["slots"] == 1
+    airflow_cluster.wait_for_dags([CRITICAL, DOWNSTREAM, FEATURES], timeout=240)
+    assert airflow_cluster.import_errors() == []
+    results: dict[str, RunResult] = {}
+    for dag_id in (CRITICAL, DOWNSTREAM, FEATURES):
+        run_id = airflow_cluster.trigger(dag_id)
+        state = airflow_cluster.wait_for_run(dag_id, run_id, timeout=600)
+        results[dag_id] = RunResult(dag_id, run_id, state, airflow_cluster.task_instances(dag_id, run_id))
+    return results
+
+
+def test_all_runs_succeed(runs: dict[str, RunResult]) -> None:
+    for result in runs.values():
+        states = {(ti["task_id"], ti["map_index"]): ti["state"] for ti in result.tis}
+        assert result.state == "success", f"{result.dag_id}: {states}"
+        assert set(states.values()) == {"success"}, f"{result.dag_id}: {states}"
+
+
+@pytest.mark.parametrize("dag_id", [CRITICAL, DOWNSTREAM])
+def test_one_slot_pool_runs_one_task_at_a_time(runs: dict[str, RunResult], dag_id: str) -> None:
+    tis = sorted(runs[dag_id].tis, key=lambda ti: _ts(ti["start_date"]))
+    assert {ti["pool"] for ti in tis} == {"one_slot"}
+    for before, after in itertools.pairwise(tis):
+        assert _ts(after["start_date"]) >= _ts(before["end_date"]), (before["task_id"], after["task_id"])
+
+
+def test_critical_path_weights_are_remaining_critical_path_seconds(runs: dict[str, RunResult]) -> None:
+    module = _load_dag_module("priority_chains")
+    analysed = _analysed_weights(module.cp_chains_critical)
+    assert analysed == EXPECTED_CP_WEIGHTS
+    observed = {task_id: ti["priority_weight"] for task_id, ti in runs[CRITICAL].by_task().items()}
+    assert observed == analysed
+
+
+def test_critical_path_rule_starts_tasks_in_critical_path_order(runs: dict[str, RunResult]) -> None:
+    # The expected order is the only one a 1-slot greedy scheduler can produce with these weights.
+    assert greedy_orders(EXPECTED_CP_WEIGHTS, UPSTREAM) == [EXPECTED_CP_ORDER]
+    assert runs[CRITICAL].start_order() == EXPECTED_CP_ORDER
+
+
+def test_downstream_rule_orders_differently(runs: dict[str, RunResult]) -> None:
+    result = runs[DOWNSTREAM]
+    observed_weights = {task_id: ti["priority_weight"] for task_id, ti in result.by_task().items()}
+    assert observed_weights == EXPECTED_DOWNSTREAM_WEIGHTS
+    order = result.start_order()
+    stock_orders = greedy_orders(EXPECTED_DOWNSTREAM_WEIGHTS, UPSTREAM)
+    assert order in stock_orders, f"{order} is not a greedy order of the downstream weights"
+    assert EXPECTED_CP_ORDER not in stock_orders
+    assert order[:2] == ["b1", "b2"]  # the longest chain by task count goes first ...
+    assert order.index("a1") >= 4  # ... and the 3-hour task, the real critical path, comes late
+
+
+def test_features_get_critical_path_weights(runs: dict[str, RunResult]) -> None:
+    module = _load_dag_module("priority_features")
+    analysed = _analysed_weights(module.cp_features)
+    assert analysed == EXPECTED_FEATURE_WEIGHTS
+    result = runs[FEATURES]
+    mapped = sorted((ti["map_index"], ti["priority_weight"]) for ti in result.tis if ti["task_id"] == "train")
+    assert mapped == [(0, 4800), (1, 4800), (2, 4800)]  # expanded by the scheduler at run time
+    unmapped = {task_id: ti["priority_weight"] for task_id, ti in result.by_task().items()}
+    assert unmapped == {k: v for k, v in EXPECTED_FEATURE_WEIGHTS.items() if k != "train"}
+    order = result.start_order()
+    assert order[:3] == ["setup_env", "prep.load", "prep.clean"]
+    assert order[-2:] == ["evaluate", "teardown_env"]
+
+
+def test_no_strategy_errors_in_component_logs(
+    runs: dict[str, RunResult], airflow_cluster: AirflowCluster
+) -> None:
+    assert runs  # the runs above went through the scheduler and the api-server
+    for component in ("scheduler", "api-server", "dag-processor"):
+        text = airflow_cluster.read_log(component)
+        assert "critical-path weight failed" not in text, f"{component} log:\n{text[-4000:]}"
+        for block in re.split(r"(?=Traceback \(most recent call last\))", text)[1:]:
+            assert "airflow_gpu_dag" not in block[:4000], f"traceback in {component} log:\n{block[:4000]}"
