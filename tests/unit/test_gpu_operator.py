@@ -1,0 +1,338 @@
+"""GPU operators and ``@task.gpu``: declaration checks, pools, hints, serialization, leased execution."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pendulum
+import pytest
+
+from airflow_gpu_dag.core.resources import GpuRequest
+from airflow_gpu_dag.decorators.gpu import gpu_task
+from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseSettings
+from airflow_gpu_dag.gpu.usage import UsageLedger
+from airflow_gpu_dag.hints import read_hints
+from airflow_gpu_dag.operators.gpu import GpuBashOperator, GpuPythonOperator, GpuTaskError, resolve_gpu_task
+
+
+@pytest.fixture(autouse=True)
+def static_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A 4x A100 static inventory and a private lease directory for every test."""
+    lease_dir = tmp_path / "leases"
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__INVENTORY_SOURCE", "static")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__INVENTORY", "4xa100:80GiB")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_DIR", str(lease_dir))
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_POLL_INTERVAL", "0.05")
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
+    return lease_dir
+
+
+def make_dag(dag_id: str = "gpu_dag") -> Any:
+    from airflow.sdk import DAG
+
+    return DAG(dag_id, schedule=None, start_date=pendulum.datetime(2026, 1, 1))
+
+
+# -- declaration --------------------------------------------------------------------------------------
+def test_bash_operator_sets_pool_slots_and_hints() -> None:
+    with make_dag():
+        op = GpuBashOperator(
+            task_id="train",
+            bash_command="echo",
+            gpus=2,
+            gpu_memory="40GiB",
+            gpu_type="A100",
+            duration="1h30m",
+            retries=3,
+            inputs=["s3://data/clean"],
+        )
+    assert (op.pool, op.pool_slots, op.retries) == ("gpu_a100", 2, 3)
+    assert read_hints(op.executor_config) == {
+        "duration_s": 5400.0,
+        "gpus": 2,
+        "gpu_memory_mib": 40960,
+        "gpu_type": "a100",
+        "inputs": ["s3://data/clean"],
+    }
+    any_gpu = GpuBashOperator(task_id="eval", bash_command="echo")
+    assert (any_gpu.pool, any_gpu.pool_slots) == ("gpu_default", 1)
+    mine = GpuBashOperator(task_id="own", bash_command="echo", gpus=2, pool="team_gpus")
+    assert (mine.pool, mine.pool_slots) == ("team_gpus", 2)
+
+
+def test_existing_executor_config_is_kept() -> None:
+    op = GpuBashOperator(task_id="t", bash_command="echo", gpus=1, executor_config={"pod_override": {"x": 1}})
+    assert (op.executor_config or {})["pod_override"] == {"x": 1}
+    assert read_hints(op.executor_config)["gpus"] == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragments"),
+    [
+        ({"gpus": 0}, ["'train'", "at least 1", "Fix:"]),
+        ({"gpus": -2}, ["'train'", "at least 1"]),
+        ({"gpus": 1.5}, ["'train'", "whole number"]),
+        ({"gpus": 8}, ["'train'", "only 4", "Fix:"]),
+        ({"gpu_memory": "eighty"}, ["'train'", "'eighty'", "80GiB"]),
+        ({"gpu_memory": "120GiB"}, ["'train'", "120GiB", "Fix:"]),
+        ({"gpu_type": "h100"}, ["'train'", "'h100'", "known types: a100"]),
+        ({"duration": "soon"}, ["'train'", "duration", "1h30m"]),
+        ({"gpus": 2, "pool_slots": 1}, ["'train'", "pool_slots=1", "drop pool_slots"]),
+    ],
+)
+def test_bad_declaration_fails_at_parse_time(kwargs: dict[str, Any], fragments: list[str]) -> None:
+    with pytest.raises(GpuTaskError) as err, make_dag("bad_dag"):
+        GpuBashOperator(task_id="train", bash_command="echo", **kwargs)
+    for fragment in fragments:
+        assert fragment in str(err.value)
+    assert "'bad_dag'" in str(err.value)
+
+
+def test_80g_and_80gib_both_fit_an_80gib_gpu() -> None:
+    assert GpuBashOperator(task_id="a", bash_command="echo", gpu_memory="80G").gpu_request.memory_mib == 76294
+    assert (
+        GpuBashOperator(task_id="b", bash_command="echo", gpu_memory="80GiB").gpu_request.memory_mib == 81920
+    )
+
+
+def test_configured_host_and_pool_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", "2")
+    with pytest.raises(GpuTaskError, match="largest host has 2"):
+        GpuBashOperator(task_id="t", bash_command="echo", gpus=3)
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 3}')
+    with pytest.raises(GpuTaskError, match="pool 'gpu_default' has only 3"):
+        GpuBashOperator(task_id="t", bash_command="echo", gpus=4)
+
+
+def test_without_any_inventory_only_configured_limits_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__INVENTORY", "")
+    spec = resolve_gpu_task("t", gpus=16, gpu_type="b200")  # nothing known to compare against
+    assert (spec.pool, spec.pool_slots) == ("gpu_b200", 16)
+
+
+# -- decorator ------------------------------------------------------------------------------------------
+def test_task_gpu_is_registered_with_the_task_sdk() -> None:
+    from airflow.sdk import task
+    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+
+    assert ProvidersManagerTaskRuntime().taskflow_decorators["gpu"] is gpu_task
+    assert task.gpu is gpu_task
+
+
+def test_decorator_builds_a_gpu_task() -> None:
+    from airflow.sdk import task
+
+    with make_dag() as dag:
+
+        @task.gpu(gpus=2, gpu_memory="40GiB", duration="45m", retries=2)
+        def train(gpu_lease: dict | None = None) -> str:
+            return os.environ["CUDA_VISIBLE_DEVICES"]
+
+        @task.gpu
+        def evaluate() -> None:
+            pass
+
+        train() >> evaluate()
+    op = dag.get_task("train")
+    assert isinstance(op, GpuPythonOperator)
+    assert (op.pool, op.pool_slots, op.retries) == ("gpu_default", 2, 2)
+    assert read_hints(op.executor_config) == {"duration_s": 2700.0, "gpus": 2, "gpu_memory_mib": 40960}
+    assert (dag.get_task("evaluate").pool_slots, dag.get_task("evaluate").pool) == (1, "gpu_default")
+
+
+def test_decorator_rejects_bad_input_when_applied() -> None:
+    from airflow.sdk import task
+
+    with pytest.raises(GpuTaskError, match=r"'train'.*at least 1"):
+
+        @task.gpu(gpus=0)
+        def train() -> None:
+            pass
+
+    with pytest.raises(GpuTaskError, match="'h100' is not in the inventory"):
+
+        @task.gpu(gpu_type="h100")
+        def evaluate() -> None:
+            pass
+
+
+def test_override_recomputes_pool_and_slots() -> None:
+    from airflow.sdk import task
+
+    with make_dag() as dag:
+
+        @task.gpu(gpus=1)
+        def step() -> None:
+            pass
+
+        step.override(task_id="wide", gpus=4, gpu_type="a100")()
+    wide = dag.get_task("wide")
+    assert (wide.pool, wide.pool_slots, read_hints(wide.executor_config)["gpus"]) == ("gpu_a100", 4, 4)
+
+
+def test_mapped_tasks_carry_pool_slots_and_hints() -> None:
+    from airflow.sdk import task
+
+    with make_dag() as dag:
+
+        @task.gpu(gpus=2)
+        def sweep(lr: float) -> float:
+            return lr
+
+        sweep.expand(lr=[0.1, 0.01])
+        GpuBashOperator.partial(task_id="bash_sweep", gpus=3).expand(bash_command=["echo 1", "echo 2"])
+    mapped = dag.get_task("sweep")
+    assert (mapped.pool, mapped.pool_slots) == ("gpu_default", 2)
+    assert read_hints(mapped.partial_kwargs["executor_config"])["gpus"] == 2
+    bash = dag.get_task("bash_sweep")
+    assert (bash.pool, bash.pool_slots) == ("gpu_default", 3)
+
+
+def test_hints_pool_and_slots_survive_serialization() -> None:
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    with make_dag("ser") as dag:
+        GpuBashOperator(task_id="train", bash_command="echo", gpus=3, gpu_type="a100", duration="2h")
+    restored = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    task = restored.get_task("train")
+    assert (task.pool, task.pool_slots) == ("gpu_a100", 3)
+    assert read_hints(task.executor_config) == {"duration_s": 7200.0, "gpus": 3, "gpu_type": "a100"}
+
+
+# -- execution --------------------------------------------------------------------------------------------
+def context(task_id: str) -> dict[str, Any]:
+    ti = SimpleNamespace(dag_id="gpu_dag", run_id="run1", task_id=task_id, map_index=-1, try_number=1)
+    return {"ti": ti, "task_instance": ti}
+
+
+def test_bash_command_sees_exactly_its_gpus(static_host: Path) -> None:
+    manager = LeaseManager(LeaseSettings.from_config())
+    other = manager.acquire(GpuRequest(1))
+    op = GpuBashOperator(
+        task_id="train", bash_command='echo "$CUDA_VISIBLE_DEVICES|$NVIDIA_VISIBLE_DEVICES"', gpus=2
+    )
+    output = op.execute(context("train"))
+    visible, nvidia = output.split("|")
+    assert visible == nvidia
+    devices = [int(d) for d in visible.split(",")]
+    assert len(devices) == 2 and other.devices[0] not in devices
+    (record,) = UsageLedger(static_host / "usage.jsonl").read()
+    assert (record.task_id, record.devices, record.outcome, record.pool) == (
+        "train",
+        tuple(devices),
+        "success",
+        "gpu_default",
+    )
+    assert [r["lease_id"] for r in manager.leases()] == [other.lease_id]
+
+
+def test_failed_command_releases_its_lease(static_host: Path) -> None:
+    from airflow.sdk.exceptions import AirflowException
+
+    op = GpuBashOperator(task_id="crash", bash_command="exit 3", gpus=4)
+    with pytest.raises(AirflowException, match="non-zero exit code 3"):
+        op.execute(context("crash"))
+    assert LeaseManager(LeaseSettings.from_config()).leases() == []
+    assert [r.outcome for r in UsageLedger(static_host / "usage.jsonl").read()] == ["failed"]
+
+
+def test_on_kill_stops_the_command_and_releases(static_host: Path) -> None:
+    op = GpuBashOperator(task_id="long", bash_command="sleep 60", gpus=4)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            op.execute(context("long"))
+        except BaseException as err:
+            errors.append(err)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    manager = LeaseManager(LeaseSettings.from_config())
+    deadline = pendulum.now().add(seconds=30)
+    while pendulum.now() < deadline and not (
+        manager.leases() and manager.leases()[0]["processes"]
+    ):  # the command is running and recorded in the lease
+        thread.join(0.05)
+    op.on_kill()
+    thread.join(30)
+    assert not thread.is_alive() and errors
+    assert manager.leases() == []
+    assert [r.outcome for r in UsageLedger(static_host / "usage.jsonl").read()] == ["killed"]
+
+
+def test_python_callable_gets_lease_env_and_context(static_host: Path) -> None:
+    seen: dict[str, Any] = {}
+
+    def train(gpu_lease: dict | None = None) -> str:
+        seen["lease"] = gpu_lease
+        return os.environ["CUDA_VISIBLE_DEVICES"]
+
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    op = GpuPythonOperator(task_id="py", python_callable=train, gpus=3)
+    result = op.execute(context("py"))
+    assert (
+        sorted(int(d) for d in result.split(",")) == seen["lease"]["devices"]
+        and len(seen["lease"]["devices"]) == 3
+    )
+    assert os.environ.get("CUDA_VISIBLE_DEVICES") == before  # restored afterwards
+    assert [r.outcome for r in UsageLedger(static_host / "usage.jsonl").read()] == ["success"]
+
+
+def test_lease_wait_times_out_with_a_clear_error(static_host: Path) -> None:
+    from airflow.sdk.exceptions import AirflowException
+
+    LeaseManager(LeaseSettings.from_config()).acquire(GpuRequest(4))
+    op = GpuBashOperator(task_id="late", bash_command="echo", gpus=1, lease_timeout="0.3s")
+    with pytest.raises(AirflowException, match=r"gpu_dag\.late .*waited 0s.*Fix:"):
+        op.execute(context("late"))
+
+
+def _forget_lease(lease_dir: Path) -> None:
+    """Remove every lease from the table, as a reclaim by another worker would."""
+    import json
+
+    table_path = lease_dir / "leases.json"
+    table = json.loads(table_path.read_text())
+    table["leases"] = {}
+    table_path.write_text(json.dumps(table))
+
+
+def test_python_task_that_loses_its_lease_fails(static_host: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_gpu_dag.gpu.lease import LeaseLost
+
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_TTL", "2s")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_HEARTBEAT", "0.1s")
+
+    def train() -> None:
+        _forget_lease(static_host)
+        for _ in range(300):  # would run 30 s; the lost lease interrupts it
+            time.sleep(0.1)
+
+    op = GpuPythonOperator(task_id="victim", python_callable=train, gpus=1)
+    with pytest.raises(LeaseLost, match="reclaimed while the task ran"):
+        op.execute(context("victim"))
+
+
+def test_bash_task_that_loses_its_lease_is_stopped(
+    static_host: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_gpu_dag.gpu.lease import LeaseLost
+
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_TTL", "2s")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_HEARTBEAT", "0.1s")
+    op = GpuBashOperator(task_id="victim", bash_command="sleep 30", gpus=1)
+    timer = threading.Timer(1.0, _forget_lease, args=(static_host,))
+    timer.start()
+    try:
+        with pytest.raises(LeaseLost, match="its GPU work was stopped"):
+            op.execute(context("victim"))
+    finally:
+        timer.cancel()

@@ -1,0 +1,290 @@
+"""GPU inventory (static and NVML), pool naming and the GPU-seconds ledger."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from datetime import UTC, datetime
+
+import pytest
+
+from airflow_gpu_dag.gpu import inventory as inv
+from airflow_gpu_dag.gpu.inventory import (
+    GpuDevice,
+    GpuInventory,
+    InventoryError,
+    InventoryUnavailable,
+    gpu_type_from_name,
+    load_inventory,
+    parse_inventory,
+)
+from airflow_gpu_dag.gpu.usage import (
+    UsageLedger,
+    UsageRecord,
+    gpu_seconds_by_dag_run,
+    gpu_seconds_by_pool_day,
+)
+from airflow_gpu_dag.pools import (
+    DEFAULT_GPU_POOL,
+    gpu_type_of_pool,
+    is_gpu_pool,
+    pool_for_gpu_type,
+    pool_sizes_for_devices,
+)
+
+
+# -- static inventory -------------------------------------------------------------------------------
+def test_shorthand_makes_indexed_devices_with_memory() -> None:
+    inventory = parse_inventory("4xa100:80GiB")
+    assert inventory.indices == [0, 1, 2, 3]
+    assert inventory.types == {"a100"}
+    assert {d.memory_total_mib for d in inventory.devices} == {80 * 1024}
+    assert inventory.source == "static"
+
+
+def test_shorthand_several_groups_and_decimal_memory() -> None:
+    inventory = parse_inventory("2xa100:80G, 1xV100:16GiB, h100")
+    assert [(d.index, d.gpu_type) for d in inventory.devices] == [
+        (0, "a100"),
+        (1, "a100"),
+        (2, "v100"),
+        (3, "h100"),
+    ]
+    assert inventory.device(0).memory_total_mib == 76294  # 80 GB (decimal) in MiB
+    assert inventory.device(3).memory_total_mib is None  # unknown: not checked
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [
+        ("4xa100:eighty", "eighty"),
+        ("0xa100", "count of 0"),
+        ("", "empty"),
+        ("{not json", "JSON"),
+        ('{"gpus": [{"index": 0}]}', "no 'type'"),
+        ('{"gpus": [{"index": 0, "type": "a100"}, {"index": 0, "type": "a100"}]}', "unique"),
+        ('{"gpus": [{"index": 0, "type": "a100", "colour": "red"}]}', "unknown keys"),
+        ('{"gpus": "a100"}', "'gpus'"),
+    ],
+)
+def test_bad_inventory_is_rejected_with_the_fix(spec: str, fragment: str) -> None:
+    with pytest.raises(InventoryError) as err:
+        parse_inventory(spec)
+    assert fragment in str(err.value)
+    assert "[gpu_dag] inventory" in str(err.value) or fragment == "eighty"
+
+
+def test_json_inventory_with_explicit_fields() -> None:
+    spec = {
+        "gpus": [
+            {"index": 3, "type": "A100", "memory": "80GiB", "uuid": "GPU-3"},
+            {"index": 5, "name": "NVIDIA H100 80GB HBM3", "memory": 81559, "healthy": False},
+        ]
+    }
+    inventory = parse_inventory(json.dumps(spec))
+    assert inventory.indices == [3, 5]
+    assert inventory.device(3).uuid == "GPU-3"
+    assert inventory.device(5).gpu_type == "h100"
+    assert not inventory.device(5).healthy
+    assert not inventory.device(5).fits_now(None, None)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("NVIDIA A100-SXM4-80GB", "a100"),
+        ("NVIDIA H100 80GB HBM3", "h100"),
+        ("NVIDIA GeForce RTX 4090", "rtx_4090"),
+        ("Tesla V100-SXM2-16GB", "v100"),
+        ("NVIDIA L40S", "l40s"),
+        ("NVIDIA A10G", "a10g"),
+        ("NVIDIA H200", "h200"),
+    ],
+)
+def test_gpu_type_from_nvml_name(name: str, expected: str) -> None:
+    assert gpu_type_from_name(name) == expected
+
+
+def test_fit_checks_type_and_memory() -> None:
+    inventory = parse_inventory("2xa100:80GiB,2xv100:16GiB")
+    assert inventory.max_fitting(40 * 1024) == 2
+    assert inventory.max_fitting(None, "v100") == 2
+    assert inventory.why_impossible(2, 40 * 1024, "a100") is None
+    assert "only 2" in (inventory.why_impossible(3, 40 * 1024) or "")
+    assert "not in the inventory" in (inventory.why_impossible(1, None, "h100") or "")
+    assert inventory.pool_sizes() == {"gpu_default": 4, "gpu_a100": 2, "gpu_v100": 2}
+
+
+def test_live_free_memory_is_used_when_known() -> None:
+    device = GpuDevice(index=0, gpu_type="a100", memory_total_mib=81920, memory_free_mib=1000)
+    assert device.could_ever_fit(40960, "a100")
+    assert not device.fits_now(40960, "a100")
+    assert device.fits_now(500, None)
+
+
+# -- selection --------------------------------------------------------------------------------------
+def test_auto_falls_back_to_static_without_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_nvml() -> GpuInventory:
+        raise InventoryUnavailable("NVML cannot be initialised: no driver")
+
+    monkeypatch.setattr(inv, "nvml_inventory", no_nvml)
+    assert load_inventory("auto", "2xa100:40GiB").count == 2
+    with pytest.raises(InventoryUnavailable, match="no driver"):
+        load_inventory("nvml", "2xa100:40GiB")
+    with pytest.raises(InventoryUnavailable, match="no static inventory"):
+        load_inventory("auto", "")
+
+
+def test_auto_prefers_nvml_when_it_sees_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = GpuInventory((GpuDevice(0, "h100", 81559),), source="nvml")
+    monkeypatch.setattr(inv, "nvml_inventory", lambda: real)
+    assert load_inventory("auto", "4xa100").source == "nvml"
+    assert load_inventory("static", "4xa100").count == 4
+
+
+def test_inventory_from_configuration_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__INVENTORY_SOURCE", "static")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__INVENTORY", "3xl4:24GiB")
+    inventory = load_inventory()
+    assert (inventory.count, inventory.types) == (3, {"l4"})
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__INVENTORY_SOURCE", "magic")
+    with pytest.raises(InventoryError, match="inventory_source"):
+        load_inventory()
+
+
+def _fake_pynvml(monkeypatch: pytest.MonkeyPatch, *, fail_init: bool = False) -> None:
+    module = types.ModuleType("pynvml")
+
+    class Mem:
+        def __init__(self, total: int, free: int) -> None:
+            self.total, self.free = total, free
+
+    class Util:
+        gpu = 37
+
+    gib = 1024**3
+    names = [b"NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB"]
+
+    def init() -> None:
+        if fail_init:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    def remapped(handle: int) -> tuple[int, int, int, int]:
+        return (0, 0, 0, 1 if handle == 1 else 0)  # device 1: remapping failure
+
+    module.nvmlInit = init  # type: ignore[attr-defined]
+    module.nvmlShutdown = lambda: None  # type: ignore[attr-defined]
+    module.nvmlDeviceGetCount = lambda: 2  # type: ignore[attr-defined]
+    module.nvmlDeviceGetHandleByIndex = lambda i: i  # type: ignore[attr-defined]
+    module.nvmlDeviceGetName = lambda h: names[h]  # type: ignore[attr-defined]
+    module.nvmlDeviceGetUUID = lambda h: f"GPU-{h}"  # type: ignore[attr-defined]
+    module.nvmlDeviceGetMemoryInfo = lambda h: Mem(80 * gib, 70 * gib)  # type: ignore[attr-defined]
+    module.nvmlDeviceGetUtilizationRates = lambda h: Util()  # type: ignore[attr-defined]
+    module.nvmlDeviceGetRemappedRows = remapped  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+
+
+def test_nvml_inventory_reads_devices_and_health(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_pynvml(monkeypatch)
+    inventory = inv.nvml_inventory()
+    assert inventory.source == "nvml"
+    first, second = inventory.devices
+    assert (first.index, first.gpu_type, first.uuid) == (0, "a100", "GPU-0")
+    assert (first.memory_total_mib, first.memory_free_mib, first.utilization_pct) == (81920, 71680, 37.0)
+    assert first.healthy and not second.healthy
+    assert "remapping" in (second.health_reason or "")
+
+
+def test_nvml_init_failure_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_pynvml(monkeypatch, fail_init=True)
+    with pytest.raises(InventoryUnavailable, match="Shared Library"):
+        inv.nvml_inventory()
+
+
+# -- pools ------------------------------------------------------------------------------------------
+def test_pool_names() -> None:
+    assert pool_for_gpu_type(None) == DEFAULT_GPU_POOL == "gpu_default"
+    assert pool_for_gpu_type(" A100 ") == "gpu_a100"
+    assert pool_for_gpu_type("RTX 4090") == "gpu_rtx_4090"
+    assert gpu_type_of_pool("gpu_h100") == "h100"
+    assert gpu_type_of_pool("gpu_default") is None
+    assert gpu_type_of_pool("default_pool") is None
+    assert is_gpu_pool("gpu_a100") and not is_gpu_pool("default_pool") and not is_gpu_pool("gpu_")
+    assert pool_sizes_for_devices(["a100", "a100", "v100"]) == {
+        "gpu_default": 3,
+        "gpu_a100": 2,
+        "gpu_v100": 1,
+    }
+    with pytest.raises(ValueError, match="letters or digits"):
+        pool_for_gpu_type("--")
+
+
+# -- usage ledger -----------------------------------------------------------------------------------
+def _ts(text: str) -> float:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+
+
+def test_ledger_sums_by_run_and_by_pool_day(tmp_path) -> None:
+    ledger = UsageLedger(tmp_path / "usage.jsonl")
+    ledger.append(
+        UsageRecord(
+            "d",
+            "r1",
+            "a",
+            1,
+            (0, 1),
+            _ts("2026-11-29T23:00:00"),
+            _ts("2026-11-30T01:00:00"),
+            pool="gpu_default",
+            lease_id="L1",
+        )
+    )
+    ledger.append(
+        UsageRecord(
+            "d",
+            "r1",
+            "b",
+            1,
+            (2,),
+            _ts("2026-11-30T02:00:00"),
+            _ts("2026-11-30T02:30:00"),
+            pool="gpu_a100",
+            lease_id="L2",
+        )
+    )
+    ledger.append(
+        UsageRecord(
+            "d",
+            "r2",
+            "a",
+            1,
+            (3,),
+            _ts("2026-11-30T03:00:00"),
+            _ts("2026-11-30T03:00:10"),
+            pool="gpu_default",
+            lease_id="L3",
+        )
+    )
+    records = ledger.read()
+    assert [r.gpu_seconds for r in records] == [14400.0, 1800.0, 10.0]
+    assert gpu_seconds_by_dag_run(records) == {("d", "r1"): 16200.0, ("d", "r2"): 10.0}
+    assert gpu_seconds_by_pool_day(records) == {
+        ("gpu_default", "2026-11-29"): 7200.0,
+        ("gpu_default", "2026-11-30"): 7210.0,
+        ("gpu_a100", "2026-11-30"): 1800.0,
+    }
+
+
+def test_ledger_skips_torn_lines_and_duplicate_leases(tmp_path) -> None:
+    path = tmp_path / "usage.jsonl"
+    ledger = UsageLedger(path)
+    record = UsageRecord("d", "r", "t", 1, (0,), 100.0, 160.0, lease_id="L1", outcome="success")
+    ledger.append(record)
+    ledger.append(UsageRecord("d", "r", "t", 1, (0,), 100.0, 150.0, lease_id="L1", outcome="reclaimed"))
+    with path.open("a") as handle:
+        handle.write('{"dag_id": "d", "start": 1')  # crash mid-write
+    records = ledger.read()
+    assert len(records) == 1
+    assert records[0].outcome == "success" and records[0].gpu_seconds == 60.0
+    assert json.loads(path.read_text().splitlines()[0])["gpu_seconds"] == 60.0

@@ -1,0 +1,281 @@
+"""GPU leases in one process: allocation, matching, waiting, release, reclaim, crash safety."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_gpu_dag.core.resources import GpuRequest
+from airflow_gpu_dag.gpu.inventory import GpuDevice, GpuInventory, parse_inventory
+from airflow_gpu_dag.gpu.lease import (
+    LeaseError,
+    LeaseImpossible,
+    LeaseManager,
+    LeaseOwner,
+    LeaseSettings,
+    LeaseTableCorrupt,
+    LeaseTimeout,
+    process_alive,
+    process_start_token,
+)
+
+
+def manager(tmp_path: Path, spec: str = "4xa100:80GiB", **settings: float) -> LeaseManager:
+    values: dict[str, Any] = {
+        "ttl_s": 60.0,
+        "heartbeat_s": 5.0,
+        "poll_s": 0.05,
+        "wait_timeout_s": 5.0,
+        **settings,
+    }
+    return LeaseManager(LeaseSettings(lease_dir=tmp_path / "leases", **values), parse_inventory(spec))
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def owner(task: str) -> LeaseOwner:
+    return LeaseOwner(dag_id="d", run_id="r", task_id=task, try_number=1, pool="gpu_default")
+
+
+def test_acquire_gives_distinct_devices_and_env(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    a = m.acquire(GpuRequest(2), owner("a"))
+    b = m.acquire(GpuRequest(2), owner("b"))
+    assert set(a.devices).isdisjoint(b.devices)
+    assert sorted(a.devices + b.devices) == [0, 1, 2, 3]
+    env = a.env()
+    assert env["CUDA_VISIBLE_DEVICES"] == env["NVIDIA_VISIBLE_DEVICES"] == ",".join(map(str, a.devices))
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert m.try_acquire(GpuRequest(1), owner("c")) is None  # host full
+    assert a.release() and not a.release()  # idempotent
+    c = m.acquire(GpuRequest(2), owner("c"))
+    assert set(c.devices) == set(a.devices)
+    records = {r["lease_id"]: r for r in m.leases()}
+    assert set(records) == {b.lease_id, c.lease_id}
+    assert records[c.lease_id]["holder"]["pid"] == os.getpid()
+    assert records[c.lease_id]["owner"]["task_id"] == "c"
+
+
+def test_type_and_free_memory_are_matched(tmp_path: Path) -> None:
+    m = manager(tmp_path, "2xv100:16GiB,2xa100:80GiB")
+    lease = m.acquire(GpuRequest(1, memory_mib=40 * 1024))
+    assert lease.devices[0] in (2, 3)
+    small = m.acquire(GpuRequest(1))  # best fit: a small GPU for a request without memory
+    assert small.devices[0] in (0, 1)
+    typed = m.acquire(GpuRequest(1, gpu_type="a100"))
+    assert typed.devices[0] in (2, 3) and typed.devices != lease.devices
+    assert m.try_acquire(GpuRequest(1, gpu_type="a100")) is None
+
+
+def test_live_free_memory_excludes_a_busy_device(tmp_path: Path) -> None:
+    inventory = GpuInventory(
+        (
+            GpuDevice(0, "a100", 81920, memory_free_mib=2000),  # used by something outside Airflow
+            GpuDevice(1, "a100", 81920, memory_free_mib=81000),
+        ),
+        source="nvml",
+    )
+    m = LeaseManager(LeaseSettings(lease_dir=tmp_path, poll_s=0.05), inventory)
+    assert m.acquire(GpuRequest(1, memory_mib=40960)).devices == (1,)
+    assert m.try_acquire(GpuRequest(1, memory_mib=40960)) is None
+    assert m.acquire(GpuRequest(1, memory_mib=1000)).devices == (0,)
+
+
+def test_unhealthy_device_is_never_leased(tmp_path: Path) -> None:
+    inventory = GpuInventory((GpuDevice(0, "a100", healthy=False), GpuDevice(1, "a100")))
+    m = LeaseManager(LeaseSettings(lease_dir=tmp_path, poll_s=0.05, wait_timeout_s=0.2), inventory)
+    assert m.acquire(GpuRequest(1)).devices == (1,)
+    with pytest.raises(LeaseTimeout):
+        m.acquire(GpuRequest(1))
+
+
+@pytest.mark.parametrize(
+    ("request_", "fragment"),
+    [
+        (GpuRequest(5), "only 4"),
+        (GpuRequest(1, gpu_type="h100"), "not in the inventory"),
+        (GpuRequest(1, memory_mib=100 * 1024), "with 100GiB"),
+    ],
+)
+def test_impossible_request_fails_at_once(tmp_path: Path, request_: GpuRequest, fragment: str) -> None:
+    m = manager(tmp_path, wait_timeout_s=600)
+    started = time.monotonic()
+    with pytest.raises(LeaseImpossible, match=fragment):
+        m.acquire(request_, owner("x"))
+    assert time.monotonic() - started < 60  # did not wait for the 600 s timeout
+
+
+def test_timeout_names_holders_and_the_fix(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    m.acquire(GpuRequest(4), owner("big"))
+    with pytest.raises(LeaseTimeout) as err:
+        m.acquire(GpuRequest(1), owner("small"), timeout=0.2)
+    message = str(err.value)
+    assert "d.small" in message and "d.big" in message and "Fix:" in message
+
+
+def test_cancelled_wait_stops(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    m.acquire(GpuRequest(4))
+    with pytest.raises(LeaseError, match="stopped while waiting"):
+        m.acquire(GpuRequest(1), timeout=30, cancelled=lambda: True)
+
+
+def test_release_records_usage(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    lease = m.acquire(GpuRequest(2), owner("t"))
+    lease.release("success")
+    (record,) = m.ledger.read()
+    assert (record.dag_id, record.run_id, record.task_id, record.try_number) == ("d", "r", "t", 1)
+    assert record.devices == lease.devices and record.outcome == "success"
+    assert record.pool == "gpu_default"
+    assert record.gpu_seconds == pytest.approx((record.end - record.start) * 2)
+
+
+def test_context_manager_releases_on_error(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    with pytest.raises(RuntimeError), m.lease(GpuRequest(4), owner("boom")):
+        raise RuntimeError("training crashed")
+    assert m.leases() == []
+    assert [r.outcome for r in m.ledger.read()] == ["failed"]
+
+
+def test_dead_holder_is_reclaimed(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    ghost = m.acquire(GpuRequest(4), owner("ghost"), holder_pid=dead_pid())
+    lease = m.acquire(GpuRequest(4), owner("next"), timeout=5)
+    assert set(lease.devices) == {0, 1, 2, 3}
+    reclaimed = [r for r in m.ledger.read() if r.outcome == "reclaimed"]
+    assert [r.lease_id for r in reclaimed] == [ghost.lease_id]
+    assert "is gone" in reclaimed[0].extra["reclaim_reason"]
+    assert not ghost.heartbeat() and ghost.lost
+
+
+def test_reused_pid_does_not_keep_a_lease(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    lease = m.acquire(GpuRequest(1), owner("a"))
+    table = json.loads(m.table_path.read_text())
+    table["leases"][lease.lease_id]["holder"]["start"] = "1"  # same pid, another process start
+    m.table_path.write_text(json.dumps(table))
+    assert [r["lease_id"] for r in m.reclaim_stale()] == [lease.lease_id]
+
+
+def test_heartbeat_older_than_ttl_is_reclaimed(tmp_path: Path) -> None:
+    m = manager(tmp_path, ttl_s=0.5, heartbeat_s=0.1)
+    hung = m.acquire(GpuRequest(4), owner("hung"))  # holder alive (this process) but never heartbeats
+    assert m.try_acquire(GpuRequest(1)) is None
+    time.sleep(0.7)
+    lease = m.acquire(GpuRequest(4), owner("next"), timeout=5)
+    assert len(lease.devices) == 4
+    assert not hung.heartbeat() and hung.lost
+    assert not hung.release()  # nothing to release, no second usage record for it
+    outcomes = sorted(r.outcome for r in m.ledger.read())
+    assert outcomes == ["reclaimed"]
+
+
+def test_heartbeat_thread_keeps_the_lease(tmp_path: Path) -> None:
+    m = manager(tmp_path, ttl_s=0.6, heartbeat_s=0.1)
+    lease = m.acquire(GpuRequest(4), owner("alive"))
+    lease.start_heartbeat()
+    try:
+        time.sleep(1.5)  # well past the ttl
+        assert m.reclaim_stale() == []
+        assert m.try_acquire(GpuRequest(1)) is None
+    finally:
+        assert lease.release()
+
+
+def test_lost_lease_calls_back(tmp_path: Path) -> None:
+    m = manager(tmp_path, ttl_s=0.6, heartbeat_s=0.1)
+    lease = m.acquire(GpuRequest(1), owner("victim"))
+    lost: list[str] = []
+    lease.start_heartbeat(on_lost=lambda held: lost.append(held.lease_id))
+    m2 = manager(tmp_path, ttl_s=0.6, heartbeat_s=0.1)
+    table = json.loads(m2.table_path.read_text())
+    del table["leases"][lease.lease_id]  # as if reclaimed by another worker
+    m2.table_path.write_text(json.dumps(table))
+    deadline = time.monotonic() + 10
+    while not lost and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lost == [lease.lease_id] and lease.lost
+
+
+def test_reclaim_kills_orphaned_work_processes(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    work = subprocess.Popen(["sleep", "60"], start_new_session=True)  # like the bash command
+    try:
+        lease = m.acquire(GpuRequest(1), owner("orphan"), holder_pid=holder.pid)
+        lease.register_process(work.pid)
+        assert m.reclaim_stale() == []  # holder alive
+        holder.kill()
+        holder.wait()
+        assert [r["lease_id"] for r in m.reclaim_stale()] == [lease.lease_id]
+        assert work.wait(timeout=10) == -9
+    finally:
+        for proc in (holder, work):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_corrupt_table_refuses_allocation(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    m.acquire(GpuRequest(1))
+    m.table_path.write_text('{"version": 1, "leases": {')
+    with pytest.raises(LeaseTableCorrupt, match="remove or repair"):
+        m.try_acquire(GpuRequest(1))
+
+
+def test_leftover_temp_file_of_a_crashed_writer_is_removed(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    m.dir.mkdir(parents=True)
+    junk = m.dir / ".leases.json.crashed.tmp"
+    junk.write_text('{"half": ')
+    lease = m.acquire(GpuRequest(1))
+    assert not junk.exists()
+    assert [r["lease_id"] for r in m.leases()] == [lease.lease_id]
+
+
+def test_process_tokens() -> None:
+    assert process_start_token(os.getpid()) is not None
+    assert process_alive(os.getpid(), process_start_token(os.getpid()))
+    assert not process_alive(os.getpid(), "not-the-start-time")
+    assert not process_alive(dead_pid(), None)
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 10
+    while process_start_token(zombie.pid) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)  # exited but not reaped: a zombie counts as gone
+    assert process_start_token(zombie.pid) is None
+    zombie.wait()
+
+
+def test_settings_validation_and_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="at most half"):
+        LeaseSettings(lease_dir=tmp_path, ttl_s=10, heartbeat_s=6)
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_DIR", str(tmp_path / "x"))
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_TTL", "90s")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_HEARTBEAT", "15s")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_WAIT_TIMEOUT", "1h")
+    settings = LeaseSettings.from_config()
+    assert (settings.lease_dir, settings.ttl_s, settings.heartbeat_s, settings.wait_timeout_s) == (
+        tmp_path / "x",
+        90.0,
+        15.0,
+        3600.0,
+    )
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_TTL", "soon")
+    with pytest.raises(ValueError, match="lease_ttl"):
+        LeaseSettings.from_config()
