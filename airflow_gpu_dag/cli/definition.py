@@ -1,0 +1,206 @@
+"""``airflow gpu-dag ...``: the provider's CLI commands, registered through
+``get_provider_info()["cli"]`` (the same mechanism as ``airflow kubernetes ...`` of the
+cncf-kubernetes provider).
+
+This module is imported by every ``airflow`` invocation, so it only declares arguments; the
+commands themselves (:mod:`airflow_gpu_dag.cli.commands`, ``watermark_command``) are imported when
+they run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from airflow.cli.cli_config import ARG_VERBOSE, ActionCommand, Arg, GroupCommand, lazy_load_command
+
+if TYPE_CHECKING:
+    import argparse
+
+log = logging.getLogger(__name__)
+
+__all__ = ["GPU_DAG_COMMANDS", "get_gpu_dag_cli_commands", "get_parser"]
+
+_COMMANDS = "airflow_gpu_dag.cli.commands"
+_WATERMARK_MODULE = "airflow_gpu_dag.cli.watermark_command"
+
+ARG_LINT_PATHS = Arg(
+    ("paths",),
+    nargs="*",
+    metavar="PATH",
+    help="DAG files or folders to lint (default: the configured dags folder).",
+)
+ARG_DAG_ID = Arg(("dag_id",), help="The DAG id.")
+ARG_FILE = Arg(
+    ("-f", "--file"),
+    dest="file",
+    metavar="PATH",
+    help="Read the DAG from this file or folder instead of the configured dags folder.",
+)
+ARG_POOL = Arg(
+    ("--pool",),
+    dest="pools",
+    action="append",
+    default=None,
+    metavar="NAME=SLOTS",
+    help="A pool and its total slots (repeatable); overrides the gpu_dag.pools option for this command.",
+)
+ARG_MAX_GPUS_PER_HOST = Arg(
+    ("--max-gpus-per-host",),
+    type=int,
+    default=None,
+    metavar="N",
+    help="GPUs on the largest host; larger requests are errors "
+    "(default: the gpu_dag.max_gpus_per_host option).",
+)
+ARG_NO_GRANULARITY = Arg(
+    ("--no-granularity",),
+    action="store_true",
+    help="Do not warn about tasks shorter than 10 minutes or longer than 2 hours.",
+)
+ARG_STRICT = Arg(("--strict",), action="store_true", help="Exit non-zero on warnings as well as errors.")
+ARG_OUTPUT = Arg(
+    ("-o", "--output"),
+    choices=("table", "json"),
+    default="table",
+    metavar="(table, json)",
+    help="Output format (default: table).",
+)
+ARG_CRITICAL_ONLY = Arg(("--critical-only",), action="store_true", help="List only the critical tasks.")
+ARG_CAPACITY = Arg(
+    ("--capacity",),
+    dest="capacity",
+    action="append",
+    default=None,
+    metavar="POOL=SLOTS",
+    help="Capacity of a pool for the simulation (repeatable; default: the gpu_dag.pools option).",
+)
+ARG_POLICY = Arg(
+    ("--policy",),
+    choices=("reservation", "critical_path"),
+    default="reservation",
+    help="Our admission policy to compare with stock Airflow (default: reservation).",
+)
+ARG_INTERVAL = Arg(
+    ("--controller-interval",),
+    dest="controller_interval",
+    type=float,
+    default=0.0,
+    metavar="SECONDS",
+    help="Seconds between watermark controller ticks in the simulation (default: 0, instant).",
+)
+ARG_GANTT = Arg(
+    ("--gantt",),
+    metavar="FILE",
+    default=None,
+    help="Write the predicted schedules as a Gantt chart: FILE.html (page) or FILE.svg (image).",
+)
+
+GPU_DAG_COMMANDS: tuple[ActionCommand, ...] = (
+    ActionCommand(
+        name="lint",
+        help="Validate DAG files: cycles, hidden dependencies, impossible GPU requests, estimates",
+        description=(
+            "Load DAG files and check every GPU DAG: import errors, dependency cycles, requests no pool "
+            "or host can ever hold, unknown pools, malformed or missing duration estimates, task "
+            "granularity and hidden dependencies (two tasks touching the same dataset with no edge). "
+            "Exits 1 when an error is found (or a warning, with --strict)."
+        ),
+        func=lazy_load_command(f"{_COMMANDS}.lint"),
+        args=(
+            ARG_LINT_PATHS,
+            ARG_POOL,
+            ARG_MAX_GPUS_PER_HOST,
+            ARG_NO_GRANULARITY,
+            ARG_STRICT,
+            ARG_OUTPUT,
+            ARG_VERBOSE,
+        ),
+    ),
+    ActionCommand(
+        name="plan",
+        help="Print the critical-path plan of a DAG: ES/EF/LS/LF, slack, priority, GPUs, GPU-hours",
+        func=lazy_load_command(f"{_COMMANDS}.plan"),
+        args=(ARG_DAG_ID, ARG_FILE, ARG_CRITICAL_ONLY, ARG_OUTPUT, ARG_VERBOSE),
+    ),
+    ActionCommand(
+        name="simulate",
+        help="Predict the schedule and makespan under stock Airflow and under airflow-gpu-dag",
+        description=(
+            "Simulate a run of the DAG on pools of the given capacity, once with stock Airflow "
+            "admission (priority order, greedy backfill) and once with ours, and print both side by "
+            "side; --gantt writes both schedules as a Gantt chart."
+        ),
+        func=lazy_load_command(f"{_COMMANDS}.simulate"),
+        args=(
+            ARG_DAG_ID,
+            ARG_FILE,
+            ARG_CAPACITY,
+            ARG_POLICY,
+            ARG_INTERVAL,
+            ARG_GANTT,
+            ARG_OUTPUT,
+            ARG_VERBOSE,
+        ),
+    ),
+)
+
+
+def _watermark_command() -> ActionCommand:
+    """The watermark controller command, from ``airflow_gpu_dag.cli.watermark_command`` when that
+    module is installed; otherwise a stub that says so (the other commands keep working)."""
+    help_text = "Run the GPU watermark controller: keep GPU pool sizes equal to live capacity"
+    try:
+        if importlib.util.find_spec(_WATERMARK_MODULE) is not None:
+            module = importlib.import_module(_WATERMARK_MODULE)
+            command = getattr(module, "WATERMARK_COMMAND", None)
+            if isinstance(command, ActionCommand):
+                return command
+            args: Iterable[Arg] = (
+                getattr(module, "WATERMARK_ARGS", None) or getattr(module, "ARGS", None) or (ARG_VERBOSE,)
+            )
+            return ActionCommand(
+                name="watermark",
+                help=getattr(module, "WATERMARK_HELP", help_text),
+                description=getattr(module, "WATERMARK_DESCRIPTION", None),
+                func=lazy_load_command(f"{_WATERMARK_MODULE}.watermark"),
+                args=tuple(args),
+            )
+    except Exception:  # a broken optional module must not break `airflow`
+        log.exception(
+            "airflow-gpu-dag: cannot load %s; `airflow gpu-dag watermark` is disabled", _WATERMARK_MODULE
+        )
+    return ActionCommand(
+        name="watermark",
+        help=help_text + " (not available in this installation)",
+        func=lazy_load_command(f"{_COMMANDS}.watermark_unavailable"),
+        args=(ARG_VERBOSE,),
+    )
+
+
+def get_gpu_dag_cli_commands() -> list[GroupCommand]:
+    """The ``gpu-dag`` command group (``get_provider_info()["cli"]`` points here)."""
+    return [
+        GroupCommand(
+            name="gpu-dag",
+            help="Plan, validate and simulate GPU DAGs; run the GPU watermark controller",
+            subcommands=(*GPU_DAG_COMMANDS, _watermark_command()),
+        )
+    ]
+
+
+def get_parser() -> argparse.ArgumentParser:
+    """A parser with only the ``gpu-dag`` group (documentation and tests).
+
+    :meta private:
+    """
+    from airflow.cli.cli_parser import AirflowHelpFormatter, DefaultHelpParser, _add_command
+
+    parser: Any = DefaultHelpParser(prog="airflow", formatter_class=AirflowHelpFormatter)
+    subparsers = parser.add_subparsers(dest="subcommand", metavar="GROUP_OR_COMMAND")
+    for group_command in get_gpu_dag_cli_commands():
+        _add_command(subparsers, group_command)
+    return parser

@@ -1,0 +1,141 @@
+"""Load DAG files for the CLI with Airflow's own ``DagBag``, keeping what lint needs to see.
+
+Two differences from a plain ``DagBag``: a DAG with a dependency cycle is kept (so lint can name
+the cycle with its tasks rather than only report an import error), and the provider's own cluster
+policy is skipped while loading (lint runs the same validation itself, with the pools given on the
+command line, and reports each finding separately); every other cluster policy still runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DagLoadError", "LoadedDags", "find_dag", "load_dags"]
+
+_PROVIDER_POLICY_MODULE = "airflow_gpu_dag.policies"
+
+
+class DagLoadError(LookupError):
+    """A DAG or path the user named cannot be found; the message says what was searched."""
+
+
+@dataclass
+class LoadedDags:
+    """DAGs found under some paths, the files that failed to import, and the DAGs that have a cycle."""
+
+    paths: list[str]
+    dags: dict[str, Any] = field(default_factory=dict)
+    import_errors: dict[str, str] = field(default_factory=dict)
+    cyclic: set[str] = field(default_factory=set)
+    files: int = 0
+
+
+@contextlib.contextmanager
+def _provider_policy_skipped() -> Iterator[None]:
+    """Run every ``dag_policy`` except this provider's while the block runs."""
+    from airflow import settings
+
+    try:
+        manager = settings.get_policy_plugin_manager()
+        ours = [p for p in manager.get_plugins() if getattr(p, "__name__", None) == _PROVIDER_POLICY_MODULE]
+    except Exception:
+        ours = []
+    if not ours:
+        yield
+        return
+    caller = manager.subset_hook_caller("dag_policy", remove_plugins=ours)
+    original = settings.dag_policy
+
+    def dag_policy(dag: Any) -> Any:
+        return caller(dag=dag)
+
+    settings.dag_policy = dag_policy
+    try:
+        yield
+    finally:
+        settings.dag_policy = original
+
+
+def _dagbag_class() -> type:
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk.exceptions import AirflowDagCycleException
+
+    class LintDagBag(DagBag):
+        """A DagBag that keeps cyclic DAGs (in ``cyclic``) instead of dropping them."""
+
+        cyclic: set[str]
+
+        def bag_dag(self, dag: Any) -> None:
+            try:
+                super().bag_dag(dag)
+            except AirflowDagCycleException:
+                if not hasattr(self, "cyclic"):
+                    self.cyclic = set()
+                self.cyclic.add(dag.dag_id)
+                self.dags[dag.dag_id] = dag
+
+    return LintDagBag
+
+
+def load_dags(paths: Sequence[str | os.PathLike[str]]) -> LoadedDags:
+    """Parse every DAG file under ``paths`` (files or folders; default: the dags folder).
+
+    An explicitly named file is always parsed; folders follow Airflow's discovery rules
+    (``.airflowignore``, ``[core] dag_discovery_safe_mode``).
+
+    :raises DagLoadError: a path does not exist.
+    """
+    from airflow import settings
+    from airflow.configuration import conf
+
+    targets = [str(p) for p in paths] or [str(settings.DAGS_FOLDER)]
+    result = LoadedDags(paths=targets)
+    bag_class = _dagbag_class()
+    for target in targets:
+        path = Path(target)
+        if not path.exists():
+            raise DagLoadError(f"path {target!r} does not exist; give a DAG file or a folder of DAG files.")
+        safe_mode = conf.getboolean("core", "dag_discovery_safe_mode") if path.is_dir() else False
+        with _provider_policy_skipped():
+            bag = bag_class(dag_folder=str(path), safe_mode=safe_mode, load_op_links=False)
+        result.dags.update(bag.dags)
+        result.import_errors.update(bag.import_errors)
+        result.cyclic.update(getattr(bag, "cyclic", set()))
+        result.files += len(getattr(bag, "dagbag_stats", []) or [])
+    return result
+
+
+def find_dag(dag_id: str, file: str | None = None) -> Any:
+    """The DAG ``dag_id`` from ``file`` (a file or folder) or from the configured dags folder.
+
+    :raises DagLoadError: the DAG is not there; the message lists the DAGs that are and the files
+        that failed to import.
+    """
+    from airflow import settings
+
+    where = file or str(settings.DAGS_FOLDER)
+    try:
+        from airflow.sdk.definitions._internal.dag_parsing_context import _airflow_parsing_context_manager
+
+        parsing: contextlib.AbstractContextManager[Any] = _airflow_parsing_context_manager(dag_id=dag_id)
+    except ImportError:  # pragma: no cover - older SDK
+        parsing = contextlib.nullcontext()
+    with parsing:
+        loaded = load_dags([where])
+    if dag_id in loaded.dags:
+        return loaded.dags[dag_id]
+    found = sorted(loaded.dags)
+    listing = ", ".join(found[:20]) + (f", ... ({len(found)} in all)" if len(found) > 20 else "")
+    message = f"DAG {dag_id!r} not found in {where} (DAGs there: {listing or 'none'})."
+    if loaded.import_errors:
+        failed = ", ".join(sorted(loaded.import_errors)[:5])
+        message += (
+            f" {len(loaded.import_errors)} file(s) failed to import ({failed}); run `airflow gpu-dag lint`."
+        )
+    message += " Check the DAG id, or point at its file with --file PATH."
+    raise DagLoadError(message)

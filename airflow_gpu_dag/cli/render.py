@@ -1,0 +1,226 @@
+"""Terminal output of the ``airflow gpu-dag`` commands: rich tables on a terminal, plain text in a
+pipe, and JSON for ``--output json``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import IO, Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from airflow_gpu_dag.core.resources import format_duration
+from airflow_gpu_dag.core.validation import Finding
+from airflow_gpu_dag.plan import Plan
+
+__all__ = [
+    "PlainTable",
+    "console",
+    "error_console",
+    "findings_table",
+    "hours",
+    "plan_table",
+    "print_json",
+    "simulation_summary_table",
+    "simulation_table",
+]
+
+
+def console(file: IO[str] | None = None) -> Console:
+    """A console on ``file`` (stdout): colours on a terminal; wide, uncoloured lines in a pipe."""
+    stream = file or sys.stdout
+    is_tty = hasattr(stream, "isatty") and stream.isatty()
+    width = None if is_tty or os.environ.get("COLUMNS") else 200
+    return Console(file=stream, width=width, no_color=not is_tty, highlight=False, soft_wrap=False)
+
+
+def error_console() -> Console:
+    """A console on stderr for progress and messages (keeps stdout clean for ``--output json``)."""
+    return console(sys.stderr)
+
+
+def print_json(data: Any, file: IO[str] | None = None) -> None:
+    """Print ``data`` as indented JSON."""
+    (file or sys.stdout).write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def hours(seconds: float) -> str:
+    """``1h05m`` style; ``0s`` for zero."""
+    return format_duration(seconds)
+
+
+#: Longest listing drawn as a rich table; longer ones are printed as plain columns (fast).
+RICH_ROWS = 200
+
+
+class PlainTable:
+    """A table that prints as a rich table when short and as fast fixed-width columns when long (a
+    rich ``Table`` of 1,000 rows takes seconds to lay out). Rows with ``highlight`` are bold red on a
+    terminal; ``*`` in the Crit column marks them everywhere."""
+
+    def __init__(self, title: str, columns: Sequence[tuple[str, str]]) -> None:
+        self.title = title
+        self.columns = list(columns)
+        self.rows: list[tuple[list[str], bool]] = []
+
+    def add_row(self, *cells: str, highlight: bool = False) -> None:
+        self.rows.append(([str(c) for c in cells], highlight))
+
+    def render(self, colour: bool = False) -> str:
+        widths = [len(name) for name, _ in self.columns]
+        for cells, _ in self.rows:
+            for i, cell in enumerate(cells):
+                widths[i] = max(widths[i], len(cell))
+
+        def line(cells: Sequence[str]) -> str:
+            parts = [
+                cell.rjust(widths[i]) if self.columns[i][1] == "right" else cell.ljust(widths[i])
+                for i, cell in enumerate(cells)
+            ]
+            return "  ".join(parts).rstrip()
+
+        out = [self.title, line([name for name, _ in self.columns])]
+        out.append("  ".join("-" * w for w in widths))
+        for cells, highlight in self.rows:
+            text = line(cells)
+            out.append(f"\x1b[1;31m{text}\x1b[0m" if colour and highlight else text)
+        return "\n".join(out) + "\n"
+
+    def to_rich(self) -> Table:
+        """The same table as a rich ``Table`` (boxed, critical rows in bold red)."""
+        table = Table(title=self.title, title_justify="left")
+        for name, justify in self.columns:
+            table.add_column(name, justify="right" if justify == "right" else "left")
+        for cells, highlight in self.rows:
+            table.add_row(*cells, style="bold red" if highlight else None)
+        return table
+
+    def print(self, file: IO[str] | None = None) -> None:
+        """Print as a rich table up to :data:`RICH_ROWS` rows, as plain columns above that."""
+        stream = file or sys.stdout
+        if len(self.rows) <= RICH_ROWS:
+            console(stream).print(self.to_rich())
+        else:
+            stream.write(self.render(colour=hasattr(stream, "isatty") and stream.isatty()))
+
+
+def findings_table(findings: Sequence[Finding], title: str = "Findings") -> Table:
+    """One row per finding: severity, code, DAG, task, message and fix."""
+    table = Table(title=title, show_lines=False, title_justify="left")
+    table.add_column("Severity")
+    table.add_column("Code")
+    table.add_column("DAG")
+    table.add_column("Task")
+    table.add_column("Problem", overflow="fold")
+    table.add_column("Fix", overflow="fold")
+    for finding in findings:
+        style = "bold red" if finding.is_error else "yellow"
+        table.add_row(
+            Text(finding.severity.upper(), style=style),
+            finding.code,
+            finding.dag_id,
+            finding.task_id or "-",
+            finding.message,
+            finding.fix,
+        )
+    return table
+
+
+def plan_table(plan: Plan, critical_only: bool = False) -> PlainTable:
+    """The per-task plan: ES/EF/LS/LF, slack, priority and GPU request, critical tasks marked."""
+    table = PlainTable(
+        f"Plan of DAG {plan.dag_id!r} ({len(plan.tasks)} tasks)",
+        [
+            ("Task", "left"),
+            ("Crit", "left"),
+            ("Duration", "right"),
+            ("ES", "right"),
+            ("EF", "right"),
+            ("LS", "right"),
+            ("LF", "right"),
+            ("Slack", "right"),
+            ("Priority", "right"),
+            ("GPU request", "left"),
+            ("Pool", "left"),
+            ("GPU-h", "right"),
+        ],
+    )
+    for task in plan.tasks:
+        if critical_only and not task.critical:
+            continue
+        table.add_row(
+            task.task_id,
+            "*" if task.critical else "",
+            hours(task.duration) + ("" if task.duration_declared else "*"),
+            hours(task.earliest_start),
+            hours(task.earliest_finish),
+            hours(task.latest_start),
+            hours(task.latest_finish),
+            hours(task.slack),
+            str(task.priority),
+            task.gpu,
+            task.pool or "default_pool",
+            f"{task.gpu_hours:.2f}",
+            highlight=task.critical,
+        )
+    return table
+
+
+def simulation_summary_table(results: Mapping[str, Any], baseline: str = "stock") -> Table:
+    """Makespan per policy, against the lower bound and the baseline."""
+    table = Table(title="Predicted makespan", title_justify="left")
+    for name in ("Admission", "Priority rule", "Makespan", "Lower bound", "vs bound", f"vs {baseline}"):
+        table.add_column(name, justify="left" if name in ("Admission", "Priority rule") else "right")
+    base = results.get(baseline)
+    for label, result in results.items():
+        change = "-"
+        if base is not None and label != baseline and base.makespan > 0:
+            change = f"{(result.makespan - base.makespan) / base.makespan * 100:+.1f}%"
+        table.add_row(
+            label,
+            getattr(result, "priority_rule", "") or "-",
+            hours(result.makespan),
+            hours(result.lower_bound),
+            f"{result.ratio:.2f}x",
+            change,
+        )
+    return table
+
+
+def simulation_table(results: Mapping[str, Any], critical: Iterable[str] = ()) -> PlainTable:
+    """Per task: start and end under each policy, side by side (rows in the order of the last
+    policy's start times), critical tasks marked."""
+    critical_set = set(critical)
+    labels = list(results)
+    by_policy = {label: results[label].by_id() for label in labels}
+    last = results[labels[-1]]
+    order = [t.task_id for t in sorted(last.schedule, key=lambda t: (t.start, t.task_id))]
+    table = PlainTable(
+        "Predicted schedule (start - end)",
+        [
+            ("Task", "left"),
+            ("Crit", "left"),
+            ("Slots", "right"),
+            *((label, "right") for label in labels),
+            (f"Wait ({labels[-1]})", "right"),
+        ],
+    )
+    for task_id in order:
+        cells = []
+        for label in labels:
+            entry = by_policy[label].get(task_id)
+            cells.append(f"{hours(entry.start)} - {hours(entry.end)}" if entry else "-")
+        ours = by_policy[labels[-1]][task_id]
+        table.add_row(
+            task_id,
+            "*" if task_id in critical_set else "",
+            str(ours.slots),
+            *cells,
+            hours(ours.wait),
+            highlight=task_id in critical_set,
+        )
+    return table

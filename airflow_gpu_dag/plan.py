@@ -1,0 +1,167 @@
+"""The plan of a DAG: what the critical-path method says about every task, before anything runs.
+
+One :class:`Plan` feeds both the ``airflow gpu-dag plan`` command and the critical-path page in the
+Airflow UI, so the two always agree. Per task: earliest/latest start and finish (ES/EF/LS/LF),
+slack, critical-path priority (the weight :class:`~airflow_gpu_dag.priority_strategy.
+CriticalPathPriorityStrategy` gives it), the GPU request and GPU-hours; for the DAG: the critical
+path, the makespan with unlimited GPUs and the total GPU-hours.
+
+Pure apart from :func:`plan_dag`, which reads an Airflow DAG through
+:func:`airflow_gpu_dag.airflow.graph.build_task_graph` (imported lazily).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from airflow_gpu_dag.core.critical_path import analyze
+from airflow_gpu_dag.core.graph import TaskGraph, TaskNode
+from airflow_gpu_dag.core.validation import Finding
+from airflow_gpu_dag.pools import is_gpu_pool
+
+__all__ = ["Plan", "TaskPlan", "build_plan", "plan_dag", "priority_weight"]
+
+_INT32_MAX = 2**31 - 1
+
+
+def priority_weight(remaining_seconds: float) -> int:
+    """The ``priority_weight`` the critical-path strategy stores: remaining seconds, clamped to int32."""
+    return max(0, min(_INT32_MAX, int(round(remaining_seconds))))
+
+
+def _gpus_of(node: TaskNode) -> int:
+    """GPUs a task holds: its declared request, else its slots when it sits in a GPU pool."""
+    if node.gpu is not None:
+        return node.gpu.count
+    if is_gpu_pool(node.pool):
+        return node.pool_slots
+    return 0
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """Everything the plan says about one task; times in seconds from the start of the run.
+
+    ``layer`` is the length (in edges) of the longest chain of upstream tasks: the column of the
+    task in a left-to-right layered drawing of the graph.
+    """
+
+    task_id: str
+    duration: float
+    earliest_start: float
+    earliest_finish: float
+    latest_start: float
+    latest_finish: float
+    slack: float
+    priority: int
+    critical: bool
+    gpus: int
+    gpu: str
+    pool: str | None
+    pool_slots: int
+    gpu_hours: float
+    duration_declared: bool
+    layer: int
+    upstream: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The plan of one DAG (tasks in topological order)."""
+
+    dag_id: str
+    tasks: list[TaskPlan]
+    edges: list[tuple[str, str]]
+    makespan: float
+    critical_path: list[str]
+    total_gpu_hours: float
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def critical_tasks(self) -> list[str]:
+        """Every zero-slack task (may span several parallel critical chains)."""
+        return [t.task_id for t in self.tasks if t.critical]
+
+    @property
+    def layers(self) -> int:
+        """Number of columns of the layered drawing."""
+        return 1 + max((t.layer for t in self.tasks), default=-1)
+
+    def task(self, task_id: str) -> TaskPlan:
+        """The plan of one task; ``KeyError`` naming the DAG when unknown."""
+        for task in self.tasks:
+            if task.task_id == task_id:
+                return task
+        raise KeyError(f"DAG {self.dag_id!r} has no task {task_id!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (used by ``--output json`` and the UI's data endpoint)."""
+        return {
+            "dag_id": self.dag_id,
+            "makespan": self.makespan,
+            "critical_path": list(self.critical_path),
+            "critical_tasks": self.critical_tasks,
+            "total_gpu_hours": self.total_gpu_hours,
+            "tasks": [{**asdict(t), "upstream": list(t.upstream)} for t in self.tasks],
+            "edges": [list(e) for e in self.edges],
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+def build_plan(graph: TaskGraph, findings: Iterable[Finding] = ()) -> Plan:
+    """Plan ``graph``: one CPM pass, O(V + E).
+
+    :raises airflow_gpu_dag.core.graph.CycleError: the graph has a cycle (named in the message).
+    """
+    analysis = analyze(graph)
+    layer: dict[str, int] = {}
+    tasks: list[TaskPlan] = []
+    total_gpu_seconds = 0.0
+    for task_id in analysis.order:
+        node = graph.nodes[task_id]
+        timing = analysis.timings[task_id]
+        upstream = tuple(graph.upstream(task_id))
+        layer[task_id] = max((layer[u] + 1 for u in upstream), default=0)
+        gpus = _gpus_of(node)
+        total_gpu_seconds += gpus * node.duration
+        tasks.append(
+            TaskPlan(
+                task_id=task_id,
+                duration=node.duration,
+                earliest_start=timing.earliest_start,
+                earliest_finish=timing.earliest_finish,
+                latest_start=timing.latest_start,
+                latest_finish=timing.latest_finish,
+                slack=timing.slack,
+                priority=priority_weight(timing.remaining),
+                critical=timing.critical,
+                gpus=gpus,
+                gpu=node.gpu.describe() if node.gpu else (f"{gpus} slot(s)" if gpus else "-"),
+                pool=node.pool,
+                pool_slots=node.pool_slots,
+                gpu_hours=gpus * node.duration / 3600.0,
+                duration_declared=node.duration_declared,
+                layer=layer[task_id],
+                upstream=upstream,
+            )
+        )
+    return Plan(
+        dag_id=graph.dag_id,
+        tasks=tasks,
+        edges=[(up, down) for up, down, _ in graph.edges()],
+        makespan=analysis.makespan,
+        critical_path=list(analysis.critical_path),
+        total_gpu_hours=total_gpu_seconds / 3600.0,
+        findings=list(findings),
+    )
+
+
+def plan_dag(dag: Any, default_duration: float | None = None) -> Plan:
+    """Plan an Airflow DAG (authoring ``DAG`` or ``SerializedDAG``); findings made while reading
+    its hints (bad estimates, bad GPU requests) are kept on the plan."""
+    from airflow_gpu_dag.airflow.graph import build_task_graph
+
+    graph, findings = build_task_graph(dag, default_duration=default_duration)
+    return build_plan(graph, findings)

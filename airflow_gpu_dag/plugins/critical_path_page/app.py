@@ -1,0 +1,139 @@
+"""The FastAPI app behind the "Critical path" tab, mounted by the api-server at ``/gpu-dag``.
+
+Routes (all behind Airflow's authentication and authorization; plugin apps are open otherwise):
+
+* ``GET /gpu-dag/critical-path/{dag_id}``: the page (needs read access to the DAG);
+* ``GET /gpu-dag/api/plan/{dag_id}``: the plan and predicted schedules as JSON (same access);
+* ``GET /gpu-dag/api/pools``: the live pools as JSON (needs read access to pools);
+* ``GET /gpu-dag/static/...``: the page's CSS and JS (no data).
+
+The user is the one of the api-server's JWT: the ``Authorization: Bearer`` header, or the ``_token``
+cookie the Airflow UI sets at login, which the browser sends with the tab's iframe request (same
+origin). An anonymous request gets 401, a user without access to the DAG 403.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from airflow.api_fastapi.common.db.common import SessionDep
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag, requires_access_pool
+from fastapi import Depends, FastAPI, HTTPException
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+from sqlalchemy import select
+
+from airflow_gpu_dag.plan import Plan
+from airflow_gpu_dag.plugins.critical_path_page.data import (
+    PoolView,
+    ScheduleView,
+    plan_of,
+    pool_views,
+    predicted_schedules,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["URL_PREFIX", "create_app"]
+
+#: Where the api-server mounts the app.
+URL_PREFIX = "/gpu-dag"
+_STATIC = Path(__file__).parent / "static"
+
+
+def _load(dag_id: str, session: Any) -> tuple[Any, Plan]:
+    """The serialized DAG's task graph and plan; 404 when the DAG is unknown."""
+    from airflow.models.serialized_dag import SerializedDagModel
+
+    from airflow_gpu_dag.airflow.graph import build_task_graph
+
+    dag = SerializedDagModel.get_dag(dag_id, session=session)
+    if dag is None:
+        raise HTTPException(404, f"DAG {dag_id!r} not found (not parsed yet, or removed).")
+    graph, findings = build_task_graph(dag)
+    cycle = graph.find_cycle()
+    if cycle:
+        raise HTTPException(422, f"DAG {dag_id!r} has a dependency cycle: {' -> '.join(cycle)}")
+    return graph, plan_of(graph, findings)
+
+
+def _pools(session: Any, dag_pools: set[str]) -> list[PoolView]:
+    from airflow.models.pool import Pool
+
+    stats = {name: dict(stat) for name, stat in Pool.slots_stats(session=session).items()}
+    descriptions = dict(session.execute(select(Pool.pool, Pool.description)).all())
+    return pool_views(stats, descriptions, dag_pools)
+
+
+def _may_read_pools(user: Any) -> bool:
+    from airflow.api_fastapi.app import get_auth_manager
+
+    try:
+        return bool(get_auth_manager().is_authorized_pool(method="GET", user=user))
+    except Exception:
+        log.exception("airflow-gpu-dag: pool authorization check failed")
+        return False
+
+
+def _schedules(graph: Any, pools: list[PoolView] | None) -> ScheduleView:
+    if pools is None:
+        return ScheduleView(note="No access to pools, so no simulation on them.")
+    return predicted_schedules(graph, pools)
+
+
+def create_app() -> FastAPI:
+    """Build the app (one per api-server process)."""
+    app = FastAPI(
+        title="airflow-gpu-dag: critical path",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.mount("/static", StaticFiles(directory=str(_STATIC)), name="static")
+
+    @app.get(
+        "/critical-path/{dag_id}",
+        response_class=HTMLResponse,
+        dependencies=[Depends(requires_access_dag(method="GET"))],
+    )
+    def critical_path_page(dag_id: str, session: SessionDep, user: GetUserDep) -> HTMLResponse:
+        from airflow_gpu_dag.plugins.critical_path_page.render import render_page
+
+        graph, plan = _load(dag_id, session)
+        dag_pools = {node.pool or "default_pool" for node in graph.nodes.values()}
+        pools = _pools(session, dag_pools) if _may_read_pools(user) else None
+        body = render_page(plan, _schedules(graph, pools), pools, "../static", "../api/pools")
+        return HTMLResponse(body)
+
+    @app.get("/api/plan/{dag_id}", dependencies=[Depends(requires_access_dag(method="GET"))])
+    def plan_data(dag_id: str, session: SessionDep, user: GetUserDep) -> dict[str, Any]:
+        graph, plan = _load(dag_id, session)
+        dag_pools = {node.pool or "default_pool" for node in graph.nodes.values()}
+        pools = _pools(session, dag_pools) if _may_read_pools(user) else None
+        schedules = _schedules(graph, pools)
+        return {
+            **plan.to_dict(),
+            "predicted": {
+                "capacity": schedules.capacity,
+                "note": schedules.note,
+                "results": {
+                    label: {
+                        "makespan": r.makespan,
+                        "lower_bound": r.lower_bound,
+                        "schedule": [
+                            {"task_id": t.task_id, "start": t.start, "end": t.end, "slots": t.slots}
+                            for t in r.schedule
+                        ],
+                    }
+                    for label, r in schedules.results.items()
+                },
+            },
+        }
+
+    @app.get("/api/pools", dependencies=[Depends(requires_access_pool(method="GET"))])
+    def pools_data(session: SessionDep) -> dict[str, Any]:
+        return {"pools": [p.to_dict() for p in _pools(session, set())]}
+
+    return app

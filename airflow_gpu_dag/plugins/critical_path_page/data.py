@@ -1,0 +1,121 @@
+"""What the critical-path page shows, computed from the api-server's database session: the DAG's
+plan (from its serialized version, the one the scheduler runs), the live GPU pools, and predicted
+schedules on those pools. No Airflow web objects here, so it is testable with plain objects."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.plan import Plan, build_plan
+
+__all__ = ["PoolView", "ScheduleView", "parse_pool_description", "pool_views", "predicted_schedules"]
+
+_CAPACITY = re.compile(r"of capacity (\d+)")
+_RESERVING = re.compile(r"reserving (\d+) slots for (.+?): -?\d+ of \d+ free")
+
+
+def parse_pool_description(description: str | None) -> tuple[int | None, int, str | None]:
+    """``(capacity, reserved_slots, reserved_for)`` from a description written by the watermark
+    controller (``gpu-dag watermark: pool 6 of capacity 8 | ... | reserving 4 slots for dag/task: ...``);
+    ``(None, 0, None)`` for any other description."""
+    if not description:
+        return None, 0, None
+    capacity_match = _CAPACITY.search(description)
+    capacity = int(capacity_match.group(1)) if capacity_match else None
+    reserving = _RESERVING.search(description)
+    if reserving:
+        return capacity, int(reserving.group(1)), reserving.group(2)
+    return capacity, 0, None
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """One pool as the page shows it. ``slots`` is the pool size the watermark controller set
+    (the watermark); ``capacity`` the live capacity it measured (None when the pool is not managed)."""
+
+    name: str
+    slots: int
+    used: int
+    running: int
+    queued: int
+    open: int
+    capacity: int | None
+    reserved: int
+    reserved_for: str | None
+    description: str
+    used_by_dag: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def pool_views(
+    stats: Mapping[str, Mapping[str, Any]],
+    descriptions: Mapping[str, str | None],
+    dag_pools: Iterable[str] = (),
+) -> list[PoolView]:
+    """Pools from ``Pool.slots_stats()`` and their descriptions; the DAG's pools first."""
+    mine = set(dag_pools)
+    views = []
+    for name, stat in stats.items():
+        total = stat.get("total", 0)
+        slots = -1 if total == float("inf") else int(total)
+        running = int(stat.get("running", 0))
+        queued = int(stat.get("queued", 0))
+        open_slots = stat.get("open", 0)
+        capacity, reserved, reserved_for = parse_pool_description(descriptions.get(name))
+        views.append(
+            PoolView(
+                name=name,
+                slots=slots,
+                used=running + queued,
+                running=running,
+                queued=queued,
+                open=-1 if open_slots == float("inf") else int(open_slots),
+                capacity=capacity,
+                reserved=reserved,
+                reserved_for=reserved_for,
+                description=descriptions.get(name) or "",
+                used_by_dag=name in mine,
+            )
+        )
+    return sorted(views, key=lambda v: (not v.used_by_dag, v.name))
+
+
+@dataclass
+class ScheduleView:
+    """Predicted schedules for the page: per policy label, a simulator result; or why there is none."""
+
+    capacity: dict[str, int] = field(default_factory=dict)
+    results: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+
+def predicted_schedules(graph: TaskGraph, pools: Iterable[PoolView]) -> ScheduleView:
+    """Simulate the DAG under stock admission and under reservation on the live pool capacities
+    (the measured capacity when the watermark controller manages the pool, else its size)."""
+    from airflow_gpu_dag.core.simulator import simulate, task_pool
+
+    used = {task_pool(node) for node in graph.nodes.values()}
+    capacity = {
+        p.name: (p.capacity if p.capacity is not None else p.slots)
+        for p in pools
+        if p.name in used and p.slots >= 0
+    }
+    view = ScheduleView(capacity=capacity)
+    try:
+        view.results["stock"] = simulate(graph, capacity, policy="stock")
+        view.results["reservation"] = simulate(graph, capacity, policy="reservation")
+    except ValueError as err:  # CapacityError: a request no pool can hold
+        view.results.clear()
+        view.note = f"No simulation: {err}"
+    return view
+
+
+def plan_of(graph: TaskGraph, findings: Iterable[Any] = ()) -> Plan:
+    """The plan of a graph (a cycle has already been refused at parse time)."""
+    return build_plan(graph, findings)

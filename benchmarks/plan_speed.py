@@ -1,0 +1,116 @@
+"""Speed of ``airflow gpu-dag plan`` and of the critical-path page on a 1,000-task DAG.
+
+Writes a DAG file with ``--tasks`` tasks (layers of random width, 1-3 upstream edges per task, GPU
+hints on every task) to a temporary folder and times, best of ``--repeat``:
+
+* parse: Airflow's DagBag importing the file (Airflow's cost, the same for every CLI command);
+* plan: reading the DAG into a task graph and the CPM plan (``plan_dag``: ours);
+* table: rendering the plan table (what ``plan`` prints);
+* page: the page's SVG graph and both predicted schedules on 8 GPUs (what the UI tab computes);
+* cli: the whole ``airflow gpu-dag plan DAG --file F [--output json]`` in-process, parse included.
+
+    .venv/bin/python benchmarks/plan_speed.py [--tasks 1000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import random
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import redirect_stdout
+from pathlib import Path
+
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="gpu-dag-bench-"))
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+
+
+def write_dag(folder: Path, tasks: int, seed: int = 7) -> str:
+    """A layered random DAG file; returns its dag_id."""
+    rng = random.Random(seed)
+    lines = [
+        "import pendulum",
+        "from airflow.providers.standard.operators.empty import EmptyOperator",
+        "from airflow.sdk import DAG",
+        "from airflow_gpu_dag import gpu_hints",
+        f"with DAG('bench_{tasks}', schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz='UTC')):",
+        "    t = {}",
+    ]
+    previous: list[int] = []
+    current: list[int] = []
+    for i in range(tasks):
+        gpus = rng.choice([1, 1, 2, 4])
+        minutes = rng.randint(10, 120)
+        lines.append(
+            f"    t[{i}] = EmptyOperator(task_id='task_{i}', pool='gpu_default', pool_slots={gpus}, "
+            f"executor_config=gpu_hints(duration='{minutes}m', gpus={gpus}))"
+        )
+        for up in rng.sample(previous, min(len(previous), rng.randint(1, 3))) if previous else []:
+            lines.append(f"    t[{up}] >> t[{i}]")
+        current.append(i)
+        if len(current) >= rng.randint(5, 40):
+            previous, current = current, []
+    (folder / f"bench_{tasks}.py").write_text("\n".join(lines) + "\n")
+    return f"bench_{tasks}"
+
+
+def best(repeat: int, func: Callable[[], object]) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        func()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=3)
+    opts = parser.parse_args()
+
+    from airflow_gpu_dag.airflow.graph import build_task_graph
+    from airflow_gpu_dag.cli.definition import get_parser
+    from airflow_gpu_dag.cli.loading import find_dag
+    from airflow_gpu_dag.cli.render import plan_table
+    from airflow_gpu_dag.plan import plan_dag
+    from airflow_gpu_dag.plugins.critical_path_page.data import pool_views, predicted_schedules
+    from airflow_gpu_dag.plugins.critical_path_page.layout import graph_svg
+
+    folder = Path(tempfile.mkdtemp(prefix="gpu-dag-bench-dags-"))
+    dag_id = write_dag(folder, opts.tasks)
+    dag = find_dag(dag_id, str(folder))
+    plan = plan_dag(dag)
+    graph, _ = build_task_graph(dag)
+    pools = pool_views({"gpu_default": {"total": 8, "running": 0, "queued": 0, "open": 8}}, {}, ())
+
+    def table() -> None:
+        plan_table(plan).print(io.StringIO())
+
+    def page() -> None:
+        graph_svg(plan)
+        predicted_schedules(graph, pools)
+
+    def cli(*extra: str) -> None:
+        args = get_parser().parse_args(["gpu-dag", "plan", dag_id, "--file", str(folder), *extra])
+        with redirect_stdout(io.StringIO()):
+            args.func(args)
+
+    results = {
+        "parse (Airflow DagBag)": best(opts.repeat, lambda: find_dag(dag_id, str(folder))),
+        "plan (graph + CPM)": best(opts.repeat, lambda: plan_dag(dag)),
+        "table (render)": best(opts.repeat, table),
+        "page (SVG + 2 simulations)": best(opts.repeat, page),
+        "cli plan, table (all)": best(opts.repeat, cli),
+        "cli plan --output json (all)": best(opts.repeat, lambda: cli("-o", "json")),
+    }
+    print(f"{opts.tasks} tasks, {len(plan.edges)} edges, critical path of {len(plan.critical_path)} tasks")
+    for name, seconds in results.items():
+        print(f"  {name:32s} {seconds * 1000:8.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

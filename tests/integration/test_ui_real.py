@@ -1,0 +1,273 @@
+"""End to end: the "Critical path" tab in a real Airflow UI, driven by headless Chromium.
+
+Boots a real api-server (``AirflowCluster``), logs a browser in with the api-server's JWT in the
+``_token`` cookie (what the UI's login sets), opens the DAG page, checks that the tab is there,
+opens it and checks the page rendered inside the tab's iframe: the graph with exactly the critical
+tasks highlighted, slack on every node, the predicted Gantt chart and the GPU pools (the pool row
+shows the reservation the watermark controller wrote in the pool's description). Screenshots go to
+``docs/img/critical_path.png`` (graph), ``critical_path_gantt.png`` and ``critical_path_pools.png``.
+Anonymous requests to the page and its data are refused.
+
+Chromium is driven over the DevTools protocol with ``websockets`` (installed with Airflow); needs
+Debian's ``chromium`` package. Skipped, with the reason, only when no chromium binary is found.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from airflow_gpu_dag.testing import AirflowCluster
+
+AIRFLOW_DAGS = "ui"
+AIRFLOW_POOLS = {"gpu_default": 4}
+DAG_ID = "gpu_pipeline"
+#: Zero-slack tasks of tests/integration/dags/ui/pipeline_dag.py (its docstring derives them).
+EXPECTED_CRITICAL = {"load", "preprocess", "train", "checkpoint", "evaluate"}
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "img" / "critical_path.png"
+GANTT_SCREENSHOT = SCREENSHOT.with_name("critical_path_gantt.png")
+POOLS_SCREENSHOT = SCREENSHOT.with_name("critical_path_pools.png")
+TAB_ROUTE = "gpu-dag-critical-path"
+
+pytestmark = pytest.mark.airflow_real
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+class Browser:
+    """A headless Chromium and one page, over the DevTools protocol."""
+
+    def __init__(self, binary: str) -> None:
+        from websockets.sync.client import connect
+
+        self.profile = tempfile.mkdtemp(prefix="gpu-dag-chromium-")
+        self.proc = subprocess.Popen(
+            [
+                binary,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-dev-shm-usage",
+                f"--user-data-dir={self.profile}",
+                "--remote-debugging-port=0",
+                "--window-size=1500,1000",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        port_file = Path(self.profile) / "DevToolsActivePort"
+        deadline = time.monotonic() + 60
+        while not (port_file.exists() and port_file.read_text().strip()):
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.close()
+                raise RuntimeError("chromium did not start its DevTools endpoint within 60 s")
+            time.sleep(0.2)
+        port = int(port_file.read_text().split()[0])
+        targets = requests.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
+        page = next(t for t in targets if t.get("type") == "page")
+        self.ws = connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=30)
+        self._ids = itertools.count(1)
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        """Send one command and return its result (events in between are dropped)."""
+        msg_id = next(self._ids)
+        self.ws.send(json.dumps({"id": msg_id, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv(timeout=60))
+            if msg.get("id") == msg_id:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return dict(msg.get("result", {}))
+
+    def evaluate(self, expression: str) -> Any:
+        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"{expression}: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def wait_for(self, expression: str, timeout: float = 60.0) -> Any:
+        """Evaluate ``expression`` until it is truthy; return its value (or fail with the page text)."""
+        deadline = time.monotonic() + timeout
+        value = None
+        while time.monotonic() < deadline:
+            try:
+                value = self.evaluate(expression)
+            except RuntimeError:
+                value = None
+            if value:
+                return value
+            time.sleep(0.5)
+        text = self.evaluate("document.body ? document.body.innerText.slice(0, 2000) : ''")
+        raise AssertionError(f"timed out waiting for {expression!r}; page text:\n{text}")
+
+    def navigate(self, url: str) -> None:
+        self.call("Page.navigate", url=url)
+
+    def screenshot(self, path: Path) -> None:
+        data = self.call("Page.captureScreenshot", format="png")["data"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(base64.b64decode(data))
+
+    def close(self) -> None:
+        try:
+            if getattr(self, "ws", None) is not None:
+                self.ws.close()
+        finally:
+            if self.proc.poll() is None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(timeout=10)
+            shutil.rmtree(self.profile, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(airflow_cluster: AirflowCluster) -> AirflowCluster:
+    airflow_cluster.wait_for_dag(DAG_ID)
+    return airflow_cluster
+
+
+@pytest.fixture(scope="module")
+def browser(cluster: AirflowCluster) -> Iterator[Browser]:
+    binary = _chromium()
+    if binary is None:
+        pytest.skip("chromium is not installed (apt-get install -y chromium chromium-driver)")
+    chrome = Browser(binary)
+    try:
+        chrome.call("Page.enable")
+        chrome.call("Network.enable")
+        chrome.call(
+            "Emulation.setDeviceMetricsOverride", width=1500, height=1000, deviceScaleFactor=1, mobile=False
+        )
+        chrome.call("Network.setCookie", name="_token", value=cluster.token(), url=cluster.api_url + "/")
+        yield chrome
+    finally:
+        chrome.close()
+
+
+def test_anonymous_requests_get_no_dag_data(cluster: AirflowCluster) -> None:
+    for path in (f"/gpu-dag/critical-path/{DAG_ID}", f"/gpu-dag/api/plan/{DAG_ID}", "/gpu-dag/api/pools"):
+        resp = requests.get(cluster.api_url + path, timeout=30)
+        assert resp.status_code == 401, (path, resp.status_code, resp.text[:300])
+        assert "preprocess" not in resp.text and "gpu_default" not in resp.text
+    forged = requests.get(
+        cluster.api_url + f"/gpu-dag/api/plan/{DAG_ID}", cookies={"_token": "not-a-jwt"}, timeout=30
+    )
+    assert forged.status_code in (401, 403), forged.text[:300]
+    assert "preprocess" not in forged.text
+
+
+def test_plan_endpoint_with_token(cluster: AirflowCluster) -> None:
+    resp = cluster.request("GET", f"/gpu-dag/api/plan/{DAG_ID}")
+    assert resp.status_code == 200, resp.text[:300]
+    data = resp.json()
+    assert set(data["critical_tasks"]) == EXPECTED_CRITICAL
+    assert data["critical_path"] == ["load", "preprocess", "train", "checkpoint", "evaluate"]
+    assert data["makespan"] == 3.5 * 3600
+    assert data["predicted"]["capacity"]["gpu_default"] == 4
+    assert set(data["predicted"]["results"]) == {"stock", "reservation"}
+
+
+def test_plugin_registers_the_dag_tab(cluster: AirflowCluster) -> None:
+    plugins = cluster.api("GET", "/api/v2/plugins").json()["plugins"]
+    views = [v for p in plugins for v in p["external_views"]]
+    ours = [v for v in views if v.get("url_route") == TAB_ROUTE]
+    assert ours, views
+    assert ours[0]["destination"] == "dag"
+    assert ours[0]["href"] == "/gpu-dag/critical-path/{DAG_ID}"
+
+
+def _reserving_description() -> tuple[str, str]:
+    """A pool description exactly as the watermark controller writes it while it reserves 4 GPUs of
+    gpu_default for ``train``; returns it and the reserved task's key."""
+    from airflow_gpu_dag.core.admission import ReadyTask, RunningTask
+    from airflow_gpu_dag.core.reservation import decide_pools
+    from airflow_gpu_dag.watermark.controller import describe
+    from airflow_gpu_dag.watermark.sources import PoolCapacity
+
+    key = f"{DAG_ID}/manual__2026-11-30T01:00:00+00:00/train/-1"
+    decision = decide_pools(
+        0.0,
+        {"gpu_default": 4},
+        [RunningTask(f"{DAG_ID}/r/sweep_0/-1", "gpu_default", 2, 900.0)],
+        [ReadyTask(key, "gpu_default", 4, 9600, 7200.0)],
+    )["gpu_default"]
+    return describe(PoolCapacity(4, "ok", "static 4 GPUs", 0, 4), decision, 4), key
+
+
+def test_tab_renders_critical_path_in_the_ui(cluster: AirflowCluster, browser: Browser) -> None:
+    description, reserved_key = _reserving_description()
+    cluster.set_pool("gpu_default", 4, description=description)
+    browser.navigate(f"{cluster.api_url}/dags/{DAG_ID}")
+    browser.wait_for(
+        "Array.from(document.querySelectorAll('a, button'))"
+        ".some(e => e.textContent.trim() === 'Critical path')",
+        timeout=90,
+    )
+    browser.navigate(f"{cluster.api_url}/dags/{DAG_ID}/plugin/{TAB_ROUTE}")
+    frame = "document.querySelector('iframe[title=\"Critical path\"]')"
+    doc = f"({frame} && {frame}.contentDocument)"
+    browser.wait_for(f"{doc} && {doc}.querySelectorAll('svg.graph .node').length > 0", timeout=90)
+    nodes = browser.evaluate(
+        f"Array.from({doc}.querySelectorAll('svg.graph .node')).map(n => "
+        "({id: n.dataset.taskId, critical: n.classList.contains('critical'), slack: n.dataset.slack, "
+        "text: n.textContent}))"
+    )
+    assert len(nodes) == 13
+    assert {n["id"] for n in nodes if n["critical"]} == EXPECTED_CRITICAL
+    assert all("slack" in n["text"] for n in nodes)
+    slack = {n["id"]: float(n["slack"]) for n in nodes}
+    assert slack["tokenizer_stats"] == 2 * 3600 + 25 * 60  # LS 2h45m - ES 20m
+    assert all(slack[t] == 0 for t in EXPECTED_CRITICAL)
+    critical_edges = browser.evaluate(
+        f"Array.from({doc}.querySelectorAll('svg.graph .edge.critical'))"
+        ".map(e => e.dataset.from + '>' + e.dataset.to)"
+    )
+    assert set(critical_edges) == {
+        "load>preprocess",
+        "preprocess>train",
+        "train>checkpoint",
+        "checkpoint>evaluate",
+    }
+    gantt_bars = browser.evaluate(f"{doc}.querySelectorAll('svg.gantt .gantt-bar').length")
+    assert gantt_bars == 2 * 13  # stock and reservation
+    pool_rows = browser.evaluate(
+        f"Object.fromEntries(Array.from({doc}.querySelectorAll('#pools tbody tr'))"
+        ".map(r => [r.dataset.pool, Array.from(r.cells).map(c => c.textContent)]))"
+    )
+    # Pool, Watermark, Capacity, Used, Running, Queued, Open, Reserved, Reserved for, Description
+    assert pool_rows["gpu_default"][:3] == ["gpu_default", "4", "4"]
+    assert pool_rows["gpu_default"][7:9] == ["4", reserved_key]
+    browser.screenshot(SCREENSHOT)
+    assert SCREENSHOT.stat().st_size > 10_000
+    browser.evaluate(f"{doc}.querySelector('button[data-target=\"gantt-section\"]').click(); true")
+    browser.wait_for(f"{doc}.getElementById('gantt-section').classList.contains('active')")
+    browser.screenshot(GANTT_SCREENSHOT)
+    browser.evaluate(f"{doc}.querySelector('button[data-target=\"pools-section\"]').click(); true")
+    browser.wait_for(f"{doc}.getElementById('pools-section').classList.contains('active')")
+    browser.screenshot(POOLS_SCREENSHOT)

@@ -1,0 +1,274 @@
+"""``airflow gpu-dag`` on real DAG files: lint (good and broken DAGs), plan, simulate.
+
+The commands run in-process through the provider's own argument parser (the same ``ActionCommand``
+definitions ``airflow`` uses); one test runs the real ``airflow`` binary to prove the provider's
+CLI is discovered.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_gpu_dag.cli.commands import parse_pool_args
+from airflow_gpu_dag.cli.definition import get_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+BROKEN = ROOT / "tests" / "fixtures" / "dags_broken"
+GOOD = ROOT / "tests" / "integration" / "dags" / "ui"
+PIPELINE = "gpu_pipeline"
+
+
+def run_cli(*argv: str) -> int:
+    """Run ``airflow gpu-dag <argv>`` in-process; returns the exit code (0 when it returned)."""
+    args = get_parser().parse_args(["gpu-dag", *argv])
+    try:
+        args.func(args)
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+            return 1
+        return int(exc.code or 0)
+    return 0
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
+    code = run_cli(*argv, "--output", "json")
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture(autouse=True)
+def _no_configured_pools(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+# -- discovery -------------------------------------------------------------------------------------------
+def test_airflow_discovers_the_gpu_dag_commands() -> None:
+    airflow = Path(sys.executable).with_name("airflow")
+    result = subprocess.run(
+        [str(airflow), "gpu-dag", "--help"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    for command in ("lint", "plan", "simulate", "watermark"):
+        assert command in result.stdout
+
+
+def test_parser_has_every_command() -> None:
+    parser = get_parser()
+    for argv in (
+        ["gpu-dag", "lint", "x.py"],
+        ["gpu-dag", "plan", "d"],
+        ["gpu-dag", "simulate", "d", "--capacity", "p=1"],
+        ["gpu-dag", "watermark", "--help"][:2],
+    ):
+        assert callable(parser.parse_args(argv).func)
+
+
+# -- lint ------------------------------------------------------------------------------------------------
+def test_lint_good_dag_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = run_json(capsys, "lint", str(GOOD), "--pool", "gpu_default=8")
+    assert code == 0
+    assert report["dags"] == [PIPELINE]
+    assert report["errors"] == 0 and report["import_errors"] == [] and report["ok"] is True
+
+
+def test_lint_broken_folder_reports_every_problem(capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = run_json(capsys, "lint", str(BROKEN), "--pool", "gpu_a100=8", "--pool", "gpu_default=8")
+    assert code == 1 and report["ok"] is False
+    found = {(f["dag_id"], f["code"], f["task_id"]) for f in report["findings"]}
+    assert ("broken_cycle", "cycle", "prepare") in found
+    assert ("broken_estimate", "bad-estimate", "train") in found
+    assert ("broken_impossible", "impossible-request", "pretrain") in found
+    assert ("broken_unknown_pool", "unknown-pool", "finetune") in found
+    assert ("broken_hidden_dependency", "hidden-dependency", "evaluate") in found
+    cycle = next(f for f in report["findings"] if f["code"] == "cycle")
+    assert "prepare -> train -> evaluate -> prepare" in cycle["message"]
+    unknown = next(f for f in report["findings"] if f["code"] == "unknown-pool")
+    assert "gpu_h100" in unknown["message"] and "airflow pools set gpu_h100" in unknown["fix"]
+    assert [e["file"].endswith("import_error_dag.py") for e in report["import_errors"]] == [True]
+    assert "NameError" in report["import_errors"][0]["message"]
+    assert report["errors"] == 5  # cycle, bad estimate, impossible, unknown pool, import error
+
+
+@pytest.mark.parametrize(
+    ("file", "code"),
+    [
+        ("cycle_dag.py", "cycle"),
+        ("bad_estimate_dag.py", "bad-estimate"),
+        ("impossible_request_dag.py", "impossible-request"),
+        ("unknown_pool_dag.py", "unknown-pool"),
+    ],
+)
+def test_lint_each_broken_file_fails(capsys: pytest.CaptureFixture[str], file: str, code: str) -> None:
+    exit_code, report = run_json(capsys, "lint", str(BROKEN / file), "--pool", "gpu_a100=8")
+    assert exit_code == 1
+    assert code in {f["code"] for f in report["findings"] if f["severity"] == "error"}
+
+
+def test_hidden_dependency_is_a_warning_unless_strict(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(BROKEN / "hidden_dependency_dag.py")
+    code, report = run_json(capsys, "lint", path)
+    assert code == 0 and report["warnings"] == 1 and report["errors"] == 0
+    code, _ = run_json(capsys, "lint", path, "--strict")
+    assert code == 1
+
+
+def test_lint_reads_pools_from_config(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = str(BROKEN / "impossible_request_dag.py")
+    code, report = run_json(capsys, "lint", path)
+    assert code == 0, "without any pool sizes the request cannot be judged"
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_a100": 8}')
+    code, report = run_json(capsys, "lint", path)
+    assert code == 1
+    assert [f["code"] for f in report["findings"] if f["severity"] == "error"] == ["impossible-request"]
+    code, report = run_json(capsys, "lint", path, "--pool", "gpu_a100=16")
+    assert code == 0, "--pool overrides the configured size"
+
+
+def test_lint_max_gpus_per_host(capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = run_json(capsys, "lint", str(GOOD), "--max-gpus-per-host", "2")
+    assert code == 1
+    assert {(f["task_id"], f["code"]) for f in report["findings"] if f["severity"] == "error"} == {
+        ("train", "impossible-request")
+    }
+
+
+def test_lint_human_output(capsys: pytest.CaptureFixture[str]) -> None:
+    code = run_cli("lint", str(BROKEN), "--pool", "gpu_a100=8", "--pool", "gpu_default=8")
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "IMPORT ERROR" in out and "import_error_dag.py" in out
+    assert "prepare -> train -> evaluate -> prepare" in out
+    assert "FAILED: 5 DAG(s) in 6 file(s); 5 error(s), 1 warning(s)" in out
+
+
+def test_lint_unknown_path(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli("lint", "/no/such/dags") == 1
+    assert "'/no/such/dags' does not exist" in capsys.readouterr().err
+
+
+def test_bad_pool_argument() -> None:
+    with pytest.raises(ValueError, match="expected NAME=SLOTS"):
+        parse_pool_args(["gpu_a100"])
+    with pytest.raises(ValueError, match="--capacity 'x=-1'"):
+        parse_pool_args(["x=-1"], option="--capacity")
+    assert parse_pool_args(["a=1", " b = 2 "]) == {"a": 1, "b": 2}
+
+
+# -- plan ------------------------------------------------------------------------------------------------
+def test_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, plan = run_json(capsys, "plan", PIPELINE, "--file", str(GOOD))
+    assert code == 0
+    assert plan["critical_path"] == ["load", "preprocess", "train", "checkpoint", "evaluate"]
+    assert plan["makespan"] == 3.5 * 3600
+    tasks = {t["task_id"]: t for t in plan["tasks"]}
+    assert tasks["ablation"]["slack"] == 70 * 60
+    assert tasks["train"]["priority"] == (120 + 10 + 30) * 60
+    assert tasks["train"]["gpus"] == 4
+    assert plan["total_gpu_hours"] == pytest.approx(8 + 2 + 0.5 + 6 * 0.75)
+
+
+def test_plan_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli("plan", PIPELINE, "--file", str(GOOD)) == 0
+    out = capsys.readouterr().out
+    assert "Critical path (3h30m): load -> preprocess -> train -> checkpoint -> evaluate" in out
+    assert "total GPU-hours: 15.00" in out
+    assert "tokenizer_stats" in out and "4x GPU (80GiB each)" in out
+
+
+def test_plan_critical_only(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli("plan", PIPELINE, "--file", str(GOOD), "--critical-only") == 0
+    out = capsys.readouterr().out
+    assert "train" in out and "sweep_0" not in out and "tokenizer_stats" not in out
+
+
+def test_plan_unknown_dag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli("plan", "no_such_dag", "--file", str(GOOD)) == 1
+    err = capsys.readouterr().err
+    assert "DAG 'no_such_dag' not found" in err and PIPELINE in err and "--file" in err
+
+
+def test_plan_of_cyclic_dag_names_the_cycle(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli("plan", "broken_cycle", "--file", str(BROKEN / "cycle_dag.py")) == 1
+    assert "prepare -> train -> evaluate -> prepare" in capsys.readouterr().err
+
+
+def test_plan_uses_dags_folder(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow import settings
+
+    monkeypatch.setattr(settings, "DAGS_FOLDER", str(GOOD))
+    code, plan = run_json(capsys, "plan", PIPELINE)
+    assert code == 0 and plan["dag_id"] == PIPELINE
+
+
+# -- simulate --------------------------------------------------------------------------------------------
+def test_simulate_json_and_gantt(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    gantt = tmp_path / "out.html"
+    code, data = run_json(
+        capsys,
+        "simulate",
+        PIPELINE,
+        "--file",
+        str(GOOD),
+        "--capacity",
+        "gpu_default=4",
+        "--gantt",
+        str(gantt),
+    )
+    assert code == 0
+    assert set(data["results"]) == {"stock", "reservation"}
+    for result in data["results"].values():
+        schedule = {t["task_id"]: t for t in result["schedule"]}
+        assert len(schedule) == 13
+        assert result["makespan"] >= result["lower_bound"] >= 3.5 * 3600
+        assert schedule["train"]["slots"] == 4
+        # dependencies hold and the 4-GPU pool is never oversubscribed
+        assert schedule["train"]["start"] >= schedule["preprocess"]["end"]
+        events = sorted({t["start"] for t in schedule.values()})
+        for moment in events:
+            held = sum(
+                t["slots"]
+                for t in schedule.values()
+                if t["pool"] == "gpu_default" and t["start"] <= moment < t["end"]
+            )
+            assert held <= 4
+    text = gantt.read_text()
+    assert text.startswith("<!DOCTYPE html>")
+    assert text.count('class="gantt-bar critical"') == 2 * 5
+    assert text.count('class="gantt-bar') == 2 * 13
+
+
+def test_simulate_table_and_svg(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    svg = tmp_path / "g.svg"
+    code = run_cli(
+        "simulate", PIPELINE, "--file", str(GOOD), "--capacity", "gpu_default=4", "--gantt", str(svg)
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "Predicted makespan" in out and "stock" in out and "reservation" in out
+    assert f"Gantt chart written to {svg}" in out
+    assert svg.read_text().startswith("<svg")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--capacity", "gpu_x=4"], "pool(s) gpu_x not used by DAG 'gpu_pipeline'"),
+        ([], "GPU pool(s) gpu_default of DAG 'gpu_pipeline' have no capacity"),
+        (["--capacity", "gpu_default=2"], "task 'train' needs 4 slots of pool 'gpu_default'"),
+        (["--capacity", "gpu_default=4", "--gantt", "chart.png"], "use a file name ending in .html or .svg"),
+        (["--capacity", "gpu_default"], "expected NAME=SLOTS"),
+    ],
+)
+def test_simulate_errors(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    assert run_cli("simulate", PIPELINE, "--file", str(GOOD), *argv) == 1
+    assert message in capsys.readouterr().err
