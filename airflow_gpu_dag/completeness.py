@@ -1,0 +1,303 @@
+"""Is a dataset complete, not merely present?
+
+Pure checks over any fsspec filesystem (local paths, ``file://``, ``memory://``, ``s3://``, ...) or
+an Airflow ``ObjectStoragePath``. Three rules:
+
+- :class:`Marker`: the producer writes a marker file (``_SUCCESS``) last; the dataset is complete
+  when the marker exists.
+- :class:`Manifest`: the producer writes a manifest (``_MANIFEST.json``) listing every file with its
+  size (and optionally ``sha256``/``md5``); complete when every listed file exists with that size
+  and checksum.
+- :class:`StableSize`: complete when the directory is non-empty and no file's size changed for
+  ``period`` seconds (for producers that write neither). Needs several observations:
+  :class:`StabilityTracker` keeps them.
+
+Producers can call :func:`write_marker` and :func:`write_manifest` when they finish. No Airflow
+import at module level: the triggerer, the worker and the unit tests all use the same code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "CompletenessResult",
+    "CompletenessRule",
+    "Manifest",
+    "Marker",
+    "StabilityTracker",
+    "StableSize",
+    "check_once",
+    "parse_completeness",
+    "resolve",
+    "snapshot",
+    "write_manifest",
+    "write_marker",
+]
+
+#: Names accepted by :func:`parse_completeness`.
+RULE_NAMES = ("marker", "manifest", "stable")
+
+
+@dataclass(frozen=True)
+class CompletenessResult:
+    """The outcome of one check: ``complete`` plus a human-readable ``reason`` (what is missing)."""
+
+    complete: bool
+    reason: str
+    files: int = 0
+    bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Marker:
+    """Complete when ``<dataset>/<name>`` exists."""
+
+    name: str = "_SUCCESS"
+    kind: str = field(default="marker", init=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "marker", "name": self.name}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Complete when every file listed in ``<dataset>/<name>`` exists with its size/checksum.
+
+    Manifest format: ``{"files": [{"path": "part-0.parquet", "size": 1234, "sha256": "..."}]}``;
+    ``path`` is relative to the dataset directory; ``size``, ``sha256`` and ``md5`` are optional.
+    """
+
+    name: str = "_MANIFEST.json"
+    verify_checksums: bool = True
+    kind: str = field(default="manifest", init=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "manifest", "name": self.name, "verify_checksums": self.verify_checksums}
+
+
+@dataclass(frozen=True)
+class StableSize:
+    """Complete when the dataset is non-empty and its file sizes have not changed for ``period`` s."""
+
+    period: float = 60.0
+    kind: str = field(default="stable", init=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.period, (int, float)) or self.period <= 0:
+            raise ValueError(
+                f"StableSize(period={self.period!r}): the period must be a positive number of seconds."
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "stable", "period": float(self.period)}
+
+
+CompletenessRule = Marker | Manifest | StableSize
+
+
+def parse_completeness(spec: object) -> CompletenessRule:
+    """A rule from a rule object, a name (``"marker"``, ``"manifest"``, ``"stable"``) or a dict
+    made by ``to_dict()``.
+
+    :raises ValueError: unknown rule, with the accepted names.
+    """
+    if isinstance(spec, (Marker, Manifest, StableSize)):
+        return spec
+    original = spec
+    if isinstance(spec, str):
+        spec = {"kind": spec.strip().lower()}
+    if isinstance(spec, Mapping):
+        kind = spec.get("kind")
+        if kind == "marker":
+            return Marker(str(spec.get("name", "_SUCCESS")))
+        if kind == "manifest":
+            return Manifest(str(spec.get("name", "_MANIFEST.json")), bool(spec.get("verify_checksums", True)))
+        if kind == "stable":
+            return StableSize(float(spec.get("period", 60.0)))
+    raise ValueError(
+        f"unknown completeness rule {original!r}; use one of {', '.join(RULE_NAMES)} "
+        "or Marker(...), Manifest(...), StableSize(period=...)."
+    )
+
+
+def resolve(path: Any, conn_id: str | None = None) -> tuple[Any, str]:
+    """``(filesystem, path inside it)`` for a local path, a URL or an ``ObjectStoragePath``."""
+    fs = getattr(path, "fs", None)
+    if fs is not None and hasattr(path, "path"):  # ObjectStoragePath / UPath
+        return fs, str(path.path)
+    text = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
+    if conn_id:
+        from airflow.sdk import ObjectStoragePath
+
+        osp = ObjectStoragePath(text, conn_id=conn_id)
+        return osp.fs, str(osp.path)
+    import fsspec.core
+
+    fs, inner = fsspec.core.url_to_fs(text)
+    return fs, str(inner)
+
+
+def _join(base: str, rel: str) -> str:
+    return base.rstrip("/") + "/" + rel.lstrip("/")
+
+
+def snapshot(fs: Any, path: str) -> dict[str, int]:
+    """Relative file path -> size for every file under ``path`` (empty when it does not exist)."""
+    if not fs.exists(path):
+        return {}
+    if fs.isfile(path):
+        info = fs.info(path)
+        return {os.path.basename(path.rstrip("/")): int(info.get("size") or 0)}
+    found = fs.find(path, detail=True)
+    base = path.rstrip("/") + "/"
+    result: dict[str, int] = {}
+    for name, info in found.items():
+        if info.get("type") == "directory":
+            continue
+        rel = name[len(base) :] if name.startswith(base) else name.lstrip("/")
+        if not rel and name.rstrip("/") == path.rstrip("/"):
+            rel = os.path.basename(name)
+        result[rel] = int(info.get("size") or 0)
+    return result
+
+
+def check_marker(fs: Any, path: str, rule: Marker) -> CompletenessResult:
+    marker = _join(path, rule.name)
+    if fs.exists(marker):
+        return CompletenessResult(True, f"marker {rule.name} present")
+    if not fs.exists(path):
+        return CompletenessResult(False, f"dataset {path} does not exist yet")
+    return CompletenessResult(False, f"marker {rule.name} missing in {path} (dataset still being written?)")
+
+
+def _digest(fs: Any, path: str, algorithm: str) -> str:
+    h = hashlib.new(algorithm)
+    with fs.open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_manifest(fs: Any, path: str, rule: Manifest) -> CompletenessResult:
+    manifest_path = _join(path, rule.name)
+    if not fs.exists(manifest_path):
+        return CompletenessResult(False, f"manifest {rule.name} missing in {path}")
+    try:
+        with fs.open(manifest_path, "rb") as handle:
+            data = json.loads(handle.read().decode("utf-8"))
+        entries = data["files"]
+        if not isinstance(entries, list):
+            raise TypeError("'files' is not a list")
+    except (ValueError, KeyError, TypeError) as err:
+        return CompletenessResult(False, f"manifest {manifest_path} is unreadable ({err})")
+    total = 0
+    for entry in entries:
+        rel = str(entry["path"]) if isinstance(entry, Mapping) else str(entry)
+        target = _join(path, rel)
+        if not fs.exists(target):
+            return CompletenessResult(False, f"{rel} listed in {rule.name} is missing")
+        size = int(fs.info(target).get("size") or 0)
+        total += size
+        if not isinstance(entry, Mapping):
+            continue
+        if entry.get("size") is not None and int(entry["size"]) != size:
+            return CompletenessResult(
+                False,
+                f"{rel} has {size} bytes, {rule.name} lists {int(entry['size'])} (still being written?)",
+            )
+        if rule.verify_checksums:
+            for algorithm in ("sha256", "md5"):
+                expected = entry.get(algorithm)
+                if expected and _digest(fs, target, algorithm) != str(expected).lower():
+                    return CompletenessResult(False, f"{rel} {algorithm} does not match {rule.name}")
+    return CompletenessResult(True, f"all {len(entries)} files of {rule.name} present", len(entries), total)
+
+
+class StabilityTracker:
+    """Remembers the last snapshot and when it last changed; see :class:`StableSize`."""
+
+    def __init__(self, rule: StableSize) -> None:
+        self.rule = rule
+        self.last: dict[str, int] | None = None
+        self.changed_at: float | None = None
+
+    def observe(self, current: Mapping[str, int], now: float) -> CompletenessResult:
+        """Record a snapshot taken at ``now`` (epoch seconds) and say whether the dataset is stable."""
+        current = dict(current)
+        if self.last is None or current != self.last:
+            self.last = current
+            self.changed_at = now
+        if not current:
+            return CompletenessResult(False, "dataset is empty or does not exist yet")
+        assert self.changed_at is not None
+        quiet = now - self.changed_at
+        if quiet >= self.rule.period:
+            return CompletenessResult(
+                True, f"sizes unchanged for {quiet:.0f}s", len(current), sum(current.values())
+            )
+        return CompletenessResult(
+            False,
+            f"sizes changed {quiet:.0f}s ago; need {self.rule.period:.0f}s without change",
+            len(current),
+            sum(current.values()),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"last": self.last, "changed_at": self.changed_at}
+
+
+def check_once(
+    path: Any,
+    rule: object = "marker",
+    *,
+    conn_id: str | None = None,
+    tracker: StabilityTracker | None = None,
+    now: float | None = None,
+) -> CompletenessResult:
+    """Check ``path`` once against ``rule``. For :class:`StableSize`, pass the same ``tracker``
+    on every call (a single call can never prove stability)."""
+    parsed = parse_completeness(rule)
+    fs, inner = resolve(path, conn_id)
+    if isinstance(parsed, Marker):
+        return check_marker(fs, inner, parsed)
+    if isinstance(parsed, Manifest):
+        return check_manifest(fs, inner, parsed)
+    if tracker is None:
+        tracker = StabilityTracker(parsed)
+    import time
+
+    return tracker.observe(snapshot(fs, inner), time.time() if now is None else now)
+
+
+def write_marker(path: Any, name: str = "_SUCCESS", *, conn_id: str | None = None) -> str:
+    """Write the (empty) marker file last, after every data file; returns its path."""
+    fs, inner = resolve(path, conn_id)
+    marker = _join(inner, name)
+    with fs.open(marker, "wb") as handle:
+        handle.write(b"")
+    return marker
+
+
+def write_manifest(
+    path: Any, name: str = "_MANIFEST.json", *, conn_id: str | None = None, checksums: bool = True
+) -> dict[str, Any]:
+    """List every file under ``path`` (except markers/manifests) with size and sha256 into a manifest."""
+    fs, inner = resolve(path, conn_id)
+    files = []
+    for rel, size in sorted(snapshot(fs, inner).items()):
+        if rel in (name, "_SUCCESS"):
+            continue
+        entry: dict[str, Any] = {"path": rel, "size": size}
+        if checksums:
+            entry["sha256"] = _digest(fs, _join(inner, rel), "sha256")
+        files.append(entry)
+    data = {"files": files}
+    with fs.open(_join(inner, name), "wb") as handle:
+        handle.write(json.dumps(data, indent=1, sort_keys=True).encode("utf-8"))
+    return data

@@ -1,0 +1,42 @@
+"""Small graph surgery used by the edge helpers (kept visible: every inserted task is a real node)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import Label
+
+__all__ = ["insert_before", "labelled", "require_dag"]
+
+
+def require_dag(task: Any, helper: str) -> Any:
+    """The task's DAG, or a clear error when the task is not in one yet."""
+    dag = getattr(task, "dag", None)
+    if dag is None:
+        raise ValueError(
+            f"task {task.task_id!r}: create it inside a DAG (with DAG(...):) before calling {helper}()."
+        )
+    return dag
+
+
+def labelled(upstream: Any, downstream: Any, label: str) -> None:
+    """``upstream >> Label(label) >> downstream`` (the graph view shows the edge type)."""
+    upstream >> Label(label) >> downstream
+
+
+def insert_before(task: Any, new: Any, label: str | None = None) -> None:
+    """Move every upstream edge of ``task`` onto ``new`` and add ``new >> task`` (labelled)."""
+    dag = require_dag(task, "insert_before")
+    for up_id in sorted(task.upstream_task_ids):
+        up = dag.get_task(up_id)
+        old = (dag.edge_info.get(up_id) or {}).get(task.task_id)
+        up.downstream_task_ids.discard(task.task_id)
+        task.upstream_task_ids.discard(up_id)
+        if old and old.get("label"):
+            up >> Label(str(old["label"])) >> new
+        else:
+            up >> new
+    if label:
+        labelled(new, task, label)
+    else:
+        new >> task

@@ -1,0 +1,107 @@
+"""Fix hidden dependencies: tasks touching the same dataset path with no edge between them.
+
+    from airflow_gpu_dag.edges import fix_hidden_dependencies
+
+    with DAG(...) as dag:
+        ...  # tasks declaring gpu_hints(inputs=[...], outputs=[...])
+    fix_hidden_dependencies(dag, mode="sensor", timeout=timedelta(hours=1))
+
+``find_hidden_dependencies`` (the lint) reports a writer and a reader (or two writers) of
+overlapping paths that are not ordered. This opt-in helper repairs each one, visibly:
+
+- ``mode="edge"``: adds ``writer -data-> reader``.
+- ``mode="sensor"``: adds a completeness sensor ``wait_<writer>_for_<reader>`` on the writer's path
+  before the reader (``sensor -data-> reader``): the reader waits for a *complete* dataset but not for
+  the writer task to end (useful when the writer keeps running). Two writers of one path always get
+  an edge: a sensor cannot stop a write race.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from airflow_gpu_dag.airflow.graph import build_task_graph
+from airflow_gpu_dag.core.validation import _normalise, _overlaps, find_hidden_dependencies
+from airflow_gpu_dag.edges._wiring import labelled
+from airflow_gpu_dag.sensors.dataset import DatasetCompleteSensor
+
+__all__ = ["HiddenDependencyFix", "fix_hidden_dependencies"]
+
+MODES = ("edge", "sensor")
+
+
+@dataclass(frozen=True)
+class HiddenDependencyFix:
+    """One repair: ``how`` is ``"edge"`` or ``"sensor"``; ``added`` is the new task (sensor mode)."""
+
+    writer: str
+    other: str
+    path: str
+    how: str
+    added: str | None = None
+
+
+_FIX = re.compile(r"^add the edge (?P<writer>.+?) >> (?P<other>.+?), or ")
+
+
+def _pairs(dag: Any) -> list[tuple[str, str, str, bool]]:
+    """(writer, other, writer_path, other_writes) for each hidden dependency, in lint order."""
+    graph, _ = build_task_graph(dag)
+    result = []
+    for finding in find_hidden_dependencies(graph):
+        match = _FIX.match(finding.fix)
+        if not match or match["writer"] not in graph.nodes or match["other"] not in graph.nodes:
+            continue
+        writer, other = graph.nodes[match["writer"]], graph.nodes[match["other"]]
+        theirs = [(p, True) for p in other.outputs] + [(p, False) for p in other.inputs]
+        for out in writer.outputs:
+            hit = next((w for p, w in theirs if _overlaps(_normalise(out), _normalise(p))), None)
+            if hit is not None:
+                result.append((writer.task_id, other.task_id, out, hit))
+                break
+    return result
+
+
+def fix_hidden_dependencies(
+    dag: Any,
+    mode: str = "edge",
+    *,
+    completeness: object = "marker",
+    timeout: float | timedelta | None = None,
+    poke_interval: float = 10.0,
+) -> list[HiddenDependencyFix]:
+    """Insert the missing edge or a completeness sensor for every hidden dependency; returns the fixes.
+
+    :param mode: ``"edge"`` or ``"sensor"``.
+    :param timeout: required in sensor mode (how long a reader may wait for the dataset).
+    """
+    if mode not in MODES:
+        raise ValueError(
+            f"DAG {dag.dag_id!r}: fix_hidden_dependencies(mode={mode!r}) is unknown; use 'edge' or 'sensor'."
+        )
+    fixes: list[HiddenDependencyFix] = []
+    for writer_id, other_id, path, other_writes in _pairs(dag):
+        writer = dag.get_task(writer_id)
+        other = dag.get_task(other_id)
+        if mode == "edge" or other_writes:
+            labelled(writer, other, "data")
+            fixes.append(HiddenDependencyFix(writer_id, other_id, path, "edge"))
+            continue
+        sensor = DatasetCompleteSensor(
+            task_id=f"wait_{writer_id}_for_{other_id}",
+            path=path,
+            completeness=completeness,
+            timeout=timeout,
+            poke_interval=poke_interval,
+            dag=dag,
+            retries=0,
+        )
+        sensor.doc_md = f"Hidden dependency: {other_id} reads {path} written by {writer_id}."
+        for up_id in sorted(other.upstream_task_ids):
+            dag.get_task(up_id) >> sensor
+        labelled(sensor, other, "data")
+        fixes.append(HiddenDependencyFix(writer_id, other_id, path, "sensor", sensor.task_id))
+    return fixes

@@ -1,0 +1,175 @@
+"""Failure (rollback) policies per task: retry with backoff, skip, or abort the downstream chain.
+
+    from airflow_gpu_dag.rollback import Retry, failure_policy
+
+    failure_policy(train, Retry(retries=3, delay="2m", max_delay="30m"))  # exponential backoff
+    failure_policy(evaluate_extra, "skip")   # a failure becomes "skipped"; downstream follows its rules
+    failure_policy(pretrain, "abort")        # nothing downstream of it runs after it failed
+
+- **retry**: Airflow retries with ``retry_exponential_backoff`` and ``max_retry_delay``; downstream
+  waits (``up_for_retry`` is not a final state), and is blocked (``upstream_failed``) only when the
+  last try failed.
+- **skip**: after the last try the failure is turned into ``skipped`` (the task's log keeps the
+  error). Downstream tasks then do what their trigger rule says: ``all_success`` tasks are skipped,
+  ``none_failed``/``all_done`` tasks continue. The run does not fail because of this task.
+- **abort**: no retries; every downstream task whose trigger rule would still run after a failed
+  upstream (``all_done``, ``one_success``, ``one_failed``, ``always``, ...) is switched to
+  ``none_failed``, so the whole chain below ends ``upstream_failed``. Teardown (cleanup) tasks keep
+  their rule and still run. The tasks changed are returned and logged.
+
+A data producer's failure with a previous good artifact is handled on the data edge
+(``data_edge(..., fallback_to_last_good=True)``), not here.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from airflow_gpu_dag.core.resources import EstimateError, parse_duration
+
+__all__ = ["POLICY_NAMES", "Abort", "Retry", "Skip", "failure_policy", "parse_policy"]
+
+log = logging.getLogger(__name__)
+
+#: Policy names accepted by :func:`failure_policy`.
+POLICY_NAMES = ("retry", "skip", "abort")
+
+#: Trigger rules under which a task can still run after an upstream failed.
+RUNS_AFTER_FAILURE = frozenset(
+    {
+        "all_done",
+        "all_done_min_one_success",
+        "all_failed",
+        "one_failed",
+        "one_done",
+        "one_success",
+        "none_skipped",
+        "always",
+    }
+)
+
+
+def _seconds(value: object, what: str, where: str) -> float:
+    try:
+        return parse_duration(value)
+    except EstimateError as err:
+        raise ValueError(f"{where}: {what}: {err}; use seconds or e.g. '2m', '1h'.") from None
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Retry ``retries`` times, waiting ``delay`` (doubling when ``backoff``) up to ``max_delay``."""
+
+    retries: int = 3
+    delay: float | str | timedelta = 60.0
+    backoff: bool = True
+    max_delay: float | str | timedelta | None = None
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Turn the failure into ``skipped`` after ``retries`` extra tries."""
+
+    retries: int = 0
+
+
+@dataclass(frozen=True)
+class Abort:
+    """Fail at once (no retries) and block the whole downstream chain."""
+
+
+Policy = Retry | Skip | Abort
+
+
+def parse_policy(spec: object, where: str = "") -> Policy:
+    """A policy from an object or a name (``"retry"``, ``"skip"``, ``"abort"``).
+
+    :raises ValueError: unknown name; the message lists the valid ones and names ``where``.
+    """
+    if isinstance(spec, (Retry, Skip, Abort)):
+        return spec
+    if isinstance(spec, str) and spec.strip().lower() in POLICY_NAMES:
+        return {"retry": Retry, "skip": Skip, "abort": Abort}[spec.strip().lower()]()
+    prefix = f"{where}: " if where else ""
+    raise ValueError(
+        f"{prefix}unknown failure policy {spec!r}; use one of {', '.join(POLICY_NAMES)} "
+        "(or Retry(retries=..., delay=...), Skip(), Abort())."
+    )
+
+
+def _check_retries(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{where}: retries={value!r} must be a whole number >= 0.")
+    return value
+
+
+def _skip_on_failure(task: Any) -> None:
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    original = task.execute
+    if getattr(original, "_gpu_dag_skip_policy", False):
+        return
+
+    @functools.wraps(original)
+    def execute(context: Any) -> Any:
+        try:
+            return original(context)
+        except AirflowSkipException:
+            raise
+        except Exception as err:
+            ti = context.get("ti")
+            try_number = int(getattr(ti, "try_number", 1) or 1)
+            if try_number <= int(task.retries or 0):
+                raise  # tries left: let Airflow retry first
+            log.warning("task %s failed (%s); skipping it (failure policy 'skip')", task.task_id, err)
+            raise AirflowSkipException(f"failure policy 'skip': {type(err).__name__}: {err}") from err
+
+    execute._gpu_dag_skip_policy = True  # type: ignore[attr-defined]
+    task.execute = execute
+
+
+def failure_policy(task: Any, policy: object = "retry", **overrides: Any) -> list[str]:
+    """Apply ``policy`` to ``task``; returns the ids of other tasks it changed (abort only).
+
+    ``overrides`` are fields of the policy when it is given by name, e.g.
+    ``failure_policy(t, "retry", retries=5, delay="5m")``.
+    """
+    where = f"task {task.task_id!r}"
+    parsed = parse_policy(policy, where)
+    if overrides:
+        try:
+            parsed = type(parsed)(**overrides)
+        except TypeError as err:
+            raise ValueError(
+                f"{where}: bad options for failure policy {type(parsed).__name__}: {err}"
+            ) from None
+    if isinstance(parsed, Retry):
+        task.retries = _check_retries(parsed.retries, where)
+        task.retry_delay = timedelta(seconds=_seconds(parsed.delay, "delay", where))
+        task.retry_exponential_backoff = bool(parsed.backoff)
+        if parsed.max_delay is not None:
+            task.max_retry_delay = timedelta(seconds=_seconds(parsed.max_delay, "max_delay", where))
+        return []
+    if isinstance(parsed, Skip):
+        task.retries = _check_retries(parsed.retries, where)
+        _skip_on_failure(task)
+        return []
+    from airflow.sdk import TriggerRule
+
+    task.retries = 0
+    changed: list[str] = []
+    if task.dag is None:
+        raise ValueError(f"{where}: add the task to a DAG before applying the 'abort' policy.")
+    for down in task.get_flat_relatives(upstream=False):
+        if getattr(down, "is_teardown", False):
+            continue
+        if str(getattr(down.trigger_rule, "value", down.trigger_rule)) in RUNS_AFTER_FAILURE:
+            down.trigger_rule = TriggerRule.NONE_FAILED
+            changed.append(down.task_id)
+    if changed:
+        log.info("abort policy of %s: trigger rule of %s set to none_failed", task.task_id, sorted(changed))
+    return sorted(changed)

@@ -1,0 +1,128 @@
+"""Stage dependency: wait until a (still running) training task has written checkpoint N.
+
+    CheckpointSensor(task_id="wait_ckpt_1000", checkpoint_dir="/ckpt/run1",
+                     step=1000, pattern="step-{step}", timeout=timedelta(hours=6))
+
+Succeeds on the first checkpoint directory named by ``pattern`` with step >= ``step`` that is
+complete (marker ``_SUCCESS`` by default), and returns ``{"path", "step"}`` as XCom. Unlike an
+ordinary edge it does not wait for the training task to finish.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.exceptions import AirflowSensorTimeout
+
+from airflow_gpu_dag.completeness import StableSize, parse_completeness
+from airflow_gpu_dag.sensors._common import require_timeout
+from airflow_gpu_dag.triggers.checkpoint import checkpoint_regex, find_checkpoint
+
+__all__ = ["CheckpointSensor"]
+
+
+class CheckpointSensor(BaseSensorOperator):
+    """Succeeds once a complete checkpoint with step >= ``step`` exists under ``checkpoint_dir``.
+
+    :param checkpoint_dir: directory holding one sub-directory per checkpoint; templated.
+    :param step: the checkpoint number N to wait for (>= 0).
+    :param pattern: sub-directory name with ``{step}``, e.g. ``"checkpoint-{step}"``.
+    :param completeness: ``"marker"`` or ``"manifest"`` (a checkpoint is written once, then marked).
+    :param timeout: required.
+    """
+
+    template_fields: Sequence[str] = ("checkpoint_dir",)
+    ui_color = "#d9c6ff"
+
+    def __init__(
+        self,
+        *,
+        checkpoint_dir: Any,
+        step: int,
+        pattern: str = "checkpoint-{step}",
+        completeness: object = "marker",
+        timeout: float | timedelta | None = None,
+        poke_interval: float = 10.0,
+        conn_id: str | None = None,
+        deferrable: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        task_id = kwargs.get("task_id", "?")
+        seconds = require_timeout(task_id, type(self).__name__, timeout)
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"task {task_id!r}: step={step!r} must be a checkpoint number >= 0.")
+        try:
+            checkpoint_regex(pattern)
+            rule = parse_completeness(completeness)
+        except ValueError as err:
+            raise ValueError(f"task {task_id!r}: {err}") from None
+        if isinstance(rule, StableSize):
+            raise ValueError(
+                f"task {task_id!r}: checkpoints need a marker or manifest rule, not stable sizes; "
+                "have the trainer call write_marker(checkpoint_path) after saving."
+            )
+        super().__init__(timeout=seconds, poke_interval=poke_interval, **kwargs)
+        self.checkpoint_dir = checkpoint_dir if isinstance(checkpoint_dir, str) else str(checkpoint_dir)
+        self.step = step
+        self.pattern = pattern
+        self.completeness = rule.to_dict()
+        self.conn_id = conn_id
+        self.deferrable = deferrable
+        self._reason = "not checked yet"
+
+    def _message(self, reason: str) -> str:
+        return (
+            f"task {self.task_id!r}: no complete checkpoint with step >= {self.step} in "
+            f"{self.checkpoint_dir} after {self.timeout:.0f}s: {reason}. Fix: check that training saves "
+            f"'{self.pattern}' directories with a completeness marker, or raise timeout=."
+        )
+
+    def _find(self) -> tuple[str | None, int | None, str]:
+        path, step, reason = find_checkpoint(
+            self.checkpoint_dir, self.pattern, self.step, self.completeness, self.conn_id
+        )
+        self._reason = reason
+        return path, step, reason
+
+    def execute(self, context: Any) -> Any:
+        path, step, reason = self._find()
+        if path is not None:
+            return {"path": path, "step": step}
+        if not self.deferrable:
+            try:
+                return super().execute(context)
+            except AirflowSensorTimeout:
+                raise AirflowSensorTimeout(self._message(self._reason)) from None
+        from airflow_gpu_dag.triggers.checkpoint import CheckpointTrigger
+
+        self.log.info("%s; deferring", reason)
+        self.defer(
+            trigger=CheckpointTrigger(
+                directory=self.checkpoint_dir,
+                pattern=self.pattern,
+                min_step=self.step,
+                completeness=self.completeness,
+                deadline=time.time() + self.timeout,
+                poke_interval=self.poke_interval,
+                conn_id=self.conn_id,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout + 120),
+        )
+
+    def poke(self, context: Any) -> PokeReturnValue:
+        path, step, reason = self._find()
+        self.log.info("%s", reason)
+        if path is not None:
+            return PokeReturnValue(True, {"path": path, "step": step})
+        return PokeReturnValue(False)
+
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        event = event or {}
+        if event.get("status") == "complete":
+            return {"path": event["path"], "step": event["step"]}
+        raise AirflowSensorTimeout(self._message(str(event.get("reason", "unknown"))))

@@ -1,0 +1,62 @@
+"""Wait in the triggerer until a GPU-hour budget allows the next GPU task again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+__all__ = ["BudgetTrigger"]
+
+
+class BudgetTrigger(BaseTrigger):
+    """Re-check usage (lease ledger) against the cap (with Variable overrides) every
+    ``poke_interval`` seconds; fire ``{"status": "allowed", "reason"}`` once the cap is raised or the
+    period resets. It has no deadline: a budget stop is a pause, not a failure."""
+
+    def __init__(
+        self,
+        dag_id: str,
+        run_id: str,
+        cap: dict[str, Any],
+        ledger: str | None,
+        poke_interval: float = 30.0,
+    ) -> None:
+        super().__init__()
+        self.dag_id = dag_id
+        self.run_id = run_id
+        self.cap = cap
+        self.ledger = ledger
+        self.poke_interval = float(poke_interval)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "dag_id": self.dag_id,
+                "run_id": self.run_id,
+                "cap": self.cap,
+                "ledger": self.ledger,
+                "poke_interval": self.poke_interval,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from asgiref.sync import sync_to_async
+
+        from airflow_gpu_dag.budget.gate import BudgetCap, check_budget
+
+        cap = BudgetCap(**self.cap)
+        while True:
+            try:
+                decision = await sync_to_async(check_budget)(cap, self.dag_id, self.run_id, self.ledger)
+            except Exception as err:
+                self.log.warning("budget check failed (%s); retrying", err)
+            else:
+                if decision.allowed:
+                    yield TriggerEvent({"status": "allowed", "reason": decision.reason})
+                    return
+                self.log.info("GPU budget still reached: %s", decision.reason)
+            await asyncio.sleep(self.poke_interval)

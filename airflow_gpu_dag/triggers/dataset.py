@@ -1,0 +1,88 @@
+"""Wait in the triggerer until a dataset is complete (marker, manifest or stable sizes)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_gpu_dag.completeness import (
+    CompletenessResult,
+    StabilityTracker,
+    StableSize,
+    check_once,
+    parse_completeness,
+)
+
+__all__ = ["DatasetCompleteTrigger"]
+
+
+class DatasetCompleteTrigger(BaseTrigger):
+    """Poll ``path`` every ``poke_interval`` seconds until it is complete or ``deadline`` passes.
+
+    Fires exactly one event: ``{"status": "complete", "path", "reason", "files", "bytes"}`` or
+    ``{"status": "timeout", "path", "reason"}`` where ``reason`` says what was still missing.
+
+    :param path: local path or fsspec URL (``file://``, ``s3://``, ...).
+    :param completeness: a rule dict (``Marker().to_dict()``, ...).
+    :param deadline: epoch seconds after which the trigger gives up.
+    :param conn_id: Airflow connection for object storage (``ObjectStoragePath(..., conn_id=)``).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        completeness: dict[str, Any],
+        deadline: float,
+        poke_interval: float = 10.0,
+        conn_id: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.path = path
+        self.completeness = completeness
+        self.deadline = float(deadline)
+        self.poke_interval = float(poke_interval)
+        self.conn_id = conn_id
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "path": self.path,
+                "completeness": self.completeness,
+                "deadline": self.deadline,
+                "poke_interval": self.poke_interval,
+                "conn_id": self.conn_id,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        rule = parse_completeness(self.completeness)
+        tracker = StabilityTracker(rule) if isinstance(rule, StableSize) else None
+        result = CompletenessResult(False, "not checked yet")
+        while True:
+            try:
+                result = await asyncio.to_thread(
+                    check_once, self.path, rule, conn_id=self.conn_id, tracker=tracker
+                )
+            except Exception as err:  # a flaky object store must not kill the wait
+                result = CompletenessResult(False, f"check failed: {type(err).__name__}: {err}")
+            if result.complete:
+                yield TriggerEvent(
+                    {
+                        "status": "complete",
+                        "path": self.path,
+                        "reason": result.reason,
+                        "files": result.files,
+                        "bytes": result.bytes,
+                    }
+                )
+                return
+            if time.time() >= self.deadline:
+                yield TriggerEvent({"status": "timeout", "path": self.path, "reason": result.reason})
+                return
+            self.log.info("dataset %s not complete: %s", self.path, result.reason)
+            await asyncio.sleep(max(0.1, min(self.poke_interval, self.deadline - time.time())))

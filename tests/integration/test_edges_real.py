@@ -1,0 +1,290 @@
+"""Typed edges, node constraints and failure policies on a real Airflow 3 (scheduler, LocalExecutor,
+triggerer): one boot for the module; every run is triggered up front and checked by its own test.
+
+Real files under a temporary directory, real exit codes, deferral through the triggerer.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_gpu_dag.gpu.usage import UsageLedger, UsageRecord
+from airflow_gpu_dag.testing import AirflowCluster
+
+pytestmark = pytest.mark.airflow_real
+
+DAGS = Path(__file__).parent / "dags" / "edges"
+DAG_IDS = [
+    "edges_data",
+    "edges_data_strict",
+    "edges_control",
+    "edges_cleanup",
+    "edges_cleanup_naive",
+    "edges_window",
+    "edges_stage",
+    "edges_budget",
+    "edges_rollback",
+]
+
+
+@dataclass
+class Env:
+    cluster: AirflowCluster
+    base: Path
+    runs: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def states(self, name: str) -> dict[str, str | None]:
+        dag_id, run_id = self.runs[name]
+        return {ti["task_id"]: ti["state"] for ti in self.cluster.task_instances(dag_id, run_id)}
+
+    def ti(self, name: str, task_id: str) -> dict[str, Any]:
+        dag_id, run_id = self.runs[name]
+        return next(t for t in self.cluster.task_instances(dag_id, run_id) if t["task_id"] == task_id)
+
+    def finish(self, name: str, timeout: float = 240) -> str:
+        dag_id, run_id = self.runs[name]
+        return self.cluster.wait_for_run(dag_id, run_id, timeout=timeout)
+
+    def wait_state(self, name: str, task_id: str, state: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.states(name).get(task_id) == state:
+                return
+            time.sleep(1)
+        raise AssertionError(f"{name}: {task_id} never reached {state}: {self.states(name)}")
+
+    def log(self, name: str, task_id: str, try_number: int = 1) -> str:
+        dag_id, run_id = self.runs[name]
+        return self.cluster.task_log(dag_id, run_id, task_id, try_number)
+
+    def xcom(self, name: str, task_id: str) -> Any:
+        dag_id, run_id = self.runs[name]
+        resp = self.cluster.api(
+            "GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/return_value"
+        )
+        value = resp.json()["value"]
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError:
+                return ast.literal_eval(value)
+        return value
+
+
+def _hms(moment: datetime) -> str:
+    return moment.strftime("%H:%M:%S")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    base = tmp_path_factory.mktemp("edges")
+    ledger = base / "usage.jsonl"
+    now = time.time()
+    # GPU-hours already used in pool edges_gpu today exceed the cap of 1: the budget gate must pause.
+    midnight = datetime.fromtimestamp(now, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    start = max(now - 1800, midnight.timestamp())
+    devices = tuple(range(max(8, int(2 * 3600 / max(now - start, 1.0)) + 1)))  # >= 2 GPU-hours
+    UsageLedger(ledger).append(UsageRecord("other", "r0", "fit", 1, devices, start, now, pool="edges_gpu"))
+    with AirflowCluster(
+        DAGS,
+        pools={"edges_gpu": 2},
+        triggerer=True,
+        parallelism=8,
+        env={"GPU_DAG_EDGES_BASE": str(base), "AIRFLOW__GPU_DAG__USAGE_LEDGER": str(ledger)},
+    ) as cluster:
+        cluster.wait_for_dags(DAG_IDS)
+        now_dt = datetime.now(UTC)
+        e = Env(cluster, base)
+
+        def trigger(
+            name: str, dag_id: str, conf: dict | None = None, logical_date: str | None = None
+        ) -> None:
+            e.runs[name] = (dag_id, cluster.trigger(dag_id, conf or {}, logical_date=logical_date))
+
+        trigger("data_ok", "edges_data")
+        trigger("data_late_marker", "edges_data", {"mark": False})
+        trigger("strict_producer_fails", "edges_data_strict", {"exit": 1})
+        trigger("strict_never_complete", "edges_data_strict", {"mark": False})
+        trigger("control_pass", "edges_control", {"code": 0, "loss": 0.05})
+        trigger("control_skip", "edges_control", {"code": 99, "loss": 0.5})
+        trigger("control_fail", "edges_control", {"code": 3})
+        trigger("cleanup_ok", "edges_cleanup", {"code": 0})
+        trigger("cleanup_train_failed", "edges_cleanup", {"code": 1})
+        trigger("cleanup_naive", "edges_cleanup_naive")
+        trigger(
+            "window_missed",
+            "edges_window",
+            {"opens": _hms(now_dt - timedelta(hours=2)), "closes": _hms(now_dt - timedelta(hours=1))},
+            logical_date=(now_dt - timedelta(hours=3)).isoformat(),
+        )
+        trigger("stage", "edges_stage")
+        trigger("budget", "edges_budget")
+        trigger("rollback", "edges_rollback")
+        yield e
+
+
+# -- time (first: its 40 s wait overlaps the runs triggered by the fixture) ---------------------------
+def test_start_window_waits_until_it_opens(env: Env) -> None:
+    # triggered here (not up front) so the window is still closed when the sensor first runs
+    opens = (datetime.now(UTC) + timedelta(seconds=40)).replace(microsecond=0)
+    window = {"opens": _hms(opens), "closes": _hms(opens + timedelta(hours=1))}
+    env.runs["window_wait"] = ("edges_window", env.cluster.trigger("edges_window", window))
+    env.wait_state("window_wait", "skip_task__window", "deferred", timeout=40)
+    assert env.states("window_wait")["skip_task"] in (None, "none", "scheduled")
+    assert env.finish("window_wait") == "success"
+    for task_id in ("skip_task", "fail_task"):
+        started = datetime.fromisoformat(env.ti("window_wait", task_id)["start_date"].replace("Z", "+00:00"))
+        assert started >= opens, (task_id, started, opens)
+
+
+# -- data edges ---------------------------------------------------------------------------------------
+def test_data_edge_waits_for_completeness_in_the_triggerer(env: Env) -> None:
+    # producer exits 0 but writes no _SUCCESS: present is not complete, the sensor defers
+    env.wait_state("data_late_marker", "wait_edges_data", "deferred")
+    assert env.states("data_late_marker")["consume"] in (None, "none", "scheduled")
+    _, late_run = env.runs["data_late_marker"]
+    (env.base / "edges_data" / late_run / "_SUCCESS").touch()
+    assert env.finish("data_late_marker") == "success"
+    assert (env.base / "edges_data" / f"consumed-{late_run}").read_text().strip() == f"rows-{late_run}"
+
+    assert env.finish("data_ok") == "success"
+    dag_id, run_id = env.runs["data_ok"]
+    assert (env.base / dag_id / f"consumed-{run_id}").read_text().strip() == f"rows-{run_id}"
+    assert env.xcom("data_ok", "wait_edges_data")["fallback"] is False
+
+
+def test_failed_producer_falls_back_to_last_good_artifact(env: Env) -> None:
+    # good artifacts: the runs whose sensor verified a complete dataset (asset events with the path)
+    assert env.finish("data_ok") == "success"
+    assert env.finish("data_late_marker") == "success"
+    good_runs = {env.runs["data_ok"][1], env.runs["data_late_marker"][1]}
+    dag_id = "edges_data"
+    env.runs["data_fallback"] = (dag_id, env.cluster.trigger(dag_id, {"exit": 1}))
+    assert env.finish("data_fallback") == "success"
+    states = env.states("data_fallback")
+    assert states["produce"] == "failed" and states["consume"] == "success"
+    record = env.xcom("data_fallback", "wait_edges_data")
+    assert record["fallback"] is True
+    used_run = Path(record["path"]).name
+    assert used_run in good_runs
+    _, run_id = env.runs["data_fallback"]
+    # the consumer read the previous good data, not the broken run's
+    assert (env.base / dag_id / f"consumed-{run_id}").read_text().strip() == f"rows-{used_run}"
+    assert "last good artifact" in env.log("data_fallback", "wait_edges_data")
+
+
+def test_without_fallback_failed_producer_retries_then_blocks(env: Env) -> None:
+    assert env.finish("strict_producer_fails") == "failed"
+    produce = env.ti("strict_producer_fails", "produce")
+    assert produce["state"] == "failed" and produce["try_number"] == 2  # retried once
+    states = env.states("strict_producer_fails")
+    assert states["wait_edges_data_strict"] == "upstream_failed" and states["consume"] == "upstream_failed"
+
+
+def test_never_complete_dataset_times_out_with_clear_message(env: Env) -> None:
+    assert env.finish("strict_never_complete") == "failed"
+    states = env.states("strict_never_complete")
+    assert states["wait_edges_data_strict"] == "failed" and states["consume"] == "upstream_failed"
+    log = env.log("strict_never_complete", "wait_edges_data_strict")
+    assert "was not complete after 12s" in log and "_SUCCESS missing" in log
+
+
+def test_sensor_without_timeout_is_an_import_error(env: Env) -> None:
+    errors = env.cluster.import_errors()
+    bad = [e for e in errors if str(e.get("filename", "")).endswith("edges_bad_sensor.py")]
+    assert bad, errors
+    assert "task 'wait_forever': DatasetCompleteSensor needs an explicit timeout" in bad[0]["stack_trace"]
+
+
+# -- control edges --------------------------------------------------------------------------------------
+def test_control_edges_continue_on_exit_zero_and_valid_output(env: Env) -> None:
+    assert env.finish("control_pass") == "success"
+    assert set(env.states("control_pass").values()) == {"success"}
+
+
+def test_control_edges_skip_chain_on_exit_code_and_failed_validation(env: Env) -> None:
+    assert env.finish("control_skip") == "success"
+    states = env.states("control_skip")
+    assert states["train"] == "skipped"  # exit 99
+    assert states["evaluate"] == states["report"] == "skipped"
+    assert states["check_fit"] == "success"
+    assert states["deploy"] == "skipped"
+    assert states["notify"] == "skipped"  # all_done, but the whole chain is skipped
+
+
+def test_control_edge_other_exit_code_fails(env: Env) -> None:
+    assert env.finish("control_fail") == "failed"
+    states = env.states("control_fail")
+    assert states["train"] == "failed" and states["evaluate"] == "upstream_failed"
+
+
+# -- cleanup ---------------------------------------------------------------------------------------------
+def test_cleanup_runs_and_run_state_stays_truthful(env: Env) -> None:
+    assert env.finish("cleanup_ok") == "success"
+    assert env.finish("cleanup_train_failed") == "failed"
+    states = env.states("cleanup_train_failed")
+    assert states == {"train": "failed", "free_scratch": "success"}
+
+
+def test_all_done_leaf_would_hide_the_failure(env: Env) -> None:
+    # why cleanup() uses a teardown: with an all_done leaf a failed training run ends "success"
+    assert env.finish("cleanup_naive") == "success"
+    assert env.states("cleanup_naive")["train"] == "failed"
+
+
+# -- time ------------------------------------------------------------------------------------------------
+def test_missed_start_window_skips_or_fails_per_policy(env: Env) -> None:
+    assert env.finish("window_missed") == "failed"
+    states = env.states("window_missed")
+    assert states["skip_task__window"] == "skipped"
+    assert states["skip_task"] == states["after_skip"] == "skipped"
+    assert states["fail_task__window"] == "failed" and states["fail_task"] == "upstream_failed"
+    assert "was missed" in env.log("window_missed", "fail_task__window")
+
+
+def test_stage_dependency_starts_downstream_while_upstream_runs(env: Env) -> None:
+    # train only succeeds if evaluate finished while train was still running
+    assert env.finish("stage") == "success"
+    assert env.states("stage")["train"] == "success"
+    _, run_id = env.runs["stage"]
+    assert (env.base / "ckpt" / run_id / "eval_done").read_text().strip() == "2"
+    evaluate_end = env.ti("stage", "evaluate")["end_date"]
+    train_end = env.ti("stage", "train")["end_date"]
+    assert evaluate_end < train_end
+
+
+# -- budget ----------------------------------------------------------------------------------------------
+def test_budget_cap_pauses_gpu_task_until_raised(env: Env) -> None:
+    env.wait_state("budget", "fit__budget", "deferred")
+    time.sleep(3)
+    states = env.states("budget")
+    assert states["fit__budget"] == "deferred"
+    assert states["fit"] in (None, "none", "scheduled")  # not started, holds no GPU slot
+    assert "GPU budget reached" in env.log("budget", "fit__budget")
+    env.cluster.api("POST", "/variables", json={"key": "gpu_dag_budget.pool_day.edges_gpu", "value": "10"})
+    assert env.finish("budget") == "success"
+    assert env.states("budget")["fit"] == "success"
+
+
+# -- failure policies ------------------------------------------------------------------------------------
+def test_failure_policies_retry_skip_abort(env: Env) -> None:
+    assert env.finish("rollback") == "failed"
+    states = env.states("rollback")
+    flaky = env.ti("rollback", "flaky")
+    assert flaky["state"] == "success" and flaky["try_number"] == 2  # retry
+    assert states["optional"] == "skipped"  # skip
+    assert states["tolerant_after"] == "success" and states["strict_after"] == "skipped"
+    pretrain = env.ti("rollback", "pretrain")
+    assert pretrain["state"] == "failed" and pretrain["try_number"] == 1  # abort: no retries
+    assert states["sft"] == "upstream_failed"
+    assert states["report"] == "upstream_failed"  # all_done would have run it
+    assert states["free"] == "success"  # cleanup still runs

@@ -1,0 +1,197 @@
+"""Completeness checks (marker, manifest, stable sizes) and the triggers built on them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+
+import fsspec
+import pytest
+
+from airflow_gpu_dag.completeness import (
+    Manifest,
+    Marker,
+    StabilityTracker,
+    StableSize,
+    check_once,
+    parse_completeness,
+    snapshot,
+    write_manifest,
+    write_marker,
+)
+from airflow_gpu_dag.triggers.checkpoint import CheckpointTrigger, checkpoint_regex, find_checkpoint
+from airflow_gpu_dag.triggers.dataset import DatasetCompleteTrigger
+
+
+@pytest.fixture
+def mem_dir() -> str:
+    """A fresh directory in fsspec's in-memory object store."""
+    return f"memory://lake-{uuid.uuid4().hex[:8]}/clean"
+
+
+def _write(url: str, data: bytes) -> None:
+    with fsspec.open(url, "wb") as handle:
+        handle.write(data)
+
+
+def test_marker_missing_then_present_memory(mem_dir: str) -> None:
+    assert not check_once(mem_dir, "marker").complete
+    assert "does not exist" in check_once(mem_dir, "marker").reason
+    _write(mem_dir + "/part-0", b"abc")
+    result = check_once(mem_dir, "marker")
+    assert not result.complete and "_SUCCESS missing" in result.reason
+    write_marker(mem_dir)
+    assert check_once(mem_dir, Marker()).complete
+
+
+def test_marker_local_path_and_file_url(tmp_path) -> None:
+    (tmp_path / "part-0").write_bytes(b"x")
+    assert not check_once(str(tmp_path), "marker").complete
+    (tmp_path / "_DONE").write_bytes(b"")
+    assert check_once(f"file://{tmp_path}", Marker("_DONE")).complete
+    assert not check_once(str(tmp_path), Marker()).complete
+
+
+def test_marker_object_storage_path(tmp_path) -> None:
+    from airflow.sdk import ObjectStoragePath
+
+    write_marker(str(tmp_path))
+    assert check_once(ObjectStoragePath(f"file://{tmp_path}"), "marker").complete
+
+
+def test_manifest_checks_existence_size_and_checksum(mem_dir: str) -> None:
+    _write(mem_dir + "/a.bin", b"hello")
+    _write(mem_dir + "/sub/b.bin", b"world!")
+    data = write_manifest(mem_dir)
+    assert [f["path"] for f in data["files"]] == ["a.bin", "sub/b.bin"]
+    result = check_once(mem_dir, "manifest")
+    assert result.complete and result.files == 2 and result.bytes == 11
+    # half-written: size differs from the manifest
+    _write(mem_dir + "/a.bin", b"hell")
+    result = check_once(mem_dir, "manifest")
+    assert not result.complete and "4 bytes" in result.reason and "lists 5" in result.reason
+    # same size, different content: checksum catches it (unless disabled)
+    _write(mem_dir + "/a.bin", b"HELLO")
+    assert "sha256" in check_once(mem_dir, "manifest").reason
+    assert check_once(mem_dir, Manifest(verify_checksums=False)).complete
+    # a listed file disappears
+    _write(mem_dir + "/a.bin", b"hello")
+    fs = fsspec.filesystem("memory")
+    fs.rm(mem_dir.replace("memory://", "/") + "/sub/b.bin")
+    assert "sub/b.bin listed" in check_once(mem_dir, "manifest").reason
+
+
+def test_manifest_missing_or_unreadable(mem_dir: str) -> None:
+    _write(mem_dir + "/a.bin", b"x")
+    assert "manifest _MANIFEST.json missing" in check_once(mem_dir, "manifest").reason
+    _write(mem_dir + "/_MANIFEST.json", b"{not json")
+    assert "unreadable" in check_once(mem_dir, "manifest").reason
+    _write(mem_dir + "/_MANIFEST.json", json.dumps({"files": [{"path": "a.bin", "size": 1}]}).encode())
+    assert check_once(mem_dir, "manifest").complete
+
+
+def test_stable_sizes_need_a_quiet_period(mem_dir: str) -> None:
+    tracker = StabilityTracker(StableSize(period=30))
+    assert not check_once(mem_dir, "stable", tracker=tracker, now=0).complete  # empty
+    _write(mem_dir + "/a", b"1")
+    assert not check_once(mem_dir, StableSize(30), tracker=tracker, now=10).complete
+    assert not check_once(mem_dir, StableSize(30), tracker=tracker, now=39).complete
+    _write(mem_dir + "/a", b"12")  # still growing: the clock restarts
+    assert not check_once(mem_dir, StableSize(30), tracker=tracker, now=41).complete
+    assert not check_once(mem_dir, StableSize(30), tracker=tracker, now=70).complete
+    result = check_once(mem_dir, StableSize(30), tracker=tracker, now=71)
+    assert result.complete and result.bytes == 2
+
+
+def test_snapshot_of_single_file_and_missing(mem_dir: str) -> None:
+    fs = fsspec.filesystem("memory")
+    base = mem_dir.replace("memory://", "/")
+    assert snapshot(fs, base) == {}
+    _write(mem_dir + "/one", b"123")
+    assert snapshot(fs, base + "/one") == {"one": 3}
+
+
+def test_parse_completeness_rules_and_errors() -> None:
+    assert parse_completeness("stable") == StableSize()
+    assert parse_completeness(Manifest("m.json").to_dict()) == Manifest("m.json")
+    with pytest.raises(ValueError, match=r"unknown completeness rule 'markr'.*marker, manifest, stable"):
+        parse_completeness("markr")
+    with pytest.raises(ValueError, match=r"positive number of seconds"):
+        StableSize(period=0)
+
+
+def _first_event(trigger) -> dict:
+    async def first() -> dict:
+        async for event in trigger.run():
+            return event.payload
+        raise AssertionError("no event")
+
+    return asyncio.run(asyncio.wait_for(first(), 20))
+
+
+def test_dataset_trigger_fires_when_complete(mem_dir: str) -> None:
+    _write(mem_dir + "/a", b"x")
+
+    async def produce_later() -> None:
+        await asyncio.sleep(0.3)
+        write_marker(mem_dir)
+
+    trigger = DatasetCompleteTrigger(mem_dir, Marker().to_dict(), time.time() + 10, poke_interval=0.1)
+
+    async def main() -> dict:
+        task = asyncio.create_task(produce_later())
+        async for event in trigger.run():
+            await task
+            return event.payload
+        raise AssertionError("no event")
+
+    payload = asyncio.run(asyncio.wait_for(main(), 20))
+    assert payload["status"] == "complete" and payload["path"] == mem_dir
+
+
+def test_dataset_trigger_times_out_with_reason(mem_dir: str) -> None:
+    _write(mem_dir + "/a", b"x")
+    trigger = DatasetCompleteTrigger(mem_dir, Marker().to_dict(), time.time() + 0.3, poke_interval=0.1)
+    payload = _first_event(trigger)
+    assert payload == {"status": "timeout", "path": mem_dir, "reason": payload["reason"]}
+    assert "_SUCCESS missing" in payload["reason"]
+
+
+def test_dataset_trigger_serializes_round_trip() -> None:
+    trigger = DatasetCompleteTrigger("s3://b/k", StableSize(5).to_dict(), 123.0, 2.0, "aws")
+    path, kwargs = trigger.serialize()
+    assert path == "airflow_gpu_dag.triggers.dataset.DatasetCompleteTrigger"
+    assert DatasetCompleteTrigger(**kwargs).serialize() == (path, kwargs)
+
+
+def test_find_checkpoint_first_complete_at_or_after_step(mem_dir: str) -> None:
+    assert "does not exist" in find_checkpoint(mem_dir, "step-{step}", 100, "marker")[2]
+    _write(mem_dir + "/step-50/w.bin", b"x")
+    write_marker(mem_dir + "/step-50")
+    assert find_checkpoint(mem_dir, "step-{step}", 100, "marker")[0] is None
+    _write(mem_dir + "/step-100/w.bin", b"x")  # being written: no marker yet
+    path, _, reason = find_checkpoint(mem_dir, "step-{step}", 100, "marker")
+    assert path is None and "none is complete" in reason
+    _write(mem_dir + "/step-150/w.bin", b"x")
+    write_marker(mem_dir + "/step-150")
+    assert find_checkpoint(mem_dir, "step-{step}", 100, "marker")[:2] == (mem_dir + "/step-150", 150)
+    write_marker(mem_dir + "/step-100")
+    assert find_checkpoint(mem_dir, "step-{step}", 100, "marker")[1] == 100
+
+
+def test_checkpoint_trigger_events(mem_dir: str) -> None:
+    _write(mem_dir + "/checkpoint-2/w", b"x")
+    write_marker(mem_dir + "/checkpoint-2")
+    ok = CheckpointTrigger(mem_dir, "checkpoint-{step}", 2, Marker().to_dict(), time.time() + 5, 0.1)
+    assert _first_event(ok)["step"] == 2
+    late = CheckpointTrigger(mem_dir, "checkpoint-{step}", 3, Marker().to_dict(), time.time() + 0.2, 0.1)
+    payload = _first_event(late)
+    assert payload["status"] == "timeout" and "step >= 3" in payload["reason"]
+
+
+def test_checkpoint_pattern_needs_step() -> None:
+    assert checkpoint_regex("ckpt_{step}.d").match("ckpt_0012.d").group(1) == "0012"
+    with pytest.raises(ValueError, match=r"must contain '\{step\}'"):
+        checkpoint_regex("checkpoint")

@@ -1,0 +1,250 @@
+"""Edge helpers: wiring, labels the graph view shows, parse-time errors, window arithmetic."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, time, timedelta
+
+import pytest
+from airflow.providers.standard.operators.bash import BashOperator
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG, Asset
+
+from airflow_gpu_dag import gpu_hints
+from airflow_gpu_dag.airflow.graph import build_task_graph
+from airflow_gpu_dag.core.validation import find_hidden_dependencies
+from airflow_gpu_dag.edges import (
+    branch_edge,
+    cleanup,
+    data_affinity,
+    data_edge,
+    dataset_path,
+    exclusive,
+    exit_code_edge,
+    fix_hidden_dependencies,
+    pin_to_queue,
+    share,
+    stage_dependency,
+    start_window,
+    validation_edge,
+)
+from airflow_gpu_dag.sensors import CheckpointSensor, DatasetCompleteSensor, StartWindowSensor, TimeWindow
+
+
+def _kinds(dag: DAG) -> dict[tuple[str, str], str | None]:
+    graph, _ = build_task_graph(dag)
+    return {(u, d): graph._down[u][d] for u in graph._down for d in graph._down[u]}
+
+
+def test_data_edge_inserts_labelled_sensor() -> None:
+    with DAG("d", schedule=None) as dag:
+        prep = EmptyOperator(task_id="prep")
+        train = EmptyOperator(task_id="train")
+        asset = Asset("clean", uri="file:///lake/clean")
+        wait = data_edge(prep, train, path="/lake/clean/{{ ds }}", asset=asset, timeout=60)
+    assert wait.task_id == "wait_clean"
+    assert isinstance(wait, DatasetCompleteSensor) and wait.deferrable
+    assert _kinds(dag) == {("prep", "wait_clean"): "data", ("wait_clean", "train"): "data"}
+    assert asset in wait.outlets
+    assert str(wait.trigger_rule) in ("all_success", "TriggerRule.ALL_SUCCESS")
+    assert dataset_path(wait) == "{{ ti.xcom_pull(task_ids='wait_clean')['path'] }}"
+
+
+def test_data_edge_fallback_runs_after_producer_failure() -> None:
+    with DAG("d2", schedule=None):
+        prep = EmptyOperator(task_id="prep")
+        train = EmptyOperator(task_id="train")
+        wait = data_edge(
+            prep, train, path="/x", asset=Asset("x", uri="file:///x"), timeout=5, fallback_to_last_good=True
+        )
+    assert wait.trigger_rule == "all_done"
+    assert wait.producer_task_id == "prep"
+
+
+def test_sensor_without_timeout_is_a_parse_error() -> None:
+    with DAG("d3", schedule=None), pytest.raises(ValueError, match=r"task 'w'.*needs an explicit timeout"):
+        DatasetCompleteSensor(task_id="w", path="/x")
+    with DAG("d4", schedule=None), pytest.raises(ValueError, match=r"task 'c'.*positive"):
+        CheckpointSensor(task_id="c", checkpoint_dir="/x", step=1, timeout=-1)
+    with DAG("d5", schedule=None):
+        a, b = EmptyOperator(task_id="a"), EmptyOperator(task_id="b")
+        with pytest.raises(ValueError, match=r"wait_x.*timeout"):
+            data_edge(a, b, path="/data/x")
+        with pytest.raises(ValueError, match=r"fallback_to_last_good needs asset="):
+            data_edge(a, b, path="/data/y", timeout=1, fallback_to_last_good=True)
+        with pytest.raises(ValueError, match=r"unknown completeness rule"):
+            data_edge(a, b, path="/data/z", timeout=1, completeness="done")
+
+
+def test_exit_code_edge_sets_skip_codes_and_label() -> None:
+    with DAG("c", schedule=None) as dag:
+        train = BashOperator(task_id="train", bash_command="exit 0")
+        ev = EmptyOperator(task_id="eval")
+        exit_code_edge(train, ev, skip_on=[3, 4])
+        with pytest.raises(ValueError, match=r"task 'eval'.*skip_on_exit_code"):
+            exit_code_edge(ev, train)
+        with pytest.raises(ValueError, match=r"exit codes 1..255"):
+            exit_code_edge(train, ev, skip_on=0)
+    assert train.skip_on_exit_code == [3, 4]
+    assert _kinds(dag)[("train", "eval")] == "control"
+
+
+def _converged(value: object) -> bool:
+    return isinstance(value, dict) and float(value["loss"]) < 0.1
+
+
+def test_validation_and_branch_edges() -> None:
+    with DAG("v", schedule=None) as dag:
+        train = EmptyOperator(task_id="train")
+        ev = EmptyOperator(task_id="eval")
+        gate = validation_edge(train, ev, check=_converged)
+        deploy, retrain = EmptyOperator(task_id="deploy"), EmptyOperator(task_id="retrain")
+        branch = branch_edge(ev, {"good": deploy, "bad": retrain}, choose=lambda v: "good")
+        with pytest.raises(ValueError, match=r"on_invalid='maybe'"):
+            validation_edge(train, ev, check=_converged, on_invalid="maybe", task_id="x")
+    assert type(gate).__name__ == "ShortCircuitOperator" and gate.ignore_downstream_trigger_rules
+    kinds = _kinds(dag)
+    assert kinds[("train", "check_train")] == kinds[("check_train", "eval")] == "control"
+    assert kinds[(branch.task_id, "deploy")] == "control"
+
+
+def test_start_window_inserts_sensor_before_task() -> None:
+    with DAG("w", schedule=None) as dag:
+        prep = EmptyOperator(task_id="prep")
+        train = EmptyOperator(task_id="train")
+        prep >> train
+        sensor = start_window(train, opens="22:00", closes="06:00", on_missed="fail")
+    assert isinstance(sensor, StartWindowSensor)
+    assert _kinds(dag) == {("prep", "train__window"): None, ("train__window", "train"): "time"}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"opens": "08:00", "closes": "08:00"}, "impossible start window.*never open"),
+        ({"opens": "25:00", "closes": "08:00"}, "opens='25:00' is not a time of day"),
+        ({"opens": "08:00", "closes": "09:00", "on_missed": "wait"}, "on_missed='wait' is not a policy"),
+        ({"opens": "08:00", "closes": "09:00", "tz": "Mars/Base"}, "unknown timezone"),
+    ],
+)
+def test_bad_windows_fail_at_parse_time(kwargs: dict, message: str) -> None:
+    with DAG("bw", schedule=None):
+        train = EmptyOperator(task_id="train")
+        with pytest.raises(ValueError, match=r"task 'train__window': " + message):
+            start_window(train, **kwargs)
+
+
+def test_templated_window_is_checked_at_run_time_only() -> None:
+    with DAG("tw", schedule=None):
+        StartWindowSensor(task_id="s", opens="{{ dag_run.conf['opens'] }}", closes="23:00")
+
+
+def _at(hour: int, minute: int = 0, day: int = 10) -> datetime:
+    return datetime(2026, 11, day, hour, minute, tzinfo=UTC)
+
+
+def test_window_occurrence_and_state() -> None:
+    night = TimeWindow.parse("22:00", "06:00")
+    assert night.wraps
+    assert night.occurrence(_at(9)) == (_at(22), _at(6, day=11))
+    assert night.occurrence(_at(3)) == (_at(22, day=9), _at(6))  # already inside last night's window
+    assert night.state(_at(9), _at(12))[0] == "before"
+    assert night.state(_at(9), _at(23))[0] == "open"
+    assert night.state(_at(9), _at(7, day=11))[0] == "missed"
+    day = TimeWindow.parse(time(9), "17:30")
+    assert day.state(_at(8), _at(17, 30))[0] == "missed"
+    assert day.state(_at(18), _at(18))[0] == "before"  # next day's window
+
+
+def test_window_in_other_timezone() -> None:
+    berlin = TimeWindow.parse("01:00", "02:00", "Europe/Berlin")
+    start, end = berlin.occurrence(_at(12))
+    assert start == datetime(2026, 11, 11, 0, 0, tzinfo=UTC) and end - start == timedelta(hours=1)
+
+
+def test_stage_dependency_waits_on_checkpoint_not_on_task() -> None:
+    with DAG("s", schedule=None) as dag:
+        prep = EmptyOperator(task_id="prep")
+        train = EmptyOperator(task_id="train")
+        ev = EmptyOperator(task_id="eval")
+        prep >> train
+        sensor = stage_dependency(train, ev, checkpoint_dir="/ckpt", step=100, timeout=600)
+    assert sensor.task_id == "wait_train_ckpt_100"
+    kinds = _kinds(dag)
+    assert ("train", "eval") not in kinds
+    assert kinds[("wait_train_ckpt_100", "eval")] == "time"
+    assert ("prep", "wait_train_ckpt_100") in kinds
+    with DAG("s2", schedule=None):
+        a, b = EmptyOperator(task_id="a"), EmptyOperator(task_id="b")
+        a >> b
+        with pytest.raises(ValueError, match=r"remove a >> b"):
+            stage_dependency(a, b, checkpoint_dir="/c", step=1, timeout=1)
+        with pytest.raises(ValueError, match=r"stable sizes"):
+            CheckpointSensor(task_id="cs", checkpoint_dir="/c", step=1, timeout=1, completeness="stable")
+
+
+def test_cleanup_is_a_teardown() -> None:
+    with DAG("cl", schedule=None) as dag:
+        alloc = EmptyOperator(task_id="alloc")
+        train = EmptyOperator(task_id="train")
+        free = EmptyOperator(task_id="free")
+        alloc >> train
+        cleanup(free, after=train, setups=alloc)
+    assert free.is_teardown and alloc.is_setup
+    assert free.trigger_rule == "all_done_setup_success"
+    assert not free.on_failure_fail_dagrun
+    assert _kinds(dag)[("train", "free")] == "cleanup"
+
+
+def test_resource_helpers() -> None:
+    with DAG("r", schedule=None):
+        a, b, c = (EmptyOperator(task_id=t) for t in "abc")
+        exclusive([a, b], pool="gpu_node1", pool_size=8)
+        assert (a.pool, a.pool_slots, b.pool_slots) == ("gpu_node1", 8, 8)
+        assert share({a: 0.5, b: 0.25, c: 0.25}, pool="gpu", pool_size=8) == {"a": 4, "b": 2, "c": 2}
+        with pytest.raises(ValueError, match=r"sum to 1.5"):
+            share({a: 0.5, b: 1.0}, pool="gpu", pool_size=8)
+        with pytest.raises(ValueError, match=r"task 'a': share 0"):
+            share({a: 0}, pool="gpu", pool_size=8)
+        with pytest.raises(ValueError, match=r"pool_size=0"):
+            exclusive([a], pool="gpu", pool_size=0)
+        assert pin_to_queue(c, "host-gpu01").queue == "host-gpu01"
+        assert data_affinity(b, "/mnt/gpu02/corpus/x", {"/mnt/gpu01": "h1", "/mnt/gpu02": "h2"}) == "h2"
+        assert b.queue == "h2"
+        with pytest.raises(ValueError, match=r"no location holds '/srv/x'"):
+            data_affinity(b, "/srv/x", {"/mnt": "h"})
+
+
+def _hidden_dag(dag_id: str) -> DAG:
+    with DAG(dag_id, schedule=None) as dag:
+        EmptyOperator(task_id="clean", executor_config=gpu_hints(outputs=["/lake/clean"]))
+        EmptyOperator(task_id="train", executor_config=gpu_hints(inputs=["/lake/clean/part-0"]))
+        EmptyOperator(task_id="stats", executor_config=gpu_hints(outputs=["/lake/clean"]))
+    return dag
+
+
+def test_fix_hidden_dependencies_edge_mode() -> None:
+    dag = _hidden_dag("h1")
+    graph, _ = build_task_graph(dag)
+    assert len(find_hidden_dependencies(graph)) == 3
+    fixes = fix_hidden_dependencies(dag, mode="edge")
+    assert {(f.writer, f.other, f.how) for f in fixes} >= {("clean", "train", "edge")}
+    graph, _ = build_task_graph(dag)
+    assert find_hidden_dependencies(graph) == []
+    assert _kinds(dag)[("clean", "train")] == "data"
+
+
+def test_fix_hidden_dependencies_sensor_mode() -> None:
+    dag = _hidden_dag("h2")
+    fixes = fix_hidden_dependencies(dag, mode="sensor", timeout=60)
+    by_other = {(f.writer, f.other): f for f in fixes}
+    reader_fix = next(f for f in fixes if f.other == "train")
+    assert reader_fix.how == "sensor" and reader_fix.path == "/lake/clean"
+    sensor = dag.get_task(reader_fix.added)
+    assert isinstance(sensor, DatasetCompleteSensor) and sensor.path == "/lake/clean"
+    assert _kinds(dag)[(reader_fix.added, "train")] == "data"
+    # two writers always get an edge
+    assert any(f.how == "edge" for f in by_other.values())
+    with pytest.raises(ValueError, match=r"mode='fence'"):
+        fix_hidden_dependencies(dag, mode="fence")
+    with pytest.raises(ValueError, match=r"timeout"):
+        fix_hidden_dependencies(_hidden_dag("h3"), mode="sensor")
