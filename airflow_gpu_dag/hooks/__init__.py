@@ -1,0 +1,3 @@
+"""Airflow hooks of the provider."""
+
+from __future__ import annotations

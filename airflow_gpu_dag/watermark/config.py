@@ -1,0 +1,248 @@
+"""The watermark controller's configuration file: pools, their capacity sources, faults, lease.
+
+YAML or JSON, e.g.::
+
+    interval: 60              # seconds between ticks (CLI --interval overrides)
+    lease:
+      lock_file: /tmp/airflow-gpu-dag-watermark.lock   # one active controller per host
+      variable: gpu_dag_watermark_lease                 # one active controller across hosts (REST)
+      ttl: 180                                          # seconds; default 3 x interval
+    pools:
+      gpu_a100:
+        source: {type: nvml, min_free_memory: 40GiB, max_utilization: 10}
+        floor: 0                # slots used once the source failed for too long
+        stale_intervals: 3      # failed ticks during which the last good value is kept
+        reservation: true       # apply decide_pools() (false: pool size = capacity)
+        backfill: true          # allow safe backfill while a reservation is active
+        source_timeout: 30      # seconds; a source that does not answer in time has failed
+      gpu_static:
+        source: {type: static, gpus: 8}
+
+When no file is given, the pools of ``[gpu_dag] pools`` (JSON ``{"pool": slots}``) are managed with
+static sources. Errors name the pool and the key at fault.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_gpu_dag.core.resources import EstimateError, parse_memory_mib
+
+__all__ = [
+    "DEFAULT_INTERVAL",
+    "DEFAULT_LEASE_VARIABLE",
+    "DEFAULT_LOCK_FILE",
+    "SOURCE_TYPES",
+    "ConfigError",
+    "LeaseSpec",
+    "PoolSpec",
+    "SourceSpec",
+    "WatermarkConfig",
+    "load_config",
+    "parse_config",
+]
+
+DEFAULT_INTERVAL = 60.0
+DEFAULT_LOCK_FILE = "/tmp/airflow-gpu-dag-watermark.lock"
+DEFAULT_LEASE_VARIABLE = "gpu_dag_watermark_lease"
+SOURCE_TYPES = ("static", "file", "nvml", "kubernetes", "prometheus")
+
+
+class ConfigError(ValueError):
+    """The watermark configuration is invalid; the message names the pool/key and the fix."""
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Which capacity source a pool uses and its options (see :mod:`..sources`)."""
+
+    type: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """One managed GPU pool."""
+
+    name: str
+    source: SourceSpec
+    floor: int = 0
+    stale_intervals: int = 3
+    reservation: bool = True
+    backfill: bool = True
+    include_deferred: bool = False
+    source_timeout: float | None = 30.0
+
+
+@dataclass(frozen=True)
+class LeaseSpec:
+    """How a controller makes sure it is the only active one.
+
+    ``lock_file``: an fcntl lock on this host (None disables it). ``variable``: an Airflow Variable
+    holding ``{"holder", "expires"}`` written over REST, for controllers on several hosts (None
+    disables it). ``ttl``: lease lifetime in seconds (None = 3 x interval).
+    """
+
+    lock_file: str | None = DEFAULT_LOCK_FILE
+    variable: str | None = DEFAULT_LEASE_VARIABLE
+    ttl: float | None = None
+
+
+@dataclass(frozen=True)
+class WatermarkConfig:
+    """The whole controller configuration."""
+
+    pools: tuple[PoolSpec, ...]
+    interval: float = DEFAULT_INTERVAL
+    lease: LeaseSpec = field(default_factory=LeaseSpec)
+
+    def lease_ttl(self) -> float:
+        """Lease lifetime: the configured ttl, else three intervals."""
+        return float(self.lease.ttl) if self.lease.ttl else 3.0 * self.interval
+
+
+def _int(value: object, where: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ConfigError(f"{where}: expected an integer >= {minimum}, got {value!r}")
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(f"{where}: expected an integer >= {minimum}, got {value!r}") from None
+    if number < minimum:
+        raise ConfigError(f"{where}: expected an integer >= {minimum}, got {value!r}")
+    return number
+
+
+def _seconds(value: object, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(f"{where}: expected a number of seconds > 0 (or null for no limit), got {value!r}")
+    return float(value)
+
+
+def _bool(value: object, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(f"{where}: expected true or false, got {value!r}")
+
+
+def _source(pool: str, raw: object) -> SourceSpec:
+    where = f"pools.{pool}.source"
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return SourceSpec("static", {"gpus": raw})
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: expected a mapping like {{type: static, gpus: 8}}, got {raw!r}")
+    options = dict(raw)
+    kind = options.pop("type", None)
+    if kind not in SOURCE_TYPES:
+        raise ConfigError(f"{where}.type: expected one of {', '.join(SOURCE_TYPES)}, got {kind!r}")
+    if kind == "static":
+        options["gpus"] = _int(options.get("gpus"), f"{where}.gpus")
+    if kind == "file" and not options.get("path"):
+        raise ConfigError(f"{where}.path: a file source needs the path of a file holding the GPU count")
+    if kind == "prometheus" and not options.get("url"):
+        raise ConfigError(f"{where}.url: a prometheus source needs the Prometheus base URL")
+    if "min_free_memory" in options:
+        try:
+            options["min_free_memory"] = parse_memory_mib(options["min_free_memory"])
+        except EstimateError as err:
+            raise ConfigError(f"{where}.min_free_memory: {err}") from None
+    if "max_utilization" in options:
+        options["max_utilization"] = _int(options["max_utilization"], f"{where}.max_utilization")
+    return SourceSpec(str(kind), options)
+
+
+def _pool(name: str, raw: object) -> PoolSpec:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"pools.{name}: expected a mapping with a 'source', got {raw!r}")
+    unknown = set(raw) - {
+        "source",
+        "floor",
+        "stale_intervals",
+        "reservation",
+        "backfill",
+        "include_deferred",
+        "source_timeout",
+    }
+    if unknown:
+        raise ConfigError(f"pools.{name}: unknown keys {sorted(unknown)}")
+    if "source" not in raw:
+        raise ConfigError(f"pools.{name}.source: missing (e.g. source: {{type: static, gpus: 8}})")
+    return PoolSpec(
+        name=name,
+        source=_source(name, raw["source"]),
+        floor=_int(raw.get("floor", 0), f"pools.{name}.floor"),
+        stale_intervals=_int(raw.get("stale_intervals", 3), f"pools.{name}.stale_intervals"),
+        reservation=_bool(raw.get("reservation", True), f"pools.{name}.reservation"),
+        backfill=_bool(raw.get("backfill", True), f"pools.{name}.backfill"),
+        include_deferred=_bool(raw.get("include_deferred", False), f"pools.{name}.include_deferred"),
+        source_timeout=_seconds(raw.get("source_timeout", 30.0), f"pools.{name}.source_timeout"),
+    )
+
+
+def parse_config(raw: Mapping[str, Any]) -> WatermarkConfig:
+    """Build a :class:`WatermarkConfig` from a parsed YAML/JSON document.
+
+    :raises ConfigError: naming the pool and key at fault.
+    """
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"watermark config: expected a mapping at the top level, got {type(raw).__name__}")
+    pools_raw = raw.get("pools")
+    if not isinstance(pools_raw, Mapping) or not pools_raw:
+        raise ConfigError("watermark config: 'pools' must map at least one pool name to its settings")
+    interval = raw.get("interval", DEFAULT_INTERVAL)
+    if isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0:
+        raise ConfigError(f"interval: expected a number of seconds > 0, got {interval!r}")
+    lease_raw = raw.get("lease", {}) or {}
+    if not isinstance(lease_raw, Mapping):
+        raise ConfigError(f"lease: expected a mapping, got {lease_raw!r}")
+    ttl = lease_raw.get("ttl")
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0):
+        raise ConfigError(f"lease.ttl: expected a number of seconds > 0, got {ttl!r}")
+    lease = LeaseSpec(
+        lock_file=lease_raw.get("lock_file", DEFAULT_LOCK_FILE),
+        variable=lease_raw.get("variable", DEFAULT_LEASE_VARIABLE),
+        ttl=float(ttl) if ttl is not None else None,
+    )
+    pools = tuple(_pool(str(name), spec) for name, spec in pools_raw.items())
+    return WatermarkConfig(pools=pools, interval=float(interval), lease=lease)
+
+
+def load_config(path: str | Path | None) -> WatermarkConfig:
+    """Read the configuration file (``.json``, else YAML); None = static pools from ``[gpu_dag] pools``.
+
+    :raises ConfigError: unreadable file, bad syntax, or invalid content.
+    """
+    if path is None:
+        from airflow_gpu_dag.config import pool_capacities
+
+        capacities = pool_capacities()
+        if not capacities:
+            raise ConfigError(
+                "no watermark config: pass --config FILE (YAML/JSON with 'pools') or set "
+                '[gpu_dag] pools = {"gpu_default": 8} for static pools'
+            )
+        return parse_config({"pools": {name: {"source": slots} for name, slots in capacities.items()}})
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as err:
+        raise ConfigError(f"watermark config {file}: cannot read it ({err})") from None
+    try:
+        if file.suffix == ".json":
+            raw = json.loads(text)
+        else:
+            import yaml
+
+            raw = yaml.safe_load(text)
+    except Exception as err:  # json.JSONDecodeError, yaml.YAMLError
+        raise ConfigError(f"watermark config {file}: not valid JSON/YAML ({err})") from None
+    try:
+        return parse_config(raw)
+    except ConfigError as err:
+        raise ConfigError(f"watermark config {file}: {err}") from None

@@ -1,0 +1,191 @@
+"""Only one active watermark controller: a host lock file plus a lease stored in an Airflow Variable.
+
+- :class:`FileLock`: ``fcntl.flock`` on a file. Controllers on the **same host** exclude each other;
+  the kernel releases the lock when the holder dies, so a standby takes over at its next tick.
+- :class:`VariableLease`: an Airflow Variable ``{"holder": id, "expires": epoch}`` written over REST,
+  for controllers on **several hosts**. The holder renews it every tick; a standby takes it once
+  ``expires`` has passed (the holder crashed or hung). Writes are read back to confirm ownership. The
+  REST API has no compare-and-swap, so two standbys racing for an expired lease at the same instant
+  may both believe they won for one tick; this is harmless because both compute the same pool sizes
+  from the same sources and REST state, and the read-back makes the loser stand down at its next tick.
+- :class:`ControllerLease` combines both (either may be disabled in the config).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Protocol
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ControllerLease", "FileLock", "Lease", "LeaseStore", "VariableLease", "default_holder_id"]
+
+
+def default_holder_id() -> str:
+    """``host:pid:random`` — unique per controller process."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Lease(Protocol):
+    """Something a controller must hold to act."""
+
+    def acquire(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+class FileLock:
+    """A non-blocking exclusive ``fcntl`` lock on ``path`` (one active controller per host)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._file: IO[str] | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock."""
+        return self._file is not None
+
+    def acquire(self) -> bool:
+        """Take the lock if free (or already ours); never blocks."""
+        if self._file is not None:
+            return True
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path, "a+")  # noqa: SIM115 - kept open while the lock is held
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            return False
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self._file = handle
+        return True
+
+    def release(self) -> None:
+        """Release the lock (no-op when not held)."""
+        if self._file is not None:
+            try:
+                fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
+            finally:
+                self._file.close()
+                self._file = None
+
+
+class LeaseStore(Protocol):
+    """Where a :class:`VariableLease` lives: the Variable calls of the REST client."""
+
+    def get_variable(self, key: str) -> str | None: ...
+
+    def create_variable(self, key: str, value: str, description: str = "") -> bool: ...
+
+    def put_variable(self, key: str, value: str, description: str = "") -> None: ...
+
+
+class VariableLease:
+    """A lease with holder id and expiry kept in an Airflow Variable (multi-host exclusion)."""
+
+    DESCRIPTION = "airflow-gpu-dag watermark controller lease (holder, expires epoch); do not edit"
+
+    def __init__(
+        self,
+        store: LeaseStore,
+        key: str,
+        holder: str,
+        ttl: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.key = key
+        self.holder = holder
+        self.ttl = float(ttl)
+        self._clock = clock
+        self.current_holder: str | None = None
+
+    def _read(self) -> tuple[str | None, float]:
+        raw = self.store.get_variable(self.key)
+        if raw is None:
+            return None, 0.0
+        try:
+            value = json.loads(raw)
+            return str(value["holder"]), float(value["expires"])
+        except (ValueError, KeyError, TypeError):
+            log.warning("lease variable %s holds unreadable %r; treating it as expired", self.key, raw[:80])
+            return "?", 0.0
+
+    def acquire(self) -> bool:
+        """Take or renew the lease; False while another holder's lease has not expired."""
+        now = self._clock()
+        holder, expires = self._read()
+        self.current_holder = holder
+        if holder is not None and holder != self.holder and expires > now:
+            return False
+        value = json.dumps({"holder": self.holder, "expires": now + self.ttl})
+        if holder is None:
+            if not self.store.create_variable(self.key, value, self.DESCRIPTION):
+                return self.acquire_after_race()
+        else:
+            self.store.put_variable(self.key, value, self.DESCRIPTION)
+        return self.acquire_after_race()
+
+    def acquire_after_race(self) -> bool:
+        """Read the lease back: ours only if our write is the one that stuck."""
+        holder, _ = self._read()
+        self.current_holder = holder
+        return holder == self.holder
+
+    def release(self) -> None:
+        """Expire our lease now so a standby takes over at once (no-op if not ours)."""
+        try:
+            holder, _ = self._read()
+            if holder == self.holder:
+                value = json.dumps({"holder": self.holder, "expires": 0})
+                self.store.put_variable(self.key, value, self.DESCRIPTION)
+        except Exception:
+            log.warning("could not release lease variable %s", self.key, exc_info=True)
+
+
+class ControllerLease:
+    """Both locks: the host file lock first (cheap), then the Variable lease."""
+
+    def __init__(self, file_lock: FileLock | None, variable_lease: VariableLease | None) -> None:
+        self.file_lock = file_lock
+        self.variable_lease = variable_lease
+
+    def acquire(self) -> bool:
+        """True when this controller may act this tick."""
+        if self.file_lock is not None and not self.file_lock.acquire():
+            return False
+        if self.variable_lease is not None:
+            try:
+                return self.variable_lease.acquire()
+            except Exception as err:
+                log.warning("lease variable unreachable (%s); standing by this tick", err)
+                return False
+        return True
+
+    def describe(self) -> str:
+        """Who holds what, for logs."""
+        parts = []
+        if self.file_lock is not None:
+            parts.append(f"lock file {self.file_lock.path}")
+        if self.variable_lease is not None:
+            parts.append(f"variable {self.variable_lease.key} held by {self.variable_lease.current_holder}")
+        return ", ".join(parts) or "no lease"
+
+    def release(self) -> None:
+        """Give up both (on shutdown)."""
+        if self.variable_lease is not None:
+            self.variable_lease.release()
+        if self.file_lock is not None:
+            self.file_lock.release()

@@ -1,0 +1,227 @@
+"""The controller's window on Airflow: pools, task instances and the lease Variable over REST.
+
+Everything goes through the public REST API (``/api/v2``) with a bearer token from
+``POST /auth/token``, so the controller needs no database access and can run anywhere that reaches
+the api-server. The password and token are never logged, never part of ``repr()``, and are
+registered with Airflow's secrets masker when it is available.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+__all__ = ["AirflowRestClient", "RestError", "duration_hint", "parse_time"]
+
+PAGE = 100
+
+
+class RestError(RuntimeError):
+    """A REST call failed; the message has the method, path and status, never credentials."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _mask(secret: str | None) -> None:
+    if not secret:
+        return
+    try:
+        from airflow.sdk.log import mask_secret
+
+        mask_secret(secret)
+    except Exception:  # masker unavailable outside a configured Airflow
+        log.debug("secrets masker not available")
+
+
+def parse_time(value: object) -> float | None:
+    """Epoch seconds of an ISO-8601 timestamp from the REST API (None stays None)."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def duration_hint(executor_config: object) -> float | None:
+    """The ``gpu_dag.duration_s`` hint from a task instance's ``executor_config``.
+
+    The REST API returns ``executor_config`` as ``str(dict)``; it is read with ``ast.literal_eval``
+    (never ``eval``). None when absent or unreadable.
+    """
+    config: object = executor_config
+    if isinstance(config, str):
+        try:
+            config = ast.literal_eval(config) if config.strip() else {}
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return None
+    if not isinstance(config, Mapping):
+        return None
+    hints = config.get("gpu_dag")
+    if not isinstance(hints, Mapping):
+        return None
+    try:
+        value = float(hints["duration_s"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return value if value >= 0 else None
+
+
+class AirflowRestClient:
+    """A small authenticated client for the Airflow 3 public REST API.
+
+    :param base_url: the api-server base URL, e.g. ``http://localhost:8080``.
+    :param username: login for ``POST /auth/token`` (None with ``token`` given).
+    :param password: password for ``POST /auth/token``.
+    :param token: a ready bearer token (skips the login).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        username: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+        timeout: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._username = username
+        self._password = password
+        self._token = token
+        _mask(password)
+        _mask(token)
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+
+    def __repr__(self) -> str:
+        return f"AirflowRestClient(base_url={self.base_url!r}, username={self._username!r})"
+
+    def close(self) -> None:
+        """Close the HTTP connection pool."""
+        self._http.close()
+
+    # -- auth ---------------------------------------------------------------------------------
+    def _login(self) -> str:
+        if self._username is None:
+            raise RestError("no token and no login: set the connection's login/password")
+        try:
+            response = self._http.post(
+                "/auth/token", json={"username": self._username, "password": self._password or ""}
+            )
+        except httpx.HTTPError as err:
+            raise RestError(f"POST /auth/token: {type(err).__name__}") from None
+        if response.status_code >= 300:
+            raise RestError(f"POST /auth/token: HTTP {response.status_code}", response.status_code)
+        token = response.json().get("access_token")
+        if not token:
+            raise RestError("POST /auth/token: no access_token in the answer")
+        _mask(token)
+        self._token = str(token)
+        return self._token
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """Call ``/api/v2{path}``; logs in (again on 401) as needed. Raises :class:`RestError`."""
+        for attempt in (1, 2):
+            token = self._token or self._login()
+            try:
+                response = self._http.request(
+                    method, f"/api/v2{path}", headers={"Authorization": f"Bearer {token}"}, **kwargs
+                )
+            except httpx.HTTPError as err:
+                raise RestError(f"{method} /api/v2{path}: {type(err).__name__}") from None
+            if response.status_code == 401 and attempt == 1 and self._username is not None:
+                self._token = None
+                continue
+            return response
+        raise AssertionError("unreachable")
+
+    def _json(self, method: str, path: str, ok: Iterable[int] = (200,), **kwargs: Any) -> Any:
+        response = self.request(method, path, **kwargs)
+        if response.status_code not in set(ok):
+            detail = response.text[:200].replace("\n", " ")
+            raise RestError(
+                f"{method} /api/v2{path}: HTTP {response.status_code} {detail}", response.status_code
+            )
+        return response.json() if response.content else None
+
+    # -- pools --------------------------------------------------------------------------------
+    def get_pool(self, name: str) -> dict[str, Any] | None:
+        """The pool as the REST API returns it, or None when it does not exist."""
+        response = self.request("GET", f"/pools/{quote(name, safe='')}")
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise RestError(f"GET /api/v2/pools/{name}: HTTP {response.status_code}", response.status_code)
+        return dict(response.json())
+
+    def set_pool(
+        self, name: str, slots: int, description: str, include_deferred: bool = False
+    ) -> dict[str, Any]:
+        """Set the pool's size and description (full-body PATCH), creating the pool when missing."""
+        body = {
+            "name": name,
+            "slots": int(slots),
+            "description": description,
+            "include_deferred": include_deferred,
+        }
+        response = self.request("PATCH", f"/pools/{quote(name, safe='')}", json=body)
+        if response.status_code == 404:
+            return dict(self._json("POST", "/pools", ok=(200, 201), json=body))
+        if response.status_code != 200:
+            raise RestError(f"PATCH /api/v2/pools/{name}: HTTP {response.status_code}", response.status_code)
+        return dict(response.json())
+
+    # -- task instances -----------------------------------------------------------------------
+    def task_instances(self, pools: Iterable[str], states: Iterable[str]) -> list[dict[str, Any]]:
+        """All task instances in ``pools`` with one of ``states``, across DAGs and runs (paginated)."""
+        params: list[tuple[str, str | int]] = [("pool", p) for p in pools]
+        params += [("state", s) for s in states]
+        found: list[dict[str, Any]] = []
+        offset = 0
+        while True:
+            page = self._json(
+                "GET",
+                "/dags/~/dagRuns/~/taskInstances",
+                params=[*params, ("limit", PAGE), ("offset", offset)],
+            )
+            items = list(page.get("task_instances", []))
+            found.extend(items)
+            offset += len(items)
+            total = page.get("total_entries")
+            if not items or len(items) < PAGE or (isinstance(total, int) and offset >= total):
+                return found
+
+    # -- variables (lease) --------------------------------------------------------------------
+    def get_variable(self, key: str) -> str | None:
+        """A Variable's value, or None when it does not exist."""
+        response = self.request("GET", f"/variables/{quote(key, safe='')}")
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise RestError(f"GET /api/v2/variables/{key}: HTTP {response.status_code}", response.status_code)
+        return str(response.json().get("value"))
+
+    def create_variable(self, key: str, value: str, description: str = "") -> bool:
+        """Create a Variable; False when it already exists (409)."""
+        body = {"key": key, "value": value, "description": description}
+        response = self.request("POST", "/variables", json=body)
+        if response.status_code == 409:
+            return False
+        if response.status_code not in (200, 201):
+            raise RestError(f"POST /api/v2/variables: HTTP {response.status_code}", response.status_code)
+        return True
+
+    def put_variable(self, key: str, value: str, description: str = "") -> None:
+        """Overwrite a Variable (full-body PATCH)."""
+        body = {"key": key, "value": value, "description": description}
+        self._json("PATCH", f"/variables/{quote(key, safe='')}", json=body)

@@ -1,0 +1,161 @@
+"""REST client (auth, pools, pagination), the connection hook, and that secrets never reach logs."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import httpx
+import pytest
+
+from airflow_gpu_dag.hooks.airflow_api import AirflowApiHook, base_url_of
+from airflow_gpu_dag.watermark.config import parse_config
+from airflow_gpu_dag.watermark.controller import WatermarkController
+from airflow_gpu_dag.watermark.pool_client import AirflowRestClient, RestError
+from airflow_gpu_dag.watermark.sources import CapacityReading, SourceError
+
+PASSWORD = "pa55-w0rd-SECRET"
+TOKEN = "tok-eyJhbGciOi-SECRET"
+
+
+class FakeApi:
+    """An api-server answering /auth/token, pools and task instances."""
+
+    def __init__(self) -> None:
+        self.pools: dict[str, dict[str, Any]] = {}
+        self.tis: list[dict[str, Any]] = []
+        self.logins = 0
+        self.expire_next = False
+        self.requests: list[httpx.Request] = []
+        self.fail_pools = False
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        path = request.url.path
+        if path == "/auth/token":
+            body = json.loads(request.content)
+            if body["password"] != PASSWORD:
+                return httpx.Response(401, json={"detail": "Invalid credentials"})
+            self.logins += 1
+            return httpx.Response(201, json={"access_token": TOKEN})
+        if request.headers.get("Authorization") != f"Bearer {TOKEN}" or self.expire_next:
+            self.expire_next = False
+            return httpx.Response(401, json={"detail": "Not authenticated"})
+        if path.startswith("/api/v2/pools"):
+            if self.fail_pools:
+                return httpx.Response(500, text="boom")
+            name = path.rsplit("/", 1)[-1]
+            if request.method == "GET":
+                return (
+                    httpx.Response(200, json=self.pools[name]) if name in self.pools else httpx.Response(404)
+                )
+            body = json.loads(request.content)
+            if request.method == "PATCH":
+                if name not in self.pools:
+                    return httpx.Response(404, json={"detail": "not found"})
+                if set(body) != {"name", "slots", "description", "include_deferred"}:
+                    return httpx.Response(422)
+            self.pools[body["name"]] = body
+            return httpx.Response(201 if request.method == "POST" else 200, json=body)
+        if path == "/api/v2/dags/~/dagRuns/~/taskInstances":
+            offset = int(request.url.params["offset"])
+            limit = int(request.url.params["limit"])
+            page = self.tis[offset : offset + limit]
+            return httpx.Response(200, json={"task_instances": page, "total_entries": len(self.tis)})
+        return httpx.Response(404)
+
+
+def client(api: FakeApi, password: str = PASSWORD) -> AirflowRestClient:
+    return AirflowRestClient(
+        "http://api:8080/", "admin", password, transport=httpx.MockTransport(api.handler)
+    )
+
+
+def test_login_create_patch_and_relogin_on_expiry() -> None:
+    api = FakeApi()
+    rest = client(api)
+    assert rest.get_pool("gpu") is None
+    rest.set_pool("gpu", 4, "first")  # PATCH 404 -> POST
+    rest.set_pool("gpu", 2, "second")  # full-body PATCH
+    assert api.pools["gpu"] == {"name": "gpu", "slots": 2, "description": "second", "include_deferred": False}
+    api.expire_next = True
+    assert rest.get_pool("gpu")["slots"] == 2  # type: ignore[index]
+    assert api.logins == 2
+    methods = [(r.method, r.url.path) for r in api.requests[:4]]
+    assert methods == [
+        ("POST", "/auth/token"),
+        ("GET", "/api/v2/pools/gpu"),
+        ("PATCH", "/api/v2/pools/gpu"),
+        ("POST", "/api/v2/pools"),
+    ]
+
+
+def test_task_instances_are_paginated() -> None:
+    api = FakeApi()
+    api.tis = [{"task_id": f"t{i}"} for i in range(230)]
+    rest = client(api)
+    found = rest.task_instances(["gpu", "cpu"], ["scheduled", "running"])
+    assert [t["task_id"] for t in found] == [f"t{i}" for i in range(230)]
+    params = api.requests[-1].url.params
+    assert params.get_list("pool") == ["gpu", "cpu"] and params.get_list("state") == ["scheduled", "running"]
+
+
+def test_bad_password_is_a_clear_error_without_the_password() -> None:
+    with pytest.raises(RestError, match=r"POST /auth/token: HTTP 401") as err:
+        client(FakeApi(), password="wrong-SECRET").get_pool("gpu")
+    assert "SECRET" not in str(err.value)
+
+
+class _Failing:
+    kind = "fake"
+
+    def read(self) -> CapacityReading:
+        raise SourceError("exporter down")
+
+
+def test_secrets_never_reach_logs_or_repr(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    api = FakeApi()
+    rest = client(api)
+    config = parse_config(
+        {
+            "pools": {"gpu": {"source": 2}, "gpu2": {"source": 2}},
+            "lease": {"lock_file": None, "variable": None},
+        }
+    )
+    controller = WatermarkController(config, rest, {"gpu2": _Failing()}, default_duration=60)
+    controller.tick()
+    api.fail_pools = True
+    with pytest.raises(RestError):
+        controller.tick()
+    api.fail_pools = False
+    api.expire_next = True
+    controller.tick()
+    text = caplog.text + repr(rest) + repr(controller.__dict__)
+    assert "pool gpu:" in caplog.text and "exporter down" in caplog.text  # it did log
+    assert PASSWORD not in text and TOKEN not in text
+    assert "SECRET" not in text
+
+
+def test_hook_builds_client_from_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_GPU_DAG_API", f"http://admin:{PASSWORD}@localhost:8080")
+    rest = AirflowApiHook().get_client()
+    assert rest.base_url == "http://localhost:8080"
+    assert PASSWORD not in repr(rest)
+    monkeypatch.setenv("AIRFLOW_CONN_OTHER", json.dumps({"conn_type": "http", "host": "", "login": "x"}))
+    with pytest.raises(ValueError, match="connection 'other': the connection has no host"):
+        AirflowApiHook("other").get_client()
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "expected"),
+    [
+        ("http://api:8080/", None, "http://api:8080"),
+        ("https://api.example.com", 8443, "https://api.example.com:8443"),
+        ("api", 8080, "http://api:8080"),
+        ("api", None, "http://api"),
+    ],
+)
+def test_base_url_of(host: str, port: int | None, expected: str) -> None:
+    assert base_url_of(host, port) == expected

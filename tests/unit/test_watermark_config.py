@@ -1,0 +1,163 @@
+"""Watermark configuration file, lease/lock primitives, and the CLI entry point's arguments."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from airflow_gpu_dag.watermark.config import ConfigError, load_config, parse_config
+from airflow_gpu_dag.watermark.lock import FileLock, VariableLease
+
+YAML = """
+interval: 30
+lease: {lock_file: null, variable: wm_lease, ttl: 90}
+pools:
+  gpu_a100:
+    source: {type: nvml, min_free_memory: 40GiB, max_utilization: 10}
+    floor: 1
+    stale_intervals: 2
+  gpu_k8s:
+    source: {type: kubernetes, label_selector: "gpu=a100"}
+    backfill: false
+  gpu_prom:
+    source: {type: prometheus, url: "http://prom:9090", selector: '{Hostname=~"gpu-.*"}'}
+  gpu_fixed:
+    source: 8
+"""
+
+
+def test_yaml_config(tmp_path: Path) -> None:
+    path = tmp_path / "wm.yaml"
+    path.write_text(YAML)
+    config = load_config(path)
+    assert config.interval == 30 and config.lease.variable == "wm_lease" and config.lease_ttl() == 90
+    assert config.lease.lock_file is None
+    pools = {p.name: p for p in config.pools}
+    assert pools["gpu_a100"].source.options == {"min_free_memory": 40960, "max_utilization": 10}
+    assert (pools["gpu_a100"].floor, pools["gpu_a100"].stale_intervals) == (1, 2)
+    assert pools["gpu_k8s"].backfill is False
+    assert pools["gpu_fixed"].source.type == "static" and pools["gpu_fixed"].source.options == {"gpus": 8}
+
+
+def test_json_config_and_default_ttl(tmp_path: Path) -> None:
+    path = tmp_path / "wm.json"
+    path.write_text(json.dumps({"interval": 5, "pools": {"gpu": {"source": {"type": "static", "gpus": 2}}}}))
+    config = load_config(path)
+    assert config.lease_ttl() == 15 and config.lease.lock_file and config.lease.variable
+
+
+def test_default_config_from_gpu_dag_pools(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 8}')
+    config = load_config(None)
+    assert [(p.name, p.source.options["gpus"]) for p in config.pools] == [("gpu_default", 8)]
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({}, "'pools' must map at least one pool"),
+        ({"pools": {"g": {"floor": 1}}}, r"pools.g.source: missing"),
+        ({"pools": {"g": {"source": {"type": "magic"}}}}, r"pools.g.source.type: expected one of"),
+        ({"pools": {"g": {"source": {"type": "static"}}}}, r"pools.g.source.gpus"),
+        ({"pools": {"g": {"source": 2, "flor": 1}}}, r"pools.g: unknown keys \['flor'\]"),
+        ({"pools": {"g": {"source": 2, "floor": -1}}}, r"pools.g.floor: expected an integer >= 0"),
+        ({"pools": {"g": {"source": {"type": "prometheus"}}}}, r"pools.g.source.url"),
+        ({"pools": {"g": {"source": {"type": "nvml", "min_free_memory": "lots"}}}}, r"min_free_memory"),
+        ({"pools": {"g": {"source": 2}}, "interval": 0}, "interval: expected a number of seconds > 0"),
+        (
+            {"pools": {"g": {"source": 2, "reservation": "yes"}}},
+            "pools.g.reservation: expected true or false",
+        ),
+    ],
+)
+def test_config_errors_name_the_key(raw: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config(raw)
+
+
+def test_unreadable_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read it"):
+        load_config(tmp_path / "absent.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pools: [unclosed")
+    with pytest.raises(ConfigError, match="not valid JSON/YAML"):
+        load_config(bad)
+
+
+def test_file_lock_excludes_and_is_freed_when_the_holder_dies(tmp_path: Path) -> None:
+    path = tmp_path / "wm.lock"
+    first, second = FileLock(path), FileLock(path)
+    assert first.acquire() and first.acquire()  # re-entrant for its holder
+    assert not second.acquire()
+    first.release()
+    assert second.acquire()
+    second.release()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import fcntl,sys,time;f=open({str(path)!r},'a');fcntl.flock(f,fcntl.LOCK_EX);"
+            "print('locked',flush=True);time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        assert not first.acquire()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert first.acquire()  # the kernel released the dead holder's lock
+    first.release()
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+
+    def get_variable(self, key: str) -> str | None:
+        return self.values.get(key)
+
+    def create_variable(self, key: str, value: str, description: str = "") -> bool:
+        if key in self.values:
+            return False
+        self.values[key] = value
+        return True
+
+    def put_variable(self, key: str, value: str, description: str = "") -> None:
+        self.values[key] = value
+
+
+def test_variable_lease_expiry_takeover_and_release() -> None:
+    store, now = MemoryStore(), {"t": 1000.0}
+    a = VariableLease(store, "lease", "a", ttl=30, clock=lambda: now["t"])
+    b = VariableLease(store, "lease", "b", ttl=30, clock=lambda: now["t"])
+    assert a.acquire() and not b.acquire() and b.current_holder == "a"
+    now["t"] += 29
+    assert a.acquire() and not b.acquire()
+    now["t"] += 31
+    assert b.acquire() and not a.acquire()
+    b.release()
+    assert a.acquire()
+    store.values["lease"] = "garbage"
+    assert b.acquire()  # an unreadable lease counts as expired
+
+
+def test_cli_arguments_parse() -> None:
+    import argparse
+
+    from airflow_gpu_dag.cli.watermark_command import WATERMARK_ARGS, WATERMARK_COMMAND
+
+    parser = argparse.ArgumentParser()
+    for arg in WATERMARK_ARGS:
+        arg.add_to_parser(parser)
+    args = parser.parse_args(["--once", "--interval", "2.5", "--config", "x.yaml"])
+    assert (args.once, args.interval, args.config, args.conn_id) == (True, 2.5, "x.yaml", "gpu_dag_api")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--interval", "-1"])
+    assert WATERMARK_COMMAND.name == "watermark"
