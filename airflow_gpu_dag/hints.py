@@ -36,6 +36,7 @@ def gpu_hints(
     gpu_type: str | None = None,
     inputs: Iterable[str] = (),
     outputs: Iterable[str] = (),
+    awaits: Iterable[str] = (),
     executor_config: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Return an ``executor_config`` dict carrying the hints (merged into ``executor_config``).
@@ -46,6 +47,7 @@ def gpu_hints(
     :param gpu_type: GPU family (``"a100"``, ``"h100"``); None = any.
     :param inputs: dataset paths/URIs the task reads (used to find hidden dependencies).
     :param outputs: dataset paths/URIs the task writes.
+    :param awaits: dataset paths/URIs whose completeness the task waits for (completeness sensors).
     :param executor_config: an existing executor_config (e.g. with ``pod_override``) to merge into.
     """
     hints: dict[str, Any] = {}
@@ -72,6 +74,8 @@ def gpu_hints(
         hints["inputs"] = [str(p) for p in inputs]
     if outputs:
         hints["outputs"] = [str(p) for p in outputs]
+    if awaits:
+        hints["awaits"] = [str(p) for p in awaits]
     return merge_hints(executor_config, hints)
 
 

@@ -106,5 +106,6 @@ def _read_node(
         retries=int(getattr(task, "retries", 0) or 0),
         inputs=tuple(str(p) for p in hints.get("inputs", ()) or ()),
         outputs=tuple(str(p) for p in hints.get("outputs", ()) or ()),
+        awaits=tuple(str(p) for p in hints.get("awaits", ()) or ()),
         duration_declared=declared,
     )

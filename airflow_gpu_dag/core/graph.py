@@ -34,7 +34,8 @@ class TaskNode:
     ``duration`` is the estimated run time in seconds; ``duration_declared`` is False when the
     estimate is a default filled in because the task declared none. ``gpu`` is None for a task that
     needs no GPU. ``inputs``/``outputs`` are the dataset paths or URIs the task reads and writes
-    (used to find hidden dependencies).
+    (used to find hidden dependencies); ``awaits`` are paths the task waits to be *complete* (a
+    completeness sensor), which orders every reader downstream of it after the writer's data.
     """
 
     task_id: str
@@ -45,6 +46,7 @@ class TaskNode:
     retries: int = 0
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
+    awaits: tuple[str, ...] = ()
     duration_declared: bool = True
     attrs: dict[str, object] = field(default_factory=dict)
 

@@ -16,8 +16,10 @@ from airflow_gpu_dag.core.resources import format_duration
 __all__ = [
     "Finding",
     "GraphValidationError",
+    "HiddenDependency",
     "ValidationPolicy",
     "find_hidden_dependencies",
+    "hidden_dependency_pairs",
     "validate_graph",
 ]
 
@@ -215,12 +217,13 @@ def _check_estimates(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Fin
             )
 
 
-def _normalise(path: str) -> str:
+def normalise_path(path: str) -> str:
+    """Strip blanks and trailing slashes (``/`` stays ``/``)."""
     path = path.strip()
     return path.rstrip("/") or "/"
 
 
-def _overlaps(a: str, b: str) -> bool:
+def paths_overlap(a: str, b: str) -> bool:
     """True when one path equals or contains the other (by whole path components)."""
     if a == b:
         return True
@@ -228,20 +231,33 @@ def _overlaps(a: str, b: str) -> bool:
     return long_.startswith(short if short.endswith("/") else short + "/")
 
 
-def find_hidden_dependencies(graph: TaskGraph) -> list[Finding]:
+@dataclass(frozen=True)
+class HiddenDependency:
+    """A writer and another task touching overlapping paths with nothing ordering them."""
+
+    writer: str
+    writer_path: str
+    other: str
+    other_path: str
+    other_writes: bool
+
+
+def hidden_dependency_pairs(graph: TaskGraph) -> list[HiddenDependency]:
     """Pairs of tasks touching the same dataset path (equal, or one containing the other) where at
     least one writes it and neither is upstream of the other: the reader may see a half-written
-    dataset, or two writers race. Assumes an acyclic graph."""
+    dataset, or two writers race. A reader is safe when it, or a task upstream of it, awaits the
+    completeness of an overlapping path (a completeness sensor). Assumes an acyclic graph."""
     touches: list[tuple[str, str, bool]] = []  # (path, task_id, writes)
     for node in graph.nodes.values():
         for path in node.outputs:
-            touches.append((_normalise(path), node.task_id, True))
+            touches.append((normalise_path(path), node.task_id, True))
         for path in node.inputs:
-            touches.append((_normalise(path), node.task_id, False))
+            touches.append((normalise_path(path), node.task_id, False))
     if not touches:
         return []
     touches.sort()
     descendants: dict[str, set[str]] = {}
+    awaited: dict[str, list[str]] = {}
 
     def ordered(a: str, b: str) -> bool:
         for x, y in ((a, b), (b, a)):
@@ -251,11 +267,17 @@ def find_hidden_dependencies(graph: TaskGraph) -> list[Finding]:
                 return True
         return False
 
-    findings: list[Finding] = []
+    def guarded(reader: str, path: str) -> bool:
+        if reader not in awaited:
+            waits = [reader, *graph.ancestors(reader)]
+            awaited[reader] = [normalise_path(p) for t in waits for p in graph.nodes[t].awaits]
+        return any(paths_overlap(path, p) for p in awaited[reader])
+
+    pairs: list[HiddenDependency] = []
     reported: set[tuple[str, str]] = set()
     for i, (path_a, task_a, writes_a) in enumerate(touches):
         for path_b, task_b, writes_b in touches[i + 1 :]:
-            if not _overlaps(path_a, path_b):
+            if not paths_overlap(path_a, path_b):
                 if not path_b.startswith(path_a):
                     break  # sorted: no later path can be inside path_a
                 continue
@@ -264,21 +286,30 @@ def find_hidden_dependencies(graph: TaskGraph) -> list[Finding]:
             pair = (min(task_a, task_b), max(task_a, task_b))
             if pair in reported or ordered(task_a, task_b):
                 continue
-            reported.add(pair)
             if writes_a:
-                writer, writer_path, other, other_path = task_a, path_a, task_b, path_b
+                found = HiddenDependency(task_a, path_a, task_b, path_b, writes_b)
             else:
-                writer, writer_path, other, other_path = task_b, path_b, task_a, path_a
-            what = "also writes" if writes_a and writes_b else "reads"
-            findings.append(
-                Finding(
-                    WARNING,
-                    "hidden-dependency",
-                    graph.dag_id,
-                    other,
-                    f"{other!r} {what} {other_path!r}, which overlaps {writer_path!r} written by "
-                    f"{writer!r}, with no dependency between the two tasks.",
-                    f"add the edge {writer} >> {other}, or a completeness sensor on the dataset.",
-                )
-            )
-    return findings
+                found = HiddenDependency(task_b, path_b, task_a, path_a, writes_a)
+            if not found.other_writes and guarded(found.other, found.writer_path):
+                continue
+            reported.add(pair)
+            pairs.append(found)
+    return pairs
+
+
+def find_hidden_dependencies(graph: TaskGraph) -> list[Finding]:
+    """:func:`hidden_dependency_pairs` as lint findings (warnings on the non-writing / second task)."""
+    return [
+        Finding(
+            WARNING,
+            "hidden-dependency",
+            graph.dag_id,
+            dep.other,
+            f"{dep.other!r} {'also writes' if dep.other_writes else 'reads'} {dep.other_path!r}, which "
+            f"overlaps {dep.writer_path!r} written by {dep.writer!r}, with no dependency between the two "
+            "tasks.",
+            f"add the edge {dep.writer} >> {dep.other}, or a completeness sensor on the dataset "
+            "(airflow_gpu_dag.edges.fix_hidden_dependencies does either).",
+        )
+        for dep in hidden_dependency_pairs(graph)
+    ]

@@ -18,13 +18,12 @@ overlapping paths that are not ordered. This opt-in helper repairs each one, vis
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from airflow_gpu_dag.airflow.graph import build_task_graph
-from airflow_gpu_dag.core.validation import _normalise, _overlaps, find_hidden_dependencies
+from airflow_gpu_dag.core.validation import HiddenDependency, hidden_dependency_pairs
 from airflow_gpu_dag.edges._wiring import labelled
 from airflow_gpu_dag.sensors.dataset import DatasetCompleteSensor
 
@@ -44,25 +43,10 @@ class HiddenDependencyFix:
     added: str | None = None
 
 
-_FIX = re.compile(r"^add the edge (?P<writer>.+?) >> (?P<other>.+?), or ")
-
-
-def _pairs(dag: Any) -> list[tuple[str, str, str, bool]]:
-    """(writer, other, writer_path, other_writes) for each hidden dependency, in lint order."""
+def _pairs(dag: Any) -> list[HiddenDependency]:
+    """The hidden dependencies of ``dag``, in lint order."""
     graph, _ = build_task_graph(dag)
-    result = []
-    for finding in find_hidden_dependencies(graph):
-        match = _FIX.match(finding.fix)
-        if not match or match["writer"] not in graph.nodes or match["other"] not in graph.nodes:
-            continue
-        writer, other = graph.nodes[match["writer"]], graph.nodes[match["other"]]
-        theirs = [(p, True) for p in other.outputs] + [(p, False) for p in other.inputs]
-        for out in writer.outputs:
-            hit = next((w for p, w in theirs if _overlaps(_normalise(out), _normalise(p))), None)
-            if hit is not None:
-                result.append((writer.task_id, other.task_id, out, hit))
-                break
-    return result
+    return hidden_dependency_pairs(graph)
 
 
 def fix_hidden_dependencies(
@@ -83,7 +67,8 @@ def fix_hidden_dependencies(
             f"DAG {dag.dag_id!r}: fix_hidden_dependencies(mode={mode!r}) is unknown; use 'edge' or 'sensor'."
         )
     fixes: list[HiddenDependencyFix] = []
-    for writer_id, other_id, path, other_writes in _pairs(dag):
+    for dep in _pairs(dag):
+        writer_id, other_id, path, other_writes = dep.writer, dep.other, dep.writer_path, dep.other_writes
         writer = dag.get_task(writer_id)
         other = dag.get_task(other_id)
         if mode == "edge" or other_writes:

@@ -242,6 +242,10 @@ def test_fix_hidden_dependencies_sensor_mode() -> None:
     sensor = dag.get_task(reader_fix.added)
     assert isinstance(sensor, DatasetCompleteSensor) and sensor.path == "/lake/clean"
     assert _kinds(dag)[(reader_fix.added, "train")] == "data"
+    # the sensor declares what it awaits, so the lint sees the reader as ordered after complete data
+    graph, _ = build_task_graph(dag)
+    assert graph.nodes[reader_fix.added].awaits == ("/lake/clean",)
+    assert find_hidden_dependencies(graph) == []
     # two writers always get an edge
     assert any(f.how == "edge" for f in by_other.values())
     with pytest.raises(ValueError, match=r"mode='fence'"):

@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 from airflow_gpu_dag.core import GpuRequest, TaskGraph, TaskNode, ValidationPolicy, validate_graph
-from airflow_gpu_dag.core.validation import GraphValidationError, find_hidden_dependencies
+from airflow_gpu_dag.core.validation import (
+    GraphValidationError,
+    find_hidden_dependencies,
+    hidden_dependency_pairs,
+)
 
 
 def _codes(report) -> list[tuple[str, str | None]]:  # type: ignore[no-untyped-def]
@@ -97,3 +101,19 @@ def test_two_unordered_writers() -> None:
     assert "also writes" in finding.message
     graph.add_edge("a", "b")
     assert find_hidden_dependencies(graph) == []
+
+
+def test_completeness_sensor_upstream_guards_the_reader() -> None:
+    graph = TaskGraph("guard")
+    graph.add_task(TaskNode("write", duration=1200, outputs=("/lake/clean",)))
+    graph.add_task(TaskNode("wait", duration=0, awaits=("/lake/clean/",)))
+    graph.add_task(TaskNode("read", duration=1200, inputs=("/lake/clean/part-0",)))
+    graph.add_task(TaskNode("unguarded", duration=1200, inputs=("/lake/clean",)))
+    graph.add_edge("wait", "read")
+    (finding,) = find_hidden_dependencies(graph)
+    assert finding.task_id == "unguarded"
+    # a second writer is still a race: awaiting completeness does not order writes
+    graph.add_task(TaskNode("rewrite", duration=1200, outputs=("/lake/clean",)))
+    graph.add_edge("wait", "rewrite")
+    pairs = {(d.writer, d.other, d.other_writes) for d in hidden_dependency_pairs(graph)}
+    assert pairs == {("write", "unguarded", False), ("rewrite", "write", True)}
