@@ -1,0 +1,564 @@
+"""Timeout fallback ladder: if a task cannot *start* in time, run a smaller or different variant.
+
+A ladder is an ordered list of :class:`Rung` s, e.g. "8x a100; if not started within 20 min, 4x a100
+with batch size 32 and gradient accumulation 2; if that is not started within 20 min either, 8x
+h100; then fail". :func:`fallback_ladder` turns it into ordinary Airflow tasks inside a task group,
+so the graph view shows every rung and which one ran::
+
+    train = fallback_ladder(
+        "train",
+        [
+            Rung("8x_a100", gpus=8, gpu_type="a100", start_within="20m", params={"bs": 64, "accum": 1}),
+            Rung("4x_a100", gpus=4, gpu_type="a100", start_within="20m", params={"bs": 32, "accum": 2}),
+            Rung("8x_h100", gpus=8, gpu_type="h100", start_within="20m", params={"bs": 64, "accum": 1}),
+        ],
+        lambda rung: BashOperator(
+            task_id=rung.name,
+            bash_command=f"python train.py --bs {rung.params['bs']} --accum {rung.params['accum']}",
+        ),
+    )
+    prepare >> train >> evaluate          # evaluate gets train.output: the result of the rung that ran
+
+Tasks of the group ``train`` (rung *i* = ``train.<name>``):
+
+``train.<name>``
+    the rung's work, built by your factory (any operator: bash, python, KubernetesPodOperator). Its
+    pool and pool slots default to ``gpu_<type>`` / the GPU count, its ``executor_config`` gets the
+    GPU hints.
+``train.<name>_start_deadline``
+    (rungs with ``start_within`` whose task waits in an Airflow pool) a sensor running beside the
+    rung. It reads the rung's state through the Task SDK (no REST credentials).
+    As soon as the rung is queued or running it succeeds; if the rung is still waiting for pool slots
+    after ``start_within``, it marks the reason in XCom and skips the waiting rung (the Execution
+    API's skip only touches task instances that are not running/finished, so a rung that started in
+    the meantime is never skipped: no race), which takes it out of the pool queue.
+``train.fallback_to_<next>``
+    (trigger rule ``all_done``) decides from the rung's final state and the recorded reason: the
+    rung did not start in time -> succeed, so the next rung (its downstream) runs; anything else
+    (the rung succeeded, failed after it started, or never became ready) -> skip, so no later rung
+    runs and the rung's own outcome decides the run.
+``train.exhausted``
+    the same decision after the last rung, except that "did not start" fails the task with the
+    reasons of every rung: the DAG run fails truthfully.
+``train.result``
+    (trigger rule ``one_success``) returns the XCom result of the rung that succeeded and pushes
+    ``rung`` (its name) under the key ``fallback_rung``. A rung that failed after starting makes it
+    ``upstream_failed``, and the run fails.
+
+"Not started within T" is detected in one of two ways:
+
+- **waiting for an Airflow pool** (local hosts, Celery): the ``_start_deadline`` watcher above;
+- **inside the task**: the task itself gives up waiting (e.g. Kubernetes: the pod was not scheduled
+  within ``schedule_timeout_seconds``; a lease that could not be taken) and raises
+  :class:`NotStartedInTime` after :func:`mark_not_started`. :class:`GpuKubernetesPodOperator
+  <airflow_gpu_dag.operators.kubernetes.GpuKubernetesPodOperator>` does this, and the ladder sets
+  its ``schedule_timeout_seconds`` to the rung's ``start_within``.
+
+Only the "not started" outcome moves down the ladder: a rung that started and then crashed is a
+real failure (its retries apply) and is not hidden by running a smaller variant.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator, BaseSensorOperator, PokeReturnValue, TaskGroup
+from airflow.sdk.bases.skipmixin import SkipMixin
+from airflow.sdk.definitions._internal.mixins import DependencyMixin
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_duration
+from airflow_gpu_dag.hints import HINTS_KEY, gpu_hints, read_hints
+from airflow_gpu_dag.pools import pool_for_gpu_type
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from airflow.sdk.definitions.xcom_arg import XComArg
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "FALLBACK_XCOM_KEY",
+    "RUNG_XCOM_KEY",
+    "FallbackDecision",
+    "FallbackError",
+    "FallbackLadder",
+    "FallbackResult",
+    "NotStartedInTime",
+    "Rung",
+    "StartDeadlineSensor",
+    "fallback_ladder",
+    "mark_not_started",
+]
+
+#: XCom key under which a task or watcher records that a rung did not start in time.
+FALLBACK_XCOM_KEY = "gpu_dag_fallback"
+#: XCom key of ``<ladder>.result`` naming the rung whose result it returns.
+RUNG_XCOM_KEY = "fallback_rung"
+#: Task states of a rung that has not got its resources yet.
+NOT_STARTED_STATES = frozenset({None, "none", "scheduled"})
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+class FallbackError(ValueError):
+    """A ladder that cannot work as written; the message names the ladder, the rung and the fix."""
+
+
+class NotStartedInTime(AirflowFailException):
+    """A task could not get its resources within its deadline (it never started its work).
+
+    Subclass of ``AirflowFailException``: the task fails without retries, because retrying is the
+    same as waiting longer; make the deadline longer instead. Raise it after
+    :func:`mark_not_started` so a fallback ladder can tell this failure from a crash.
+    """
+
+
+def mark_not_started(context: Context, reason: str) -> None:
+    """Record in XCom that this task did not start its work in time (read by the ladder)."""
+    context["ti"].xcom_push(key=FALLBACK_XCOM_KEY, value={"outcome": "not_started", "reason": reason})
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One variant of the work, tried in ladder order.
+
+    :param name: task id of the rung inside the ladder's group (``[A-Za-z0-9_-]``).
+    :param gpus: GPUs the rung needs (pool slots); None for a rung without GPUs.
+    :param gpu_type: GPU type (``gpu_<type>`` pool, Kubernetes product affinity); None = any.
+    :param start_within: how long the rung may wait to *start* (``"20m"``, seconds, timedelta);
+        None: wait as long as it takes (only sensible on the last rung).
+    :param params: arguments that change with the rung (batch size, gradient accumulation, ...),
+        for the factory to use.
+    :param duration: estimated run time, stored in the GPU hints (``"2h"``).
+    :param pool: Airflow pool; default ``gpu_<type>`` / ``gpu_default`` when ``gpus`` is set.
+    :param watch: add the ``_start_deadline`` watcher (pool waits). None = when ``start_within`` is
+        set and the rung's task does not detect "not started" itself.
+    """
+
+    name: str
+    gpus: int | None = None
+    gpu_type: str | None = None
+    start_within: float | str | datetime.timedelta | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+    duration: float | str | datetime.timedelta | None = None
+    pool: str | None = None
+    watch: bool | None = None
+
+    @property
+    def start_within_seconds(self) -> float | None:
+        """``start_within`` in seconds (None when unset)."""
+        return None if self.start_within is None else parse_duration(self.start_within)
+
+    @property
+    def pool_name(self) -> str | None:
+        """The rung's Airflow pool (explicit, or derived from the GPU type when it needs GPUs)."""
+        if self.pool:
+            return self.pool
+        return pool_for_gpu_type(self.gpu_type) if self.gpus else None
+
+    def describe(self) -> str:
+        """``8x a100 (start within 20m)``."""
+        text = GpuRequest(int(self.gpus), None, self.gpu_type).describe() if self.gpus else self.name
+        if self.start_within is not None:
+            text += f" (start within {int(parse_duration(self.start_within))}s)"
+        return text
+
+
+def _task_states(context: Context, task_ids: Sequence[str]) -> dict[str, str | None]:
+    """States of ``task_ids`` in this DAG run, through the Task SDK (Execution API)."""
+    ti = context["ti"]
+    run_id = context["run_id"]
+    found = ti.get_task_states(dag_id=ti.dag_id, task_ids=list(task_ids), run_ids=[run_id])
+    by_task = (found or {}).get(run_id, {}) or {}
+    return {task_id: _state_str(by_task.get(task_id)) for task_id in task_ids}
+
+
+def _state_str(state: Any) -> str | None:
+    if state is None:
+        return None
+    return str(getattr(state, "value", state))
+
+
+class StartDeadlineSensor(BaseSensorOperator, SkipMixin):
+    """Watch a task of the same run; if it has not started after ``start_within``, skip it.
+
+    Succeeds with XCom ``{"outcome": "started", "state": ...}`` as soon as the watched task is
+    queued, running or finished. After the deadline it pushes ``{"outcome": "not_started", ...}``
+    under :data:`FALLBACK_XCOM_KEY` and skips the watched task, which removes it from its pool's
+    queue (a task instance that is already running or finished is left alone by the skip).
+
+    Runs in ``poke`` mode by default: one worker slot for at most ``start_within``. ``reschedule``
+    mode frees the slot between checks, but with a short ``poke_interval`` Airflow 3.3's scheduler
+    can see the previous check's executor event after it re-queued the sensor and fail it as
+    "state changed externally" (observed here with a 2 s interval); use it with intervals of a
+    minute or more.
+    """
+
+    ui_color = "#fde9c8"
+
+    def __init__(
+        self,
+        *,
+        watched_task_id: str,
+        start_within: float | str | datetime.timedelta,
+        poke_interval: float = 10,
+        mode: str = "poke",
+        **kwargs: Any,
+    ) -> None:
+        self.start_within = parse_duration(start_within)
+        kwargs.setdefault("timeout", self.start_within + max(3600.0, 10 * float(poke_interval)))
+        super().__init__(poke_interval=poke_interval, mode=mode, **kwargs)
+        self.watched_task_id = watched_task_id
+        self._first_poke: float | None = None
+
+    def _waited(self, context: Context) -> float:
+        """Seconds since the watch began: the first reschedule (reschedule mode) or this try's start."""
+        ti = context["ti"]
+        first = ti.get_first_reschedule_date(context) if self.reschedule else None
+        if first is None:
+            first = getattr(ti, "start_date", None)
+        if first is not None:
+            return (datetime.datetime.now(datetime.UTC) - first).total_seconds()
+        if self._first_poke is None:
+            self._first_poke = time.monotonic()
+        return time.monotonic() - self._first_poke
+
+    def poke(self, context: Context) -> bool | PokeReturnValue:
+        state = _task_states(context, [self.watched_task_id])[self.watched_task_id]
+        if state not in NOT_STARTED_STATES:
+            self.log.info("%s is %s: it got its resources in time", self.watched_task_id, state)
+            return PokeReturnValue(is_done=True, xcom_value={"outcome": "started", "state": state})
+        waited = self._waited(context)
+        if waited < self.start_within:
+            self.log.info(
+                "%s still waiting (%s) after %.0fs of %.0fs",
+                self.watched_task_id,
+                state,
+                waited,
+                self.start_within,
+            )
+            return False
+        reason = (
+            f"{self.watched_task_id} did not start within {self.start_within:.0f}s "
+            f"(still {state or 'not scheduled'} after {waited:.0f}s: its pool had no room)"
+        )
+        self.log.warning("%s; skipping it so the next rung can run", reason)
+        context["ti"].xcom_push(
+            key=FALLBACK_XCOM_KEY, value={"outcome": "not_started", "reason": reason, "by": self.task_id}
+        )
+        watched = self.get_dag().get_task(self.watched_task_id)  # type: ignore[union-attr]
+        self.skip(context["ti"], [watched])  # raises DownstreamTasksSkipped: this task ends "success"
+        return True  # pragma: no cover - skip() raises
+
+
+def _not_started_reason(
+    context: Context, rung_task_id: str, watcher_task_id: str | None
+) -> tuple[str | None, str | None]:
+    """``(reason, rung_state)``: reason is set when the rung provably did not start in time."""
+    ids = [rung_task_id] + ([watcher_task_id] if watcher_task_id else [])
+    states = _task_states(context, ids)
+    rung_state = states[rung_task_id]
+    ti = context["ti"]
+    if watcher_task_id and rung_state == "skipped":
+        mark = ti.xcom_pull(task_ids=watcher_task_id, key=FALLBACK_XCOM_KEY)
+        if isinstance(mark, Mapping) and mark.get("outcome") == "not_started":
+            return str(mark.get("reason")), rung_state
+    if rung_state in ("failed", "skipped"):
+        mark = ti.xcom_pull(task_ids=rung_task_id, key=FALLBACK_XCOM_KEY)
+        if isinstance(mark, Mapping) and mark.get("outcome") == "not_started":
+            return str(mark.get("reason")), rung_state
+    return None, rung_state
+
+
+class FallbackDecision(BaseOperator):
+    """After a rung is done: fall back to the next rung only if the rung did not start in time.
+
+    Trigger rule ``all_done``. Succeeds (so its downstream, the next rung, runs) when the rung was
+    skipped by its start-deadline watcher or failed with :class:`NotStartedInTime`; otherwise
+    skips itself and thereby every later rung. With ``next_rung=None`` (the end of the ladder) a
+    rung that did not start fails this task, with the reason of every rung, instead.
+    """
+
+    ui_color = "#f6d6ff"
+
+    def __init__(
+        self,
+        *,
+        rung_task_id: str,
+        watcher_task_id: str | None,
+        next_rung: str | None,
+        ladder: Sequence[tuple[str, str | None]] = (),
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("trigger_rule", "all_done")
+        kwargs.setdefault("retries", 0)
+        super().__init__(**kwargs)
+        self.rung_task_id = rung_task_id
+        self.watcher_task_id = watcher_task_id
+        self.next_rung = next_rung
+        self.ladder: list[tuple[str, str | None]] = [(str(a), b) for a, b in ladder]
+
+    def execute(self, context: Context) -> Any:
+        reason, state = _not_started_reason(context, self.rung_task_id, self.watcher_task_id)
+        if reason is None:
+            raise AirflowSkipException(
+                f"{self.rung_task_id} ended {state or 'without running'}: it was not starved of resources, "
+                "so no fallback"
+            )
+        if self.next_rung is not None:
+            self.log.warning("%s; falling back to %s", reason, self.next_rung)
+            return {"from": self.rung_task_id, "to": self.next_rung, "reason": reason}
+        reasons = []
+        for rung_task_id, watcher_task_id in self.ladder or [(self.rung_task_id, self.watcher_task_id)]:
+            why, st = _not_started_reason(context, rung_task_id, watcher_task_id)
+            reasons.append(f"{rung_task_id}: {why or st}")
+        raise AirflowFailException(
+            "fallback ladder exhausted, no rung could start: "
+            + "; ".join(reasons)
+            + ". Give the last rung a "
+            "longer start_within, add a smaller rung, or free/add GPUs to the pools"
+        )
+
+
+class FallbackResult(BaseOperator):
+    """Join of a ladder (trigger rule ``one_success``): the result of the rung that succeeded."""
+
+    ui_color = "#d6f5d6"
+
+    def __init__(self, *, rung_task_ids: Sequence[str], **kwargs: Any) -> None:
+        kwargs.setdefault("trigger_rule", "one_success")
+        kwargs.setdefault("retries", 0)
+        super().__init__(**kwargs)
+        self.rung_task_ids = list(rung_task_ids)
+
+    def execute(self, context: Context) -> Any:
+        states = _task_states(context, self.rung_task_ids)
+        winners = [t for t in self.rung_task_ids if states[t] == "success"]
+        if not winners:  # one_success guarantees one; be explicit if it ever does not hold
+            raise AirflowFailException(f"no rung succeeded: {states}")
+        winner = winners[0]
+        context["ti"].xcom_push(key=RUNG_XCOM_KEY, value=winner)
+        self.log.info("result of %s (rung states: %s)", winner, states)
+        return context["ti"].xcom_pull(task_ids=winner)
+
+
+def _zero_duration_hints(executor_config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Control tasks of the ladder take no time and no GPU in the plan."""
+    return gpu_hints(duration=0, executor_config=executor_config)
+
+
+class FallbackLadder(DependencyMixin):
+    """The tasks of one ladder; ``upstream >> ladder >> downstream`` wires its entry and result.
+
+    :ivar group: the task group.
+    :ivar rung_tasks: the rungs' operators, in order.
+    :ivar watchers: the ``_start_deadline`` sensor of each rung (None where there is none).
+    :ivar decisions: ``fallback_to_<next>`` for each rung but the last, then ``exhausted``.
+    :ivar result: the join; :attr:`output` is its XCom result.
+    """
+
+    def __init__(
+        self,
+        group: TaskGroup,
+        rungs: Sequence[Rung],
+        rung_tasks: Sequence[BaseOperator],
+        watchers: Sequence[StartDeadlineSensor | None],
+        decisions: Sequence[FallbackDecision],
+        result: FallbackResult,
+    ) -> None:
+        self.group = group
+        self.rungs = list(rungs)
+        self.rung_tasks = list(rung_tasks)
+        self.watchers = list(watchers)
+        self.decisions = list(decisions)
+        self.result = result
+
+    @property
+    def exhausted(self) -> FallbackDecision:
+        """The final decision (fails when no rung could start)."""
+        return self.decisions[-1]
+
+    @property
+    def output(self) -> XComArg:
+        """The result of the rung that ran (``XComArg`` of :attr:`result`)."""
+        return self.result.output
+
+    @property
+    def roots(self) -> list[BaseOperator]:
+        first = [self.rung_tasks[0]]
+        if self.watchers[0] is not None:
+            first.append(self.watchers[0])
+        return first
+
+    @property
+    def leaves(self) -> list[BaseOperator]:
+        return [self.result]
+
+    def set_upstream(self, other: Any, edge_modifier: Any = None) -> None:
+        for root in self.roots:
+            root.set_upstream(other, edge_modifier=edge_modifier)
+
+    def set_downstream(self, other: Any, edge_modifier: Any = None) -> None:
+        self.result.set_downstream(other, edge_modifier=edge_modifier)
+
+    def update_relative(self, other: Any, upstream: bool = True, edge_modifier: Any = None) -> None:
+        """No-op (required by ``DependencyMixin``)."""
+
+
+def _apply_rung_defaults(ladder_id: str, rung: Rung, task: BaseOperator) -> None:
+    """Pool, pool slots, GPU hints and (Kubernetes) the schedule timeout of a rung's task."""
+    from airflow.sdk.bases.operator import DEFAULT_POOL_NAME
+
+    if rung.gpus and task.pool == DEFAULT_POOL_NAME:
+        task.pool = rung.pool_name  # type: ignore[assignment]
+        if task.pool_slots == 1:
+            task.pool_slots = int(rung.gpus)
+    elif rung.pool and task.pool == DEFAULT_POOL_NAME:
+        task.pool = rung.pool
+    existing = read_hints(task.executor_config)
+    ours = read_hints(gpu_hints(duration=rung.duration, gpus=rung.gpus, gpu_type=rung.gpu_type))
+    config = dict(task.executor_config or {})
+    config[HINTS_KEY] = {
+        **ours,
+        **existing,
+        "fallback": {"ladder": ladder_id, "rung": rung.name},
+    }
+    task.executor_config = config
+    seconds = rung.start_within_seconds
+    if (
+        seconds is not None
+        and getattr(task, "reports_not_started", False)
+        and hasattr(task, "schedule_timeout_seconds")
+    ):
+        task.schedule_timeout_seconds = max(1, int(seconds))  # type: ignore[attr-defined]
+
+
+def _check_rungs(group_id: str, rungs: Sequence[Rung]) -> None:
+    where = f"fallback ladder {group_id!r}"
+    if not rungs:
+        raise FallbackError(f"{where} has no rungs; give at least one Rung(...)")
+    seen: set[str] = set()
+    for index, rung in enumerate(rungs):
+        if not isinstance(rung, Rung):
+            raise FallbackError(f"{where}: rung {index} is {type(rung).__name__}, not a Rung(...)")
+        if not _NAME.match(rung.name or ""):
+            raise FallbackError(
+                f"{where}: rung name {rung.name!r} must match [A-Za-z0-9_-]+ (it is a task id)"
+            )
+        if rung.name in seen:
+            raise FallbackError(f"{where}: two rungs are named {rung.name!r}; names must be unique")
+        seen.add(rung.name)
+        try:
+            if rung.gpus is not None:
+                GpuRequest.parse(rung.gpus, None, rung.gpu_type)
+            seconds = rung.start_within_seconds
+            if rung.duration is not None:
+                parse_duration(rung.duration)
+        except EstimateError as err:
+            raise FallbackError(f"{where}, rung {rung.name!r}: {err}") from None
+        if seconds is not None and seconds <= 0:
+            raise FallbackError(
+                f"{where}, rung {rung.name!r}: start_within must be > 0, e.g. start_within='20m'"
+            )
+
+
+def fallback_ladder(
+    group_id: str,
+    rungs: Sequence[Rung],
+    factory: Callable[[Rung], BaseOperator],
+    *,
+    poke_interval: float = 10,
+    watch_mode: str = "poke",
+    tooltip: str | None = None,
+) -> FallbackLadder:
+    """Build a fallback ladder (see the module docstring) in the current DAG.
+
+    :param group_id: task group id (``train``); tasks are ``train.<rung name>`` etc.
+    :param rungs: the variants in order of preference.
+    :param factory: builds the rung's operator; must use ``task_id=rung.name`` (any operator).
+    :param poke_interval: seconds between checks of the start-deadline watchers.
+    :param watch_mode: the watchers' sensor mode, ``"poke"`` (default) or ``"reschedule"`` (see
+        :class:`StartDeadlineSensor`).
+    :raises FallbackError: the ladder cannot work as written (the message says how to fix it).
+    """
+    _check_rungs(group_id, rungs)
+    where = f"fallback ladder {group_id!r}"
+    rung_tasks: list[BaseOperator] = []
+    watchers: list[StartDeadlineSensor | None] = []
+    decisions: list[FallbackDecision] = []
+    with TaskGroup(
+        group_id, tooltip=tooltip or f"fallback ladder: {' -> '.join(r.name for r in rungs)}"
+    ) as group:
+        for index, rung in enumerate(rungs):
+            task = factory(rung)
+            if not isinstance(task, BaseOperator):
+                raise FallbackError(
+                    f"{where}, rung {rung.name!r}: the factory returned {type(task).__name__}; it must "
+                    "return one operator (not a mapped task, not a list)"
+                )
+            expected = f"{group.group_id}.{rung.name}" if group.prefix_group_id else rung.name
+            if task.task_id != expected:
+                raise FallbackError(
+                    f"{where}: the factory built task {task.task_id!r} for rung {rung.name!r}; create it "
+                    f"with task_id=rung.name inside the factory"
+                )
+            _apply_rung_defaults(group_id, rung, task)
+            detects_itself = bool(getattr(task, "reports_not_started", False))
+            watch = (
+                rung.watch
+                if rung.watch is not None
+                else (rung.start_within is not None and not detects_itself)
+            )
+            if watch and rung.start_within is None:
+                raise FallbackError(f"{where}, rung {rung.name!r}: watch=True needs start_within, e.g. '20m'")
+            if index < len(rungs) - 1 and rung.start_within is None and not detects_itself:
+                raise FallbackError(
+                    f"{where}, rung {rung.name!r} has no start_within, so the ladder could never fall back "
+                    "from it; set start_within='20m' (or make it the last rung)"
+                )
+            watcher = (
+                StartDeadlineSensor(
+                    task_id=f"{rung.name}_start_deadline",
+                    watched_task_id=task.task_id,
+                    start_within=rung.start_within,  # type: ignore[arg-type]
+                    poke_interval=poke_interval,
+                    mode=watch_mode,
+                    executor_config=_zero_duration_hints(),
+                    doc_md=f"Skips `{rung.name}` if it has not started within {rung.start_within}.",
+                )
+                if watch
+                else None
+            )
+            if index > 0:
+                decisions[-1] >> [t for t in (task, watcher) if t is not None]
+            following = rungs[index + 1].name if index + 1 < len(rungs) else None
+            decision = FallbackDecision(
+                task_id=f"fallback_to_{following}" if following else "exhausted",
+                rung_task_id=task.task_id,
+                watcher_task_id=watcher.task_id if watcher else None,
+                next_rung=following,
+                executor_config=_zero_duration_hints(),
+            )
+            [t for t in (task, watcher) if t is not None] >> decision
+            rung_tasks.append(task)
+            watchers.append(watcher)
+            decisions.append(decision)
+        ladder_pairs = [
+            (t.task_id, w.task_id if w is not None else None)
+            for t, w in zip(rung_tasks, watchers, strict=True)
+        ]
+        decisions[-1].ladder = ladder_pairs
+        result = FallbackResult(
+            task_id="result",
+            rung_task_ids=[t.task_id for t in rung_tasks],
+            executor_config=_zero_duration_hints(),
+        )
+        rung_tasks >> result
+    return FallbackLadder(group, rungs, rung_tasks, watchers, decisions, result)

@@ -1,0 +1,498 @@
+"""``GpuKubernetesPodOperator``: a cncf-kubernetes ``KubernetesPodOperator`` that asks for GPUs.
+
+It is the provider's ``KubernetesPodOperator`` (pod creation, logs, XCom, deferral, cleanup are all
+the provider's) plus the GPU mapping of :mod:`airflow_gpu_dag.kubernetes`::
+
+    from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator
+
+    train = GpuKubernetesPodOperator(
+        task_id="train",
+        image="ghcr.io/acme/train:1.4",
+        cmds=["python", "train.py"],
+        gpus=8,                      # nvidia.com/gpu requests = limits = 8; pool_slots = 8
+        gpu_memory="80GiB",          # node affinity nvidia.com/gpu.memory > 81919
+        gpu_type="a100",             # node affinity nvidia.com/gpu.product In [NVIDIA-A100-...]
+        duration="3h",               # estimate for the critical-path priority
+        datasets=["c4-en"],          # prefer nodes labelled gpu-dag.io/dataset-c4-en
+        critical_priority_class="gpu-critical",   # priorityClassName when the task is critical
+        volcano=True, volcano_queue="training",   # or kueue=True, kueue_queue="team-a"
+        schedule_timeout_seconds=1200,            # not scheduled in 20 min -> NotStartedInTime
+    )
+
+What it sets (merged into anything you pass, never replacing it):
+
+- ``container_resources``: ``nvidia.com/gpu`` requests = limits = ``gpus``;
+- ``affinity``: required ``nvidia.com/gpu.product In [...]`` for ``gpu_type`` (mapping
+  :data:`~airflow_gpu_dag.kubernetes.pod_spec.DEFAULT_GPU_PRODUCTS`, override with
+  ``gpu_products=``), required ``nvidia.com/gpu.memory`` for ``gpu_memory``, and data affinity on
+  ``gpu-dag.io/dataset-<name>`` (``data_affinity="prefer"`` or ``"require"``);
+- ``tolerations``: ``nvidia.com/gpu`` Exists NoSchedule;
+- ``pool``/``pool_slots``: ``gpu_<type>`` (or ``gpu_default``) and ``gpus``;
+- ``executor_config``: the GPU hints (:func:`airflow_gpu_dag.hints.gpu_hints`), merged;
+- ``priorityClassName`` (when you did not give ``priority_class_name``): ``critical_priority_class``
+  if the task has zero slack in the DAG's critical-path analysis, else ``noncritical_priority_class``;
+- Volcano mode: ``schedulerName: volcano``, the queue annotation, and for a *gang* (several tasks of
+  one run that must start together: same ``volcano_gang`` key, ``volcano_gang_size`` pods) a
+  PodGroup (``minMember`` = gang size, queue, priority class, ``minResources``) created through the
+  hook's custom objects API and the ``scheduling.k8s.io/group-name`` annotation; or an existing
+  PodGroup referenced with ``volcano_pod_group=``;
+- Kueue mode: the ``kueue.x-k8s.io/queue-name`` label (plus pod-group metadata when asked).
+
+A pod that is not *scheduled* within ``schedule_timeout_seconds`` (no node with free GPUs, a Kueue
+gate that was not lifted, a Volcano gang that does not fit) is deleted — whatever
+``on_finish_action`` says, so it cannot start later and take GPUs a fallback needs — and the task
+fails with :class:`GpuPodNotScheduled` (a :class:`~airflow_gpu_dag.fallback.NotStartedInTime`:
+no retries, and the reason recorded for :func:`~airflow_gpu_dag.fallback.fallback_ladder`). A pod
+that was scheduled but did not start (image pull, ...) fails as in the provider, with retries.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import suppress
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.cncf.kubernetes.backcompat.backwards_compat_converters import (
+    convert_affinity,
+    convert_toleration,
+)
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.providers.cncf.kubernetes.utils.pod_manager import PodLaunchTimeoutException
+from airflow.sdk.exceptions import AirflowException
+from kubernetes.client import models as k8s
+
+from airflow_gpu_dag.core.resources import EstimateError
+from airflow_gpu_dag.fallback import NotStartedInTime, mark_not_started
+from airflow_gpu_dag.hints import gpu_hints
+from airflow_gpu_dag.kubernetes.kueue import KueueError, kueue_pod_metadata
+from airflow_gpu_dag.kubernetes.pod_spec import (
+    GpuPodSpec,
+    GpuPodSpecError,
+    merge_affinity,
+    merge_resources,
+    merge_tolerations,
+)
+from airflow_gpu_dag.kubernetes.volcano import (
+    GROUP_NAME_ANNOTATION,
+    QUEUE_ANNOTATION,
+    VOLCANO_SCHEDULER,
+    PodGroupError,
+    ensure_podgroup,
+    gang_podgroup_name,
+    podgroup_manifest,
+)
+from airflow_gpu_dag.pools import pool_for_gpu_type
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+log = logging.getLogger(__name__)
+
+__all__ = ["GpuKubernetesPodOperator", "GpuPodConfigError", "GpuPodNotScheduled", "gpu_pod_kwargs"]
+
+
+class GpuPodConfigError(ValueError):
+    """Bad GPU pod arguments, raised when the DAG file is parsed; names the DAG, the task and the fix."""
+
+
+class GpuPodNotScheduled(NotStartedInTime):
+    """The GPU pod was not scheduled within ``schedule_timeout_seconds`` (it never started)."""
+
+
+def _where(kwargs: Mapping[str, Any]) -> str:
+    dag = kwargs.get("dag")
+    if dag is None:
+        with suppress(Exception):
+            from airflow.sdk.definitions._internal.contextmanager import DagContext
+
+            dag = DagContext.get_current()
+    dag_id = getattr(dag, "dag_id", None) or "<no dag>"
+    return f"GpuKubernetesPodOperator {dag_id}.{kwargs.get('task_id', '<no task_id>')}"
+
+
+def gpu_pod_kwargs(
+    *,
+    gpus: int,
+    gpu_memory: object = None,
+    gpu_type: str | None = None,
+    duration: object = None,
+    datasets: Iterable[str] | str = (),
+    data_affinity: str = "prefer",
+    gpu_products: Mapping[str, Sequence[str]] | None = None,
+    gpu_memory_affinity: bool = True,
+    inputs: Iterable[str] = (),
+    outputs: Iterable[str] = (),
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """Keyword arguments for any ``KubernetesPodOperator`` subclass, with the GPU parts merged in.
+
+    Use it with operators of the provider that build on ``KubernetesPodOperator``, e.g. Kueue Jobs::
+
+        KubernetesStartKueueJobOperator(
+            queue_name="team-a", wait_until_job_complete=True,
+            **gpu_pod_kwargs(task_id="train", image="...", gpus=4, gpu_type="a100", duration="2h"),
+        )
+
+    ``kwargs`` are the operator's own arguments (``container_resources``, ``affinity``,
+    ``tolerations``, ``pool``, ``executor_config``...); GPU values are merged into them.
+    :raises GpuPodConfigError: naming the DAG/task and the fix.
+    """
+    try:
+        spec = GpuPodSpec.parse(
+            gpus,
+            gpu_memory,
+            gpu_type,
+            datasets=datasets,
+            data_affinity=data_affinity,
+            gpu_products=gpu_products,
+            gpu_memory_affinity=gpu_memory_affinity,
+        )
+        hints = gpu_hints(
+            duration=duration,
+            gpus=spec.gpus,
+            gpu_memory=spec.memory_mib,
+            gpu_type=spec.gpu_type,
+            inputs=inputs,
+            outputs=outputs,
+            executor_config=kwargs.get("executor_config"),
+        )
+        resources = merge_resources(kwargs.get("container_resources"), spec.gpus)
+        affinity_in = kwargs.get("affinity")
+        affinity = merge_affinity(
+            convert_affinity(affinity_in) if affinity_in else None,
+            spec.required_node_requirements(),
+            spec.preferred_terms(),
+        )
+        tolerations = merge_tolerations([convert_toleration(t) for t in kwargs.get("tolerations") or []])
+    except (GpuPodSpecError, EstimateError, TypeError) as err:
+        raise GpuPodConfigError(f"{_where(kwargs)}: {err}") from None
+    out = dict(kwargs)
+    out["container_resources"] = resources
+    if affinity is not None:
+        out["affinity"] = affinity
+    out["tolerations"] = tolerations
+    out["executor_config"] = hints
+    if out.get("pool") is None:
+        out["pool"] = pool_for_gpu_type(spec.gpu_type)
+    if out.get("pool_slots") is None:
+        out["pool_slots"] = spec.gpus
+    return out
+
+
+def _pod_scheduled(pod: Any) -> bool:
+    """True when the API says the pod is bound to a node (or already past Pending)."""
+    status = getattr(pod, "status", None)
+    if status is None:
+        return False
+    if status.phase not in (None, "Pending", "Unknown"):
+        return True
+    return any(c.type == "PodScheduled" and c.status == "True" for c in (status.conditions or []))
+
+
+class GpuKubernetesPodOperator(KubernetesPodOperator):
+    """A ``KubernetesPodOperator`` for GPU work (see the module docstring).
+
+    :param gpus: whole GPUs (>= 1).
+    :param gpu_memory: memory per GPU (``"80GiB"``, ``"40G"``, int MiB) or None.
+    :param gpu_type: GPU type (``"a100"``, ``"h100"`` ...; keys of ``gpu_products``) or None = any.
+    :param duration: estimated run time for the critical-path priority (``"2h"``).
+    :param datasets: datasets the pod reads; data affinity on ``gpu-dag.io/dataset-<name>``.
+    :param data_affinity: ``"prefer"`` or ``"require"`` nodes that hold the datasets.
+    :param gpu_products: override of our type names -> ``nvidia.com/gpu.product`` values.
+    :param gpu_memory_affinity: require ``nvidia.com/gpu.memory`` >= ``gpu_memory`` (GFD label).
+    :param inputs: dataset paths read (hints, hidden-dependency check).
+    :param outputs: dataset paths written.
+    :param critical_priority_class: ``priorityClassName`` when the task is on the critical path.
+    :param noncritical_priority_class: ``priorityClassName`` otherwise.
+    :param volcano: hand the pod to Volcano (``schedulerName: volcano``).
+    :param volcano_queue: Volcano queue (required in Volcano mode unless ``volcano_pod_group`` names
+        an existing PodGroup, which carries its own queue). Use ``"default"`` for Volcano's default.
+    :param volcano_gang: key shared by the tasks of one run that must start together; the PodGroup
+        is named from (dag_id, run_id, key) and created by whichever task comes first.
+    :param volcano_gang_size: pods in the gang (PodGroup ``minMember``).
+    :param volcano_pod_group: name of an existing PodGroup to join instead.
+    :param kueue: hand the pod to Kueue (label ``kueue.x-k8s.io/queue-name``).
+    :param kueue_queue: the Kueue ``LocalQueue`` (required in Kueue mode).
+    :param kueue_pod_group: Kueue pod group name (pods admitted together) ...
+    :param kueue_pod_group_size: ... and its size.
+    :param kueue_priority_class: a Kueue ``WorkloadPriorityClass``.
+    """
+
+    #: Read by :func:`airflow_gpu_dag.fallback.fallback_ladder`: this task reports "not started"
+    #: itself (pod not scheduled), and its ``schedule_timeout_seconds`` is the rung's deadline.
+    reports_not_started = True
+
+    def __init__(
+        self,
+        *,
+        gpus: int,
+        gpu_memory: object = None,
+        gpu_type: str | None = None,
+        duration: object = None,
+        datasets: Iterable[str] | str = (),
+        data_affinity: str = "prefer",
+        gpu_products: Mapping[str, Sequence[str]] | None = None,
+        gpu_memory_affinity: bool = True,
+        inputs: Iterable[str] = (),
+        outputs: Iterable[str] = (),
+        critical_priority_class: str | None = None,
+        noncritical_priority_class: str | None = None,
+        volcano: bool = False,
+        volcano_queue: str | None = None,
+        volcano_gang: str | None = None,
+        volcano_gang_size: int = 1,
+        volcano_pod_group: str | None = None,
+        kueue: bool = False,
+        kueue_queue: str | None = None,
+        kueue_pod_group: str | None = None,
+        kueue_pod_group_size: int | None = None,
+        kueue_priority_class: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        where = _where(kwargs)
+        self._check_modes(
+            where,
+            volcano=volcano,
+            volcano_queue=volcano_queue,
+            volcano_gang=volcano_gang,
+            volcano_gang_size=volcano_gang_size,
+            volcano_pod_group=volcano_pod_group,
+            kueue=kueue,
+            kueue_queue=kueue_queue,
+            kueue_pod_group=kueue_pod_group,
+            kueue_pod_group_size=kueue_pod_group_size,
+            kueue_priority_class=kueue_priority_class,
+            schedulername=kwargs.get("schedulername"),
+        )
+        merged = gpu_pod_kwargs(
+            gpus=gpus,
+            gpu_memory=gpu_memory,
+            gpu_type=gpu_type,
+            duration=duration,
+            datasets=datasets,
+            data_affinity=data_affinity,
+            gpu_products=gpu_products,
+            gpu_memory_affinity=gpu_memory_affinity,
+            inputs=inputs,
+            outputs=outputs,
+            **kwargs,
+        )
+        labels = dict(merged.get("labels") or {})
+        annotations = dict(merged.get("annotations") or {})
+        if kueue:
+            try:
+                k_labels, k_annotations = kueue_pod_metadata(
+                    kueue_queue,  # type: ignore[arg-type]
+                    pod_group=kueue_pod_group,
+                    pod_group_size=kueue_pod_group_size,
+                    workload_priority_class=kueue_priority_class,
+                )
+            except KueueError as err:
+                raise GpuPodConfigError(f"{where}: {err}") from None
+            labels.update(k_labels)
+            annotations.update(k_annotations)
+        if volcano:
+            merged["schedulername"] = VOLCANO_SCHEDULER
+            if volcano_queue:
+                annotations[QUEUE_ANNOTATION] = volcano_queue
+            if volcano_pod_group:
+                annotations[GROUP_NAME_ANNOTATION] = volcano_pod_group
+        merged["labels"] = labels
+        merged["annotations"] = annotations
+        super().__init__(**merged)
+        self.gpus = int(merged["container_resources"].limits["nvidia.com/gpu"])
+        self.critical_priority_class = critical_priority_class
+        self.noncritical_priority_class = noncritical_priority_class
+        self.volcano = volcano
+        self.volcano_queue = volcano_queue
+        self.volcano_gang = volcano_gang
+        self.volcano_gang_size = volcano_gang_size
+        self.volcano_pod_group = volcano_pod_group
+        self.kueue = kueue
+        self.kueue_queue = kueue_queue
+        self._not_scheduled: str | None = None
+
+    @staticmethod
+    def _check_modes(where: str, **m: Any) -> None:
+        def fail(msg: str) -> None:
+            raise GpuPodConfigError(f"{where}: {msg}")
+
+        if m["volcano"] and m["kueue"]:
+            fail(
+                "volcano=True and kueue=True: a pod has one batch scheduler; choose Volcano (gang "
+                "scheduling, queues) or Kueue (quota admission), not both"
+            )
+        if not m["volcano"] and any(
+            m[k] is not None for k in ("volcano_queue", "volcano_gang", "volcano_pod_group")
+        ):
+            fail(
+                "volcano_queue/volcano_gang/volcano_pod_group only apply with volcano=True; add volcano=True"
+            )
+        if not m["kueue"] and any(
+            m[k] is not None
+            for k in ("kueue_queue", "kueue_pod_group", "kueue_pod_group_size", "kueue_priority_class")
+        ):
+            fail(
+                "kueue_queue/kueue_pod_group/kueue_priority_class only apply with kueue=True; add kueue=True"
+            )
+        if m["kueue"] and not m["kueue_queue"]:
+            fail("kueue=True needs kueue_queue='<LocalQueue name>' (the kueue.x-k8s.io/queue-name label)")
+        if m["volcano"]:
+            if m["schedulername"] not in (None, VOLCANO_SCHEDULER):
+                fail(
+                    f"volcano=True sets schedulername='volcano'; remove schedulername={m['schedulername']!r}"
+                )
+            if m["volcano_pod_group"] and m["volcano_gang"]:
+                fail(
+                    "give either volcano_gang (PodGroup created per run) or volcano_pod_group (existing), "
+                    "not both"
+                )
+            if not m["volcano_queue"] and not m["volcano_pod_group"]:
+                fail(
+                    "volcano=True needs volcano_queue='<queue>' (use 'default' for Volcano's default queue), "
+                    "or volcano_pod_group='<existing PodGroup>' that names its queue"
+                )
+            size = m["volcano_gang_size"]
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                fail(f"volcano_gang_size={size!r} must be an int >= 1 (pods that start together)")
+            if size > 1 and not m["volcano_gang"]:
+                fail(f"volcano_gang_size={size} needs volcano_gang='<key shared by the gang's tasks>'")
+            for name in ("volcano_gang", "volcano_pod_group"):
+                if m[name] is not None and not str(m[name]).strip():
+                    fail(f"{name} must be a non-empty name")
+
+    # -- derived at run time ------------------------------------------------------------------
+
+    def _critical_priority_class(self) -> str | None:
+        """``critical_priority_class`` / ``noncritical_priority_class`` from the DAG's CPM slack."""
+        if not (self.critical_priority_class or self.noncritical_priority_class):
+            return None
+        try:
+            from airflow_gpu_dag.airflow.graph import build_task_graph
+            from airflow_gpu_dag.core.critical_path import analyze
+
+            graph, _ = build_task_graph(self.dag)
+            critical = analyze(graph).timings[self.task_id].critical
+        except Exception:
+            self.log.warning("critical-path analysis failed for %s; no derived priority class", self.task_id)
+            return self.noncritical_priority_class
+        return self.critical_priority_class if critical else self.noncritical_priority_class
+
+    def pod_group_name(self, context: Context | None) -> str | None:
+        """The PodGroup this pod joins: the gang's (per run) or the referenced one, else None."""
+        if not self.volcano:
+            return None
+        if self.volcano_pod_group:
+            return self.volcano_pod_group
+        if self.volcano_gang:
+            run_id = str(context["run_id"]) if context else "dry-run"
+            return gang_podgroup_name(self.dag_id, run_id, self.volcano_gang)
+        return None
+
+    def podgroup_manifest(self, context: Context | None, namespace: str | None) -> dict[str, Any] | None:
+        """The PodGroup to create for a gang (None when there is none to create)."""
+        name = self.pod_group_name(context)
+        if not name or not self.volcano_gang:
+            return None
+        return podgroup_manifest(
+            name,
+            namespace=namespace,
+            min_member=self.volcano_gang_size,
+            queue=self.volcano_queue,
+            priority_class_name=self.priority_class_name or self._critical_priority_class(),
+            min_resources={"nvidia.com/gpu": str(self.gpus * self.volcano_gang_size)},
+            labels={"app.kubernetes.io/managed-by": "airflow-gpu-dag"},
+        )
+
+    def build_pod_request_obj(self, context: Context | None = None, *, dry_run: bool = False) -> k8s.V1Pod:
+        """The provider's pod, plus the derived priority class and the PodGroup annotation."""
+        pod = super().build_pod_request_obj(context, dry_run=dry_run)
+        if not pod.spec.priority_class_name:
+            derived = self._critical_priority_class()
+            if derived:
+                pod.spec.priority_class_name = derived
+        group = self.pod_group_name(context)
+        if group:
+            pod.metadata.annotations = {**(pod.metadata.annotations or {}), GROUP_NAME_ANNOTATION: group}
+        return pod
+
+    def get_or_create_pod(self, pod_request_obj: k8s.V1Pod, context: Context) -> k8s.V1Pod:
+        """Create the gang's PodGroup (idempotent) before the provider creates the pod."""
+        try:
+            manifest = self.podgroup_manifest(context, pod_request_obj.metadata.namespace)
+        except PodGroupError as err:
+            raise AirflowException(f"{self.dag_id}.{self.task_id}: {err}") from None
+        if manifest is not None:
+            created = ensure_podgroup(self.hook, manifest, pod_request_obj.metadata.namespace)
+            self.log.info(
+                "PodGroup %s %s (minMember=%s)",
+                manifest["metadata"]["name"],
+                "created" if created else "already exists",
+                manifest["spec"]["minMember"],
+            )
+        return super().get_or_create_pod(pod_request_obj, context)
+
+    # -- "not scheduled in time" -> NotStartedInTime -------------------------------------------
+
+    def _not_scheduled_message(self, pod: Any) -> str:
+        name = getattr(getattr(pod, "metadata", None), "name", "?")
+        return (
+            f"pod {name} of {self.dag_id}.{self.task_id} ({self.gpus} GPU) was not scheduled within "
+            f"{self.schedule_timeout_seconds}s: no node could take it (GPUs busy, queue/quota full)"
+        )
+
+    def await_pod_start(self, pod: k8s.V1Pod) -> None:
+        """The provider's wait; a pod still unscheduled at the timeout raises :class:`GpuPodNotScheduled`."""
+        try:
+            super().await_pod_start(pod)
+        except PodLaunchTimeoutException as err:
+            remote = None
+            with suppress(Exception):
+                remote = self.pod_manager.read_pod(pod)
+            unscheduled = (not _pod_scheduled(remote)) if remote is not None else "scheduled" in str(err)
+            if not unscheduled:
+                raise
+            self._not_scheduled = self._not_scheduled_message(pod)
+            raise GpuPodNotScheduled(self._not_scheduled) from err
+
+    def cleanup(
+        self,
+        pod: k8s.V1Pod,
+        remote_pod: k8s.V1Pod,
+        xcom_result: dict | None = None,
+        context: Context | None = None,
+    ) -> None:
+        """Delete a never-scheduled pod whatever ``on_finish_action`` says; else the provider's cleanup."""
+        if self._not_scheduled is None:
+            super().cleanup(pod, remote_pod, xcom_result=xcom_result, context=context)
+            return
+        target = remote_pod or pod
+        if target is not None:
+            self.log.warning("Deleting unscheduled pod %s so it cannot start later", target.metadata.name)
+            try:
+                self.pod_manager.delete_pod(target)
+            except Exception:
+                self.log.exception("Could not delete unscheduled pod %s", target.metadata.name)
+
+    def execute(self, context: Context) -> Any:
+        try:
+            return super().execute(context)
+        except GpuPodNotScheduled as err:
+            mark_not_started(context, str(err))
+            raise
+
+    def trigger_reentry(self, context: Context, event: dict[str, Any]) -> Any:
+        """Deferrable mode: a ``timeout`` event for a pod that is still unscheduled is "not started"."""
+        if event.get("status") == "timeout":
+            with suppress(Exception):
+                remote = self.hook.get_pod(event["name"], event["namespace"])
+                if remote is not None and not _pod_scheduled(remote):
+                    self._not_scheduled = self._not_scheduled_message(remote)
+        try:
+            return super().trigger_reentry(context, event)
+        except AirflowException as err:
+            if self._not_scheduled is None or isinstance(err, GpuPodNotScheduled):
+                raise
+            mark_not_started(context, self._not_scheduled)
+            raise GpuPodNotScheduled(self._not_scheduled) from err
