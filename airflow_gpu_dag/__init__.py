@@ -8,5 +8,7 @@ __version__ = "0.1.0"
 
 #: ``weight_rule`` value for critical-path priority.
 CRITICAL_PATH_WEIGHT_RULE = "airflow_gpu_dag.priority_strategy.CriticalPathPriorityStrategy"
+#: ``weight_rule`` value for the planned priority that packs the GPU pools (docs/priority.md).
+PACKING_WEIGHT_RULE = "airflow_gpu_dag.priority_strategy.PackingPriorityStrategy"
 
-__all__ = ["CRITICAL_PATH_WEIGHT_RULE", "__version__", "gpu_hints"]
+__all__ = ["CRITICAL_PATH_WEIGHT_RULE", "PACKING_WEIGHT_RULE", "__version__", "gpu_hints"]

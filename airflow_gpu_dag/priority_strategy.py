@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.task.priority_strategy import PriorityWeightStrategy
 
-from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE
+from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, PACKING_WEIGHT_RULE
 from airflow_gpu_dag.airflow.graph import build_task_graph
 from airflow_gpu_dag.core.critical_path import analyze
 
@@ -33,7 +33,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CRITICAL_PATH_WEIGHT_RULE", "CriticalPathPriorityStrategy", "clamp_weight"]
+__all__ = [
+    "CRITICAL_PATH_WEIGHT_RULE",
+    "PACKING_WEIGHT_RULE",
+    "CriticalPathPriorityStrategy",
+    "PackingPriorityStrategy",
+    "clamp_weight",
+]
 
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
@@ -84,6 +90,80 @@ class CriticalPathPriorityStrategy(PriorityWeightStrategy):
         except Exception:  # never break the scheduler loop
             log.exception(
                 "airflow-gpu-dag: critical-path weight failed for %s; using priority_weight",
+                getattr(ti, "task_id", "?"),
+            )
+            try:
+                return clamp_weight(getattr(task, "priority_weight", 1) or 1)
+            except Exception:
+                return 1
+
+
+# -- packing priority ----------------------------------------------------------------------------------
+#: Above this many tasks the planner is not run in the scheduler; width-aware critical path is used.
+PACKING_PLAN_MAX_TASKS = 3000
+
+
+def _plan_policy() -> str:
+    """``[gpu_dag] plan_policy``: ``reservation`` (default: the watermark controller reserves) or
+    ``greedy`` (stock pool admission)."""
+    try:
+        from airflow.configuration import conf
+
+        raw = str(conf.get("gpu_dag", "plan_policy", fallback="reservation") or "reservation")
+    except Exception:
+        raw = "reservation"
+    return "critical_path" if raw.strip().lower() in ("greedy", "stock", "critical_path") else "reservation"
+
+
+def _packing_weights(dag: Any) -> dict[str, int]:
+    from airflow_gpu_dag.config import pool_capacities
+    from airflow_gpu_dag.core.priority import packing_weights_plan, width_aware_weights
+
+    graph, _ = build_task_graph(dag)
+    configured = pool_capacities() or {}
+    used = {node.pool or "default_pool" for node in graph.nodes.values() if node.gpu is not None}
+    capacity = {pool: slots for pool, slots in configured.items() if pool in used and slots > 0}
+    if not capacity:  # no known GPU pool size: plain critical path
+        return _critical_path_weights(dag)
+    if len(graph) > PACKING_PLAN_MAX_TASKS:
+        return {t: clamp_weight(w) for t, w in width_aware_weights(graph, capacity).items()}
+    try:
+        plan = packing_weights_plan(graph, capacity, _plan_policy())
+    except ValueError as err:  # CapacityError: a task wider than its pool; the dag policy reports it
+        log.warning(
+            "airflow-gpu-dag: cannot plan DAG %r (%s); using critical-path weights", graph.dag_id, err
+        )
+        return _critical_path_weights(dag)
+    return {t: clamp_weight(w) for t, w in plan.weights.items()}
+
+
+class PackingPriorityStrategy(PriorityWeightStrategy):
+    """Priority planned so the GPU pools are packed (see ``docs/priority.md``).
+
+    The DAG is simulated alone on its GPU pools (sizes from ``[gpu_dag] pools``) under Airflow's
+    admission, with several rules (critical path, width-aware critical path, downstream work, Airflow's
+    ``downstream``); the best schedule is improved by forward-backward justification and the weights
+    that reproduce the shortest predicted schedule are kept (``core.priority.packing_weights_plan``).
+    ``[gpu_dag] plan_policy`` says whether the watermark controller reserves (``reservation``, default)
+    or pools keep their size (``greedy``). The weights are those of the winning option: a rule's own
+    weights or plan ranks (1 = last to start); they order the tasks of one DAG, not DAGs against each
+    other. Without a configured pool size the critical-path weights are used; above
+    ``PACKING_PLAN_MAX_TASKS`` tasks the width-aware critical path. Computed once per DAG object;
+    never raises (a failure falls back to the task's ``priority_weight``).
+    """
+
+    _cache = _CachedDagWeights(_packing_weights)
+
+    def get_weight(self, ti: TaskInstance) -> int:
+        task = ti.task
+        try:
+            dag = task.get_dag() if task is not None else None
+            if dag is None:
+                return clamp_weight(getattr(task, "priority_weight", 1) or 1)
+            return self._cache.weights(dag)[task.task_id]  # type: ignore[union-attr]
+        except Exception:  # never break the scheduler loop
+            log.exception(
+                "airflow-gpu-dag: packing weight failed for %s; using priority_weight",
                 getattr(ti, "task_id", "?"),
             )
             try:

@@ -4,11 +4,28 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy
+from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, PackingPriorityStrategy
+
+
+def _critical_path_page() -> tuple[list[dict], list[dict]]:
+    """The critical-path tab (FastAPI app + external view); never breaks plugin loading."""
+    try:
+        from airflow_gpu_dag.plugins.critical_path_page import CRITICAL_PATH_APP, CRITICAL_PATH_VIEW
+    except Exception:
+        import logging
+
+        logging.getLogger(__name__).exception("airflow-gpu-dag: critical-path page disabled")
+        return [], []
+    return [CRITICAL_PATH_APP], [CRITICAL_PATH_VIEW]
+
+
+_FASTAPI_APPS, _EXTERNAL_VIEWS = _critical_path_page()
 
 
 class GpuDagPlugin(AirflowPlugin):
     """Loaded through the ``airflow.plugins`` entry point in every Airflow process."""
 
     name = "gpu_dag"
-    priority_weight_strategies = [CriticalPathPriorityStrategy]
+    priority_weight_strategies = [CriticalPathPriorityStrategy, PackingPriorityStrategy]
+    fastapi_apps = _FASTAPI_APPS
+    external_views = _EXTERNAL_VIEWS

@@ -1,0 +1,93 @@
+"""Airflow's pool admission rule, as a pure function.
+
+The scheduler (``SchedulerJobRunner._executable_task_instances_to_queued`` in Airflow 3.3) takes the
+task instances in SCHEDULED state ordered by ``(-priority_weight, logical_date, map_index)`` and, per
+pool, with ``open = slots - running - queued``:
+
+* skips every task of a pool whose open slots are <= 0 (a "starved" pool);
+* skips a task whose ``pool_slots`` exceed the pool's total slots (it can never run; Airflow only
+  logs a warning);
+* skips a task whose ``pool_slots`` exceed the open slots, and goes on with lower-priority tasks
+  that do fit: greedy backfilling with no reservation, so a wide task can wait forever behind a
+  stream of 1-slot tasks (apache/airflow#29474).
+
+:func:`stock_admission` reproduces that rule; the simulator and the reservation controller use it to
+predict what the real scheduler will do with a given pool size. Simplification: Airflow also caps the
+tasks looked at per loop (``max_tis_per_query``) and applies DAG / executor concurrency limits; they are
+assumed not to bind here (set them above the pool sizes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = ["ReadyTask", "RunningTask", "admission_order", "stock_admission"]
+
+
+@dataclass(frozen=True)
+class ReadyTask:
+    """A task instance in SCHEDULED state waiting for slots of its pool.
+
+    ``key`` is unique (e.g. ``"dag_id/run_id/task_id/map_index"``); ``priority`` is the task's
+    ``priority_weight``; ``duration`` the estimated run time in seconds; ``order`` the tie-break after
+    ``-priority``, like Airflow's ``(logical_date, map_index)`` (any tuple of comparable values).
+    """
+
+    key: str
+    pool: str
+    slots: int
+    priority: int
+    duration: float
+    order: tuple = ()
+
+
+@dataclass(frozen=True)
+class RunningTask:
+    """A task instance holding ``slots`` of ``pool`` (running or queued).
+
+    ``expected_end`` is on the same clock as the controller's ``now`` (seconds); None when unknown.
+    """
+
+    key: str
+    pool: str
+    slots: int
+    expected_end: float | None
+
+
+def admission_order(task: ReadyTask) -> tuple:
+    """Sort key of Airflow's candidate query: highest priority first, then ``order``, then key."""
+    return (-task.priority, task.order, task.key)
+
+
+def stock_admission(
+    ready: Sequence[ReadyTask] | Iterable[ReadyTask],
+    open_slots: Mapping[str, int],
+    pool_totals: Mapping[str, int] | None = None,
+    *,
+    presorted: bool = False,
+) -> list[ReadyTask]:
+    """Return the tasks Airflow's scheduler queues now, in the order it queues them.
+
+    :param ready: task instances in SCHEDULED state (any order unless ``presorted``).
+    :param open_slots: open slots per pool (``slots - running - queued``; may be negative). A pool
+        missing from the mapping is unlimited.
+    :param pool_totals: total slots per pool; a task needing more than its pool's total is never
+        admitted. When omitted, only ``open_slots`` limits admission.
+    :param presorted: ``ready`` is already in :func:`admission_order` (skips the sort).
+    """
+    candidates = list(ready) if presorted else sorted(ready, key=admission_order)
+    remaining = dict(open_slots)
+    admitted: list[ReadyTask] = []
+    for task in candidates:
+        if task.pool not in remaining:
+            admitted.append(task)  # unlimited pool
+            continue
+        if pool_totals is not None and task.pool in pool_totals and task.slots > pool_totals[task.pool]:
+            continue
+        available = remaining[task.pool]
+        if available <= 0 or task.slots > available:
+            continue
+        remaining[task.pool] = available - task.slots
+        admitted.append(task)
+    return admitted

@@ -1,0 +1,381 @@
+"""Priority rules: the number Airflow stores in ``priority_weight`` for each task.
+
+All rules are pure functions ``TaskGraph -> {task_id: int}`` (Airflow's column is an int32; the
+scheduler orders the SCHEDULED task instances of all DAGs by it, highest first):
+
+* ``downstream``: Airflow's default ``weight_rule``: ``1 +`` the number of all downstream descendants
+  (every ``priority_weight`` left at 1).
+* ``critical_path``: the remaining critical-path length in whole seconds, own duration included
+  (:class:`~airflow_gpu_dag.priority_strategy.CriticalPathPriorityStrategy`).
+* ``width_aware`` (needs the pool capacities): critical path where a wide task also pays for the
+  drain it needs (:func:`width_aware_weights`).
+* ``work`` (needs the pool capacities): slot-seconds a task and its descendants need, over the pool
+  capacity (:func:`work_weights`).
+* ``packing``: planned (:func:`packing_weights_plan`): each rule above is simulated under Airflow's
+  admission, the schedules are improved by justification, and the weights that reproduce the shortest
+  predicted schedule are kept. Never worse than any candidate (Airflow's ``downstream`` included) in
+  the model.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from airflow_gpu_dag.core.critical_path import analyze
+from airflow_gpu_dag.core.graph import TaskGraph, TaskNode
+
+__all__ = [
+    "INT32_MAX",
+    "PACKING_CANDIDATES",
+    "PRIORITY_RULES",
+    "PackingPlan",
+    "clamp_int32",
+    "critical_path_weights",
+    "downstream_weights",
+    "packing_weights_plan",
+    "plan_order_weights",
+    "resolve_priority",
+    "width_aware_weights",
+    "work_weights",
+]
+
+INT32_MAX = 2**31 - 1
+INT32_MIN = -(2**31)
+
+PriorityRule = Callable[[TaskGraph], Mapping[str, int]]
+CapacityRule = Callable[[TaskGraph, Mapping[str, int]], Mapping[str, int]]
+
+
+def clamp_int32(value: float) -> int:
+    """Round to an int that fits Airflow's ``priority_weight`` column."""
+    return max(INT32_MIN, min(INT32_MAX, int(round(value))))
+
+
+def _descendant_bits(graph: TaskGraph, order: list[str]) -> dict[str, int]:
+    """Bitset (Python int) of the descendants of every task, by topological index."""
+    index = {t: i for i, t in enumerate(order)}
+    bits: dict[str, int] = {}
+    for task_id in reversed(order):
+        acc = 0
+        for down in graph.downstream(task_id):
+            acc |= bits[down] | (1 << index[down])
+        bits[task_id] = acc
+    return bits
+
+
+def downstream_weights(graph: TaskGraph) -> dict[str, int]:
+    """Airflow's ``downstream`` weight rule: 1 + the number of all descendants."""
+    order = graph.topological_order()
+    bits = _descendant_bits(graph, order)
+    return {t: clamp_int32(1 + bits[t].bit_count()) for t in order}
+
+
+def critical_path_weights(graph: TaskGraph) -> dict[str, int]:
+    """Remaining critical-path length in whole seconds, own duration included."""
+    analysis = analyze(graph)
+    return {t: clamp_int32(timing.remaining) for t, timing in analysis.timings.items()}
+
+
+def _pool_of(node: TaskNode) -> str:
+    return node.pool or "default_pool"
+
+
+def _slots_of(node: TaskNode) -> int:
+    return node.gpu.count if node.gpu is not None else max(0, int(node.pool_slots))
+
+
+def width_aware_weights(graph: TaskGraph, capacity: Mapping[str, int]) -> dict[str, int]:
+    """Critical path in which a wide task also pays for the drain it needs, in tenths of a second.
+
+    A task holding ``w`` of a pool's ``C`` slots can only start once ``w`` slots are free at the same
+    time; under greedy admission that happens when the narrow tasks around it drain. Its length in the
+    path is ``duration + (w - 1) / (C - 1) * d_mean`` (``d_mean``: slot-weighted mean duration of the
+    pool's tasks in this DAG), so chains through wide tasks are started before the pool fills up with
+    long narrow work. With only 1-slot tasks this is the critical-path rule.
+    """
+    order = graph.topological_order()
+    work: dict[str, float] = {}
+    held: dict[str, int] = {}
+    for node in graph.nodes.values():
+        pool = _pool_of(node)
+        if pool in capacity:
+            work[pool] = work.get(pool, 0.0) + node.duration * _slots_of(node)
+            held[pool] = held.get(pool, 0) + _slots_of(node)
+    mean = {p: work[p] / held[p] for p in work if held[p] > 0}
+    length: dict[str, float] = {}
+    for task_id in order:
+        node = graph.nodes[task_id]
+        pool, slots = _pool_of(node), _slots_of(node)
+        extra = 0.0
+        if pool in capacity and capacity[pool] > 1 and slots > 1:
+            extra = (min(slots, capacity[pool]) - 1) / (capacity[pool] - 1) * mean.get(pool, 0.0)
+        length[task_id] = node.duration + extra
+    remaining: dict[str, float] = {}
+    for task_id in reversed(order):
+        tail = max((remaining[d] for d in graph.downstream(task_id)), default=0.0)
+        remaining[task_id] = length[task_id] + tail
+    return {t: clamp_int32(remaining[t] * 10) for t in order}
+
+
+def work_weights(graph: TaskGraph, capacity: Mapping[str, int]) -> dict[str, int]:
+    """Slot-seconds of the task and all its descendants over the pool capacity (tenths of a second):
+    the time the pool needs for everything a task unlocks; favours tasks that open up a lot of work."""
+    order = graph.topological_order()
+    bits = _descendant_bits(graph, order)
+    share: list[float] = []
+    for task_id in order:
+        node = graph.nodes[task_id]
+        cap = capacity.get(_pool_of(node))
+        share.append(node.duration * _slots_of(node) / cap if cap else 0.0)
+    out: dict[str, int] = {}
+    for i, task_id in enumerate(order):
+        acc = share[i]
+        b = bits[task_id]
+        while b:
+            low = b & -b
+            acc += share[low.bit_length() - 1]
+            b ^= low
+        out[task_id] = clamp_int32(acc * 10)
+    return out
+
+
+PRIORITY_RULES: dict[str, PriorityRule] = {
+    "downstream": downstream_weights,
+    "critical_path": critical_path_weights,
+}
+#: rules that need the pool capacities: name -> f(graph, capacity)
+CAPACITY_RULES: dict[str, CapacityRule] = {
+    "width_aware": width_aware_weights,
+    "work": work_weights,
+}
+
+
+def resolve_priority(rule: str | PriorityRule, capacity: Mapping[str, int] | None = None) -> PriorityRule:
+    """Look a rule up by name or pass a callable ``graph -> {task_id: weight}`` through.
+
+    Names: ``downstream``, ``critical_path``, and (given ``capacity``) ``width_aware``, ``work``. The
+    planned rule ``packing`` is resolved by the simulator (:func:`~airflow_gpu_dag.core.planner`).
+    """
+    if callable(rule):
+        return rule
+    if rule in PRIORITY_RULES:
+        return PRIORITY_RULES[rule]
+    if rule in CAPACITY_RULES:
+        if capacity is None:
+            raise ValueError(f"priority rule {rule!r} needs the pool capacities")
+        func = CAPACITY_RULES[rule]
+        caps = dict(capacity)
+
+        def bound(graph: TaskGraph) -> Mapping[str, int]:
+            return func(graph, caps)
+
+        bound.__name__ = rule
+        return bound
+    names = ", ".join(sorted([*PRIORITY_RULES, *CAPACITY_RULES, "packing"]))
+    raise ValueError(f"unknown priority rule {rule!r}; use one of {names} or a callable graph -> weights")
+
+
+_GreedyRun = tuple[float, str, dict[str, int], dict[str, float]]
+_Justified = tuple[float, str, dict[str, float]]
+_Stage = tuple[list[_GreedyRun], list[_GreedyRun], list[_Justified]]
+_STAGE_CACHE: weakref.WeakKeyDictionary[TaskGraph, dict[tuple, _Stage]] = weakref.WeakKeyDictionary()
+
+
+def _greedy_stage(
+    graph: TaskGraph,
+    capacity: Mapping[str, int],
+    candidates: tuple[str, ...],
+    justify_rounds: int,
+    samples: int,
+) -> tuple[list[_GreedyRun], list[_GreedyRun], list[_Justified]]:
+    """Steps 1-2 of the plan, cached per graph object so that planning for both admission policies
+    costs them once (do not mutate a graph after planning it): greedy runs of every candidate rule,
+    greedy runs of ``samples`` seeded perturbations of their weights (each weight times
+    ``1 +/- eps``, ``eps`` up to 0.3: other tie-breaks of almost the same priority), and the
+    justification of the candidates' schedules and of the two best sampled ones."""
+    from airflow_gpu_dag.core.justification import justify
+    from airflow_gpu_dag.core.simulator import simulate
+
+    key = (tuple(sorted(capacity.items())), candidates, justify_rounds, samples)
+    per_graph = _STAGE_CACHE.setdefault(graph, {})
+    if key in per_graph:
+        return per_graph[key]
+
+    def greedy(label: str, weights: dict[str, int]) -> _GreedyRun:
+        result = simulate(graph, capacity, "critical_path", priority=lambda g: weights)
+        return (result.makespan, label, weights, {t.task_id: t.start for t in result.schedule})
+
+    runs = [
+        greedy(name, {t: clamp_int32(w) for t, w in resolve_priority(name, capacity)(graph).items()})
+        for name in candidates
+    ]
+    sampled: list[_GreedyRun] = []
+    rng = random.Random(f"{graph.dag_id}:{len(graph)}")
+    for k in range(samples if runs else 0):
+        _m, name, base, _s = runs[k % len(runs)]
+        eps = rng.uniform(0.05, 0.3)
+        weights = {t: clamp_int32(w * (1 + rng.uniform(-eps, eps))) for t, w in base.items()}
+        sampled.append(greedy(f"{name}~{k}", weights))
+    sampled.sort(key=lambda r: r[0])
+    justified: list[_Justified] = []
+    for _makespan, name, _weights, start in [*runs, *sampled[:2]]:
+        improved, makespan = justify(graph, capacity, start, max_rounds=justify_rounds)
+        justified.append((makespan, name, improved))
+    justified.sort(key=lambda j: j[0])
+    per_graph[key] = (runs, sampled, justified[:_JUSTIFIED_KEPT])
+    return per_graph[key]
+
+
+#: How many justified schedules (the shortest) compete in the last step of the plan.
+_JUSTIFIED_KEPT = 2
+
+
+#: Rules the planner tries, in order of preference on ties.
+PACKING_CANDIDATES: tuple[str, ...] = ("critical_path", "width_aware", "work", "downstream")
+
+
+@dataclass(frozen=True)
+class PackingPlan:
+    """The outcome of :func:`packing_weights_plan`.
+
+    ``weights`` task -> priority weight; ``rule`` where they came from (a rule name, ``"<rule>+plan_order"``
+    or ``"<rule>+justified"``); ``makespan`` the predicted makespan of the DAG alone on the pools with
+    these weights under ``policy``; ``schedule`` the planned start of every task; ``tried`` the
+    predicted makespan of every option the planner simulated.
+    """
+
+    weights: dict[str, int]
+    rule: str
+    makespan: float
+    schedule: dict[str, float]
+    tried: dict[str, float]
+
+
+def _perturbed(graph: TaskGraph, sigma: float, seed: str) -> TaskGraph:
+    """A copy of ``graph`` whose durations are multiplied by ``exp(N(0, sigma))`` (seeded)."""
+    rng = random.Random(seed)
+    world = TaskGraph(graph.dag_id)
+    for node in graph.nodes.values():
+        world.add_task(replace(node, duration=node.duration * math.exp(rng.gauss(0.0, sigma))))
+    for up, down, kind in graph.edges():
+        world.add_edge(up, down, kind)
+    return world
+
+
+def plan_order_weights(graph: TaskGraph, start: Mapping[str, float]) -> dict[str, int]:
+    """Weights that make Airflow follow a planned schedule: a task that starts earlier in the plan has
+    a higher weight (``n`` for the first, ``1`` for the last; ties by graph order)."""
+    topo = {t: i for i, t in enumerate(graph.topological_order())}
+    ordered = sorted(start, key=lambda t: (start[t], topo[t]))
+    count = len(ordered)
+    return {t: count - i for i, t in enumerate(ordered)}
+
+
+def packing_weights_plan(
+    graph: TaskGraph,
+    capacity: Mapping[str, int],
+    policy: str = "critical_path",
+    candidates: Sequence[str] = PACKING_CANDIDATES,
+    controller_interval: float = 0.0,
+    justify_rounds: int = 4,
+    refine_rounds: int = 2,
+    estimate_error: float = 0.0,
+    scenarios: int = 2,
+    samples: int = 8,
+) -> PackingPlan:
+    """Plan priorities that pack the pools: the ``packing`` rule.
+
+    1. Every candidate rule (critical path, width-aware critical path, downstream work, Airflow's
+       ``downstream``) is simulated with Airflow's greedy admission, and so are ``samples`` seeded
+       perturbations of their weights (each weight times ``1 +/- eps``, ``eps <= 0.3``).
+    2. The candidates' schedules and the two best sampled ones are improved by forward-backward
+       justification
+       (:func:`~airflow_gpu_dag.core.justification.justify`): work that waited in front of a wide task
+       is moved into the holes the greedy admission left; the two shortest are kept.
+    3. Options are simulated under ``policy`` (``"critical_path"``: greedy admission with pools at
+       capacity; ``"reservation"``: with the reservation controller): every candidate rule's own
+       weights (with reservation a rule that loses under greedy admission can win: a wide critical task
+       is no longer starved) and the *plan-order* weights (:func:`plan_order_weights`) of the best
+       greedy schedule (sampled ones included) and of the kept justified ones. The option with the
+       shortest predicted makespan wins; ties go to the earlier option.
+    4. The winner's predicted schedule is justified again and its plan-order weights replace the
+       winner while that shortens the prediction (at most ``refine_rounds`` times).
+
+    With ``estimate_error`` > 0, each option of steps 3-4 is scored by its mean makespan over the exact
+    durations and ``scenarios`` seeded worlds whose durations are the estimates times
+    ``exp(N(0, estimate_error))`` (the controller still sees the estimates): options that only win when
+    every estimate is right lose. Measured on the WfCommons set this helps little (see
+    ``docs/benchmarks/makespan.md``); off by default.
+
+    With the reservation controller, plan-order weights keep Airflow on the plan: the task the plan
+    starts next is the one the controller reserves for, and only work that cannot delay it is let
+    through. Deterministic.
+    """
+    from airflow_gpu_dag.core.simulator import simulate  # the simulator imports this module
+
+    policy = "reservation" if policy == "reservation" else "critical_path"
+
+    believed = {t: n.duration for t, n in graph.nodes.items()}
+    worlds = [_perturbed(graph, estimate_error, f"{graph.dag_id}:{k}") for k in range(scenarios)]
+    if estimate_error <= 0:
+        worlds = []
+
+    def run(weights: Mapping[str, int], sim_policy: str) -> tuple[float, dict[str, float]]:
+        result = simulate(graph, capacity, sim_policy, controller_interval, priority=lambda g: weights)
+        score = result.makespan
+        for world in worlds:  # durations off by the estimate error: score the mean
+            score += simulate(
+                world,
+                capacity,
+                sim_policy,
+                controller_interval,
+                priority=lambda g: weights,
+                estimates=believed,
+            ).makespan
+        return score / (1 + len(worlds)), {t.task_id: t.start for t in result.schedule}
+
+    tried: dict[str, float] = {}
+    options: list[tuple[str, dict[str, int]]] = []
+    greedy_runs, sampled, justified = _greedy_stage(
+        graph, capacity, tuple(candidates), justify_rounds, samples
+    )
+    for makespan, name, weights, _start in greedy_runs:
+        tried[name if policy == "critical_path" and not worlds else f"{name} (greedy)"] = makespan
+        options.append((name, weights))
+    if not greedy_runs:
+        weights = critical_path_weights(graph)
+        return PackingPlan(weights, "critical_path", 0.0, {}, tried)
+    _best_makespan, best_name, _best_weights, best_start = min([*greedy_runs, *sampled], key=lambda r: r[0])
+    options.append((f"{best_name}+plan_order", plan_order_weights(graph, best_start)))
+    for _makespan, name, schedule in justified:
+        options.append((f"{name}+justified", plan_order_weights(graph, schedule)))
+
+    winner: PackingPlan | None = None
+    for label, weights in options:
+        if policy == "critical_path" and not worlds and label in tried:
+            makespan = tried[label]
+            start = next(r[3] for r in greedy_runs if r[1] == label)
+        else:
+            makespan, start = run(weights, policy)
+            tried[label] = makespan
+        if winner is None or makespan < winner.makespan - 1e-9 * max(1.0, makespan):
+            winner = PackingPlan(weights, label, makespan, start, tried)
+    assert winner is not None
+    # 4. what Airflow is predicted to do with the winner is itself a schedule: justify it again, keep
+    #    the plan-order weights while that shortens the predicted makespan
+    from airflow_gpu_dag.core.justification import justify
+
+    for round_ in range(1, refine_rounds + 1):
+        improved, _ = justify(graph, capacity, winner.schedule, max_rounds=justify_rounds)
+        weights = plan_order_weights(graph, improved)
+        makespan, start = run(weights, policy)
+        label = f"{winner.rule.split('+')[0]}+refined{round_}"
+        tried[label] = makespan
+        if makespan >= winner.makespan - 1e-9 * max(1.0, makespan):
+            break
+        winner = PackingPlan(weights, label, makespan, start, tried)
+    return PackingPlan(winner.weights, winner.rule, winner.makespan, winner.schedule, dict(tried))

@@ -1,0 +1,208 @@
+"""Makespan benchmark: stock Airflow admission vs our priority, alone and with reservation.
+
+Every instance runs alone on one GPU pool of capacity 8, 16 and 32 GPUs in the discrete-event simulator
+(:mod:`airflow_gpu_dag.core.simulator`, Airflow's exact admission rule at every event). Policies:
+
+* ``stock``: Airflow's ``downstream`` weight rule, greedy skip-if-it-does-not-fit admission.
+* ``critical_path``: plain critical-path weights, greedy admission (for reference).
+* ``packing``: our planned priority (``packing`` rule), greedy admission.
+* ``packing+reservation``: our planned priority and the reservation controller (every event).
+
+Figures per policy: mean makespan / lower bound (LB = max(critical path, GPU-seconds / capacity));
+``closed``: mean over instances with stock > LB of (stock - ours) / (stock - LB); ``closed_agg``:
+sum(stock - ours) / sum(stock - LB); ``worst``: max over instances of ours / stock; ``>2%``: instances
+more than 2 % worse than stock; ``LB_dep``: the tighter :func:`dependency_lower_bound` (also valid for any
+schedule) and the same two figures against it.
+
+    .venv/bin/python benchmarks/makespan.py            # full run
+    .venv/bin/python benchmarks/makespan.py --quick    # a subset, for a fast check
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.priority import packing_weights_plan, resolve_priority
+from airflow_gpu_dag.core.simulator import dependency_lower_bound, lower_bound, simulate
+from airflow_gpu_dag.core.workloads import GPU_POOL, Workload, load_workloads, ml_pipeline_workloads
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_WORKLOADS = REPO_ROOT.parent / "shared" / "workloads" / "wfinstances_dev.json"
+POLICIES: dict[str, tuple[str, str]] = {
+    "stock": ("stock", "downstream"),
+    "critical_path": ("critical_path", "critical_path"),
+    "packing": ("critical_path", "packing"),
+    "packing+reservation": ("reservation", "packing"),
+}
+
+
+def _closed(stock: Sequence[float], ours: Sequence[float], bounds: Sequence[float]) -> float:
+    gaps = [(s - o) / (s - lb) for s, o, lb in zip(stock, ours, bounds, strict=True) if s > lb * (1 + 1e-9)]
+    return statistics.mean(gaps) if gaps else 0.0
+
+
+def perturbed(graph: TaskGraph, sigma: float, seed: str) -> TaskGraph:
+    """A copy of ``graph`` whose durations are the estimates times ``exp(N(0, sigma))`` (seeded)."""
+    rng = random.Random(seed)
+    actual = TaskGraph(graph.dag_id)
+    for node in graph.nodes.values():
+        actual.add_task(replace(node, duration=node.duration * math.exp(rng.gauss(0.0, sigma))))
+    for up, down, kind in graph.edges():
+        actual.add_edge(up, down, kind)
+    return actual
+
+
+Measurements = tuple[dict[str, list[float]], list[float], list[float]]
+
+
+def measure(
+    workloads: Sequence[Workload], capacity: int, policies: Sequence[str], interval: float, noise: float = 0.0
+) -> Measurements:
+    """Return (policy -> makespan per instance, lower bound per instance, LB_dep per instance).
+
+    Priorities and the controller work with the workload's durations (the estimates); tasks run for
+    those durations, or with ``noise`` > 0 for the estimates times a log-normal factor.
+    """
+    caps = {GPU_POOL: capacity}
+    makespans: dict[str, list[float]] = {p: [] for p in policies}
+    bounds: list[float] = []
+    tight: list[float] = []
+    for w in workloads:
+        estimated = w.graph
+        actual = perturbed(estimated, noise, w.name) if noise > 0 else estimated
+        believed = {t: n.duration for t, n in estimated.nodes.items()}
+        tight.append(dependency_lower_bound(actual, caps))
+        bounds.append(lower_bound(actual, caps))
+        for p in policies:
+            sim_policy, rule = POLICIES[p]
+            if rule == "packing":
+                weights = packing_weights_plan(
+                    estimated, caps, sim_policy, controller_interval=interval
+                ).weights
+            else:
+                weights = dict(resolve_priority(rule, caps)(estimated))
+            result = simulate(
+                actual,
+                caps,
+                sim_policy,
+                controller_interval=interval,
+                priority=lambda g, w=weights: w,  # type: ignore[misc]
+                estimates=believed,
+            )
+            makespans[p].append(result.makespan)
+    return makespans, bounds, tight
+
+
+def summarize(data: Measurements) -> dict[str, dict[str, float]]:
+    """Return ``policy -> figures`` (see the module docstring) for measured instances."""
+    makespans, bounds, tight = data
+    stock = makespans["stock"]
+    policies = list(makespans)
+    out: dict[str, dict[str, float]] = {}
+    for p in policies:
+        ours = makespans[p]
+        gaps = [
+            (s - o) / (s - lb) for s, o, lb in zip(stock, ours, bounds, strict=True) if s > lb * (1 + 1e-9)
+        ]
+        total_gap = sum(s - lb for s, lb in zip(stock, bounds, strict=True))
+        out[p] = {
+            "ratio": statistics.mean(o / lb if lb > 0 else 1.0 for o, lb in zip(ours, bounds, strict=True)),
+            "closed": statistics.mean(gaps) if gaps else 0.0,
+            "closed_agg": sum(s - o for s, o in zip(stock, ours, strict=True)) / total_gap
+            if total_gap
+            else 0.0,
+            "worst": max(o / s for o, s in zip(ours, stock, strict=True) if s > 0),
+            "worse2": sum(1 for o, s in zip(ours, stock, strict=True) if o > s * 1.02),
+            "n": len(ours),
+            "tight_ratio": statistics.mean(
+                o / lb if lb > 0 else 1.0 for o, lb in zip(ours, tight, strict=True)
+            ),
+            "closed_tight": _closed(stock, ours, tight),
+        }
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--workloads", type=Path, default=DEFAULT_WORKLOADS, help="workload JSON file")
+    parser.add_argument("--capacities", default="8,16,32", help="GPU pool capacities, comma separated")
+    parser.add_argument("--ml-count", type=int, default=24, help="generated ML-pipeline instances")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the ML-pipeline generator")
+    parser.add_argument("--interval", type=float, default=0.0, help="controller interval (0 = every event)")
+    parser.add_argument(
+        "--noise",
+        type=float,
+        default=0.0,
+        help="run tasks for estimate x exp(N(0, NOISE)) (plans and controller see the estimates)",
+    )
+    parser.add_argument(
+        "--sets", default="wfinstances,ml_pipelines", help="workload sets: wfinstances, ml_pipelines"
+    )
+    parser.add_argument("--quick", action="store_true", help="a subset: every 4th file instance, 9 ML ones")
+    parser.add_argument(
+        "--policies", default=",".join(POLICIES), help=f"comma separated, from {', '.join(POLICIES)}"
+    )
+    args = parser.parse_args(argv)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        parser.error(f"unknown policies {unknown}; use {', '.join(POLICIES)}")
+    if "stock" not in policies:
+        policies.insert(0, "stock")
+    started = time.perf_counter()
+    files = load_workloads(args.workloads)
+    ml = ml_pipeline_workloads(9 if args.quick else args.ml_count, seed=args.seed)
+    if args.quick:
+        files = files[::4]
+    chosen = {name.strip() for name in args.sets.split(",") if name.strip()}
+    sets = {name: ws for name, ws in {"wfinstances": files, "ml_pipelines": ml}.items() if name in chosen}
+    if not sets:
+        parser.error("--sets names none of: wfinstances, ml_pipelines")
+    print(
+        f"# makespan benchmark: {len(files)} file instances ({args.workloads.name}), {len(ml)} ML pipelines"
+    )
+    print(
+        f"# controller interval {args.interval:g}s; duration noise sigma {args.noise:g}; "
+        "closed = mean over instances with stock > LB\n"
+    )
+    print(
+        "| set | GPUs | policy | makespan/LB | closed | closed_agg | worst ours/stock | >2% worse "
+        "| makespan/LB_dep | closed vs LB_dep |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for cap in (int(c) for c in args.capacities.split(",")):
+        measured = {name: measure(ws, cap, policies, args.interval, args.noise) for name, ws in sets.items()}
+        if len(measured) > 1:
+            measured["all"] = (
+                {p: [m for data in measured.values() for m in data[0][p]] for p in policies},
+                [b for data in measured.values() for b in data[1]],
+                [b for data in measured.values() for b in data[2]],
+            )
+        for set_name, data in measured.items():
+            figures = summarize(data)
+            for p in policies:
+                f = figures[p]
+                print(
+                    f"| {set_name} | {cap} | {p} | {f['ratio']:.4f} | {f['closed']:.1%} "
+                    f"| {f['closed_agg']:.1%} "
+                    f"| {f['worst']:.4f} | {int(f['worse2'])}/{int(f['n'])} "
+                    f"| {f['tight_ratio']:.4f} | {f['closed_tight']:.1%} |",
+                    flush=True,
+                )
+    print(f"\n# elapsed {time.perf_counter() - started:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""Reservation through the pool size (decide_pools): the agreed mechanism, hand cases and properties."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_gpu_dag.core.admission import ReadyTask, RunningTask, stock_admission
+from airflow_gpu_dag.core.reservation import decide_pools, shadow_time
+
+
+def ready(key: str, slots: int, priority: int, duration: float = 10.0, order: int = 0) -> ReadyTask:
+    return ReadyTask(key, "gpu", slots, priority, duration, (order,))
+
+
+def run(key: str, slots: int, end: float | None) -> RunningTask:
+    return RunningTask(key, "gpu", slots, end)
+
+
+def test_head_task_fits_pool_is_capacity() -> None:
+    d = decide_pools(0.0, {"gpu": 8}, [run("r", 4, 50)], [ready("w", 4, 10), ready("s", 1, 1)])["gpu"]
+    assert d.pool_size == 8 and d.reserved_for is None and d.backfill_slots == 0
+
+
+def test_no_ready_task_pool_is_capacity() -> None:
+    d = decide_pools(0.0, {"gpu": 8}, [run("r", 4, 50)], [])["gpu"]
+    assert (d.pool_size, d.reserved_for, d.shadow_time) == (8, None, None)
+
+
+def test_reservation_without_backfill_blocks_everything() -> None:
+    running = [run("r1", 3, 100.0), run("r2", 2, 40.0)]
+    waiting = [ready("wide", 8, 100), ready("s1", 1, 1), ready("s2", 1, 1)]
+    d = decide_pools(0.0, {"gpu": 8}, running, waiting, backfill=False)["gpu"]
+    assert d.reserved_for == "wide" and d.reserved_slots == 8
+    assert d.pool_size == 0  # C - w
+    assert d.shadow_time == 100.0
+    open_slots = d.pool_size - 5
+    assert stock_admission(waiting, {"gpu": open_slots}) == []
+    assert "wide" in d.reason
+
+
+def test_safe_backfill_lets_short_tasks_through_only() -> None:
+    # 3 free now; wide (8) needs everything; the running tasks end at 100 -> shadow 100.
+    running = [run("r1", 5, 100.0)]
+    waiting = [
+        ready("wide", 8, 100),
+        ready("long", 1, 50, duration=500.0, order=1),
+        ready("short_a", 1, 10, duration=30.0, order=2),
+        ready("short_b", 1, 10, duration=90.0, order=3),
+    ]
+    d = decide_pools(0.0, {"gpu": 8}, running, waiting)["gpu"]
+    assert d.reserved_for == "wide" and d.shadow_time == 100.0
+    open_slots = d.pool_size - 5
+    admitted = [x.key for x in stock_admission(waiting, {"gpu": open_slots})]
+    # greedy with 3 open slots would pick "long" (higher priority), which ends after the shadow time:
+    # the largest safe open count is 0 -> nothing. With "long" absent, both short tasks fit.
+    assert admitted == []
+    d2 = decide_pools(0.0, {"gpu": 8}, running, [w for w in waiting if w.key != "long"])["gpu"]
+    admitted2 = [x.key for x in stock_admission(waiting[:1] + waiting[2:], {"gpu": d2.pool_size - 5})]
+    assert admitted2 == ["short_a", "short_b"]
+    assert d2.backfill_slots == 8 - 3 + 2 and d2.pool_size == 5 + 2  # trimmed to what is admitted
+
+
+def test_extra_slots_at_shadow_time_may_run_long_work() -> None:
+    # wide needs 4; 2 free; r1 (4 slots) ends at 50 -> at the shadow time 6 are free: 2 extra.
+    running = [run("r1", 4, 50.0), run("r2", 2, 1000.0)]
+    waiting = [ready("wide", 4, 100), ready("long1", 1, 5, 900.0, 1), ready("long2", 1, 5, 900.0, 2)]
+    d = decide_pools(0.0, {"gpu": 8}, running, waiting)["gpu"]
+    assert d.shadow_time == 50.0
+    admitted = stock_admission(waiting, {"gpu": d.pool_size - 6})
+    assert [x.key for x in admitted] == ["long1", "long2"]
+
+
+def test_unknown_end_means_no_backfill() -> None:
+    d = decide_pools(0.0, {"gpu": 8}, [run("r", 6, None)], [ready("wide", 8, 9), ready("s", 1, 1, 1.0)])[
+        "gpu"
+    ]
+    assert d.shadow_time is None and d.backfill_slots == 0 and d.pool_size == 0
+
+
+def test_task_wider_than_capacity_is_not_reserved_for() -> None:
+    d = decide_pools(0.0, {"gpu": 4}, [], [ready("huge", 8, 100), ready("s", 1, 1)])["gpu"]
+    assert d.reserved_for is None and d.pool_size == 4
+
+
+def test_shadow_time_counts_all_tasks_ending_then() -> None:
+    when, extra = shadow_time(0.0, 0, 2, [run("a", 1, 10.0), run("b", 1, 10.0), run("c", 1, 10.0)])
+    assert (when, extra) == (10.0, 1)
+    assert shadow_time(5.0, 0, 1, [run("late", 1, 1.0)]) == (5.0, 0)  # overdue: ends "now"
+
+
+def test_29474_stream_of_small_tasks_cannot_starve_wide_task() -> None:
+    """A stream of 1-slot tasks keeps arriving; stock admission never starts the 8-slot task,
+    reservation starts it as soon as the slots it waits for drain."""
+    capacity = 8
+
+    def play(reserve: bool) -> float | None:
+        now = 0.0
+        running: list[RunningTask] = [RunningTask(f"init{i}", "gpu", 1, float(i + 1)) for i in range(8)]
+        waiting = [ready("wide", 8, 100, duration=10.0)]
+        serial = 0
+        for _step in range(200):
+            # two fresh 1-slot tasks (lower priority, 5 s) arrive every second
+            for _ in range(2):
+                waiting.append(ready(f"s{serial}", 1, 1, duration=5.0, order=serial))
+                serial += 1
+            running = [r for r in running if r.expected_end is None or r.expected_end > now]
+            used = sum(r.slots for r in running)
+            size = capacity
+            if reserve:
+                size = decide_pools(now, {"gpu": capacity}, running, waiting)["gpu"].pool_size
+            for task in stock_admission(waiting, {"gpu": size - used}, {"gpu": size}):
+                if task.key == "wide":
+                    return now
+                waiting.remove(task)
+                running.append(RunningTask(task.key, "gpu", task.slots, now + task.duration))
+            now += 1.0
+        return None
+
+    assert play(reserve=False) is None  # starved for all 200 s
+    started = play(reserve=True)
+    assert started is not None and started <= 8.0  # the initial tasks drain by t=8
+
+
+@st.composite
+def pool_states(draw: st.DrawFn) -> tuple[int, list[RunningTask], list[ReadyTask]]:
+    capacity = draw(st.integers(1, 16))
+    running: list[RunningTask] = []
+    used = 0
+    for i in range(draw(st.integers(0, 8))):
+        slots = draw(st.integers(1, capacity))
+        if used + slots > capacity:
+            break
+        used += slots
+        running.append(run(f"r{i}", slots, draw(st.floats(0.5, 100.0))))
+    waiting = [
+        ready(
+            f"q{i}",
+            draw(st.integers(1, capacity + 2)),
+            draw(st.integers(0, 9)),
+            draw(st.floats(0.5, 150.0)),
+            i,
+        )
+        for i in range(draw(st.integers(0, 10)))
+    ]
+    return capacity, running, waiting
+
+
+def _start_of(head_slots: int, capacity: int, running: list[tuple[float, int]]) -> float:
+    """When ``head_slots`` are free given (end, slots) of everything holding slots (from t=0)."""
+    free = capacity - sum(s for _e, s in running)
+    if free >= head_slots:
+        return 0.0
+    for end, slots in sorted(running):
+        free += slots
+        if free >= head_slots:
+            return end
+    raise AssertionError("never fits")
+
+
+@settings(max_examples=300, deadline=None)
+@given(pool_states())
+def test_pool_never_oversubscribed_and_backfill_never_delays_head(state: tuple) -> None:
+    capacity, running, waiting = state
+    d = decide_pools(0.0, {"gpu": capacity}, running, waiting)["gpu"]
+    used = sum(r.slots for r in running)
+    assert 0 <= d.pool_size <= capacity
+    admitted = stock_admission(waiting, {"gpu": d.pool_size - used}, {"gpu": d.pool_size})
+    assert used + sum(x.slots for x in admitted) <= capacity
+    if d.reserved_for is None:
+        return
+    head = next(x for x in waiting if x.key == d.reserved_for)
+    assert head not in admitted
+    assert {x.key for x in admitted} == set(d.backfill_tasks)
+    held = [(r.expected_end or 0.0, r.slots) for r in running]
+    alone = _start_of(head.slots, capacity, held)
+    with_backfill = _start_of(head.slots, capacity, held + [(x.duration, x.slots) for x in admitted])
+    assert d.shadow_time == alone
+    assert with_backfill <= alone  # the model's start of W is not delayed by what b lets through
+
+
+@settings(max_examples=300, deadline=None)
+@given(pool_states())
+def test_simulator_cut_of_the_ready_list_decides_the_same(state: tuple) -> None:
+    """The simulator hands decide_pools only the part of the ready list that can matter."""
+    from airflow_gpu_dag.core.admission import admission_order
+    from airflow_gpu_dag.core.simulator import backfill_candidates
+
+    capacity, running, waiting = state
+    full = decide_pools(0.0, {"gpu": capacity}, running, waiting)["gpu"]
+    if full.reserved_for is None:
+        return
+    free = capacity - sum(r.slots for r in running)
+    cut = backfill_candidates(sorted(waiting, key=admission_order), full.reserved_for, free)
+    part = decide_pools(0.0, {"gpu": capacity}, running, cut)["gpu"]
+    assert (part.pool_size, part.reserved_for, part.backfill_tasks) == (
+        full.pool_size,
+        full.reserved_for,
+        full.backfill_tasks,
+    )
