@@ -16,7 +16,23 @@ from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_dura
 from airflow_gpu_dag.core.validation import ERROR, Finding
 from airflow_gpu_dag.hints import read_hints
 
-__all__ = ["build_task_graph"]
+__all__ = ["build_task_graph", "priority_rule_of"]
+
+#: Our weight-rule classes and the simulator's name for the rule each applies.
+_RULES = {"CriticalPathPriorityStrategy": "critical_path", "PackingPriorityStrategy": "packing"}
+
+
+def priority_rule_of(dag: Any) -> str | None:
+    """``"critical_path"`` or ``"packing"`` when the DAG's tasks use that provider weight rule (the
+    rule most of them use), else None (a stock Airflow rule). Works on SDK and serialized DAGs: the
+    rule is a class-path string on the former and a strategy instance on the latter."""
+    counts: dict[str | None, int] = {}
+    for task in dag.task_dict.values():
+        rule = getattr(task, "weight_rule", None)
+        name = rule if isinstance(rule, str) else type(rule).__name__
+        key = next((v for k, v in _RULES.items() if str(name).endswith(k)), None)
+        counts[key] = counts.get(key, 0) + 1
+    return max(counts, key=lambda k: (counts[k], k is not None)) if counts else None
 
 
 def build_task_graph(dag: Any, default_duration: float | None = None) -> tuple[TaskGraph, list[Finding]]:
@@ -29,7 +45,7 @@ def build_task_graph(dag: Any, default_duration: float | None = None) -> tuple[T
     if default_duration is None:
         default_duration = default_duration_seconds()
     dag_id = str(dag.dag_id)
-    graph = TaskGraph(dag_id)
+    graph = TaskGraph(dag_id, priority_rule=priority_rule_of(dag))
     findings: list[Finding] = []
     tasks = dag.task_dict
     for task_id, task in tasks.items():

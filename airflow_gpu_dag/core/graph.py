@@ -64,8 +64,11 @@ class TaskGraph:
     "time", "cleanup") is kept per edge for the typed-edge features.
     """
 
-    def __init__(self, dag_id: str = "dag") -> None:
+    def __init__(self, dag_id: str = "dag", priority_rule: str | None = None) -> None:
         self.dag_id = dag_id
+        #: The provider priority rule the DAG's tasks use (``"critical_path"`` / ``"packing"``), or None
+        #: when they use a stock Airflow rule; predictions of "our" schedule follow it.
+        self.priority_rule = priority_rule
         self.nodes: dict[str, TaskNode] = {}
         self._down: dict[str, dict[str, str | None]] = {}
         self._up: dict[str, dict[str, str | None]] = {}

@@ -7,6 +7,7 @@ controller can set each pool's size. For a GPU pool ``P`` with live capacity ``C
 ``W`` be the highest-priority ready task of ``P`` (among those that fit ``C`` at all) and ``w`` its slots:
 
 * ``W`` fits (``C - used >= w``): pool size ``C``; the scheduler admits ``W`` first.
+* ``W`` needs one slot: pool size ``C``; the next freed slot goes to ``W`` first anyway.
 * ``W`` does not fit: the reservation is active and the pool size is ``C - w + b``, so
   ``open = (C - used) - w + b``. With ``b = 0`` nothing can take the slots ``W`` is waiting for, however
   many scheduler loops run between two controller ticks. When running tasks drain so that
@@ -121,6 +122,11 @@ def _decide_one(
     wide = head.slots
     if free >= wide:
         reason = f"{head.key} ({wide} slots) fits: {free} of {capacity} free; pool = capacity"
+        return PoolDecision(pool, capacity, capacity, None, 0, 0, None, reason, used)
+    if wide == 1:
+        # Airflow hands the next freed slot to the highest-priority task anyway: a 1-slot task cannot
+        # be starved, and shrinking the pool would only keep that slot idle until the next tick.
+        reason = f"{head.key} (1 slot) takes the next free slot; pool = capacity"
         return PoolDecision(pool, capacity, capacity, None, 0, 0, None, reason, used)
 
     shadow, extra = shadow_time(now, free, wide, running)

@@ -259,7 +259,9 @@ def simulate(
     :param controller_interval: seconds between controller ticks (``reservation`` only); 0 = the
         controller decides at every event, just before the scheduler loop.
     :param priority: a rule name (``downstream``, ``critical_path``, ``packing``) or a callable
-        ``graph -> {task_id: weight}``; None = the policy's default. Weights are computed per graph
+        ``graph -> {task_id: weight}``; None = for ``reservation`` the rule the graphs declare
+        (:attr:`TaskGraph.priority_rule`, what the DAG's ``weight_rule`` is), else the policy's
+        default. Weights are computed per graph
         (as Airflow computes them per DAG) and rounded to int32 as Airflow stores them.
     :param backfill: ``reservation`` only: let safe backfill through (False: ``b = 0`` always).
     :param estimates: what the controller believes the durations are (task id -> seconds; for several
@@ -276,7 +278,14 @@ def simulate(
     graphs = _as_graphs(graph)
     capacity = {p: int(c) for p, c in capacity.items()}
     _check_capacity(graphs, capacity)
-    chosen = priority if priority is not None else POLICIES[policy]
+    chosen = priority
+    if chosen is None and policy == "reservation":
+        # predict what the scheduler does: the rule the DAG(s) really use, when it is one of ours
+        declared = {g.priority_rule for g in graphs}
+        if len(declared) == 1 and None not in declared:
+            chosen = declared.pop()
+    if chosen is None:
+        chosen = POLICIES[policy]
     rule: PriorityRule
     if chosen == "packing":
         caps = dict(capacity)

@@ -141,3 +141,18 @@ def test_analysis_cached_per_dag_object(monkeypatch: pytest.MonkeyPatch) -> None
     second = _serialized(dag)  # a new serialized version is a new object: analysed again
     _weight(second, "t0")
     assert calls == ["cache", "cache"]
+
+
+def test_graph_records_the_provider_rule_the_dag_uses() -> None:
+    from airflow_gpu_dag import PACKING_WEIGHT_RULE
+    from airflow_gpu_dag.airflow.graph import build_task_graph
+
+    with DAG("cp_rule", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as cp_dag:
+        _bash("a", "10m")
+    with DAG("packing_rule", default_args={"weight_rule": PACKING_WEIGHT_RULE}) as packing_dag:
+        _bash("a", "10m")
+    with DAG("stock_rule") as stock_dag:
+        _bash("a", "10m")
+    for dag, expected in ((cp_dag, "critical_path"), (packing_dag, "packing"), (stock_dag, None)):
+        assert build_task_graph(dag)[0].priority_rule == expected  # authoring DAG: class-path string
+        assert build_task_graph(_serialized(dag))[0].priority_rule == expected  # scheduler: instance

@@ -198,3 +198,12 @@ def test_simulator_cut_of_the_ready_list_decides_the_same(state: tuple) -> None:
         full.reserved_for,
         full.backfill_tasks,
     )
+
+
+def test_no_reservation_for_a_one_slot_head() -> None:
+    """A 1-slot head gets the next freed slot from Airflow itself; a shrunken pool would idle it."""
+    running = [RunningTask(f"r{i}", "gpu", 1, expected_end=10.0 + i) for i in range(4)]
+    ready = [ReadyTask("head", "gpu", 1, priority=100, duration=5.0), ReadyTask("low", "gpu", 1, 1, 5.0)]
+    decision = decide_pools(0.0, {"gpu": 4}, running, ready)["gpu"]
+    assert decision.pool_size == 4
+    assert decision.reserved_for is None

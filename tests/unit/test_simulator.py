@@ -178,3 +178,24 @@ def test_makespan_benchmark_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     assert "| wfinstances | 8 | packing+reservation |" in out
     assert "| ml_pipelines | 8 | stock | " in out
+
+
+def test_reservation_prediction_follows_the_rule_the_graph_declares() -> None:
+    from airflow_gpu_dag.core import TaskGraph as _Graph
+
+    def build(rule: str | None) -> _Graph:
+        g = _Graph("declared", priority_rule=rule)
+        g.add("long", 100, 1)
+        for i in range(4):
+            g.add(f"short{i}", 10, 1)
+            if i:
+                g.add_edge(f"short{i - 1}", f"short{i}")
+        return g
+
+    declared = simulate(build("critical_path"), {"gpu_default": 1}, policy="reservation")
+    explicit = simulate(build(None), {"gpu_default": 1}, policy="reservation", priority="critical_path")
+    assert declared.priority_rule == "critical_path"
+    assert declared.schedule == explicit.schedule
+    assert simulate(build(None), {"gpu_default": 1}, policy="reservation").priority_rule == "packing"
+    # the stock policy never takes the declared rule: it predicts Airflow's own downstream rule
+    assert simulate(build("critical_path"), {"gpu_default": 1}, policy="stock").priority_rule == "downstream"
