@@ -17,7 +17,8 @@ SECTION = "gpu_dag"
 DEFAULT_DURATION = "30m"
 
 
-def _conf_get(key: str, fallback: str | None) -> str | None:
+def conf_get(key: str, fallback: str | None) -> str | None:
+    """``[gpu_dag] key`` from Airflow's configuration (env ``AIRFLOW__GPU_DAG__KEY``), or ``fallback``."""
     try:
         from airflow.configuration import conf
 
@@ -28,7 +29,7 @@ def _conf_get(key: str, fallback: str | None) -> str | None:
 
 def default_duration_seconds() -> float:
     """Estimate used for tasks that declare none (``[gpu_dag] default_duration``, default 30m)."""
-    raw = _conf_get("default_duration", DEFAULT_DURATION) or DEFAULT_DURATION
+    raw = conf_get("default_duration", DEFAULT_DURATION) or DEFAULT_DURATION
     try:
         return parse_duration(raw)
     except EstimateError as err:
@@ -42,7 +43,7 @@ def pool_capacities() -> dict[str, int] | None:
     ``[gpu_dag] pools`` is a JSON object ``{"gpu_default": 8, "gpu_a100": 4}``. When unset, pools
     are not checked at parse time (the dag-processor has no database access).
     """
-    raw = _conf_get("pools", None)
+    raw = conf_get("pools", None)
     if not raw:
         return None
     try:
@@ -55,7 +56,7 @@ def pool_capacities() -> dict[str, int] | None:
 
 def max_gpus_per_host() -> int | None:
     """The largest single host/node (``[gpu_dag] max_gpus_per_host``), or None when unknown."""
-    raw = _conf_get("max_gpus_per_host", None)
+    raw = conf_get("max_gpus_per_host", None)
     if not raw:
         return None
     try:

@@ -12,6 +12,35 @@ def get_provider_info() -> dict[str, Any]:
         "description": "Dependency-graph-driven GPU scheduling: critical-path priority, GPU watermark "
         "pools, reservation for wide critical tasks.",
         "versions": ["0.1.0"],
+        "hooks": [{"integration-name": "GPU DAG", "python-modules": ["airflow_gpu_dag.hooks.airflow_api"]}],
+        "operators": [
+            {
+                "integration-name": "GPU DAG",
+                "python-modules": ["airflow_gpu_dag.operators.gpu", "airflow_gpu_dag.operators.kubernetes"],
+            }
+        ],
+        "sensors": [
+            {
+                "integration-name": "GPU DAG",
+                "python-modules": [
+                    "airflow_gpu_dag.sensors.dataset",
+                    "airflow_gpu_dag.sensors.checkpoint",
+                    "airflow_gpu_dag.sensors.window",
+                ],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "GPU DAG",
+                "python-modules": [
+                    "airflow_gpu_dag.triggers.dataset",
+                    "airflow_gpu_dag.triggers.checkpoint",
+                    "airflow_gpu_dag.triggers.budget",
+                ],
+            }
+        ],
+        "cli": ["airflow_gpu_dag.cli.definition.get_gpu_dag_cli_commands"],
+        "task-decorators": [{"class-name": "airflow_gpu_dag.decorators.gpu.gpu_task", "name": "gpu"}],
         "config": {
             "gpu_dag": {
                 "description": "airflow-gpu-dag settings.",
@@ -37,6 +66,78 @@ def get_provider_info() -> dict[str, Any]:
                         "type": "string",
                         "example": "8",
                         "default": "",
+                    },
+                    "plan_policy": {
+                        "description": "How PackingPriorityStrategy plans its weights: reservation (the "
+                        "watermark controller reserves slots for wide tasks) or greedy (stock pool "
+                        "admission).",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "greedy",
+                        "default": "reservation",
+                    },
+                    "usage_ledger": {
+                        "description": "GPU-seconds ledger (JSONL) read by budget gates; default "
+                        "<lease_dir>/usage.jsonl.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "/var/lib/airflow/gpu-leases/usage.jsonl",
+                        "default": "",
+                    },
+                    "inventory_source": {
+                        "description": "Where the host's GPU inventory comes from: auto (NVML when it sees "
+                        "GPUs, else the static inventory), nvml or static.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "static",
+                        "default": "auto",
+                    },
+                    "inventory": {
+                        "description": "Static GPU inventory for hosts without NVML (demo, CI): shorthand "
+                        'like 4xa100:80GiB or JSON {"gpus": [{"index": 0, "type": "a100", '
+                        '"memory": "80GiB"}]}',
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "4xa100:80GiB",
+                        "default": "",
+                    },
+                    "lease_dir": {
+                        "description": "Host-wide directory of the GPU lease table, its lock and the usage "
+                        "ledger (default <tmp>/airflow-gpu-dag/leases).",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "/var/lib/airflow/gpu-leases",
+                        "default": "",
+                    },
+                    "lease_ttl": {
+                        "description": "A lease whose heartbeat is older than this is reclaimed: the bound "
+                        "on how long a stale lease holds a GPU.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "2m",
+                        "default": "2m",
+                    },
+                    "lease_heartbeat": {
+                        "description": "How often a running GPU task renews its lease (at most half of "
+                        "lease_ttl).",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "10s",
+                        "default": "10s",
+                    },
+                    "lease_poll_interval": {
+                        "description": "How often a task waiting for free GPUs retries.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "2s",
+                        "default": "2s",
+                    },
+                    "lease_wait_timeout": {
+                        "description": "How long a task waits for free GPUs on its host before it fails.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "10m",
+                        "default": "10m",
                     },
                 },
             }

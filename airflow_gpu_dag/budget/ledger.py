@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from airflow_gpu_dag.config import _conf_get
+from airflow_gpu_dag.config import conf_get
 from airflow_gpu_dag.gpu.usage import USAGE_FILE, UsageLedger, gpu_seconds_by_dag_run, gpu_seconds_by_pool_day
 
 __all__ = ["BudgetUsage", "read_usage", "usage_ledger_path"]
@@ -22,10 +22,10 @@ def usage_ledger_path(explicit: str | os.PathLike[str] | None = None) -> str | N
     """The ledger file: ``explicit``, ``[gpu_dag] usage_ledger``, or ``[gpu_dag] lease_dir``/usage.jsonl."""
     if explicit:
         return os.fspath(explicit)
-    configured = _conf_get("usage_ledger", None)
+    configured = conf_get("usage_ledger", None)
     if configured:
         return configured
-    lease_dir = _conf_get("lease_dir", None)
+    lease_dir = conf_get("lease_dir", None)
     if lease_dir:
         return os.path.join(lease_dir, USAGE_FILE)
     return None

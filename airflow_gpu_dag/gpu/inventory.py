@@ -392,9 +392,9 @@ def _nvml_device(pynvml: Any, index: int) -> GpuDevice:
 # -- configuration ----------------------------------------------------------------------------------
 def configured_inventory_source() -> str:
     """``[gpu_dag] inventory_source``: ``auto`` (default), ``nvml`` or ``static``."""
-    from airflow_gpu_dag.config import _conf_get
+    from airflow_gpu_dag.config import conf_get
 
-    raw = (_conf_get("inventory_source", AUTO) or AUTO).strip().lower()
+    raw = (conf_get("inventory_source", AUTO) or AUTO).strip().lower()
     if raw not in SOURCES:
         raise InventoryError(f"[gpu_dag] inventory_source {raw!r} must be one of {', '.join(SOURCES)}")
     return raw
@@ -402,9 +402,9 @@ def configured_inventory_source() -> str:
 
 def configured_inventory_spec() -> str | None:
     """``[gpu_dag] inventory`` (static inventory text), or None when unset."""
-    from airflow_gpu_dag.config import _conf_get
+    from airflow_gpu_dag.config import conf_get
 
-    raw = _conf_get("inventory", None)
+    raw = conf_get("inventory", None)
     return raw.strip() if raw and raw.strip() else None
 
 

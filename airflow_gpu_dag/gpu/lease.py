@@ -183,10 +183,10 @@ class LeaseSettings:
     def from_config(cls, **overrides: Any) -> LeaseSettings:
         """Settings from ``[gpu_dag]`` (``lease_dir``, ``lease_ttl``, ``lease_heartbeat``,
         ``lease_poll_interval``, ``lease_wait_timeout``), then ``overrides``."""
-        from airflow_gpu_dag.config import _conf_get
+        from airflow_gpu_dag.config import conf_get
 
         def seconds(key: str, default: float) -> float:
-            raw = _conf_get(key, None)
+            raw = conf_get(key, None)
             if raw is None or not str(raw).strip():
                 return default
             try:
@@ -195,7 +195,7 @@ class LeaseSettings:
                 raise ValueError(f"[gpu_dag] {key}: {err}") from None
 
         values: dict[str, Any] = {
-            "lease_dir": Path(_conf_get("lease_dir", None) or default_lease_dir()),
+            "lease_dir": Path(conf_get("lease_dir", None) or default_lease_dir()),
             "ttl_s": seconds("lease_ttl", 120.0),
             "heartbeat_s": seconds("lease_heartbeat", 10.0),
             "poll_s": seconds("lease_poll_interval", 2.0),
