@@ -4,6 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+# Debian packages for the browser (UI) and PostgreSQL (stress) tests; installs only what is missing.
+if [ "$(id -u)" = 0 ]; then
+  bash scripts/ci_system_deps.sh
+else
+  echo "test.sh: not root, skipping scripts/ci_system_deps.sh (postgresql, chromium must be installed)"
+fi
 export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff"; ruff check airflow_gpu_dag tests dags benchmarks
 echo "== ruff format --check"; ruff format --check airflow_gpu_dag tests dags benchmarks
