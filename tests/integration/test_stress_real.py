@@ -1,0 +1,171 @@
+"""Stress on the real scheduler: 100 concurrent DAG runs of GPU tasks, PostgreSQL metadata DB.
+
+One boot for the module (``benchmarks/stress.py`` holds the shared code; the benchmark prints the
+same figures, recorded in docs/benchmarks/stress.md):
+
+- a throwaway PostgreSQL from ``scripts/postgres.sh`` (Debian's ``postgresql``, installed by
+  ``scripts/ci_system_deps.sh``), and Airflow with the LocalExecutor on it;
+- ``tests/integration/dags/stress/``: ``stress_gpu`` (``train`` 2 GPU slots -> ``evaluate`` 1 GPU
+  slot, each sleeps ~1 s, critical-path priority timed by the plugin in
+  ``tests/integration/plugins/stress/``) and ``stress_cycle.py``, a cyclic DAG submitted alongside;
+- one GPU pool ``stress_gpu`` of 4 slots, far below the demand of 100 runs (300 slots).
+
+Checked: every run completes (no deadlock), the pool is never oversubscribed (from task start/end
+times and from the pool as sampled during the run), the cyclic DAG is an import error while the
+others run, the critical-path weights were applied, and the time spent in the priority rule is
+reported.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNS = 100
+POOL_SLOTS = 4
+PARALLELISM = 8
+SLEEP_S = 1.0
+
+
+def _load_stress_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "gpu_dag_benchmark_stress", ROOT / "benchmarks" / "stress.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+stress = _load_stress_module()
+
+
+@pytest.fixture(scope="module")
+def stress_round() -> Iterator[tuple[Any, Any]]:
+    """Boot PostgreSQL + Airflow once, run the 100 concurrent runs, yield ``(cluster, result)``."""
+    with (
+        tempfile.TemporaryDirectory(prefix="gpu-dag-stress-") as tmp,
+        stress.throwaway_postgres() as db_url,
+        stress.stress_cluster(
+            db_url=db_url,
+            timing_file=Path(tmp) / "get_weight.txt",
+            pool_slots=POOL_SLOTS,
+            parallelism=PARALLELISM,
+            sleep_s=SLEEP_S,
+        ) as cluster,
+    ):
+        result = stress.run_stress(cluster, runs=RUNS, timing_file=Path(tmp) / "get_weight.txt", timeout=1200)
+        print("\n" + stress.format_report(result))
+        yield cluster, result
+
+
+@pytest.mark.airflow_real
+def test_runs_on_postgresql(stress_round: tuple[Any, Any]) -> None:
+    cluster, result = stress_round
+    assert result.database == "postgresql+psycopg2"
+    assert cluster.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://")
+    assert cluster.health()["metadatabase"]["status"] == "healthy"
+
+
+@pytest.mark.airflow_real
+def test_every_run_completes_without_deadlock(stress_round: tuple[Any, Any]) -> None:
+    _, result = stress_round
+    assert result.run_states == {"success": RUNS}
+    assert result.task_instances == 2 * RUNS
+    assert result.task_states == {"success": 2 * RUNS}
+
+
+@pytest.mark.airflow_real
+def test_pool_watermark_is_never_exceeded(stress_round: tuple[Any, Any]) -> None:
+    _, result = stress_round
+    assert result.pool_slots == POOL_SLOTS
+    assert result.pool_peak_from_times <= POOL_SLOTS, "GPU pool oversubscribed (task start/end times)"
+    assert result.pool_peak_sampled <= POOL_SLOTS, "GPU pool oversubscribed (occupied slots over REST)"
+    # The workload really contended for the pool (otherwise the check above proves nothing).
+    assert result.pool_peak_from_times >= 2
+    assert result.pool_peak_sampled >= 2
+
+
+@pytest.mark.airflow_real
+def test_cyclic_dag_is_rejected_while_the_others_run(stress_round: tuple[Any, Any]) -> None:
+    cluster, result = stress_round
+    assert set(result.import_errors) == {"stress_cycle.py"}
+    message = result.import_errors["stress_cycle.py"]
+    assert "Cycle detected" in message and "stress_cycle" in message
+    assert cluster.api("GET", "/dags/stress_cycle", check=False).status_code == 404
+    assert result.run_states == {"success": RUNS}
+
+
+@pytest.mark.airflow_real
+def test_critical_path_weights_were_applied(stress_round: tuple[Any, Any]) -> None:
+    cluster, _ = stress_round
+    tis = cluster.api("GET", "/dags/stress_gpu/dagRuns/~/taskInstances", params={"limit": 50}).json()
+    weights = {(ti["task_id"], ti["priority_weight"]) for ti in tis["task_instances"]}
+    # train: 1 h + evaluate 20 min downstream = 4800 s; evaluate: 20 min = 1200 s.
+    assert weights == {("train", 4800), ("evaluate", 1200)}
+
+
+@pytest.mark.airflow_real
+def test_priority_rule_time_is_reported(stress_round: tuple[Any, Any], record_property: Any) -> None:
+    _, result = stress_round
+    timings = result.timings
+    record_property("get_weight_calls", timings.calls)
+    record_property("get_weight_total_ms", round(timings.total_s * 1e3, 3))
+    record_property("get_weight_mean_us", round(timings.mean_us, 1))
+    # Every task instance got its weight from our rule at least once, in a known component.
+    assert timings.calls >= 2 * RUNS
+    assert timings.cache_misses >= 1
+    assert set(timings.by_component) <= {"api-server", "scheduler", "dag-processor"}
+    assert timings.total_s > 0
+
+
+# -------------------------------------------------------------------- the analysis itself (no Airflow)
+
+
+def _ti(start: str, end: str | None, slots: int, pool: str = "stress_gpu") -> dict[str, Any]:
+    return {
+        "pool": pool,
+        "pool_slots": slots,
+        "start_date": f"2026-11-30T00:00:{start}Z",
+        "end_date": f"2026-11-30T00:00:{end}Z" if end else None,
+    }
+
+
+def test_pool_peak_counts_overlapping_slots() -> None:
+    tis = [_ti("00", "10", 2), _ti("05", "15", 1), _ti("09", "12", 1), _ti("00", "30", 5, pool="other")]
+    assert stress.pool_peak(tis, "stress_gpu")[0] == 4  # 2 + 1 + 1 during [09, 10)
+
+
+def test_pool_peak_back_to_back_tasks_do_not_overlap() -> None:
+    tis = [_ti("00", "10", 2), _ti("10", "20", 2), _ti("20", "30", 2)]
+    assert stress.pool_peak(tis, "stress_gpu")[0] == 2
+
+
+def test_pool_peak_counts_tasks_still_running_and_skips_unstarted() -> None:
+    tis = [
+        _ti("00", None, 3),
+        _ti("50", "55", 2),
+        {"pool": "stress_gpu", "pool_slots": 9, "start_date": None},
+    ]
+    assert stress.pool_peak(tis, "stress_gpu")[0] == 5
+
+
+def test_read_timings_sums_per_component(tmp_path: Path) -> None:
+    path = tmp_path / "t.txt"
+    path.write_text("10 0.000200 0 train\n10 0.000004 1 evaluate\n20 0.000100 0 train\n")
+    summary = stress.read_timings(path, {10: "api-server", 20: "scheduler"})
+    assert (summary.calls, summary.cache_misses) == (3, 2)
+    assert summary.total_s == pytest.approx(0.000304)
+    assert summary.by_component["api-server"]["calls"] == 2
+    assert summary.by_component["scheduler"]["total_s"] == pytest.approx(0.0001)
+    assert summary.hit_mean_us == pytest.approx(4.0)
+    assert stress.read_timings(tmp_path / "missing.txt", {}).calls == 0
