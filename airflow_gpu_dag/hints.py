@@ -23,7 +23,7 @@ from typing import Any
 
 from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_duration
 
-__all__ = ["HINTS_KEY", "gpu_hints", "merge_hints", "read_hints"]
+__all__ = ["HINTS_KEY", "control_task_hints", "gpu_hints", "merge_hints", "read_hints"]
 
 #: The key under ``executor_config`` that holds this provider's hints.
 HINTS_KEY = "gpu_dag"
@@ -96,6 +96,15 @@ def merge_hints(executor_config: Mapping[str, Any] | None, hints: Mapping[str, A
     merged = dict(executor_config or {})
     merged[HINTS_KEY] = {**dict(merged.get(HINTS_KEY) or {}), **hints}
     return merged
+
+
+def control_task_hints(executor_config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``executor_config`` for a task the provider adds to wire the graph (sensor, gate, branch):
+    a duration estimate of 0 unless one is declared, so the plan and the critical path are not
+    padded with the default estimate and the lint does not ask for an estimate the user never wrote."""
+    if "duration_s" in read_hints(executor_config):
+        return dict(executor_config or {})
+    return merge_hints(executor_config, {"duration_s": 0.0})
 
 
 def read_hints(executor_config: object) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_gpu_dag.budget.ledger import BudgetUsage, read_usage
 from airflow_gpu_dag.edges._wiring import insert_before
+from airflow_gpu_dag.hints import control_task_hints
 
 __all__ = [
     "BudgetCap",
@@ -186,6 +187,7 @@ class BudgetGateOperator(BaseOperator):
         poke_interval: float = 30.0,
         **kwargs: Any,
     ) -> None:
+        kwargs["executor_config"] = control_task_hints(kwargs.get("executor_config"))
         super().__init__(**kwargs)
         self.cap = BudgetCap.checked(
             f"task {self.task_id!r}", gpu_hours_per_run, gpu_hours_per_pool_day, pool_to_cap
@@ -252,7 +254,7 @@ def budget_gate(
     if dag is None:
         raise ValueError(f"task {task.task_id!r}: add it to a DAG before calling budget_gate().")
     gate = BudgetGateOperator(
-        task_id=task_id or f"{task.task_id}__budget",
+        task_id=task_id or f"{task.label}__budget",  # label: the id inside its task group
         gpu_hours_per_run=gpu_hours_per_run,
         gpu_hours_per_pool_day=gpu_hours_per_pool_day,
         pool_to_cap=pool or (task.pool if gpu_hours_per_pool_day is not None else None),

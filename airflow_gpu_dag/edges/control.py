@@ -25,6 +25,7 @@ from airflow.providers.standard.operators.python import (
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_gpu_dag.edges._wiring import labelled, require_dag
+from airflow_gpu_dag.hints import control_task_hints
 
 __all__ = ["CONTROL", "ON_INVALID", "branch_edge", "exit_code_edge", "validation_edge"]
 
@@ -99,10 +100,17 @@ def validation_edge(
             python_callable=_run_check,
             op_kwargs=kwargs,
             ignore_downstream_trigger_rules=skip_whole_chain,
+            executor_config=control_task_hints(),
             dag=dag,
         )
     else:
-        gate = PythonOperator(task_id=gate_id, python_callable=_run_check, op_kwargs=kwargs, dag=dag)
+        gate = PythonOperator(
+            task_id=gate_id,
+            python_callable=_run_check,
+            op_kwargs=kwargs,
+            executor_config=control_task_hints(),
+            dag=dag,
+        )
     labelled(upstream, gate, CONTROL)
     labelled(gate, downstream, CONTROL)
     return gate
@@ -133,7 +141,9 @@ def branch_edge(
             )
         return [targets[key]]
 
-    gate = BranchPythonOperator(task_id=gate_id, python_callable=_choose, dag=dag)
+    gate = BranchPythonOperator(
+        task_id=gate_id, python_callable=_choose, executor_config=control_task_hints(), dag=dag
+    )
     labelled(upstream, gate, CONTROL)
     for task in branches.values():
         labelled(gate, task, CONTROL)

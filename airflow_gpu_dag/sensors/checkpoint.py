@@ -19,6 +19,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowSensorTimeout
 
 from airflow_gpu_dag.completeness import StableSize, parse_completeness
+from airflow_gpu_dag.hints import control_task_hints
 from airflow_gpu_dag.sensors._common import require_timeout
 from airflow_gpu_dag.triggers.checkpoint import checkpoint_regex, find_checkpoint
 
@@ -65,6 +66,7 @@ class CheckpointSensor(BaseSensorOperator):
                 f"task {task_id!r}: checkpoints need a marker or manifest rule, not stable sizes; "
                 "have the trainer call write_marker(checkpoint_path) after saving."
             )
+        kwargs["executor_config"] = control_task_hints(kwargs.get("executor_config"))
         super().__init__(timeout=seconds, poke_interval=poke_interval, **kwargs)
         self.checkpoint_dir = checkpoint_dir if isinstance(checkpoint_dir, str) else str(checkpoint_dir)
         self.step = step

@@ -34,7 +34,7 @@ from airflow_gpu_dag.completeness import (
     check_once,
     parse_completeness,
 )
-from airflow_gpu_dag.hints import merge_hints
+from airflow_gpu_dag.hints import control_task_hints, merge_hints
 from airflow_gpu_dag.sensors._common import require_timeout
 
 __all__ = ["DatasetCompleteSensor"]
@@ -93,7 +93,8 @@ class DatasetCompleteSensor(BaseSensorOperator):
             kwargs["outlets"] = [*list(kwargs.get("outlets") or []), asset]
             kwargs["inlets"] = [*list(kwargs.get("inlets") or []), asset]
         # Declared for the lint: readers downstream of this sensor wait for a complete dataset.
-        kwargs["executor_config"] = merge_hints(kwargs.get("executor_config"), {"awaits": [str(path)]})
+        config = control_task_hints(kwargs.get("executor_config"))
+        kwargs["executor_config"] = merge_hints(config, {"awaits": [str(path)]})
         super().__init__(timeout=seconds, poke_interval=poke_interval, **kwargs)
         self.path = path if isinstance(path, str) else str(path)
         self.completeness = rule.to_dict()

@@ -22,6 +22,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from airflow_gpu_dag.hints import control_task_hints
+
 __all__ = ["ON_MISSED", "StartWindowSensor", "TimeWindow", "parse_time_of_day"]
 
 #: What to do when the window closed before the task could start.
@@ -137,6 +139,7 @@ class StartWindowSensor(BaseSensorOperator):
             TimeWindow.parse(opens, closes, tz, where=f"task {task_id!r}")
         # The window bounds the wait; the sensor timeout is only a backstop (2 days).
         kwargs.setdefault("timeout", timedelta(days=2))
+        kwargs["executor_config"] = control_task_hints(kwargs.get("executor_config"))
         super().__init__(**kwargs)
         self.opens = opens
         self.closes = closes

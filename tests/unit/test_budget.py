@@ -91,6 +91,16 @@ def test_budget_gate_wiring_and_default_pool() -> None:
     assert dag.edge_info["fit__budget"]["fit"]["label"] == "budget"
 
 
+def test_budget_gate_inside_a_task_group_is_named_once() -> None:
+    from airflow.sdk import TaskGroup
+
+    with DAG("bg", schedule=None) as dag, TaskGroup("pretrain"):
+        fit = EmptyOperator(task_id="train", pool="gpu_a100")
+        gate = budget_gate(fit, gpu_hours_per_pool_day=10)
+    assert gate.task_id == "pretrain.train__budget"
+    assert set(dag.task_dict) == {"pretrain.train", "pretrain.train__budget"}
+
+
 def _context(dag_id: str = "train", run_id: str = "r1") -> dict:
     return {"dag": SimpleNamespace(dag_id=dag_id), "run_id": run_id}
 

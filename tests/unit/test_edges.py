@@ -252,3 +252,24 @@ def test_fix_hidden_dependencies_sensor_mode() -> None:
         fix_hidden_dependencies(dag, mode="fence")
     with pytest.raises(ValueError, match=r"timeout"):
         fix_hidden_dependencies(_hidden_dag("h3"), mode="sensor")
+
+
+def test_wiring_tasks_declare_a_zero_estimate() -> None:
+    """Sensors, gates and branches added by the helpers must not pad the plan with the default estimate."""
+    from airflow_gpu_dag.budget import budget_gate
+    from airflow_gpu_dag.core.validation import validate_graph
+
+    with DAG("wired", schedule=None) as dag:
+        prep = EmptyOperator(task_id="prep", executor_config=gpu_hints(duration="20m"))
+        train = EmptyOperator(task_id="train", pool="gpu_default", executor_config=gpu_hints(duration="1h"))
+        evaluate = EmptyOperator(task_id="evaluate", executor_config=gpu_hints(duration="15m"))
+        data_edge(prep, train, path="/lake/clean", timeout=60)
+        validation_edge(train, evaluate, check=lambda value: True)
+        start_window(evaluate, opens="22:00", closes="06:00")
+        budget_gate(train, gpu_hours_per_pool_day=10)
+    graph, findings = build_task_graph(dag)
+    added = set(graph.nodes) - {"prep", "train", "evaluate"}
+    assert len(added) == 4
+    assert all(graph.nodes[t].duration == 0 and graph.nodes[t].duration_declared for t in added)
+    report = validate_graph(graph, extra=findings)
+    assert [f for f in report.findings if f.code == "missing-estimate"] == []
