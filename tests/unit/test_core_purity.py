@@ -18,7 +18,8 @@ def test_core_modules_import_no_airflow_or_kubernetes() -> None:
     code = (
         "import importlib, sys\n"
         f"for m in {modules!r}: importlib.import_module(m)\n"
-        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('airflow', 'kubernetes', 'kubernetes_asyncio'))\n"
+        "roots = ('airflow', 'kubernetes', 'kubernetes_asyncio')\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in roots)\n"
         "print(','.join(bad))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
