@@ -412,8 +412,10 @@ class FallbackLadder(DependencyMixin):
         """No-op (required by ``DependencyMixin``)."""
 
 
-def _apply_rung_defaults(ladder_id: str, rung: Rung, task: BaseOperator) -> None:
-    """Pool, pool slots, GPU hints and (Kubernetes) the schedule timeout of a rung's task."""
+def _apply_rung_defaults(ladder_id: str, rung: Rung, task: BaseOperator, index: int) -> None:
+    """Pool, pool slots, GPU hints and (Kubernetes) the schedule timeout of a rung's task. The hints
+    record the rung's place in the ladder: the plan counts only the first rung (later rungs run only
+    when an earlier one could not start)."""
     from airflow.sdk.bases.operator import DEFAULT_POOL_NAME
 
     if rung.gpus and task.pool == DEFAULT_POOL_NAME:
@@ -428,7 +430,7 @@ def _apply_rung_defaults(ladder_id: str, rung: Rung, task: BaseOperator) -> None
     config[HINTS_KEY] = {
         **ours,
         **existing,
-        "fallback": {"ladder": ladder_id, "rung": rung.name},
+        "fallback": {"ladder": ladder_id, "rung": rung.name, "index": index},
     }
     task.executor_config = config
     seconds = rung.start_within_seconds
@@ -509,7 +511,7 @@ def fallback_ladder(
                     f"{where}: the factory built task {task.task_id!r} for rung {rung.name!r}; create it "
                     f"with task_id=rung.name inside the factory"
                 )
-            _apply_rung_defaults(group_id, rung, task)
+            _apply_rung_defaults(group_id, rung, task, index)
             detects_itself = bool(getattr(task, "reports_not_started", False))
             watch = (
                 rung.watch

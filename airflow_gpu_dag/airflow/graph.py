@@ -113,9 +113,17 @@ def _read_node(
                     "request a whole number of GPUs >= 1, e.g. gpu_hints(gpus=2, gpu_memory='40GiB').",
                 )
             )
+    attrs: dict[str, object] = {}
+    fallback = hints.get("fallback")
+    if isinstance(fallback, dict) and int(fallback.get("index", 0) or 0) > 0:
+        # a later rung of a fallback ladder runs only when an earlier rung could not start: the plan
+        # is the expected case, so it takes no time on the critical path
+        attrs["contingent_duration"] = duration
+        duration = 0.0
     return TaskNode(
         task_id=task_id,
         duration=duration,
+        attrs=attrs,
         gpu=gpu,
         pool=getattr(task, "pool", None),
         pool_slots=pool_slots if isinstance(pool_slots, int) else 1,

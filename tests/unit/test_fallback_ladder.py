@@ -99,7 +99,7 @@ class TestStructure:
         assert (t["train.8x_h100"].pool, t["train.8x_h100"].pool_slots) == ("gpu_h100", 8)
         hints = t["train.4x_a100"].executor_config["gpu_dag"]
         assert hints["gpus"] == 4 and hints["duration_s"] == 3 * 3600
-        assert hints["fallback"] == {"ladder": "train", "rung": "4x_a100"}
+        assert hints["fallback"] == {"ladder": "train", "rung": "4x_a100", "index": 1}
         assert t["train.result"].executor_config["gpu_dag"]["duration_s"] == 0
         watcher = t["train.8x_a100_start_deadline"]
         assert isinstance(watcher, StartDeadlineSensor) and watcher.mode == "poke"
@@ -117,6 +117,20 @@ class TestStructure:
         assert not any(tid.endswith("_start_deadline") for tid in dag.task_dict)
         assert dag.task_dict["train.8x_a100"].schedule_timeout_seconds == 1200
         assert dag.task_dict["train.fallback_to_4x_a100"].upstream_task_ids == {"train.8x_a100"}
+
+    def test_plan_counts_only_the_first_rung(self):
+        from airflow_gpu_dag.airflow.graph import build_task_graph
+        from airflow_gpu_dag.core.critical_path import analyze
+
+        with _dag() as dag:
+            fallback_ladder("train", RUNGS, _py)
+        graph, _ = build_task_graph(dag)
+        first, second = graph.nodes["train.8x_a100"], graph.nodes["train.4x_a100"]
+        assert first.duration > 0 and second.duration == 0
+        assert second.attrs["contingent_duration"] == 3 * 3600
+        # the expected plan: the ladder takes as long as its first rung, not the sum of all rungs
+        assert first.duration == 2 * 3600
+        assert analyze(graph).makespan == first.duration
 
     def test_ladder_dag_serializes(self):
         from airflow.serialization.serialized_objects import DagSerialization
