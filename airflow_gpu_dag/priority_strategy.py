@@ -27,6 +27,7 @@ from airflow.task.priority_strategy import PriorityWeightStrategy
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, PACKING_WEIGHT_RULE
 from airflow_gpu_dag.airflow.graph import build_task_graph
 from airflow_gpu_dag.core.critical_path import analyze
+from airflow_gpu_dag.core.priority import clamp_int32
 
 if TYPE_CHECKING:
     from airflow.models.taskinstance import TaskInstance
@@ -41,13 +42,8 @@ __all__ = [
     "clamp_weight",
 ]
 
-INT32_MAX = 2**31 - 1
-INT32_MIN = -(2**31)
-
-
-def clamp_weight(value: float) -> int:
-    """Round to an int that fits the ``priority_weight`` column (int32)."""
-    return max(INT32_MIN, min(INT32_MAX, int(round(value))))
+#: Round to an int that fits the ``priority_weight`` column (int32).
+clamp_weight = clamp_int32
 
 
 def _critical_path_weights(dag: Any) -> dict[str, int]:
@@ -75,10 +71,13 @@ class _CachedDagWeights:
         return cached
 
 
-class CriticalPathPriorityStrategy(PriorityWeightStrategy):
-    """Priority = remaining critical-path length (seconds, own duration included)."""
+class _CachedWeightStrategy(PriorityWeightStrategy):
+    """A strategy whose weights are computed once per DAG object by ``_cache``; ``get_weight`` never
+    raises (an exception would kill the scheduler loop) and falls back to the task's own
+    ``priority_weight``."""
 
-    _cache = _CachedDagWeights(_critical_path_weights)
+    _cache: _CachedDagWeights
+    _label = "priority"
 
     def get_weight(self, ti: TaskInstance) -> int:
         task = ti.task
@@ -89,13 +88,21 @@ class CriticalPathPriorityStrategy(PriorityWeightStrategy):
             return self._cache.weights(dag)[task.task_id]  # type: ignore[union-attr]
         except Exception:  # never break the scheduler loop
             log.exception(
-                "airflow-gpu-dag: critical-path weight failed for %s; using priority_weight",
+                "airflow-gpu-dag: %s weight failed for %s; using priority_weight",
+                self._label,
                 getattr(ti, "task_id", "?"),
             )
             try:
                 return clamp_weight(getattr(task, "priority_weight", 1) or 1)
             except Exception:
                 return 1
+
+
+class CriticalPathPriorityStrategy(_CachedWeightStrategy):
+    """Priority = remaining critical-path length (seconds, own duration included)."""
+
+    _cache = _CachedDagWeights(_critical_path_weights)
+    _label = "critical-path"
 
 
 # -- packing priority ----------------------------------------------------------------------------------
@@ -106,12 +113,9 @@ PACKING_PLAN_MAX_TASKS = 3000
 def _plan_policy() -> str:
     """``[gpu_dag] plan_policy``: ``reservation`` (default: the watermark controller reserves) or
     ``greedy`` (stock pool admission)."""
-    try:
-        from airflow.configuration import conf
+    from airflow_gpu_dag.config import conf_get
 
-        raw = str(conf.get("gpu_dag", "plan_policy", fallback="reservation") or "reservation")
-    except Exception:
-        raw = "reservation"
+    raw = conf_get("plan_policy", "reservation") or "reservation"
     return "critical_path" if raw.strip().lower() in ("greedy", "stock", "critical_path") else "reservation"
 
 
@@ -137,7 +141,7 @@ def _packing_weights(dag: Any) -> dict[str, int]:
     return {t: clamp_weight(w) for t, w in plan.weights.items()}
 
 
-class PackingPriorityStrategy(PriorityWeightStrategy):
+class PackingPriorityStrategy(_CachedWeightStrategy):
     """Priority planned so the GPU pools are packed (see ``docs/priority.md``).
 
     The DAG is simulated alone on its GPU pools (sizes from ``[gpu_dag] pools``) under Airflow's
@@ -153,20 +157,4 @@ class PackingPriorityStrategy(PriorityWeightStrategy):
     """
 
     _cache = _CachedDagWeights(_packing_weights)
-
-    def get_weight(self, ti: TaskInstance) -> int:
-        task = ti.task
-        try:
-            dag = task.get_dag() if task is not None else None
-            if dag is None:
-                return clamp_weight(getattr(task, "priority_weight", 1) or 1)
-            return self._cache.weights(dag)[task.task_id]  # type: ignore[union-attr]
-        except Exception:  # never break the scheduler loop
-            log.exception(
-                "airflow-gpu-dag: packing weight failed for %s; using priority_weight",
-                getattr(ti, "task_id", "?"),
-            )
-            try:
-                return clamp_weight(getattr(task, "priority_weight", 1) or 1)
-            except Exception:
-                return 1
+    _label = "packing"
