@@ -4,8 +4,9 @@ Boots a real api-server (``AirflowCluster``), logs a browser in with the api-ser
 ``_token`` cookie (what the UI's login sets), opens the DAG page, checks that the tab is there,
 opens it and checks the page rendered inside the tab's iframe: the graph with exactly the critical
 tasks highlighted, slack on every node, the predicted Gantt chart and the GPU pools (the pool row
-shows the reservation the watermark controller wrote in the pool's description). Screenshots go to
-``docs/img/critical_path.png`` (graph), ``critical_path_gantt.png`` and ``critical_path_pools.png``.
+shows the reservation the watermark controller wrote in the pool's description). Screenshots go to a
+temp folder, or with GPU_DAG_UPDATE_SCREENSHOTS=1 to ``docs/img/critical_path.png`` (graph),
+``critical_path_gantt.png`` and ``critical_path_pools.png``.
 Anonymous requests to the page and its data are refused.
 
 Chromium is driven over the DevTools protocol with ``websockets`` (installed with Airflow); needs
@@ -17,6 +18,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -35,7 +37,13 @@ AIRFLOW_POOLS = {"gpu_default": 4}
 DAG_ID = "gpu_pipeline"
 #: Zero-slack tasks of tests/integration/dags/ui/pipeline_dag.py (its docstring derives them).
 EXPECTED_CRITICAL = {"load", "preprocess", "train", "checkpoint", "evaluate"}
-SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "img" / "critical_path.png"
+# Screenshots go to docs/img (the ones the docs show) only when asked, so a test run leaves the tree clean.
+_SHOT_DIR = (
+    Path(__file__).resolve().parents[2] / "docs" / "img"
+    if os.environ.get("GPU_DAG_UPDATE_SCREENSHOTS") == "1"
+    else Path(tempfile.mkdtemp(prefix="gpu-dag-screens-"))
+)
+SCREENSHOT = _SHOT_DIR / "critical_path.png"
 GANTT_SCREENSHOT = SCREENSHOT.with_name("critical_path_gantt.png")
 POOLS_SCREENSHOT = SCREENSHOT.with_name("critical_path_pools.png")
 TAB_ROUTE = "gpu-dag-critical-path"
