@@ -196,7 +196,8 @@ def _greedy_stage(
     costs them once (do not mutate a graph after planning it): greedy runs of every candidate rule,
     greedy runs of ``samples`` seeded perturbations of their weights (each weight times
     ``1 +/- eps``, ``eps`` up to 0.3: other tie-breaks of almost the same priority), and the
-    justification of the candidates' schedules and of the two best sampled ones."""
+    justification of the candidates' schedules and of the two best sampled ones (the
+    ``_JUSTIFIED_KEPT`` shortest justified schedules are returned)."""
     from airflow_gpu_dag.core.justification import justify
     from airflow_gpu_dag.core.simulator import simulate
 
@@ -230,8 +231,10 @@ def _greedy_stage(
     return per_graph[key]
 
 
-#: How many justified schedules (the shortest) compete in the last step of the plan.
-_JUSTIFIED_KEPT = 2
+#: How many justified schedules (the shortest) compete in the last step of the plan. Which justified
+#: schedule Airflow follows best under the admission that really runs is only known by simulating
+#: it, so more than the shortest two compete.
+_JUSTIFIED_KEPT = 4
 
 
 #: Rules the planner tries, in order of preference on ties.
@@ -243,9 +246,10 @@ class PackingPlan:
     """The outcome of :func:`packing_weights_plan`.
 
     ``weights`` task -> priority weight; ``rule`` where they came from (a rule name, ``"<rule>+plan_order"``
-    or ``"<rule>+justified"``); ``makespan`` the predicted makespan of the DAG alone on the pools with
-    these weights under ``policy``; ``schedule`` the planned start of every task; ``tried`` the
-    predicted makespan of every option the planner simulated.
+    or ``"<rule>+justified"``, with ``"+refined<k>"`` appended after ``k`` refinement rounds);
+    ``makespan`` the predicted makespan of the DAG alone on the pools with these weights under
+    ``policy``; ``schedule`` the planned start of every task; ``tried`` the predicted makespan of every
+    option the planner simulated.
     """
 
     weights: dict[str, int]
@@ -283,6 +287,7 @@ def packing_weights_plan(
     controller_interval: float = 0.0,
     justify_rounds: int = 4,
     refine_rounds: int = 2,
+    refine_options: int = 2,
     estimate_error: float = 0.0,
     scenarios: int = 2,
     samples: int = 8,
@@ -295,15 +300,17 @@ def packing_weights_plan(
     2. The candidates' schedules and the two best sampled ones are improved by forward-backward
        justification
        (:func:`~airflow_gpu_dag.core.justification.justify`): work that waited in front of a wide task
-       is moved into the holes the greedy admission left; the two shortest are kept.
+       is moved into the holes the greedy admission left; the four shortest are kept.
     3. Options are simulated under ``policy`` (``"critical_path"``: greedy admission with pools at
        capacity; ``"reservation"``: with the reservation controller): every candidate rule's own
        weights (with reservation a rule that loses under greedy admission can win: a wide critical task
        is no longer starved) and the *plan-order* weights (:func:`plan_order_weights`) of the best
        greedy schedule (sampled ones included) and of the kept justified ones. The option with the
        shortest predicted makespan wins; ties go to the earlier option.
-    4. The winner's predicted schedule is justified again and its plan-order weights replace the
-       winner while that shortens the prediction (at most ``refine_rounds`` times).
+    4. The predicted schedule of each of the ``refine_options`` best options is justified again and
+       its plan-order weights replace that option while that shortens the prediction (at most
+       ``refine_rounds`` times each); the shortest prediction wins. Refining more than the winner
+       matters: the option that refines best is not always the winner of step 3.
 
     With ``estimate_error`` > 0, each option of steps 3-4 is scored by its mean makespan over the exact
     durations and ``scenarios`` seeded worlds whose durations are the estimates times
@@ -354,7 +361,7 @@ def packing_weights_plan(
     for _makespan, name, schedule in justified:
         options.append((f"{name}+justified", plan_order_weights(graph, schedule)))
 
-    winner: PackingPlan | None = None
+    scored: list[PackingPlan] = []
     for label, weights in options:
         if policy == "critical_path" and not worlds and label in tried:
             makespan = tried[label]
@@ -362,20 +369,24 @@ def packing_weights_plan(
         else:
             makespan, start = run(weights, policy)
             tried[label] = makespan
-        if winner is None or makespan < winner.makespan - 1e-9 * max(1.0, makespan):
-            winner = PackingPlan(weights, label, makespan, start, tried)
-    assert winner is not None
-    # 4. what Airflow is predicted to do with the winner is itself a schedule: justify it again, keep
-    #    the plan-order weights while that shortens the predicted makespan
+        scored.append(PackingPlan(weights, label, makespan, start, tried))
+    scored.sort(key=lambda option: option.makespan)  # stable: ties keep the earlier option
+    # 4. what Airflow is predicted to do with an option is itself a schedule: justify it again, keep
+    #    the plan-order weights while that shortens the predicted makespan, for the best few options
     from airflow_gpu_dag.core.justification import justify
 
-    for round_ in range(1, refine_rounds + 1):
-        improved, _ = justify(graph, capacity, winner.schedule, max_rounds=justify_rounds)
-        weights = plan_order_weights(graph, improved)
-        makespan, start = run(weights, policy)
-        label = f"{winner.rule.split('+')[0]}+refined{round_}"
-        tried[label] = makespan
-        if makespan >= winner.makespan - 1e-9 * max(1.0, makespan):
-            break
-        winner = PackingPlan(weights, label, makespan, start, tried)
+    winner = scored[0]
+    for option in scored[: max(1, refine_options)]:
+        current = option
+        for round_ in range(1, refine_rounds + 1):
+            improved, _ = justify(graph, capacity, current.schedule, max_rounds=justify_rounds)
+            weights = plan_order_weights(graph, improved)
+            makespan, start = run(weights, policy)
+            label = f"{option.rule}+refined{round_}"
+            tried[label] = makespan
+            if makespan >= current.makespan - 1e-9 * max(1.0, makespan):
+                break
+            current = PackingPlan(weights, label, makespan, start, tried)
+        if current.makespan < winner.makespan - 1e-9 * max(1.0, current.makespan):
+            winner = current
     return PackingPlan(winner.weights, winner.rule, winner.makespan, winner.schedule, dict(tried))

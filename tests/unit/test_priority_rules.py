@@ -150,6 +150,19 @@ def test_packing_plan_is_never_worse_than_its_candidates(graph: TaskGraph, cap: 
         assert plan.makespan <= simulate(graph, caps, "stock").makespan + 1e-9
 
 
+@settings(max_examples=40, deadline=None)
+@given(random_dags(), st.sampled_from([8, 12]))
+def test_refining_more_options_never_lengthens_the_plan(graph: TaskGraph, cap: int) -> None:
+    caps = {"gpu": cap}
+    winner_only = packing_weights_plan(graph, caps, "reservation", refine_options=1)
+    default = packing_weights_plan(graph, caps, "reservation")
+    assert default.makespan <= winner_only.makespan + 1e-9
+    replay = simulate(graph, caps, "reservation", priority=lambda g: default.weights)
+    assert replay.makespan == default.makespan
+    simulated = [m for label, m in default.tried.items() if not label.endswith("(greedy)")]
+    assert default.makespan == min(simulated)  # the shortest option simulated under the policy wins
+
+
 def test_plain_critical_path_loses_to_packing_on_a_wide_short_task() -> None:
     """A 1-s 8-GPU task gates a long chain: critical path starts the long narrow tasks first and the
     wide one then waits for a full drain; the planner starts it while the pool is still empty."""
