@@ -57,11 +57,25 @@ def build_task_graph(dag: Any, default_duration: float | None = None) -> tuple[T
     return graph, findings
 
 
+def _group_prefixes(task_id: str) -> list[str]:
+    """Enclosing task-group ids of a (group-prefixed) task id, innermost first: a.b.c -> a.b, a."""
+    parts = task_id.split(".")[:-1]
+    return [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+
+
 def _edge_kind(dag: Any, upstream: str, downstream: str) -> str | None:
-    """Edge kind from an edge label (``Label("data")``) if the DAG has one."""
+    """Edge kind from an edge label (``Label("data")``) if the DAG has one. A label on an edge that
+    leaves a task group is stored on the group's ``downstream_join_id`` (one entering it on the
+    ``upstream_join_id``), so those keys are looked at too."""
     edge_info = getattr(dag, "edge_info", None) or {}
-    label = (edge_info.get(upstream) or {}).get(downstream, {}).get("label")
-    return str(label) if label else None
+    sources = [upstream, *(f"{g}.downstream_join_id" for g in _group_prefixes(upstream))]
+    targets = [downstream, *(f"{g}.upstream_join_id" for g in _group_prefixes(downstream))]
+    for source in sources:
+        for target in targets:
+            label = (edge_info.get(source) or {}).get(target, {}).get("label")
+            if label:
+                return str(label)
+    return None
 
 
 def _read_node(

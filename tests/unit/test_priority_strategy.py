@@ -157,3 +157,22 @@ def test_graph_records_the_provider_rule_the_dag_uses() -> None:
     for dag, expected in ((cp_dag, "critical_path"), (packing_dag, "packing"), (stock_dag, None)):
         assert build_task_graph(dag)[0].priority_rule == expected  # authoring DAG: class-path string
         assert build_task_graph(_serialized(dag))[0].priority_rule == expected  # scheduler: instance
+
+
+def test_edge_labels_across_task_groups_become_edge_kinds() -> None:
+    from airflow.sdk import Label
+
+    from airflow_gpu_dag.airflow.graph import build_task_graph
+
+    with DAG("labels") as dag:
+        with TaskGroup("pretrain") as pretrain:
+            _bash("train", "1h") >> _bash("evaluate", "10m")
+        check = _bash("check", "5m")
+        prep = _bash("prep", "10m")
+        pretrain >> Label("control") >> check
+        prep >> Label("data") >> pretrain
+    for reader in (dag, _serialized(dag)):
+        graph, _ = build_task_graph(reader)
+        assert graph.edge_kind("pretrain.evaluate", "check") == "control"
+        assert graph.edge_kind("prep", "pretrain.train") == "data"
+        assert graph.edge_kind("pretrain.train", "pretrain.evaluate") is None
