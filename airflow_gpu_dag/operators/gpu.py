@@ -269,6 +269,21 @@ class _GpuLeaseMixin:
     _gpu_lease: Lease | None = None
     _gpu_cancelled: bool = False
 
+    @staticmethod
+    def _resolve_gpu_kwargs(kwargs: dict[str, Any], **gpu: Any) -> GpuTaskSpec:
+        """Check the GPU arguments (parse-time errors name the DAG and the task) and put the
+        resolved ``pool``, ``pool_slots`` and hint-carrying ``executor_config`` into ``kwargs``."""
+        spec = resolve_gpu_task(
+            kwargs.get("task_id"),
+            pool=kwargs.pop("pool", None),
+            pool_slots=kwargs.pop("pool_slots", None),
+            executor_config=kwargs.pop("executor_config", None),
+            dag_id=_current_dag_id(kwargs),
+            **gpu,
+        )
+        kwargs.update(pool=spec.pool, pool_slots=spec.pool_slots, executor_config=spec.executor_config)
+        return spec
+
     def _lease_manager(self) -> LeaseManager:
         return LeaseManager(LeaseSettings.from_config())
 
@@ -350,27 +365,17 @@ class GpuBashOperator(_GpuLeaseMixin, BashOperator):
         outputs: Iterable[str] = (),
         **kwargs: Any,
     ) -> None:
-        spec = resolve_gpu_task(
-            kwargs.get("task_id"),
+        spec = self._resolve_gpu_kwargs(
+            kwargs,
             gpus=gpus,
             gpu_memory=gpu_memory,
             gpu_type=gpu_type,
             duration=duration,
-            pool=kwargs.pop("pool", None),
-            pool_slots=kwargs.pop("pool_slots", None),
-            executor_config=kwargs.pop("executor_config", None),
+            lease_timeout=lease_timeout,
             inputs=inputs,
             outputs=outputs,
-            lease_timeout=lease_timeout,
-            dag_id=_current_dag_id(kwargs),
         )
-        super().__init__(
-            bash_command=bash_command,
-            pool=spec.pool,
-            pool_slots=spec.pool_slots,
-            executor_config=spec.executor_config,
-            **kwargs,
-        )
+        super().__init__(bash_command=bash_command, **kwargs)
         self.gpu_request = spec.request
         self.lease_timeout = spec.lease_timeout_s
 
@@ -483,26 +488,17 @@ class GpuPythonOperator(_GpuLeaseMixin, PythonOperator):
         outputs: Iterable[str] = (),
         **kwargs: Any,
     ) -> None:
-        spec = resolve_gpu_task(
-            kwargs.get("task_id"),
+        spec = self._resolve_gpu_kwargs(
+            kwargs,
             gpus=gpus,
             gpu_memory=gpu_memory,
             gpu_type=gpu_type,
             duration=duration,
-            pool=kwargs.pop("pool", None),
-            pool_slots=kwargs.pop("pool_slots", None),
-            executor_config=kwargs.pop("executor_config", None),
+            lease_timeout=lease_timeout,
             inputs=inputs,
             outputs=outputs,
-            lease_timeout=lease_timeout,
-            dag_id=_current_dag_id(kwargs),
         )
-        super().__init__(
-            pool=spec.pool,
-            pool_slots=spec.pool_slots,
-            executor_config=spec.executor_config,
-            **kwargs,
-        )
+        super().__init__(**kwargs)
         self.gpu_request = spec.request
         self.lease_timeout = spec.lease_timeout_s
         self._gpu_running = False
