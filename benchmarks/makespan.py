@@ -21,17 +21,13 @@ schedule) and the same two figures against it.
 from __future__ import annotations
 
 import argparse
-import math
-import random
 import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.priority import packing_weights_plan, resolve_priority
+from airflow_gpu_dag.core.priority import packing_weights_plan, perturbed, resolve_priority
 from airflow_gpu_dag.core.simulator import dependency_lower_bound, lower_bound, simulate
 from airflow_gpu_dag.core.workloads import GPU_POOL, Workload, load_workloads, ml_pipeline_workloads
 
@@ -48,17 +44,6 @@ POLICIES: dict[str, tuple[str, str]] = {
 def _closed(stock: Sequence[float], ours: Sequence[float], bounds: Sequence[float]) -> float:
     gaps = [(s - o) / (s - lb) for s, o, lb in zip(stock, ours, bounds, strict=True) if s > lb * (1 + 1e-9)]
     return statistics.mean(gaps) if gaps else 0.0
-
-
-def perturbed(graph: TaskGraph, sigma: float, seed: str) -> TaskGraph:
-    """A copy of ``graph`` whose durations are the estimates times ``exp(N(0, sigma))`` (seeded)."""
-    rng = random.Random(seed)
-    actual = TaskGraph(graph.dag_id)
-    for node in graph.nodes.values():
-        actual.add_task(replace(node, duration=node.duration * math.exp(rng.gauss(0.0, sigma))))
-    for up, down, kind in graph.edges():
-        actual.add_edge(up, down, kind)
-    return actual
 
 
 Measurements = tuple[dict[str, list[float]], list[float], list[float]]

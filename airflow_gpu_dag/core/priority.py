@@ -37,6 +37,7 @@ __all__ = [
     "critical_path_weights",
     "downstream_weights",
     "packing_weights_plan",
+    "perturbed",
     "plan_order_weights",
     "resolve_priority",
     "width_aware_weights",
@@ -259,7 +260,7 @@ class PackingPlan:
     tried: dict[str, float]
 
 
-def _perturbed(graph: TaskGraph, sigma: float, seed: str) -> TaskGraph:
+def perturbed(graph: TaskGraph, sigma: float, seed: str) -> TaskGraph:
     """A copy of ``graph`` whose durations are multiplied by ``exp(N(0, sigma))`` (seeded)."""
     rng = random.Random(seed)
     world = TaskGraph(graph.dag_id)
@@ -327,7 +328,7 @@ def packing_weights_plan(
     policy = "reservation" if policy == "reservation" else "critical_path"
 
     believed = {t: n.duration for t, n in graph.nodes.items()}
-    worlds = [_perturbed(graph, estimate_error, f"{graph.dag_id}:{k}") for k in range(scenarios)]
+    worlds = [perturbed(graph, estimate_error, f"{graph.dag_id}:{k}") for k in range(scenarios)]
     if estimate_error <= 0:
         worlds = []
 
