@@ -132,13 +132,14 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         yield e
 
 
-# -- time (first: its 40 s wait overlaps the runs triggered by the fixture) ---------------------------
+# -- time (first: its 75 s wait overlaps the runs triggered by the fixture) ---------------------------
 def test_start_window_waits_until_it_opens(env: Env) -> None:
     # triggered here (not up front) so the window is still closed when the sensor first runs
-    opens = (datetime.now(UTC) + timedelta(seconds=40)).replace(microsecond=0)
+    # 75 s ahead: under load (a 2-core CI machine, 15 runs in flight) the sensor may take a while to start
+    opens = (datetime.now(UTC) + timedelta(seconds=75)).replace(microsecond=0)
     window = {"opens": _hms(opens), "closes": _hms(opens + timedelta(hours=1))}
     env.runs["window_wait"] = ("edges_window", env.cluster.trigger("edges_window", window))
-    env.wait_state("window_wait", "skip_task__window", "deferred", timeout=40)
+    env.wait_state("window_wait", "skip_task__window", "deferred", timeout=75)
     assert env.states("window_wait")["skip_task"] in (None, "none", "scheduled")
     assert env.finish("window_wait") == "success"
     for task_id in ("skip_task", "fail_task"):
@@ -253,7 +254,11 @@ def test_missed_start_window_skips_or_fails_per_policy(env: Env) -> None:
 
 def test_stage_dependency_starts_downstream_while_upstream_runs(env: Env) -> None:
     # train only succeeds if evaluate finished while train was still running
-    assert env.finish("stage") == "success"
+    state = env.finish("stage", timeout=540)
+    if state != "success":
+        states = env.states("stage")
+        logs = {t: env.log("stage", t)[-1500:] for t, s in states.items() if s == "failed"}
+        raise AssertionError(f"edges_stage ended {state}: {states}\n{logs}")
     assert env.states("stage")["train"] == "success"
     _, run_id = env.runs["stage"]
     assert (env.base / "ckpt" / run_id / "eval_done").read_text().strip() == "2"

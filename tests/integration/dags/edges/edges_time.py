@@ -27,13 +27,14 @@ with DAG("edges_window", schedule=None, start_date=START, catchup=False, tags=["
         )
 
 # train writes checkpoint-1..3 (marker last) and keeps running until evaluate has used checkpoint 2:
-# it succeeds only if evaluate ran while it was still running.
+# it succeeds only if evaluate ran while it was still running. The waits are generous (a loaded 2-core CI
+# machine starts each task process slowly); a passing run ends as soon as evaluate is done.
 TRAIN = f"""
 set -e; d={BASE}/ckpt/{{{{ run_id }}}}; mkdir -p $d
 for i in 1 2 3; do
   mkdir -p $d/checkpoint-$i; echo w > $d/checkpoint-$i/weights; touch $d/checkpoint-$i/_SUCCESS; sleep 1
 done
-for i in $(seq 1 90); do [ -f $d/eval_done ] && exit 0; sleep 1; done
+for i in $(seq 1 420); do [ -f $d/eval_done ] && exit 0; sleep 1; done
 echo 'evaluate never ran while training was running'; exit 1
 """
 
@@ -54,6 +55,6 @@ with DAG("edges_stage", schedule=None, start_date=START, catchup=False, tags=["e
         evaluate,
         checkpoint_dir=f"{BASE}/ckpt/{{{{ run_id }}}}",
         step=2,
-        timeout=timedelta(seconds=90),
+        timeout=timedelta(seconds=420),
         poke_interval=1,
     )
