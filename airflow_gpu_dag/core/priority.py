@@ -12,9 +12,9 @@ scheduler orders the SCHEDULED task instances of all DAGs by it, highest first):
 * ``work`` (needs the pool capacities): slot-seconds a task and its descendants need, over the pool
   capacity (:func:`work_weights`).
 * ``packing``: planned (:func:`packing_weights_plan`): each rule above is simulated under Airflow's
-  admission, the schedules are improved by justification, and the weights that reproduce the shortest
-  predicted schedule are kept. Never worse than any candidate (Airflow's ``downstream`` included) in
-  the model.
+  admission, the schedules are improved by justification and a seeded local search over the start
+  order, and the weights that reproduce the shortest predicted schedule are kept. Never worse than
+  any candidate (Airflow's ``downstream`` included) in the model.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ __all__ = [
     "INT32_MAX",
     "PACKING_CANDIDATES",
     "PRIORITY_RULES",
+    "SEARCH_BUDGET",
     "PackingPlan",
     "clamp_int32",
     "critical_path_weights",
@@ -40,6 +41,7 @@ __all__ = [
     "perturbed",
     "plan_order_weights",
     "resolve_priority",
+    "search_order",
     "width_aware_weights",
     "work_weights",
 ]
@@ -238,6 +240,14 @@ def _greedy_stage(
 _JUSTIFIED_KEPT = 4
 
 
+#: Simulated tasks the local search of :func:`packing_weights_plan` may spend (step 5): about 60
+#: simulations of a 1,000-task DAG, 600 of a 100-task one (see ``docs/benchmarks/makespan.md``).
+SEARCH_BUDGET = 60_000
+#: Simulations the local search runs at least, however large the DAG, and at most, however small.
+SEARCH_MIN_EVALS = 20
+SEARCH_MAX_EVALS = 600
+
+
 #: Rules the planner tries, in order of preference on ties.
 PACKING_CANDIDATES: tuple[str, ...] = ("critical_path", "width_aware", "work", "downstream")
 
@@ -292,6 +302,7 @@ def packing_weights_plan(
     estimate_error: float = 0.0,
     scenarios: int = 2,
     samples: int = 8,
+    search_budget: int = SEARCH_BUDGET,
 ) -> PackingPlan:
     """Plan priorities that pack the pools: the ``packing`` rule.
 
@@ -313,7 +324,15 @@ def packing_weights_plan(
        ``refine_rounds`` times each); the shortest prediction wins. Refining more than the winner
        matters: the option that refines best is not always the winner of step 3.
 
-    With ``estimate_error`` > 0, each option of steps 3-4 is scored by its mean makespan over the exact
+    5. Local search on the winner's start order (:func:`search_order`): a task is moved to another
+       place in the order (seeded, so the plan stays deterministic), the order's rank weights are
+       simulated under ``policy``, and the move is kept when the prediction is no longer (equal moves
+       are kept too, so the search can cross plateaus); the shortest order seen wins. It costs
+       ``search_budget // tasks`` simulations, at least 20 (``search_budget`` counts simulated tasks, so the
+       time grows about linearly with the budget, not with the DAG; at most 600); ``search_budget=0``
+       turns it off.
+
+    With ``estimate_error`` > 0, each option of steps 3-5 is scored by its mean makespan over the exact
     durations and ``scenarios`` seeded worlds whose durations are the estimates times
     ``exp(N(0, estimate_error))`` (the controller still sees the estimates): options that only win when
     every estimate is right lose. Measured on the WfCommons set this helps little (see
@@ -390,4 +409,60 @@ def packing_weights_plan(
             current = PackingPlan(weights, label, makespan, start, tried)
         if current.makespan < winner.makespan - 1e-9 * max(1.0, current.makespan):
             winner = current
+    # 5. local search on the winner's start order
+    if search_budget > 0 and len(graph) > 1:
+        winner = search_order(
+            graph,
+            winner,
+            lambda weights: run(weights, policy),
+            search_budget,
+            seed=f"{graph.dag_id}:{len(graph)}:{policy}",
+        )
+        tried[winner.rule] = winner.makespan
     return PackingPlan(winner.weights, winner.rule, winner.makespan, winner.schedule, dict(tried))
+
+
+def search_order(
+    graph: TaskGraph,
+    plan: PackingPlan,
+    evaluate: Callable[[Mapping[str, int]], tuple[float, dict[str, float]]],
+    budget: int = SEARCH_BUDGET,
+    seed: str = "",
+) -> PackingPlan:
+    """Improve a plan by moving single tasks in its priority order (first-improvement hill climbing).
+
+    The tasks are ranked by ``plan.weights`` (ties by graph order). Each step takes one task out of the
+    order and puts it back at another place, both chosen by a ``random.Random(seed)``; ``evaluate``
+    (weights -> (predicted makespan, start per task)) scores the new order's rank weights
+    (``n`` for the first task, ``1`` for the last). A move is kept when the prediction is not longer;
+    the returned plan is the shortest seen (``plan`` itself when nothing was shorter), its ``rule``
+    suffixed ``+search<k>`` after ``k`` improving moves. Runs ``budget // n`` evaluations, at least
+    ``SEARCH_MIN_EVALS`` and at most ``SEARCH_MAX_EVALS``. Deterministic for a given seed.
+
+    Moving one task is what the justified plans cannot do: a long or wide task at the end of the
+    schedule is started earlier and the narrow ones fill in behind it (independent rigid tasks such as
+    BLAST shards pack much better), whatever rule produced the order.
+    """
+    topo = {t: i for i, t in enumerate(graph.topological_order())}
+    order = sorted(plan.weights, key=lambda t: (-plan.weights[t], topo.get(t, 0)))
+    count = len(order)
+    if count < 2:
+        return plan
+    rng = random.Random(seed)
+    current = plan.makespan
+    best = plan
+    improvements = 0
+    for _ in range(min(SEARCH_MAX_EVALS, max(SEARCH_MIN_EVALS, budget // count))):
+        i, j = rng.randrange(count), rng.randrange(count)
+        if i == j:
+            continue
+        candidate = order[:]
+        candidate.insert(j, candidate.pop(i))
+        weights = {t: count - k for k, t in enumerate(candidate)}
+        makespan, start = evaluate(weights)
+        if makespan <= current:
+            order, current = candidate, makespan
+            if makespan < best.makespan - 1e-9 * max(1.0, makespan):
+                improvements += 1
+                best = PackingPlan(weights, f"{plan.rule}+search{improvements}", makespan, start, plan.tried)
+    return best
