@@ -146,8 +146,9 @@ class PackingPriorityStrategy(_CachedWeightStrategy):
 
     The DAG is simulated alone on its GPU pools (sizes from ``[gpu_dag] pools``) under Airflow's
     admission, with several rules (critical path, width-aware critical path, downstream work, Airflow's
-    ``downstream``); the best schedule is improved by forward-backward justification and the weights
-    that reproduce the shortest predicted schedule are kept (``core.priority.packing_weights_plan``).
+    ``downstream``); the best schedules are improved by forward-backward justification and a seeded
+    local search over the start order, and the weights that reproduce the shortest predicted schedule
+    are kept (``core.priority.packing_weights_plan``).
     ``[gpu_dag] plan_policy`` says whether the watermark controller reserves (``reservation``, default)
     or pools keep their size (``greedy``). The weights are those of the winning option: a rule's own
     weights or plan ranks (1 = last to start); they order the tasks of one DAG, not DAGs against each
