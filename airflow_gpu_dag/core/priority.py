@@ -327,9 +327,9 @@ def packing_weights_plan(
     5. Local search on the winner's start order (:func:`search_order`): a task is moved to another
        place in the order (seeded, so the plan stays deterministic), the order's rank weights are
        simulated under ``policy``, and the move is kept when the prediction is no longer (equal moves
-       are kept too, so the search can cross plateaus); the shortest order seen wins. It costs
-       ``search_budget // tasks`` simulations, at least 20 (``search_budget`` counts simulated tasks, so the
-       time grows about linearly with the budget, not with the DAG; at most 600); ``search_budget=0``
+       are kept too, so the search can cross plateaus); the shortest order seen wins. It runs
+       ``search_budget // tasks`` simulations, at least 20 and at most 600: ``search_budget`` counts
+       simulated tasks, so the search time hardly depends on the DAG's size. ``search_budget=0``
        turns it off.
 
     With ``estimate_error`` > 0, each option of steps 3-5 is scored by its mean makespan over the exact
