@@ -323,11 +323,11 @@ def packing_weights_plan(
        its plan-order weights replace that option while that shortens the prediction (at most
        ``refine_rounds`` times each); the shortest prediction wins. Refining more than the winner
        matters: the option that refines best is not always the winner of step 3.
-
     5. Local search on the winner's start order (:func:`search_order`): a task is moved to another
-       place in the order (seeded, so the plan stays deterministic), the order's rank weights are
-       simulated under ``policy``, and the move is kept when the prediction is no longer (equal moves
-       are kept too, so the search can cross plateaus); the shortest order seen wins. It runs
+       place in the order, or two tasks are exchanged (seeded, so the plan stays deterministic); the
+       order's rank weights are simulated under ``policy``, and the move is kept when the prediction
+       is no longer (equal moves are kept too, so the search can cross plateaus); the shortest order
+       seen wins. It runs
        ``search_budget // tasks`` simulations, at least 20 and at most 600: ``search_budget`` counts
        simulated tasks, so the search time hardly depends on the DAG's size. ``search_budget=0``
        turns it off.
@@ -429,10 +429,11 @@ def search_order(
     budget: int = SEARCH_BUDGET,
     seed: str = "",
 ) -> PackingPlan:
-    """Improve a plan by moving single tasks in its priority order (first-improvement hill climbing).
+    """Improve a plan by moving or exchanging tasks in its priority order (hill climbing).
 
-    The tasks are ranked by ``plan.weights`` (ties by graph order). Each step takes one task out of the
-    order and puts it back at another place, both chosen by a ``random.Random(seed)``; ``evaluate``
+    The tasks are ranked by ``plan.weights`` (ties by graph order). Each step either exchanges two
+    tasks or takes one out of the order and puts it back at another place (half of the steps each),
+    all chosen by a ``random.Random(seed)``; ``evaluate``
     (weights -> (predicted makespan, start per task)) scores the new order's rank weights
     (``n`` for the first task, ``1`` for the last). A move is kept when the prediction is not longer;
     the returned plan is the shortest seen (``plan`` itself when nothing was shorter), its ``rule``
@@ -457,7 +458,10 @@ def search_order(
         if i == j:
             continue
         candidate = order[:]
-        candidate.insert(j, candidate.pop(i))
+        if rng.random() < 0.5:  # exchange two tasks (packs rigid tasks of different widths)
+            candidate[i], candidate[j] = candidate[j], candidate[i]
+        else:  # move one task
+            candidate.insert(j, candidate.pop(i))
         weights = {t: count - k for k, t in enumerate(candidate)}
         makespan, start = evaluate(weights)
         if makespan <= current:

@@ -1,0 +1,186 @@
+"""Makespan lower bounds that hold for every schedule of one DAG on its pools.
+
+They say how much of a gap no scheduler can close. :func:`~airflow_gpu_dag.core.simulator.lower_bound`
+(critical path, slot-seconds / capacity) and :func:`~airflow_gpu_dag.core.simulator.dependency_lower_bound`
+ignore two things that dominate GPU workflows; the bounds here count them:
+
+* :func:`release_profile_bound`: a pool cannot be busy before its work is released. By time ``s`` a
+  task ``j`` has run at most ``min(d_j, s - es_j)`` (``es_j``: its earliest start, from its ancestors),
+  and the pool does at most ``C`` slot-seconds a second, so the work of a set of tasks cannot be done
+  before some time ``t``; the last of them still has its tail (the longest path after it) to go.
+  Counts the idle GPUs of a wide map phase that waits for a few long splits.
+* :func:`overlap_bound`: tasks are rigid. If neither of two tasks can follow the other within a
+  makespan ``M`` (``es_i + d_i + d_j + tail_j > M`` both ways round) they run at the same time for a
+  while; for intervals on a line, pairwise overlap means one instant shared by all (Helly), so a set of
+  such tasks needing more than ``C`` slots in one pool proves ``M`` infeasible. Counts the "34 GPUs of
+  work that must start at once on 32 GPUs" case, where one of them waits a whole task length.
+
+:func:`best_lower_bound` is the largest of all four. Pure, deterministic, O(n log n) per pool and
+tested against exhaustive search on small DAGs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Mapping, Sequence
+
+from airflow_gpu_dag.core.critical_path import analyze
+from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.simulator import dependency_lower_bound, task_pool, task_slots
+
+__all__ = ["best_lower_bound", "overlap_bound", "release_profile_bound"]
+
+#: How many tail (or release) thresholds :func:`release_profile_bound` tries per pool and direction;
+#: any subset of thresholds still gives a valid bound.
+PROFILE_THRESHOLDS = 256
+
+# (earliest start, tail after the task, slots, duration) of every task that holds slots of one pool
+_Member = tuple[float, float, int, float]
+
+
+def _members(graph: TaskGraph, capacity: Mapping[str, int]) -> dict[str, list[_Member]]:
+    analysis = analyze(graph)
+    out: dict[str, list[_Member]] = {pool: [] for pool, cap in capacity.items() if cap > 0}
+    for task_id, node in graph.nodes.items():
+        pool = task_pool(node)
+        slots = task_slots(node)
+        if pool not in out or slots <= 0 or node.duration <= 0:
+            continue
+        timing = analysis.timings[task_id]
+        out[pool].append((timing.earliest_start, timing.remaining - node.duration, slots, node.duration))
+    return out
+
+
+def _earliest_done(items: Sequence[tuple[float, int, float]], capacity: int, work: float) -> float:
+    """Earliest time ``work`` slot-seconds of ``items`` (release, slots, duration) can be done.
+
+    ``A(s) = sum slots * clip(s - release, 0, duration)`` bounds what the items can have done by
+    ``s``; the pool adds at most ``capacity`` a second after that, so the work done by ``t`` is at most
+    ``G(t) = min over s <= t of A(s) + capacity * (t - s)``. Returns the smallest ``t`` with
+    ``G(t) >= work``. ``A`` is piecewise linear, so the minimum is at ``t`` or at a breakpoint.
+    """
+    if work <= 0:
+        return 0.0
+    slope_change: dict[float, int] = {}
+    for release, slots, duration in items:
+        slope_change[release] = slope_change.get(release, 0) + slots
+        slope_change[release + duration] = slope_change.get(release + duration, 0) - slots
+    done = 0.0  # A at `prev`
+    slope = 0
+    least = 0.0  # min over breakpoints b <= prev of A(b) - capacity * b
+    prev = 0.0
+    tolerance = 1e-9 * max(1.0, work)
+    for point in [*sorted(slope_change), math.inf]:
+        if done >= work - tolerance:
+            by_profile = prev
+        elif slope > 0:
+            by_profile = prev + (work - done) / slope
+        else:
+            by_profile = math.inf
+        t = max(by_profile, (work - least) / capacity, prev)
+        if t <= point:
+            return t
+        done += slope * (point - prev)
+        least = min(least, done - capacity * point)
+        slope += slope_change[point]
+        prev = point
+    return math.inf  # pragma: no cover - the last breakpoint releases all work
+
+
+def _thresholds(values: Sequence[float]) -> list[float]:
+    distinct = sorted(set(values), reverse=True)
+    if len(distinct) <= PROFILE_THRESHOLDS:
+        return distinct
+    step = len(distinct) / PROFILE_THRESHOLDS
+    return [distinct[int(i * step)] for i in range(PROFILE_THRESHOLDS)] + [distinct[-1]]
+
+
+def release_profile_bound(graph: TaskGraph, capacity: Mapping[str, int]) -> float:
+    """Largest ``t + q`` over pools and tail thresholds ``q``: the tasks of a pool whose tail is at
+    least ``q`` cannot all be done before ``t`` (their work against how fast the pool can take it as it
+    is released, :func:`_earliest_done`), and the last of them still has ``q`` to go. The same in
+    mirrored time (releases as tails, and the other way round). 0 for a DAG without pool tasks."""
+    bound = 0.0
+    for pool, members in _members(graph, capacity).items():
+        cap = capacity[pool]
+        for release_at, threshold_at in ((0, 1), (1, 0)):  # forward, then mirrored time
+            for q in _thresholds([m[threshold_at] for m in members]):
+                chosen = [(m[release_at], m[2], m[3]) for m in members if m[threshold_at] >= q]
+                work = sum(slots * duration for _r, slots, duration in chosen)
+                bound = max(bound, _earliest_done(chosen, cap, work) + q)
+    return bound
+
+
+class _SlotSums:
+    """Fenwick tree: slots added per rank, sum over ranks >= r."""
+
+    def __init__(self, size: int) -> None:
+        self.tree = [0] * (size + 1)
+        self.total = 0
+
+    def add(self, rank: int, slots: int) -> None:
+        self.total += slots
+        i = rank + 1
+        while i < len(self.tree):
+            self.tree[i] += slots
+            i += i & -i
+
+    def from_rank(self, rank: int) -> int:
+        below, i = 0, rank
+        while i > 0:
+            below += self.tree[i]
+            i -= i & -i
+        return self.total - below
+
+
+def _forced_overlap(members: Sequence[_Member], capacity: int, makespan: float) -> bool:
+    """True when ``makespan`` is infeasible: for some ``x`` the tasks with ``es + d > x`` and
+    ``d + tail > makespan - x`` (pairwise unable to follow each other) need more than ``capacity``.
+    The largest such sets are at ``x`` just below an ``es + d``: scanned in decreasing ``es + d``."""
+    ends = [(m[0] + m[3], m[3] + m[1], m[2]) for m in members]  # (es + d, d + tail, slots)
+    lengths = sorted({f for _e, f, _s in ends})
+    sums = _SlotSums(len(lengths))
+    ends.sort(key=lambda e: -e[0])
+    i = 0
+    while i < len(ends):
+        end = ends[i][0]
+        while i < len(ends) and ends[i][0] == end:
+            _e, length, slots = ends[i]
+            sums.add(bisect.bisect_left(lengths, length), slots)
+            i += 1
+        # tasks with es + d >= end and d + tail > makespan - end
+        if sums.from_rank(bisect.bisect_right(lengths, makespan - end)) > capacity:
+            return True
+    return False
+
+
+def overlap_bound(graph: TaskGraph, capacity: Mapping[str, int], tolerance: float = 1e-6) -> float:
+    """The largest makespan proven infeasible by forced overlaps of rigid tasks (see the module
+    docstring), found by bisection to ``tolerance`` (relative); 0 when no overlap is forced."""
+    bound = 0.0
+    for pool, members in _members(graph, capacity).items():
+        cap = capacity[pool]
+        if not members or not _forced_overlap(members, cap, 0.0):
+            continue
+        low = 0.0  # infeasible
+        high = max(m[0] + m[3] for m in members) + max(m[3] + m[1] for m in members)  # nothing forced
+        while high - low > tolerance * max(1.0, high):
+            mid = (low + high) / 2
+            if _forced_overlap(members, cap, mid):
+                low = mid
+            else:
+                high = mid
+        bound = max(bound, low)
+    return bound
+
+
+def best_lower_bound(graph: TaskGraph, capacity: Mapping[str, int]) -> float:
+    """The largest of :func:`~airflow_gpu_dag.core.simulator.dependency_lower_bound` (which includes
+    :func:`~airflow_gpu_dag.core.simulator.lower_bound`), :func:`release_profile_bound` and
+    :func:`overlap_bound`: no schedule of ``graph`` on pools of ``capacity`` ends earlier."""
+    return max(
+        dependency_lower_bound(graph, capacity),
+        release_profile_bound(graph, capacity),
+        overlap_bound(graph, capacity),
+    )

@@ -1,0 +1,118 @@
+"""Makespan lower bounds (core.bounds): never above the true optimum, and tight where they should be.
+
+The optimum of a small DAG is found exhaustively: the serial schedule generation scheme over every
+topological order reaches every active schedule, and among those is an optimal one (for makespan with
+renewable resources), so the best of them is the optimum.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_gpu_dag.core.bounds import best_lower_bound, overlap_bound, release_profile_bound
+from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.justification import serial_schedule
+from airflow_gpu_dag.core.simulator import dependency_lower_bound, lower_bound, simulate
+
+
+def gpu_graph(tasks: Mapping[str, tuple[float, int]], edges: list[tuple[str, str]]) -> TaskGraph:
+    graph = TaskGraph("bounds")
+    for task_id, (duration, gpus) in tasks.items():
+        node = graph.add(task_id, duration, gpus)
+        node.pool = "gpu" if gpus else None
+    for up, down in edges:
+        graph.add_edge(up, down)
+    return graph
+
+
+def optimum(graph: TaskGraph, capacity: Mapping[str, int]) -> float:
+    best = float("inf")
+    tasks = list(graph.nodes)
+    for order in itertools.permutations(tasks):
+        position = {t: i for i, t in enumerate(order)}
+        if any(position[u] > position[t] for t in tasks for u in graph.upstream(t)):
+            continue
+        start = serial_schedule(graph, capacity, order)
+        best = min(best, max((start[t] + graph.nodes[t].duration for t in tasks), default=0.0))
+    return best
+
+
+@st.composite
+def small_dags(draw: st.DrawFn) -> TaskGraph:
+    n = draw(st.integers(1, 6))
+    tasks = {f"t{i}": (draw(st.integers(0, 30)), draw(st.sampled_from([0, 1, 1, 2, 3, 4]))) for i in range(n)}
+    edges = [
+        (f"t{j}", f"t{i}")
+        for i in range(1, n)
+        for j in draw(st.lists(st.integers(0, i - 1), max_size=2, unique=True))
+    ]
+    return gpu_graph(tasks, edges)
+
+
+@settings(max_examples=150, deadline=None)
+@given(small_dags(), st.sampled_from([4, 5]))
+def test_bounds_never_exceed_the_optimum(graph: TaskGraph, cap: int) -> None:
+    caps = {"gpu": cap}
+    best = optimum(graph, caps)
+    tolerance = 1e-6 * max(1.0, best)
+    assert release_profile_bound(graph, caps) <= best + tolerance
+    assert overlap_bound(graph, caps) <= best + tolerance
+    combined = best_lower_bound(graph, caps)
+    assert dependency_lower_bound(graph, caps) <= combined <= best + tolerance
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 40), st.sampled_from([1, 2, 4, 8])), min_size=1, max_size=40))
+def test_bounds_never_exceed_a_simulated_schedule(shards: list[tuple[int, int]]) -> None:
+    graph = gpu_graph({f"s{i}": shard for i, shard in enumerate(shards)}, [])
+    graph.add("merge", 5, 1).pool = "gpu"
+    for i in range(len(shards)):
+        graph.add_edge(f"s{i}", "merge")
+    for cap in (8, 16):
+        made = min(
+            simulate(graph, {"gpu": cap}, p).makespan for p in ("stock", "critical_path", "reservation")
+        )
+        assert best_lower_bound(graph, {"gpu": cap}) <= made + 1e-6 * made
+
+
+def test_overlap_bound_sees_that_one_rigid_task_must_wait() -> None:
+    """Three independent 10-s single-GPU tasks on 2 GPUs: slot-seconds say 15 s, but each pair of them
+    overlaps in any schedule shorter than 20 s, and all three cannot run at once."""
+    graph = gpu_graph({"a": (10, 1), "b": (10, 1), "c": (10, 1)}, [])
+    caps = {"gpu": 2}
+    assert lower_bound(graph, caps) == 15
+    assert abs(overlap_bound(graph, caps) - 20) < 1e-4
+    assert abs(best_lower_bound(graph, caps) - optimum(graph, caps)) < 1e-4
+
+
+def test_overlap_bound_counts_a_wide_phase_that_needs_more_than_the_pool() -> None:
+    """A 34-GPU phase on 32 GPUs (the 1000genome shape): two single-GPU tasks wait a task length."""
+    tasks = {f"i{k}": (50.0, 1) for k in range(18)} | {"w1": (50.0, 8), "w2": (50.0, 8)}
+    graph = gpu_graph({**tasks, "merge": (30.0, 1)}, [(t, "merge") for t in tasks])
+    caps = {"gpu": 32}
+    assert lower_bound(graph, caps) == 80.0  # critical path
+    assert abs(overlap_bound(graph, caps) - 130.0) < 1e-3  # 50 + 50 + 30
+    assert simulate(graph, caps, "stock").makespan == 130.0
+
+
+def test_release_profile_bound_counts_idle_gpus_before_work_is_released() -> None:
+    """A long split releases most of the work late: the pool idles before, whatever the schedule."""
+    tasks = {"split": (40.0, 1), "early": (10.0, 1)}
+    tasks |= {f"m{k}": (10.0, 1) for k in range(8)}
+    edges = [("split", f"m{k}") for k in range(8)]
+    graph = gpu_graph(tasks, edges)
+    caps = {"gpu": 4}
+    # slot-seconds / capacity = 32.5, critical path 50; the 8 maps need 80 slot-seconds after t=40
+    assert release_profile_bound(graph, caps) == 60.0
+    assert best_lower_bound(graph, caps) == optimum(graph, caps) == 60.0
+
+
+def test_bounds_of_a_dag_without_pool_tasks_are_zero() -> None:
+    graph = gpu_graph({"cpu": (10, 0)}, [])
+    assert release_profile_bound(graph, {"gpu": 4}) == 0.0
+    assert overlap_bound(graph, {"gpu": 4}) == 0.0
+    assert best_lower_bound(graph, {"gpu": 4}) == 10.0
