@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_gpu_dag.core.bounds import best_lower_bound, overlap_bound, release_profile_bound
+from airflow_gpu_dag.core.bounds import best_lower_bound, overlap_bound, release_profile_bound, rounds_bound
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.justification import serial_schedule
 from airflow_gpu_dag.core.simulator import dependency_lower_bound, lower_bound, simulate
@@ -61,6 +61,7 @@ def test_bounds_never_exceed_the_optimum(graph: TaskGraph, cap: int) -> None:
     tolerance = 1e-6 * max(1.0, best)
     assert release_profile_bound(graph, caps) <= best + tolerance
     assert overlap_bound(graph, caps) <= best + tolerance
+    assert rounds_bound(graph, caps) <= best + tolerance
     combined = best_lower_bound(graph, caps)
     assert dependency_lower_bound(graph, caps) <= combined <= best + tolerance
 
@@ -111,8 +112,21 @@ def test_release_profile_bound_counts_idle_gpus_before_work_is_released() -> Non
     assert best_lower_bound(graph, caps) == optimum(graph, caps) == 60.0
 
 
+def test_rounds_bound_counts_whole_rounds_of_equal_shards() -> None:
+    """70 GPUs' worth of 9-s shards on 32 GPUs between a 1-s split and a 1-s merge (the BLAST shape):
+    slot-seconds say 21.7 s, but no GPU fits three shards in less than 27 s."""
+    shards = {f"n{k}": (9.0, 1) for k in range(34)} | {f"w{k}": (9.0, 4 if k < 3 else 8) for k in range(6)}
+    edges = [("split", s) for s in shards] + [(s, "merge") for s in shards]
+    graph = gpu_graph({"split": (1.0, 1), **shards, "merge": (1.0, 1)}, edges)
+    caps = {"gpu": 32}
+    assert lower_bound(graph, caps) < 22.0
+    assert rounds_bound(graph, caps) == 29.0  # 1 + 3 x 9 + 1
+    assert simulate(graph, caps, "reservation").makespan == 29.0  # and a schedule reaches it
+
+
 def test_bounds_of_a_dag_without_pool_tasks_are_zero() -> None:
     graph = gpu_graph({"cpu": (10, 0)}, [])
     assert release_profile_bound(graph, {"gpu": 4}) == 0.0
     assert overlap_bound(graph, {"gpu": 4}) == 0.0
+    assert rounds_bound(graph, {"gpu": 4}) == 0.0
     assert best_lower_bound(graph, {"gpu": 4}) == 10.0
