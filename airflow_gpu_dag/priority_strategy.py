@@ -119,6 +119,19 @@ def _plan_policy() -> str:
     return "critical_path" if raw.strip().lower() in ("greedy", "stock", "critical_path") else "reservation"
 
 
+def _plan_search_budget() -> int:
+    """``[gpu_dag] plan_search_budget``: simulated tasks the planner's local search may spend (0, the
+    default, turns it off; ``core.priority.SEARCH_BUDGET`` = 60000 is the measured setting)."""
+    from airflow_gpu_dag.config import conf_get
+
+    raw = conf_get("plan_search_budget", "0") or "0"
+    try:
+        return max(0, int(raw))
+    except ValueError:
+        log.warning("[gpu_dag] plan_search_budget %r is not an integer; the local search stays off", raw)
+        return 0
+
+
 def _packing_weights(dag: Any) -> dict[str, int]:
     from airflow_gpu_dag.config import pool_capacities
     from airflow_gpu_dag.core.priority import packing_weights_plan, width_aware_weights
@@ -132,7 +145,7 @@ def _packing_weights(dag: Any) -> dict[str, int]:
     if len(graph) > PACKING_PLAN_MAX_TASKS:
         return {t: clamp_weight(w) for t, w in width_aware_weights(graph, capacity).items()}
     try:
-        plan = packing_weights_plan(graph, capacity, _plan_policy())
+        plan = packing_weights_plan(graph, capacity, _plan_policy(), search_budget=_plan_search_budget())
     except ValueError as err:  # CapacityError: a task wider than its pool; the dag policy reports it
         log.warning(
             "airflow-gpu-dag: cannot plan DAG %r (%s); using critical-path weights", graph.dag_id, err
@@ -146,9 +159,9 @@ class PackingPriorityStrategy(_CachedWeightStrategy):
 
     The DAG is simulated alone on its GPU pools (sizes from ``[gpu_dag] pools``) under Airflow's
     admission, with several rules (critical path, width-aware critical path, downstream work, Airflow's
-    ``downstream``); the best schedules are improved by forward-backward justification and a seeded
-    local search over the start order, and the weights that reproduce the shortest predicted schedule
-    are kept (``core.priority.packing_weights_plan``).
+    ``downstream``); the best schedules are improved by forward-backward justification (and, with
+    ``[gpu_dag] plan_search_budget`` > 0, a seeded local search over the start order), and the weights
+    that reproduce the shortest predicted schedule are kept (``core.priority.packing_weights_plan``).
     ``[gpu_dag] plan_policy`` says whether the watermark controller reserves (``reservation``, default)
     or pools keep their size (``greedy``). The weights are those of the winning option: a rule's own
     weights or plan ranks (1 = last to start); they order the tasks of one DAG, not DAGs against each

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from airflow_gpu_dag.core.bounds import best_lower_bound
-from airflow_gpu_dag.core.priority import packing_weights_plan, perturbed, resolve_priority
+from airflow_gpu_dag.core.priority import SEARCH_BUDGET, packing_weights_plan, perturbed, resolve_priority
 from airflow_gpu_dag.core.simulator import lower_bound, simulate
 from airflow_gpu_dag.core.workloads import GPU_POOL, Workload, load_workloads, ml_pipeline_workloads
 
@@ -53,7 +53,12 @@ Measurements = tuple[dict[str, list[float]], list[float], list[float]]
 
 
 def measure(
-    workloads: Sequence[Workload], capacity: int, policies: Sequence[str], interval: float, noise: float = 0.0
+    workloads: Sequence[Workload],
+    capacity: int,
+    policies: Sequence[str],
+    interval: float,
+    noise: float = 0.0,
+    search_budget: int = 0,
 ) -> Measurements:
     """Return (policy -> makespan per instance, lower bound per instance, LB_best per instance).
 
@@ -74,7 +79,7 @@ def measure(
             sim_policy, rule = POLICIES[p]
             if rule == "packing":
                 weights = packing_weights_plan(
-                    estimated, caps, sim_policy, controller_interval=interval
+                    estimated, caps, sim_policy, controller_interval=interval, search_budget=search_budget
                 ).weights
             else:
                 weights = dict(resolve_priority(rule, caps)(estimated))
@@ -152,6 +157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--policies", default=",".join(POLICIES), help=f"comma separated, from {', '.join(POLICIES)}"
     )
+    parser.add_argument(
+        "--search-budget",
+        type=int,
+        default=0,
+        help=f"the packing planner's local search budget (0 = off, the default; {SEARCH_BUDGET} measured)",
+    )
     args = parser.parse_args(argv)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
@@ -173,6 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(
         f"# controller interval {args.interval:g}s; duration noise sigma {args.noise:g}; "
+        f"planner search budget {args.search_budget}; "
         "closed = mean over instances with stock > LB\n"
     )
     print(
@@ -181,7 +193,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for cap in (int(c) for c in args.capacities.split(",")):
-        measured = {name: measure(ws, cap, policies, args.interval, args.noise) for name, ws in sets.items()}
+        measured = {
+            name: measure(ws, cap, policies, args.interval, args.noise, args.search_budget)
+            for name, ws in sets.items()
+        }
         if len(measured) > 1:
             measured["all"] = (
                 {p: [m for data in measured.values() for m in data[0][p]] for p in policies},

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.justification import UsageProfile, justify, serial_schedule
 from airflow_gpu_dag.core.priority import (
+    SEARCH_BUDGET,
     critical_path_weights,
     downstream_weights,
     packing_weights_plan,
@@ -168,8 +169,8 @@ def test_refining_more_options_never_lengthens_the_plan(graph: TaskGraph, cap: i
 @given(random_dags(), st.sampled_from([8, 12]), st.sampled_from(["critical_path", "reservation"]))
 def test_local_search_never_lengthens_the_plan(graph: TaskGraph, cap: int, policy: str) -> None:
     caps = {"gpu": cap}
-    plain = packing_weights_plan(graph, caps, policy, search_budget=0)
-    searched = packing_weights_plan(graph, caps, policy)
+    plain = packing_weights_plan(graph, caps, policy)  # the search is off by default
+    searched = packing_weights_plan(graph, caps, policy, search_budget=SEARCH_BUDGET)
     assert searched.makespan <= plain.makespan
     assert ("+search" in searched.rule) == (searched.makespan < plain.makespan)
     replay = simulate(graph, caps, policy, priority=lambda g: searched.weights)
@@ -187,13 +188,13 @@ def test_local_search_packs_independent_rigid_tasks() -> None:
     }  # fmt: skip
     graph = gpu_graph(tasks, [], dag_id="shards")
     caps = {"gpu": 4}
-    plain = packing_weights_plan(graph, caps, "reservation", search_budget=0)
-    searched = packing_weights_plan(graph, caps, "reservation")
+    plain = packing_weights_plan(graph, caps, "reservation")
+    searched = packing_weights_plan(graph, caps, "reservation", search_budget=SEARCH_BUDGET)
     assert searched.makespan < plain.makespan and "+search" in searched.rule
     assert searched.makespan <= simulate(graph, caps, "stock").makespan
     replay = simulate(graph, caps, "reservation", priority=lambda g: searched.weights)
     assert replay.makespan == searched.makespan
-    again = packing_weights_plan(graph, caps, "reservation")
+    again = packing_weights_plan(graph, caps, "reservation", search_budget=SEARCH_BUDGET)
     assert again.weights == searched.weights  # seeded: the same plan every time
 
 
@@ -288,3 +289,21 @@ def test_simulator_controller_sees_estimates_not_actual_durations() -> None:
     assert exact.by_id()["wide"].start == 10.0
     assert wrong.by_id()["wide"].start == 21.0
     assert wrong.max_pool_usage["gpu"] <= 8 and exact.max_pool_usage["gpu"] <= 8
+
+
+def test_packing_strategy_reads_the_search_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``[gpu_dag] plan_search_budget`` reaches the planner; unset or malformed it stays 0 (off)."""
+    import airflow_gpu_dag.config as config
+    from airflow_gpu_dag import priority_strategy as ps
+
+    seen: list[int] = []
+
+    def fake_conf(key: str, fallback: str | None) -> str | None:
+        return {"plan_search_budget": budget}.get(key, fallback)
+
+    for budget, expected in (("60000", 60000), ("", 0), ("lots", 0), ("-5", 0)):
+        monkeypatch.setattr(config, "conf_get", fake_conf)
+        seen.append(ps._plan_search_budget())
+        assert seen[-1] == expected, budget
+    monkeypatch.setattr(config, "conf_get", lambda key, fallback: fallback)
+    assert ps._plan_search_budget() == 0
