@@ -12,9 +12,9 @@ scheduler orders the SCHEDULED task instances of all DAGs by it, highest first):
 * ``work`` (needs the pool capacities): slot-seconds a task and its descendants need, over the pool
   capacity (:func:`work_weights`).
 * ``packing``: planned (:func:`packing_weights_plan`): each rule above is simulated under Airflow's
-  admission, the schedules are improved by justification and a seeded local search over the start
-  order, and the weights that reproduce the shortest predicted schedule are kept. Never worse than
-  any candidate (Airflow's ``downstream`` included) in the model.
+  admission, the schedules are improved by justification (and, optionally, a seeded local search over
+  the start order), and the weights that reproduce the shortest predicted schedule are kept. Never
+  worse than any candidate (Airflow's ``downstream`` included) in the model.
 """
 
 from __future__ import annotations
@@ -243,7 +243,7 @@ _JUSTIFIED_KEPT = 4
 #: A budget for the local search of :func:`packing_weights_plan` (step 5), in simulated tasks: about
 #: 60 simulations of a 1,000-task DAG, 600 of a 100-task one. The planner's default is 0 (off): the
 #: searched orders gain about two points of the makespan benchmark with exact estimates but lose
-#: 3-11 points with +/- 30 % estimate errors (``docs/benchmarks/makespan.md``).
+#: 2-11 points with +/- 30 % estimate errors (``docs/benchmarks/makespan.md``).
 SEARCH_BUDGET = 60_000
 #: Simulations the local search runs at least, however large the DAG, and at most, however small.
 SEARCH_MIN_EVALS = 20
@@ -329,11 +329,11 @@ def packing_weights_plan(
        place in the order, or two tasks are exchanged (seeded, so the plan stays deterministic); the
        order's rank weights are simulated under ``policy``, and the move is kept when the prediction
        is no longer (equal moves are kept too, so the search can cross plateaus); the shortest order
-       seen wins. It runs
-       ``search_budget // tasks`` simulations, at least 20 and at most 600: ``search_budget`` counts
-       simulated tasks, so the search time hardly depends on the DAG's size. Off by default
-       (``search_budget=0``); :data:`SEARCH_BUDGET` is the budget measured in the benchmark. Use it
-       when the estimates are good: searched orders are tuned to them and lose when they are off.
+       seen wins. It runs ``search_budget // tasks`` simulations, at least 20 and at most 600:
+       ``search_budget`` counts simulated tasks, so the search time hardly depends on the DAG's size.
+       Off by default (``search_budget=0``); :data:`SEARCH_BUDGET` is the budget measured in the
+       benchmark. Use it when the estimates are good: searched orders are tuned to them and lose when
+       they are off.
 
     With ``estimate_error`` > 0, each option of steps 3-5 is scored by its mean makespan over the exact
     durations and ``scenarios`` seeded worlds whose durations are the estimates times
