@@ -17,16 +17,7 @@ from airflow_gpu_dag.core.bounds import best_lower_bound, overlap_bound, release
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.justification import serial_schedule
 from airflow_gpu_dag.core.simulator import dependency_lower_bound, lower_bound, simulate
-
-
-def gpu_graph(tasks: Mapping[str, tuple[float, int]], edges: list[tuple[str, str]]) -> TaskGraph:
-    graph = TaskGraph("bounds")
-    for task_id, (duration, gpus) in tasks.items():
-        node = graph.add(task_id, duration, gpus)
-        node.pool = "gpu" if gpus else None
-    for up, down in edges:
-        graph.add_edge(up, down)
-    return graph
+from tests.unit.graphs import gpu_graph
 
 
 def optimum(graph: TaskGraph, capacity: Mapping[str, int]) -> float:

@@ -3,7 +3,6 @@ and the PackingPriorityStrategy wrapper."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any
 
@@ -24,19 +23,7 @@ from airflow_gpu_dag.core.priority import (
     work_weights,
 )
 from airflow_gpu_dag.core.simulator import simulate
-
-
-def gpu_graph(
-    tasks: Mapping[str, tuple[float, int]], edges: list[tuple[str, str]], dag_id: str = "g"
-) -> TaskGraph:
-    graph = TaskGraph(dag_id)
-    for task_id, (duration, gpus) in tasks.items():
-        node = graph.add(task_id, duration, gpus)
-        node.pool = "gpu" if gpus else None
-    for up, down in edges:
-        graph.add_edge(up, down)
-    return graph
-
+from tests.unit.graphs import gpu_graph
 
 DIAMOND = gpu_graph(
     {"a": (10, 1), "b": (5, 8), "c": (20, 1), "d": (1, 1), "e": (3, 1)},

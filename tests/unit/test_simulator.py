@@ -12,18 +12,13 @@ from hypothesis import strategies as st
 
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.simulator import CapacityError, lower_bound, simulate
+from tests.unit import graphs
 
 CAP = {"gpu": 8}
 
 
 def gpu_graph(dag_id: str, tasks: dict[str, tuple[float, int]], edges: list[tuple[str, str]]) -> TaskGraph:
-    graph = TaskGraph(dag_id)
-    for task_id, (duration, gpus) in tasks.items():
-        node = graph.add(task_id, duration, gpus)
-        node.pool = "gpu" if gpus else None
-    for up, down in edges:
-        graph.add_edge(up, down)
-    return graph
+    return graphs.gpu_graph(tasks, edges, dag_id)
 
 
 def test_chain_and_parallel_hand_case() -> None:
