@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from airflow_gpu_dag.core.critical_path import analyze
 from airflow_gpu_dag.core.graph import TaskGraph
@@ -105,14 +105,16 @@ def release_profile_bound(graph: TaskGraph, capacity: Mapping[str, int]) -> floa
     least ``q`` cannot all be done before ``t`` (their work against how fast the pool can take it as it
     is released, :func:`_earliest_done`), and the last of them still has ``q`` to go. The same in
     mirrored time (releases as tails, and the other way round). 0 for a DAG without pool tasks."""
+    return _per_pool(_release_profile, _members(graph, capacity), capacity)
+
+
+def _release_profile(members: Sequence[_Member], cap: int) -> float:
     bound = 0.0
-    for pool, members in _members(graph, capacity).items():
-        cap = capacity[pool]
-        for release_at, threshold_at in ((0, 1), (1, 0)):  # forward, then mirrored time
-            for q in _thresholds([m[threshold_at] for m in members]):
-                chosen = [(m[release_at], m[2], m[3]) for m in members if m[threshold_at] >= q]
-                work = sum(slots * duration for _r, slots, duration in chosen)
-                bound = max(bound, _earliest_done(chosen, cap, work) + q)
+    for release_at, threshold_at in ((0, 1), (1, 0)):  # forward, then mirrored time
+        for q in _thresholds([m[threshold_at] for m in members]):
+            chosen = [(m[release_at], m[2], m[3]) for m in members if m[threshold_at] >= q]
+            work = sum(slots * duration for _r, slots, duration in chosen)
+            bound = max(bound, _earliest_done(chosen, cap, work) + q)
     return bound
 
 
@@ -162,21 +164,23 @@ def _forced_overlap(members: Sequence[_Member], capacity: int, makespan: float) 
 def overlap_bound(graph: TaskGraph, capacity: Mapping[str, int], tolerance: float = 1e-6) -> float:
     """The largest makespan proven infeasible by forced overlaps of rigid tasks (see the module
     docstring), found by bisection to ``tolerance`` (relative); 0 when no overlap is forced."""
-    bound = 0.0
-    for pool, members in _members(graph, capacity).items():
-        cap = capacity[pool]
-        if not members or not _forced_overlap(members, cap, 0.0):
-            continue
-        low = 0.0  # infeasible
-        high = max(m[0] + m[3] for m in members) + max(m[3] + m[1] for m in members)  # nothing forced
-        while high - low > tolerance * max(1.0, high):
-            mid = (low + high) / 2
-            if _forced_overlap(members, cap, mid):
-                low = mid
-            else:
-                high = mid
-        bound = max(bound, low)
-    return bound
+    return _per_pool(
+        lambda members, cap: _overlap(members, cap, tolerance), _members(graph, capacity), capacity
+    )
+
+
+def _overlap(members: Sequence[_Member], cap: int, tolerance: float = 1e-6) -> float:
+    if not members or not _forced_overlap(members, cap, 0.0):
+        return 0.0
+    low = 0.0  # infeasible
+    high = max(m[0] + m[3] for m in members) + max(m[3] + m[1] for m in members)  # nothing forced
+    while high - low > tolerance * max(1.0, high):
+        mid = (low + high) / 2
+        if _forced_overlap(members, cap, mid):
+            low = mid
+        else:
+            high = mid
+    return low
 
 
 def rounds_bound(graph: TaskGraph, capacity: Mapping[str, int]) -> float:
@@ -186,15 +190,26 @@ def rounds_bound(graph: TaskGraph, capacity: Mapping[str, int]) -> float:
     ``floor((M - q - a) / delta)`` of them in a makespan ``M`` (a schedule of slot counts can always be
     given fixed GPUs, a task taking any free ones when it starts), so ``M - q - a`` is at least
     ``ceil(W / C)`` times ``delta``. 0 for a DAG without pool tasks."""
+    return _per_pool(_rounds, _members(graph, capacity), capacity)
+
+
+def _rounds(members: Sequence[_Member], cap: int) -> float:
     bound = 0.0
-    for pool, members in _members(graph, capacity).items():
-        cap = capacity[pool]
-        earliest = tail = math.inf
-        slots = 0
-        for release, after, width, duration in sorted(members, key=lambda m: -m[3]):
-            earliest, tail, slots = min(earliest, release), min(tail, after), slots + width
-            bound = max(bound, earliest + tail + math.ceil(slots / cap) * duration)
+    earliest = tail = math.inf
+    slots = 0
+    for release, after, width, duration in sorted(members, key=lambda m: -m[3]):
+        earliest, tail, slots = min(earliest, release), min(tail, after), slots + width
+        bound = max(bound, earliest + tail + math.ceil(slots / cap) * duration)
     return bound
+
+
+def _per_pool(
+    bound: Callable[[Sequence[_Member], int], float],
+    members: Mapping[str, Sequence[_Member]],
+    capacity: Mapping[str, int],
+) -> float:
+    """The largest of ``bound(pool's members, pool's capacity)`` over the pools; 0 when none."""
+    return max((bound(tasks, capacity[pool]) for pool, tasks in members.items()), default=0.0)
 
 
 def best_lower_bound(graph: TaskGraph, capacity: Mapping[str, int]) -> float:
@@ -202,9 +217,8 @@ def best_lower_bound(graph: TaskGraph, capacity: Mapping[str, int]) -> float:
     :func:`~airflow_gpu_dag.core.simulator.lower_bound`), :func:`release_profile_bound`,
     :func:`overlap_bound` and :func:`rounds_bound`: no schedule of ``graph`` on pools of ``capacity``
     ends earlier."""
+    members = _members(graph, capacity)  # one critical-path analysis for the three bounds
     return max(
         dependency_lower_bound(graph, capacity),
-        release_profile_bound(graph, capacity),
-        overlap_bound(graph, capacity),
-        rounds_bound(graph, capacity),
+        *(_per_pool(bound, members, capacity) for bound in (_release_profile, _overlap, _rounds)),
     )
