@@ -1,0 +1,56 @@
+"""Planning time of the ``packing`` rule, without and with the planner's local search, side by side.
+
+For WfCommons instances of 41, 405, 738 and 1,121 tasks (``../shared/workloads``), plans the weights for
+the reservation controller at ``--gpus`` GPUs with ``search_budget=0`` (the default) and with
+``search_budget=SEARCH_BUDGET``, each from a cold planner cache, and prints the seconds and the predicted
+makespans. (Stock Airflow plans nothing: its ``downstream`` rule costs are in ``priority_overhead.py``.)
+
+    .venv/bin/python benchmarks/planner_cost.py [--gpus 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+
+from makespan import DEFAULT_WORKLOADS  # type: ignore[import-not-found]
+
+from airflow_gpu_dag.core import priority
+from airflow_gpu_dag.core.workloads import GPU_POOL, load_workloads
+
+SIZES = (41, 405, 738, 1121)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--gpus", type=int, default=16, help="GPU pool capacity")
+    args = parser.parse_args(argv)
+    workloads = load_workloads(DEFAULT_WORKLOADS)
+    print("| instance | tasks | steps 1-4 (s) | with the local search (s) | makespan without / with |")
+    print("|---|---|---|---|---|")
+    for size in SIZES:
+        workload = next((w for w in workloads if len(w.graph) == size), None)
+        if workload is None:
+            continue
+        seconds, makespans = [], []
+        for budget in (0, priority.SEARCH_BUDGET):
+            priority._STAGE_CACHE.clear()  # cold: steps 1-2 are cached per graph object
+            started = time.perf_counter()
+            plan = priority.packing_weights_plan(
+                workload.graph, {GPU_POOL: args.gpus}, "reservation", search_budget=budget
+            )
+            seconds.append(time.perf_counter() - started)
+            makespans.append(plan.makespan)
+        print(
+            f"| {workload.name.rsplit('/', 1)[-1]} | {size} | {seconds[0]:.2f} | {seconds[1]:.2f} "
+            f"| {makespans[0]:.1f} / {makespans[1]:.1f} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
