@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["ReadyTask", "RunningTask", "admission_order", "stock_admission"]
+__all__ = ["PendingTask", "ReadyTask", "RunningTask", "admission_order", "stock_admission"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,22 @@ class ReadyTask:
     priority: int
     duration: float
     order: tuple = ()
+
+
+@dataclass(frozen=True)
+class PendingTask(ReadyTask):
+    """A task instance not yet SCHEDULED whose upstream tasks have all started or wait in its pool
+    (lookahead of the reservation controller; Airflow's admission never sees it).
+
+    ``ready_at``: when the upstream tasks that have started are expected to have ended (same clock as
+    the controller's ``now``; ``now`` or earlier when none has started); None means unknown, and the
+    task is ignored. ``after``: keys of upstream tasks that are waiting (SCHEDULED) in the same pool;
+    the task counts only when the controller starts all of them now, and is then expected ready when
+    the last of them ends too.
+    """
+
+    ready_at: float | None = None
+    after: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

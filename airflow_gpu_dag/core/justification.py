@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from airflow_gpu_dag.core.graph import TaskGraph
 
-__all__ = ["UsageProfile", "justify", "serial_schedule"]
+__all__ = ["UsageProfile", "justify", "priority_serial_schedule", "serial_schedule"]
 
 
 class UsageProfile:
@@ -101,6 +101,40 @@ def serial_schedule(
         begin = profile.earliest(ready, duration, slots)
         profile.add(begin, begin + duration, slots)
         start[task_id] = begin
+    return start
+
+
+def priority_serial_schedule(
+    graph: TaskGraph, capacity: Mapping[str, int], priority: Mapping[str, float]
+) -> dict[str, float]:
+    """Serial schedule generation by a priority rule: of the tasks whose upstream tasks are all
+    placed, the one with the highest ``priority`` (ties by graph order) is placed next, at the earliest
+    time its dependencies and its pool allow. Unlike Airflow's greedy admission (parallel generation),
+    a task may be placed before work that was placed earlier, into a hole that work left; the schedule
+    is *active*, and some active schedule is optimal."""
+    import heapq
+
+    topo = {t: i for i, t in enumerate(graph.topological_order())}
+    missing = {t: len(graph.upstream(t)) for t in graph.nodes}
+    eligible = [(-priority.get(t, 0.0), topo[t], t) for t, count in missing.items() if count == 0]
+    heapq.heapify(eligible)
+    profiles = {pool: UsageProfile(cap) for pool, cap in capacity.items()}
+    start: dict[str, float] = {}
+    while eligible:
+        _p, _i, task_id = heapq.heappop(eligible)
+        duration = graph.nodes[task_id].duration
+        ready = max((start[t] + graph.nodes[t].duration for t in graph.upstream(task_id)), default=0.0)
+        pool, slots = _task_pool(graph, task_id)
+        profile = profiles.get(pool)
+        if profile is None:
+            start[task_id] = ready
+        else:
+            start[task_id] = profile.earliest(ready, duration, slots)
+            profile.add(start[task_id], start[task_id] + duration, slots)
+        for down in graph.downstream(task_id):
+            missing[down] -= 1
+            if missing[down] == 0:
+                heapq.heappush(eligible, (-priority.get(down, 0.0), topo[down], down))
     return start
 
 

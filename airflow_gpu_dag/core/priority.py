@@ -194,6 +194,7 @@ def _greedy_stage(
     candidates: tuple[str, ...],
     justify_rounds: int,
     samples: int,
+    serial_samples: int = 0,
 ) -> tuple[list[_GreedyRun], list[_GreedyRun], list[_Justified]]:
     """Steps 1-2 of the plan, cached per graph object so that planning for both admission policies
     costs them once (do not mutate a graph after planning it): greedy runs of every candidate rule,
@@ -204,7 +205,7 @@ def _greedy_stage(
     from airflow_gpu_dag.core.justification import justify
     from airflow_gpu_dag.core.simulator import simulate
 
-    key = (tuple(sorted(capacity.items())), candidates, justify_rounds, samples)
+    key = (tuple(sorted(capacity.items())), candidates, justify_rounds, samples, serial_samples)
     per_graph = _STAGE_CACHE.setdefault(graph, {})
     if key in per_graph:
         return per_graph[key]
@@ -229,9 +230,34 @@ def _greedy_stage(
     for _makespan, name, _weights, start in [*runs, *sampled[:2]]:
         improved, makespan = justify(graph, capacity, start, max_rounds=justify_rounds)
         justified.append((makespan, name, improved))
+    justified.extend(_serial_samples(graph, capacity, serial_samples))
     justified.sort(key=lambda j: j[0])
     per_graph[key] = (runs, sampled, justified[:_JUSTIFIED_KEPT])
     return per_graph[key]
+
+
+def _serial_samples(graph: TaskGraph, capacity: Mapping[str, int], count: int) -> list[_Justified]:
+    """Biased random sampling (Kolisch's regret-based sampling, simplified): ``count`` serial
+    schedules (:func:`~airflow_gpu_dag.core.justification.priority_serial_schedule`) by the
+    critical-path priority times ``exp(N(0, sigma))`` (``sigma`` from 0.05 to 0.4, seeded), each
+    justified twice; the two shortest are returned. Serial generation places a task into a hole left
+    by earlier placed work, which greedy admission cannot; that packs rigid tasks of mixed widths
+    (BLAST shards, mosaic tiles) much better."""
+    if count <= 0 or len(graph) < 2:
+        return []
+    from airflow_gpu_dag.core.justification import justify, priority_serial_schedule
+
+    remaining = {t: timing.remaining for t, timing in analyze(graph).timings.items()}
+    rng = random.Random(f"serial:{graph.dag_id}:{len(graph)}")
+    found: list[_Justified] = []
+    for k in range(count):
+        sigma = (0.05, 0.1, 0.2, 0.4)[k % 4]
+        priority = {t: r * math.exp(rng.gauss(0.0, sigma)) for t, r in remaining.items()}
+        start = priority_serial_schedule(graph, capacity, priority)
+        improved, makespan = justify(graph, capacity, start, max_rounds=2)
+        found.append((makespan, f"serial~{k}", improved))
+    found.sort(key=lambda j: j[0])
+    return found[:2]
 
 
 #: How many justified schedules (the shortest) compete in the last step of the plan. Which justified
@@ -249,6 +275,13 @@ SEARCH_BUDGET = 60_000
 SEARCH_MIN_EVALS = 20
 SEARCH_MAX_EVALS = 600
 
+
+#: A budget for the serial samples of :func:`packing_weights_plan` (step 2), in placed tasks:
+#: ``serial_budget // tasks`` samples, at least ``SERIAL_MIN_SAMPLES`` and at most
+#: ``SERIAL_MAX_SAMPLES``.
+SERIAL_BUDGET = 20_000
+SERIAL_MIN_SAMPLES = 8
+SERIAL_MAX_SAMPLES = 64
 
 #: Rules the planner tries, in order of preference on ties.
 PACKING_CANDIDATES: tuple[str, ...] = ("critical_path", "width_aware", "work", "downstream")
@@ -305,6 +338,7 @@ def packing_weights_plan(
     scenarios: int = 2,
     samples: int = 8,
     search_budget: int = 0,
+    serial_budget: int = SERIAL_BUDGET,
 ) -> PackingPlan:
     """Plan priorities that pack the pools: the ``packing`` rule.
 
@@ -370,8 +404,13 @@ def packing_weights_plan(
 
     tried: dict[str, float] = {}
     options: list[tuple[str, dict[str, int]]] = []
+    serial_samples = (
+        min(SERIAL_MAX_SAMPLES, max(SERIAL_MIN_SAMPLES, serial_budget // max(1, len(graph))))
+        if serial_budget > 0
+        else 0
+    )
     greedy_runs, sampled, justified = _greedy_stage(
-        graph, capacity, tuple(candidates), justify_rounds, samples
+        graph, capacity, tuple(candidates), justify_rounds, samples, serial_samples
     )
     for makespan, name, weights, _start in greedy_runs:
         tried[name if policy == "critical_path" and not worlds else f"{name} (greedy)"] = makespan

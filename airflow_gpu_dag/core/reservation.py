@@ -3,22 +3,37 @@
 Airflow's admission is greedy (see :mod:`airflow_gpu_dag.core.admission`): a task that needs more slots
 than are open is skipped and smaller, lower-priority tasks take the slots, so an 8-GPU task can wait
 forever behind a stream of 1-GPU tasks (apache/airflow#29474). We cannot patch the scheduler, but a
-controller can set each pool's size. For a GPU pool ``P`` with live capacity ``C`` (the watermark), let
-``W`` be the highest-priority ready task of ``P`` (among those that fit ``C`` at all) and ``w`` its slots:
+controller can set each pool's size. For a GPU pool ``P`` with live capacity ``C`` (the watermark), the
+controller walks the waiting tasks of ``P`` in Airflow's order (highest priority first; tasks that need
+more than ``C`` are skipped, as Airflow skips them): the tasks that fit the free slots one after the
+other are *admitted* (they start now), up to ``W``, the first task that cannot start now, with ``w``
+slots:
 
-* ``W`` fits (``C - used >= w``): pool size ``C``; the scheduler admits ``W`` first.
-* ``W`` needs one slot: pool size ``C``; the next freed slot goes to ``W`` first anyway.
-* ``W`` does not fit: the reservation is active and the pool size is ``C - w + b``, so
-  ``open = (C - used) - w + b``. With ``b = 0`` nothing can take the slots ``W`` is waiting for, however
-  many scheduler loops run between two controller ticks. When running tasks drain so that
-  ``C - used >= w``, the next tick sets the pool back to ``C`` and ``W`` starts.
-* ``b`` is safe backfill (EASY backfilling): from the running tasks' expected ends, the *shadow time*
-  is when ``w`` slots will be free, and ``extra`` the slots free then beyond ``w``. A backfill of
-  ``k`` open slots lets through what Airflow's greedy admission would pick with ``k`` open slots; it is
-  safe when every picked task ends by the shadow time, or the picked tasks that run past it use at most
-  ``extra`` slots. The largest safe ``k`` is found, then trimmed to the slots of the tasks it admits
-  (the same tasks are admitted, nothing is left open for a task that turns up before the next tick),
-  and ``b = w - (C - used) + k`` (0 when ``k = 0``).
+* no such ``W``: pool size ``C``; everything waiting starts.
+* ``W`` is ready and needs one slot: pool size ``C``; the next freed slot goes to ``W`` first anyway
+  (Airflow hands free slots out by priority).
+* ``W`` is ready and does not fit: the reservation is active. With nothing admitted and nothing to
+  backfill the pool size is ``C - w``, so ``open = (C - used) - w < 0``: nothing can take the slots
+  ``W`` is waiting for, however many scheduler loops run between two controller ticks; when running
+  tasks drain so that ``C - used >= w`` it opens and ``W`` (the highest priority) takes the slots.
+  Otherwise the pool size is ``used + admitted + k``: exactly the admitted tasks and the backfill start.
+* **lookahead**: ``W`` is *pending*, not scheduled yet but every upstream task has started, so it is
+  expected ready at ``ready_at`` (``pending`` tasks; the planned priority puts a task that the plan
+  starts early ahead of ready work that can wait). The reservation holds ``w`` slots for it from its
+  ready time on (a 1-slot task too: Airflow cannot hand a slot to a task that is not scheduled), and
+  the pool size is ``used + admitted + k``.
+* ``k`` is safe backfill from the tasks after ``W``: from the expected ends of the running and admitted
+  tasks, the *shadow time* is when ``w`` slots will be free (not before ``ready_at`` for a pending
+  ``W``). A backfill of ``k`` open slots lets through what Airflow's greedy admission would pick with
+  ``k`` open slots; it is safe when every picked task is expected to end by the shadow time. The largest
+  safe ``k`` is found, then trimmed to the slots of the tasks it admits (the same tasks are admitted,
+  nothing is left open for a task that turns up before the next tick). Unlike EASY backfilling, a task
+  that would run past the shadow time is not let through even on slots ``W`` leaves spare: those are
+  the slots the tasks planned after ``W`` start on (measured: 56.5 % -> 57.9 % of the makespan gap
+  closed at 32 GPUs, ``docs/benchmarks/makespan.md``).
+
+With plan-order priorities (``core.priority.plan_order_weights``) the walk makes Airflow start the tasks
+of a planned schedule in its order: the task the plan starts next is either admitted or reserved for.
 
 Pure and deterministic: state in, pool decisions out. The simulator calls the same function at each
 controller tick, so it predicts what the controller and the real scheduler do together.
@@ -30,7 +45,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from airflow_gpu_dag.core.admission import ReadyTask, RunningTask, admission_order
+from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, RunningTask, admission_order
 
 __all__ = ["PoolDecision", "decide_pools", "shadow_time"]
 
@@ -41,10 +56,12 @@ class PoolDecision:
 
     ``capacity`` is the watermark ``C``; ``pool_size`` the slots to write to the Airflow pool;
     ``reserved_for`` the key of ``W`` while a reservation is active, ``reserved_slots`` its ``w``;
-    ``backfill_slots`` is ``b``; ``shadow_time`` when ``W``'s slots are expected to be free (None when
-    no reservation or unknown); ``reason`` one human-readable line (goes into the pool description).
-    ``used`` is the slots held by running/queued tasks, ``backfill_tasks`` the keys the backfill was
-    sized for (what Airflow's admission is predicted to let through).
+    ``backfill_slots`` is ``b = pool_size - (C - w)`` (at least 0): the slots opened beyond ``C - w``;
+    ``shadow_time`` when ``W`` is expected to be able to start (None when no reservation or unknown);
+    ``reason`` one human-readable line (goes into the pool description). ``used`` is the slots held by
+    running/queued tasks, ``admitted`` the keys of the tasks ahead of ``W`` that start now,
+    ``backfill_tasks`` the keys the backfill was sized for (what Airflow's admission is predicted to let
+    through after them); ``lookahead`` is True when ``W`` is a pending task.
     """
 
     pool: str
@@ -57,6 +74,8 @@ class PoolDecision:
     reason: str
     used: int = 0
     backfill_tasks: tuple[str, ...] = ()
+    admitted: tuple[str, ...] = ()
+    lookahead: bool = False
 
 
 def shadow_time(
@@ -99,9 +118,9 @@ def _greedy_pick(candidates: Sequence[ReadyTask], open_slots: int) -> list[Ready
     return picked
 
 
-def _is_safe(now: float, shadow: float, extra: int, picked: Sequence[ReadyTask]) -> bool:
-    past_shadow = sum(t.slots for t in picked if now + t.duration > shadow)
-    return past_shadow <= extra
+def _is_safe(now: float, shadow: float, picked: Sequence[ReadyTask]) -> bool:
+    """Backfill is safe when every picked task is expected to end by the shadow time."""
+    return all(now + t.duration <= shadow for t in picked)
 
 
 def _decide_one(
@@ -111,43 +130,96 @@ def _decide_one(
     running: Sequence[RunningTask],
     ready: Sequence[ReadyTask],
     backfill: bool,
+    pending: Sequence[PendingTask] = (),
 ) -> PoolDecision:
     used = sum(r.slots for r in running)
     free = capacity - used
-    ordered = sorted(ready, key=admission_order)
-    head = next((t for t in ordered if t.slots <= capacity), None)
+    waiting = sorted([*ready, *(p for p in pending if p.ready_at is not None)], key=admission_order)
+    # walk the waiting tasks in Airflow's order: start those that fit until the first that cannot start
+    admit: list[ReadyTask] = []
+    ends: dict[str, float] = {}
+    remaining = free
+    head: ReadyTask | None = None
+    head_ready = now
+    for index, task in enumerate(waiting):
+        if task.slots > capacity:
+            continue  # can never run here; Airflow skips it too
+        if isinstance(task, PendingTask):
+            if any(key not in ends for key in task.after):
+                continue  # an upstream task does not start now: not ready before the next decision
+            following = next((t for t in waiting[index + 1 :] if not isinstance(t, PendingTask)), None)
+            if following is not None and following.priority >= task.priority:
+                continue  # a tie is not a plan: ready work of the same priority is not held back
+            head = task
+            head_ready = max(
+                [now if task.ready_at is None else task.ready_at, *(ends[k] for k in task.after)]
+            )
+            break
+        if task.slots > remaining:
+            head = task
+            break
+        admit.append(task)
+        ends[task.key] = now + task.duration
+        remaining -= task.slots
+    admitted = tuple(t.key for t in admit)
     if head is None:
-        why = "no task waiting" if not ordered else f"no waiting task fits capacity {capacity}"
-        return PoolDecision(pool, capacity, capacity, None, 0, 0, None, f"{why}; pool = capacity", used)
+        if not waiting:
+            why = "no task waiting"
+        elif not admit:
+            why = f"no waiting task fits capacity {capacity}"
+        else:
+            why = f"every waiting task fits ({len(admit)} start)"
+        return PoolDecision(
+            pool, capacity, capacity, None, 0, 0, None, f"{why}; pool = capacity", used, (), admitted
+        )
     wide = head.slots
-    if free >= wide:
-        reason = f"{head.key} ({wide} slots) fits: {free} of {capacity} free; pool = capacity"
-        return PoolDecision(pool, capacity, capacity, None, 0, 0, None, reason, used)
-    if wide == 1:
+    is_pending = isinstance(head, PendingTask)
+    if not is_pending and wide == 1:
         # Airflow hands the next freed slot to the highest-priority task anyway: a 1-slot task cannot
         # be starved, and shrinking the pool would only keep that slot idle until the next tick.
         reason = f"{head.key} (1 slot) takes the next free slot; pool = capacity"
-        return PoolDecision(pool, capacity, capacity, None, 0, 0, None, reason, used)
+        return PoolDecision(pool, capacity, capacity, None, 0, 0, None, reason, used, (), admitted)
 
-    shadow, extra = shadow_time(now, free, wide, running)
-    deficit = wide - free
+    # the tasks started now hold their slots for their expected duration
+    holding = [*running, *(RunningTask(t.key, pool, t.slots, now + t.duration) for t in admit)]
+    shadow, _extra = shadow_time(now, remaining, wide, holding)
+    if shadow is not None and is_pending:
+        shadow = max(shadow, head_ready)  # not before it is expected ready
     backfill_open = 0
     picked: list[ReadyTask] = []
-    if backfill and shadow is not None and free > 0:
-        others = [t for t in ordered if t is not head]
-        for open_slots in range(free, 0, -1):
+    position = waiting.index(head)
+    if backfill and shadow is not None and remaining > 0:
+        others = [t for t in waiting[position + 1 :] if not isinstance(t, PendingTask)]
+        for open_slots in range(remaining, 0, -1):
             candidate = _greedy_pick(others, open_slots)
-            if _is_safe(now, shadow, extra, candidate):
+            if _is_safe(now, shadow, candidate):
                 # the same tasks are admitted with exactly their slots open; a tighter pool leaves
                 # nothing for a task that becomes ready before the next controller tick
                 backfill_open, picked = sum(t.slots for t in candidate), candidate
                 break
-    b = deficit + backfill_open if backfill_open > 0 else 0
-    size = capacity - wide + b
+    started = free - remaining
+    left = [
+        t
+        for t in waiting[position + 1 :]
+        if not isinstance(t, PendingTask) and t.slots <= capacity and t not in picked
+    ]
+    if is_pending and not left:
+        # nothing else waits that could take W's slots: keep them open, W starts the moment it is
+        # ready instead of at the next tick
+        size = capacity
+    elif started == 0 and backfill_open == 0 and not is_pending:
+        # nothing starts: C - w stays closed whatever ends before the next tick, unless W fits then
+        size = capacity - wide
+    else:
+        size = used + started + backfill_open
+    size = max(0, min(capacity, size))
     when = "unknown" if shadow is None else f"+{shadow - now:g}s"
+    what = "expected ready and its slots free" if is_pending else "slots expected free"
     reason = (
-        f"reserving {wide} slots for {head.key}: {max(free, 0)} of {capacity} free, "
-        f"slots expected free at {when}; backfill {backfill_open} slot(s) for work that cannot delay it"
+        f"reserving {wide} slots for {head.key}: {max(free, 0)} of {capacity} free"
+        + (f", {started} starting first" if started else "")
+        + f", {what} at {when}; backfill {backfill_open} slot(s) for work that cannot delay it"
+        + ("; nothing else waiting: pool = capacity" if is_pending and not left else "")
     )
     return PoolDecision(
         pool,
@@ -155,11 +227,13 @@ def _decide_one(
         size,
         head.key,
         wide,
-        b,
+        max(0, size - (capacity - wide)),
         shadow,
         reason,
         used,
         tuple(t.key for t in picked),
+        admitted,
+        is_pending,
     )
 
 
@@ -169,12 +243,15 @@ def decide_pools(
     running: Sequence[RunningTask],
     ready: Sequence[ReadyTask],
     backfill: bool = True,
+    pending: Sequence[PendingTask] = (),
 ) -> dict[str, PoolDecision]:
     """Decide the size of every pool in ``capacity`` (pool -> live capacity ``C``).
 
     ``running`` are the task instances holding slots (running or queued), ``ready`` those in SCHEDULED
-    state. Tasks of pools not in ``capacity`` are ignored. With ``backfill=False`` a reservation lets
-    nothing through (``b = 0``). The returned pool sizes are never negative and never above ``C``.
+    state, ``pending`` (lookahead) those not scheduled yet whose upstream tasks have all started, with
+    their expected ready time. Tasks of pools not in ``capacity`` are ignored. With ``backfill=False``
+    a reservation lets nothing through but the tasks ahead of ``W``. The returned pool sizes are never
+    negative and never above ``C``.
     """
     running_by_pool: dict[str, list[RunningTask]] = defaultdict(list)
     for r in running:
@@ -182,10 +259,19 @@ def decide_pools(
     ready_by_pool: dict[str, list[ReadyTask]] = defaultdict(list)
     for t in ready:
         ready_by_pool[t.pool].append(t)
+    pending_by_pool: dict[str, list[PendingTask]] = defaultdict(list)
+    for p in pending:
+        pending_by_pool[p.pool].append(p)
     decisions: dict[str, PoolDecision] = {}
     for pool, cap in capacity.items():
         cap = max(0, int(cap))
         decisions[pool] = _decide_one(
-            now, pool, cap, running_by_pool.get(pool, []), ready_by_pool.get(pool, []), backfill
+            now,
+            pool,
+            cap,
+            running_by_pool.get(pool, []),
+            ready_by_pool.get(pool, []),
+            backfill,
+            pending_by_pool.get(pool, []),
         )
     return decisions

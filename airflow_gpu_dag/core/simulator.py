@@ -25,7 +25,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from airflow_gpu_dag.core.admission import ReadyTask, RunningTask
+from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, RunningTask
 from airflow_gpu_dag.core.critical_path import analyze
 from airflow_gpu_dag.core.graph import TaskGraph, TaskNode
 from airflow_gpu_dag.core.priority import PriorityRule, clamp_int32, packing_weights_plan, resolve_priority
@@ -208,17 +208,19 @@ def dependency_lower_bound(graph: TaskGraph, capacity: Mapping[str, int]) -> flo
     return bound
 
 
-def backfill_candidates(ready_sorted: Iterable[ReadyTask], head: str, free: int) -> list[ReadyTask]:
-    """The part of a pool's ready list (in admission order) that :func:`decide_pools` can use when the
-    head task ``head`` does not fit the ``free`` slots: the head, then only tasks that fit ``free``, up
-    to the ``free``-th 1-slot one (Airflow's greedy admission with at most ``free`` open slots has
-    stopped by then). The decision on this list equals the decision on the whole list."""
+def backfill_candidates(after_head: Iterable[ReadyTask], free: int) -> list[ReadyTask]:
+    """The part of a pool's ready tasks after the head ``W`` (in admission order) that
+    :func:`decide_pools` can backfill with ``free`` slots left once the tasks ahead of ``W`` start: only
+    tasks that fit ``free``, up to the ``free``-th 1-slot one (Airflow's greedy admission with at most
+    ``free`` open slots has stopped by then). The decision on this part equals the decision on all."""
     out: list[ReadyTask] = []
     ones = 0
-    for task in ready_sorted:
-        if task.key == head or task.slots <= free:
+    if free <= 0:
+        return out
+    for task in after_head:
+        if task.slots <= free:
             out.append(task)
-            if task.key != head and task.slots == 1:
+            if task.slots == 1:
                 ones += 1
                 if ones >= free:
                     break
@@ -251,6 +253,7 @@ def simulate(
     priority: str | PriorityRule | None = None,
     backfill: bool = True,
     estimates: Mapping[str, float] | None = None,
+    lookahead: bool = True,
 ) -> SimulationResult:
     """Simulate one run of ``graph`` (or one run of each graph, all at once) and return the schedule.
 
@@ -268,6 +271,9 @@ def simulate(
         graphs the keys are ``"<index>:<dag_id>/<task_id>"``); tasks missing here, or all tasks when
         None, are believed to run exactly their ``duration``. Lets a benchmark run tasks for durations
         that differ from the estimates the controller (and a planned priority) work with.
+    :param lookahead: ``reservation`` only: the controller also reserves for pending tasks (every
+        upstream task started, expected ready when the last one is expected to end), as the watermark
+        controller does with ``lookahead: true`` (the default).
     :raises CapacityError: a task needs more slots than its pool's capacity.
     :raises ValueError: unknown policy or priority rule, negative interval.
     """
@@ -304,6 +310,7 @@ def simulate(
     prio: dict[str, int] = {}
     order: dict[str, int] = {}
     downstream: dict[str, list[str]] = {}
+    upstream: dict[str, list[str]] = {}
     waiting_on: dict[str, int] = {}
     for gi, g in enumerate(graphs):
         weights = rule(g)
@@ -315,9 +322,24 @@ def simulate(
             prio[uid] = clamp_int32(weights.get(task_id, 1))
             order[uid] = len(order)
             downstream[uid] = [_uid(graphs, gi, d) for d in g.downstream(task_id)]
-            waiting_on[uid] = len(g.upstream(task_id))
+            upstream[uid] = [_uid(graphs, gi, u) for u in g.upstream(task_id)]
+            waiting_on[uid] = len(upstream[uid])
 
     reserve = policy == "reservation"
+    lookahead = reserve and lookahead
+    # lookahead: a task of a capacity pool is *pending* once each upstream task has started or is ready
+    # (waits in a pool, or starts now in an unlimited one); unqueued_up counts those not that far yet
+    unqueued_up = dict(waiting_on)
+    pending_lists: dict[str, list[tuple[int, int, str]]] = {}
+    pending_set: set[str] = set()
+
+    def upstream_queued(uid: str) -> None:
+        for down in downstream[uid]:
+            unqueued_up[down] -= 1
+            if unqueued_up[down] == 0 and waiting_on[down] > 0 and pools[down] in capacity:
+                pending_set.add(down)
+                bisect.insort(pending_lists.setdefault(pools[down], []), (-prio[down], order[down], down))
+
     pool_size: dict[str, int] = dict(capacity)
     used: dict[str, int] = dict.fromkeys(capacity, 0)
     max_usage: dict[str, int] = dict.fromkeys(capacity, 0)
@@ -332,39 +354,120 @@ def simulate(
 
     def make_ready(uid: str, now: float) -> None:
         ready_at[uid] = now
+        if uid in pending_set:
+            pending_set.discard(uid)
+            pending_lists[pools[uid]].remove((-prio[uid], order[uid], uid))
+        if lookahead:
+            upstream_queued(uid)
         bisect.insort(ready_lists.setdefault(pools[uid], []), (-prio[uid], order[uid], uid))
 
     def controller(now: float) -> None:
         """One controller tick: :func:`decide_pools` for every capacity pool.
 
-        The common cases are settled without building its inputs, with the same outcome: no task
-        waiting or the head task fits (pool = C), or no slot free (pool = C - w, nothing to backfill).
+        The walk over the waiting tasks is done here first; the common cases are settled without
+        building its inputs, with the same outcome (no task blocked: pool = C; a ready 1-slot head:
+        pool = C; nothing can start and nothing can be backfilled: C - w, or the slots in use for a
+        pending head). Otherwise decide_pools gets the tasks that can matter: those ahead of the head,
+        the head and the backfill candidates after it.
         """
         nonlocal ticks, reservation_ticks
         ticks += 1
         reserving = False
         for pool, cap in capacity.items():
-            lst = ready_lists.get(pool)
-            head = next((uid for _p, _o, uid in lst if slots[uid] <= cap), None) if lst else None
+            ready_lst = ready_lists.get(pool) or []
+            pending_lst = (pending_lists.get(pool) or []) if lookahead else []
+            if not ready_lst and not pending_lst:
+                pool_size[pool] = cap
+                continue
             free = cap - used[pool]
-            if head is None or free >= slots[head]:
+            remaining = free
+            ahead: list[str] = []
+            ends: dict[str, float] = {}
+            head: str | None = None
+            head_ready = now
+            merged = heapq.merge(ready_lst, pending_lst) if pending_lst else iter(ready_lst)
+            for item in merged:
+                uid = item[2]
+                if slots[uid] > cap:
+                    continue
+                if uid in pending_set:
+                    # upstream tasks: started, ready in an unlimited pool (they start now), or waiting
+                    # here and started by this decision; anything else: not a head (as decide_pools)
+                    known = [now]
+                    waiting_up = []
+                    for u in upstream[uid]:
+                        if u in started:
+                            known.append(started[u] + believed[u])
+                        elif pools[u] not in capacity:
+                            known.append(now + believed[u])
+                        else:
+                            waiting_up.append(u)
+                    if any(u not in ends for u in waiting_up):
+                        continue
+                    following = bisect.bisect_right(ready_lst, item)
+                    if following < len(ready_lst) and ready_lst[following][0] <= item[0]:
+                        continue  # as decide_pools: a tie is not a plan
+                    head = uid
+                    head_ready = max([*known, *(ends[u] for u in waiting_up)])
+                    break
+                if slots[uid] > remaining:
+                    head = uid
+                    break
+                ahead.append(uid)
+                ends[uid] = now + believed[uid]
+                remaining -= slots[uid]
+            if head is None:
+                pool_size[pool] = cap
+                continue
+            is_pending = head in pending_set
+            if not is_pending and slots[head] == 1:
                 pool_size[pool] = cap
                 continue
             reserving = True
-            if free <= 0 or not backfill:
-                pool_size[pool] = cap - slots[head]
+            if is_pending and len(ready_lst) == len(ahead):
+                pool_size[pool] = cap  # as decide_pools: nothing else waits (no task exceeds cap here)
                 continue
-            ready = backfill_candidates(
-                (ReadyTask(uid, pool, slots[uid], -negp, believed[uid], (o,)) for negp, o, uid in lst),  # type: ignore[union-attr]
-                head,
-                free,
+            if remaining <= 0 or not backfill:
+                started_now = free - remaining
+                pool_size[pool] = (
+                    cap - slots[head] if (started_now == 0 and not is_pending) else used[pool] + started_now
+                )
+                continue
+            # backfill candidates: ready tasks after the head (pending ones are never admitted)
+            after_ready = (
+                ReadyTask(u, pool, slots[u], -negp, believed[u], (o,))
+                for negp, o, u in merged
+                if u not in pending_set and slots[u] <= cap
             )
+            cut = [ReadyTask(u, pool, slots[u], prio[u], believed[u], (order[u],)) for u in ahead]
+            candidates = backfill_candidates(after_ready, remaining)
+            cut += candidates
+            # one ready task beyond the candidates, if any: decide_pools must know something is left
+            chosen = {t.key for t in candidates}
+            beyond = next(
+                (u for _p, _o, u in ready_lst if u not in chosen and u != head and u not in ends), None
+            )
+            if beyond is not None:
+                cut.append(
+                    ReadyTask(beyond, pool, slots[beyond], prio[beyond], believed[beyond], (order[beyond],))
+                )
+            pend: list[PendingTask] = []
+            if is_pending:
+                pend.append(
+                    PendingTask(
+                        head, pool, slots[head], prio[head], believed[head], (order[head],), head_ready
+                    )
+                )
+            else:
+                cut.append(ReadyTask(head, pool, slots[head], prio[head], believed[head], (order[head],)))
             busy = [
                 RunningTask(uid, pool, slots[uid], started[uid] + believed[uid])
                 for uid in running
                 if pools[uid] == pool
             ]
-            decision: PoolDecision = decide_pools(now, {pool: cap}, busy, ready, backfill=backfill)[pool]
+            decision: PoolDecision = decide_pools(
+                now, {pool: cap}, busy, cut, backfill=backfill, pending=pend
+            )[pool]
             pool_size[pool] = decision.pool_size
         if reserving:
             reservation_ticks += 1

@@ -14,6 +14,7 @@ YAML or JSON, e.g.::
         stale_intervals: 3      # failed ticks during which the last good value is kept
         reservation: true       # apply decide_pools() (false: pool size = capacity)
         backfill: true          # allow safe backfill while a reservation is active
+        lookahead: true         # also reserve for tasks about to be ready (upstream all started)
         source_timeout: 30      # seconds; a source that does not answer in time has failed
       gpu_static:
         source: {type: static, gpus: 8}
@@ -74,6 +75,7 @@ class PoolSpec:
     stale_intervals: int = 3
     reservation: bool = True
     backfill: bool = True
+    lookahead: bool = True
     include_deferred: bool = False
     source_timeout: float | None = 30.0
 
@@ -166,6 +168,7 @@ def _pool(name: str, raw: object) -> PoolSpec:
         "stale_intervals",
         "reservation",
         "backfill",
+        "lookahead",
         "include_deferred",
         "source_timeout",
     }
@@ -180,6 +183,7 @@ def _pool(name: str, raw: object) -> PoolSpec:
         stale_intervals=_int(raw.get("stale_intervals", 3), f"pools.{name}.stale_intervals"),
         reservation=_bool(raw.get("reservation", True), f"pools.{name}.reservation"),
         backfill=_bool(raw.get("backfill", True), f"pools.{name}.backfill"),
+        lookahead=_bool(raw.get("lookahead", True), f"pools.{name}.lookahead"),
         include_deferred=_bool(raw.get("include_deferred", False), f"pools.{name}.include_deferred"),
         source_timeout=_seconds(raw.get("source_timeout", 30.0), f"pools.{name}.source_timeout"),
     )

@@ -5,7 +5,10 @@ Each tick (every ``interval`` seconds, 60 by default):
 1. take/renew the lease (:mod:`.lock`); a standby does nothing else;
 2. read every pool's capacity through its source and fault ladder (:class:`.sources.CapacityTracker`);
 3. read the pools' SCHEDULED, QUEUED and RUNNING task instances over REST, with priority weight,
-   pool slots, and the ``executor_config["gpu_dag"]["duration_s"]`` estimate;
+   pool slots, and the ``executor_config["gpu_dag"]["duration_s"]`` estimate; for pools with
+   ``lookahead`` also the task instances not scheduled yet whose upstream tasks have all started or are
+   ready (their DAG's upstream lists and their run's task instances), with their expected ready time;
+   if that read fails the tick goes on without lookahead and says so in the log;
 4. ask :func:`airflow_gpu_dag.core.reservation.decide_pools` for each pool's size;
 5. write size + description with a full-body ``PATCH /api/v2/pools/{name}`` (create when missing).
 
@@ -25,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_gpu_dag.core.admission import ReadyTask, RunningTask
+from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, RunningTask
 from airflow_gpu_dag.core.reservation import PoolDecision, decide_pools
 from airflow_gpu_dag.watermark.config import PoolSpec, WatermarkConfig
 from airflow_gpu_dag.watermark.lock import ControllerLease, FileLock, VariableLease, default_holder_id
@@ -44,6 +47,7 @@ __all__ = [
 
 READY_STATES = ("scheduled",)
 HOLDING_STATES = ("queued", "running")
+ENDED_STATES = ("success", "failed", "skipped", "upstream_failed", "removed")
 _STATE = re.compile(r"\[gpu-dag-state (\{.*?\})\]")
 
 
@@ -151,8 +155,7 @@ class WatermarkController:
             if state == "deferred" and pool not in deferred_pools:
                 continue
             slots = int(ti.get("pool_slots") or 1)
-            hint = duration_hint(ti.get("executor_config"))
-            duration = self.default_duration if hint is None else hint
+            duration = self._duration(ti)
             if state == "scheduled":
                 order = (
                     str(ti.get("logical_date") or ti.get("run_after") or ""),
@@ -167,6 +170,69 @@ class WatermarkController:
                     RunningTask(_key(ti), pool, slots, (start if start is not None else now) + duration)
                 )
         return running, ready
+
+    def _duration(self, ti: Mapping[str, Any]) -> float:
+        hint = duration_hint(ti.get("executor_config"))
+        return self.default_duration if hint is None else hint
+
+    def _pending(self, now: float) -> list[PendingTask]:
+        """Lookahead: task instances of the lookahead pools not scheduled yet whose upstream tasks have
+        all started or are ready (:class:`~airflow_gpu_dag.core.admission.PendingTask`).
+
+        An upstream task that has ended counts as ending now; one running or queued ends at its start
+        plus its duration hint; one SCHEDULED in the same pool goes into ``after``; one SCHEDULED in an
+        unmanaged pool starts now. Anything else (not scheduled yet, up for retry, waiting in another
+        managed pool) means the task is not pending yet.
+        """
+        pools = [s.name for s in self.config.pools if s.reservation and s.lookahead]
+        if not pools:
+            return []
+        candidates = self.client.task_instances(pools, ("no_status",))
+        pending: list[PendingTask] = []
+        upstream_of: dict[str, dict[str, list[str]]] = {}
+        runs: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
+        for ti in candidates:
+            dag_id, run_id, pool = str(ti.get("dag_id")), str(ti.get("dag_run_id")), str(ti.get("pool"))
+            if dag_id not in upstream_of:
+                upstream_of[dag_id] = self.client.upstream_task_ids(dag_id)
+            if (dag_id, run_id) not in runs:
+                by_task: dict[str, list[dict[str, Any]]] = {}
+                for other in self.client.run_task_instances(dag_id, run_id):
+                    by_task.setdefault(str(other.get("task_id")), []).append(other)
+                runs[(dag_id, run_id)] = by_task
+            ends = [now]
+            after: list[str] = []
+            known = True
+            for up_id in upstream_of[dag_id].get(str(ti.get("task_id")), []):
+                for up in runs[(dag_id, run_id)].get(up_id, []):
+                    state = up.get("state")
+                    if state in ENDED_STATES:
+                        continue
+                    if state in HOLDING_STATES or state == "deferred":
+                        start = parse_time(up.get("start_date"))
+                        ends.append((now if start is None else start) + self._duration(up))
+                    elif state == "scheduled" and str(up.get("pool")) == pool:
+                        after.append(_key(up))
+                    elif state == "scheduled" and str(up.get("pool")) not in self.specs:
+                        ends.append(now + self._duration(up))
+                    else:
+                        known = False
+            if not known:
+                continue
+            order = (str(ti.get("logical_date") or ti.get("run_after") or ""), int(ti.get("map_index", -1)))
+            pending.append(
+                PendingTask(
+                    _key(ti),
+                    pool,
+                    int(ti.get("pool_slots") or 1),
+                    int(ti.get("priority_weight") or 0),
+                    self._duration(ti),
+                    order,
+                    max(ends),
+                    tuple(after),
+                )
+            )
+        return pending
 
     # -- one tick ---------------------------------------------------------------------------------
     def tick(self) -> list[PoolOutcome]:
@@ -193,6 +259,12 @@ class WatermarkController:
                 PoolOutcome(n, c, None, None, False, f"task instances: {err}") for n, c in capacities.items()
             ]
 
+        try:
+            pending = self._pending(now)
+        except Exception as err:
+            log.warning("cannot read the tasks about to be ready (%s); reserving for ready tasks only", err)
+            pending = []
+
         decisions: dict[str, PoolDecision] = {}
         for backfill in (True, False):
             group = {
@@ -201,7 +273,8 @@ class WatermarkController:
                 if self.specs[n].reservation and self.specs[n].backfill is backfill
             }
             if group:
-                decisions.update(decide_pools(now, group, running, ready, backfill=backfill))
+                ahead = [p for p in pending if p.pool in group]
+                decisions.update(decide_pools(now, group, running, ready, backfill=backfill, pending=ahead))
 
         outcomes = []
         for name, capacity in capacities.items():

@@ -201,6 +201,30 @@ class AirflowRestClient:
             if not items or len(items) < PAGE or (isinstance(total, int) and offset >= total):
                 return found
 
+    def run_task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        """Every task instance of one DAG run, any state (paginated)."""
+        found: list[dict[str, Any]] = []
+        offset = 0
+        path = f"/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}/taskInstances"
+        while True:
+            page = self._json("GET", path, params=[("limit", PAGE), ("offset", offset)])
+            items = list(page.get("task_instances", []))
+            found.extend(items)
+            offset += len(items)
+            total = page.get("total_entries")
+            if not items or len(items) < PAGE or (isinstance(total, int) and offset >= total):
+                return found
+
+    def upstream_task_ids(self, dag_id: str) -> dict[str, list[str]]:
+        """task id -> its upstream task ids, from the DAG's tasks (``downstream_task_ids``)."""
+        page = self._json("GET", f"/dags/{quote(dag_id, safe='')}/tasks")
+        upstream: dict[str, list[str]] = {}
+        for task in page.get("tasks", []):
+            upstream.setdefault(str(task["task_id"]), [])
+            for down in task.get("downstream_task_ids") or []:
+                upstream.setdefault(str(down), []).append(str(task["task_id"]))
+        return upstream
+
     # -- variables (lease) --------------------------------------------------------------------
     def get_variable(self, key: str) -> str | None:
         """A Variable's value, or None when it does not exist."""

@@ -91,6 +91,15 @@ def test_controller_reserves_slots_for_the_wide_task(cluster: AirflowCluster) ->
     )
     client = AirflowRestClient(cluster.api_url, cluster.USERNAME, cluster.PASSWORD)
     controller = WatermarkController(config, client, default_duration=5.0)
+    decisions: list[Any] = []
+    tick = controller.tick
+
+    def recording_tick() -> list[Any]:
+        outcomes = tick()
+        decisions.extend(o.decision for o in outcomes if o.decision is not None)
+        return outcomes
+
+    controller.tick = recording_tick  # type: ignore[method-assign]
     stop = threading.Event()
     thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
     thread.start()
@@ -107,7 +116,7 @@ def test_controller_reserves_slots_for_the_wide_task(cluster: AirflowCluster) ->
         print(f"  {task_id:12s} {start - origin:7.1f} {end - origin:7.1f}")
     smalls = {t: se for t, se in times.items() if t.startswith("small")}
     # the slots the wide task needed drained when the last small task running before it ended
-    drained = max(end for start, end in smalls.values() if start < wide_start)
+    drained = max((end for start, end in smalls.values() if start < wide_start), default=origin)
     started_after = sorted(t for t, (s, _) in smalls.items() if s >= wide_start)
     sneaked_in = sorted(t for t, (s, _) in smalls.items() if drained < s < wide_start)
     print(
@@ -116,6 +125,11 @@ def test_controller_reserves_slots_for_the_wide_task(cluster: AirflowCluster) ->
         f"(interval {INTERVAL}s + scheduler latency); "
         f"{len(started_after)} small tasks ran after it"
     )
+    # lookahead (on by default): while prep ran, the controller already held slots for "wide", read
+    # from the real REST API (the DAG's upstream lists and the run's task instances)
+    ahead = [d for d in decisions if d.lookahead and d.reserved_for and "/wide/" in d.reserved_for]
+    print(f"lookahead decisions for wide: {len(ahead)}; e.g. {ahead[0].reason if ahead else None}")
+    assert ahead, [d.reason for d in decisions]
     # the wide task did not wait for the stream: the rest of the stream ran after it
     assert len(started_after) >= 3, started_after
     # nothing took the drained slots before the wide task got them

@@ -5,7 +5,13 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_gpu_dag.core.admission import ReadyTask, RunningTask, stock_admission
+from airflow_gpu_dag.core.admission import (
+    PendingTask,
+    ReadyTask,
+    RunningTask,
+    admission_order,
+    stock_admission,
+)
 from airflow_gpu_dag.core.reservation import decide_pools, shadow_time
 
 
@@ -61,14 +67,19 @@ def test_safe_backfill_lets_short_tasks_through_only() -> None:
     assert d2.backfill_slots == 8 - 3 + 2 and d2.pool_size == 5 + 2  # trimmed to what is admitted
 
 
-def test_extra_slots_at_shadow_time_may_run_long_work() -> None:
-    # wide needs 4; 2 free; r1 (4 slots) ends at 50 -> at the shadow time 6 are free: 2 extra.
+def test_backfill_never_runs_past_the_shadow_time() -> None:
+    # wide needs 4; 2 free; r1 (4 slots) ends at 50 -> at the shadow time 6 are free, 2 beyond wide's
+    # 4. EASY backfilling would let the 900-s tasks take those 2; they are what the tasks planned after
+    # wide start on, so only work that ends by the shadow time goes through.
     running = [run("r1", 4, 50.0), run("r2", 2, 1000.0)]
-    waiting = [ready("wide", 4, 100), ready("long1", 1, 5, 900.0, 1), ready("long2", 1, 5, 900.0, 2)]
+    waiting = [ready("wide", 4, 100), ready("long1", 1, 5, 900.0, 1), ready("short", 1, 4, 40.0, 2)]
     d = decide_pools(0.0, {"gpu": 8}, running, waiting)["gpu"]
     assert d.shadow_time == 50.0
     admitted = stock_admission(waiting, {"gpu": d.pool_size - 6})
-    assert [x.key for x in admitted] == ["long1", "long2"]
+    assert [x.key for x in admitted] == [] and d.pool_size == 8 - 4  # long1 first in greedy order: unsafe
+    rest = [w for w in waiting if w.key != "long1"]
+    d2 = decide_pools(0.0, {"gpu": 8}, running, rest)["gpu"]
+    assert [x.key for x in stock_admission(rest, {"gpu": d2.pool_size - 6})] == ["short"]
 
 
 def test_unknown_end_means_no_backfill() -> None:
@@ -146,56 +157,108 @@ def pool_states(draw: st.DrawFn) -> tuple[int, list[RunningTask], list[ReadyTask
     return capacity, running, waiting
 
 
-def _start_of(head_slots: int, capacity: int, running: list[tuple[float, int]]) -> float:
-    """When ``head_slots`` are free given (end, slots) of everything holding slots (from t=0)."""
+@st.composite
+def pending_tasks(draw: st.DrawFn, capacity: int) -> list[PendingTask]:
+    return [
+        PendingTask(
+            f"p{i}",
+            "gpu",
+            draw(st.integers(1, capacity)),
+            draw(st.integers(0, 9)),
+            draw(st.floats(0.5, 150.0)),
+            (100 + i,),
+            ready_at=draw(st.floats(0.0, 120.0)),
+        )
+        for i in range(draw(st.integers(0, 3)))
+    ]
+
+
+def _start_of(
+    head_slots: int, capacity: int, running: list[tuple[float, int]], not_before: float = 0.0
+) -> float:
+    """When ``head_slots`` are free (not before ``not_before``) given (end, slots) of everything holding
+    slots (from t=0)."""
     free = capacity - sum(s for _e, s in running)
     if free >= head_slots:
-        return 0.0
+        return not_before
     for end, slots in sorted(running):
         free += slots
         if free >= head_slots:
-            return end
+            return max(end, not_before)
     raise AssertionError("never fits")
 
 
-@settings(max_examples=300, deadline=None)
-@given(pool_states())
-def test_pool_never_oversubscribed_and_backfill_never_delays_head(state: tuple) -> None:
-    capacity, running, waiting = state
-    d = decide_pools(0.0, {"gpu": capacity}, running, waiting)["gpu"]
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_pool_never_oversubscribed_and_backfill_never_delays_head(data: st.DataObject) -> None:
+    capacity, running, waiting = data.draw(pool_states())
+    pending = data.draw(pending_tasks(capacity))
+    d = decide_pools(0.0, {"gpu": capacity}, running, waiting, pending=pending)["gpu"]
     used = sum(r.slots for r in running)
     assert 0 <= d.pool_size <= capacity
     admitted = stock_admission(waiting, {"gpu": d.pool_size - used}, {"gpu": d.pool_size})
     assert used + sum(x.slots for x in admitted) <= capacity
     if d.reserved_for is None:
         return
-    head = next(x for x in waiting if x.key == d.reserved_for)
-    assert head not in admitted
-    assert {x.key for x in admitted} == set(d.backfill_tasks)
-    held = [(r.expected_end or 0.0, r.slots) for r in running]
-    alone = _start_of(head.slots, capacity, held)
-    with_backfill = _start_of(head.slots, capacity, held + [(x.duration, x.slots) for x in admitted])
+    # Airflow starts exactly the tasks ahead of W and the backfill, never W's competitors
+    assert [x.key for x in admitted] == [*d.admitted, *d.backfill_tasks]
+    head = next(x for x in [*waiting, *pending] if x.key == d.reserved_for)
+    assert head not in admitted and d.lookahead is isinstance(head, PendingTask)
+    ahead = [x for x in waiting if x.key in d.admitted]
+    assert all(admission_order(x) < admission_order(head) for x in ahead)
+    assert all(admission_order(x) > admission_order(head) for x in admitted if x.key in d.backfill_tasks)
+    held = [(r.expected_end or 0.0, r.slots) for r in running] + [(x.duration, x.slots) for x in ahead]
+    ready_at = head.ready_at if isinstance(head, PendingTask) else 0.0
+    alone = _start_of(head.slots, capacity, held, ready_at or 0.0)
+    backfilled = [(x.duration, x.slots) for x in admitted if x.key in d.backfill_tasks]
+    with_backfill = _start_of(head.slots, capacity, held + backfilled, ready_at or 0.0)
     assert d.shadow_time == alone
     assert with_backfill <= alone  # the model's start of W is not delayed by what b lets through
+
+
+def test_lookahead_holds_slots_for_a_task_about_to_be_ready() -> None:
+    """A planned-early task whose upstream ends in 20 s: ready work that would still run then waits;
+    work that ends before it does not."""
+    running = [run("upstream", 2, 20.0)]
+    soon = PendingTask("soon", "gpu", 6, 100, 60.0, (0,), ready_at=20.0)
+    waiting = [ready("short", 2, 50, duration=10.0, order=1), ready("long", 2, 40, duration=300.0, order=2)]
+    d = decide_pools(0.0, {"gpu": 6}, running, waiting, pending=[soon])["gpu"]
+    assert d.reserved_for == "soon" and d.lookahead and d.shadow_time == 20.0
+    admitted = [x.key for x in stock_admission(waiting, {"gpu": d.pool_size - 2})]
+    assert admitted == ["short"]
+    # without the lookahead both start, and "soon" waits until the long task ends at 300 s
+    plain = decide_pools(0.0, {"gpu": 6}, running, waiting)["gpu"]
+    assert plain.pool_size == 6 and plain.reserved_for is None and plain.admitted == ("short", "long")
+
+
+def test_unknown_ready_time_is_ignored() -> None:
+    unknown = PendingTask("p", "gpu", 4, 100, 60.0, (0,), ready_at=None)
+    d = decide_pools(0.0, {"gpu": 4}, [], [ready("a", 1, 1)], pending=[unknown])["gpu"]
+    assert d.pool_size == 4 and d.reserved_for is None and d.admitted == ("a",)
 
 
 @settings(max_examples=300, deadline=None)
 @given(pool_states())
 def test_simulator_cut_of_the_ready_list_decides_the_same(state: tuple) -> None:
-    """The simulator hands decide_pools only the part of the ready list that can matter."""
-    from airflow_gpu_dag.core.admission import admission_order
+    """The simulator hands decide_pools only the part of the ready list that can matter: the tasks
+    ahead of the head, the head, and backfill_candidates() of the rest."""
     from airflow_gpu_dag.core.simulator import backfill_candidates
 
     capacity, running, waiting = state
     full = decide_pools(0.0, {"gpu": capacity}, running, waiting)["gpu"]
     if full.reserved_for is None:
         return
-    free = capacity - sum(r.slots for r in running)
-    cut = backfill_candidates(sorted(waiting, key=admission_order), full.reserved_for, free)
+    ordered = sorted(waiting, key=admission_order)
+    ahead = [x for x in ordered if x.key in full.admitted]
+    head = next(x for x in ordered if x.key == full.reserved_for)
+    after = [x for x in ordered[ordered.index(head) + 1 :] if x.slots <= capacity]
+    free = capacity - sum(r.slots for r in running) - sum(x.slots for x in ahead)
+    cut = [*ahead, head, *backfill_candidates(after, free)]
     part = decide_pools(0.0, {"gpu": capacity}, running, cut)["gpu"]
-    assert (part.pool_size, part.reserved_for, part.backfill_tasks) == (
+    assert (part.pool_size, part.reserved_for, part.admitted, part.backfill_tasks) == (
         full.pool_size,
         full.reserved_for,
+        full.admitted,
         full.backfill_tasks,
     )
 
@@ -207,3 +270,38 @@ def test_no_reservation_for_a_one_slot_head() -> None:
     decision = decide_pools(0.0, {"gpu": 4}, running, ready)["gpu"]
     assert decision.pool_size == 4
     assert decision.reserved_for is None
+
+
+def test_pending_head_with_nothing_else_waiting_keeps_the_pool_open() -> None:
+    """Nothing could take the slots: the pool stays at C and the task starts the moment it is ready,
+    not at the next controller tick."""
+    soon = PendingTask("soon", "gpu", 4, 100, 60.0, (0,), ready_at=20.0)
+    d = decide_pools(0.0, {"gpu": 4}, [run("upstream", 1, 20.0)], [], pending=[soon])["gpu"]
+    assert d.reserved_for == "soon" and d.pool_size == 4 and "nothing else waiting" in d.reason
+
+
+def test_a_tie_is_not_a_plan() -> None:
+    """A pending task holds back only ready work of lower priority; equal priorities (e.g. the
+    ``downstream`` rule's ties) are not an order to enforce."""
+    soon = PendingTask("soon", "gpu", 2, 5, 60.0, (0,), ready_at=20.0)
+    same = [ready("a", 2, 5, duration=100.0, order=1)]
+    d = decide_pools(0.0, {"gpu": 4}, [run("upstream", 1, 20.0)], same, pending=[soon])["gpu"]
+    assert d.reserved_for is None and d.admitted == ("a",)
+    lower = [ready("a", 2, 4, duration=100.0, order=1)]
+    d = decide_pools(0.0, {"gpu": 4}, [run("upstream", 1, 20.0)], lower, pending=[soon])["gpu"]
+    assert d.reserved_for == "soon" and d.admitted == () and d.pool_size == 1
+
+
+def test_pending_task_behind_an_upstream_started_now() -> None:
+    """ "train" waits for "init", which waits in the pool and is started by this decision: "train" is
+    expected ready when "init" ends, and the slots it needs then are kept."""
+    init = ready("init", 1, 9, duration=10.0, order=0)
+    train = PendingTask("train", "gpu", 4, 8, 100.0, (1,), ready_at=0.0, after=("init",))
+    filler = ready("filler", 2, 1, duration=50.0, order=2)
+    d = decide_pools(0.0, {"gpu": 4}, [], [init, filler], pending=[train])["gpu"]
+    assert d.admitted == ("init",) and d.reserved_for == "train" and d.shadow_time == 10.0
+    assert d.pool_size == 1  # "filler" would run past 10 s
+    # an upstream that does not start now: "train" is not about to be ready, nothing is held back
+    blocked = PendingTask("train", "gpu", 4, 8, 100.0, (1,), ready_at=0.0, after=("elsewhere",))
+    d = decide_pools(0.0, {"gpu": 4}, [], [init, filler], pending=[blocked])["gpu"]
+    assert d.reserved_for is None and d.admitted == ("init", "filler")

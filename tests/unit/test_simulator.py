@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.justification import priority_serial_schedule
+from airflow_gpu_dag.core.priority import plan_order_weights
 from airflow_gpu_dag.core.simulator import CapacityError, lower_bound, simulate
 from tests.unit import graphs
 
@@ -67,9 +70,13 @@ def test_29474_wide_task_starved_by_stock_not_by_reservation() -> None:
     # stock admission: the wide task waits until every small task has been admitted
     smalls = [t for t in greedy.schedule if t.task_id.startswith("s")]
     assert greedy.by_id()["wide"].start >= max(t.start for t in smalls) > 500
-    # reservation: it starts as soon as the first running tasks drain (they started at t=0)
-    assert reserved.by_id()["wide"].start == 36.0  # the longest of the first 8 ends at 36
-    assert reserved.makespan < greedy.makespan
+    # reservation with lookahead: the controller sees at t=0 that "wide" is ready at t=1 (its upstream
+    # "prep" runs 1 s) and lets no 30-s task take its slots: it starts the moment it is ready
+    assert reserved.by_id()["wide"].start == 1.0
+    # reservation without lookahead: it starts as soon as the first running tasks drain
+    blind = simulate(g, CAP, "reservation", priority=weights, lookahead=False)
+    assert blind.by_id()["wide"].start == 36.0  # the longest of the first 8 ends at 36
+    assert reserved.makespan < blind.makespan < greedy.makespan
     assert reserved.max_pool_usage["gpu"] <= 8 and reserved.reservation_ticks > 0
 
 
@@ -81,10 +88,15 @@ def test_reservation_with_controller_interval_still_starts_wide_task() -> None:
 
     r = simulate(g, CAP, "reservation", controller_interval=45.0, priority=weights)
     start = r.by_id()["wide"].start
-    # the controller ticks at 0, 45, 90, ...: it reserves at 45, the tasks running then have ended by
-    # 45 + 36, and the tick at 90 gives the pool back: W starts within one interval of its slots
-    # draining, long before the stream would have drained under stock admission
-    assert start == 90.0
+    # the controller ticks at 0, 45, 90, ...: at 0 it sees W pending (ready at 1) and keeps its slots
+    # free; W is ready at 1 but the pool opens only at the tick at 45 (a pool size cannot be held for
+    # one task between ticks): W starts within one interval of being ready with its slots free
+    assert start == 45.0
+    # without lookahead: it reserves at 45, the tasks running then have ended by 45 + 36, and the tick
+    # at 90 gives the pool back: W starts within one interval of its slots draining, long before the
+    # stream would have drained under stock admission
+    blind = simulate(g, CAP, "reservation", controller_interval=45.0, priority=weights, lookahead=False)
+    assert blind.by_id()["wide"].start == 90.0
     assert simulate(g, CAP, "critical_path", priority=weights).by_id()["wide"].start > 200
     assert r.max_pool_usage["gpu"] <= 8
 
@@ -194,3 +206,54 @@ def test_reservation_prediction_follows_the_rule_the_graph_declares() -> None:
     assert simulate(build(None), {"gpu_default": 1}, policy="reservation").priority_rule == "packing"
     # the stock policy never takes the declared rule: it predicts Airflow's own downstream rule
     assert simulate(build("critical_path"), {"gpu_default": 1}, policy="stock").priority_rule == "downstream"
+
+
+# -- lookahead: the controller follows a planned schedule ------------------------------------------
+
+
+@st.composite
+def gpu_dags(draw: st.DrawFn) -> TaskGraph:
+    n = draw(st.integers(2, 10))
+    tasks = {
+        f"t{i}": (float(draw(st.integers(1, 30))), draw(st.sampled_from([1, 1, 2, 3, 4]))) for i in range(n)
+    }
+    edges = [
+        (f"t{j}", f"t{i}")
+        for i in range(1, n)
+        for j in draw(st.lists(st.integers(0, i - 1), max_size=3, unique=True))
+    ]
+    return graphs.gpu_graph(tasks, edges)
+
+
+@settings(max_examples=200, deadline=None)
+@given(gpu_dags(), st.sampled_from([4, 5, 6]), st.randoms(use_true_random=False), st.booleans())
+def test_controller_follows_any_planned_schedule(
+    graph: TaskGraph, cap: int, rnd: random.Random, backfill: bool
+) -> None:
+    """Plan-order weights of any schedule made by serial generation, run through Airflow's admission
+    with the reservation controller (lookahead on), never end later than the plan."""
+    caps = {"gpu": cap}
+    plan = priority_serial_schedule(graph, caps, {t: rnd.random() for t in graph.nodes})
+    planned = max(plan[t] + graph.nodes[t].duration for t in plan)
+    weights = plan_order_weights(graph, plan)
+    result = simulate(graph, caps, "reservation", priority=lambda g: weights, backfill=backfill)
+    assert result.makespan <= planned + 1e-9
+
+
+def test_without_lookahead_a_ready_task_jumps_ahead_of_the_plan() -> None:
+    """t4 (planned at 58) is ready at 11; while t3 runs, t5 (planned at 51) waits for it. Without the
+    lookahead the controller does not see t5 and t4 takes the slot, which delays t6 and t8."""
+    tasks = {"t0": (21.0, 2), "t1": (11.0, 1), "t2": (12.0, 4), "t3": (18.0, 3), "t4": (27.0, 1)}
+    tasks |= {"t5": (3.0, 3), "t6": (4.0, 3), "t7": (21.0, 1), "t8": (27.0, 2)}
+    edges = [("t0", "t2"), ("t0", "t6"), ("t1", "t2"), ("t1", "t4"), ("t1", "t5"), ("t1", "t8")]
+    edges += [("t2", "t6"), ("t3", "t5"), ("t3", "t6"), ("t5", "t7"), ("t6", "t8")]
+    graph = graphs.gpu_graph(tasks, edges)
+    plan = {"t0": 0.0, "t1": 0.0, "t2": 21.0, "t3": 33.0, "t5": 51.0, "t6": 54.0, "t7": 54.0}
+    plan |= {"t4": 58.0, "t8": 58.0}
+    weights = plan_order_weights(graph, plan)
+    caps = {"gpu": 4}
+    followed = simulate(graph, caps, "reservation", priority=lambda g: weights, backfill=False)
+    blind = simulate(graph, caps, "reservation", priority=lambda g: weights, backfill=False, lookahead=False)
+    assert followed.makespan == 85.0  # the plan
+    assert blind.makespan == 91.0
+    assert blind.by_id()["t4"].start == 33.0 and followed.by_id()["t4"].start == 58.0

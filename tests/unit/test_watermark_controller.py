@@ -26,6 +26,8 @@ class FakeRest:
         self.variables: dict[str, str] = {}
         self.writes: list[tuple[str, int]] = []
         self.ti_error: Exception | None = None
+        self.upstream: dict[str, list[str]] = {}  # task id -> upstream task ids (DAG "d")
+        self.tasks_error: Exception | None = None
 
     def get_pool(self, name: str) -> dict[str, Any] | None:
         return dict(self.pools[name]) if name in self.pools else None
@@ -45,7 +47,16 @@ class FakeRest:
     def task_instances(self, pools: Any, states: Any) -> list[dict[str, Any]]:
         if self.ti_error:
             raise self.ti_error
-        return [t for t in self.tis if t["pool"] in set(pools) and t["state"] in set(states)]
+        wanted = {None if s == "no_status" else s for s in states}
+        return [t for t in self.tis if t["pool"] in set(pools) and t["state"] in wanted]
+
+    def run_task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        return [t for t in self.tis if t["dag_id"] == dag_id and t["dag_run_id"] == run_id]
+
+    def upstream_task_ids(self, dag_id: str) -> dict[str, list[str]]:
+        if self.tasks_error:
+            raise self.tasks_error
+        return dict(self.upstream)
 
     def get_variable(self, key: str) -> str | None:
         return self.variables.get(key)
@@ -62,7 +73,7 @@ class FakeRest:
 
 def ti(
     task_id: str,
-    state: str,
+    state: str | None,
     slots: int = 1,
     priority: int = 1,
     duration: float | None = 60.0,
@@ -257,3 +268,52 @@ def test_backfill_with_nothing_to_backfill_keeps_the_reservation_closed() -> Non
     rest.tis = [ti("a", "running", started=NOW, duration=100), ti("wide", "scheduled", slots=4, priority=9)]
     controller(rest, Source(4)).tick()
     assert rest.pools["gpu"]["slots"] == 0
+
+
+def _lookahead_state(rest: FakeRest) -> None:
+    # "prep" (1 GPU) ends in 5 s; "wide" (4 GPUs, highest priority) waits for it, not scheduled yet;
+    # a 600-s small task is ready and would take the slots "wide" needs when it turns ready
+    rest.upstream = {"prep": [], "wide": ["prep"], "small_long": []}
+    rest.tis = [
+        ti("prep", "running", started=NOW - 5, duration=10),
+        ti("wide", None, slots=4, priority=100, duration=600),
+        ti("small_long", "scheduled", slots=1, priority=1, duration=600),
+    ]
+
+
+def test_lookahead_reserves_for_a_task_about_to_be_ready() -> None:
+    rest = FakeRest()
+    _lookahead_state(rest)
+    [outcome] = controller(rest, Source(4)).tick()
+    decision = outcome.decision
+    assert decision is not None and decision.reserved_for == "d/r/wide/-1" and decision.lookahead
+    assert decision.shadow_time == NOW + 5
+    assert rest.pools["gpu"]["slots"] == 1  # only what runs: the small task would delay "wide"
+    assert "expected ready and its slots free at +5s" in rest.pools["gpu"]["description"]
+
+
+def test_lookahead_off_lets_ready_work_take_the_slots() -> None:
+    rest = FakeRest()
+    _lookahead_state(rest)
+    [outcome] = controller(rest, Source(4), lookahead=False).tick()
+    assert outcome.decision is not None and outcome.decision.reserved_for is None
+    assert rest.pools["gpu"]["slots"] == 4
+
+
+def test_lookahead_waits_for_upstream_tasks_that_have_not_started() -> None:
+    rest = FakeRest()
+    _lookahead_state(rest)
+    rest.tis[0]["state"] = None  # prep not started: "wide" is not about to be ready
+    [outcome] = controller(rest, Source(4)).tick()
+    assert outcome.decision is not None and outcome.decision.reserved_for is None
+    assert rest.pools["gpu"]["slots"] == 4
+
+
+def test_lookahead_read_failure_falls_back_to_ready_tasks(caplog: pytest.LogCaptureFixture) -> None:
+    rest = FakeRest()
+    _lookahead_state(rest)
+    rest.tasks_error = RestError("GET /dags/d/tasks: 503", 503)
+    with caplog.at_level(logging.WARNING):
+        [outcome] = controller(rest, Source(4)).tick()
+    assert outcome.written and rest.pools["gpu"]["slots"] == 4  # the tick still decides, without lookahead
+    assert "cannot read the tasks about to be ready" in caplog.text
