@@ -11,7 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.justification import UsageProfile, justify, serial_schedule
+from airflow_gpu_dag.core.justification import (
+    UsageProfile,
+    justify,
+    ordered_schedule,
+    priority_serial_schedule,
+    serial_schedule,
+)
 from airflow_gpu_dag.core.priority import (
     SEARCH_BUDGET,
     critical_path_weights,
@@ -123,6 +129,10 @@ def test_justification_never_lengthens_and_stays_feasible(graph: TaskGraph, cap:
     _feasible(graph, cap, improved)
     serial = serial_schedule(graph, {"gpu": cap}, graph.topological_order())
     _feasible(graph, cap, serial)
+    by_rule = priority_serial_schedule(graph, {"gpu": cap}, critical_path_weights(graph))
+    _feasible(graph, cap, by_rule)
+    ordered = ordered_schedule(graph, {"gpu": cap}, graph.topological_order())
+    _feasible(graph, cap, ordered)
 
 
 @settings(max_examples=60, deadline=None)

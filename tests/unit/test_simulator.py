@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.justification import priority_serial_schedule
+from airflow_gpu_dag.core.justification import ordered_schedule, priority_serial_schedule
 from airflow_gpu_dag.core.priority import plan_order_weights
 from airflow_gpu_dag.core.simulator import CapacityError, lower_bound, simulate
 from tests.unit import graphs
@@ -257,3 +257,35 @@ def test_without_lookahead_a_ready_task_jumps_ahead_of_the_plan() -> None:
     assert followed.makespan == 85.0  # the plan
     assert blind.makespan == 91.0
     assert blind.by_id()["t4"].start == 33.0 and followed.by_id()["t4"].start == 58.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(gpu_dags(), st.sampled_from([4, 5, 6]), st.randoms(use_true_random=False))
+def test_ordered_schedule_is_what_the_controller_realizes(
+    graph: TaskGraph, cap: int, rnd: random.Random
+) -> None:
+    """For any start order (upstream first), core.justification.ordered_schedule, the planner's one-pass
+    score of an order, equals the simulated controller + Airflow without backfill, and backfill never
+    makes it later: the local search scores exactly what runs."""
+    caps = {"gpu": cap}
+    priority = {t: rnd.random() for t in graph.nodes}
+    order: list[str] = []
+    missing = {t: len(graph.upstream(t)) for t in graph.nodes}
+    eligible = [t for t, count in missing.items() if count == 0]
+    while eligible:
+        eligible.sort(key=lambda t: -priority[t])
+        task = eligible.pop(0)
+        order.append(task)
+        for down in graph.downstream(task):
+            missing[down] -= 1
+            if missing[down] == 0:
+                eligible.append(down)
+    start = ordered_schedule(graph, caps, order)
+    planned = max(start[t] + graph.nodes[t].duration for t in start)
+    weights = {t: len(order) - k for k, t in enumerate(order)}
+    strict = simulate(graph, caps, "reservation", priority=lambda g: weights, backfill=False)
+    assert abs(strict.makespan - planned) <= 1e-9 * max(1.0, planned)
+    assert strict.by_id().keys() == start.keys()
+    assert all(abs(strict.by_id()[t].start - start[t]) <= 1e-9 * max(1.0, planned) for t in start)
+    backfilled = simulate(graph, caps, "reservation", priority=lambda g: weights)
+    assert backfilled.makespan <= planned + 1e-9 * max(1.0, planned)
