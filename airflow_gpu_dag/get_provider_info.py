@@ -87,6 +87,14 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "60000",
                         "default": "0",
                     },
+                    "plan_backfill": {
+                        "description": "The watermark controller's backfill the packing planner plans "
+                        "for: easy (the default, 'backfill: true') or strict ('backfill: strict').",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "strict",
+                        "default": "easy",
+                    },
                     "usage_ledger": {
                         "description": "GPU-seconds ledger (JSONL) read by budget gates; default "
                         "<lease_dir>/usage.jsonl.",

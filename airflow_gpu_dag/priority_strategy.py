@@ -132,6 +132,14 @@ def _plan_search_budget() -> int:
         return 0
 
 
+def _plan_strict_backfill() -> bool:
+    """``[gpu_dag] plan_backfill``: ``strict`` when the watermark controller's pools use
+    ``backfill: strict`` (the plan is made for that controller); anything else plans for the default."""
+    from airflow_gpu_dag.config import conf_get
+
+    return (conf_get("plan_backfill", "easy") or "easy").strip().lower() == "strict"
+
+
 def _packing_weights(dag: Any) -> dict[str, int]:
     from airflow_gpu_dag.config import pool_capacities
     from airflow_gpu_dag.core.priority import packing_weights_plan, width_aware_weights
@@ -145,7 +153,13 @@ def _packing_weights(dag: Any) -> dict[str, int]:
     if len(graph) > PACKING_PLAN_MAX_TASKS:
         return {t: clamp_weight(w) for t, w in width_aware_weights(graph, capacity).items()}
     try:
-        plan = packing_weights_plan(graph, capacity, _plan_policy(), search_budget=_plan_search_budget())
+        plan = packing_weights_plan(
+            graph,
+            capacity,
+            _plan_policy(),
+            search_budget=_plan_search_budget(),
+            strict_backfill=_plan_strict_backfill(),
+        )
     except ValueError as err:  # CapacityError: a task wider than its pool; the dag policy reports it
         log.warning(
             "airflow-gpu-dag: cannot plan DAG %r (%s); using critical-path weights", graph.dag_id, err

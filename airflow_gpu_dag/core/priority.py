@@ -345,6 +345,7 @@ def packing_weights_plan(
     samples: int = 8,
     search_budget: int = 0,
     serial_budget: int = SERIAL_BUDGET,
+    strict_backfill: bool = False,
 ) -> PackingPlan:
     """Plan priorities that pack the pools: the ``packing`` rule.
 
@@ -375,6 +376,9 @@ def packing_weights_plan(
        benchmark. Use it when the estimates are good: searched orders are tuned to them and lose when
        they are off.
 
+    ``strict_backfill``: plan for a controller that backfills only work that ends before the reserved task
+    can start (``backfill: strict``), as the simulator's argument of that name.
+
     With ``estimate_error`` > 0, each option of steps 3-5 is scored by its mean makespan over the exact
     durations and ``scenarios`` seeded worlds whose durations are the estimates times
     ``exp(N(0, estimate_error))`` (the controller still sees the estimates): options that only win when
@@ -395,7 +399,14 @@ def packing_weights_plan(
         worlds = []
 
     def run(weights: Mapping[str, int], sim_policy: str) -> tuple[float, dict[str, float]]:
-        result = simulate(graph, capacity, sim_policy, controller_interval, priority=lambda g: weights)
+        result = simulate(
+            graph,
+            capacity,
+            sim_policy,
+            controller_interval,
+            priority=lambda g: weights,
+            strict_backfill=strict_backfill,
+        )
         score = result.makespan
         for world in worlds:  # durations off by the estimate error: score the mean
             score += simulate(
@@ -405,6 +416,7 @@ def packing_weights_plan(
                 controller_interval,
                 priority=lambda g: weights,
                 estimates=believed,
+                strict_backfill=strict_backfill,
             ).makespan
         return score / (1 + len(worlds)), {t.task_id: t.start for t in result.schedule}
 

@@ -21,19 +21,25 @@ slots:
   expected ready at ``ready_at`` (``pending`` tasks; the planned priority puts a task that the plan
   starts early ahead of ready work that can wait). The reservation holds ``w`` slots for it from its
   ready time on (a 1-slot task too: Airflow cannot hand a slot to a task that is not scheduled), and
-  the pool size is ``used + admitted + k``.
-* ``k`` is safe backfill from the tasks after ``W``: from the expected ends of the running and admitted
-  tasks, the *shadow time* is when ``w`` slots will be free (not before ``ready_at`` for a pending
-  ``W``). A backfill of ``k`` open slots lets through what Airflow's greedy admission would pick with
-  ``k`` open slots; it is safe when every picked task is expected to end by the shadow time. The largest
-  safe ``k`` is found, then trimmed to the slots of the tasks it admits (the same tasks are admitted,
-  nothing is left open for a task that turns up before the next tick). Unlike EASY backfilling, a task
-  that would run past the shadow time is not let through even on slots ``W`` leaves spare: those are
-  the slots the tasks planned after ``W`` start on (measured: 56.5 % -> 57.9 % of the makespan gap
-  closed at 32 GPUs, ``docs/benchmarks/makespan.md``).
+  the pool size is ``used + admitted + k``, or ``C`` when no other ready task waits (nothing could take
+  the slots, and ``W`` starts when ready rather than at the next tick). A pending task is passed over
+  when the next ready task has the same priority: a tie is not a plan. An upstream task waiting in the
+  same pool counts as started when the walk admits it (``PendingTask.after``).
+* ``k`` is safe backfill (EASY backfilling) from the tasks after ``W``: from the expected ends of the
+  running and admitted tasks, the *shadow time* is when ``w`` slots will be free (not before
+  ``ready_at`` for a pending ``W``), and ``extra`` the slots free then beyond ``w``. A backfill of ``k``
+  open slots lets through what Airflow's greedy admission would pick with ``k`` open slots; it is safe
+  when every picked task ends by the shadow time, or the picked tasks that run past it use at most
+  ``extra`` slots. The largest safe ``k`` is found, then trimmed to the slots of the tasks it admits
+  (the same tasks are admitted, nothing is left open for a task that turns up before the next tick).
+  With ``strict_backfill`` no picked task may run past the shadow time: the ``extra`` slots are what
+  the tasks planned after ``W`` start on, so a plan is followed exactly when the estimates are right.
+* A pending task whose expected ready time has passed (its upstream tasks overran their estimates) is
+  not reserved for: when it turns ready is unknown.
 
 With plan-order priorities (``core.priority.plan_order_weights``) the walk makes Airflow start the tasks
-of a planned schedule in its order: the task the plan starts next is either admitted or reserved for.
+of a planned schedule in its order: the task the plan starts next is either admitted or reserved for
+(with strict backfill and exact estimates Airflow ends no later than the plan).
 
 Pure and deterministic: state in, pool decisions out. The simulator calls the same function at each
 controller tick, so it predicts what the controller and the real scheduler do together.
@@ -118,9 +124,11 @@ def _greedy_pick(candidates: Sequence[ReadyTask], open_slots: int) -> list[Ready
     return picked
 
 
-def _is_safe(now: float, shadow: float, picked: Sequence[ReadyTask]) -> bool:
-    """Backfill is safe when every picked task is expected to end by the shadow time."""
-    return all(now + t.duration <= shadow for t in picked)
+def _is_safe(now: float, shadow: float, extra: int, picked: Sequence[ReadyTask], strict: bool) -> bool:
+    """Backfill is safe when the picked tasks that run past the shadow time hold at most ``extra`` slots
+    (none with ``strict``)."""
+    past_shadow = sum(t.slots for t in picked if now + t.duration > shadow)
+    return past_shadow == 0 if strict else past_shadow <= extra
 
 
 def _decide_one(
@@ -131,6 +139,7 @@ def _decide_one(
     ready: Sequence[ReadyTask],
     backfill: bool,
     pending: Sequence[PendingTask] = (),
+    strict_backfill: bool = False,
 ) -> PoolDecision:
     used = sum(r.slots for r in running)
     free = capacity - used
@@ -150,10 +159,11 @@ def _decide_one(
             following = next((t for t in waiting[index + 1 :] if not isinstance(t, PendingTask)), None)
             if following is not None and following.priority >= task.priority:
                 continue  # a tie is not a plan: ready work of the same priority is not held back
+            expected = max([now if task.ready_at is None else task.ready_at, *(ends[k] for k in task.after)])
+            if expected <= now:
+                continue  # its upstream tasks overran their estimates: when it turns ready is unknown
             head = task
-            head_ready = max(
-                [now if task.ready_at is None else task.ready_at, *(ends[k] for k in task.after)]
-            )
+            head_ready = expected
             break
         if task.slots > remaining:
             head = task
@@ -182,7 +192,7 @@ def _decide_one(
 
     # the tasks started now hold their slots for their expected duration
     holding = [*running, *(RunningTask(t.key, pool, t.slots, now + t.duration) for t in admit)]
-    shadow, _extra = shadow_time(now, remaining, wide, holding)
+    shadow, extra = shadow_time(now, remaining, wide, holding)
     if shadow is not None and is_pending:
         shadow = max(shadow, head_ready)  # not before it is expected ready
     backfill_open = 0
@@ -192,7 +202,7 @@ def _decide_one(
         others = [t for t in waiting[position + 1 :] if not isinstance(t, PendingTask)]
         for open_slots in range(remaining, 0, -1):
             candidate = _greedy_pick(others, open_slots)
-            if _is_safe(now, shadow, candidate):
+            if _is_safe(now, shadow, extra, candidate, strict_backfill):
                 # the same tasks are admitted with exactly their slots open; a tighter pool leaves
                 # nothing for a task that becomes ready before the next controller tick
                 backfill_open, picked = sum(t.slots for t in candidate), candidate
@@ -244,6 +254,7 @@ def decide_pools(
     ready: Sequence[ReadyTask],
     backfill: bool = True,
     pending: Sequence[PendingTask] = (),
+    strict_backfill: bool = False,
 ) -> dict[str, PoolDecision]:
     """Decide the size of every pool in ``capacity`` (pool -> live capacity ``C``).
 
@@ -273,5 +284,6 @@ def decide_pools(
             ready_by_pool.get(pool, []),
             backfill,
             pending_by_pool.get(pool, []),
+            strict_backfill,
         )
     return decisions

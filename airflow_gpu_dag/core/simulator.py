@@ -254,6 +254,7 @@ def simulate(
     backfill: bool = True,
     estimates: Mapping[str, float] | None = None,
     lookahead: bool = True,
+    strict_backfill: bool = False,
 ) -> SimulationResult:
     """Simulate one run of ``graph`` (or one run of each graph, all at once) and return the schedule.
 
@@ -274,6 +275,9 @@ def simulate(
     :param lookahead: ``reservation`` only: the controller also reserves for pending tasks (every
         upstream task started, expected ready when the last one is expected to end), as the watermark
         controller does with ``lookahead: true`` (the default).
+    :param strict_backfill: ``reservation`` only: backfill only work expected to end before the reserved
+        task can start (``backfill: strict``); by default also work that fits the slots the reserved task
+        leaves spare then (EASY backfilling).
     :raises CapacityError: a task needs more slots than its pool's capacity.
     :raises ValueError: unknown policy or priority rule, negative interval.
     """
@@ -297,7 +301,9 @@ def simulate(
         caps = dict(capacity)
 
         def rule(g: TaskGraph) -> Mapping[str, int]:
-            return packing_weights_plan(g, caps, policy, controller_interval=controller_interval).weights
+            return packing_weights_plan(
+                g, caps, policy, controller_interval=controller_interval, strict_backfill=strict_backfill
+            ).weights
 
     else:
         rule = resolve_priority(chosen, capacity)
@@ -393,7 +399,7 @@ def simulate(
                 if uid in pending_set:
                     # upstream tasks: started, ready in an unlimited pool (they start now), or waiting
                     # here and started by this decision; anything else: not a head (as decide_pools)
-                    known = [now]
+                    known = [-math.inf]
                     waiting_up = []
                     for u in upstream[uid]:
                         if u in started:
@@ -407,8 +413,11 @@ def simulate(
                     following = bisect.bisect_right(ready_lst, item)
                     if following < len(ready_lst) and ready_lst[following][0] <= item[0]:
                         continue  # as decide_pools: a tie is not a plan
+                    expected = max([*known, *(ends[u] for u in waiting_up)])
+                    if expected <= now:
+                        continue  # as decide_pools: its upstream overran, when it turns ready is unknown
                     head = uid
-                    head_ready = max([*known, *(ends[u] for u in waiting_up)])
+                    head_ready = expected
                     break
                 if slots[uid] > remaining:
                     head = uid
@@ -466,7 +475,7 @@ def simulate(
                 if pools[uid] == pool
             ]
             decision: PoolDecision = decide_pools(
-                now, {pool: cap}, busy, cut, backfill=backfill, pending=pend
+                now, {pool: cap}, busy, cut, backfill=backfill, pending=pend, strict_backfill=strict_backfill
             )[pool]
             pool_size[pool] = decision.pool_size
         if reserving:

@@ -13,7 +13,8 @@ YAML or JSON, e.g.::
         floor: 0                # slots used once the source failed for too long
         stale_intervals: 3      # failed ticks during which the last good value is kept
         reservation: true       # apply decide_pools() (false: pool size = capacity)
-        backfill: true          # allow safe backfill while a reservation is active
+        backfill: true          # safe backfill while a reservation is active (strict: only work
+                                # that ends before the reserved task can start; false: none)
         lookahead: true         # also reserve for tasks about to be ready (upstream all started)
         source_timeout: 30      # seconds; a source that does not answer in time has failed
       gpu_static:
@@ -75,6 +76,7 @@ class PoolSpec:
     stale_intervals: int = 3
     reservation: bool = True
     backfill: bool = True
+    strict_backfill: bool = False
     lookahead: bool = True
     include_deferred: bool = False
     source_timeout: float | None = 30.0
@@ -133,6 +135,15 @@ def _bool(value: object, where: str) -> bool:
     raise ConfigError(f"{where}: expected true or false, got {value!r}")
 
 
+def _backfill(value: object, where: str) -> str:
+    """``backfill``: true (EASY), ``strict`` or false -> ``"easy"``, ``"strict"`` or ``"off"``."""
+    if value == "strict":
+        return "strict"
+    if isinstance(value, bool):
+        return "easy" if value else "off"
+    raise ConfigError(f"{where}: expected true, false or strict, got {value!r}")
+
+
 def _source(pool: str, raw: object) -> SourceSpec:
     where = f"pools.{pool}.source"
     if isinstance(raw, int) and not isinstance(raw, bool):
@@ -182,7 +193,8 @@ def _pool(name: str, raw: object) -> PoolSpec:
         floor=_int(raw.get("floor", 0), f"pools.{name}.floor"),
         stale_intervals=_int(raw.get("stale_intervals", 3), f"pools.{name}.stale_intervals"),
         reservation=_bool(raw.get("reservation", True), f"pools.{name}.reservation"),
-        backfill=_bool(raw.get("backfill", True), f"pools.{name}.backfill"),
+        backfill=_backfill(raw.get("backfill", True), f"pools.{name}.backfill") != "off",
+        strict_backfill=_backfill(raw.get("backfill", True), f"pools.{name}.backfill") == "strict",
         lookahead=_bool(raw.get("lookahead", True), f"pools.{name}.lookahead"),
         include_deferred=_bool(raw.get("include_deferred", False), f"pools.{name}.include_deferred"),
         source_timeout=_seconds(raw.get("source_timeout", 30.0), f"pools.{name}.source_timeout"),

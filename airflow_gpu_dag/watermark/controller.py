@@ -266,15 +266,21 @@ class WatermarkController:
             pending = []
 
         decisions: dict[str, PoolDecision] = {}
-        for backfill in (True, False):
+        for backfill, strict in ((True, False), (True, True), (False, False)):
             group = {
                 n: c.gpus
                 for n, c in capacities.items()
-                if self.specs[n].reservation and self.specs[n].backfill is backfill
+                if self.specs[n].reservation
+                and self.specs[n].backfill is backfill
+                and (self.specs[n].strict_backfill is strict or not backfill)
             }
             if group:
                 ahead = [p for p in pending if p.pool in group]
-                decisions.update(decide_pools(now, group, running, ready, backfill=backfill, pending=ahead))
+                decisions.update(
+                    decide_pools(
+                        now, group, running, ready, backfill=backfill, pending=ahead, strict_backfill=strict
+                    )
+                )
 
         outcomes = []
         for name, capacity in capacities.items():

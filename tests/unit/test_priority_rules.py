@@ -304,3 +304,17 @@ def test_packing_strategy_reads_the_search_budget(monkeypatch: pytest.MonkeyPatc
         assert seen[-1] == expected, budget
     monkeypatch.setattr(config, "conf_get", lambda key, fallback: fallback)
     assert ps._plan_search_budget() == 0
+
+
+def test_packing_strategy_reads_the_backfill_it_plans_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``[gpu_dag] plan_backfill = strict`` makes the planner predict a strict-backfill controller."""
+    import airflow_gpu_dag.config as config
+    from airflow_gpu_dag import priority_strategy as ps
+
+    for raw, expected in (("strict", True), (" Strict ", True), ("easy", False), ("", False)):
+        monkeypatch.setattr(
+            config, "conf_get", lambda key, fallback, raw=raw: raw if key == "plan_backfill" else fallback
+        )
+        assert ps._plan_strict_backfill() is expected, raw
+    monkeypatch.setattr(config, "conf_get", lambda key, fallback: fallback)
+    assert ps._plan_strict_backfill() is False

@@ -67,18 +67,26 @@ def test_safe_backfill_lets_short_tasks_through_only() -> None:
     assert d2.backfill_slots == 8 - 3 + 2 and d2.pool_size == 5 + 2  # trimmed to what is admitted
 
 
-def test_backfill_never_runs_past_the_shadow_time() -> None:
-    # wide needs 4; 2 free; r1 (4 slots) ends at 50 -> at the shadow time 6 are free, 2 beyond wide's
-    # 4. EASY backfilling would let the 900-s tasks take those 2; they are what the tasks planned after
-    # wide start on, so only work that ends by the shadow time goes through.
+def test_extra_slots_at_shadow_time_may_run_long_work() -> None:
+    # wide needs 4; 2 free; r1 (4 slots) ends at 50 -> at the shadow time 6 are free: 2 extra.
+    running = [run("r1", 4, 50.0), run("r2", 2, 1000.0)]
+    waiting = [ready("wide", 4, 100), ready("long1", 1, 5, 900.0, 1), ready("long2", 1, 5, 900.0, 2)]
+    d = decide_pools(0.0, {"gpu": 8}, running, waiting)["gpu"]
+    assert d.shadow_time == 50.0
+    admitted = stock_admission(waiting, {"gpu": d.pool_size - 6})
+    assert [x.key for x in admitted] == ["long1", "long2"]
+
+
+def test_strict_backfill_never_runs_past_the_shadow_time() -> None:
+    # the same state: strict backfill keeps the 2 spare slots for the tasks planned after wide
     running = [run("r1", 4, 50.0), run("r2", 2, 1000.0)]
     waiting = [ready("wide", 4, 100), ready("long1", 1, 5, 900.0, 1), ready("short", 1, 4, 40.0, 2)]
-    d = decide_pools(0.0, {"gpu": 8}, running, waiting)["gpu"]
+    d = decide_pools(0.0, {"gpu": 8}, running, waiting, strict_backfill=True)["gpu"]
     assert d.shadow_time == 50.0
     admitted = stock_admission(waiting, {"gpu": d.pool_size - 6})
     assert [x.key for x in admitted] == [] and d.pool_size == 8 - 4  # long1 first in greedy order: unsafe
     rest = [w for w in waiting if w.key != "long1"]
-    d2 = decide_pools(0.0, {"gpu": 8}, running, rest)["gpu"]
+    d2 = decide_pools(0.0, {"gpu": 8}, running, rest, strict_backfill=True)["gpu"]
     assert [x.key for x in stock_admission(rest, {"gpu": d2.pool_size - 6})] == ["short"]
 
 
@@ -193,7 +201,8 @@ def _start_of(
 def test_pool_never_oversubscribed_and_backfill_never_delays_head(data: st.DataObject) -> None:
     capacity, running, waiting = data.draw(pool_states())
     pending = data.draw(pending_tasks(capacity))
-    d = decide_pools(0.0, {"gpu": capacity}, running, waiting, pending=pending)["gpu"]
+    strict = data.draw(st.booleans())
+    d = decide_pools(0.0, {"gpu": capacity}, running, waiting, pending=pending, strict_backfill=strict)["gpu"]
     used = sum(r.slots for r in running)
     assert 0 <= d.pool_size <= capacity
     admitted = stock_admission(waiting, {"gpu": d.pool_size - used}, {"gpu": d.pool_size})
@@ -229,6 +238,14 @@ def test_lookahead_holds_slots_for_a_task_about_to_be_ready() -> None:
     # without the lookahead both start, and "soon" waits until the long task ends at 300 s
     plain = decide_pools(0.0, {"gpu": 6}, running, waiting)["gpu"]
     assert plain.pool_size == 6 and plain.reserved_for is None and plain.admitted == ("short", "long")
+
+
+def test_overran_upstream_means_no_lookahead() -> None:
+    """The upstream task was expected to end at 20 and is still running at 30: when the pending task
+    turns ready is unknown, so nothing is held for it (it is reserved for once ready)."""
+    late = PendingTask("late", "gpu", 4, 100, 60.0, (0,), ready_at=20.0)
+    d = decide_pools(30.0, {"gpu": 6}, [run("upstream", 2, 20.0)], [ready("a", 2, 1)], pending=[late])["gpu"]
+    assert d.reserved_for is None and d.admitted == ("a",)
 
 
 def test_unknown_ready_time_is_ignored() -> None:

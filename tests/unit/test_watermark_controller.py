@@ -317,3 +317,33 @@ def test_lookahead_read_failure_falls_back_to_ready_tasks(caplog: pytest.LogCapt
         [outcome] = controller(rest, Source(4)).tick()
     assert outcome.written and rest.pools["gpu"]["slots"] == 4  # the tick still decides, without lookahead
     assert "cannot read the tasks about to be ready" in caplog.text
+
+
+def test_backfill_strict_keeps_spare_slots_for_planned_work() -> None:
+    """``backfill: true`` (EASY) lets a long task take the slot the reserved task leaves spare when its
+    slots drain; ``backfill: strict`` lets through only work that ends before it can start."""
+
+    def state(rest: FakeRest) -> None:
+        rest.tis = [
+            ti("r1", "running", slots=2, started=NOW - 10, duration=40),  # ends at NOW + 30
+            ti("wide", "scheduled", slots=3, priority=100, duration=600),
+            ti("long", "scheduled", slots=1, priority=5, duration=900),
+        ]
+
+    easy, strict = FakeRest(), FakeRest()
+    state(easy)
+    state(strict)
+    controller(easy, Source(4)).tick()
+    controller(strict, Source(4), backfill="strict").tick()
+    assert easy.pools["gpu"]["slots"] == 3  # r1 + long: at +30 s wide finds its 3 of the 4
+    assert strict.pools["gpu"]["slots"] == 1  # C - w: nothing starts
+
+
+def test_backfill_setting_is_validated() -> None:
+    from airflow_gpu_dag.watermark.config import ConfigError
+
+    spec = parse_config({"pools": {"gpu": {"source": 4, "backfill": "strict"}}}).pools[0]
+    assert spec.backfill and spec.strict_backfill
+    assert not parse_config({"pools": {"gpu": {"source": 4, "backfill": False}}}).pools[0].backfill
+    with pytest.raises(ConfigError, match=r"pools\.gpu\.backfill: expected true, false or strict"):
+        parse_config({"pools": {"gpu": {"source": 4, "backfill": "sometimes"}}})
