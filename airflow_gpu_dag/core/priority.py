@@ -355,7 +355,9 @@ def packing_weights_plan(
     2. The candidates' schedules and the two best sampled ones are improved by forward-backward
        justification
        (:func:`~airflow_gpu_dag.core.justification.justify`): work that waited in front of a wide task
-       is moved into the holes the greedy admission left; the four shortest are kept.
+       is moved into the holes the greedy admission left. Next to them, ``serial_budget // tasks``
+       (8 to 64) serial schedules by randomly perturbed critical-path priorities, justified
+       (:func:`_serial_samples`); the four shortest of all are kept.
     3. Options are simulated under ``policy`` (``"critical_path"``: greedy admission with pools at
        capacity; ``"reservation"``: with the reservation controller): every candidate rule's own
        weights (with reservation a rule that loses under greedy admission can win: a wide critical task
@@ -367,14 +369,17 @@ def packing_weights_plan(
        ``refine_rounds`` times each); the shortest prediction wins. Refining more than the winner
        matters: the option that refines best is not always the winner of step 3.
     5. Local search on the winner's start order (:func:`search_order`): a task is moved to another
-       place in the order, or two tasks are exchanged (seeded, so the plan stays deterministic); the
-       order's rank weights are simulated under ``policy``, and the move is kept when the prediction
-       is no longer (equal moves are kept too, so the search can cross plateaus); the shortest order
-       seen wins. It runs ``search_budget // tasks`` simulations, at least 20 and at most 600:
-       ``search_budget`` counts simulated tasks, so the search time hardly depends on the DAG's size.
-       Off by default (``search_budget=0``); :data:`SEARCH_BUDGET` is the budget measured in the
-       benchmark. Use it when the estimates are good: searched orders are tuned to them and lose when
-       they are off.
+       place in the order, or two tasks are exchanged (seeded, so the plan stays deterministic), and the
+       move is kept when the prediction is no longer (equal moves are kept too, so the search can cross
+       plateaus); the shortest order seen wins. Under ``policy="reservation"`` (and no
+       ``estimate_error``) an order is scored by :func:`_ordered`, one pass of
+       :func:`~airflow_gpu_dag.core.justification.ordered_schedule` (what the controller with lookahead
+       realizes), ``FAST_SEARCH_FACTOR * search_budget // tasks`` times, at most
+       ``FAST_SEARCH_MAX_EVALS``; the best order is then simulated and kept only when the simulation
+       is shorter too. Otherwise every move is simulated under ``policy``, ``search_budget // tasks``
+       times, 20 to 600. Off by default (``search_budget=0``); :data:`SEARCH_BUDGET` is the budget
+       measured in the benchmark. Use it when the estimates are good: searched orders are tuned to them
+       and lose when they are off; it costs seconds of planning.
 
     ``strict_backfill``: plan for a controller that backfills only work that ends before the reserved task
     can start (``backfill: strict``), as the simulator's argument of that name.
@@ -537,7 +542,11 @@ def search_order(
     (``n`` for the first task, ``1`` for the last). A move is kept when the prediction is not longer;
     the returned plan is the shortest seen (``plan`` itself when nothing was shorter), its ``rule``
     suffixed ``+search<k>`` after ``k`` improving moves. Runs ``budget // n`` evaluations, at least
-    ``SEARCH_MIN_EVALS`` and at most ``SEARCH_MAX_EVALS``. Deterministic for a given seed.
+    ``SEARCH_MIN_EVALS`` and at most ``SEARCH_MAX_EVALS``. With ``fast`` (a one-pass ``evaluate``,
+    which may score ``plan`` differently from ``plan.makespan``) it starts from ``evaluate``'s own score
+    of ``plan``, skips moves that put a task before an upstream task, and runs
+    ``FAST_SEARCH_FACTOR * budget // n`` evaluations, at most ``FAST_SEARCH_MAX_EVALS``; the returned
+    makespan is then ``evaluate``'s. Deterministic for a given seed.
 
     Moving one task is what the justified plans cannot do: a long or wide task at the end of the
     schedule is started earlier and the narrow ones fill in behind it (independent rigid tasks such as

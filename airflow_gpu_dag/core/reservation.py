@@ -175,10 +175,12 @@ def _decide_one(
     if head is None:
         if not waiting:
             why = "no task waiting"
-        elif not admit:
+        elif admit:
+            why = f"{len(admit)} waiting task(s) start, nothing to reserve for"
+        elif any(not isinstance(t, PendingTask) for t in waiting):
             why = f"no waiting task fits capacity {capacity}"
         else:
-            why = f"every waiting task fits ({len(admit)} start)"
+            why = "no task ready, none to reserve for yet"
         return PoolDecision(
             pool, capacity, capacity, None, 0, 0, None, f"{why}; pool = capacity", used, (), admitted
         )
