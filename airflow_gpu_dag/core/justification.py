@@ -15,7 +15,7 @@ number of breakpoints of the usage profile.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from airflow_gpu_dag.core.graph import TaskGraph
 
@@ -78,6 +78,31 @@ def _task_pool(graph: TaskGraph, task_id: str) -> tuple[str, int]:
     return node.pool or "default_pool", slots
 
 
+def _place(
+    graph: TaskGraph,
+    profiles: Mapping[str, UsageProfile],
+    start: dict[str, float],
+    task_id: str,
+    before: Iterable[str],
+    not_before: float = 0.0,
+) -> tuple[float, bool]:
+    """Place one task at the earliest time the tasks in ``before`` (all placed) have ended and its
+    pool allows, not before ``not_before`` in a capacity pool; record it in ``start``. Returns the
+    start and whether the task holds slots of a capacity pool (a task of an unlimited pool starts
+    when ``before`` has ended)."""
+    duration = graph.nodes[task_id].duration
+    ready = max((start[t] + graph.nodes[t].duration for t in before), default=0.0)
+    pool, slots = _task_pool(graph, task_id)
+    profile = profiles.get(pool)
+    if profile is None:
+        start[task_id] = ready
+        return ready, False
+    begin = profile.earliest(max(ready, not_before), duration, slots)
+    profile.add(begin, begin + duration, slots)
+    start[task_id] = begin
+    return begin, True
+
+
 def serial_schedule(
     graph: TaskGraph, capacity: Mapping[str, int], order: Sequence[str], reverse: bool = False
 ) -> dict[str, float]:
@@ -91,16 +116,7 @@ def serial_schedule(
     start: dict[str, float] = {}
     for task_id in order:
         before = graph.downstream(task_id) if reverse else graph.upstream(task_id)
-        duration = graph.nodes[task_id].duration
-        ready = max((start[t] + graph.nodes[t].duration for t in before), default=0.0)
-        pool, slots = _task_pool(graph, task_id)
-        profile = profiles.get(pool)
-        if profile is None:
-            start[task_id] = ready
-            continue
-        begin = profile.earliest(ready, duration, slots)
-        profile.add(begin, begin + duration, slots)
-        start[task_id] = begin
+        _place(graph, profiles, start, task_id, before)
     return start
 
 
@@ -115,16 +131,10 @@ def ordered_schedule(graph: TaskGraph, capacity: Mapping[str, int], order: Seque
     last = dict.fromkeys(capacity, 0.0)
     start: dict[str, float] = {}
     for task_id in order:
-        duration = graph.nodes[task_id].duration
-        ready = max((start[t] + graph.nodes[t].duration for t in graph.upstream(task_id)), default=0.0)
-        pool, slots = _task_pool(graph, task_id)
-        profile = profiles.get(pool)
-        if profile is None:
-            start[task_id] = ready
-            continue
-        begin = profile.earliest(max(ready, last[pool]), duration, slots)
-        profile.add(begin, begin + duration, slots)
-        start[task_id] = last[pool] = begin
+        pool = _task_pool(graph, task_id)[0]
+        begin, limited = _place(graph, profiles, start, task_id, graph.upstream(task_id), last.get(pool, 0.0))
+        if limited:
+            last[pool] = begin
     return start
 
 
@@ -146,15 +156,7 @@ def priority_serial_schedule(
     start: dict[str, float] = {}
     while eligible:
         _p, _i, task_id = heapq.heappop(eligible)
-        duration = graph.nodes[task_id].duration
-        ready = max((start[t] + graph.nodes[t].duration for t in graph.upstream(task_id)), default=0.0)
-        pool, slots = _task_pool(graph, task_id)
-        profile = profiles.get(pool)
-        if profile is None:
-            start[task_id] = ready
-        else:
-            start[task_id] = profile.earliest(ready, duration, slots)
-            profile.add(start[task_id], start[task_id] + duration, slots)
+        _place(graph, profiles, start, task_id, graph.upstream(task_id))
         for down in graph.downstream(task_id):
             missing[down] -= 1
             if missing[down] == 0:

@@ -182,18 +182,12 @@ class AirflowRestClient:
         return dict(response.json())
 
     # -- task instances -----------------------------------------------------------------------
-    def task_instances(self, pools: Iterable[str], states: Iterable[str]) -> list[dict[str, Any]]:
-        """All task instances in ``pools`` with one of ``states``, across DAGs and runs (paginated)."""
-        params: list[tuple[str, str | int]] = [("pool", p) for p in pools]
-        params += [("state", s) for s in states]
+    def _task_instance_pages(self, path: str, params: list[tuple[str, str | int]]) -> list[dict[str, Any]]:
+        """Every task instance a task-instance list endpoint returns, page by page."""
         found: list[dict[str, Any]] = []
         offset = 0
         while True:
-            page = self._json(
-                "GET",
-                "/dags/~/dagRuns/~/taskInstances",
-                params=[*params, ("limit", PAGE), ("offset", offset)],
-            )
+            page = self._json("GET", path, params=[*params, ("limit", PAGE), ("offset", offset)])
             items = list(page.get("task_instances", []))
             found.extend(items)
             offset += len(items)
@@ -201,19 +195,16 @@ class AirflowRestClient:
             if not items or len(items) < PAGE or (isinstance(total, int) and offset >= total):
                 return found
 
+    def task_instances(self, pools: Iterable[str], states: Iterable[str]) -> list[dict[str, Any]]:
+        """All task instances in ``pools`` with one of ``states``, across DAGs and runs (paginated)."""
+        params: list[tuple[str, str | int]] = [("pool", p) for p in pools]
+        params += [("state", s) for s in states]
+        return self._task_instance_pages("/dags/~/dagRuns/~/taskInstances", params)
+
     def run_task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         """Every task instance of one DAG run, any state (paginated)."""
-        found: list[dict[str, Any]] = []
-        offset = 0
         path = f"/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}/taskInstances"
-        while True:
-            page = self._json("GET", path, params=[("limit", PAGE), ("offset", offset)])
-            items = list(page.get("task_instances", []))
-            found.extend(items)
-            offset += len(items)
-            total = page.get("total_entries")
-            if not items or len(items) < PAGE or (isinstance(total, int) and offset >= total):
-                return found
+        return self._task_instance_pages(path, [])
 
     def upstream_task_ids(self, dag_id: str) -> dict[str, list[str]]:
         """task id -> its upstream task ids, from the DAG's tasks (``downstream_task_ids``)."""
