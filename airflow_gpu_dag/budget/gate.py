@@ -26,6 +26,11 @@ from airflow.sdk import BaseOperator
 from airflow_gpu_dag.budget.ledger import BudgetUsage, read_usage
 from airflow_gpu_dag.edges._wiring import insert_before
 from airflow_gpu_dag.hints import control_task_hints
+from airflow_gpu_dag.sensors._common import (
+    RESUME_RACE_RETRIES,
+    RESUME_RACE_RETRY_DELAY,
+    resume_race_retry,
+)
 
 __all__ = [
     "BudgetCap",
@@ -188,7 +193,7 @@ class BudgetGateOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         kwargs["executor_config"] = control_task_hints(kwargs.get("executor_config"))
-        super().__init__(**kwargs)
+        super().__init__(**resume_race_retry(kwargs))
         self.cap = BudgetCap.checked(
             f"task {self.task_id!r}", gpu_hours_per_run, gpu_hours_per_pool_day, pool_to_cap
         )
@@ -262,7 +267,8 @@ def budget_gate(
         poke_interval=poke_interval,
         dag=dag,
         task_group=getattr(task, "task_group", None),
-        retries=0,
+        retries=RESUME_RACE_RETRIES,
+        retry_delay=RESUME_RACE_RETRY_DELAY,
         execution_timeout=None,
     )
     gate.doc_md = "GPU-hour budget gate: defers while the budget is used up."

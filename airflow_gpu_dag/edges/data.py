@@ -24,6 +24,7 @@ from typing import Any
 from airflow.sdk import Asset
 
 from airflow_gpu_dag.edges._wiring import labelled, require_dag
+from airflow_gpu_dag.sensors._common import RESUME_RACE_RETRIES, RESUME_RACE_RETRY_DELAY
 from airflow_gpu_dag.sensors.dataset import DatasetCompleteSensor
 
 __all__ = ["DATA", "data_edge", "dataset_path"]
@@ -72,7 +73,8 @@ def data_edge(
         producer_task_id=producer.task_id if fallback_to_last_good else None,
         deferrable=deferrable,
         dag=dag,
-        retries=0,
+        retries=RESUME_RACE_RETRIES,
+        retry_delay=RESUME_RACE_RETRY_DELAY,
     )
     labelled(producer, sensor, DATA)
     labelled(sensor, consumer, DATA)

@@ -25,6 +25,7 @@ from typing import Any
 from airflow_gpu_dag.airflow.graph import build_task_graph
 from airflow_gpu_dag.core.validation import HiddenDependency, hidden_dependency_pairs
 from airflow_gpu_dag.edges._wiring import labelled
+from airflow_gpu_dag.sensors._common import RESUME_RACE_RETRIES, RESUME_RACE_RETRY_DELAY
 from airflow_gpu_dag.sensors.dataset import DatasetCompleteSensor
 
 __all__ = ["HiddenDependencyFix", "fix_hidden_dependencies"]
@@ -82,7 +83,8 @@ def fix_hidden_dependencies(
             timeout=timeout,
             poke_interval=poke_interval,
             dag=dag,
-            retries=0,
+            retries=RESUME_RACE_RETRIES,
+            retry_delay=RESUME_RACE_RETRY_DELAY,
         )
         sensor.doc_md = f"Hidden dependency: {other_id} reads {path} written by {writer_id}."
         for up_id in sorted(other.upstream_task_ids):

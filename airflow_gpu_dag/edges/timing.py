@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow_gpu_dag.edges._wiring import insert_before, labelled, require_dag
+from airflow_gpu_dag.sensors._common import RESUME_RACE_RETRIES, RESUME_RACE_RETRY_DELAY
 from airflow_gpu_dag.sensors.checkpoint import CheckpointSensor
 from airflow_gpu_dag.sensors.window import StartWindowSensor
 
@@ -48,7 +49,8 @@ def start_window(
         tz=tz,
         on_missed=on_missed,
         dag=dag,
-        retries=0,
+        retries=RESUME_RACE_RETRIES,
+        retry_delay=RESUME_RACE_RETRY_DELAY,
     )
     insert_before(task, sensor, label=TIME)
     return sensor
@@ -84,7 +86,8 @@ def stage_dependency(
         poke_interval=poke_interval,
         conn_id=conn_id,
         dag=dag,
-        retries=0,
+        retries=RESUME_RACE_RETRIES,
+        retry_delay=RESUME_RACE_RETRY_DELAY,
     )
     sensor.doc_md = (
         f"Stage dependency: {downstream.task_id} starts at checkpoint {step} of {upstream.task_id}."

@@ -1,10 +1,22 @@
-"""Shared parse-time checks for the provider's sensors."""
+"""Shared parse-time checks and retry defaults for the provider's sensors and deferring gates."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
-__all__ = ["require_timeout"]
+__all__ = ["RESUME_RACE_RETRIES", "RESUME_RACE_RETRY_DELAY", "require_timeout", "resume_race_retry"]
+
+#: Retries a deferrable task of this provider gets unless its author sets ``retries``. Airflow 3.3
+#: (apache/airflow#72716, #71580; open in 3.3.2) can fail a deferred task whose trigger fires at once:
+#: the executor's "success" for the worker's defer exit is drained only after the resumed try is
+#: queued or running, and the scheduler takes it for an external kill ("state mismatch"). One quick
+#: retry runs ``execute()`` again, which checks before it defers, so a met condition succeeds at once.
+#: Intended failures (sensor timeouts, missed windows, exhausted budgets) raise
+#: ``AirflowSensorTimeout`` / ``AirflowFailException`` and are never retried.
+RESUME_RACE_RETRIES = 1
+#: Delay before that retry (Airflow's default of 5 minutes would hold the whole chain back).
+RESUME_RACE_RETRY_DELAY = timedelta(seconds=5)
 
 
 def require_timeout(task_id: str, sensor: str, timeout: float | timedelta | None) -> float:
@@ -21,3 +33,10 @@ def require_timeout(task_id: str, sensor: str, timeout: float | timedelta | None
             "or a timedelta, e.g. timeout=timedelta(hours=2)."
         )
     return float(seconds)
+
+
+def resume_race_retry(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with ``retries``/``retry_delay`` defaulted for the resume race (author's values win)."""
+    kwargs.setdefault("retries", RESUME_RACE_RETRIES)
+    kwargs.setdefault("retry_delay", RESUME_RACE_RETRY_DELAY)
+    return kwargs

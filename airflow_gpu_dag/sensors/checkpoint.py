@@ -20,7 +20,7 @@ from airflow.sdk.exceptions import AirflowSensorTimeout
 
 from airflow_gpu_dag.completeness import StableSize, parse_completeness
 from airflow_gpu_dag.hints import control_task_hints
-from airflow_gpu_dag.sensors._common import require_timeout
+from airflow_gpu_dag.sensors._common import require_timeout, resume_race_retry
 from airflow_gpu_dag.triggers.checkpoint import checkpoint_regex, find_checkpoint
 
 __all__ = ["CheckpointSensor"]
@@ -67,7 +67,7 @@ class CheckpointSensor(BaseSensorOperator):
                 "have the trainer call write_marker(checkpoint_path) after saving."
             )
         kwargs["executor_config"] = control_task_hints(kwargs.get("executor_config"))
-        super().__init__(timeout=seconds, poke_interval=poke_interval, **kwargs)
+        super().__init__(timeout=seconds, poke_interval=poke_interval, **resume_race_retry(kwargs))
         self.checkpoint_dir = checkpoint_dir if isinstance(checkpoint_dir, str) else str(checkpoint_dir)
         self.step = step
         self.pattern = pattern

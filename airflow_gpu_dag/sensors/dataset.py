@@ -35,7 +35,7 @@ from airflow_gpu_dag.completeness import (
     parse_completeness,
 )
 from airflow_gpu_dag.hints import control_task_hints, merge_hints
-from airflow_gpu_dag.sensors._common import require_timeout
+from airflow_gpu_dag.sensors._common import require_timeout, resume_race_retry
 
 __all__ = ["DatasetCompleteSensor"]
 
@@ -95,7 +95,7 @@ class DatasetCompleteSensor(BaseSensorOperator):
         # Declared for the lint: readers downstream of this sensor wait for a complete dataset.
         config = control_task_hints(kwargs.get("executor_config"))
         kwargs["executor_config"] = merge_hints(config, {"awaits": [str(path)]})
-        super().__init__(timeout=seconds, poke_interval=poke_interval, **kwargs)
+        super().__init__(timeout=seconds, poke_interval=poke_interval, **resume_race_retry(kwargs))
         self.path = path if isinstance(path, str) else str(path)
         self.completeness = rule.to_dict()
         self.conn_id = conn_id

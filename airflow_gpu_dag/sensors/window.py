@@ -23,6 +23,7 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_gpu_dag.hints import control_task_hints
+from airflow_gpu_dag.sensors._common import resume_race_retry
 
 __all__ = ["ON_MISSED", "StartWindowSensor", "TimeWindow", "parse_time_of_day"]
 
@@ -140,7 +141,7 @@ class StartWindowSensor(BaseSensorOperator):
         # The window bounds the wait; the sensor timeout is only a backstop (2 days).
         kwargs.setdefault("timeout", timedelta(days=2))
         kwargs["executor_config"] = control_task_hints(kwargs.get("executor_config"))
-        super().__init__(**kwargs)
+        super().__init__(**resume_race_retry(kwargs))
         self.opens = opens
         self.closes = closes
         self.tz = tz

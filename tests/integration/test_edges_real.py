@@ -258,7 +258,16 @@ def test_stage_dependency_starts_downstream_while_upstream_runs(env: Env) -> Non
     if state != "success":
         states = env.states("stage")
         logs = {t: env.log("stage", t)[-1500:] for t, s in states.items() if s == "failed"}
-        raise AssertionError(f"edges_stage ended {state}: {states}\n{logs}")
+        _, run_id = env.runs["stage"]
+        scheduler = [
+            line[-400:]
+            for line in env.cluster.read_log("scheduler").splitlines()
+            if "edges_stage" in line and ("wait_train" in line or "evaluate" in line)
+        ]
+        raise AssertionError(
+            f"edges_stage ended {state}: {states}\n{logs}\nscheduler on the sensor and evaluate "
+            f"({run_id}):\n" + "\n".join(scheduler[-40:])
+        )
     assert env.states("stage")["train"] == "success"
     _, run_id = env.runs["stage"]
     assert (env.base / "ckpt" / run_id / "eval_done").read_text().strip() == "2"

@@ -273,3 +273,34 @@ def test_wiring_tasks_declare_a_zero_estimate() -> None:
     assert all(graph.nodes[t].duration == 0 and graph.nodes[t].duration_declared for t in added)
     report = validate_graph(graph, extra=findings)
     assert [f for f in report.findings if f.code == "missing-estimate"] == []
+
+
+def test_deferring_tasks_get_one_quick_retry_for_the_resume_race() -> None:
+    """apache/airflow#72716: a trigger that fires at once can have the resumed try failed as a "state
+    mismatch"; every deferring task the helpers add retries once, quickly, whatever default_args say."""
+    from airflow_gpu_dag.budget import budget_gate
+    from airflow_gpu_dag.sensors._common import RESUME_RACE_RETRIES, RESUME_RACE_RETRY_DELAY
+
+    slow = {"retries": 4, "retry_delay": timedelta(minutes=10)}
+    with DAG("race", schedule=None, default_args=slow) as dag:
+        prep = EmptyOperator(task_id="prep")
+        train = EmptyOperator(task_id="train", pool="gpu_default")
+        evaluate = EmptyOperator(task_id="evaluate")
+        prep >> train
+        added = [
+            data_edge(prep, evaluate, path="/lake/clean", timeout=60),
+            stage_dependency(train, evaluate, checkpoint_dir="/ckpt", step=2, timeout=60),
+            start_window(train, opens="22:00", closes="06:00"),
+            budget_gate(train, gpu_hours_per_pool_day=10),
+        ]
+    assert RESUME_RACE_RETRIES == 1 and RESUME_RACE_RETRY_DELAY == timedelta(seconds=5)
+    for task in added:
+        assert (task.retries, task.retry_delay) == (1, timedelta(seconds=5)), task.task_id
+    assert (dag.get_task("train").retries, dag.get_task("prep").retry_delay) == (4, timedelta(minutes=10))
+    # built directly, a sensor takes the same default and the author's own values win
+    with DAG("direct", schedule=None):
+        plain = CheckpointSensor(task_id="plain", checkpoint_dir="/c", step=1, timeout=60)
+        mine = DatasetCompleteSensor(task_id="mine", path="/p", timeout=60, retries=0)
+        window = StartWindowSensor(task_id="window", opens="22:00", closes="06:00", retries=3)
+    assert (plain.retries, plain.retry_delay) == (1, timedelta(seconds=5))
+    assert (mine.retries, window.retries) == (0, 3)
