@@ -255,6 +255,7 @@ def simulate(
     estimates: Mapping[str, float] | None = None,
     lookahead: bool = True,
     strict_backfill: bool = False,
+    verify_controller: bool = False,
 ) -> SimulationResult:
     """Simulate one run of ``graph`` (or one run of each graph, all at once) and return the schedule.
 
@@ -278,6 +279,10 @@ def simulate(
     :param strict_backfill: ``reservation`` only: backfill only work expected to end before the reserved
         task can start (``backfill: strict``); by default also work that fits the slots the reserved task
         leaves spare then (EASY backfilling).
+    :param verify_controller: ``reservation`` only, for tests: at every tick also call
+        :func:`decide_pools` with *every* running, ready and pending task of each pool, as the watermark
+        controller does, and raise ``AssertionError`` when its pool size differs from the simulator's
+        fast walk (which settles common cases inline and passes decide_pools only the tasks that matter).
     :raises CapacityError: a task needs more slots than its pool's capacity.
     :raises ValueError: unknown policy or priority rule, negative interval.
     """
@@ -480,6 +485,45 @@ def simulate(
             pool_size[pool] = decision.pool_size
         if reserving:
             reservation_ticks += 1
+        if verify_controller:
+            check_against_full_decision(now)
+
+    def check_against_full_decision(now: float) -> None:
+        """The decision from every waiting task, built as the watermark controller builds it."""
+        busy = [
+            RunningTask(uid, pools[uid], slots[uid], started[uid] + believed[uid])
+            for uid in running
+            if pools[uid] in capacity
+        ]
+        ready = [
+            ReadyTask(uid, pool, slots[uid], prio[uid], believed[uid], (order[uid],))
+            for pool, lst in ready_lists.items()
+            if pool in capacity
+            for _p, _o, uid in lst
+        ]
+        pend: list[PendingTask] = []
+        for pool, lst in pending_lists.items() if lookahead else ():
+            for _p, _o, uid in lst:
+                known = [started[u] + believed[u] for u in upstream[uid] if u in started]
+                known += [
+                    now + believed[u] for u in upstream[uid] if u not in started and pools[u] not in capacity
+                ]
+                after = tuple(u for u in upstream[uid] if u not in started and pools[u] in capacity)
+                ready_time = max(known) if known else now
+                pend.append(
+                    PendingTask(
+                        uid, pool, slots[uid], prio[uid], believed[uid], (order[uid],), ready_time, after
+                    )
+                )
+        full = decide_pools(
+            now, capacity, busy, ready, backfill=backfill, pending=pend, strict_backfill=strict_backfill
+        )
+        for pool, decision in full.items():
+            if decision.pool_size != pool_size[pool]:
+                raise AssertionError(
+                    f"t={now:g} pool {pool}: the simulator set {pool_size[pool]}, decide_pools over every "
+                    f"waiting task decides {decision.pool_size} ({decision.reason})"
+                )
 
     def admit(now: float) -> None:
         for pool, lst in ready_lists.items():

@@ -279,7 +279,6 @@ def test_deferring_tasks_get_one_quick_retry_for_the_resume_race() -> None:
     """apache/airflow#72716: a trigger that fires at once can have the resumed try failed as a "state
     mismatch"; every deferring task the helpers add retries once, quickly, whatever default_args say."""
     from airflow_gpu_dag.budget import budget_gate
-    from airflow_gpu_dag.sensors._common import RESUME_RACE_RETRIES, RESUME_RACE_RETRY_DELAY
 
     slow = {"retries": 4, "retry_delay": timedelta(minutes=10)}
     with DAG("race", schedule=None, default_args=slow) as dag:
@@ -293,7 +292,6 @@ def test_deferring_tasks_get_one_quick_retry_for_the_resume_race() -> None:
             start_window(train, opens="22:00", closes="06:00"),
             budget_gate(train, gpu_hours_per_pool_day=10),
         ]
-    assert RESUME_RACE_RETRIES == 1 and RESUME_RACE_RETRY_DELAY == timedelta(seconds=5)
     for task in added:
         assert (task.retries, task.retry_delay) == (1, timedelta(seconds=5)), task.task_id
     assert (dag.get_task("train").retries, dag.get_task("prep").retry_delay) == (4, timedelta(minutes=10))

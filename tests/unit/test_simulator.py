@@ -6,6 +6,7 @@ import importlib.util
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -292,3 +293,66 @@ def test_ordered_schedule_is_what_the_controller_realizes(
     assert all(abs(strict.by_id()[t].start - start[t]) <= 1e-9 * max(1.0, planned) for t in start)
     backfilled = simulate(graph, caps, "reservation", priority=lambda g: weights, strict_backfill=True)
     assert backfilled.makespan <= planned + 1e-9 * max(1.0, planned)
+
+
+@st.composite
+def two_pool_dags(draw: st.DrawFn) -> TaskGraph:
+    """Tasks in two capacity pools (``gpu``, ``gpu_b``) and unlimited CPU tasks, any edges."""
+    n = draw(st.integers(2, 18))
+    g = TaskGraph("two_pools")
+    for i in range(n):
+        gpus = draw(st.sampled_from([0, 1, 1, 2, 3, 4]))
+        node = g.add(f"t{i}", draw(st.integers(0, 30)), gpus)
+        node.pool = draw(st.sampled_from(["gpu", "gpu", "gpu_b"] if gpus <= 3 else ["gpu"])) if gpus else None
+    for i in range(1, n):
+        for j in draw(st.lists(st.integers(0, i - 1), max_size=3, unique=True)):
+            g.add_edge(f"t{j}", f"t{i}")
+    return g
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    two_pool_dags(),
+    st.randoms(use_true_random=False),
+    st.sampled_from([0.0, 5.0]),
+    st.sampled_from(["easy", "strict", "off"]),
+    st.booleans(),
+    st.booleans(),
+)
+def test_fast_walk_decides_what_decide_pools_decides_over_every_waiting_task(
+    graph: TaskGraph, rnd: random.Random, interval: float, backfill: str, lookahead: bool, noisy: bool
+) -> None:
+    """The simulator settles most ticks inline and passes decide_pools only the tasks that matter; at
+    every tick its pool sizes equal decide_pools over every running, ready and pending task (what the
+    watermark controller computes), with ties in priority, wrong estimates and two managed pools."""
+    weights = {t: rnd.choice([1, 2, 3, 5, 8]) for t in graph.nodes}  # coarse: many ties
+    estimates = {t: node.duration * rnd.choice([0.5, 1.0, 1.5]) for t, node in graph.nodes.items()}
+    simulate(
+        graph,
+        {"gpu": 4, "gpu_b": 3},
+        "reservation",
+        controller_interval=interval,
+        priority=lambda g: weights,
+        backfill=backfill != "off",
+        strict_backfill=backfill == "strict",
+        lookahead=lookahead,
+        estimates=estimates if noisy else None,
+        verify_controller=True,
+    )
+
+
+def test_verify_controller_catches_a_walk_that_disagrees(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check above can fail: with decide_pools made to answer differently, the simulator says so."""
+    import dataclasses
+
+    from airflow_gpu_dag.core import simulator as simulator_module
+
+    real = simulator_module.decide_pools
+
+    def off_by_one(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        decided = real(*args, **kwargs)
+        return {p: dataclasses.replace(d, pool_size=d.pool_size + 1) for p, d in decided.items()}
+
+    monkeypatch.setattr(simulator_module, "decide_pools", off_by_one)
+    with pytest.raises(AssertionError, match="decide_pools over every waiting task decides"):
+        simulate(_stream_dag(6), {"gpu": 8}, "reservation", verify_controller=True)
