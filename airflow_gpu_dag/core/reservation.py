@@ -22,9 +22,13 @@ slots:
   starts early ahead of ready work that can wait). The reservation holds ``w`` slots for it from its
   ready time on (a 1-slot task too: Airflow cannot hand a slot to a task that is not scheduled), and
   the pool size is ``used + admitted + k``, or ``C`` when no other ready task waits (nothing could take
-  the slots, and ``W`` starts when ready rather than at the next tick). A pending task is passed over
-  when the next ready task has the same priority: a tie is not a plan. An upstream task waiting in the
-  same pool counts as started when the walk admits it (``PendingTask.after``).
+  the slots, and ``W`` starts when ready rather than at the next tick). When nothing starts, slots that
+  free before ``W`` is ready would go to ready work before ``W`` is scheduled (Airflow hands free slots
+  to scheduled tasks); if fewer than ``w`` free by then and that work would hold them past ``W``'s
+  shadow time and the next decision, the pool is ``min(used, C - w)``: they reopen only beyond the
+  ``w`` slots ``W`` needs (always so without backfill). A pending task is passed over when the next
+  ready task has the same priority: a tie is not a plan. An upstream task waiting in the same pool
+  counts as started when the walk admits it (``PendingTask.after``).
 * ``k`` is safe backfill (EASY backfilling) from the tasks after ``W``: from the expected ends of the
   running and admitted tasks, the *shadow time* is when ``w`` slots will be free (not before
   ``ready_at`` for a pending ``W``), and ``extra`` the slots free then beyond ``w``. A backfill of ``k``
@@ -131,6 +135,38 @@ def _is_safe(now: float, shadow: float, extra: int, picked: Sequence[ReadyTask],
     return past_shadow == 0 if strict else past_shadow <= extra
 
 
+def _leak_delays(
+    now: float,
+    running: Sequence[RunningTask],
+    ready_at: float,
+    shadow: float | None,
+    extra: int,
+    others: Sequence[ReadyTask],
+    used: int,
+    closed_below: int,
+    wide: int,
+    strict: bool,
+    next_decision: float | None,
+) -> bool:
+    """Would the slots that free before a pending ``W`` is ready, if left open, go to ready work that
+    delays ``W``? With the pool at ``used`` they reopen as running tasks end; Airflow's greedy admission
+    hands them to ``others`` (the ready tasks after ``W``). Only the slots a pool of
+    ``closed_below = C - w`` would keep closed count; the pick is judged as a backfill from the first
+    of those ends. Closed, they idle until the next decision admits ``W``: so the pick delays ``W`` only
+    when it runs past both the shadow time and ``next_decision`` (None: the next event)."""
+    freed = [
+        (max(now, r.expected_end), r.slots)
+        for r in running
+        if r.expected_end is not None and max(now, r.expected_end) <= ready_at
+    ]
+    slots = min(max(0, used - closed_below), sum(s for _end, s in freed))
+    if shadow is None or slots <= 0 or sum(s for _end, s in freed) >= wide:
+        return False  # nothing to hold, or W fits what frees by then (the first to take it when ready)
+    takers = _greedy_pick(others, slots)
+    horizon = shadow if next_decision is None else max(shadow, next_decision)
+    return bool(takers) and not _is_safe(min(end for end, _s in freed), horizon, extra, takers, strict)
+
+
 def _decide_one(
     now: float,
     pool: str,
@@ -140,6 +176,7 @@ def _decide_one(
     backfill: bool,
     pending: Sequence[PendingTask] = (),
     strict_backfill: bool = False,
+    next_decision: float | None = None,
 ) -> PoolDecision:
     used = sum(r.slots for r in running)
     free = capacity - used
@@ -222,6 +259,30 @@ def _decide_one(
     elif started == 0 and backfill_open == 0 and not is_pending:
         # nothing starts: C - w stays closed whatever ends before the next tick, unless W fits then
         size = capacity - wide
+    elif (
+        started == 0
+        and backfill_open == 0
+        and (
+            not backfill
+            or _leak_delays(
+                now,
+                running,
+                head_ready,
+                shadow,
+                extra,
+                left,
+                used,
+                capacity - wide,
+                wide,
+                strict_backfill,
+                next_decision,
+            )
+        )
+    ):
+        # nothing starts, and the slots that free before W is scheduled would go to ready work that
+        # delays it (Airflow hands free slots to what is scheduled): min(used, C - w) reopens them only
+        # beyond the w that W needs, until the next tick admits it
+        size = min(used, capacity - wide)
     else:
         size = used + started + backfill_open
     size = max(0, min(capacity, size))
@@ -257,14 +318,17 @@ def decide_pools(
     backfill: bool = True,
     pending: Sequence[PendingTask] = (),
     strict_backfill: bool = False,
+    next_decision: float | None = None,
 ) -> dict[str, PoolDecision]:
     """Decide the size of every pool in ``capacity`` (pool -> live capacity ``C``).
 
     ``running`` are the task instances holding slots (running or queued), ``ready`` those in SCHEDULED
     state, ``pending`` (lookahead) those not scheduled yet whose upstream tasks have all started, with
     their expected ready time. Tasks of pools not in ``capacity`` are ignored. With ``backfill=False``
-    a reservation lets nothing through but the tasks ahead of ``W``. The returned pool sizes are never
-    negative and never above ``C``.
+    a reservation lets nothing through but the tasks ahead of ``W``. ``next_decision``: when the
+    controller decides next (``now + interval``; None: at the next event), against which slots left
+    open between two decisions are weighed. The returned pool sizes are never negative and never
+    above ``C``.
     """
     running_by_pool: dict[str, list[RunningTask]] = defaultdict(list)
     for r in running:
@@ -287,5 +351,6 @@ def decide_pools(
             backfill,
             pending_by_pool.get(pool, []),
             strict_backfill,
+            next_decision,
         )
     return decisions

@@ -372,14 +372,22 @@ def simulate(
             upstream_queued(uid)
         bisect.insort(ready_lists.setdefault(pools[uid], []), (-prio[uid], order[uid], uid))
 
+    def next_decision(now: float) -> float | None:
+        """When the controller decides next (None: at the next event, interval 0)."""
+        if controller_interval <= 0:
+            return None
+        return (math.floor(now / controller_interval) + 1) * controller_interval
+
     def controller(now: float) -> None:
         """One controller tick: :func:`decide_pools` for every capacity pool.
 
         The walk over the waiting tasks is done here first; the common cases are settled without
         building its inputs, with the same outcome (no task blocked: pool = C; a ready 1-slot head:
-        pool = C; nothing can start and nothing can be backfilled: C - w, or the slots in use for a
-        pending head). Otherwise decide_pools gets the tasks that can matter: those ahead of the head,
-        the head and the backfill candidates after it.
+        pool = C; nothing can start and nothing can be backfilled for a ready head: C - w; without
+        backfill, for a pending head: min(used, C - w)). Otherwise decide_pools gets the tasks that
+        can matter: those ahead of the head, the head and the backfill candidates after it (for a
+        pending head, those for up to C slots: it also judges what would take slots freed before the
+        head is ready).
         """
         nonlocal ticks, reservation_ticks
         ticks += 1
@@ -441,10 +449,11 @@ def simulate(
             if is_pending and len(ready_lst) == len(ahead):
                 pool_size[pool] = cap  # as decide_pools: nothing else waits (no task exceeds cap here)
                 continue
-            if remaining <= 0 or not backfill:
-                started_now = free - remaining
+            started_now = free - remaining
+            if (remaining <= 0 or not backfill) and not (is_pending and backfill and started_now == 0):
+                # min(used, C - w) is C - w for a ready head that does not fit
                 pool_size[pool] = (
-                    cap - slots[head] if (started_now == 0 and not is_pending) else used[pool] + started_now
+                    min(used[pool], cap - slots[head]) if started_now == 0 else used[pool] + started_now
                 )
                 continue
             # backfill candidates: ready tasks after the head (pending ones are never admitted)
@@ -454,7 +463,9 @@ def simulate(
                 if u not in pending_set and slots[u] <= cap
             )
             cut = [ReadyTask(u, pool, slots[u], prio[u], believed[u], (order[u],)) for u in ahead]
-            candidates = backfill_candidates(after_ready, remaining)
+            # a pending head: decide_pools also judges what would take the slots freed before it is
+            # ready, with up to C - w of them
+            candidates = backfill_candidates(after_ready, cap if is_pending else remaining)
             cut += candidates
             # one ready task beyond the candidates, if any: decide_pools must know something is left
             chosen = {t.key for t in candidates}
@@ -480,7 +491,14 @@ def simulate(
                 if pools[uid] == pool
             ]
             decision: PoolDecision = decide_pools(
-                now, {pool: cap}, busy, cut, backfill=backfill, pending=pend, strict_backfill=strict_backfill
+                now,
+                {pool: cap},
+                busy,
+                cut,
+                backfill=backfill,
+                pending=pend,
+                strict_backfill=strict_backfill,
+                next_decision=next_decision(now),
             )[pool]
             pool_size[pool] = decision.pool_size
         if reserving:
@@ -516,7 +534,14 @@ def simulate(
                     )
                 )
         full = decide_pools(
-            now, capacity, busy, ready, backfill=backfill, pending=pend, strict_backfill=strict_backfill
+            now,
+            capacity,
+            busy,
+            ready,
+            backfill=backfill,
+            pending=pend,
+            strict_backfill=strict_backfill,
+            next_decision=next_decision(now),
         )
         for pool, decision in full.items():
             if decision.pool_size != pool_size[pool]:

@@ -278,7 +278,14 @@ class WatermarkController:
                 ahead = [p for p in pending if p.pool in group]
                 decisions.update(
                     decide_pools(
-                        now, group, running, ready, backfill=backfill, pending=ahead, strict_backfill=strict
+                        now,
+                        group,
+                        running,
+                        ready,
+                        backfill=backfill,
+                        pending=ahead,
+                        strict_backfill=strict,
+                        next_decision=now + self.config.interval,
                     )
                 )
 

@@ -322,3 +322,46 @@ def test_pending_task_behind_an_upstream_started_now() -> None:
     blocked = PendingTask("train", "gpu", 4, 8, 100.0, (1,), ready_at=0.0, after=("elsewhere",))
     d = decide_pools(0.0, {"gpu": 4}, [], [init, filler], pending=[blocked])["gpu"]
     assert d.reserved_for is None and d.admitted == ("init", "filler")
+
+
+def _between_ticks(
+    size: int, running: list[RunningTask], ended: set[str], waiting: list[ReadyTask]
+) -> list[str]:
+    """What Airflow starts after the tasks in ``ended`` finished, before the next decision (the pending
+    task is not scheduled yet, so only ``waiting`` competes)."""
+    used = sum(r.slots for r in running if r.key not in ended)
+    return [x.key for x in stock_admission(waiting, {"gpu": size - used}, {"gpu": size})]
+
+
+def test_slots_freed_before_a_pending_task_is_ready_are_held_when_they_would_delay_it() -> None:
+    """ "prep" (1 slot) ends at 5 and makes "wide" (4 slots) ready; three 1-slot tasks run until 8. A
+    600-s task would take prep's slot between two ticks and hold it past 8: the pool is C - w = 0."""
+    running = [run("prep", 1, 5.0), *(run(f"s{i}", 1, 8.0) for i in range(3))]
+    wide = PendingTask("wide", "gpu", 4, 100, 60.0, (0,), ready_at=5.0)
+    long = [ready("long", 1, 1, duration=600.0, order=1)]
+    d = decide_pools(0.0, {"gpu": 4}, running, long, pending=[wide], next_decision=2.0)["gpu"]
+    assert d.reserved_for == "wide" and d.shadow_time == 8.0 and d.pool_size == 0
+    assert _between_ticks(d.pool_size, running, {"prep"}, long) == []
+    # the same pool sized to what runs (4) would hand prep's slot to "long"
+    assert _between_ticks(4, running, {"prep"}, long) == ["long"]
+
+
+def test_slots_freed_before_a_pending_task_is_ready_stay_open_when_harmless() -> None:
+    running = [run("prep", 1, 5.0), *(run(f"s{i}", 1, 8.0) for i in range(3))]
+    wide = PendingTask("wide", "gpu", 4, 100, 60.0, (0,), ready_at=5.0)
+    # work that ends by the shadow time (8) may take the slot: pool = what runs
+    short = [ready("short", 1, 1, duration=2.0, order=1)]
+    assert (
+        decide_pools(0.0, {"gpu": 4}, running, short, pending=[wide], next_decision=2.0)["gpu"].pool_size == 4
+    )
+    # the next decision is far away (60-s tick): what the slot idles until then costs more than a 30-s
+    # task delays "wide" past it, so the slot stays open
+    medium = [ready("medium", 1, 1, duration=30.0, order=1)]
+    far = decide_pools(0.0, {"gpu": 4}, running, medium, pending=[wide], next_decision=60.0)["gpu"]
+    near = decide_pools(0.0, {"gpu": 4}, running, medium, pending=[wide], next_decision=2.0)["gpu"]
+    assert (far.pool_size, near.pool_size) == (4, 0)
+    # enough slots free by the time "wide" is ready: it takes them first (Airflow admits by priority)
+    narrow = PendingTask("narrow", "gpu", 1, 100, 60.0, (0,), ready_at=5.0)
+    long = [ready("long", 1, 1, duration=600.0, order=1)]
+    d = decide_pools(0.0, {"gpu": 4}, running, long, pending=[narrow], next_decision=2.0)["gpu"]
+    assert d.reserved_for == "narrow" and d.pool_size == 4

@@ -356,3 +356,24 @@ def test_verify_controller_catches_a_walk_that_disagrees(monkeypatch: pytest.Mon
     monkeypatch.setattr(simulator_module, "decide_pools", off_by_one)
     with pytest.raises(AssertionError, match="decide_pools over every waiting task decides"):
         simulate(_stream_dag(6), {"gpu": 8}, "reservation", verify_controller=True)
+
+
+def test_slots_a_pending_task_waits_for_stay_closed_between_ticks() -> None:
+    """#29474 between two ticks: "prep" (1 GPU) runs, "wide" (4 GPUs, first in priority) waits for it,
+    1-GPU tasks are ready. When "prep" ends at t=25 the next tick is at t=30; the pool must not hand the
+    slot "prep" frees to a 600-s small task meanwhile (a pool of "what runs" would: Airflow gives free
+    slots to what is scheduled, and "wide" is not yet)."""
+    tasks = {"prep": (25.0, 1), "wide": (100.0, 4)} | {f"small{i}": (600.0, 1) for i in range(3)}
+    graph = graphs.gpu_graph(tasks, [("prep", "wide")])
+    weights = {"prep": 10, "wide": 9, "small0": 1, "small1": 1, "small2": 1}
+    result = simulate(
+        graph,
+        {"gpu": 4},
+        "reservation",
+        controller_interval=10.0,
+        priority=lambda g: weights,
+        verify_controller=True,
+    )
+    by_id = result.by_id()
+    assert by_id["wide"].start == 30.0  # the first tick after "prep" ended
+    assert min(by_id[f"small{i}"].start for i in range(3)) == 130.0  # after "wide", nothing slipped in
