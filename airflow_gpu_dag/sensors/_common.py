@@ -12,8 +12,9 @@ __all__ = ["RESUME_RACE_RETRIES", "RESUME_RACE_RETRY_DELAY", "require_timeout", 
 #: the executor's "success" for the worker's defer exit is drained only after the resumed try is
 #: queued or running, and the scheduler takes it for an external kill ("state mismatch"). One quick
 #: retry runs ``execute()`` again, which checks before it defers, so a met condition succeeds at once.
-#: Intended failures (sensor timeouts, missed windows, exhausted budgets) raise
-#: ``AirflowSensorTimeout`` / ``AirflowFailException`` and are never retried.
+#: Intended failures (sensor timeouts, a missed window with ``on_missed="fail"``) raise
+#: ``AirflowSensorTimeout`` / ``AirflowFailException`` and are never retried. A retried sensor starts
+#: its timeout again.
 RESUME_RACE_RETRIES = 1
 #: Delay before that retry (Airflow's default of 5 minutes would hold the whole chain back).
 RESUME_RACE_RETRY_DELAY = timedelta(seconds=5)
