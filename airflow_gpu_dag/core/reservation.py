@@ -159,8 +159,9 @@ def _leak_delays(
         for r in running
         if r.expected_end is not None and max(now, r.expected_end) <= ready_at
     ]
-    slots = min(max(0, used - closed_below), sum(s for _end, s in freed))
-    if shadow is None or slots <= 0 or sum(s for _end, s in freed) >= wide:
+    freed_slots = sum(s for _end, s in freed)
+    slots = min(max(0, used - closed_below), freed_slots)
+    if shadow is None or slots <= 0 or freed_slots >= wide:
         return False  # nothing to hold, or W fits what frees by then (the first to take it when ready)
     takers = _greedy_pick(others, slots)
     horizon = shadow if next_decision is None else max(shadow, next_decision)

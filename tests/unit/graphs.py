@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+
+from hypothesis import strategies as st
 
 from airflow_gpu_dag.core.graph import TaskGraph
 
@@ -17,4 +19,27 @@ def gpu_graph(
         node.pool = "gpu" if gpus else None
     for up, down in edges:
         graph.add_edge(up, down)
+    return graph
+
+
+def draw_task_graph(
+    draw: st.DrawFn,
+    dag_id: str,
+    sizes: tuple[int, int],
+    gpus: Sequence[int],
+    max_duration: int,
+    pool: Callable[[st.DrawFn, int], str] | None = None,
+) -> TaskGraph:
+    """A random DAG for hypothesis: ``sizes`` (min, max) tasks ``t0..``, each with a GPU count from
+    ``gpus`` and an integer duration up to ``max_duration``; a task with GPUs holds them in ``pool(draw,
+    gpus)`` (default ``gpu``), one without runs unlimited; each task gets up to 3 earlier upstream tasks."""
+    n = draw(st.integers(*sizes))
+    graph = TaskGraph(dag_id)
+    for i in range(n):
+        count = draw(st.sampled_from(list(gpus)))
+        node = graph.add(f"t{i}", draw(st.integers(0, max_duration)), count)
+        node.pool = (pool(draw, count) if pool else "gpu") if count else None
+    for i in range(1, n):
+        for j in draw(st.lists(st.integers(0, i - 1), max_size=3, unique=True)):
+            graph.add_edge(f"t{j}", f"t{i}")
     return graph

@@ -29,7 +29,7 @@ from airflow_gpu_dag.core.priority import (
     work_weights,
 )
 from airflow_gpu_dag.core.simulator import simulate
-from tests.unit.graphs import gpu_graph
+from tests.unit.graphs import draw_task_graph, gpu_graph
 
 DIAMOND = gpu_graph(
     {"a": (10, 1), "b": (5, 8), "c": (20, 1), "d": (1, 1), "e": (3, 1)},
@@ -106,16 +106,7 @@ def _feasible(graph: TaskGraph, cap: int, start: dict[str, float]) -> None:
 
 @st.composite
 def random_dags(draw: st.DrawFn) -> TaskGraph:
-    n = draw(st.integers(1, 18))
-    g = TaskGraph("random")
-    for i in range(n):
-        gpus = draw(st.sampled_from([0, 1, 1, 2, 4, 8]))
-        node = g.add(f"t{i}", draw(st.integers(0, 40)), gpus)
-        node.pool = "gpu" if gpus else None
-    for i in range(1, n):
-        for j in draw(st.lists(st.integers(0, i - 1), max_size=3, unique=True)):
-            g.add_edge(f"t{j}", f"t{i}")
-    return g
+    return draw_task_graph(draw, "random", (1, 18), [0, 1, 1, 2, 4, 8], 40)
 
 
 @settings(max_examples=120, deadline=None)

@@ -136,16 +136,7 @@ def test_cpu_tasks_are_unlimited_unless_their_pool_has_capacity() -> None:
 
 @st.composite
 def random_dags(draw: st.DrawFn) -> TaskGraph:
-    n = draw(st.integers(1, 25))
-    g = TaskGraph("random")
-    for i in range(n):
-        gpus = draw(st.sampled_from([0, 1, 1, 1, 2, 4, 8]))
-        node = g.add(f"t{i}", draw(st.integers(0, 50)), gpus)
-        node.pool = "gpu" if gpus else None
-    for i in range(n):
-        for j in draw(st.lists(st.integers(0, max(0, i - 1)), max_size=3, unique=True)) if i else []:
-            g.add_edge(f"t{j}", f"t{i}")
-    return g
+    return graphs.draw_task_graph(draw, "random", (1, 25), [0, 1, 1, 1, 2, 4, 8], 50)
 
 
 @settings(max_examples=150, deadline=None)
@@ -297,17 +288,12 @@ def test_ordered_schedule_is_what_the_controller_realizes(
 
 @st.composite
 def two_pool_dags(draw: st.DrawFn) -> TaskGraph:
-    """Tasks in two capacity pools (``gpu``, ``gpu_b``) and unlimited CPU tasks, any edges."""
-    n = draw(st.integers(2, 18))
-    g = TaskGraph("two_pools")
-    for i in range(n):
-        gpus = draw(st.sampled_from([0, 1, 1, 2, 3, 4]))
-        node = g.add(f"t{i}", draw(st.integers(0, 30)), gpus)
-        node.pool = draw(st.sampled_from(["gpu", "gpu", "gpu_b"] if gpus <= 3 else ["gpu"])) if gpus else None
-    for i in range(1, n):
-        for j in draw(st.lists(st.integers(0, i - 1), max_size=3, unique=True)):
-            g.add_edge(f"t{j}", f"t{i}")
-    return g
+    """Tasks in two capacity pools (``gpu``, ``gpu_b`` of 3 slots) and unlimited CPU tasks, any edges."""
+
+    def pool(draw: st.DrawFn, gpus: int) -> str:
+        return draw(st.sampled_from(["gpu", "gpu", "gpu_b"] if gpus <= 3 else ["gpu"]))
+
+    return graphs.draw_task_graph(draw, "two_pools", (2, 18), [0, 1, 1, 2, 3, 4], 30, pool)
 
 
 @settings(max_examples=300, deadline=None)
