@@ -18,12 +18,13 @@ the DAG, the task and the fix, and ``airflow gpu-dag lint`` reports the same.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_duration
 
-__all__ = ["HINTS_KEY", "control_task_hints", "gpu_hints", "merge_hints", "read_hints"]
+__all__ = ["HINTS_KEY", "control_task_hints", "duration_hint", "gpu_hints", "merge_hints", "read_hints"]
 
 #: The key under ``executor_config`` that holds this provider's hints.
 HINTS_KEY = "gpu_dag"
@@ -114,3 +115,27 @@ def read_hints(executor_config: object) -> dict[str, Any]:
         if isinstance(hints, Mapping):
             return dict(hints)
     return {}
+
+
+def duration_hint(executor_config: object) -> float | None:
+    """The ``gpu_dag.duration_s`` hint from a task instance's ``executor_config``.
+
+    The REST API returns ``executor_config`` as ``str(dict)``; it is read with ``ast.literal_eval``
+    (never ``eval``). None when absent or unreadable.
+    """
+    config: object = executor_config
+    if isinstance(config, str):
+        try:
+            config = ast.literal_eval(config) if config.strip() else {}
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return None
+    if not isinstance(config, Mapping):
+        return None
+    hints = config.get(HINTS_KEY)
+    if not isinstance(hints, Mapping):
+        return None
+    try:
+        value = float(hints["duration_s"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return value if value >= 0 else None

@@ -113,7 +113,7 @@ PACKING_PLAN_MAX_TASKS = 3000
 def _plan_policy() -> str:
     """``[gpu_dag] plan_policy``: ``reservation`` (default: the watermark controller reserves) or
     ``greedy`` (stock pool admission)."""
-    from airflow_gpu_dag.config import conf_get
+    from airflow_gpu_dag.settings import conf_get
 
     raw = conf_get("plan_policy", "reservation") or "reservation"
     return "critical_path" if raw.strip().lower() in ("greedy", "stock", "critical_path") else "reservation"
@@ -122,7 +122,7 @@ def _plan_policy() -> str:
 def _plan_search_budget() -> int:
     """``[gpu_dag] plan_search_budget``: simulated tasks the planner's local search may spend (0, the
     default, turns it off; ``core.priority.SEARCH_BUDGET`` = 60000 is the measured setting)."""
-    from airflow_gpu_dag.config import conf_get
+    from airflow_gpu_dag.settings import conf_get
 
     raw = conf_get("plan_search_budget", "0") or "0"
     try:
@@ -135,14 +135,14 @@ def _plan_search_budget() -> int:
 def _plan_strict_backfill() -> bool:
     """``[gpu_dag] plan_backfill``: ``strict`` when the watermark controller's pools use
     ``backfill: strict`` (the plan is made for that controller); anything else plans for the default."""
-    from airflow_gpu_dag.config import conf_get
+    from airflow_gpu_dag.settings import conf_get
 
     return (conf_get("plan_backfill", "easy") or "easy").strip().lower() == "strict"
 
 
 def _packing_weights(dag: Any) -> dict[str, int]:
-    from airflow_gpu_dag.config import pool_capacities
     from airflow_gpu_dag.core.priority import packing_weights_plan, width_aware_weights
+    from airflow_gpu_dag.settings import pool_capacities
 
     graph, _ = build_task_graph(dag)
     configured = pool_capacities() or {}

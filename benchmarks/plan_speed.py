@@ -72,11 +72,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     opts = parser.parse_args()
 
-    from airflow_gpu_dag.airflow.graph import build_task_graph
+    from airflow_gpu_dag.airflow.graph import build_task_graph, plan_dag
     from airflow_gpu_dag.cli.definition import get_parser
     from airflow_gpu_dag.cli.loading import find_dag
     from airflow_gpu_dag.cli.render import plan_table
-    from airflow_gpu_dag.plan import plan_dag
     from airflow_gpu_dag.plugins.critical_path_page.data import pool_views, predicted_schedules
     from airflow_gpu_dag.plugins.critical_path_page.layout import graph_svg
 

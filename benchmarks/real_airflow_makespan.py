@@ -33,12 +33,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from workloads import graph_from_tasks
+
 from airflow_gpu_dag.core.simulator import simulate
-from airflow_gpu_dag.core.workloads import graph_from_tasks
+from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, parse_time
 from airflow_gpu_dag.testing import AirflowCluster
 from airflow_gpu_dag.watermark.config import parse_config
 from airflow_gpu_dag.watermark.controller import WatermarkController
-from airflow_gpu_dag.watermark.pool_client import AirflowRestClient, parse_time
 
 POOL = "gpu"
 

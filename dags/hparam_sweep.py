@@ -27,7 +27,7 @@ import numpy as np
 from airflow.sdk import DAG, Param, get_current_context, task
 
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
-from airflow_gpu_dag.edges import cleanup
+from airflow_gpu_dag.authoring import cleanup
 
 DAG_ID = "hparam_sweep"
 #: GPUs each trial is declared with (its pool slots); ``gpus`` in the conf may use fewer.

@@ -37,9 +37,7 @@ from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, Param, TaskGroup
 
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
-from airflow_gpu_dag.budget import budget_gate
-from airflow_gpu_dag.edges import cleanup, data_edge, validation_edge
-from airflow_gpu_dag.fallback import Rung, fallback_ladder
+from airflow_gpu_dag.authoring import Rung, budget_gate, cleanup, data_edge, fallback_ladder, validation_edge
 from airflow_gpu_dag.operators import GpuPythonOperator
 
 DAG_ID = "llm_pipeline"

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_gpu_dag.config import default_duration_seconds
 from airflow_gpu_dag.core.graph import TaskGraph, TaskNode
+from airflow_gpu_dag.core.plan import Plan, build_plan
 from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_duration
 from airflow_gpu_dag.core.validation import ERROR, Finding
 from airflow_gpu_dag.hints import read_hints
+from airflow_gpu_dag.settings import default_duration_seconds
 
-__all__ = ["build_task_graph", "priority_rule_of"]
+__all__ = ["build_task_graph", "plan_dag", "priority_rule_of"]
 
 #: Our weight-rule classes and the simulator's name for the rule each applies.
 _RULES = {"CriticalPathPriorityStrategy": "critical_path", "PackingPriorityStrategy": "packing"}
@@ -147,3 +148,10 @@ def _read_node(
         awaits=tuple(str(p) for p in hints.get("awaits", ()) or ()),
         duration_declared=declared,
     )
+
+
+def plan_dag(dag: Any, default_duration: float | None = None) -> Plan:
+    """Plan an Airflow DAG (authoring ``DAG`` or ``SerializedDAG``); findings made while reading
+    its hints (bad estimates, bad GPU requests) are kept on the plan."""
+    graph, findings = build_task_graph(dag, default_duration=default_duration)
+    return build_plan(graph, findings)

@@ -1,18 +1,20 @@
-"""GPU-hour budget caps per DAG run and per pool per day; a gate defers the next GPU task when
-a cap is reached (holding no worker and no GPU) until the cap is raised or the day resets."""
+"""GPU-hour budgets at run time: the usage ledger and the cap check with run-time overrides.
+
+The caps themselves are pure (:mod:`airflow_gpu_dag.core.budget`); the gate is
+:class:`airflow_gpu_dag.operators.budget.BudgetGateOperator`, added by
+:func:`airflow_gpu_dag.authoring.budget_gate`.
+"""
 
 from __future__ import annotations
 
-from airflow_gpu_dag.budget.gate import BudgetCap, BudgetDecision, BudgetGateOperator, budget_gate, evaluate
-from airflow_gpu_dag.budget.ledger import BudgetUsage, read_usage, usage_ledger_path
+from airflow_gpu_dag.budget.check import check_budget, effective_cap, pool_variable, run_variable
+from airflow_gpu_dag.budget.ledger import read_usage, usage_ledger_path
 
 __all__ = [
-    "BudgetCap",
-    "BudgetDecision",
-    "BudgetGateOperator",
-    "BudgetUsage",
-    "budget_gate",
-    "evaluate",
+    "check_budget",
+    "effective_cap",
+    "pool_variable",
     "read_usage",
+    "run_variable",
     "usage_ledger_path",
 ]

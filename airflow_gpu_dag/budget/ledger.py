@@ -9,11 +9,11 @@ when its lease ends.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from airflow_gpu_dag.config import conf_get
+from airflow_gpu_dag.core.budget import BudgetUsage
 from airflow_gpu_dag.gpu.usage import USAGE_FILE, UsageLedger, gpu_seconds_by_dag_run, gpu_seconds_by_pool_day
+from airflow_gpu_dag.settings import conf_get
 
 __all__ = ["BudgetUsage", "read_usage", "usage_ledger_path"]
 
@@ -29,23 +29,6 @@ def usage_ledger_path(explicit: str | os.PathLike[str] | None = None) -> str | N
     if lease_dir:
         return os.path.join(lease_dir, USAGE_FILE)
     return None
-
-
-@dataclass(frozen=True)
-class BudgetUsage:
-    """GPU-seconds used so far by one DAG run and by one pool on one UTC day."""
-
-    run_gpu_seconds: float
-    pool_day_gpu_seconds: float
-    day: str
-
-    @property
-    def run_gpu_hours(self) -> float:
-        return self.run_gpu_seconds / 3600.0
-
-    @property
-    def pool_day_gpu_hours(self) -> float:
-        return self.pool_day_gpu_seconds / 3600.0
 
 
 def today(now: float | None = None) -> str:

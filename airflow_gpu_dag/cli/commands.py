@@ -83,7 +83,7 @@ def parse_pool_args(values: Sequence[str] | None, option: str = "--pool") -> dic
 
 
 def _configured_pools() -> dict[str, int]:
-    from airflow_gpu_dag.config import pool_capacities
+    from airflow_gpu_dag.settings import pool_capacities
 
     return dict(pool_capacities() or {})
 
@@ -125,7 +125,7 @@ def lint_dags(loaded: LoadedDags, policy: ValidationPolicy) -> LintReport:
     """Validate every loaded DAG. GPU DAGs (using this provider's hints or weight rule) get every
     check; other DAGs only the cycle check."""
     from airflow_gpu_dag.airflow.graph import build_task_graph
-    from airflow_gpu_dag.policies import uses_provider
+    from airflow_gpu_dag.airflow.policy import uses_provider
 
     report = LintReport(
         paths=loaded.paths,
@@ -163,7 +163,7 @@ def lint_dags(loaded: LoadedDags, policy: ValidationPolicy) -> LintReport:
 @_quiet
 def lint(args: argparse.Namespace) -> None:
     """``airflow gpu-dag lint [PATH ...]``."""
-    from airflow_gpu_dag.config import max_gpus_per_host
+    from airflow_gpu_dag.settings import max_gpus_per_host
 
     pools = _configured_pools()
     pools.update(parse_pool_args(args.pools))
@@ -206,7 +206,7 @@ def lint(args: argparse.Namespace) -> None:
 @_quiet
 def plan(args: argparse.Namespace) -> None:
     """``airflow gpu-dag plan DAG_ID [--file PATH]``."""
-    from airflow_gpu_dag.plan import plan_dag
+    from airflow_gpu_dag.airflow.graph import plan_dag
 
     json_output = args.output == "json"
     err = render.error_console()
@@ -274,9 +274,9 @@ def _simulation_capacity(graph: Any, given: Mapping[str, int]) -> dict[str, int]
 def simulate(args: argparse.Namespace) -> None:
     """``airflow gpu-dag simulate DAG_ID --capacity POOL=N ... [--gantt out.html]``."""
     from airflow_gpu_dag.airflow.graph import build_task_graph
-    from airflow_gpu_dag.cli.gantt import GanttChart, bars_from_schedule, write_gantt
     from airflow_gpu_dag.core.critical_path import analyze
     from airflow_gpu_dag.core.simulator import simulate as run_simulation
+    from airflow_gpu_dag.rendering.gantt import GanttChart, bars_from_schedule, write_gantt
 
     json_output = args.output == "json"
     err = render.error_console()

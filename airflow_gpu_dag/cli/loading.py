@@ -17,7 +17,7 @@ from typing import Any
 
 __all__ = ["DagLoadError", "LoadedDags", "find_dag", "load_dags"]
 
-_PROVIDER_POLICY_MODULE = "airflow_gpu_dag.policies"
+_PROVIDER_POLICY_MODULE = "airflow_gpu_dag.airflow.policy"
 
 
 class DagLoadError(LookupError):

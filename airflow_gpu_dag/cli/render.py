@@ -13,9 +13,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from airflow_gpu_dag.core.plan import Plan
 from airflow_gpu_dag.core.resources import format_duration
 from airflow_gpu_dag.core.validation import Finding
-from airflow_gpu_dag.plan import Plan
 
 __all__ = [
     "PlainTable",

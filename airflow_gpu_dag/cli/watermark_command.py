@@ -132,7 +132,7 @@ def watermark(args: argparse.Namespace) -> None:
         )
         controller.run(stop)
     finally:
-        if controller.lease is not None and getattr(args, "once", False):
-            controller.lease.release()
+        if controller.leader_lock is not None and getattr(args, "once", False):
+            controller.leader_lock.release()
         client.close()
         sys.stdout.flush()

@@ -309,7 +309,7 @@ def find_hidden_dependencies(graph: TaskGraph) -> list[Finding]:
             f"overlaps {dep.writer_path!r} written by {dep.writer!r}, with no dependency between the two "
             "tasks.",
             f"add the edge {dep.writer} >> {dep.other}, or a completeness sensor on the dataset "
-            "(airflow_gpu_dag.edges.fix_hidden_dependencies does either).",
+            "(airflow_gpu_dag.authoring.fix_hidden_dependencies does either).",
         )
         for dep in hidden_dependency_pairs(graph)
     ]

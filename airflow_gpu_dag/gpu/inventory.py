@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from airflow_gpu_dag.core.pools import normalize_gpu_type, pool_sizes_for_devices
 from airflow_gpu_dag.core.resources import EstimateError, format_memory, parse_memory_mib
-from airflow_gpu_dag.pools import normalize_gpu_type, pool_sizes_for_devices
 
 __all__ = [
     "AUTO",
@@ -392,7 +392,7 @@ def _nvml_device(pynvml: Any, index: int) -> GpuDevice:
 # -- configuration ----------------------------------------------------------------------------------
 def configured_inventory_source() -> str:
     """``[gpu_dag] inventory_source``: ``auto`` (default), ``nvml`` or ``static``."""
-    from airflow_gpu_dag.config import conf_get
+    from airflow_gpu_dag.settings import conf_get
 
     raw = (conf_get("inventory_source", AUTO) or AUTO).strip().lower()
     if raw not in SOURCES:
@@ -402,7 +402,7 @@ def configured_inventory_source() -> str:
 
 def configured_inventory_spec() -> str | None:
     """``[gpu_dag] inventory`` (static inventory text), or None when unset."""
-    from airflow_gpu_dag.config import conf_get
+    from airflow_gpu_dag.settings import conf_get
 
     raw = conf_get("inventory", None)
     return raw.strip() if raw and raw.strip() else None

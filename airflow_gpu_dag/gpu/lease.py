@@ -183,7 +183,7 @@ class LeaseSettings:
     def from_config(cls, **overrides: Any) -> LeaseSettings:
         """Settings from ``[gpu_dag]`` (``lease_dir``, ``lease_ttl``, ``lease_heartbeat``,
         ``lease_poll_interval``, ``lease_wait_timeout``), then ``overrides``."""
-        from airflow_gpu_dag.config import conf_get
+        from airflow_gpu_dag.settings import conf_get
 
         def seconds(key: str, default: float) -> float:
             raw = conf_get(key, None)

@@ -17,7 +17,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_gpu_dag.watermark.pool_client import AirflowRestClient
+from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
 
 __all__ = ["DEFAULT_CONN_ID", "AirflowApiHook", "base_url_of"]
 

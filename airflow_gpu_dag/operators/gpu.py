@@ -42,7 +42,7 @@ from airflow.providers.standard.operators.bash import BashOperator
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
-from airflow_gpu_dag.config import max_gpus_per_host, pool_capacities
+from airflow_gpu_dag.core.pools import normalize_gpu_type, pool_for_gpu_type
 from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, format_memory, parse_duration
 from airflow_gpu_dag.gpu.inventory import (
     GpuInventory,
@@ -54,7 +54,7 @@ from airflow_gpu_dag.gpu.inventory import (
 )
 from airflow_gpu_dag.gpu.lease import Lease, LeaseError, LeaseLost, LeaseManager, LeaseOwner, LeaseSettings
 from airflow_gpu_dag.hints import HINTS_KEY, gpu_hints, read_hints
-from airflow_gpu_dag.pools import normalize_gpu_type, pool_for_gpu_type
+from airflow_gpu_dag.settings import max_gpus_per_host, pool_capacities
 
 __all__ = [
     "GpuBashOperator",

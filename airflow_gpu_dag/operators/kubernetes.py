@@ -41,8 +41,8 @@ What it sets (merged into anything you pass, never replacing it):
 A pod that is not *scheduled* within ``schedule_timeout_seconds`` (no node with free GPUs, a Kueue
 gate that was not lifted, a Volcano gang that does not fit) is deleted — whatever
 ``on_finish_action`` says, so it cannot start later and take GPUs a fallback needs — and the task
-fails with :class:`GpuPodNotScheduled` (a :class:`~airflow_gpu_dag.fallback.NotStartedInTime`:
-no retries, and the reason recorded for :func:`~airflow_gpu_dag.fallback.fallback_ladder`). A pod
+fails with :class:`GpuPodNotScheduled` (a :class:`~airflow_gpu_dag.operators.fallback.NotStartedInTime`:
+no retries, and the reason recorded for :func:`~airflow_gpu_dag.authoring.fallback.fallback_ladder`). A pod
 that was scheduled but did not start (image pull, ...) fails as in the provider, with retries.
 """
 
@@ -62,8 +62,8 @@ from airflow.providers.cncf.kubernetes.utils.pod_manager import PodLaunchTimeout
 from airflow.sdk.exceptions import AirflowException
 from kubernetes.client import models as k8s
 
+from airflow_gpu_dag.core.pools import pool_for_gpu_type
 from airflow_gpu_dag.core.resources import EstimateError
-from airflow_gpu_dag.fallback import NotStartedInTime, mark_not_started
 from airflow_gpu_dag.hints import gpu_hints
 from airflow_gpu_dag.kubernetes.kueue import KueueError, kueue_pod_metadata
 from airflow_gpu_dag.kubernetes.pod_spec import (
@@ -82,7 +82,7 @@ from airflow_gpu_dag.kubernetes.volcano import (
     gang_podgroup_name,
     podgroup_manifest,
 )
-from airflow_gpu_dag.pools import pool_for_gpu_type
+from airflow_gpu_dag.operators.fallback import NotStartedInTime, mark_not_started
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -219,7 +219,7 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
     :param kueue_priority_class: a Kueue ``WorkloadPriorityClass``.
     """
 
-    #: Read by :func:`airflow_gpu_dag.fallback.fallback_ladder`: this task reports "not started"
+    #: Read by :func:`airflow_gpu_dag.authoring.fallback.fallback_ladder`: this task reports "not started"
     #: itself (pod not scheduled), and its ``schedule_timeout_seconds`` is the rung's deadline.
     reports_not_started = True
 

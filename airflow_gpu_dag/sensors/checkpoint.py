@@ -18,7 +18,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowSensorTimeout
 
-from airflow_gpu_dag.completeness import StableSize, parse_completeness
+from airflow_gpu_dag.datasets.completeness import StableSize, parse_completeness
 from airflow_gpu_dag.hints import control_task_hints
 from airflow_gpu_dag.sensors._common import require_timeout, resume_race_retry
 from airflow_gpu_dag.triggers.checkpoint import checkpoint_regex, find_checkpoint

@@ -7,7 +7,7 @@
 
 Deferrable by default: the wait runs in ``airflow triggerer`` and holds no worker slot. The task's
 XCom return value is ``{"path", "fallback", "reason"}``; consumers read the path from it
-(:func:`airflow_gpu_dag.edges.data.dataset_path`).
+(:func:`airflow_gpu_dag.authoring.data.dataset_path`).
 
 Last good artifact (opt-in, ``fallback_to_last_good=True`` with ``producer_task_id`` and ``asset``):
 the sensor runs even when the producer failed (trigger rule ``all_done``); then it takes the newest
@@ -27,7 +27,7 @@ from typing import Any
 from airflow.sdk import Asset, BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
-from airflow_gpu_dag.completeness import (
+from airflow_gpu_dag.datasets.completeness import (
     CompletenessResult,
     StabilityTracker,
     StableSize,
@@ -49,7 +49,7 @@ class DatasetCompleteSensor(BaseSensorOperator):
 
     :param path: local path or URL (``file://``, ``s3://``, ``memory://``); templated.
     :param completeness: ``"marker"`` (``_SUCCESS``), ``"manifest"``, ``"stable"`` or a rule object
-        (:class:`~airflow_gpu_dag.completeness.Marker`, ``Manifest``, ``StableSize(period=...)``).
+        (:class:`~airflow_gpu_dag.datasets.completeness.Marker`, ``Manifest``, ``StableSize(period=...)``).
     :param timeout: required: seconds or timedelta to wait before failing with a clear message.
     :param conn_id: Airflow connection for object storage.
     :param asset: the Asset this dataset is; emitted (with the path) when it is complete.

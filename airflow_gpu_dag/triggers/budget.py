@@ -46,7 +46,8 @@ class BudgetTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from asgiref.sync import sync_to_async
 
-        from airflow_gpu_dag.budget.gate import BudgetCap, check_budget
+        from airflow_gpu_dag.budget.check import check_budget
+        from airflow_gpu_dag.core.budget import BudgetCap
 
         cap = BudgetCap(**self.cap)
         while True:

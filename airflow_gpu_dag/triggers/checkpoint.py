@@ -10,7 +10,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_gpu_dag.completeness import CompletenessResult, check_once, parse_completeness, resolve
+from airflow_gpu_dag.datasets.completeness import CompletenessResult, check_once, parse_completeness, resolve
 
 __all__ = ["CheckpointTrigger", "checkpoint_regex", "find_checkpoint"]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_gpu_dag.completeness import (
+from airflow_gpu_dag.datasets.completeness import (
     CompletenessResult,
     StabilityTracker,
     StableSize,

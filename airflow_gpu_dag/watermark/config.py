@@ -40,7 +40,7 @@ __all__ = [
     "DEFAULT_LOCK_FILE",
     "SOURCE_TYPES",
     "ConfigError",
-    "LeaseSpec",
+    "LeaderLockSpec",
     "PoolSpec",
     "SourceSpec",
     "WatermarkConfig",
@@ -83,7 +83,7 @@ class PoolSpec:
 
 
 @dataclass(frozen=True)
-class LeaseSpec:
+class LeaderLockSpec:
     """How a controller makes sure it is the only active one.
 
     ``lock_file``: an fcntl lock on this host (None disables it). ``variable``: an Airflow Variable
@@ -102,7 +102,7 @@ class WatermarkConfig:
 
     pools: tuple[PoolSpec, ...]
     interval: float = DEFAULT_INTERVAL
-    lease: LeaseSpec = field(default_factory=LeaseSpec)
+    lease: LeaderLockSpec = field(default_factory=LeaderLockSpec)
 
     def lease_ttl(self) -> float:
         """Lease lifetime: the configured ttl, else three intervals."""
@@ -220,7 +220,7 @@ def parse_config(raw: Mapping[str, Any]) -> WatermarkConfig:
     ttl = lease_raw.get("ttl")
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0):
         raise ConfigError(f"lease.ttl: expected a number of seconds > 0, got {ttl!r}")
-    lease = LeaseSpec(
+    lease = LeaderLockSpec(
         lock_file=lease_raw.get("lock_file", DEFAULT_LOCK_FILE),
         variable=lease_raw.get("variable", DEFAULT_LEASE_VARIABLE),
         ttl=float(ttl) if ttl is not None else None,
@@ -235,7 +235,7 @@ def load_config(path: str | Path | None) -> WatermarkConfig:
     :raises ConfigError: unreadable file, bad syntax, or invalid content.
     """
     if path is None:
-        from airflow_gpu_dag.config import pool_capacities
+        from airflow_gpu_dag.settings import pool_capacities
 
         capacities = pool_capacities()
         if not capacities:

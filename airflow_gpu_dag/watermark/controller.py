@@ -2,7 +2,7 @@
 
 Each tick (every ``interval`` seconds, 60 by default):
 
-1. take/renew the lease (:mod:`.lock`); a standby does nothing else;
+1. take/renew the lease (:mod:`.leader_lock`); a standby does nothing else;
 2. read every pool's capacity through its source and fault ladder (:class:`.sources.CapacityTracker`);
 3. read the pools' SCHEDULED, QUEUED and RUNNING task instances over REST, with priority weight,
    pool slots, and the ``executor_config["gpu_dag"]["duration_s"]`` estimate; for pools with
@@ -30,9 +30,15 @@ from typing import Any
 
 from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, RunningTask
 from airflow_gpu_dag.core.reservation import PoolDecision, decide_pools
+from airflow_gpu_dag.hints import duration_hint
+from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, parse_time
 from airflow_gpu_dag.watermark.config import PoolSpec, WatermarkConfig
-from airflow_gpu_dag.watermark.lock import ControllerLease, FileLock, VariableLease, default_holder_id
-from airflow_gpu_dag.watermark.pool_client import AirflowRestClient, duration_hint, parse_time
+from airflow_gpu_dag.watermark.leader_lock import (
+    CombinedLeaderLock,
+    FileLeaderLock,
+    VariableLeaderLock,
+    default_holder_id,
+)
 from airflow_gpu_dag.watermark.sources import CapacitySource, CapacityTracker, PoolCapacity, build_source
 
 log = logging.getLogger(__name__)
@@ -100,9 +106,9 @@ class WatermarkController:
     """Keeps GPU pools at their watermark and applies reservation decisions.
 
     :param config: pools and their settings.
-    :param client: the REST client (see :class:`.pool_client.AirflowRestClient`).
+    :param client: the REST client (see :class:`airflow_gpu_dag.hooks.rest_client.AirflowRestClient`).
     :param sources: capacity source per pool; by default built from the config.
-    :param lease: who may act; None = always active (tests, single controller by construction).
+    :param leader_lock: who may act; None = always active (tests, single controller by construction).
     :param default_duration: estimate (s) for tasks without a ``duration_s`` hint; default from
         ``[gpu_dag] default_duration``.
     :param clock: epoch seconds (same clock as task instance start dates).
@@ -113,16 +119,16 @@ class WatermarkController:
         config: WatermarkConfig,
         client: AirflowRestClient,
         sources: Mapping[str, CapacitySource] | None = None,
-        lease: ControllerLease | None = None,
+        leader_lock: CombinedLeaderLock | None = None,
         default_duration: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
         self.client = client
-        self.lease = lease
+        self.leader_lock = leader_lock
         self._clock = clock
         if default_duration is None:
-            from airflow_gpu_dag.config import default_duration_seconds
+            from airflow_gpu_dag.settings import default_duration_seconds
 
             default_duration = default_duration_seconds()
         self.default_duration = float(default_duration)
@@ -238,11 +244,11 @@ class WatermarkController:
     def tick(self) -> list[PoolOutcome]:
         """Run one control step; returns what it did per pool (empty while standing by)."""
         self.ticks += 1
-        if self.lease is not None and not self.lease.acquire():
+        if self.leader_lock is not None and not self.leader_lock.acquire():
             if self.active:
-                log.warning("lost the controller lease (%s); standing by", self.lease.describe())
+                log.warning("lost the controller lease (%s); standing by", self.leader_lock.describe())
             else:
-                log.info("standing by: another controller is active (%s)", self.lease.describe())
+                log.info("standing by: another controller is active (%s)", self.leader_lock.describe())
             self.active = False
             return []
         current = {name: self.client.get_pool(name) for name in self.specs}
@@ -329,8 +335,8 @@ class WatermarkController:
                     return
                 stop.wait(max(0.0, self.config.interval - (time.monotonic() - started)))
         finally:
-            if self.lease is not None:
-                self.lease.release()
+            if self.leader_lock is not None:
+                self.leader_lock.release()
 
 
 def build_controller(
@@ -341,11 +347,13 @@ def build_controller(
     clock: Callable[[], float] = time.time,
 ) -> WatermarkController:
     """A controller with the lease the config asks for (host lock file and/or Variable lease)."""
-    file_lock = FileLock(config.lease.lock_file) if config.lease.lock_file else None
+    file_lock = FileLeaderLock(config.lease.lock_file) if config.lease.lock_file else None
     variable = (
-        VariableLease(client, config.lease.variable, holder or default_holder_id(), config.lease_ttl(), clock)
+        VariableLeaderLock(
+            client, config.lease.variable, holder or default_holder_id(), config.lease_ttl(), clock
+        )
         if config.lease.variable
         else None
     )
-    lease = ControllerLease(file_lock, variable) if (file_lock or variable) else None
-    return WatermarkController(config, client, sources=sources, lease=lease, clock=clock)
+    leader_lock = CombinedLeaderLock(file_lock, variable) if (file_lock or variable) else None
+    return WatermarkController(config, client, sources=sources, leader_lock=leader_lock, clock=clock)

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, parse_time
 from airflow_gpu_dag.testing import AirflowCluster
 from airflow_gpu_dag.watermark.config import parse_config
 from airflow_gpu_dag.watermark.controller import WatermarkController
-from airflow_gpu_dag.watermark.pool_client import AirflowRestClient, parse_time
 
 pytestmark = pytest.mark.airflow_real
 

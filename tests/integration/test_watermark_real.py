@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
+from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
 from airflow_gpu_dag.testing import AirflowCluster
 from airflow_gpu_dag.watermark.config import parse_config
 from airflow_gpu_dag.watermark.controller import WatermarkController, build_controller, parse_state
-from airflow_gpu_dag.watermark.pool_client import AirflowRestClient
 from airflow_gpu_dag.watermark.sources import CapacityReading, SourceError
 
 pytestmark = pytest.mark.airflow_real
@@ -152,8 +152,8 @@ def test_two_controllers_do_not_fight(
     assert two.tick() and cluster.get_pool(pool)["slots"] == 2
     assert not one.tick()  # back from the dead, it stands by
     assert cluster.get_pool(pool)["slots"] == 2
-    assert two.lease is not None
-    two.lease.release()
+    assert two.leader_lock is not None
+    two.leader_lock.release()
     assert one.tick()  # a clean shutdown hands over at once
 
 

@@ -11,10 +11,12 @@ from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG
 from airflow.sdk.exceptions import TaskDeferred
 
-from airflow_gpu_dag.budget import BudgetCap, BudgetGateOperator, budget_gate, evaluate, read_usage
-from airflow_gpu_dag.budget import gate as gate_module
-from airflow_gpu_dag.budget.ledger import BudgetUsage
+from airflow_gpu_dag.authoring import budget_gate
+from airflow_gpu_dag.budget import check as gate_module
+from airflow_gpu_dag.budget import read_usage
+from airflow_gpu_dag.core.budget import BudgetCap, BudgetUsage, evaluate
 from airflow_gpu_dag.gpu.usage import UsageLedger, UsageRecord
+from airflow_gpu_dag.operators.budget import BudgetGateOperator
 from airflow_gpu_dag.triggers.budget import BudgetTrigger
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC).timestamp()

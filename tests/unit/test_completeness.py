@@ -10,7 +10,7 @@ import uuid
 import fsspec
 import pytest
 
-from airflow_gpu_dag.completeness import (
+from airflow_gpu_dag.datasets.completeness import (
     Manifest,
     Marker,
     StabilityTracker,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_gpu_dag.demo import (
+from scripts.demo import (
     DEFAULT_DAGS_FOLDER,
     DEMO_DAG_ID,
     demo_pools,

@@ -11,8 +11,7 @@ from airflow.sdk import DAG, Asset
 
 from airflow_gpu_dag import gpu_hints
 from airflow_gpu_dag.airflow.graph import build_task_graph
-from airflow_gpu_dag.core.validation import find_hidden_dependencies
-from airflow_gpu_dag.edges import (
+from airflow_gpu_dag.authoring import (
     branch_edge,
     cleanup,
     data_affinity,
@@ -27,6 +26,7 @@ from airflow_gpu_dag.edges import (
     start_window,
     validation_edge,
 )
+from airflow_gpu_dag.core.validation import find_hidden_dependencies
 from airflow_gpu_dag.sensors import CheckpointSensor, DatasetCompleteSensor, StartWindowSensor, TimeWindow
 
 
@@ -256,7 +256,7 @@ def test_fix_hidden_dependencies_sensor_mode() -> None:
 
 def test_wiring_tasks_declare_a_zero_estimate() -> None:
     """Sensors, gates and branches added by the helpers must not pad the plan with the default estimate."""
-    from airflow_gpu_dag.budget import budget_gate
+    from airflow_gpu_dag.authoring import budget_gate
     from airflow_gpu_dag.core.validation import validate_graph
 
     with DAG("wired", schedule=None) as dag:
@@ -278,7 +278,7 @@ def test_wiring_tasks_declare_a_zero_estimate() -> None:
 def test_deferring_tasks_get_one_quick_retry_for_the_resume_race() -> None:
     """apache/airflow#72716: a trigger that fires at once can have the resumed try failed as a "state
     mismatch"; every deferring task the helpers add retries once, quickly, whatever default_args say."""
-    from airflow_gpu_dag.budget import budget_gate
+    from airflow_gpu_dag.authoring import budget_gate
 
     slow = {"retries": 4, "retry_delay": timedelta(minutes=10)}
     with DAG("race", schedule=None, default_args=slow) as dag:

@@ -22,15 +22,10 @@ from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, DownstreamTasksSkipped
 
-from airflow_gpu_dag.fallback import (
-    FALLBACK_XCOM_KEY,
-    FallbackDecision,
-    FallbackError,
-    Rung,
-    StartDeadlineSensor,
-    fallback_ladder,
-)
+from airflow_gpu_dag.authoring.fallback import FallbackError, Rung, fallback_ladder
+from airflow_gpu_dag.operators.fallback import FALLBACK_XCOM_KEY, FallbackDecision
 from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator
+from airflow_gpu_dag.sensors.start_deadline import StartDeadlineSensor
 
 RUN_ID = "manual__2026-11-30T00:00:00+00:00"
 
@@ -277,7 +272,8 @@ SCENARIO_DAGS = textwrap.dedent(
     from airflow.providers.standard.operators.python import PythonOperator
     from airflow.sdk import DAG
 
-    from airflow_gpu_dag.fallback import NotStartedInTime, Rung, fallback_ladder, mark_not_started
+    from airflow_gpu_dag.authoring.fallback import Rung, fallback_ladder
+    from airflow_gpu_dag.operators.fallback import NotStartedInTime, mark_not_started
 
 
     class LeaseWaitingTask(PythonOperator):
@@ -402,7 +398,7 @@ def test_trigger_rule_semantics_under_dag_test(scenario_module, dag_id, run_stat
 
 
 def test_mark_not_started_pushes_the_marker():
-    from airflow_gpu_dag.fallback import mark_not_started
+    from airflow_gpu_dag.operators.fallback import mark_not_started
 
     ti = mock.Mock()
     mark_not_started({"ti": ti}, "no lease")

@@ -9,6 +9,13 @@ from datetime import UTC, datetime
 
 import pytest
 
+from airflow_gpu_dag.core.pools import (
+    DEFAULT_GPU_POOL,
+    gpu_type_of_pool,
+    is_gpu_pool,
+    pool_for_gpu_type,
+    pool_sizes_for_devices,
+)
 from airflow_gpu_dag.gpu import inventory as inv
 from airflow_gpu_dag.gpu.inventory import (
     GpuDevice,
@@ -24,13 +31,6 @@ from airflow_gpu_dag.gpu.usage import (
     UsageRecord,
     gpu_seconds_by_dag_run,
     gpu_seconds_by_pool_day,
-)
-from airflow_gpu_dag.pools import (
-    DEFAULT_GPU_POOL,
-    gpu_type_of_pool,
-    is_gpu_pool,
-    pool_for_gpu_type,
-    pool_sizes_for_devices,
 )
 
 

@@ -23,8 +23,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from kubernetes.client import ApiClient
 from kubernetes.client import models as k8s
 
-from airflow_gpu_dag.fallback import FALLBACK_XCOM_KEY, NotStartedInTime
 from airflow_gpu_dag.kubernetes.volcano import validate_podgroup
+from airflow_gpu_dag.operators.fallback import FALLBACK_XCOM_KEY, NotStartedInTime
 from airflow_gpu_dag.operators.kubernetes import (
     GpuKubernetesPodOperator,
     GpuPodConfigError,

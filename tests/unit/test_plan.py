@@ -1,4 +1,4 @@
-"""The plan (airflow_gpu_dag.plan): CPM figures, priority, GPU-hours, layers, Airflow DAG input."""
+"""The plan (airflow_gpu_dag.core.plan): CPM figures, priority, GPU-hours, layers, Airflow DAG input."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import json
 import pendulum
 import pytest
 
+from airflow_gpu_dag.airflow.graph import plan_dag
 from airflow_gpu_dag.core.graph import CycleError, TaskGraph, TaskNode
+from airflow_gpu_dag.core.plan import build_plan, priority_weight
 from airflow_gpu_dag.core.resources import GpuRequest
-from airflow_gpu_dag.plan import build_plan, plan_dag, priority_weight
 
 
 def _diamond() -> TaskGraph:

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.plan import build_plan
+from airflow_gpu_dag.core.plan import build_plan
 from airflow_gpu_dag.plugins.critical_path_page.data import (
     ScheduleView,
     parse_pool_description,

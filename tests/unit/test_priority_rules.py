@@ -222,7 +222,7 @@ def test_packing_strategy_never_raises_and_uses_plan(monkeypatch: pytest.MonkeyP
     def ti(task_id: str) -> Any:
         return SimpleNamespace(task=dag.task_dict[task_id], task_id=task_id)
 
-    import airflow_gpu_dag.config as config
+    import airflow_gpu_dag.settings as config
 
     monkeypatch.setattr(config, "pool_capacities", lambda: {"gpu": 8})
     monkeypatch.setattr(ps.PackingPriorityStrategy, "_cache", ps._CachedDagWeights(ps._packing_weights))
@@ -281,7 +281,7 @@ def test_simulator_controller_sees_estimates_not_actual_durations() -> None:
 
 def test_packing_strategy_reads_the_search_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     """``[gpu_dag] plan_search_budget`` reaches the planner; unset or malformed it stays 0 (off)."""
-    import airflow_gpu_dag.config as config
+    import airflow_gpu_dag.settings as config
     from airflow_gpu_dag import priority_strategy as ps
 
     seen: list[int] = []
@@ -299,7 +299,7 @@ def test_packing_strategy_reads_the_search_budget(monkeypatch: pytest.MonkeyPatc
 
 def test_packing_strategy_reads_the_backfill_it_plans_for(monkeypatch: pytest.MonkeyPatch) -> None:
     """``[gpu_dag] plan_backfill = strict`` makes the planner predict a strict-backfill controller."""
-    import airflow_gpu_dag.config as config
+    import airflow_gpu_dag.settings as config
     from airflow_gpu_dag import priority_strategy as ps
 
     for raw, expected in (("strict", True), (" Strict ", True), ("easy", False), ("", False)):

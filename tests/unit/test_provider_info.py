@@ -14,7 +14,7 @@ def test_entry_points_are_installed() -> None:
     plugins = {e.value for e in entry_points(group="airflow.plugins")}
     assert "airflow_gpu_dag.plugins.plugin:GpuDagPlugin" in plugins
     policies = {e.value for e in entry_points(group="airflow.policy")}
-    assert "airflow_gpu_dag.policies" in policies
+    assert "airflow_gpu_dag.airflow.policy" in policies
 
 
 def test_package_name_is_the_canonical_distribution_name() -> None:

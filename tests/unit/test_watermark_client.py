@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from airflow_gpu_dag.hooks.airflow_api import AirflowApiHook, base_url_of
+from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, RestError
 from airflow_gpu_dag.watermark.config import parse_config
 from airflow_gpu_dag.watermark.controller import WatermarkController
-from airflow_gpu_dag.watermark.pool_client import AirflowRestClient, RestError
 from airflow_gpu_dag.watermark.sources import CapacityReading, SourceError
 
 PASSWORD = "pa55-w0rd-SECRET"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from airflow_gpu_dag.watermark.config import ConfigError, load_config, parse_config
-from airflow_gpu_dag.watermark.lock import FileLock, VariableLease
+from airflow_gpu_dag.watermark.leader_lock import FileLeaderLock, VariableLeaderLock
 
 YAML = """
 interval: 30
@@ -90,7 +90,7 @@ def test_unreadable_files(tmp_path: Path) -> None:
 
 def test_file_lock_excludes_and_is_freed_when_the_holder_dies(tmp_path: Path) -> None:
     path = tmp_path / "wm.lock"
-    first, second = FileLock(path), FileLock(path)
+    first, second = FileLeaderLock(path), FileLeaderLock(path)
     assert first.acquire() and first.acquire()  # re-entrant for its holder
     assert not second.acquire()
     first.release()
@@ -135,8 +135,8 @@ class MemoryStore:
 
 def test_variable_lease_expiry_takeover_and_release() -> None:
     store, now = MemoryStore(), {"t": 1000.0}
-    a = VariableLease(store, "lease", "a", ttl=30, clock=lambda: now["t"])
-    b = VariableLease(store, "lease", "b", ttl=30, clock=lambda: now["t"])
+    a = VariableLeaderLock(store, "lease", "a", ttl=30, clock=lambda: now["t"])
+    b = VariableLeaderLock(store, "lease", "b", ttl=30, clock=lambda: now["t"])
     assert a.acquire() and not b.acquire() and b.current_holder == "a"
     now["t"] += 29
     assert a.acquire() and not b.acquire()

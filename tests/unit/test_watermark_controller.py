@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from airflow_gpu_dag.watermark.config import LeaseSpec, parse_config
+from airflow_gpu_dag.hints import duration_hint
+from airflow_gpu_dag.hooks.rest_client import RestError
+from airflow_gpu_dag.watermark.config import LeaderLockSpec, parse_config
 from airflow_gpu_dag.watermark.controller import WatermarkController, build_controller, describe, parse_state
-from airflow_gpu_dag.watermark.pool_client import RestError, duration_hint
 from airflow_gpu_dag.watermark.sources import CapacityReading, PoolCapacity, SourceError
 
 NOW = 1_800_000_000.0
@@ -229,7 +230,7 @@ def test_two_controllers_with_a_lease_do_not_fight(tmp_path: Any) -> None:
     rest = FakeRest()
     clock = {"t": NOW}
     config = parse_config({"pools": {"gpu": {"source": 0}}, "interval": 10})
-    config = type(config)(config.pools, config.interval, LeaseSpec(None, "lease", 30))
+    config = type(config)(config.pools, config.interval, LeaderLockSpec(None, "lease", 30))
     one = build_controller(config, rest, "one", {"gpu": Source(4)}, clock=lambda: clock["t"])  # type: ignore[arg-type]
     two = build_controller(config, rest, "two", {"gpu": Source(2)}, clock=lambda: clock["t"])  # type: ignore[arg-type]
     assert one.tick() and not two.tick()
@@ -255,11 +256,11 @@ def test_file_lock_lease_between_controllers(tmp_path: Any, caplog: pytest.LogCa
     two = build_controller(config, rest, "two", {"gpu": Source(2)})  # type: ignore[arg-type]
     assert one.tick() and not two.tick()
     assert "standing by" in caplog.text
-    assert one.lease is not None
-    one.lease.release()
+    assert one.leader_lock is not None
+    one.leader_lock.release()
     assert two.tick() and rest.pools["gpu"]["slots"] == 2
-    assert two.lease is not None
-    two.lease.release()
+    assert two.leader_lock is not None
+    two.leader_lock.release()
 
 
 def test_backfill_with_nothing_to_backfill_keeps_the_reservation_closed() -> None:

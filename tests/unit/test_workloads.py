@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from airflow_gpu_dag.core.graph import CycleError
-from airflow_gpu_dag.core.workloads import (
+from workloads import (
     GPU_POOL,
     WorkloadError,
     default_workloads_dir,

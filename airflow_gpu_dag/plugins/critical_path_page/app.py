@@ -25,7 +25,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy import select
 
-from airflow_gpu_dag.plan import Plan
+from airflow_gpu_dag.core.plan import Plan
 from airflow_gpu_dag.plugins.critical_path_page.data import (
     PoolView,
     ScheduleView,

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.plan import Plan, build_plan
+from airflow_gpu_dag.core.plan import Plan, build_plan
 
 __all__ = ["PoolView", "ScheduleView", "parse_pool_description", "pool_views", "predicted_schedules"]
 

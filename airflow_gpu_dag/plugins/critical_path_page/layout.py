@@ -11,8 +11,8 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
+from airflow_gpu_dag.core.plan import Plan
 from airflow_gpu_dag.core.resources import format_duration
-from airflow_gpu_dag.plan import Plan
 
 __all__ = ["NodeBox", "graph_svg", "layout"]
 

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from string import Template
 
-from airflow_gpu_dag.cli.gantt import GanttChart, bars_from_plan, bars_from_schedule, render_svg
+from airflow_gpu_dag.core.plan import Plan
 from airflow_gpu_dag.core.resources import format_duration
-from airflow_gpu_dag.plan import Plan
 from airflow_gpu_dag.plugins.critical_path_page.data import PoolView, ScheduleView
 from airflow_gpu_dag.plugins.critical_path_page.layout import graph_svg
+from airflow_gpu_dag.rendering.gantt import GanttChart, bars_from_plan, bars_from_schedule, render_svg
 
 __all__ = ["render_page"]
 

@@ -9,7 +9,7 @@ from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG
 
-from airflow_gpu_dag.edges import cleanup, exit_code_edge, validation_edge
+from airflow_gpu_dag.authoring import cleanup, exit_code_edge, validation_edge
 
 START = datetime(2026, 1, 1)
 

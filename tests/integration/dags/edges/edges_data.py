@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.sdk import DAG, Asset
 
-from airflow_gpu_dag.edges import data_edge, dataset_path
+from airflow_gpu_dag.authoring import data_edge, dataset_path
 
 BASE = os.environ.get("GPU_DAG_EDGES_BASE", "/tmp/gpu_dag_edges")
 

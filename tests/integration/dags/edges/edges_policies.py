@@ -8,9 +8,7 @@ from datetime import datetime
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.sdk import DAG
 
-from airflow_gpu_dag.budget import budget_gate
-from airflow_gpu_dag.edges import cleanup
-from airflow_gpu_dag.rollback import Retry, failure_policy
+from airflow_gpu_dag.authoring import Retry, budget_gate, cleanup, failure_policy
 
 BASE = os.environ.get("GPU_DAG_EDGES_BASE", "/tmp/gpu_dag_edges")
 START = datetime(2026, 1, 1)

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.sdk import DAG
 
-from airflow_gpu_dag.edges import stage_dependency, start_window
+from airflow_gpu_dag.authoring import stage_dependency, start_window
 
 BASE = os.environ.get("GPU_DAG_EDGES_BASE", "/tmp/gpu_dag_edges")
 START = datetime(2026, 1, 1)

@@ -16,7 +16,7 @@ import time
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG
 
-from airflow_gpu_dag.fallback import Rung, fallback_ladder
+from airflow_gpu_dag.authoring import Rung, fallback_ladder
 
 POOL = "fallback_gpus"
 DONE = {"success", "failed", "skipped", "upstream_failed"}

@@ -11,8 +11,8 @@ from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowSkipException
 
-from airflow_gpu_dag.edges import cleanup
-from airflow_gpu_dag.rollback import Abort, Retry, Skip, failure_policy, parse_policy
+from airflow_gpu_dag.authoring import cleanup
+from airflow_gpu_dag.authoring.failure_policy import Abort, Retry, Skip, failure_policy, parse_policy
 
 
 def test_parse_policy_names_and_unknown() -> None:

@@ -1,14 +1,14 @@
 """Only one active watermark controller: a host lock file plus a lease stored in an Airflow Variable.
 
-- :class:`FileLock`: ``fcntl.flock`` on a file. Controllers on the **same host** exclude each other;
+- :class:`FileLeaderLock`: ``fcntl.flock`` on a file. Controllers on the **same host** exclude each other;
   the kernel releases the lock when the holder dies, so a standby takes over at its next tick.
-- :class:`VariableLease`: an Airflow Variable ``{"holder": id, "expires": epoch}`` written over REST,
+- :class:`VariableLeaderLock`: an Airflow Variable ``{"holder": id, "expires": epoch}`` written over REST,
   for controllers on **several hosts**. The holder renews it every tick; a standby takes it once
   ``expires`` has passed (the holder crashed or hung). Writes are read back to confirm ownership. The
   REST API has no compare-and-swap, so two standbys racing for an expired lease at the same instant
   may both believe they won for one tick; this is harmless because both compute the same pool sizes
   from the same sources and REST state, and the read-back makes the loser stand down at its next tick.
-- :class:`ControllerLease` combines both (either may be disabled in the config).
+- :class:`CombinedLeaderLock` combines both (either may be disabled in the config).
 """
 
 from __future__ import annotations
@@ -26,7 +26,14 @@ from typing import IO, Protocol
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ControllerLease", "FileLock", "Lease", "LeaseStore", "VariableLease", "default_holder_id"]
+__all__ = [
+    "CombinedLeaderLock",
+    "FileLeaderLock",
+    "LeaderLock",
+    "LeaderLockStore",
+    "VariableLeaderLock",
+    "default_holder_id",
+]
 
 
 def default_holder_id() -> str:
@@ -34,7 +41,7 @@ def default_holder_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-class Lease(Protocol):
+class LeaderLock(Protocol):
     """Something a controller must hold to act."""
 
     def acquire(self) -> bool: ...
@@ -42,7 +49,7 @@ class Lease(Protocol):
     def release(self) -> None: ...
 
 
-class FileLock:
+class FileLeaderLock:
     """A non-blocking exclusive ``fcntl`` lock on ``path`` (one active controller per host)."""
 
     def __init__(self, path: str | Path) -> None:
@@ -82,8 +89,8 @@ class FileLock:
                 self._file = None
 
 
-class LeaseStore(Protocol):
-    """Where a :class:`VariableLease` lives: the Variable calls of the REST client."""
+class LeaderLockStore(Protocol):
+    """Where a :class:`VariableLeaderLock` lives: the Variable calls of the REST client."""
 
     def get_variable(self, key: str) -> str | None: ...
 
@@ -92,14 +99,14 @@ class LeaseStore(Protocol):
     def put_variable(self, key: str, value: str, description: str = "") -> None: ...
 
 
-class VariableLease:
+class VariableLeaderLock:
     """A lease with holder id and expiry kept in an Airflow Variable (multi-host exclusion)."""
 
     DESCRIPTION = "airflow-gpu-dag watermark controller lease (holder, expires epoch); do not edit"
 
     def __init__(
         self,
-        store: LeaseStore,
+        store: LeaderLockStore,
         key: str,
         holder: str,
         ttl: float,
@@ -155,10 +162,10 @@ class VariableLease:
             log.warning("could not release lease variable %s", self.key, exc_info=True)
 
 
-class ControllerLease:
+class CombinedLeaderLock:
     """Both locks: the host file lock first (cheap), then the Variable lease."""
 
-    def __init__(self, file_lock: FileLock | None, variable_lease: VariableLease | None) -> None:
+    def __init__(self, file_lock: FileLeaderLock | None, variable_lease: VariableLeaderLock | None) -> None:
         self.file_lock = file_lock
         self.variable_lease = variable_lease
 

@@ -1,6 +1,6 @@
 """Failure (rollback) policies per task: retry with backoff, skip, or abort the downstream chain.
 
-    from airflow_gpu_dag.rollback import Retry, failure_policy
+    from airflow_gpu_dag.authoring import Retry, failure_policy
 
     failure_policy(train, Retry(retries=3, delay="2m", max_delay="30m"))  # exponential backoff
     failure_policy(evaluate_extra, "skip")   # a failure becomes "skipped"; downstream follows its rules

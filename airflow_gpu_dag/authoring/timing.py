@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from airflow_gpu_dag.edges._wiring import insert_before, labelled, require_dag
+from airflow_gpu_dag.authoring._wiring import insert_before, labelled, require_dag
 from airflow_gpu_dag.sensors._common import RESUME_RACE_RETRIES, RESUME_RACE_RETRY_DELAY
 from airflow_gpu_dag.sensors.checkpoint import CheckpointSensor
 from airflow_gpu_dag.sensors.window import StartWindowSensor

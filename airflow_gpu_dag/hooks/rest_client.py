@@ -1,4 +1,7 @@
-"""The controller's window on Airflow: pools, task instances and the lease Variable over REST.
+"""The one client of the Airflow 3 public REST API: pools, task instances, DAGs, Variables.
+
+Used by the watermark controller (through :class:`airflow_gpu_dag.hooks.airflow_api.AirflowApiHook`
+or built directly), and by the test cluster (:mod:`airflow_gpu_dag.testing.cluster`).
 
 Everything goes through the public REST API (``/api/v2``) with a bearer token from
 ``POST /auth/token``, so the controller needs no database access and can run anywhere that reaches
@@ -8,9 +11,8 @@ registered with Airflow's secrets masker when it is available.
 
 from __future__ import annotations
 
-import ast
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -19,7 +21,7 @@ import httpx
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AirflowRestClient", "RestError", "duration_hint", "parse_time"]
+__all__ = ["AirflowRestClient", "RestError", "parse_time"]
 
 PAGE = 100
 
@@ -51,30 +53,6 @@ def parse_time(value: object) -> float | None:
         return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
-
-
-def duration_hint(executor_config: object) -> float | None:
-    """The ``gpu_dag.duration_s`` hint from a task instance's ``executor_config``.
-
-    The REST API returns ``executor_config`` as ``str(dict)``; it is read with ``ast.literal_eval``
-    (never ``eval``). None when absent or unreadable.
-    """
-    config: object = executor_config
-    if isinstance(config, str):
-        try:
-            config = ast.literal_eval(config) if config.strip() else {}
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            return None
-    if not isinstance(config, Mapping):
-        return None
-    hints = config.get("gpu_dag")
-    if not isinstance(hints, Mapping):
-        return None
-    try:
-        value = float(hints["duration_s"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    return value if value >= 0 else None
 
 
 class AirflowRestClient:

@@ -1,4 +1,4 @@
-"""The end-to-end demo: ``./scripts/demo.sh`` (or ``python -m airflow_gpu_dag.demo``).
+"""The end-to-end demo: ``./scripts/demo.sh`` (or ``python scripts/demo.py``).
 
 1. Boots a real Airflow 3 (api-server, scheduler, dag-processor; SQLite + LocalExecutor) in a
    temporary ``AIRFLOW_HOME`` with :class:`~airflow_gpu_dag.testing.AirflowCluster`, parsing the
@@ -188,7 +188,7 @@ def load_dag(dags_folder: Path, dag_id: str) -> Any:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m airflow_gpu_dag.demo",
+        prog="python scripts/demo.py",
         description="Boot Airflow, show the critical-path plan of the example DAG, run it, show the outcome.",
     )
     parser.add_argument("--dags-folder", type=Path, default=DEFAULT_DAGS_FOLDER, help="default: %(default)s")

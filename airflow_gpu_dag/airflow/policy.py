@@ -14,9 +14,9 @@ from typing import Any
 from airflow.policies import hookimpl
 
 from airflow_gpu_dag.airflow.graph import build_task_graph
-from airflow_gpu_dag.config import max_gpus_per_host, pool_capacities
 from airflow_gpu_dag.core.validation import ValidationPolicy, ValidationReport, validate_graph
 from airflow_gpu_dag.hints import HINTS_KEY
+from airflow_gpu_dag.settings import max_gpus_per_host, pool_capacities
 
 log = logging.getLogger(__name__)
 

@@ -61,68 +61,35 @@ real failure (its retries apply) and is not hidden by running a smaller variant.
 from __future__ import annotations
 
 import datetime
-import logging
 import re
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator, BaseSensorOperator, PokeReturnValue, TaskGroup
-from airflow.sdk.bases.skipmixin import SkipMixin
+from airflow.sdk import BaseOperator, TaskGroup
 from airflow.sdk.definitions._internal.mixins import DependencyMixin
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from airflow_gpu_dag.core.pools import pool_for_gpu_type
 from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_duration
 from airflow_gpu_dag.hints import HINTS_KEY, gpu_hints, read_hints
-from airflow_gpu_dag.pools import pool_for_gpu_type
+from airflow_gpu_dag.operators.fallback import FallbackDecision, FallbackResult
+from airflow_gpu_dag.sensors.start_deadline import StartDeadlineSensor
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
     from airflow.sdk.definitions.xcom_arg import XComArg
 
-log = logging.getLogger(__name__)
-
 __all__ = [
-    "FALLBACK_XCOM_KEY",
-    "RUNG_XCOM_KEY",
-    "FallbackDecision",
     "FallbackError",
     "FallbackLadder",
-    "FallbackResult",
-    "NotStartedInTime",
     "Rung",
-    "StartDeadlineSensor",
     "fallback_ladder",
-    "mark_not_started",
 ]
-
-#: XCom key under which a task or watcher records that a rung did not start in time.
-FALLBACK_XCOM_KEY = "gpu_dag_fallback"
-#: XCom key of ``<ladder>.result`` naming the rung whose result it returns.
-RUNG_XCOM_KEY = "fallback_rung"
-#: Task states of a rung that has not got its resources yet.
-NOT_STARTED_STATES = frozenset({None, "none", "scheduled"})
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 class FallbackError(ValueError):
     """A ladder that cannot work as written; the message names the ladder, the rung and the fix."""
-
-
-class NotStartedInTime(AirflowFailException):
-    """A task could not get its resources within its deadline (it never started its work).
-
-    Subclass of ``AirflowFailException``: the task fails without retries, because retrying is the
-    same as waiting longer; make the deadline longer instead. Raise it after
-    :func:`mark_not_started` so a fallback ladder can tell this failure from a crash.
-    """
-
-
-def mark_not_started(context: Context, reason: str) -> None:
-    """Record in XCom that this task did not start its work in time (read by the ladder)."""
-    context["ti"].xcom_push(key=FALLBACK_XCOM_KEY, value={"outcome": "not_started", "reason": reason})
 
 
 @dataclass(frozen=True)
@@ -169,184 +136,6 @@ class Rung:
         if self.start_within is not None:
             text += f" (start within {int(parse_duration(self.start_within))}s)"
         return text
-
-
-def _task_states(context: Context, task_ids: Sequence[str]) -> dict[str, str | None]:
-    """States of ``task_ids`` in this DAG run, through the Task SDK (Execution API)."""
-    ti = context["ti"]
-    run_id = context["run_id"]
-    found = ti.get_task_states(dag_id=ti.dag_id, task_ids=list(task_ids), run_ids=[run_id])
-    by_task = (found or {}).get(run_id, {}) or {}
-    return {task_id: _state_str(by_task.get(task_id)) for task_id in task_ids}
-
-
-def _state_str(state: Any) -> str | None:
-    if state is None:
-        return None
-    return str(getattr(state, "value", state))
-
-
-class StartDeadlineSensor(BaseSensorOperator, SkipMixin):
-    """Watch a task of the same run; if it has not started after ``start_within``, skip it.
-
-    Succeeds with XCom ``{"outcome": "started", "state": ...}`` as soon as the watched task is
-    queued, running or finished. After the deadline it pushes ``{"outcome": "not_started", ...}``
-    under :data:`FALLBACK_XCOM_KEY` and skips the watched task, which removes it from its pool's
-    queue (a task instance that is already running or finished is left alone by the skip).
-
-    Runs in ``poke`` mode by default: one worker slot for at most ``start_within``. ``reschedule``
-    mode frees the slot between checks, but with a short ``poke_interval`` Airflow 3.3's scheduler
-    can see the previous check's executor event after it re-queued the sensor and fail it as
-    "state changed externally" (observed here with a 2 s interval); use it with intervals of a
-    minute or more.
-    """
-
-    ui_color = "#fde9c8"
-
-    def __init__(
-        self,
-        *,
-        watched_task_id: str,
-        start_within: float | str | datetime.timedelta,
-        poke_interval: float = 10,
-        mode: str = "poke",
-        **kwargs: Any,
-    ) -> None:
-        self.start_within = parse_duration(start_within)
-        kwargs.setdefault("timeout", self.start_within + max(3600.0, 10 * float(poke_interval)))
-        super().__init__(poke_interval=poke_interval, mode=mode, **kwargs)
-        self.watched_task_id = watched_task_id
-        self._first_poke: float | None = None
-
-    def _waited(self, context: Context) -> float:
-        """Seconds since the watch began: the first reschedule (reschedule mode) or this try's start."""
-        ti = context["ti"]
-        first = ti.get_first_reschedule_date(context) if self.reschedule else None
-        if first is None:
-            first = getattr(ti, "start_date", None)
-        if first is not None:
-            return (datetime.datetime.now(datetime.UTC) - first).total_seconds()
-        if self._first_poke is None:
-            self._first_poke = time.monotonic()
-        return time.monotonic() - self._first_poke
-
-    def poke(self, context: Context) -> bool | PokeReturnValue:
-        state = _task_states(context, [self.watched_task_id])[self.watched_task_id]
-        if state not in NOT_STARTED_STATES:
-            self.log.info("%s is %s: it got its resources in time", self.watched_task_id, state)
-            return PokeReturnValue(is_done=True, xcom_value={"outcome": "started", "state": state})
-        waited = self._waited(context)
-        if waited < self.start_within:
-            self.log.info(
-                "%s still waiting (%s) after %.0fs of %.0fs",
-                self.watched_task_id,
-                state,
-                waited,
-                self.start_within,
-            )
-            return False
-        reason = (
-            f"{self.watched_task_id} did not start within {self.start_within:.0f}s "
-            f"(still {state or 'not scheduled'} after {waited:.0f}s: its pool had no room)"
-        )
-        self.log.warning("%s; skipping it so the next rung can run", reason)
-        context["ti"].xcom_push(
-            key=FALLBACK_XCOM_KEY, value={"outcome": "not_started", "reason": reason, "by": self.task_id}
-        )
-        watched = self.get_dag().get_task(self.watched_task_id)  # type: ignore[union-attr]
-        self.skip(context["ti"], [watched])  # raises DownstreamTasksSkipped: this task ends "success"
-        return True  # pragma: no cover - skip() raises
-
-
-def _not_started_reason(
-    context: Context, rung_task_id: str, watcher_task_id: str | None
-) -> tuple[str | None, str | None]:
-    """``(reason, rung_state)``: reason is set when the rung provably did not start in time."""
-    ids = [rung_task_id] + ([watcher_task_id] if watcher_task_id else [])
-    states = _task_states(context, ids)
-    rung_state = states[rung_task_id]
-    ti = context["ti"]
-    if watcher_task_id and rung_state == "skipped":
-        mark = ti.xcom_pull(task_ids=watcher_task_id, key=FALLBACK_XCOM_KEY)
-        if isinstance(mark, Mapping) and mark.get("outcome") == "not_started":
-            return str(mark.get("reason")), rung_state
-    if rung_state in ("failed", "skipped"):
-        mark = ti.xcom_pull(task_ids=rung_task_id, key=FALLBACK_XCOM_KEY)
-        if isinstance(mark, Mapping) and mark.get("outcome") == "not_started":
-            return str(mark.get("reason")), rung_state
-    return None, rung_state
-
-
-class FallbackDecision(BaseOperator):
-    """After a rung is done: fall back to the next rung only if the rung did not start in time.
-
-    Trigger rule ``all_done``. Succeeds (so its downstream, the next rung, runs) when the rung was
-    skipped by its start-deadline watcher or failed with :class:`NotStartedInTime`; otherwise
-    skips itself and thereby every later rung. With ``next_rung=None`` (the end of the ladder) a
-    rung that did not start fails this task, with the reason of every rung, instead.
-    """
-
-    ui_color = "#f6d6ff"
-
-    def __init__(
-        self,
-        *,
-        rung_task_id: str,
-        watcher_task_id: str | None,
-        next_rung: str | None,
-        ladder: Sequence[tuple[str, str | None]] = (),
-        **kwargs: Any,
-    ) -> None:
-        kwargs.setdefault("trigger_rule", "all_done")
-        kwargs.setdefault("retries", 0)
-        super().__init__(**kwargs)
-        self.rung_task_id = rung_task_id
-        self.watcher_task_id = watcher_task_id
-        self.next_rung = next_rung
-        self.ladder: list[tuple[str, str | None]] = [(str(a), b) for a, b in ladder]
-
-    def execute(self, context: Context) -> Any:
-        reason, state = _not_started_reason(context, self.rung_task_id, self.watcher_task_id)
-        if reason is None:
-            raise AirflowSkipException(
-                f"{self.rung_task_id} ended {state or 'without running'}: it was not starved of resources, "
-                "so no fallback"
-            )
-        if self.next_rung is not None:
-            self.log.warning("%s; falling back to %s", reason, self.next_rung)
-            return {"from": self.rung_task_id, "to": self.next_rung, "reason": reason}
-        reasons = []
-        for rung_task_id, watcher_task_id in self.ladder or [(self.rung_task_id, self.watcher_task_id)]:
-            why, st = _not_started_reason(context, rung_task_id, watcher_task_id)
-            reasons.append(f"{rung_task_id}: {why or st}")
-        raise AirflowFailException(
-            "fallback ladder exhausted, no rung could start: "
-            + "; ".join(reasons)
-            + ". Give the last rung a "
-            "longer start_within, add a smaller rung, or free/add GPUs to the pools"
-        )
-
-
-class FallbackResult(BaseOperator):
-    """Join of a ladder (trigger rule ``one_success``): the result of the rung that succeeded."""
-
-    ui_color = "#d6f5d6"
-
-    def __init__(self, *, rung_task_ids: Sequence[str], **kwargs: Any) -> None:
-        kwargs.setdefault("trigger_rule", "one_success")
-        kwargs.setdefault("retries", 0)
-        super().__init__(**kwargs)
-        self.rung_task_ids = list(rung_task_ids)
-
-    def execute(self, context: Context) -> Any:
-        states = _task_states(context, self.rung_task_ids)
-        winners = [t for t in self.rung_task_ids if states[t] == "success"]
-        if not winners:  # one_success guarantees one; be explicit if it ever does not hold
-            raise AirflowFailException(f"no rung succeeded: {states}")
-        winner = winners[0]
-        context["ti"].xcom_push(key=RUNG_XCOM_KEY, value=winner)
-        self.log.info("result of %s (rung states: %s)", winner, states)
-        return context["ti"].xcom_pull(task_ids=winner)
 
 
 def _zero_duration_hints(executor_config: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from airflow.providers.standard.operators.python import (
 )
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_gpu_dag.edges._wiring import labelled, require_dag
+from airflow_gpu_dag.authoring._wiring import labelled, require_dag
 from airflow_gpu_dag.hints import control_task_hints
 
 __all__ = ["CONTROL", "ON_INVALID", "branch_edge", "exit_code_edge", "validation_edge"]

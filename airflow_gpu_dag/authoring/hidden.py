@@ -1,6 +1,6 @@
 """Fix hidden dependencies: tasks touching the same dataset path with no edge between them.
 
-    from airflow_gpu_dag.edges import fix_hidden_dependencies
+    from airflow_gpu_dag.authoring import fix_hidden_dependencies
 
     with DAG(...) as dag:
         ...  # tasks declaring gpu_hints(inputs=[...], outputs=[...])
@@ -23,8 +23,8 @@ from datetime import timedelta
 from typing import Any
 
 from airflow_gpu_dag.airflow.graph import build_task_graph
+from airflow_gpu_dag.authoring._wiring import labelled
 from airflow_gpu_dag.core.validation import HiddenDependency, hidden_dependency_pairs
-from airflow_gpu_dag.edges._wiring import labelled
 from airflow_gpu_dag.sensors._common import RESUME_RACE_RETRIES, RESUME_RACE_RETRY_DELAY
 from airflow_gpu_dag.sensors.dataset import DatasetCompleteSensor
 

@@ -1,7 +1,7 @@
 """Data edges: producer -> completeness sensor -> consumer, through an Airflow Asset.
 
     from airflow.sdk import Asset
-    from airflow_gpu_dag.edges import data_edge, dataset_path
+    from airflow_gpu_dag.authoring import data_edge, dataset_path
 
     clean = Asset("clean_corpus", uri="file:///lake/clean")
     wait = data_edge(preprocess, pretrain, path="/lake/clean/{{ ds_nodash }}", asset=clean,
@@ -23,7 +23,7 @@ from typing import Any
 
 from airflow.sdk import Asset
 
-from airflow_gpu_dag.edges._wiring import labelled, require_dag
+from airflow_gpu_dag.authoring._wiring import labelled, require_dag
 from airflow_gpu_dag.sensors._common import RESUME_RACE_RETRIES, RESUME_RACE_RETRY_DELAY
 from airflow_gpu_dag.sensors.dataset import DatasetCompleteSensor
 

@@ -6,8 +6,8 @@ slack, critical-path priority (the weight :class:`~airflow_gpu_dag.priority_stra
 CriticalPathPriorityStrategy` gives it), the GPU request and GPU-hours; for the DAG: the critical
 path, the makespan with unlimited GPUs and the total GPU-hours.
 
-Pure apart from :func:`plan_dag`, which reads an Airflow DAG through
-:func:`airflow_gpu_dag.airflow.graph.build_task_graph` (imported lazily).
+Pure: an Airflow DAG is read into a :class:`~airflow_gpu_dag.core.graph.TaskGraph` by
+:func:`airflow_gpu_dag.airflow.graph.plan_dag`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Any
 
 from airflow_gpu_dag.core.critical_path import analyze
 from airflow_gpu_dag.core.graph import TaskGraph, TaskNode
+from airflow_gpu_dag.core.pools import is_gpu_pool
 from airflow_gpu_dag.core.validation import Finding
-from airflow_gpu_dag.pools import is_gpu_pool
 
-__all__ = ["Plan", "TaskPlan", "build_plan", "plan_dag", "priority_weight"]
+__all__ = ["Plan", "TaskPlan", "build_plan", "priority_weight"]
 
 _INT32_MAX = 2**31 - 1
 
@@ -156,12 +156,3 @@ def build_plan(graph: TaskGraph, findings: Iterable[Finding] = ()) -> Plan:
         total_gpu_hours=total_gpu_seconds / 3600.0,
         findings=list(findings),
     )
-
-
-def plan_dag(dag: Any, default_duration: float | None = None) -> Plan:
-    """Plan an Airflow DAG (authoring ``DAG`` or ``SerializedDAG``); findings made while reading
-    its hints (bad estimates, bad GPU requests) are kept on the plan."""
-    from airflow_gpu_dag.airflow.graph import build_task_graph
-
-    graph, findings = build_task_graph(dag, default_duration=default_duration)
-    return build_plan(graph, findings)

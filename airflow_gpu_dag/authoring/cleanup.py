@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from airflow_gpu_dag.edges._wiring import labelled, require_dag
+from airflow_gpu_dag.authoring._wiring import labelled, require_dag
 
 __all__ = ["CLEANUP", "cleanup"]
 

@@ -49,8 +49,8 @@ class Workload:
 
 
 def default_workloads_dir(repo_root: Path | None = None) -> Path:
-    """``../shared/workloads`` next to the repository root (this file is ``<root>/airflow_gpu_dag/core``)."""
-    root = repo_root if repo_root is not None else Path(__file__).resolve().parents[2]
+    """``../shared/workloads`` next to the repository root (this file is ``<root>/benchmarks``)."""
+    root = repo_root if repo_root is not None else Path(__file__).resolve().parents[1]
     return root.parent / "shared" / "workloads"
 
 
