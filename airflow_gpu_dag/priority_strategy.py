@@ -26,8 +26,9 @@ from airflow.task.priority_strategy import PriorityWeightStrategy
 
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, PACKING_WEIGHT_RULE
 from airflow_gpu_dag.airflow.graph import build_task_graph
-from airflow_gpu_dag.core.critical_path import analyze
-from airflow_gpu_dag.core.priority import clamp_int32
+from airflow_gpu_dag.core.planner import packing_weights_plan
+from airflow_gpu_dag.core.pools import task_pool
+from airflow_gpu_dag.core.rules import clamp_int32, critical_path_weights, width_aware_weights
 
 if TYPE_CHECKING:
     from airflow.models.taskinstance import TaskInstance
@@ -47,9 +48,7 @@ clamp_weight = clamp_int32
 
 
 def _critical_path_weights(dag: Any) -> dict[str, int]:
-    graph, _ = build_task_graph(dag)
-    analysis = analyze(graph)
-    return {task_id: clamp_weight(t.remaining) for task_id, t in analysis.timings.items()}
+    return critical_path_weights(build_task_graph(dag)[0])
 
 
 class _CachedDagWeights:
@@ -121,7 +120,7 @@ def _plan_policy() -> str:
 
 def _plan_search_budget() -> int:
     """``[gpu_dag] plan_search_budget``: simulated tasks the planner's local search may spend (0, the
-    default, turns it off; ``core.priority.SEARCH_BUDGET`` = 60000 is the measured setting)."""
+    default, turns it off; ``core.planner.SEARCH_BUDGET`` = 60000 is the measured setting)."""
     from airflow_gpu_dag.settings import conf_get
 
     raw = conf_get("plan_search_budget", "0") or "0"
@@ -141,15 +140,14 @@ def _plan_strict_backfill() -> bool:
 
 
 def _packing_weights(dag: Any) -> dict[str, int]:
-    from airflow_gpu_dag.core.priority import packing_weights_plan, width_aware_weights
     from airflow_gpu_dag.settings import pool_capacities
 
     graph, _ = build_task_graph(dag)
     configured = pool_capacities() or {}
-    used = {node.pool or "default_pool" for node in graph.nodes.values() if node.gpu is not None}
+    used = {task_pool(node) for node in graph.nodes.values() if node.gpu is not None}
     capacity = {pool: slots for pool, slots in configured.items() if pool in used and slots > 0}
     if not capacity:  # no known GPU pool size: plain critical path
-        return _critical_path_weights(dag)
+        return critical_path_weights(graph)
     if len(graph) > PACKING_PLAN_MAX_TASKS:
         return {t: clamp_weight(w) for t, w in width_aware_weights(graph, capacity).items()}
     try:
@@ -164,7 +162,7 @@ def _packing_weights(dag: Any) -> dict[str, int]:
         log.warning(
             "airflow-gpu-dag: cannot plan DAG %r (%s); using critical-path weights", graph.dag_id, err
         )
-        return _critical_path_weights(dag)
+        return critical_path_weights(graph)
     return {t: clamp_weight(w) for t, w in plan.weights.items()}
 
 
@@ -175,7 +173,7 @@ class PackingPriorityStrategy(_CachedWeightStrategy):
     admission, with several rules (critical path, width-aware critical path, downstream work, Airflow's
     ``downstream``); the best schedules are improved by forward-backward justification (and, with
     ``[gpu_dag] plan_search_budget`` > 0, a seeded local search over the start order), and the weights
-    that reproduce the shortest predicted schedule are kept (``core.priority.packing_weights_plan``).
+    that reproduce the shortest predicted schedule are kept (``core.planner.packing_weights_plan``).
     ``[gpu_dag] plan_policy`` says whether the watermark controller reserves (``reservation``, default)
     or pools keep their size (``greedy``). The weights are those of the winning option: a rule's own
     weights or plan ranks (1 = last to start); they order the tasks of one DAG, not DAGs against each

@@ -32,9 +32,10 @@ from pathlib import Path
 
 from workloads import GPU_POOL, Workload, load_workloads, ml_pipeline_workloads
 
-from airflow_gpu_dag.core.bounds import best_lower_bound
-from airflow_gpu_dag.core.priority import SEARCH_BUDGET, packing_weights_plan, perturbed, resolve_priority
-from airflow_gpu_dag.core.simulator import lower_bound, simulate
+from airflow_gpu_dag.core.bounds import best_lower_bound, lower_bound
+from airflow_gpu_dag.core.planner import SEARCH_BUDGET, packing_weights_plan, perturbed
+from airflow_gpu_dag.core.rules import resolve_priority
+from airflow_gpu_dag.core.simulator import simulate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_WORKLOADS = REPO_ROOT.parent / "shared" / "workloads" / "wfinstances_dev.json"

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from makespan import DEFAULT_WORKLOADS  # type: ignore[import-not-found]
 from workloads import GPU_POOL, load_workloads
 
-from airflow_gpu_dag.core import priority
+from airflow_gpu_dag.core import planner as priority
 
 SIZES = (41, 405, 738, 1121)
 

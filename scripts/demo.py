@@ -70,39 +70,33 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 def render_plan(dag: Any) -> str:
     """The plan of ``dag`` (an Airflow DAG) as text: one row per task in topological order."""
-    from airflow_gpu_dag.airflow.graph import build_task_graph
-    from airflow_gpu_dag.core.critical_path import analyze
+    from airflow_gpu_dag.airflow.graph import plan_dag
 
-    graph, findings = build_task_graph(dag)
-    analysis = analyze(graph)
-    rows = []
-    for task_id in analysis.order:
-        t = analysis.timings[task_id]
-        node = graph.nodes[task_id]
-        gpus = node.gpu.count if node.gpu is not None else 0
-        rows.append(
-            [
-                task_id,
-                _hm(node.duration),
-                _hm(t.earliest_start),
-                _hm(t.earliest_finish),
-                _hm(t.latest_start),
-                _hm(t.latest_finish),
-                _hm(t.slack),
-                int(round(t.remaining)),
-                gpus or "-",
-                node.pool or "-",
-                "*" if t.critical else "",
-            ]
-        )
+    plan = plan_dag(dag)
+    rows = [
+        [
+            t.task_id,
+            _hm(t.duration),
+            _hm(t.earliest_start),
+            _hm(t.earliest_finish),
+            _hm(t.latest_start),
+            _hm(t.latest_finish),
+            _hm(t.slack),
+            t.priority,
+            t.gpus or "-",
+            t.pool or "-",
+            "*" if t.critical else "",
+        ]
+        for t in plan.tasks
+    ]
     out = [
-        f"Plan of {analysis.dag_id} (times h:mm from the start of the run; priority = remaining "
+        f"Plan of {plan.dag_id} (times h:mm from the start of the run; priority = remaining "
         "critical-path seconds)",
         _table(["task", "dur", "ES", "EF", "LS", "LF", "slack", "priority", "GPUs", "pool", "crit"], rows),
-        f"critical path: {' -> '.join(analysis.critical_path)}",
-        f"makespan with unlimited GPUs: {_hm(analysis.makespan)}",
+        f"critical path: {' -> '.join(plan.critical_path)}",
+        f"makespan with unlimited GPUs: {_hm(plan.makespan)}",
     ]
-    out.extend(f"finding: {f}" for f in findings)
+    out.extend(f"finding: {f}" for f in plan.findings)
     return "\n".join(out)
 
 

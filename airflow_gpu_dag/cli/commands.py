@@ -245,7 +245,7 @@ def _simulation_capacity(graph: Any, given: Mapping[str, int]) -> dict[str, int]
 
     :raises ValueError: naming the pool, the task and the fix.
     """
-    from airflow_gpu_dag.core.simulator import task_pool
+    from airflow_gpu_dag.core.pools import task_pool
 
     used: dict[str, str] = {}
     gpu_pools: dict[str, str] = {}
@@ -275,7 +275,8 @@ def simulate(args: argparse.Namespace) -> None:
     """``airflow gpu-dag simulate DAG_ID --capacity POOL=N ... [--gantt out.html]``."""
     from airflow_gpu_dag.airflow.graph import build_task_graph
     from airflow_gpu_dag.core.critical_path import analyze
-    from airflow_gpu_dag.core.simulator import simulate as run_simulation
+    from airflow_gpu_dag.core.planner import predict as run_simulation
+    from airflow_gpu_dag.core.pools import task_pool
     from airflow_gpu_dag.rendering.gantt import GanttChart, bars_from_schedule, write_gantt
 
     json_output = args.output == "json"
@@ -293,7 +294,7 @@ def simulate(args: argparse.Namespace) -> None:
         raise SystemExit("error: cannot simulate:\n" + "\n".join(str(f) for f in bad))
     if not given:
         configured = _configured_pools()
-        used = {node.pool or "default_pool" for node in graph.nodes.values()}
+        used = {task_pool(node) for node in graph.nodes.values()}
         given = {k: v for k, v in configured.items() if k in used}
     capacity = _simulation_capacity(graph, given)
     critical = analyze(graph).critical_tasks

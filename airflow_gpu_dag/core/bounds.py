@@ -1,7 +1,7 @@
 """Makespan lower bounds that hold for every schedule of one DAG on its pools.
 
-They say how much of a gap no scheduler can close. :func:`~airflow_gpu_dag.core.simulator.lower_bound`
-(critical path, slot-seconds / capacity) and :func:`~airflow_gpu_dag.core.simulator.dependency_lower_bound`
+They say how much of a gap no scheduler can close. :func:`lower_bound`
+(critical path, slot-seconds / capacity) and :func:`dependency_lower_bound`
 ignore two things that dominate GPU workflows; the bounds here count them:
 
 * :func:`release_profile_bound`: a pool cannot be busy before its work is released. By time ``s`` a
@@ -31,9 +31,104 @@ from collections.abc import Callable, Mapping, Sequence
 
 from airflow_gpu_dag.core.critical_path import analyze
 from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.simulator import dependency_lower_bound, task_pool, task_slots
+from airflow_gpu_dag.core.pools import task_pool, task_slots
 
-__all__ = ["best_lower_bound", "overlap_bound", "release_profile_bound", "rounds_bound"]
+__all__ = [
+    "best_lower_bound",
+    "dependency_lower_bound",
+    "lower_bound",
+    "overlap_bound",
+    "release_profile_bound",
+    "rounds_bound",
+]
+
+
+def lower_bound(graph: TaskGraph | Sequence[TaskGraph], capacity: Mapping[str, int]) -> float:
+    """max(longest critical path, max over pools in ``capacity`` of slot-seconds / capacity)."""
+    graphs = [graph] if isinstance(graph, TaskGraph) else list(graph)
+    critical = max((analyze(g).makespan for g in graphs), default=0.0)
+    work: dict[str, float] = dict.fromkeys(capacity, 0.0)
+    for g in graphs:
+        for node in g.nodes.values():
+            pool = task_pool(node)
+            if pool in work:
+                work[pool] += node.duration * task_slots(node)
+    packed = max((work[p] / capacity[p] for p in work if capacity[p] > 0), default=0.0)
+    return max(critical, packed)
+
+
+def dependency_lower_bound(graph: TaskGraph, capacity: Mapping[str, int]) -> float:
+    """A tighter bound for one graph, still valid for any schedule: for every task ``v`` and pool ``p``,
+
+    * ``v`` cannot start before its ancestors have done their work in ``p``, which takes at least their
+      slot-seconds / ``C_p``, and then its remaining critical path (own duration included) follows;
+    * after ``v`` ends (no earlier than its longest upstream path plus its duration), its descendants
+      still need their slot-seconds in ``p`` / ``C_p``.
+
+    * the tasks of ``p`` that cannot start before ``r`` (their earliest start) need their slot-seconds
+      / ``C_p`` after ``r``, and the last of them to end still has its tail to go (and symmetrically
+      for the tasks whose tail is at least ``q``): a pool idle while CPU preprocessing runs shows here.
+
+    The maximum of these and :func:`lower_bound`. Shows how much of a gap to :func:`lower_bound` no
+    schedule can close (a serial tail after a wide parallel phase, for instance).
+    """
+    bound = lower_bound(graph, capacity)
+    analysis = analyze(graph)
+    order = analysis.order
+    index = {t: i for i, t in enumerate(order)}
+    pools = [p for p in capacity if capacity[p] > 0]
+    share = {p: [0.0] * len(order) for p in pools}
+    for t in order:
+        node = graph.nodes[t]
+        pool = task_pool(node)
+        if pool in share:
+            share[pool][index[t]] = node.duration * task_slots(node) / capacity[pool]
+    down: dict[str, int] = {}
+    up: dict[str, int] = {}
+    for t in reversed(order):
+        acc = 0
+        for d in graph.downstream(t):
+            acc |= down[d] | (1 << index[d])
+        down[t] = acc
+    for t in order:
+        acc = 0
+        for u in graph.upstream(t):
+            acc |= up[u] | (1 << index[u])
+        up[t] = acc
+
+    def total(bits: int, weights: list[float]) -> float:
+        acc = 0.0
+        while bits:
+            low = bits & -bits
+            acc += weights[low.bit_length() - 1]
+            bits ^= low
+        return acc
+
+    for t in order:
+        timing = analysis.timings[t]
+        for pool in pools:
+            before = total(up[t], share[pool])
+            after = total(down[t], share[pool])
+            bound = max(bound, before + timing.remaining, timing.earliest_finish + after)
+    # release and tail times: the tasks of a pool that cannot start before r need their share after r,
+    # and the last of them to end still has its tail (remaining path after it) to go; symmetrically
+    # for the tasks whose tail is at least q
+    for pool in pools:
+        members = [(analysis.timings[t].earliest_start, share[pool][index[t]], t) for t in order]
+        members = [m for m in members if m[1] > 0]
+        tail = {t: analysis.timings[t].remaining - graph.nodes[t].duration for _r, _w, t in members}
+        work, least_tail = 0.0, math.inf
+        for release, amount, t in sorted(members, key=lambda m: -m[0]):
+            work += amount
+            least_tail = min(least_tail, tail[t])
+            bound = max(bound, release + work + least_tail)
+        work, least_release = 0.0, math.inf
+        for release, amount, t in sorted(members, key=lambda m: -tail[m[2]]):
+            work += amount
+            least_release = min(least_release, release)
+            bound = max(bound, least_release + work + tail[t])
+    return bound
+
 
 #: How many tail (or release) thresholds :func:`release_profile_bound` tries per pool and direction;
 #: any subset of thresholds still gives a valid bound.
@@ -213,8 +308,8 @@ def _per_pool(
 
 
 def best_lower_bound(graph: TaskGraph, capacity: Mapping[str, int]) -> float:
-    """The largest of :func:`~airflow_gpu_dag.core.simulator.dependency_lower_bound` (which includes
-    :func:`~airflow_gpu_dag.core.simulator.lower_bound`), :func:`release_profile_bound`,
+    """The largest of :func:`dependency_lower_bound` (which includes
+    :func:`lower_bound`), :func:`release_profile_bound`,
     :func:`overlap_bound` and :func:`rounds_bound`: no schedule of ``graph`` on pools of ``capacity``
     ends earlier."""
     members = _members(graph, capacity)  # one critical-path analysis for the three bounds

@@ -18,6 +18,7 @@ import bisect
 from collections.abc import Iterable, Mapping, Sequence
 
 from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.pools import task_pool, task_slots
 
 __all__ = ["UsageProfile", "justify", "ordered_schedule", "priority_serial_schedule", "serial_schedule"]
 
@@ -74,8 +75,7 @@ class UsageProfile:
 
 def _task_pool(graph: TaskGraph, task_id: str) -> tuple[str, int]:
     node = graph.nodes[task_id]
-    slots = node.gpu.count if node.gpu is not None else max(0, int(node.pool_slots))
-    return node.pool or "default_pool", slots
+    return task_pool(node), task_slots(node)
 
 
 def _place(

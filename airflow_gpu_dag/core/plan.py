@@ -19,16 +19,10 @@ from typing import Any
 from airflow_gpu_dag.core.critical_path import analyze
 from airflow_gpu_dag.core.graph import TaskGraph, TaskNode
 from airflow_gpu_dag.core.pools import is_gpu_pool
+from airflow_gpu_dag.core.rules import critical_path_weights
 from airflow_gpu_dag.core.validation import Finding
 
-__all__ = ["Plan", "TaskPlan", "build_plan", "priority_weight"]
-
-_INT32_MAX = 2**31 - 1
-
-
-def priority_weight(remaining_seconds: float) -> int:
-    """The ``priority_weight`` the critical-path strategy stores: remaining seconds, clamped to int32."""
-    return max(0, min(_INT32_MAX, int(round(remaining_seconds))))
+__all__ = ["Plan", "TaskPlan", "build_plan"]
 
 
 def _gpus_of(node: TaskNode) -> int:
@@ -116,6 +110,7 @@ def build_plan(graph: TaskGraph, findings: Iterable[Finding] = ()) -> Plan:
     :raises airflow_gpu_dag.core.graph.CycleError: the graph has a cycle (named in the message).
     """
     analysis = analyze(graph)
+    weights = critical_path_weights(graph, analysis)  # what the critical-path strategy stores
     layer: dict[str, int] = {}
     tasks: list[TaskPlan] = []
     total_gpu_seconds = 0.0
@@ -135,7 +130,7 @@ def build_plan(graph: TaskGraph, findings: Iterable[Finding] = ()) -> Plan:
                 latest_start=timing.latest_start,
                 latest_finish=timing.latest_finish,
                 slack=timing.slack,
-                priority=priority_weight(timing.remaining),
+                priority=weights[task_id],
                 critical=timing.critical,
                 gpus=gpus,
                 gpu=node.gpu.describe() if node.gpu else (f"{gpus} slot(s)" if gpus else "-"),

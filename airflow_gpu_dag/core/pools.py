@@ -1,4 +1,8 @@
-"""GPU pool naming: one Airflow pool per GPU type.
+"""Pools: which pool a task holds slots of, how many, and GPU pool naming (one pool per GPU type).
+
+:func:`task_pool` and :func:`task_slots` are *the* rule for a task's effective pool and slots, used by
+the simulator, the planner, validation, the CLI and the UI: a task without a pool uses Airflow's
+:data:`DEFAULT_POOL`; a GPU task holds one slot per GPU, any other task its ``pool_slots``.
 
 A GPU task takes ``pool_slots = GPUs`` slots of its pool, so a pool's size is the number of GPUs it
 stands for. Tasks that accept any GPU use :data:`DEFAULT_GPU_POOL` (``gpu_default``); tasks that need a
@@ -16,17 +20,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from airflow_gpu_dag.core.graph import TaskNode
 
 __all__ = [
     "DEFAULT_GPU_POOL",
+    "DEFAULT_POOL",
     "GPU_POOL_PREFIX",
     "gpu_type_of_pool",
     "is_gpu_pool",
     "normalize_gpu_type",
     "pool_for_gpu_type",
     "pool_sizes_for_devices",
+    "task_pool",
+    "task_slots",
 ]
 
+#: Airflow's pool for tasks that name none (``airflow.sdk.bases.operator.DEFAULT_POOL_NAME``).
+DEFAULT_POOL = "default_pool"
 #: Prefix of every GPU pool this provider names.
 GPU_POOL_PREFIX = "gpu_"
 #: Pool of GPU tasks that accept any GPU type.
@@ -77,3 +90,13 @@ def pool_sizes_for_devices(gpu_types: Iterable[str]) -> dict[str, int]:
         pool = pool_for_gpu_type(gpu_type)
         sizes[pool] = sizes.get(pool, 0) + 1
     return sizes
+
+
+def task_pool(node: TaskNode) -> str:
+    """The pool a task holds slots of: its own, else Airflow's :data:`DEFAULT_POOL`."""
+    return node.pool or DEFAULT_POOL
+
+
+def task_slots(node: TaskNode) -> int:
+    """Slots a task holds: its GPU count for a GPU task, else ``pool_slots`` (never negative)."""
+    return node.gpu.count if node.gpu is not None else max(0, int(node.pool_slots))

@@ -41,23 +41,28 @@ slots:
 * A pending task whose expected ready time has passed (its upstream tasks overran their estimates) is
   not reserved for: when it turns ready is unknown.
 
-With plan-order priorities (``core.priority.plan_order_weights``) the walk makes Airflow start the tasks
-of a planned schedule in its order: the task the plan starts next is either admitted or reserved for
-(with strict backfill and exact estimates Airflow ends no later than the plan).
+With plan-order priorities (:func:`airflow_gpu_dag.core.rules.plan_order_weights`) the walk makes
+Airflow start the tasks of a planned schedule in its order: the task the plan starts next is either
+admitted or reserved for (with strict backfill and exact estimates Airflow ends no later than the
+plan).
 
-Pure and deterministic: state in, pool decisions out. The simulator calls the same function at each
-controller tick, so it predicts what the controller and the real scheduler do together.
+Pure and deterministic: state in, pool decisions out. There is one walk, :func:`decide_pool`: the
+controller calls it through :func:`decide_pools` (every waiting task, sorted), the simulator at each
+controller tick with its waiting tasks read lazily in admission order, so it predicts what the
+controller and the real scheduler do together. The walk reads the waiting tasks only as far as the
+decision needs: up to ``W``, then the tasks that Airflow's greedy admission could hand the slots to
+(:func:`backfill_candidates`) and whether anything else waits.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections import defaultdict, deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, RunningTask, admission_order
 
-__all__ = ["PoolDecision", "decide_pools", "shadow_time"]
+__all__ = ["PoolDecision", "backfill_candidates", "decide_pool", "decide_pools", "shadow_time"]
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,116 @@ def shadow_time(
     return None, 0
 
 
+def backfill_candidates(after_head: Iterable[ReadyTask], free: int) -> list[ReadyTask]:
+    """The part of a pool's ready tasks after the head ``W`` (in admission order) that can be backfilled
+    with ``free`` slots left once the tasks ahead of ``W`` start: only tasks that fit ``free``, up to the
+    ``free``-th 1-slot one (Airflow's greedy admission with at most ``free`` open slots has stopped by
+    then). A decision on this part equals the decision on all of them."""
+    out: list[ReadyTask] = []
+    ones = 0
+    if free <= 0:
+        return out
+    for task in after_head:
+        if task.slots <= free:
+            out.append(task)
+            if task.slots == 1:
+                ones += 1
+                if ones >= free:
+                    break
+    return out
+
+
+class _Waiting:
+    """A pool's waiting tasks in admission order, read lazily, with a look-ahead for the next ready one."""
+
+    def __init__(self, tasks: Iterable[ReadyTask]) -> None:
+        self._tasks: Iterator[ReadyTask] = iter(tasks)
+        self._buffer: deque[ReadyTask] = deque()
+        self.seen = 0
+        self.seen_ready = False
+
+    def next(self) -> ReadyTask | None:
+        task = self._buffer.popleft() if self._buffer else next(self._tasks, None)
+        if task is not None:
+            self.seen += 1
+            self.seen_ready = self.seen_ready or not isinstance(task, PendingTask)
+        return task
+
+    def peek_ready(self) -> ReadyTask | None:
+        """The next ready (not pending) task, without consuming anything."""
+        for task in self._buffer:
+            if not isinstance(task, PendingTask):
+                return task
+        for task in self._tasks:
+            self._buffer.append(task)
+            if not isinstance(task, PendingTask):
+                return task
+        return None
+
+    def ready_after(self, capacity: int, limit: int) -> tuple[list[ReadyTask], bool]:
+        """Read on to the rest's ready tasks that fit ``capacity``: those :func:`backfill_candidates` picks
+        with ``limit`` slots, and whether any other one waits (read no further than that tells)."""
+        candidates: list[ReadyTask] = []
+        more = False
+        ones = 0
+        full = limit <= 0
+        while (task := self.next()) is not None:
+            if isinstance(task, PendingTask) or task.slots > capacity:
+                continue
+            if full or task.slots > limit:
+                more = True
+                if full:
+                    break
+                continue
+            candidates.append(task)
+            if task.slots == 1:
+                ones += 1
+                full = ones >= limit
+        return candidates, more
+
+
+@dataclass
+class _Walk:
+    """The walk over a pool's waiting tasks up to the head ``W``: ``admitted`` start now (``ends``: their
+    expected ends), ``remaining`` slots are free after them; ``head_ready``: when ``W`` is expected ready."""
+
+    admitted: list[ReadyTask] = field(default_factory=list)
+    ends: dict[str, float] = field(default_factory=dict)
+    remaining: int = 0
+    head: ReadyTask | None = None
+    head_ready: float = 0.0
+
+
+def _walk(now: float, capacity: int, free: int, waiting: _Waiting) -> _Walk:
+    """Walk the waiting tasks in Airflow's order: start those that fit until the first that cannot start
+    now (``W``). A pending task is ``W`` only when every upstream waiting here starts now, no ready task
+    of the same or a higher priority follows it (a tie is not a plan) and its expected ready time is
+    still ahead (an upstream that overran: when it turns ready is unknown)."""
+    walk = _Walk(remaining=free, head_ready=now)
+    while (task := waiting.next()) is not None:
+        if task.slots > capacity:
+            continue  # can never run here; Airflow skips it too
+        if isinstance(task, PendingTask):
+            if any(key not in walk.ends for key in task.after):
+                continue  # an upstream task does not start now: not ready before the next decision
+            following = waiting.peek_ready()
+            if following is not None and following.priority >= task.priority:
+                continue  # a tie is not a plan: ready work of the same priority is not held back
+            start = now if task.ready_at is None else task.ready_at
+            expected = max([start, *(walk.ends[k] for k in task.after)])
+            if expected <= now:
+                continue  # its upstream tasks overran their estimates: when it turns ready is unknown
+            walk.head, walk.head_ready = task, expected
+            return walk
+        if task.slots > walk.remaining:
+            walk.head = task
+            return walk
+        walk.admitted.append(task)
+        walk.ends[task.key] = now + task.duration
+        walk.remaining -= task.slots
+    return walk
+
+
 def _greedy_pick(candidates: Sequence[ReadyTask], open_slots: int) -> list[ReadyTask]:
     """Airflow's greedy admission within one pool with ``open_slots`` open (candidates presorted)."""
     picked: list[ReadyTask] = []
@@ -168,60 +283,64 @@ def _leak_delays(
     return bool(takers) and not _is_safe(min(end for end, _s in freed), horizon, extra, takers, strict)
 
 
-def _decide_one(
+def _no_head(pool: str, capacity: int, used: int, walk: _Walk, waiting: _Waiting) -> PoolDecision:
+    if not waiting.seen:
+        why = "no task waiting"
+    elif walk.admitted:
+        why = f"{len(walk.admitted)} waiting task(s) start, nothing to reserve for"
+    elif waiting.seen_ready:
+        why = f"no waiting task fits capacity {capacity}"
+    else:
+        why = "no task ready, none to reserve for yet"
+    admitted = tuple(t.key for t in walk.admitted)
+    reason = f"{why}; pool = capacity"
+    return PoolDecision(pool, capacity, capacity, None, 0, 0, None, reason, used, (), admitted)
+
+
+def _backfill(
+    now: float,
+    shadow: float | None,
+    extra: int,
+    remaining: int,
+    others: Sequence[ReadyTask],
+    strict: bool,
+) -> list[ReadyTask]:
+    """The largest safe backfill: what Airflow's greedy admission picks from ``others`` with the most
+    open slots (at most ``remaining``) for which no picked task delays ``W``."""
+    if shadow is None or remaining <= 0:
+        return []
+    for open_slots in range(remaining, 0, -1):
+        candidate = _greedy_pick(others, open_slots)
+        if _is_safe(now, shadow, extra, candidate, strict):
+            return candidate
+    return []
+
+
+def decide_pool(
     now: float,
     pool: str,
     capacity: int,
     running: Sequence[RunningTask],
-    ready: Sequence[ReadyTask],
-    backfill: bool,
-    pending: Sequence[PendingTask] = (),
+    waiting: Iterable[ReadyTask],
+    backfill: bool = True,
     strict_backfill: bool = False,
     next_decision: float | None = None,
 ) -> PoolDecision:
+    """Decide one pool's size: the reservation walk (see the module docstring).
+
+    ``running`` holds the pool's slots (running or queued tasks); ``waiting`` its ready and pending
+    tasks **in admission order** (:func:`~airflow_gpu_dag.core.admission.admission_order`; a pending
+    task with an unknown ready time is left out by the caller). ``waiting`` is read lazily and only as
+    far as the decision needs, so a caller may pass a generator over a long queue.
+    """
     used = sum(r.slots for r in running)
     free = capacity - used
-    waiting = sorted([*ready, *(p for p in pending if p.ready_at is not None)], key=admission_order)
-    # walk the waiting tasks in Airflow's order: start those that fit until the first that cannot start
-    admit: list[ReadyTask] = []
-    ends: dict[str, float] = {}
-    remaining = free
-    head: ReadyTask | None = None
-    head_ready = now
-    for index, task in enumerate(waiting):
-        if task.slots > capacity:
-            continue  # can never run here; Airflow skips it too
-        if isinstance(task, PendingTask):
-            if any(key not in ends for key in task.after):
-                continue  # an upstream task does not start now: not ready before the next decision
-            following = next((t for t in waiting[index + 1 :] if not isinstance(t, PendingTask)), None)
-            if following is not None and following.priority >= task.priority:
-                continue  # a tie is not a plan: ready work of the same priority is not held back
-            expected = max([now if task.ready_at is None else task.ready_at, *(ends[k] for k in task.after)])
-            if expected <= now:
-                continue  # its upstream tasks overran their estimates: when it turns ready is unknown
-            head = task
-            head_ready = expected
-            break
-        if task.slots > remaining:
-            head = task
-            break
-        admit.append(task)
-        ends[task.key] = now + task.duration
-        remaining -= task.slots
-    admitted = tuple(t.key for t in admit)
+    queue = _Waiting(waiting)
+    walk = _walk(now, capacity, free, queue)
+    head, admit, remaining = walk.head, walk.admitted, walk.remaining
     if head is None:
-        if not waiting:
-            why = "no task waiting"
-        elif admit:
-            why = f"{len(admit)} waiting task(s) start, nothing to reserve for"
-        elif any(not isinstance(t, PendingTask) for t in waiting):
-            why = f"no waiting task fits capacity {capacity}"
-        else:
-            why = "no task ready, none to reserve for yet"
-        return PoolDecision(
-            pool, capacity, capacity, None, 0, 0, None, f"{why}; pool = capacity", used, (), admitted
-        )
+        return _no_head(pool, capacity, used, walk, queue)
+    admitted = tuple(t.key for t in admit)
     wide = head.slots
     is_pending = isinstance(head, PendingTask)
     if not is_pending and wide == 1:
@@ -234,26 +353,14 @@ def _decide_one(
     holding = [*running, *(RunningTask(t.key, pool, t.slots, now + t.duration) for t in admit)]
     shadow, extra = shadow_time(now, remaining, wide, holding)
     if shadow is not None and is_pending:
-        shadow = max(shadow, head_ready)  # not before it is expected ready
-    backfill_open = 0
-    picked: list[ReadyTask] = []
-    position = waiting.index(head)
-    if backfill and shadow is not None and remaining > 0:
-        others = [t for t in waiting[position + 1 :] if not isinstance(t, PendingTask)]
-        for open_slots in range(remaining, 0, -1):
-            candidate = _greedy_pick(others, open_slots)
-            if _is_safe(now, shadow, extra, candidate, strict_backfill):
-                # the same tasks are admitted with exactly their slots open; a tighter pool leaves
-                # nothing for a task that becomes ready before the next controller tick
-                backfill_open, picked = sum(t.slots for t in candidate), candidate
-                break
+        shadow = max(shadow, walk.head_ready)  # not before it is expected ready
+    # a pending head: what would take the slots freed before it is ready is judged with up to C of them
+    others, more = queue.ready_after(capacity, capacity if is_pending else remaining)
+    picked = _backfill(now, shadow, extra, remaining, others, strict_backfill) if backfill else []
+    backfill_open = sum(t.slots for t in picked)
     started = free - remaining
-    left = [
-        t
-        for t in waiting[position + 1 :]
-        if not isinstance(t, PendingTask) and t.slots <= capacity and t not in picked
-    ]
-    if is_pending and not left:
+    left = [t for t in others if t not in picked]
+    if is_pending and not left and not more:
         # nothing else waits that could take W's slots: keep them open, W starts the moment it is
         # ready instead of at the next tick
         size = capacity
@@ -268,7 +375,7 @@ def _decide_one(
             or _leak_delays(
                 now,
                 running,
-                head_ready,
+                walk.head_ready,
                 shadow,
                 extra,
                 left,
@@ -293,7 +400,7 @@ def _decide_one(
         f"reserving {wide} slots for {head.key}: {max(free, 0)} of {capacity} free"
         + (f", {started} starting first" if started else "")
         + f", {what} at {when}; backfill {backfill_open} slot(s) for work that cannot delay it"
-        + ("; nothing else waiting: pool = capacity" if is_pending and not left else "")
+        + ("; nothing else waiting: pool = capacity" if is_pending and not left and not more else "")
     )
     return PoolDecision(
         pool,
@@ -321,37 +428,35 @@ def decide_pools(
     strict_backfill: bool = False,
     next_decision: float | None = None,
 ) -> dict[str, PoolDecision]:
-    """Decide the size of every pool in ``capacity`` (pool -> live capacity ``C``).
+    """Decide the size of every pool in ``capacity`` (pool -> live capacity ``C``) with :func:`decide_pool`.
 
     ``running`` are the task instances holding slots (running or queued), ``ready`` those in SCHEDULED
     state, ``pending`` (lookahead) those not scheduled yet whose upstream tasks have all started, with
-    their expected ready time. Tasks of pools not in ``capacity`` are ignored. With ``backfill=False``
-    a reservation lets nothing through but the tasks ahead of ``W``. ``next_decision``: when the
-    controller decides next (``now + interval``; None: at the next event), against which slots left
-    open between two decisions are weighed. The returned pool sizes are never negative and never
-    above ``C``.
+    their expected ready time (one whose ready time is unknown is ignored). Tasks of pools not in
+    ``capacity`` are ignored. With ``backfill=False`` a reservation lets nothing through but the tasks
+    ahead of ``W``. ``next_decision``: when the controller decides next (``now + interval``; None: at
+    the next event), against which slots left open between two decisions are weighed. The returned
+    pool sizes are never negative and never above ``C``.
     """
     running_by_pool: dict[str, list[RunningTask]] = defaultdict(list)
     for r in running:
         running_by_pool[r.pool].append(r)
-    ready_by_pool: dict[str, list[ReadyTask]] = defaultdict(list)
+    waiting_by_pool: dict[str, list[ReadyTask]] = defaultdict(list)
     for t in ready:
-        ready_by_pool[t.pool].append(t)
-    pending_by_pool: dict[str, list[PendingTask]] = defaultdict(list)
+        waiting_by_pool[t.pool].append(t)
     for p in pending:
-        pending_by_pool[p.pool].append(p)
-    decisions: dict[str, PoolDecision] = {}
-    for pool, cap in capacity.items():
-        cap = max(0, int(cap))
-        decisions[pool] = _decide_one(
+        if p.ready_at is not None:
+            waiting_by_pool[p.pool].append(p)
+    return {
+        pool: decide_pool(
             now,
             pool,
-            cap,
+            max(0, int(cap)),
             running_by_pool.get(pool, []),
-            ready_by_pool.get(pool, []),
+            sorted(waiting_by_pool.get(pool, []), key=admission_order),
             backfill,
-            pending_by_pool.get(pool, []),
             strict_backfill,
             next_decision,
         )
-    return decisions
+        for pool, cap in capacity.items()
+    }

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.pools import DEFAULT_POOL, task_pool
 from airflow_gpu_dag.core.resources import format_duration
 
 __all__ = [
@@ -26,7 +27,6 @@ __all__ = [
 ERROR = "error"
 WARNING = "warning"
 #: Airflow's built-in pool, always present.
-DEFAULT_POOL = "default_pool"
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def validate_graph(
 def _check_resources(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Finding]:
     pools = policy.pool_slots
     for node in graph.nodes.values():
-        pool = node.pool or DEFAULT_POOL
+        pool = task_pool(node)
         if pools is not None and pool not in pools and pool != DEFAULT_POOL:
             known = ", ".join(sorted(pools)) or "none"
             yield Finding(

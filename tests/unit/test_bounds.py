@@ -13,10 +13,18 @@ from collections.abc import Mapping
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_gpu_dag.core.bounds import best_lower_bound, overlap_bound, release_profile_bound, rounds_bound
+from airflow_gpu_dag.core.bounds import (
+    best_lower_bound,
+    dependency_lower_bound,
+    lower_bound,
+    overlap_bound,
+    release_profile_bound,
+    rounds_bound,
+)
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.justification import serial_schedule
-from airflow_gpu_dag.core.simulator import dependency_lower_bound, lower_bound, simulate
+from airflow_gpu_dag.core.planner import predict
+from airflow_gpu_dag.core.simulator import simulate
 from tests.unit.graphs import gpu_graph
 
 
@@ -66,7 +74,7 @@ def test_bounds_never_exceed_a_simulated_schedule(shards: list[tuple[int, int]])
         graph.add_edge(f"s{i}", "merge")
     for cap in (8, 16):
         made = min(
-            simulate(graph, {"gpu": cap}, p).makespan for p in ("stock", "critical_path", "reservation")
+            predict(graph, {"gpu": cap}, p).makespan for p in ("stock", "critical_path", "reservation")
         )
         assert best_lower_bound(graph, {"gpu": cap}) <= made + 1e-6 * made
 
@@ -112,7 +120,7 @@ def test_rounds_bound_counts_whole_rounds_of_equal_shards() -> None:
     caps = {"gpu": 32}
     assert lower_bound(graph, caps) < 22.0
     assert rounds_bound(graph, caps) == 29.0  # 1 + 3 x 9 + 1
-    assert simulate(graph, caps, "reservation").makespan == 29.0  # and a schedule reaches it
+    assert predict(graph, caps, "reservation").makespan == 29.0  # and a schedule reaches it
 
 
 def test_bounds_of_a_dag_without_pool_tasks_are_zero() -> None:

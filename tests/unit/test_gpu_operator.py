@@ -329,10 +329,22 @@ def test_bash_task_that_loses_its_lease_is_stopped(
     monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_TTL", "2s")
     monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_HEARTBEAT", "0.1s")
     op = GpuBashOperator(task_id="victim", bash_command="sleep 30", gpus=1)
-    timer = threading.Timer(1.0, _forget_lease, args=(static_host,))
-    timer.start()
+    stop = threading.Event()
+
+    def forget_once_leased() -> None:  # not on a timer: on a loaded machine the lease may come late
+        table = static_host / "leases.json"
+        while not stop.is_set():
+            if table.exists() and '"devices"' in table.read_text():
+                time.sleep(0.5)  # the command has started
+                _forget_lease(static_host)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=forget_once_leased, daemon=True)
+    thread.start()
     try:
         with pytest.raises(LeaseLost, match="its GPU work was stopped"):
             op.execute(context("victim"))
     finally:
-        timer.cancel()
+        stop.set()
+        thread.join(5)

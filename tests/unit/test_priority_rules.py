@@ -18,11 +18,10 @@ from airflow_gpu_dag.core.justification import (
     priority_serial_schedule,
     serial_schedule,
 )
-from airflow_gpu_dag.core.priority import (
-    SEARCH_BUDGET,
+from airflow_gpu_dag.core.planner import SEARCH_BUDGET, packing_weights_plan, predict
+from airflow_gpu_dag.core.rules import (
     critical_path_weights,
     downstream_weights,
-    packing_weights_plan,
     plan_order_weights,
     resolve_priority,
     width_aware_weights,
@@ -198,7 +197,7 @@ def test_plain_critical_path_loses_to_packing_on_a_wide_short_task() -> None:
     g = gpu_graph(tasks, edges)
     caps = {"gpu": 8}
     cp = simulate(g, caps, "critical_path", priority="critical_path")
-    packed = simulate(g, caps, "critical_path", priority="packing")
+    packed = predict(g, caps, "critical_path", priority="packing")
     assert packed.makespan < cp.makespan
     assert packed.makespan <= simulate(g, caps, "stock").makespan
 
@@ -228,8 +227,6 @@ def test_packing_strategy_never_raises_and_uses_plan(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(ps.PackingPriorityStrategy, "_cache", ps._CachedDagWeights(ps._packing_weights))
     weights = {t: strategy.get_weight(ti(t)) for t in ("a", "b", "c")}
     graph = ps.build_task_graph(dag)[0]
-    from airflow_gpu_dag.core.priority import packing_weights_plan
-
     plan = packing_weights_plan(graph, {"gpu": 8}, "reservation")
     assert weights == plan.weights and all(isinstance(w, int) for w in weights.values())
     assert weights["a"] > weights["b"]  # a gates the long wide task

@@ -11,7 +11,7 @@ from airflow.sdk import DAG, TaskGroup, task
 from airflow.serialization.serialized_objects import DagSerialization
 
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
-from airflow_gpu_dag.core.priority import INT32_MAX
+from airflow_gpu_dag.core.rules import INT32_MAX
 from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, clamp_weight
 
 

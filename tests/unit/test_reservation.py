@@ -225,6 +225,29 @@ def test_pool_never_oversubscribed_and_backfill_never_delays_head(data: st.DataO
     assert with_backfill <= alone  # the model's start of W is not delayed by what b lets through
 
 
+@settings(max_examples=600, deadline=None)
+@given(st.data())
+def test_the_shared_lazy_walk_decides_what_the_whole_list_pass_decides(data: st.DataObject) -> None:
+    """decide_pools (the one walk, shared with the simulator, reading the waiting tasks lazily) equals the
+    earlier whole-list implementation kept in tests/unit/reservation_reference.py, field for field."""
+    from tests.unit.reservation_reference import reference_decide_pools
+
+    capacity, running, waiting = data.draw(pool_states())
+    pending = data.draw(pending_tasks(capacity))
+    if data.draw(st.booleans()):  # upstream tasks waiting in the same pool (PendingTask.after)
+        after = tuple(x.key for x in waiting[: data.draw(st.integers(0, 2))])
+        pending = [PendingTask(**{**p.__dict__, "after": after}) for p in pending]
+    options = {
+        "backfill": data.draw(st.booleans()),
+        "strict_backfill": data.draw(st.booleans()),
+        "next_decision": data.draw(st.one_of(st.none(), st.floats(0.0, 200.0))),
+    }
+    now = data.draw(st.sampled_from([0.0, 5.0]))
+    ours = decide_pools(now, {"gpu": capacity}, running, waiting, pending=pending, **options)
+    reference = reference_decide_pools(now, {"gpu": capacity}, running, waiting, pending=pending, **options)
+    assert ours == reference
+
+
 def test_lookahead_holds_slots_for_a_task_about_to_be_ready() -> None:
     """A planned-early task whose upstream ends in 20 s: ready work that would still run then waits;
     work that ends before it does not."""
@@ -259,7 +282,7 @@ def test_unknown_ready_time_is_ignored() -> None:
 def test_simulator_cut_of_the_ready_list_decides_the_same(state: tuple) -> None:
     """The simulator hands decide_pools only the part of the ready list that can matter: the tasks
     ahead of the head, the head, and backfill_candidates() of the rest."""
-    from airflow_gpu_dag.core.simulator import backfill_candidates
+    from airflow_gpu_dag.core.reservation import backfill_candidates
 
     capacity, running, waiting = state
     full = decide_pools(0.0, {"gpu": capacity}, running, waiting)["gpu"]

@@ -12,10 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from airflow_gpu_dag.core.bounds import lower_bound
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.justification import ordered_schedule, priority_serial_schedule
-from airflow_gpu_dag.core.priority import plan_order_weights
-from airflow_gpu_dag.core.simulator import CapacityError, lower_bound, simulate
+from airflow_gpu_dag.core.planner import predict
+from airflow_gpu_dag.core.rules import plan_order_weights
+from airflow_gpu_dag.core.simulator import CapacityError, simulate
 from tests.unit import graphs
 
 CAP = {"gpu": 8}
@@ -121,8 +123,8 @@ def test_bad_policy_and_interval() -> None:
 def test_several_graphs_run_together_and_deterministic() -> None:
     a = gpu_graph("a", {"x": (10, 4), "y": (5, 4)}, [("x", "y")])
     b = gpu_graph("b", {"x": (10, 8)}, [])
-    r1 = simulate([a, b], CAP, "reservation")
-    r2 = simulate([a, b], CAP, "reservation")
+    r1 = predict([a, b], CAP, "reservation")
+    r2 = predict([a, b], CAP, "reservation")
     assert r1.schedule == r2.schedule
     assert len(r1.schedule) == 3 and r1.makespan == 25
     assert r1.lower_bound == lower_bound([a, b], CAP) == (10 * 4 + 5 * 4 + 10 * 8) / 8
@@ -147,7 +149,7 @@ def random_dags(draw: st.DrawFn) -> TaskGraph:
     st.sampled_from([8, 9, 16]),
 )
 def test_properties(graph: TaskGraph, policy: str, interval: float, cap: int) -> None:
-    r = simulate(graph, {"gpu": cap}, policy, controller_interval=interval)
+    r = predict(graph, {"gpu": cap}, policy, controller_interval=interval)
     sched = r.by_id()
     assert set(sched) == set(graph.nodes)
     for up, down, _kind in graph.edges():
@@ -191,13 +193,15 @@ def test_reservation_prediction_follows_the_rule_the_graph_declares() -> None:
                 g.add_edge(f"short{i - 1}", f"short{i}")
         return g
 
-    declared = simulate(build("critical_path"), {"gpu_default": 1}, policy="reservation")
-    explicit = simulate(build(None), {"gpu_default": 1}, policy="reservation", priority="critical_path")
+    declared = predict(build("critical_path"), {"gpu_default": 1}, policy="reservation")
+    explicit = predict(build(None), {"gpu_default": 1}, policy="reservation", priority="critical_path")
     assert declared.priority_rule == "critical_path"
     assert declared.schedule == explicit.schedule
-    assert simulate(build(None), {"gpu_default": 1}, policy="reservation").priority_rule == "packing"
+    assert predict(build(None), {"gpu_default": 1}, policy="reservation").priority_rule == "packing"
+    with pytest.raises(ValueError, match="needs the planner"):  # the simulator alone cannot plan
+        simulate(build(None), {"gpu_default": 1}, policy="reservation")
     # the stock policy never takes the declared rule: it predicts Airflow's own downstream rule
-    assert simulate(build("critical_path"), {"gpu_default": 1}, policy="stock").priority_rule == "downstream"
+    assert predict(build("critical_path"), {"gpu_default": 1}, policy="stock").priority_rule == "downstream"
 
 
 # -- lookahead: the controller follows a planned schedule ------------------------------------------
@@ -305,11 +309,11 @@ def two_pool_dags(draw: st.DrawFn) -> TaskGraph:
     st.booleans(),
     st.booleans(),
 )
-def test_fast_walk_decides_what_decide_pools_decides_over_every_waiting_task(
+def test_lazy_walk_decides_what_decide_pools_decides_over_every_waiting_task(
     graph: TaskGraph, rnd: random.Random, interval: float, backfill: str, lookahead: bool, noisy: bool
 ) -> None:
-    """The simulator settles most ticks inline and passes decide_pools only the tasks that matter; at
-    every tick its pool sizes equal decide_pools over every running, ready and pending task (what the
+    """The simulator's ticks read each pool's waiting tasks lazily, only as far as the decision needs;
+    at every tick its pool sizes equal decide_pools over every running, ready and pending task (what the
     watermark controller computes), with ties in priority, wrong estimates and two managed pools."""
     weights = {t: rnd.choice([1, 2, 3, 5, 8]) for t in graph.nodes}  # coarse: many ties
     estimates = {t: node.duration * rnd.choice([0.5, 1.0, 1.5]) for t, node in graph.nodes.items()}
@@ -341,7 +345,7 @@ def test_verify_controller_catches_a_walk_that_disagrees(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(simulator_module, "decide_pools", off_by_one)
     with pytest.raises(AssertionError, match="decide_pools over every waiting task decides"):
-        simulate(_stream_dag(6), {"gpu": 8}, "reservation", verify_controller=True)
+        predict(_stream_dag(6), {"gpu": 8}, "reservation", verify_controller=True)
 
 
 def test_slots_a_pending_task_waits_for_stay_closed_between_ticks() -> None:

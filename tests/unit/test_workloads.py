@@ -6,8 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
-from airflow_gpu_dag.core.graph import CycleError
 from workloads import (
     GPU_POOL,
     WorkloadError,
@@ -15,6 +13,8 @@ from workloads import (
     load_workloads,
     ml_pipeline_workloads,
 )
+
+from airflow_gpu_dag.core.graph import CycleError
 
 STAGES = ("load", "preprocess", "init", "train", "checkpoint", "evaluate")
 

@@ -98,7 +98,8 @@ class ScheduleView:
 def predicted_schedules(graph: TaskGraph, pools: Iterable[PoolView]) -> ScheduleView:
     """Simulate the DAG under stock admission and under reservation on the live pool capacities
     (the measured capacity when the watermark controller manages the pool, else its size)."""
-    from airflow_gpu_dag.core.simulator import simulate, task_pool
+    from airflow_gpu_dag.core.planner import predict
+    from airflow_gpu_dag.core.pools import task_pool
 
     used = {task_pool(node) for node in graph.nodes.values()}
     capacity = {
@@ -108,8 +109,8 @@ def predicted_schedules(graph: TaskGraph, pools: Iterable[PoolView]) -> Schedule
     }
     view = ScheduleView(capacity=capacity)
     try:
-        view.results["stock"] = simulate(graph, capacity, policy="stock")
-        view.results["reservation"] = simulate(graph, capacity, policy="reservation")
+        view.results["stock"] = predict(graph, capacity, policy="stock")
+        view.results["reservation"] = predict(graph, capacity, policy="reservation")
     except ValueError as err:  # CapacityError: a request no pool can hold
         view.results.clear()
         view.note = f"No simulation: {err}"

@@ -1,20 +1,12 @@
-"""Priority rules: the number Airflow stores in ``priority_weight`` for each task.
+"""The planned priority rule ``packing``: simulate the rules, improve the schedules, keep the best.
 
-All rules are pure functions ``TaskGraph -> {task_id: int}`` (Airflow's column is an int32; the
-scheduler orders the SCHEDULED task instances of all DAGs by it, highest first):
-
-* ``downstream``: Airflow's default ``weight_rule``: ``1 +`` the number of all downstream descendants
-  (every ``priority_weight`` left at 1).
-* ``critical_path``: the remaining critical-path length in whole seconds, own duration included
-  (:class:`~airflow_gpu_dag.priority_strategy.CriticalPathPriorityStrategy`).
-* ``width_aware`` (needs the pool capacities): critical path where a wide task also pays for the
-  drain it needs (:func:`width_aware_weights`).
-* ``work`` (needs the pool capacities): slot-seconds a task and its descendants need, over the pool
-  capacity (:func:`work_weights`).
-* ``packing``: planned (:func:`packing_weights_plan`): each rule above is simulated under Airflow's
-  admission, the schedules are improved by justification (and, optionally, a seeded local search over
-  the start order), and the weights that reproduce the shortest predicted schedule are kept. Never
-  worse than any candidate (Airflow's ``downstream`` included) in the model.
+:func:`packing_weights_plan` simulates every candidate rule of :mod:`airflow_gpu_dag.core.rules` (and
+perturbations of them) under Airflow's admission, improves the schedules by justification
+(:mod:`airflow_gpu_dag.core.justification`) and, optionally, a seeded local search over the start order
+(:func:`search_order`), and keeps the weights whose predicted schedule is shortest. Never worse than
+any candidate (Airflow's ``downstream`` included) in the model. :func:`resolve_rule` resolves any rule
+name, ``packing`` included, for the simulator; :func:`predict` simulates a DAG under the rule it
+declares, as the CLI and the UI show it.
 """
 
 from __future__ import annotations
@@ -26,161 +18,28 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from airflow_gpu_dag.core.critical_path import analyze
-from airflow_gpu_dag.core.graph import TaskGraph, TaskNode
+from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.justification import justify, ordered_schedule, priority_serial_schedule
+from airflow_gpu_dag.core.rules import (
+    PriorityRule,
+    clamp_int32,
+    critical_path_weights,
+    plan_order_weights,
+    resolve_priority,
+)
+from airflow_gpu_dag.core.simulator import SimulationResult, default_rule, simulate
 
 __all__ = [
-    "INT32_MAX",
     "PACKING_CANDIDATES",
-    "PRIORITY_RULES",
     "SEARCH_BUDGET",
     "PackingPlan",
-    "clamp_int32",
-    "critical_path_weights",
-    "downstream_weights",
+    "packing_rule",
     "packing_weights_plan",
     "perturbed",
-    "plan_order_weights",
-    "resolve_priority",
+    "predict",
+    "resolve_rule",
     "search_order",
-    "width_aware_weights",
-    "work_weights",
 ]
-
-INT32_MAX = 2**31 - 1
-INT32_MIN = -(2**31)
-
-PriorityRule = Callable[[TaskGraph], Mapping[str, int]]
-CapacityRule = Callable[[TaskGraph, Mapping[str, int]], Mapping[str, int]]
-
-
-def clamp_int32(value: float) -> int:
-    """Round to an int that fits Airflow's ``priority_weight`` column."""
-    return max(INT32_MIN, min(INT32_MAX, int(round(value))))
-
-
-def _descendant_bits(graph: TaskGraph, order: list[str]) -> dict[str, int]:
-    """Bitset (Python int) of the descendants of every task, by topological index."""
-    index = {t: i for i, t in enumerate(order)}
-    bits: dict[str, int] = {}
-    for task_id in reversed(order):
-        acc = 0
-        for down in graph.downstream(task_id):
-            acc |= bits[down] | (1 << index[down])
-        bits[task_id] = acc
-    return bits
-
-
-def downstream_weights(graph: TaskGraph) -> dict[str, int]:
-    """Airflow's ``downstream`` weight rule: 1 + the number of all descendants."""
-    order = graph.topological_order()
-    bits = _descendant_bits(graph, order)
-    return {t: clamp_int32(1 + bits[t].bit_count()) for t in order}
-
-
-def critical_path_weights(graph: TaskGraph) -> dict[str, int]:
-    """Remaining critical-path length in whole seconds, own duration included."""
-    analysis = analyze(graph)
-    return {t: clamp_int32(timing.remaining) for t, timing in analysis.timings.items()}
-
-
-def _pool_of(node: TaskNode) -> str:
-    return node.pool or "default_pool"
-
-
-def _slots_of(node: TaskNode) -> int:
-    return node.gpu.count if node.gpu is not None else max(0, int(node.pool_slots))
-
-
-def width_aware_weights(graph: TaskGraph, capacity: Mapping[str, int]) -> dict[str, int]:
-    """Critical path in which a wide task also pays for the drain it needs, in tenths of a second.
-
-    A task holding ``w`` of a pool's ``C`` slots can only start once ``w`` slots are free at the same
-    time; under greedy admission that happens when the narrow tasks around it drain. Its length in the
-    path is ``duration + (w - 1) / (C - 1) * d_mean`` (``d_mean``: slot-weighted mean duration of the
-    pool's tasks in this DAG), so chains through wide tasks are started before the pool fills up with
-    long narrow work. With only 1-slot tasks this is the critical-path rule.
-    """
-    order = graph.topological_order()
-    work: dict[str, float] = {}
-    held: dict[str, int] = {}
-    for node in graph.nodes.values():
-        pool = _pool_of(node)
-        if pool in capacity:
-            work[pool] = work.get(pool, 0.0) + node.duration * _slots_of(node)
-            held[pool] = held.get(pool, 0) + _slots_of(node)
-    mean = {p: work[p] / held[p] for p in work if held[p] > 0}
-    length: dict[str, float] = {}
-    for task_id in order:
-        node = graph.nodes[task_id]
-        pool, slots = _pool_of(node), _slots_of(node)
-        extra = 0.0
-        if pool in capacity and capacity[pool] > 1 and slots > 1:
-            extra = (min(slots, capacity[pool]) - 1) / (capacity[pool] - 1) * mean.get(pool, 0.0)
-        length[task_id] = node.duration + extra
-    remaining: dict[str, float] = {}
-    for task_id in reversed(order):
-        tail = max((remaining[d] for d in graph.downstream(task_id)), default=0.0)
-        remaining[task_id] = length[task_id] + tail
-    return {t: clamp_int32(remaining[t] * 10) for t in order}
-
-
-def work_weights(graph: TaskGraph, capacity: Mapping[str, int]) -> dict[str, int]:
-    """Slot-seconds of the task and all its descendants over the pool capacity (tenths of a second):
-    the time the pool needs for everything a task unlocks; favours tasks that open up a lot of work."""
-    order = graph.topological_order()
-    bits = _descendant_bits(graph, order)
-    share: list[float] = []
-    for task_id in order:
-        node = graph.nodes[task_id]
-        cap = capacity.get(_pool_of(node))
-        share.append(node.duration * _slots_of(node) / cap if cap else 0.0)
-    out: dict[str, int] = {}
-    for i, task_id in enumerate(order):
-        acc = share[i]
-        b = bits[task_id]
-        while b:
-            low = b & -b
-            acc += share[low.bit_length() - 1]
-            b ^= low
-        out[task_id] = clamp_int32(acc * 10)
-    return out
-
-
-PRIORITY_RULES: dict[str, PriorityRule] = {
-    "downstream": downstream_weights,
-    "critical_path": critical_path_weights,
-}
-#: rules that need the pool capacities: name -> f(graph, capacity)
-CAPACITY_RULES: dict[str, CapacityRule] = {
-    "width_aware": width_aware_weights,
-    "work": work_weights,
-}
-
-
-def resolve_priority(rule: str | PriorityRule, capacity: Mapping[str, int] | None = None) -> PriorityRule:
-    """Look a rule up by name or pass a callable ``graph -> {task_id: weight}`` through.
-
-    Names: ``downstream``, ``critical_path``, and (given ``capacity``) ``width_aware``, ``work``. The
-    planned rule ``packing`` is resolved by the simulator (:func:`~airflow_gpu_dag.core.planner`).
-    """
-    if callable(rule):
-        return rule
-    if rule in PRIORITY_RULES:
-        return PRIORITY_RULES[rule]
-    if rule in CAPACITY_RULES:
-        if capacity is None:
-            raise ValueError(f"priority rule {rule!r} needs the pool capacities")
-        func = CAPACITY_RULES[rule]
-        caps = dict(capacity)
-
-        def bound(graph: TaskGraph) -> Mapping[str, int]:
-            return func(graph, caps)
-
-        bound.__name__ = rule
-        return bound
-    names = ", ".join(sorted([*PRIORITY_RULES, *CAPACITY_RULES, "packing"]))
-    raise ValueError(f"unknown priority rule {rule!r}; use one of {names} or a callable graph -> weights")
-
 
 _GreedyRun = tuple[float, str, dict[str, int], dict[str, float]]
 _Justified = tuple[float, str, dict[str, float]]
@@ -202,8 +61,6 @@ def _greedy_stage(
     ``1 +/- eps``, ``eps`` up to 0.3: other tie-breaks of almost the same priority), and the
     justification of the candidates' schedules and of the two best sampled ones (the
     ``_JUSTIFIED_KEPT`` shortest justified schedules are returned)."""
-    from airflow_gpu_dag.core.justification import justify
-    from airflow_gpu_dag.core.simulator import simulate
 
     key = (tuple(sorted(capacity.items())), candidates, justify_rounds, samples, serial_samples)
     per_graph = _STAGE_CACHE.setdefault(graph, {})
@@ -245,7 +102,6 @@ def _serial_samples(graph: TaskGraph, capacity: Mapping[str, int], count: int) -
     (BLAST shards, mosaic tiles) much better."""
     if count <= 0 or len(graph) < 2:
         return []
-    from airflow_gpu_dag.core.justification import justify, priority_serial_schedule
 
     remaining = {t: timing.remaining for t, timing in analyze(graph).timings.items()}
     rng = random.Random(f"serial:{graph.dag_id}:{len(graph)}")
@@ -322,15 +178,6 @@ def perturbed(graph: TaskGraph, sigma: float, seed: str) -> TaskGraph:
     return world
 
 
-def plan_order_weights(graph: TaskGraph, start: Mapping[str, float]) -> dict[str, int]:
-    """Weights that make Airflow follow a planned schedule: a task that starts earlier in the plan has
-    a higher weight (``n`` for the first, ``1`` for the last; ties by graph order)."""
-    topo = {t: i for i, t in enumerate(graph.topological_order())}
-    ordered = sorted(start, key=lambda t: (start[t], topo[t]))
-    count = len(ordered)
-    return {t: count - i for i, t in enumerate(ordered)}
-
-
 def packing_weights_plan(
     graph: TaskGraph,
     capacity: Mapping[str, int],
@@ -394,7 +241,6 @@ def packing_weights_plan(
     starts next is the one the controller reserves for, and only work that cannot delay it is let
     through. Deterministic.
     """
-    from airflow_gpu_dag.core.simulator import simulate  # the simulator imports this module
 
     policy = "reservation" if policy == "reservation" else "critical_path"
 
@@ -458,7 +304,6 @@ def packing_weights_plan(
     scored.sort(key=lambda option: option.makespan)  # stable: ties keep the earlier option
     # 4. what Airflow is predicted to do with an option is itself a schedule: justify it again, keep
     #    the plan-order weights while that shortens the predicted makespan, for the best few options
-    from airflow_gpu_dag.core.justification import justify
 
     winner = scored[0]
     for option in scored[: max(1, refine_options)]:
@@ -517,7 +362,6 @@ def _ordered(
 ) -> tuple[float, dict[str, float]]:
     """(makespan, start) of :func:`~airflow_gpu_dag.core.justification.ordered_schedule` for the rank
     order of ``weights``."""
-    from airflow_gpu_dag.core.justification import ordered_schedule
 
     topo = {t: i for i, t in enumerate(graph.topological_order())}
     order = sorted(graph.nodes, key=lambda t: (-weights.get(t, 0), topo[t]))
@@ -586,3 +430,53 @@ def search_order(
                 improvements += 1
                 best = PackingPlan(weights, f"{plan.rule}+search{improvements}", makespan, start, plan.tried)
     return best
+
+
+def packing_rule(
+    capacity: Mapping[str, int],
+    policy: str = "reservation",
+    controller_interval: float = 0.0,
+    strict_backfill: bool = False,
+) -> PriorityRule:
+    """The ``packing`` rule as a callable ``graph -> weights`` for
+    :func:`~airflow_gpu_dag.core.simulator.simulate` (each graph planned alone on ``capacity`` for
+    ``policy``)."""
+    caps = dict(capacity)
+
+    def packing(graph: TaskGraph) -> Mapping[str, int]:
+        return packing_weights_plan(
+            graph, caps, policy, controller_interval=controller_interval, strict_backfill=strict_backfill
+        ).weights
+
+    return packing
+
+
+def resolve_rule(
+    rule: str | PriorityRule,
+    capacity: Mapping[str, int],
+    policy: str = "reservation",
+    controller_interval: float = 0.0,
+    strict_backfill: bool = False,
+) -> PriorityRule:
+    """Any rule name (``packing`` included, planned for ``policy``) or a callable, as a callable."""
+    if rule == "packing":
+        return packing_rule(capacity, policy, controller_interval, strict_backfill)
+    return resolve_priority(rule, capacity)
+
+
+def predict(
+    graph: TaskGraph | Sequence[TaskGraph],
+    capacity: Mapping[str, int],
+    policy: str = "reservation",
+    controller_interval: float = 0.0,
+    priority: str | PriorityRule | None = None,
+    **options: object,
+) -> SimulationResult:
+    """:func:`~airflow_gpu_dag.core.simulator.simulate` with every rule name resolvable, ``packing``
+    included: the default rule of ``policy`` (for ``reservation`` the rule the DAG(s) declare, else
+    ``packing``). What ``airflow gpu-dag simulate`` and the critical-path page show."""
+    chosen = priority if priority is not None else default_rule(policy, graph)
+    if chosen == "packing":
+        strict = bool(options.get("strict_backfill", False))
+        chosen = packing_rule(capacity, policy, controller_interval, strict)
+    return simulate(graph, capacity, policy, controller_interval, priority=chosen, **options)  # type: ignore[arg-type]
