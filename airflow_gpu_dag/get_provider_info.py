@@ -16,7 +16,12 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "GPU DAG",
-                "python-modules": ["airflow_gpu_dag.operators.gpu", "airflow_gpu_dag.operators.kubernetes"],
+                "python-modules": [
+                    "airflow_gpu_dag.operators.gpu",
+                    "airflow_gpu_dag.operators.kubernetes",
+                    "airflow_gpu_dag.operators.fallback",
+                    "airflow_gpu_dag.operators.budget",
+                ],
             }
         ],
         "sensors": [
@@ -26,6 +31,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_gpu_dag.sensors.dataset",
                     "airflow_gpu_dag.sensors.checkpoint",
                     "airflow_gpu_dag.sensors.window",
+                    "airflow_gpu_dag.sensors.start_deadline",
                 ],
             }
         ],

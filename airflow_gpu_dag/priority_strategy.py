@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.task.priority_strategy import PriorityWeightStrategy
 
-from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, PACKING_WEIGHT_RULE
 from airflow_gpu_dag.airflow.graph import build_task_graph
 from airflow_gpu_dag.core.planner import packing_weights_plan
 from airflow_gpu_dag.core.pools import task_pool
@@ -36,8 +35,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "CRITICAL_PATH_WEIGHT_RULE",
-    "PACKING_WEIGHT_RULE",
     "CriticalPathPriorityStrategy",
     "PackingPriorityStrategy",
     "clamp_weight",

@@ -176,3 +176,15 @@ def test_edge_labels_across_task_groups_become_edge_kinds() -> None:
         assert graph.edge_kind("pretrain.evaluate", "check") == "control"
         assert graph.edge_kind("prep", "pretrain.train") == "data"
         assert graph.edge_kind("pretrain.train", "pretrain.evaluate") is None
+
+
+def test_the_weight_rule_constants_name_the_strategy_classes() -> None:
+    """The constants DAG files use are the class paths stored in serialized DAGs."""
+    from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, PACKING_WEIGHT_RULE
+    from airflow_gpu_dag.priority_strategy import PackingPriorityStrategy
+
+    for constant, cls in (
+        (CRITICAL_PATH_WEIGHT_RULE, CriticalPathPriorityStrategy),
+        (PACKING_WEIGHT_RULE, PackingPriorityStrategy),
+    ):
+        assert constant == f"{cls.__module__}.{cls.__qualname__}"
