@@ -12,6 +12,7 @@ from typing import Any
 
 from airflow_gpu_dag.core.graph import TaskGraph, TaskNode
 from airflow_gpu_dag.core.plan import Plan, build_plan
+from airflow_gpu_dag.core.pools import DEFAULT_POOL
 from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_duration
 from airflow_gpu_dag.core.validation import ERROR, Finding
 from airflow_gpu_dag.hints import read_hints
@@ -105,7 +106,7 @@ def _read_node(
     if "gpus" in hints:
         try:
             gpu = GpuRequest.parse(hints["gpus"], hints.get("gpu_memory_mib"), hints.get("gpu_type"))
-            if gpu.count != pool_slots and getattr(task, "pool", None) not in (None, "default_pool"):
+            if gpu.count != pool_slots and getattr(task, "pool", None) not in (None, DEFAULT_POOL):
                 findings.append(
                     Finding(
                         ERROR,

@@ -3,8 +3,8 @@
 cncf-kubernetes provider).
 
 This module is imported by every ``airflow`` invocation, so it only declares arguments; the
-commands themselves (:mod:`airflow_gpu_dag.cli.commands`, ``watermark_command``) are imported when
-they run.
+commands themselves (one module each: :mod:`airflow_gpu_dag.cli.lint`, ``plan``, ``simulate``,
+``watermark_command``) are imported when they run.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["GPU_DAG_COMMANDS", "get_gpu_dag_cli_commands", "get_parser"]
 
-_COMMANDS = "airflow_gpu_dag.cli.commands"
+_CLI = "airflow_gpu_dag.cli"
 _WATERMARK_MODULE = "airflow_gpu_dag.cli.watermark_command"
 
 ARG_LINT_PATHS = Arg(
@@ -109,7 +109,7 @@ GPU_DAG_COMMANDS: tuple[ActionCommand, ...] = (
             "granularity and hidden dependencies (two tasks touching the same dataset with no edge). "
             "Exits 1 when an error is found (or a warning, with --strict)."
         ),
-        func=lazy_load_command(f"{_COMMANDS}.lint"),
+        func=lazy_load_command(f"{_CLI}.lint.lint"),
         args=(
             ARG_LINT_PATHS,
             ARG_POOL,
@@ -123,7 +123,7 @@ GPU_DAG_COMMANDS: tuple[ActionCommand, ...] = (
     ActionCommand(
         name="plan",
         help="Print the critical-path plan of a DAG: ES/EF/LS/LF, slack, priority, GPUs, GPU-hours",
-        func=lazy_load_command(f"{_COMMANDS}.plan"),
+        func=lazy_load_command(f"{_CLI}.plan.plan"),
         args=(ARG_DAG_ID, ARG_FILE, ARG_CRITICAL_ONLY, ARG_OUTPUT, ARG_VERBOSE),
     ),
     ActionCommand(
@@ -134,7 +134,7 @@ GPU_DAG_COMMANDS: tuple[ActionCommand, ...] = (
             "admission (priority order, greedy backfill) and once with ours, and print both side by "
             "side; --gantt writes both schedules as a Gantt chart."
         ),
-        func=lazy_load_command(f"{_COMMANDS}.simulate"),
+        func=lazy_load_command(f"{_CLI}.simulate.simulate"),
         args=(
             ARG_DAG_ID,
             ARG_FILE,
@@ -176,7 +176,7 @@ def _watermark_command() -> ActionCommand:
     return ActionCommand(
         name="watermark",
         help=help_text + " (not available in this installation)",
-        func=lazy_load_command(f"{_COMMANDS}.watermark_unavailable"),
+        func=lazy_load_command(f"{_CLI}.common.watermark_unavailable"),
         args=(ARG_VERBOSE,),
     )
 

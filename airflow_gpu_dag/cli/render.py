@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from airflow_gpu_dag.core.plan import Plan
+from airflow_gpu_dag.core.pools import DEFAULT_POOL
 from airflow_gpu_dag.core.resources import format_duration
 from airflow_gpu_dag.core.validation import Finding
 
@@ -163,7 +164,7 @@ def plan_table(plan: Plan, critical_only: bool = False) -> PlainTable:
             hours(task.slack),
             str(task.priority),
             task.gpu,
-            task.pool or "default_pool",
+            task.pool or DEFAULT_POOL,
             f"{task.gpu_hours:.2f}",
             highlight=task.critical,
         )

@@ -8,10 +8,12 @@ DAG from running; warnings (missing estimates, granularity, hidden dependencies)
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
+from airflow_gpu_dag.core.findings import ERROR, WARNING, Finding
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.pools import DEFAULT_POOL, task_pool
+from airflow_gpu_dag.core.requests import RequestLimits, check_gpu_request
 from airflow_gpu_dag.core.resources import format_duration
 
 __all__ = [
@@ -23,33 +25,6 @@ __all__ = [
     "hidden_dependency_pairs",
     "validate_graph",
 ]
-
-ERROR = "error"
-WARNING = "warning"
-#: Airflow's built-in pool, always present.
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One problem found in a DAG."""
-
-    severity: str
-    code: str
-    dag_id: str
-    task_id: str | None
-    message: str
-    fix: str
-
-    @property
-    def is_error(self) -> bool:
-        return self.severity == ERROR
-
-    def __str__(self) -> str:
-        where = f"DAG {self.dag_id!r}" + (f", task {self.task_id!r}" if self.task_id else "")
-        return f"{self.severity.upper()} [{self.code}] {where}: {self.message} Fix: {self.fix}"
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 class GraphValidationError(ValueError):
@@ -76,6 +51,14 @@ class ValidationPolicy:
     max_task_seconds: float = 7200.0
     check_granularity: bool = True
     known_gpu_types: frozenset[str] | None = None
+
+    def request_limits(self) -> RequestLimits:
+        """What :func:`~airflow_gpu_dag.core.requests.check_gpu_request` compares a task with."""
+        return RequestLimits(
+            pool_slots=self.pool_slots,
+            max_gpus_per_host=self.max_gpus_per_host,
+            known_gpu_types=self.known_gpu_types,
+        )
 
 
 @dataclass
@@ -132,6 +115,7 @@ def validate_graph(
 
 def _check_resources(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Finding]:
     pools = policy.pool_slots
+    limits = policy.request_limits()
     for node in graph.nodes.values():
         pool = task_pool(node)
         if pools is not None and pool not in pools and pool != DEFAULT_POOL:
@@ -144,41 +128,7 @@ def _check_resources(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Fin
                 f"pool {pool!r} does not exist (known pools: {known}).",
                 f"create it (airflow pools set {pool} <slots> '<description>') or use a known pool.",
             )
-        elif pools is not None and pool in pools and node.pool_slots > pools[pool]:
-            yield Finding(
-                ERROR,
-                "impossible-request",
-                graph.dag_id,
-                node.task_id,
-                f"needs {node.pool_slots} slots of pool {pool!r}, which has only {pools[pool]} in all; "
-                "it would wait forever.",
-                f"request at most {pools[pool]} GPUs, or grow pool {pool!r}.",
-            )
-        if node.gpu is None:
-            continue
-        if policy.max_gpus_per_host is not None and node.gpu.count > policy.max_gpus_per_host:
-            yield Finding(
-                ERROR,
-                "impossible-request",
-                graph.dag_id,
-                node.task_id,
-                f"requests {node.gpu.count} GPUs but the largest host has {policy.max_gpus_per_host}.",
-                f"split the work or request at most {policy.max_gpus_per_host} GPUs per task.",
-            )
-        if (
-            policy.known_gpu_types is not None
-            and node.gpu.gpu_type is not None
-            and node.gpu.gpu_type not in policy.known_gpu_types
-        ):
-            known = ", ".join(sorted(policy.known_gpu_types)) or "none"
-            yield Finding(
-                ERROR,
-                "unknown-gpu-type",
-                graph.dag_id,
-                node.task_id,
-                f"GPU type {node.gpu.gpu_type!r} is not in the inventory (known: {known}).",
-                "use one of the known GPU types or leave gpu_type unset for any GPU.",
-            )
+        yield from check_gpu_request(graph.dag_id, node.task_id, node.gpu, pool, node.pool_slots, limits)
 
 
 def _check_estimates(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Finding]:

@@ -1,7 +1,9 @@
 """Local GPU host support: the inventory of devices, leases of concrete GPUs, and GPU-seconds usage.
 
 * :mod:`airflow_gpu_dag.gpu.inventory`: which GPUs this host has (NVML or a static inventory).
-* :mod:`airflow_gpu_dag.gpu.lease`: lease device indices to tasks, atomic across worker processes.
+* :mod:`airflow_gpu_dag.gpu.lease`: lease device indices to tasks, atomic across worker processes
+  (the table storage in ``lease_table``, settings and owner in ``lease_settings``, errors in
+  ``lease_errors``, process identity in ``process``).
 * :mod:`airflow_gpu_dag.gpu.usage`: the append-only GPU-seconds ledger and its readers.
 """
 

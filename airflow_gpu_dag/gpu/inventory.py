@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_gpu_dag.core.pools import normalize_gpu_type, pool_sizes_for_devices
+from airflow_gpu_dag.core.requests import InventorySummary, device_could_hold
 from airflow_gpu_dag.core.resources import EstimateError, format_memory, parse_memory_mib
 
 __all__ = [
@@ -97,9 +98,7 @@ class GpuDevice:
 
     def could_ever_fit(self, memory_mib: int | None, gpu_type: str | None) -> bool:
         """True when this device could hold the request if it were idle (type and total memory)."""
-        if not self.matches_type(gpu_type):
-            return False
-        return not memory_mib or self.memory_total_mib is None or self.memory_total_mib >= memory_mib
+        return device_could_hold(self.gpu_type, self.memory_total_mib, memory_mib, gpu_type)
 
     def fits_now(self, memory_mib: int | None, gpu_type: str | None) -> bool:
         """True when this device is healthy, of the type and has ``memory_mib`` free right now."""
@@ -165,6 +164,12 @@ class GpuInventory:
     def pool_sizes(self) -> dict[str, int]:
         """Full pool sizes this host stands for: ``{"gpu_default": n, "gpu_<type>": m, ...}``."""
         return pool_sizes_for_devices(d.gpu_type for d in self.devices)
+
+    def summary(self) -> InventorySummary:
+        """The devices as plain data for the request checks of :mod:`airflow_gpu_dag.core.requests`."""
+        return InventorySummary(
+            tuple((d.gpu_type, d.memory_total_mib) for d in self.devices), self.source, self.describe()
+        )
 
     def max_fitting(self, memory_mib: int | None = None, gpu_type: str | None = None) -> int:
         """How many devices could ever hold one GPU of this request (type, total memory)."""

@@ -12,7 +12,8 @@ registered with Airflow's secrets masker when it is available.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -62,6 +63,10 @@ class AirflowRestClient:
     :param username: login for ``POST /auth/token`` (None with ``token`` given).
     :param password: password for ``POST /auth/token``.
     :param token: a ready bearer token (skips the login).
+    :param timeout: seconds per call (a call's own ``timeout=`` wins).
+    :param get_retries: how often a GET is retried after a transport error (connection refused,
+        timeout), ``retry_wait`` seconds apart; 0 (the default) raises at once.
+    :param follow_redirects: follow HTTP redirects.
     """
 
     def __init__(
@@ -72,6 +77,10 @@ class AirflowRestClient:
         token: str | None = None,
         timeout: float = 10.0,
         transport: httpx.BaseTransport | None = None,
+        *,
+        get_retries: int = 0,
+        retry_wait: float = 2.0,
+        follow_redirects: bool = False,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._username = username
@@ -79,7 +88,11 @@ class AirflowRestClient:
         self._token = token
         _mask(password)
         _mask(token)
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+        self._get_retries = max(0, int(get_retries))
+        self._retry_wait = retry_wait
+        self._http = httpx.Client(
+            base_url=self.base_url, timeout=timeout, transport=transport, follow_redirects=follow_redirects
+        )
 
     def __repr__(self) -> str:
         return f"AirflowRestClient(base_url={self.base_url!r}, username={self._username!r})"
@@ -107,21 +120,56 @@ class AirflowRestClient:
         self._token = str(token)
         return self._token
 
-    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """Call ``/api/v2{path}``; logs in (again on 401) as needed. Raises :class:`RestError`."""
-        for attempt in (1, 2):
-            token = self._token or self._login()
+    def token(self, refresh: bool = False) -> str:
+        """The bearer token; logs in when there is none yet, or again with ``refresh``."""
+        if self._token is None or refresh:
+            return self._login()
+        return self._token
+
+    def send(
+        self,
+        method: str,
+        url: str,
+        *,
+        authenticate: bool = True,
+        retry: bool = True,
+        headers: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> httpx.Response:
+        """Call ``url``: a path under the base URL (``/api/v2/pools``, ``/execution/health``, a plugin's
+        path) or a full URL. With ``authenticate``, sends the bearer token and logs in (again on 401)
+        as needed. GETs are retried after transport errors (``get_retries``), unless ``retry`` is
+        False. Other keyword arguments go to ``httpx`` (``json=``, ``params=``, ``timeout=``).
+        Raises :class:`RestError` on a transport error, never on an HTTP status."""
+        attempts = 1 + (self._get_retries if retry and method.upper() == "GET" else 0)
+        for attempt in range(1, attempts + 1):
             try:
-                response = self._http.request(
-                    method, f"/api/v2{path}", headers={"Authorization": f"Bearer {token}"}, **kwargs
-                )
+                return self._send_once(method, url, authenticate, dict(headers or {}), kwargs)
+            except RestError as err:
+                if err.status is not None or attempt >= attempts:
+                    raise
+                time.sleep(self._retry_wait)
+        raise AssertionError("unreachable")
+
+    def _send_once(
+        self, method: str, url: str, authenticate: bool, headers: dict[str, str], kwargs: dict[str, Any]
+    ) -> httpx.Response:
+        for attempt in (1, 2):
+            if authenticate:
+                headers["Authorization"] = f"Bearer {self._token or self._login()}"
+            try:
+                response = self._http.request(method, url, headers=headers, **kwargs)
             except httpx.HTTPError as err:
-                raise RestError(f"{method} /api/v2{path}: {type(err).__name__}") from None
-            if response.status_code == 401 and attempt == 1 and self._username is not None:
+                raise RestError(f"{method} {url}: {type(err).__name__}") from None
+            if authenticate and response.status_code == 401 and attempt == 1 and self._username is not None:
                 self._token = None
                 continue
             return response
         raise AssertionError("unreachable")
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """Call ``/api/v2{path}``; logs in (again on 401) as needed. Raises :class:`RestError`."""
+        return self.send(method, f"/api/v2{path}", **kwargs)
 
     def _json(self, method: str, path: str, ok: Iterable[int] = (200,), **kwargs: Any) -> Any:
         response = self.request(method, path, **kwargs)
@@ -159,19 +207,27 @@ class AirflowRestClient:
             raise RestError(f"PATCH /api/v2/pools/{name}: HTTP {response.status_code}", response.status_code)
         return dict(response.json())
 
-    # -- task instances -----------------------------------------------------------------------
-    def _task_instance_pages(self, path: str, params: list[tuple[str, str | int]]) -> list[dict[str, Any]]:
-        """Every task instance a task-instance list endpoint returns, page by page."""
+    # -- lists --------------------------------------------------------------------------------
+    def pages(
+        self, path: str, key: str, params: Iterable[tuple[str, str | int]] = ()
+    ) -> list[dict[str, Any]]:
+        """Every item of a paginated list endpoint ``/api/v2{path}`` (the items are under ``key``),
+        page by page."""
         found: list[dict[str, Any]] = []
         offset = 0
         while True:
             page = self._json("GET", path, params=[*params, ("limit", PAGE), ("offset", offset)])
-            items = list(page.get("task_instances", []))
+            items = list(page.get(key, []))
             found.extend(items)
             offset += len(items)
             total = page.get("total_entries")
             if not items or len(items) < PAGE or (isinstance(total, int) and offset >= total):
                 return found
+
+    # -- task instances -----------------------------------------------------------------------
+    def _task_instance_pages(self, path: str, params: list[tuple[str, str | int]]) -> list[dict[str, Any]]:
+        """Every task instance a task-instance list endpoint returns, page by page."""
+        return self.pages(path, "task_instances", params)
 
     def task_instances(self, pools: Iterable[str], states: Iterable[str]) -> list[dict[str, Any]]:
         """All task instances in ``pools`` with one of ``states``, across DAGs and runs (paginated)."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from airflow_gpu_dag.cli.commands import parse_pool_args
+from airflow_gpu_dag.cli.common import parse_pool_args
 from airflow_gpu_dag.cli.definition import get_parser
 
 ROOT = Path(__file__).resolve().parents[2]

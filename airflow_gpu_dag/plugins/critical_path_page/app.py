@@ -26,6 +26,7 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy import select
 
 from airflow_gpu_dag.core.plan import Plan
+from airflow_gpu_dag.core.pools import task_pool
 from airflow_gpu_dag.plugins.critical_path_page.data import (
     PoolView,
     ScheduleView,
@@ -102,7 +103,7 @@ def create_app() -> FastAPI:
         from airflow_gpu_dag.plugins.critical_path_page.render import render_page
 
         graph, plan = _load(dag_id, session)
-        dag_pools = {node.pool or "default_pool" for node in graph.nodes.values()}
+        dag_pools = {task_pool(node) for node in graph.nodes.values()}
         pools = _pools(session, dag_pools) if _may_read_pools(user) else None
         body = render_page(plan, _schedules(graph, pools), pools, "../static", "../api/pools")
         return HTMLResponse(body)
@@ -110,7 +111,7 @@ def create_app() -> FastAPI:
     @app.get("/api/plan/{dag_id}", dependencies=[Depends(requires_access_dag(method="GET"))])
     def plan_data(dag_id: str, session: SessionDep, user: GetUserDep) -> dict[str, Any]:
         graph, plan = _load(dag_id, session)
-        dag_pools = {node.pool or "default_pool" for node in graph.nodes.values()}
+        dag_pools = {task_pool(node) for node in graph.nodes.values()}
         pools = _pools(session, dag_pools) if _may_read_pools(user) else None
         schedules = _schedules(graph, pools)
         return {

@@ -12,6 +12,7 @@ import html
 from dataclasses import dataclass
 
 from airflow_gpu_dag.core.plan import Plan
+from airflow_gpu_dag.core.pools import DEFAULT_POOL
 from airflow_gpu_dag.core.resources import format_duration
 
 __all__ = ["NodeBox", "graph_svg", "layout"]
@@ -101,7 +102,7 @@ def graph_svg(plan: Plan) -> str:
             f"ES {format_duration(task.earliest_start)}  EF {format_duration(task.earliest_finish)}\n"
             f"LS {format_duration(task.latest_start)}  LF {format_duration(task.latest_finish)}\n"
             f"slack {format_duration(task.slack)}  priority {task.priority}\n"
-            f"{task.gpu} in {task.pool or 'default_pool'}"
+            f"{task.gpu} in {task.pool or DEFAULT_POOL}"
         )
         parts.append(
             f'<g class="node{" critical" if task.critical else ""}" id="node-{esc(task_id)}" '

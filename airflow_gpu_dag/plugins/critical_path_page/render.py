@@ -8,6 +8,7 @@ from pathlib import Path
 from string import Template
 
 from airflow_gpu_dag.core.plan import Plan
+from airflow_gpu_dag.core.pools import DEFAULT_POOL
 from airflow_gpu_dag.core.resources import format_duration
 from airflow_gpu_dag.plugins.critical_path_page.data import PoolView, ScheduleView
 from airflow_gpu_dag.plugins.critical_path_page.layout import graph_svg
@@ -40,7 +41,7 @@ def _task_rows(plan: Plan) -> str:
                     format_duration(t.slack),
                     t.priority,
                     t.gpu,
-                    t.pool or "default_pool",
+                    t.pool or DEFAULT_POOL,
                     f"{t.gpu_hours:.2f}",
                 )
             )

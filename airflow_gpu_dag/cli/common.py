@@ -1,0 +1,95 @@
+"""What the ``airflow gpu-dag`` commands share: quiet running, ``NAME=SLOTS`` arguments, the
+configured pools, the progress spinner, and the stand-in for a missing watermark command."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import logging
+import warnings
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from airflow_gpu_dag.cli.loading import DagLoadError
+from airflow_gpu_dag.core.graph import CycleError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["configured_pools", "parse_pool_args", "quiet", "status", "watermark_unavailable"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def quiet(func: F) -> F:
+    """Silence Airflow's parse logs and warnings unless ``--verbose``; turn load errors into a
+    one-line message and exit code 1."""
+
+    def run(args: argparse.Namespace) -> Any:
+        try:
+            return func(args)
+        except (DagLoadError, CycleError, ValueError) as err:
+            raise SystemExit(f"error: {err}") from None
+
+    @functools.wraps(func)
+    def wrapper(args: argparse.Namespace) -> Any:
+        if getattr(args, "verbose", False):
+            return run(args)
+        try:
+            from airflow.utils.cli import suppress_logs_and_warning
+        except ImportError:  # pragma: no cover
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                logging.disable(logging.CRITICAL)
+                try:
+                    return run(args)
+                finally:
+                    logging.disable(logging.NOTSET)
+        return suppress_logs_and_warning(run)(args)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def status(err: Console, message: str, json_output: bool) -> contextlib.AbstractContextManager[Any]:
+    """A spinner with ``message`` on the error console; nothing with ``--output json``."""
+    return err.status(message, spinner="dots") if not json_output else contextlib.nullcontext()
+
+
+# -- argument parsing ------------------------------------------------------------------------------
+def parse_pool_args(values: Sequence[str] | None, option: str = "--pool") -> dict[str, int]:
+    """``["gpu_a100=4", "gpu_default=8"]`` -> ``{"gpu_a100": 4, "gpu_default": 8}``.
+
+    :raises ValueError: a value is not ``NAME=SLOTS`` with SLOTS a whole number >= 0.
+    """
+    pools: dict[str, int] = {}
+    for value in values or ():
+        name, sep, slots = value.partition("=")
+        name = name.strip()
+        try:
+            number = int(slots.strip())
+        except ValueError:
+            number = -1
+        if not sep or not name or number < 0:
+            raise ValueError(
+                f"{option} {value!r}: expected NAME=SLOTS with SLOTS a whole number >= 0, "
+                f"e.g. {option} gpu_a100=8"
+            )
+        pools[name] = number
+    return pools
+
+
+def configured_pools() -> dict[str, int]:
+    """The pools of ``[gpu_dag] pools`` (empty when not set)."""
+    from airflow_gpu_dag.settings import pool_capacities
+
+    return dict(pool_capacities() or {})
+
+
+# -- watermark (fallback) --------------------------------------------------------------------------
+def watermark_unavailable(args: argparse.Namespace) -> None:
+    """Stand-in for ``airflow gpu-dag watermark`` when its module is not installed."""
+    raise SystemExit(
+        "error: the watermark controller is not available in this installation "
+        "(module airflow_gpu_dag.cli.watermark_command is missing); reinstall airflow-gpu-dag."
+    )

@@ -1,0 +1,134 @@
+"""``airflow gpu-dag lint [PATH ...]``: validate DAG files (see ``definition.py`` for the arguments)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_gpu_dag.cli import render
+from airflow_gpu_dag.cli.common import configured_pools, parse_pool_args, quiet, status
+from airflow_gpu_dag.cli.loading import LoadedDags, load_dags
+from airflow_gpu_dag.core.validation import ERROR, Finding, ValidationPolicy, validate_graph
+
+__all__ = ["LintReport", "lint", "lint_dags"]
+
+
+@dataclass
+class LintReport:
+    """What ``lint`` found in some DAG files."""
+
+    paths: list[str]
+    files: int
+    dags: list[str]
+    skipped: list[str] = field(default_factory=list)
+    import_errors: dict[str, str] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def errors(self) -> int:
+        return len(self.import_errors) + sum(1 for f in self.findings if f.is_error)
+
+    @property
+    def warnings(self) -> int:
+        return sum(1 for f in self.findings if not f.is_error)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "paths": self.paths,
+            "files": self.files,
+            "dags": self.dags,
+            "not_gpu_dags": self.skipped,
+            "import_errors": [{"file": k, "message": v} for k, v in sorted(self.import_errors.items())],
+            "findings": [f.to_dict() for f in self.findings],
+            "errors": self.errors,
+            "warnings": self.warnings,
+        }
+
+
+def lint_dags(loaded: LoadedDags, policy: ValidationPolicy) -> LintReport:
+    """Validate every loaded DAG. GPU DAGs (using this provider's hints or weight rule) get every
+    check; other DAGs only the cycle check."""
+    from airflow_gpu_dag.airflow.graph import build_task_graph
+    from airflow_gpu_dag.airflow.policy import uses_provider
+
+    report = LintReport(
+        paths=loaded.paths,
+        files=loaded.files,
+        dags=sorted(loaded.dags),
+        import_errors=dict(loaded.import_errors),
+    )
+    for dag_id in sorted(loaded.dags):
+        dag = loaded.dags[dag_id]
+        graph, extra = build_task_graph(dag)
+        if uses_provider(dag):
+            findings = validate_graph(graph, policy, extra=extra).findings
+            # a malformed estimate is already an error; do not also call it "missing"
+            bad = {f.task_id for f in findings if f.code == "bad-estimate"}
+            report.findings.extend(
+                f for f in findings if not (f.code == "missing-estimate" and f.task_id in bad)
+            )
+            continue
+        report.skipped.append(dag_id)
+        cycle = graph.find_cycle()
+        if cycle:
+            report.findings.append(
+                Finding(
+                    ERROR,
+                    "cycle",
+                    dag_id,
+                    cycle[0],
+                    f"dependency cycle {' -> '.join(cycle)}.",
+                    "remove one edge of the cycle; a pipeline must be acyclic.",
+                )
+            )
+    return report
+
+
+def _policy(args: argparse.Namespace, pools: dict[str, int]) -> ValidationPolicy:
+    from airflow_gpu_dag.settings import max_gpus_per_host
+
+    return ValidationPolicy(
+        pool_slots=pools or None,
+        max_gpus_per_host=args.max_gpus_per_host
+        if args.max_gpus_per_host is not None
+        else max_gpus_per_host(),
+        check_granularity=not args.no_granularity,
+    )
+
+
+def _print_report(report: LintReport, pools: dict[str, int], failed: bool) -> None:
+    out = render.console()
+    for path, message in sorted(report.import_errors.items()):
+        out.print(f"[bold red]IMPORT ERROR[/] {path}", markup=True)
+        out.print(message.rstrip(), markup=False)
+    if report.findings:
+        out.print(render.findings_table(report.findings))
+    if report.skipped:
+        out.print(f"Not GPU DAGs (only the cycle check ran): {', '.join(report.skipped)}", markup=False)
+    pools_text = ", ".join(f"{k}={v}" for k, v in sorted(pools.items())) or "not checked"
+    verdict = "[bold red]FAILED[/]" if failed else "[bold green]OK[/]"
+    out.print(
+        f"{verdict}: {len(report.dags)} DAG(s) in {report.files} file(s); {report.errors} error(s), "
+        f"{report.warnings} warning(s). Pools: {pools_text}.",
+        markup=True,
+    )
+
+
+@quiet
+def lint(args: argparse.Namespace) -> None:
+    """``airflow gpu-dag lint [PATH ...]``."""
+    pools = configured_pools()
+    pools.update(parse_pool_args(args.pools))
+    policy = _policy(args, pools)
+    json_output = args.output == "json"
+    with status(render.error_console(), "Parsing DAG files...", json_output):
+        loaded = load_dags(args.paths)
+        report = lint_dags(loaded, policy)
+    failed = report.errors > 0 or (args.strict and report.warnings > 0)
+    if json_output:
+        render.print_json({**report.to_dict(), "ok": not failed})
+    else:
+        _print_report(report, pools, failed)
+    if failed:
+        raise SystemExit(1)

@@ -1,0 +1,194 @@
+"""``airflow gpu-dag simulate DAG_ID --capacity POOL=N ... [--gantt out.html]``: the predicted
+schedule and makespan under stock Airflow admission and under ours, side by side."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow_gpu_dag.cli import render
+from airflow_gpu_dag.cli.common import configured_pools, parse_pool_args, quiet, status
+from airflow_gpu_dag.cli.loading import find_dag
+from airflow_gpu_dag.core.pools import task_pool
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from airflow_gpu_dag.core.graph import TaskGraph
+
+__all__ = ["simulate"]
+
+
+# -- load and capacity -----------------------------------------------------------------------------
+def _simulation_capacity(graph: Any, given: Mapping[str, int]) -> dict[str, int]:
+    """Check ``given`` against the pools the DAG uses: every GPU pool needs a capacity, and every
+    pool named must be used by the DAG.
+
+    :raises ValueError: naming the pool, the task and the fix.
+    """
+    used: dict[str, str] = {}
+    gpu_pools: dict[str, str] = {}
+    for node in graph.nodes.values():
+        pool = task_pool(node)
+        used.setdefault(pool, node.task_id)
+        if node.gpu is not None:
+            gpu_pools.setdefault(pool, node.task_id)
+    unknown = sorted(set(given) - set(used))
+    if unknown:
+        raise ValueError(
+            f"pool(s) {', '.join(unknown)} not used by DAG {graph.dag_id!r} "
+            f"(its pools: {', '.join(sorted(used)) or 'none'}); check the --capacity names."
+        )
+    missing = sorted(set(gpu_pools) - set(given))
+    if missing:
+        hints = " ".join(f"--capacity {p}=<GPUs>" for p in missing)
+        raise ValueError(
+            f"GPU pool(s) {', '.join(missing)} of DAG {graph.dag_id!r} have no capacity (task "
+            f"{gpu_pools[missing[0]]!r} uses {missing[0]!r}); add {hints} or set [gpu_dag] pools."
+        )
+    return dict(given)
+
+
+def _load_graph(args: argparse.Namespace, err: Console, json_output: bool) -> TaskGraph:
+    """The DAG's task graph; exits with the errors found while reading it."""
+    from airflow_gpu_dag.airflow.graph import build_task_graph
+
+    with status(err, f"Loading DAG {args.dag_id!r}...", json_output):
+        dag = find_dag(args.dag_id, args.file)
+        graph, findings = build_task_graph(dag)
+    bad = [f for f in findings if f.is_error]
+    if bad:
+        raise SystemExit("error: cannot simulate:\n" + "\n".join(str(f) for f in bad))
+    return graph
+
+
+def _capacity(graph: TaskGraph, given: dict[str, int]) -> dict[str, int]:
+    """``--capacity`` values, else the configured sizes of the pools the DAG uses; checked."""
+    if not given:
+        configured = configured_pools()
+        used = {task_pool(node) for node in graph.nodes.values()}
+        given = {k: v for k, v in configured.items() if k in used}
+    return _simulation_capacity(graph, given)
+
+
+# -- run -------------------------------------------------------------------------------------------
+def _run(
+    graph: TaskGraph, capacity: dict[str, int], args: argparse.Namespace, err: Console, json_output: bool
+) -> dict[str, Any]:
+    """Predictions by label: ``stock`` and ``args.policy``."""
+    from airflow_gpu_dag.core.planner import predict as run_simulation
+
+    results: dict[str, Any] = {}
+    with status(err, "Simulating...", json_output):
+        results["stock"] = run_simulation(graph, capacity, policy="stock")
+        results[args.policy] = run_simulation(
+            graph, capacity, policy=args.policy, controller_interval=args.controller_interval
+        )
+    return results
+
+
+# -- render ----------------------------------------------------------------------------------------
+def _write_gantt(
+    path: str, graph: TaskGraph, capacity: dict[str, int], results: dict[str, Any], critical: list[str]
+) -> Path:
+    from airflow_gpu_dag.rendering.gantt import GanttChart, bars_from_schedule, write_gantt
+
+    charts = [
+        GanttChart(
+            f"{label}: makespan {render.hours(r.makespan)}",
+            bars_from_schedule(r.schedule, critical),
+            subtitle=f"priority rule {getattr(r, 'priority_rule', '') or '-'}; "
+            f"lower bound {render.hours(r.lower_bound)}",
+        )
+        for label, r in results.items()
+    ]
+    summary = [["Admission", "Makespan", "Lower bound", "vs bound"]] + [
+        [label, render.hours(r.makespan), render.hours(r.lower_bound), f"{r.ratio:.2f}x"]
+        for label, r in results.items()
+    ]
+    capacity_text = ", ".join(f"{k}={v}" for k, v in sorted(capacity.items()))
+    return write_gantt(path, charts, f"DAG {graph.dag_id}: predicted schedules ({capacity_text})", summary)
+
+
+def _json_result(
+    graph: TaskGraph,
+    capacity: dict[str, int],
+    critical: list[str],
+    gantt_path: Path | None,
+    results: dict[str, Any],
+) -> dict[str, Any]:
+    return {
+        "dag_id": graph.dag_id,
+        "capacity": capacity,
+        "critical_tasks": critical,
+        "gantt": str(gantt_path) if gantt_path else None,
+        "results": {
+            label: {
+                "policy": r.policy,
+                "priority_rule": getattr(r, "priority_rule", ""),
+                "makespan": r.makespan,
+                "lower_bound": r.lower_bound,
+                "schedule": [
+                    {
+                        "task_id": t.task_id,
+                        "start": t.start,
+                        "end": t.end,
+                        "slots": t.slots,
+                        "pool": t.pool,
+                        "priority": t.priority,
+                    }
+                    for t in r.schedule
+                ],
+            }
+            for label, r in results.items()
+        },
+    }
+
+
+def _print_tables(
+    results: dict[str, Any],
+    critical: list[str],
+    capacity: dict[str, int],
+    policy: str,
+    gantt_path: Path | None,
+) -> None:
+    out = render.console()
+    render.simulation_table(results, critical).print()
+    out.print(render.simulation_summary_table(results))
+    stock, ours = results["stock"], results[policy]
+    capacity_text = ", ".join(f"{k}={v}" for k, v in sorted(capacity.items())) or "unlimited"
+    saved = stock.makespan - ours.makespan
+    if saved > 0:
+        verdict = "saves " + render.hours(saved)
+    elif saved == 0:
+        verdict = "no gain"
+    else:
+        verdict = "slower by " + render.hours(-saved)
+    out.print(
+        f"Capacity: {capacity_text}. {policy} finishes in {render.hours(ours.makespan)} vs "
+        f"{render.hours(stock.makespan)} with stock admission ({verdict}).",
+        markup=False,
+    )
+    if gantt_path:
+        out.print(f"Gantt chart written to {gantt_path}", markup=False)
+
+
+@quiet
+def simulate(args: argparse.Namespace) -> None:
+    """``airflow gpu-dag simulate DAG_ID --capacity POOL=N ... [--gantt out.html]``."""
+    from airflow_gpu_dag.core.critical_path import analyze
+
+    json_output = args.output == "json"
+    err = render.error_console()
+    given = parse_pool_args(args.capacity, option="--capacity")
+    graph = _load_graph(args, err, json_output)
+    capacity = _capacity(graph, given)
+    critical = analyze(graph).critical_tasks
+    results = _run(graph, capacity, args, err, json_output)
+    gantt_path = _write_gantt(args.gantt, graph, capacity, results, critical) if args.gantt else None
+    if json_output:
+        render.print_json(_json_result(graph, capacity, critical, gantt_path, results))
+        return
+    _print_tables(results, critical, capacity, args.policy, gantt_path)

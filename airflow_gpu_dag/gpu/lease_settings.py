@@ -1,0 +1,106 @@
+"""GPU lease settings (``[gpu_dag] lease_*``) and the task instance a lease is for."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_gpu_dag.core.resources import EstimateError, parse_duration
+
+__all__ = ["LeaseOwner", "LeaseSettings", "default_lease_dir"]
+
+
+def default_lease_dir() -> Path:
+    """Host-wide default: ``<tmp>/airflow-gpu-dag/leases`` (shared by every worker of the host)."""
+    return Path(tempfile.gettempdir()) / "airflow-gpu-dag" / "leases"
+
+
+@dataclass(frozen=True)
+class LeaseSettings:
+    """Where leases live and their timing (seconds).
+
+    ``ttl_s``: a lease whose heartbeat is older than this is reclaimed (the bound on how long a stale
+    lease can hold a GPU). ``heartbeat_s``: how often a holder renews (must be well below ``ttl_s``).
+    ``poll_s``: how often a waiting task retries. ``wait_timeout_s``: how long a task waits for its
+    devices before failing. ``kill_orphans``: kill a reclaimed lease's recorded work processes.
+    """
+
+    lease_dir: Path = field(default_factory=default_lease_dir)
+    ttl_s: float = 120.0
+    heartbeat_s: float = 10.0
+    poll_s: float = 2.0
+    wait_timeout_s: float = 600.0
+    kill_orphans: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lease_dir", Path(self.lease_dir))
+        for name in ("ttl_s", "heartbeat_s", "poll_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"lease setting {name}={getattr(self, name)} must be > 0")
+        if self.wait_timeout_s < 0:
+            raise ValueError(f"lease setting wait_timeout_s={self.wait_timeout_s} must be >= 0")
+        if self.heartbeat_s * 2 > self.ttl_s:
+            raise ValueError(
+                f"lease heartbeat ({self.heartbeat_s}s) must be at most half the lease ttl ({self.ttl_s}s), "
+                "or healthy leases are reclaimed; lower [gpu_dag] lease_heartbeat or raise lease_ttl"
+            )
+
+    @classmethod
+    def from_config(cls, **overrides: Any) -> LeaseSettings:
+        """Settings from ``[gpu_dag]`` (``lease_dir``, ``lease_ttl``, ``lease_heartbeat``,
+        ``lease_poll_interval``, ``lease_wait_timeout``), then ``overrides``."""
+        from airflow_gpu_dag.settings import conf_get
+
+        def seconds(key: str, default: float) -> float:
+            raw = conf_get(key, None)
+            if raw is None or not str(raw).strip():
+                return default
+            try:
+                return parse_duration(raw)
+            except EstimateError as err:
+                raise ValueError(f"[gpu_dag] {key}: {err}") from None
+
+        values: dict[str, Any] = {
+            "lease_dir": Path(conf_get("lease_dir", None) or default_lease_dir()),
+            "ttl_s": seconds("lease_ttl", 120.0),
+            "heartbeat_s": seconds("lease_heartbeat", 10.0),
+            "poll_s": seconds("lease_poll_interval", 2.0),
+            "wait_timeout_s": seconds("lease_wait_timeout", 600.0),
+        }
+        values.update(overrides)
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class LeaseOwner:
+    """The task instance a lease is for (all optional outside Airflow)."""
+
+    dag_id: str | None = None
+    run_id: str | None = None
+    task_id: str | None = None
+    map_index: int = -1
+    try_number: int | None = None
+    pool: str | None = None
+
+    @classmethod
+    def from_context(cls, context: Mapping[str, Any], pool: str | None = None) -> LeaseOwner:
+        """From an Airflow task context."""
+        ti = context.get("ti") or context.get("task_instance")
+        map_index = getattr(ti, "map_index", -1)
+        return cls(
+            dag_id=getattr(ti, "dag_id", None),
+            run_id=getattr(ti, "run_id", None),
+            task_id=getattr(ti, "task_id", None),
+            map_index=map_index if isinstance(map_index, int) else -1,
+            try_number=getattr(ti, "try_number", None),
+            pool=pool,
+        )
+
+    def describe(self) -> str:
+        if not self.task_id:
+            return "an unnamed holder"
+        index = f"[{self.map_index}]" if self.map_index not in (-1, None) else ""
+        return f"{self.dag_id}.{self.task_id}{index} (run {self.run_id}, try {self.try_number})"

@@ -1,0 +1,209 @@
+"""The GPU lease table of one host: locking, atomic load/save, and reclaiming stale leases.
+
+One directory per host (``[gpu_dag] lease_dir``) holds:
+
+* ``lock``: an ``fcntl.flock`` target. Every read-modify-write of the table holds it. The kernel drops
+  the lock when its holder dies, so a crash never leaves the table locked.
+* ``leases.json``: the allocation table ``{"version": 1, "leases": {lease_id: record}}``. It is only
+  ever replaced whole: written to a temporary file, fsynced, ``os.replace``-d over the old one and the
+  directory fsynced. A crash leaves either the old or the new table, never a torn one; temporary files
+  left by a crashed writer are removed by the next writer (only the lock holder writes them).
+* ``usage.jsonl``: the GPU-seconds ledger (:mod:`airflow_gpu_dag.gpu.usage`).
+
+A lease is stale when its holder process is gone (same host, boot and pid namespace), the host
+rebooted, or its heartbeat is older than its ttl. Reclaiming it kills its recorded work processes
+that still run (orphans of a killed holder) and appends a ``reclaimed`` usage record. The lease API
+on top of this table is :mod:`airflow_gpu_dag.gpu.lease`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import signal
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from airflow_gpu_dag.gpu.lease_errors import LeaseError, LeaseTableCorrupt
+from airflow_gpu_dag.gpu.lease_settings import LeaseOwner, LeaseSettings
+from airflow_gpu_dag.gpu.process import HostIdentity, process_alive
+from airflow_gpu_dag.gpu.usage import USAGE_FILE, UsageLedger, UsageRecord
+
+__all__ = ["LOCK_FILE", "TABLE_FILE", "LeaseTable"]
+
+log = logging.getLogger(__name__)
+
+TABLE_FILE = "leases.json"
+LOCK_FILE = "lock"
+_TMP_PREFIX = ".leases.json."
+_TMP_SUFFIX = ".tmp"
+
+# lock files this thread holds: a signal handler (on_kill) that needs the table while the interrupted
+# code holds it would deadlock on flock, so it gets a LeaseError instead
+_held = threading.local()
+
+
+class LeaseTable:
+    """The lease table, lock and usage ledger in ``settings.lease_dir``, seen from this process."""
+
+    def __init__(self, settings: LeaseSettings, identity: HostIdentity | None = None) -> None:
+        self.settings = settings
+        self.dir = settings.lease_dir
+        self.table_path = self.dir / TABLE_FILE
+        self.lock_path = self.dir / LOCK_FILE
+        self.ledger = UsageLedger(self.dir / USAGE_FILE)
+        self.identity = identity or HostIdentity.current()
+
+    # -- storage ------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the table lock (not reentrant: a second lock by this thread is a :class:`LeaseError`)."""
+        held: set[str] = _held.__dict__.setdefault("paths", set())
+        key = str(self.lock_path.absolute())
+        if key in held:
+            raise LeaseError(f"the GPU lease table {self.table_path} is already locked by this thread")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held.add(key)
+            try:
+                yield
+            finally:
+                held.discard(key)
+        finally:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+
+    def load(self) -> dict[str, Any]:
+        """The table (an empty one when there is no file). Call with the lock held.
+
+        :raises LeaseTableCorrupt: the file cannot be read as a table.
+        """
+        try:
+            raw = self.table_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {"version": 1, "leases": {}}
+        try:
+            table = json.loads(raw)
+            if not isinstance(table, dict) or not isinstance(table.get("leases"), dict):
+                raise ValueError("no 'leases' object")
+        except ValueError as err:
+            raise LeaseTableCorrupt(
+                f"GPU lease table {self.table_path} cannot be read ({err}). It is only ever replaced "
+                "atomically, so this means outside damage. Stop the GPU tasks of this host, then remove "
+                "or repair the file (check running GPU processes with nvidia-smi first)."
+            ) from None
+        return table
+
+    def save(self, table: dict[str, Any]) -> None:
+        """Replace the table atomically (temporary file, fsync, rename, directory fsync)."""
+        for stale in self.dir.glob(f"{_TMP_PREFIX}*{_TMP_SUFFIX}"):
+            with contextlib.suppress(OSError):  # left by a writer that crashed
+                stale.unlink()
+        fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, dir=self.dir)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(table, handle, sort_keys=True, indent=1)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp, 0o664)
+            os.replace(tmp, self.table_path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        dir_fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    # -- staleness ----------------------------------------------------------------------------------
+    def stale_reason(self, record: Mapping[str, Any], now: float) -> str | None:
+        """Why the lease ``record`` is stale, or None while it is healthy."""
+        me = self.identity
+        holder = record.get("holder") or {}
+        if holder.get("host") == me.host:
+            if holder.get("boot_id") and me.boot_id and holder["boot_id"] != me.boot_id:
+                return "the host rebooted since the lease was taken"
+            if holder.get("pidns") == me.pidns and not process_alive(int(holder["pid"]), holder.get("start")):
+                return f"holder process {holder['pid']} is gone"
+        ttl = float(record.get("ttl_s") or self.settings.ttl_s)
+        age = now - float(record.get("heartbeat_at", 0.0))
+        if age > ttl:
+            return f"no heartbeat for {age:.0f}s (lease_ttl {ttl:.0f}s)"
+        return None
+
+    def kill_orphans(self, record: Mapping[str, Any]) -> None:
+        """Kill the recorded work processes of ``record`` that still run (on this host only)."""
+        holder = record.get("holder") or {}
+        if not self.settings.kill_orphans or holder.get("host") != self.identity.host:
+            return
+        if holder.get("pidns") != self.identity.pidns:
+            return
+        for proc in record.get("processes") or ():
+            pid, start, pgid = int(proc["pid"]), proc.get("start"), proc.get("pgid")
+            if pid == os.getpid() or not process_alive(pid, start):
+                continue
+            try:
+                if pgid == pid:  # its own process group (a bash command's session): kill all of it
+                    os.killpg(pid, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGKILL)
+                log.warning("GPU lease %s reclaimed: killed orphaned process %s", record["lease_id"], pid)
+            except (ProcessLookupError, PermissionError) as err:
+                log.warning("GPU lease %s: cannot kill orphan %s: %s", record["lease_id"], pid, err)
+
+    def reclaim(self, table: dict[str, Any], now: float) -> list[dict[str, Any]]:
+        """Remove every stale lease from ``table`` (not saved); returns them with ``reclaim_reason``."""
+        reclaimed = []
+        for lease_id, record in list(table["leases"].items()):
+            reason = self.stale_reason(record, now)
+            if reason is None:
+                continue
+            self.kill_orphans(record)
+            end = max(float(record.get("acquired_at", now)), float(record.get("heartbeat_at", now)))
+            self.record_usage(record, end, "reclaimed", reclaim_reason=reason)
+            del table["leases"][lease_id]
+            log.warning(
+                "GPU lease %s (devices %s, %s) reclaimed: %s",
+                lease_id,
+                record.get("devices"),
+                LeaseOwner(**record.get("owner", {})).describe(),
+                reason,
+            )
+            reclaimed.append({**record, "reclaim_reason": reason})
+        return reclaimed
+
+    # -- usage --------------------------------------------------------------------------------------
+    def record_usage(self, record: Mapping[str, Any], end: float, outcome: str, **extra: Any) -> None:
+        """Append the lease's GPU-seconds to the usage ledger (logged, not raised, when it fails)."""
+        owner = record.get("owner") or {}
+        try:
+            self.ledger.append(
+                UsageRecord(
+                    dag_id=owner.get("dag_id"),
+                    run_id=owner.get("run_id"),
+                    task_id=owner.get("task_id"),
+                    try_number=owner.get("try_number"),
+                    map_index=owner.get("map_index", -1),
+                    pool=owner.get("pool"),
+                    devices=tuple(record.get("devices", ())),
+                    start=float(record.get("acquired_at", end)),
+                    end=end,
+                    outcome=outcome,
+                    lease_id=record.get("lease_id"),
+                    host=(record.get("holder") or {}).get("host"),
+                    extra=extra,
+                )
+            )
+        except OSError:
+            log.exception("GPU usage ledger %s cannot be written", self.ledger.path)

@@ -1,0 +1,94 @@
+"""Run-time GPU leases for the GPU operators: acquire before the work, heartbeat, release after it.
+
+:class:`GpuLeaseMixin` leases concrete devices of the worker's host (:mod:`airflow_gpu_dag.gpu.lease`)
+for the task's request, releases them on success, failure and SIGTERM, and turns a lease reclaimed
+while the task ran into :class:`~airflow_gpu_dag.gpu.lease.LeaseLost`. The operators
+(:mod:`airflow_gpu_dag.operators.gpu`) hand the lease's devices to their work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_gpu_dag.core.resources import GpuRequest
+from airflow_gpu_dag.gpu.lease import Lease, LeaseError, LeaseLost, LeaseManager, LeaseOwner, LeaseSettings
+from airflow_gpu_dag.operators.gpu_spec import GpuTaskSpec, current_dag_id, request_from, resolve_gpu_task
+
+__all__ = ["GpuLeaseMixin"]
+
+
+class GpuLeaseMixin:
+    """Lease handling shared by the operators (acquire, heartbeat, release, on_kill)."""
+
+    gpu_request: GpuRequest
+    lease_timeout: float | None
+    pool: str
+    _gpu_lease: Lease | None = None
+    _gpu_cancelled: bool = False
+
+    @staticmethod
+    def _resolve_gpu_kwargs(kwargs: dict[str, Any], **gpu: Any) -> GpuTaskSpec:
+        """Check the GPU arguments (parse-time errors name the DAG and the task) and put the
+        resolved ``pool``, ``pool_slots`` and hint-carrying ``executor_config`` into ``kwargs``."""
+        spec = resolve_gpu_task(
+            kwargs.get("task_id"),
+            pool=kwargs.pop("pool", None),
+            pool_slots=kwargs.pop("pool_slots", None),
+            executor_config=kwargs.pop("executor_config", None),
+            dag_id=current_dag_id(kwargs),
+            **gpu,
+        )
+        kwargs.update(pool=spec.pool, pool_slots=spec.pool_slots, executor_config=spec.executor_config)
+        return spec
+
+    def _lease_manager(self) -> LeaseManager:
+        return LeaseManager(LeaseSettings.from_config())
+
+    def _acquire_gpu_lease(self, context: Mapping[str, Any]) -> Lease:
+        request = request_from(self)
+        owner = LeaseOwner.from_context(context, pool=getattr(self, "pool", None))
+        manager = self._lease_manager()
+        try:
+            lease = manager.acquire(
+                request, owner, timeout=self.lease_timeout, cancelled=lambda: self._gpu_cancelled
+            )
+        except LeaseError as err:
+            raise AirflowException(str(err)) from err
+        self._gpu_lease = lease
+        lease.start_heartbeat(on_lost=self._on_lease_lost)
+        self.log.info(  # type: ignore[attr-defined]
+            "GPU lease %s: devices %s (CUDA_VISIBLE_DEVICES=%s) for %s",
+            lease.lease_id,
+            list(lease.devices),
+            lease.visible_devices,
+            owner.describe(),
+        )
+        return lease
+
+    def _finish_gpu_lease(self, outcome: str) -> None:
+        lease = self._gpu_lease
+        if lease is None:
+            return
+        if self._gpu_cancelled and outcome != "success":
+            outcome = "killed"  # SIGTERM (on_kill) ended the work
+        try:
+            lease.release(outcome)
+        except LeaseError as err:  # e.g. SIGTERM arrived while this thread held the table lock
+            self.log.warning(  # type: ignore[attr-defined]
+                "GPU lease %s not released now (%s); it is released or reclaimed later", lease.lease_id, err
+            )
+
+    def _raise_if_lost(self) -> None:
+        lease = self._gpu_lease
+        if lease is not None and lease.lost:
+            raise LeaseLost(
+                f"GPU lease {lease.lease_id} on devices {list(lease.devices)} was reclaimed while the task "
+                "ran (no heartbeat for lease_ttl); its GPU work was stopped. Fix: check why the worker "
+                "stalled, or raise [gpu_dag] lease_ttl."
+            )
+
+    def _on_lease_lost(self, lease: Lease) -> None:  # pragma: no cover - overridden
+        pass

@@ -1,0 +1,212 @@
+"""Parse-time GPU task declarations: check the request and derive pool, pool slots and hints.
+
+:func:`resolve_gpu_task` is what the GPU operators and ``@task.gpu`` run when a DAG file is parsed:
+it parses the request (count, memory, type, duration, lease timeout), derives the pool (``gpu_default``
+or ``gpu_<type>``), ``pool_slots`` (one per GPU) and the hint-carrying ``executor_config``, and raises
+:class:`GpuTaskError` (naming the DAG, the task and the fix) for a request that could never run,
+from the findings of :func:`airflow_gpu_dag.core.requests.check_gpu_request` against ``[gpu_dag] pools``,
+``[gpu_dag] max_gpus_per_host`` and the parse-time inventory (:func:`parse_time_inventory`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_gpu_dag.core.pools import pool_for_gpu_type
+from airflow_gpu_dag.core.requests import RequestLimits, check_gpu_request
+from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_duration
+from airflow_gpu_dag.gpu.inventory import (
+    GpuInventory,
+    InventoryError,
+    InventoryUnavailable,
+    configured_inventory_source,
+    configured_inventory_spec,
+    load_inventory,
+)
+from airflow_gpu_dag.hints import HINTS_KEY, gpu_hints, read_hints
+from airflow_gpu_dag.settings import max_gpus_per_host, pool_capacities
+
+__all__ = [
+    "GpuTaskError",
+    "GpuTaskSpec",
+    "current_dag_id",
+    "gpu_scheduling_kwargs",
+    "parse_time_inventory",
+    "request_from",
+    "resolve_gpu_task",
+]
+
+
+class GpuTaskError(ValueError):
+    """A GPU task is declared wrongly; raised when the DAG file is parsed."""
+
+
+@dataclass(frozen=True)
+class GpuTaskSpec:
+    """What the provider derives from a GPU task's declaration."""
+
+    request: GpuRequest
+    pool: str
+    pool_slots: int
+    executor_config: dict[str, Any]
+    lease_timeout_s: float | None = None
+
+
+# -- checks ------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=8)
+def _inventory_for(source: str, spec: str | None) -> GpuInventory | None:
+    try:
+        return load_inventory(source, spec)
+    except InventoryUnavailable:
+        return None
+
+
+def parse_time_inventory() -> GpuInventory | None:
+    """The inventory that declarations are checked against while parsing (cached per process).
+
+    ``[gpu_dag] inventory_source``: ``auto`` = NVML on this host, else the static inventory; None when
+    neither is there (then only ``[gpu_dag] max_gpus_per_host`` and ``[gpu_dag] pools`` are checked).
+    """
+    try:
+        return _inventory_for(configured_inventory_source(), configured_inventory_spec())
+    except InventoryError as err:
+        raise GpuTaskError(f"the GPU inventory configuration is invalid: {err}") from None
+
+
+def _where(task_id: str | None, dag_id: str | None) -> str:
+    task = f"GPU task {task_id!r}" if task_id else "GPU task"
+    return f"{task} in DAG {dag_id!r}" if dag_id else task
+
+
+def resolve_gpu_task(
+    task_id: str | None,
+    *,
+    gpus: object = 1,
+    gpu_memory: object = None,
+    gpu_type: str | None = None,
+    duration: object = None,
+    pool: str | None = None,
+    pool_slots: int | None = None,
+    executor_config: Mapping[str, Any] | None = None,
+    inputs: Iterable[str] = (),
+    outputs: Iterable[str] = (),
+    lease_timeout: object = None,
+    dag_id: str | None = None,
+    inventory: GpuInventory | None = None,
+) -> GpuTaskSpec:
+    """Check a GPU task's declaration and derive its pool, pool slots and hints.
+
+    :param inventory: checked against (default :func:`parse_time_inventory`).
+    :raises GpuTaskError: a bad count, memory, type or duration, a request larger than the largest
+        host or pool, or a ``pool_slots`` that contradicts the GPU count; the message names the task
+        and the fix.
+    """
+    where = _where(task_id, dag_id)
+    try:
+        request = GpuRequest.parse(gpus, gpu_memory, gpu_type)
+    except EstimateError as err:
+        raise GpuTaskError(
+            f"{where}: {err}. Fix: pass gpus=<whole number >= 1> and gpu_memory like '80GiB' or '80G'."
+        ) from None
+    if duration is not None:
+        try:
+            parse_duration(duration)
+        except EstimateError as err:
+            raise GpuTaskError(f"{where}: {err}. Fix: pass duration like '45m' or '1h30m'.") from None
+    timeout_s = None
+    if lease_timeout is not None:
+        try:
+            timeout_s = parse_duration(lease_timeout)
+        except EstimateError as err:
+            raise GpuTaskError(f"{where}: lease_timeout: {err}.") from None
+
+    previous = read_hints(executor_config)
+    if previous.get("gpus") is not None and pool_slots == previous.get("gpus"):
+        pool_slots = None  # derived from an earlier declaration (decorator .override()), recompute
+    if previous.get("gpus") is not None and pool == pool_for_gpu_type(previous.get("gpu_type")):
+        pool = None
+    if pool_slots is not None and pool_slots != request.count:
+        raise GpuTaskError(
+            f"{where}: pool_slots={pool_slots} but gpus={request.count}; a GPU task takes one pool slot "
+            "per GPU. Fix: drop pool_slots (it is set from gpus)."
+        )
+    pool = pool or pool_for_gpu_type(request.gpu_type)
+
+    inventory = inventory if inventory is not None else parse_time_inventory()
+    limits = RequestLimits(
+        pool_slots=pool_capacities(),
+        max_gpus_per_host=max_gpus_per_host(),
+        inventory=inventory.summary() if inventory is not None else None,
+    )
+    findings = check_gpu_request(dag_id or "", task_id, request, pool, request.count, limits)
+    errors = [f"{where}: {f.message} Fix: {f.fix}" for f in findings if f.is_error]
+    if errors:
+        raise GpuTaskError("\n".join(errors))
+
+    config = gpu_hints(
+        duration=duration,
+        gpus=request.count,
+        gpu_memory=request.memory_mib,
+        gpu_type=request.gpu_type,
+        inputs=inputs,
+        outputs=outputs,
+        executor_config=executor_config,
+    )
+    # a re-declaration may drop memory/type: keep only what this declaration says
+    hints = config[HINTS_KEY]
+    for key, present in (("gpu_memory_mib", request.memory_mib), ("gpu_type", request.gpu_type)):
+        if not present:
+            hints.pop(key, None)
+    return GpuTaskSpec(request, pool, request.count, config, timeout_s)
+
+
+def current_dag_id(kwargs: Mapping[str, Any]) -> str | None:
+    """The DAG a task is being declared in: ``kwargs["dag"]``, else the ``with DAG(...)`` context."""
+    dag = kwargs.get("dag")
+    if dag is None:
+        try:
+            from airflow.sdk.definitions._internal.contextmanager import DagContext
+
+            dag = DagContext.get_current()
+        except Exception:
+            dag = None
+    return getattr(dag, "dag_id", None)
+
+
+def gpu_scheduling_kwargs(kwargs: Mapping[str, Any], task_id: str | None = None) -> dict[str, Any]:
+    """``kwargs`` of a GPU task with the derived ``pool``, ``pool_slots`` and ``executor_config`` added.
+
+    Used where the operator's ``__init__`` does not run at parse time (``.partial().expand()``, the
+    decorator), so mapped GPU tasks are scheduled like plain ones.
+    """
+    spec = resolve_gpu_task(
+        task_id or kwargs.get("task_id"),
+        gpus=kwargs.get("gpus", 1),
+        gpu_memory=kwargs.get("gpu_memory"),
+        gpu_type=kwargs.get("gpu_type"),
+        duration=kwargs.get("duration"),
+        pool=kwargs.get("pool"),
+        pool_slots=kwargs.get("pool_slots"),
+        executor_config=kwargs.get("executor_config"),
+        inputs=kwargs.get("inputs", ()),
+        outputs=kwargs.get("outputs", ()),
+        lease_timeout=kwargs.get("lease_timeout"),
+        dag_id=current_dag_id(kwargs),
+    )
+    return {
+        **kwargs,
+        "pool": spec.pool,
+        "pool_slots": spec.pool_slots,
+        "executor_config": spec.executor_config,
+    }
+
+
+def request_from(operator: Any) -> GpuRequest:
+    request = getattr(operator, "gpu_request", None)
+    if isinstance(request, GpuRequest):
+        return request
+    hints = read_hints(getattr(operator, "executor_config", None))
+    return GpuRequest.parse(hints.get("gpus", 1), hints.get("gpu_memory_mib"), hints.get("gpu_type"))
