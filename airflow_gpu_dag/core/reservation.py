@@ -61,8 +61,16 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, RunningTask, admission_order
+from airflow_gpu_dag.core.objective import DEFAULT_EPOCH, Objective, key_of_weight
 
-__all__ = ["PoolDecision", "backfill_candidates", "decide_pool", "decide_pools", "shadow_time"]
+__all__ = [
+    "PoolDecision",
+    "ReservationGate",
+    "backfill_candidates",
+    "decide_pool",
+    "decide_pools",
+    "shadow_time",
+]
 
 
 @dataclass(frozen=True)
@@ -120,6 +128,52 @@ def shadow_time(
     return None, 0
 
 
+@dataclass(frozen=True)
+class ReservationGate:
+    """Whether holding slots for a wide head ``W`` is worth what it costs the other DAGs' waiting work.
+
+    Holding slots idles them until ``W`` can start; the work waiting behind ``W`` (often other DAGs'
+    small runs) pays for it. With cross-DAG keys (:mod:`airflow_gpu_dag.core.objective`) the gate
+    holds slots for ``W`` only when
+
+    * no other ready task waits (nobody pays), or
+    * ``W``'s key is earlier than the next waiting ready task's by at least ``gap`` seconds: ``W`` is
+      clearly more urgent than the work the held slots would otherwise run, or
+    * ``W`` is ``overdue`` seconds past its key: from then on it is always reserved for, which bounds
+      its wait (docs/priority.md states the bound).
+
+    Otherwise the pool stays at its capacity and Airflow's own admission runs. A head or competitor
+    whose weight is not a key (a DAG on a stock weight rule) is always reserved for, as before.
+    """
+
+    gap: float
+    overdue: float
+    epoch: float = DEFAULT_EPOCH
+
+    @classmethod
+    def for_objective(cls, objective: Objective, epoch: float = DEFAULT_EPOCH) -> ReservationGate | None:
+        """The gate of ``objective``; None when it reserves for every wide head (``gap`` 0)."""
+        if objective.always_reserves:
+            return None
+        return cls(objective.gap, objective.overdue, epoch)
+
+    def holds_for(self, now: float, head: ReadyTask, competitor: ReadyTask | None) -> tuple[bool, str]:
+        """(hold slots for ``head``?, why), ``competitor`` being the next ready task after it."""
+        head_key = key_of_weight(head.priority, self.epoch)
+        if head_key is None or competitor is None:
+            return True, ""
+        if now - head_key >= self.overdue:
+            return True, f"; {now - head_key:.0f}s past its key: overdue"
+        other = key_of_weight(competitor.priority, self.epoch)
+        if other is None or other - head_key >= self.gap:
+            return True, ""
+        return False, (
+            f"{head.key} ({head.slots} slots) is not urgent enough to hold slots for: its key is "
+            f"{other - head_key:.0f}s before {competitor.key}'s (gap {self.gap:.0f}s) and "
+            f"{max(0.0, now - head_key):.0f}s past (overdue after {self.overdue:.0f}s); pool = capacity"
+        )
+
+
 def backfill_candidates(after_head: Iterable[ReadyTask], free: int) -> list[ReadyTask]:
     """The part of a pool's ready tasks after the head ``W`` (in admission order) that can be backfilled
     with ``free`` slots left once the tasks ahead of ``W`` start: only tasks that fit ``free``, up to the
@@ -155,14 +209,14 @@ class _Waiting:
             self.seen_ready = self.seen_ready or not isinstance(task, PendingTask)
         return task
 
-    def peek_ready(self) -> ReadyTask | None:
-        """The next ready (not pending) task, without consuming anything."""
+    def peek_ready(self, max_slots: int | None = None) -> ReadyTask | None:
+        """The next ready (not pending) task (holding at most ``max_slots``), consuming nothing."""
         for task in self._buffer:
-            if not isinstance(task, PendingTask):
+            if not isinstance(task, PendingTask) and (max_slots is None or task.slots <= max_slots):
                 return task
         for task in self._tasks:
             self._buffer.append(task)
-            if not isinstance(task, PendingTask):
+            if not isinstance(task, PendingTask) and (max_slots is None or task.slots <= max_slots):
                 return task
         return None
 
@@ -325,13 +379,15 @@ def decide_pool(
     backfill: bool = True,
     strict_backfill: bool = False,
     next_decision: float | None = None,
+    gate: ReservationGate | None = None,
 ) -> PoolDecision:
     """Decide one pool's size: the reservation walk (see the module docstring).
 
     ``running`` holds the pool's slots (running or queued tasks); ``waiting`` its ready and pending
     tasks **in admission order** (:func:`~airflow_gpu_dag.core.admission.admission_order`; a pending
     task with an unknown ready time is left out by the caller). ``waiting`` is read lazily and only as
-    far as the decision needs, so a caller may pass a generator over a long queue.
+    far as the decision needs, so a caller may pass a generator over a long queue. ``gate``: hold
+    slots for a wide head only when it passes (:class:`ReservationGate`; None: always).
     """
     used = sum(r.slots for r in running)
     free = capacity - used
@@ -348,6 +404,11 @@ def decide_pool(
         # be starved, and shrinking the pool would only keep that slot idle until the next tick.
         reason = f"{head.key} (1 slot) takes the next free slot; pool = capacity"
         return PoolDecision(pool, capacity, capacity, None, 0, 0, None, reason, used, (), admitted)
+    gated = ""
+    if gate is not None:
+        hold, gated = gate.holds_for(now, head, queue.peek_ready(capacity))
+        if not hold:
+            return PoolDecision(pool, capacity, capacity, None, 0, 0, None, gated, used, (), admitted)
 
     # the tasks started now hold their slots for their expected duration
     holding = [*running, *(RunningTask(t.key, pool, t.slots, now + t.duration) for t in admit)]
@@ -401,6 +462,7 @@ def decide_pool(
         + (f", {started} starting first" if started else "")
         + f", {what} at {when}; backfill {backfill_open} slot(s) for work that cannot delay it"
         + ("; nothing else waiting: pool = capacity" if is_pending and not left and not more else "")
+        + gated
     )
     return PoolDecision(
         pool,
@@ -427,6 +489,7 @@ def decide_pools(
     pending: Sequence[PendingTask] = (),
     strict_backfill: bool = False,
     next_decision: float | None = None,
+    gate: ReservationGate | None = None,
 ) -> dict[str, PoolDecision]:
     """Decide the size of every pool in ``capacity`` (pool -> live capacity ``C``) with :func:`decide_pool`.
 
@@ -435,8 +498,9 @@ def decide_pools(
     their expected ready time (one whose ready time is unknown is ignored). Tasks of pools not in
     ``capacity`` are ignored. With ``backfill=False`` a reservation lets nothing through but the tasks
     ahead of ``W``. ``next_decision``: when the controller decides next (``now + interval``; None: at
-    the next event), against which slots left open between two decisions are weighed. The returned
-    pool sizes are never negative and never above ``C``.
+    the next event), against which slots left open between two decisions are weighed. ``gate``: the
+    objective's :class:`ReservationGate` (None: reserve for every wide head). The returned pool sizes
+    are never negative and never above ``C``.
     """
     running_by_pool: dict[str, list[RunningTask]] = defaultdict(list)
     for r in running:
@@ -457,6 +521,7 @@ def decide_pools(
             backfill,
             strict_backfill,
             next_decision,
+            gate,
         )
         for pool, cap in capacity.items()
     }

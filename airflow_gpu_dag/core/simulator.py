@@ -28,24 +28,30 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, RunningTask
 from airflow_gpu_dag.core.bounds import lower_bound
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.pools import task_pool, task_slots
-from airflow_gpu_dag.core.reservation import decide_pool, decide_pools
+from airflow_gpu_dag.core.reservation import ReservationGate, decide_pool, decide_pools
 from airflow_gpu_dag.core.rules import PriorityRule, clamp_int32, resolve_priority
 
 __all__ = [
     "POLICIES",
     "CapacityError",
+    "RunPriority",
+    "RunResult",
     "ScheduledTask",
     "SimulationResult",
     "default_rule",
     "simulate",
 ]
+
+#: Weights of one run: ``(graph, trigger time) -> {task_id: weight}`` (Airflow computes a run's weights
+#: when the run is created, so a cross-DAG rule may use the trigger time).
+RunPriority = Callable[[TaskGraph, float], Mapping[str, int]]
 
 #: policy -> default priority rule
 POLICIES: dict[str, str] = {"stock": "downstream", "critical_path": "critical_path", "reservation": "packing"}
@@ -73,6 +79,20 @@ class ScheduledTask:
         return self.start - self.ready
 
 
+@dataclass(frozen=True)
+class RunResult:
+    """One DAG run of a simulation: its DAG, when it was triggered, when its last task ended, and its
+    completion time (``end - trigger``, what the person who triggered it waited)."""
+
+    dag_id: str
+    trigger: float
+    end: float
+
+    @property
+    def completion(self) -> float:
+        return self.end - self.trigger
+
+
 @dataclass
 class SimulationResult:
     """The predicted schedule of a simulation and its figures.
@@ -90,6 +110,8 @@ class SimulationResult:
     max_pool_usage: dict[str, int] = field(default_factory=dict)
     controller_ticks: int = 0
     reservation_ticks: int = 0
+    #: one entry per graph, in the order given
+    runs: list[RunResult] = field(default_factory=list)
 
     @property
     def ratio(self) -> float:
@@ -102,6 +124,18 @@ class SimulationResult:
 
     def by_id(self) -> dict[str, ScheduledTask]:
         return {t.task_id: t for t in self.schedule}
+
+    @property
+    def mean_completion(self) -> float:
+        """Mean completion time (trigger -> last task ends) over the runs."""
+        return sum(r.completion for r in self.runs) / len(self.runs) if self.runs else 0.0
+
+    def completion_quantile(self, q: float) -> float:
+        """The ``q`` quantile (nearest rank, 0 < q <= 1) of the runs' completion times."""
+        values = sorted(r.completion for r in self.runs)
+        if not values:
+            return 0.0
+        return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
 
 
 def _as_graphs(graph: TaskGraph | Sequence[TaskGraph]) -> list[TaskGraph]:
@@ -162,8 +196,10 @@ class _Simulation:
         self,
         graphs: list[TaskGraph],
         capacity: dict[str, int],
-        rule: PriorityRule,
+        rule: PriorityRule | RunPriority,
         estimates: Mapping[str, float] | None,
+        triggers: Sequence[float],
+        per_run: bool,
     ) -> None:
         self.capacity = capacity
         self.durations: dict[str, float] = {}
@@ -174,8 +210,12 @@ class _Simulation:
         self.downstream: dict[str, list[str]] = {}
         self.upstream: dict[str, list[str]] = {}
         self.waiting_on: dict[str, int] = {}
-        for gi, g in enumerate(graphs):
-            weights = rule(g)
+        self.release: dict[str, float] = {}  # uid -> not before (the run's trigger + the task's not_before)
+        self.run_of: dict[str, int] = {}
+        # Airflow's tie-break after the weight: the run's logical date (trigger), then the task
+        for gi in sorted(range(len(graphs)), key=lambda i: (triggers[i], i)):
+            g = graphs[gi]
+            weights = rule(g, triggers[gi]) if per_run else rule(g)  # type: ignore[call-arg]
 
             def uid(task_id: str, gi: int = gi, g: TaskGraph = g) -> str:
                 return task_id if len(graphs) == 1 else f"{gi}:{g.dag_id}/{task_id}"
@@ -190,6 +230,10 @@ class _Simulation:
                 self.downstream[key] = [uid(d) for d in g.downstream(task_id)]
                 self.upstream[key] = [uid(u) for u in g.upstream(task_id)]
                 self.waiting_on[key] = len(self.upstream[key])
+                self.release[key] = triggers[gi] + max(0.0, float(getattr(node, "not_before", 0.0) or 0.0))
+                self.run_of[key] = gi
+        self.triggers = list(triggers)
+        self.timers: list[tuple[float, int, str]] = []  # (release, order, uid): ready once released
         self.believed = {k: float((estimates or {}).get(k, d)) for k, d in self.durations.items()}
         # lookahead: a task of a capacity pool is *pending* once each upstream task has started or is
         # ready (waits in a pool, or starts now in an unlimited one); unqueued_up counts those not yet
@@ -210,6 +254,19 @@ class _Simulation:
         self.reservation_ticks = 0
 
     # -- readiness ---------------------------------------------------------------------------------
+    def upstream_done(self, uid: str, now: float, lookahead: bool) -> None:
+        """Every upstream task of ``uid`` has ended: it is ready now, or once its run is triggered and
+        its start window opens."""
+        if self.release[uid] > now:
+            heapq.heappush(self.timers, (self.release[uid], self.order[uid], uid))
+        else:
+            self.make_ready(uid, now, lookahead)
+
+    def release_due(self, now: float, lookahead: bool) -> None:
+        while self.timers and self.timers[0][0] <= now:
+            _at, _o, uid = heapq.heappop(self.timers)
+            self.make_ready(uid, now, lookahead)
+
     def make_ready(self, uid: str, now: float, lookahead: bool) -> None:
         self.ready_at[uid] = now
         pool = self.pools[uid]
@@ -282,6 +339,7 @@ class _Simulation:
                 options.backfill,
                 options.strict_backfill,
                 options.next_decision(now),
+                options.gate,
             )
             self.pool_size[pool] = decision.pool_size
             reserving = reserving or decision.reserved_for is not None
@@ -317,6 +375,7 @@ class _Simulation:
             pending=pending,
             strict_backfill=options.strict_backfill,
             next_decision=options.next_decision(now),
+            gate=options.gate,
         )
         for pool, decision in full.items():
             if decision.pool_size != self.pool_size[pool]:
@@ -376,17 +435,18 @@ class _Simulation:
             for down in self.downstream[uid]:
                 self.waiting_on[down] -= 1
                 if self.waiting_on[down] == 0:
-                    self.make_ready(down, now, lookahead)
+                    self.upstream_done(down, now, lookahead)
 
     def run(self, reserve: bool, options: _Options) -> None:
         """The event loop: controller tick (when due), admission, then on to the next event or tick."""
         for uid, count in self.waiting_on.items():
             if count == 0:
-                self.make_ready(uid, 0.0, options.lookahead)
+                self.upstream_done(uid, 0.0, options.lookahead)
         now = 0.0
         next_tick = 0.0
         interval = options.interval
         while True:
+            self.release_due(now, options.lookahead)
             if reserve and (interval == 0 or now >= next_tick):
                 self.tick(now, options)
                 if options.verify:
@@ -395,6 +455,8 @@ class _Simulation:
                     next_tick = (math.floor(now / interval) + 1) * interval
             self.admit(now)
             candidates = [self.events[0][0]] if self.events else []
+            if self.timers:
+                candidates.append(self.timers[0][0])
             if reserve and interval > 0 and any(self.ready_lists.values()):
                 candidates.append(next_tick)
             if not candidates:
@@ -416,6 +478,7 @@ class _Options:
     lookahead: bool
     strict_backfill: bool
     verify: bool
+    gate: ReservationGate | None = None
 
     def next_decision(self, now: float) -> float | None:
         """When the controller decides next (None: at the next event, interval 0)."""
@@ -435,8 +498,12 @@ def simulate(
     lookahead: bool = True,
     strict_backfill: bool = False,
     verify_controller: bool = False,
+    triggers: Sequence[float] | None = None,
+    run_priority: RunPriority | None = None,
+    gate: ReservationGate | None = None,
 ) -> SimulationResult:
-    """Simulate one run of ``graph`` (or one run of each graph, all at once) and return the schedule.
+    """Simulate one run of ``graph`` (or one run of each graph, at its trigger time) and return the
+    schedule and each run's completion time.
 
     :param capacity: pool -> slots (GPUs); pools not named are unlimited.
     :param policy: ``"stock"``, ``"critical_path"`` or ``"reservation"`` (see the module docstring).
@@ -462,8 +529,16 @@ def simulate(
         :func:`~airflow_gpu_dag.core.reservation.decide_pools` with *every* running, ready and pending
         task of each pool, as the watermark controller does, and raise ``AssertionError`` when its pool
         size differs from the tick's (which reads the waiting tasks lazily, as far as needed).
+    :param triggers: when each graph's run is triggered (seconds, same clock as the schedule; default
+        all at 0). A run's tasks do not exist before it: its first tasks turn ready at its trigger (a
+        task's ``not_before`` counts from there). Ties in priority go to the earlier trigger, as
+        Airflow breaks them by logical date.
+    :param run_priority: ``(graph, trigger) -> weights`` for each run, instead of ``priority`` (the
+        cross-DAG keys of :mod:`airflow_gpu_dag.core.objective` depend on the trigger time).
+    :param gate: ``reservation`` only: the objective's
+        :class:`~airflow_gpu_dag.core.reservation.ReservationGate` (None: reserve for every wide head).
     :raises CapacityError: a task needs more slots than its pool's capacity.
-    :raises ValueError: unknown policy or priority rule, negative interval.
+    :raises ValueError: unknown policy or priority rule, negative interval, bad trigger times.
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
@@ -472,13 +547,29 @@ def simulate(
     graphs = _as_graphs(graph)
     caps = {p: int(c) for p, c in capacity.items()}
     _check_capacity(graphs, caps)
-    rule, rule_name = _resolve(policy, priority, graphs, caps)
+    times = [0.0] * len(graphs) if triggers is None else [float(t) for t in triggers]
+    if len(times) != len(graphs) or any(not math.isfinite(t) or t < 0 for t in times):
+        raise ValueError(f"triggers: one time >= 0 per graph ({len(graphs)}), got {triggers!r}")
+    rule: PriorityRule | RunPriority
+    if run_priority is not None:
+        rule, rule_name = run_priority, getattr(run_priority, "__name__", "per-run")
+    else:
+        rule, rule_name = _resolve(policy, priority, graphs, caps)
     reserve = policy == "reservation"
     options = _Options(
-        controller_interval, backfill, reserve and lookahead, strict_backfill, verify_controller
+        controller_interval,
+        backfill,
+        reserve and lookahead,
+        strict_backfill,
+        verify_controller,
+        gate if reserve else None,
     )
-    sim = _Simulation(graphs, caps, rule, estimates)
+    sim = _Simulation(graphs, caps, rule, estimates, times, run_priority is not None)
     sim.run(reserve, options)
+    ends = list(times)
+    for task in sim.schedule:
+        run = sim.run_of[task.task_id]
+        ends[run] = max(ends[run], task.end)
     return SimulationResult(
         policy=policy,
         makespan=max((t.end for t in sim.schedule), default=0.0),
@@ -488,4 +579,5 @@ def simulate(
         max_pool_usage=sim.max_usage,
         controller_ticks=sim.ticks,
         reservation_ticks=sim.reservation_ticks,
+        runs=[RunResult(g.dag_id, times[i], ends[i]) for i, g in enumerate(graphs)],
     )

@@ -1,0 +1,163 @@
+"""Cross-DAG priority: weights in one unit for every DAG run, and the objective that balances them.
+
+Airflow orders the scheduled task instances of *all* DAGs by ``priority_weight``. For weights of two
+DAGs to mean something next to each other they must share a unit, and for nobody to wait without
+bound they must age. Every task instance therefore gets a **key**, an absolute time in seconds: the
+latest time it may start for its run to meet the run's *due time*, along the critical path::
+
+    due(run)  = T + s * W                 T: when the run was triggered
+    key(t)    = due(run) - remaining(t)   W: the run's GPU work / the pool capacity (max over pools)
+    weight(t) = 2**31 - 1 - round(key(t) - E)      E: a fixed epoch; the earliest key goes first
+
+* **Within one run** ``T + s * W`` is a constant, so the order is exactly the critical-path order (or
+  the packing plan's order when ``remaining`` comes from the plan: planned end - planned start).
+* **Across runs** the ``s * W`` term is shortest-work-first with aging: a 20-minute evaluation DAG
+  is due long before a 40-GPU-hour pipeline triggered at the same moment, but a run triggered later
+  is due later. The ``- remaining(t)`` term starts a long chain early, which keeps the makespan close
+  to what running the longest chains first would give.
+* **Aging bounds every wait**: ``key >= T - CP`` for every task of a run, so a run triggered after
+  ``key(X) + CP_max`` can never overtake task ``X``; see :class:`~airflow_gpu_dag.core.reservation`
+  (``ReservationGate``) and docs/priority.md for the bound.
+* ``W`` scales with the pool: at 8 GPUs the keys behave like shortest-work-first, at 32 like the
+  critical path with first-come-first-served.
+
+The objective (``[gpu_dag] objective``) picks ``s`` and the reservation gate (:data:`OBJECTIVES`):
+``throughput`` (makespan and pipelines first, every wide task reserved for), ``balanced`` (the
+default), ``latency`` (mean completion time and small DAGs first). Pure and deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from airflow_gpu_dag.core.critical_path import analyze
+from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.pools import task_pool, task_slots
+from airflow_gpu_dag.core.rules import INT32_MAX, clamp_int32
+
+__all__ = [
+    "DEFAULT_EPOCH",
+    "DEFAULT_OBJECTIVE",
+    "KEY_WEIGHT_FLOOR",
+    "OBJECTIVES",
+    "Objective",
+    "RunShape",
+    "get_objective",
+    "key_of_weight",
+    "key_weight",
+    "run_shape",
+    "run_weights",
+    "task_keys",
+]
+
+#: ``[gpu_dag] key_epoch`` default: 2025-01-01T00:00:00Z. Keys are seconds after it (2**31 s = 68 years).
+DEFAULT_EPOCH = 1_735_689_600.0
+#: Weights at or above this are keys (``key - epoch < 2**30`` s, 34 years); below, a stock weight.
+KEY_WEIGHT_FLOOR = 2**30
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What the cross-DAG policy optimizes.
+
+    ``stretch`` is ``s`` in ``due = T + s * W``: how much a run's own GPU work delays its due time
+    (larger: small DAGs first, the mean completion time; smaller: closer to the longest chain first,
+    the makespan). ``gap`` and ``overdue`` (seconds) gate the reservation of wide tasks
+    (:class:`~airflow_gpu_dag.core.reservation.ReservationGate`): slots are held for a wide head ``W``
+    only when ``W``'s key is earlier than the next waiting task's by at least ``gap``, or ``W`` is
+    ``overdue`` seconds past its key; ``gap = 0`` reserves for every wide head, as the controller
+    always did.
+    """
+
+    name: str
+    stretch: float
+    gap: float
+    overdue: float
+
+    @property
+    def always_reserves(self) -> bool:
+        return self.gap <= 0
+
+
+_HOUR = 3600.0
+#: The objectives ``[gpu_dag] objective`` accepts (figures in docs/benchmarks/multi_dag.md).
+OBJECTIVES: dict[str, Objective] = {
+    "throughput": Objective("throughput", stretch=2.0, gap=0.0, overdue=0.0),
+    "balanced": Objective("balanced", stretch=3.0, gap=4 * _HOUR, overdue=8 * _HOUR),
+    "latency": Objective("latency", stretch=6.0, gap=4 * _HOUR, overdue=8 * _HOUR),
+}
+DEFAULT_OBJECTIVE = "balanced"
+
+
+def get_objective(name: str | None) -> Objective:
+    """The objective called ``name`` (case-insensitive; None: the default).
+
+    :raises ValueError: an unknown name, listing the known ones.
+    """
+    key = (name or DEFAULT_OBJECTIVE).strip().lower()
+    if key not in OBJECTIVES:
+        known = ", ".join(OBJECTIVES)
+        raise ValueError(f"unknown objective {name!r}: use one of {known} ([gpu_dag] objective)")
+    return OBJECTIVES[key]
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """What a DAG contributes to its runs' keys: ``remaining[t]`` (seconds from ``t``'s start to the
+    run's end: the critical path, own duration included, or planned end - planned start) and ``work``
+    (its GPU slot-seconds over the pool capacity, the largest over the capacity pools)."""
+
+    remaining: dict[str, float]
+    work: float
+
+
+def run_shape(
+    graph: TaskGraph, capacity: Mapping[str, int], remaining: Mapping[str, float] | None = None
+) -> RunShape:
+    """The :class:`RunShape` of ``graph`` on pools of ``capacity`` (pools not named are unlimited and
+    add no work); ``remaining`` replaces the critical-path remaining times (e.g. from a plan)."""
+    if remaining is None:
+        remaining = {t: timing.remaining for t, timing in analyze(graph).timings.items()}
+    work: dict[str, float] = {}
+    for node in graph.nodes.values():
+        pool = task_pool(node)
+        cap = capacity.get(pool, 0)
+        if cap > 0:
+            work[pool] = work.get(pool, 0.0) + node.duration * task_slots(node) / cap
+    return RunShape(dict(remaining), max(work.values(), default=0.0))
+
+
+def task_keys(shape: RunShape, trigger: float, objective: Objective) -> dict[str, float]:
+    """``key(t) = trigger + s * W - remaining(t)`` for every task (see the module docstring)."""
+    due = trigger + objective.stretch * shape.work
+    return {task_id: due - rest for task_id, rest in shape.remaining.items()}
+
+
+def key_weight(key: float, epoch: float = DEFAULT_EPOCH) -> int:
+    """The ``priority_weight`` of a key: ``2**31 - 1 - round(key - epoch)``, clamped to int32."""
+    if not math.isfinite(key):
+        return 1
+    return clamp_int32(INT32_MAX - round(key - epoch))
+
+
+def key_of_weight(weight: int, epoch: float = DEFAULT_EPOCH) -> float | None:
+    """The key a weight encodes, or None when ``weight`` is below :data:`KEY_WEIGHT_FLOOR` (a stock
+    weight, e.g. of a DAG that does not use the cross-DAG rules)."""
+    if weight < KEY_WEIGHT_FLOOR:
+        return None
+    return float(INT32_MAX - weight) + epoch
+
+
+def run_weights(
+    graph: TaskGraph,
+    trigger: float,
+    capacity: Mapping[str, int],
+    objective: Objective,
+    epoch: float = DEFAULT_EPOCH,
+    remaining: Mapping[str, float] | None = None,
+) -> dict[str, int]:
+    """The weights of one run of ``graph`` triggered at ``trigger`` (same clock as ``epoch``)."""
+    keys = task_keys(run_shape(graph, capacity, remaining), trigger, objective)
+    return {task_id: key_weight(key, epoch) for task_id, key in keys.items()}

@@ -1,0 +1,267 @@
+"""Many DAGs, one GPU pool: stock Airflow vs the cross-DAG policy, in the simulator (issue #11).
+
+Each instance is a team-like mix of DAGs (:mod:`mixes`: pipelines of six-node stages with 1-8-GPU
+training, sweeps of 4-12 trials, 5-40 single-task evaluations of 5-60 min; each its own DAG) on one GPU
+pool of 8 / 16 / 32 GPUs, triggered spread over time or all at once. Every policy runs the same mix in
+:func:`airflow_gpu_dag.core.simulator.simulate` (Airflow's admission at every event; the watermark
+controller every ``--interval`` seconds, 60 by default):
+
+* ``stock``: Airflow as shipped: the ``downstream`` weight rule, the pool fixed at capacity.
+* ``v0.1``: the previous release: ``packing`` weights planned per DAG, the controller reserving for every
+  wide head (what issue #11 measured). Expensive (it plans every DAG); not run by default.
+* ``throughput`` / ``balanced`` / ``latency``: the cross-DAG keys of
+  :mod:`airflow_gpu_dag.core.objective` (critical-path remaining times) and the objective's reservation
+  gate: what ``[gpu_dag] objective`` selects (``balanced`` is the default).
+
+Weights and the controller see the estimates; tasks run for the estimates (``exact``), or for the
+estimates times ``U(0.7, 1.3)`` (``uniform30``, estimates off by up to +/- 30 %), or times
+``exp(N(0, 0.3))`` (``lognormal30``). Figures per group, each the mean over instances of the
+per-instance ratio ours / stock: ``mean`` completion time (trigger -> last task ends) over the runs;
+``p95`` completion time (nearest rank); ``makespan`` (last end - first trigger); the mean completion of
+the ``pipeline`` / ``sweep`` / ``eval`` runs; ``worst``: the largest per-instance mean ratio. ``LB``:
+our makespan over a release-aware lower bound. The targets of issue #11 are checked per group.
+
+    .venv/bin/python benchmarks/multi_dag.py                       # 30 mixes, A generator, ~10 min
+    .venv/bin/python benchmarks/multi_dag.py --seeds 100-129 --variant B --json out.json
+    .venv/bin/python benchmarks/multi_dag.py --seeds 0-4 --caps 8 --policies v0.1,balanced   # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from multiprocessing import Pool
+from typing import Any
+
+from mixes import GPU_POOL, KINDS, Run, actual_graphs, make_mix, triggers  # type: ignore[import-not-found]
+
+from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.objective import OBJECTIVES, run_shape, run_weights
+from airflow_gpu_dag.core.planner import packing_weights_plan
+from airflow_gpu_dag.core.reservation import ReservationGate
+from airflow_gpu_dag.core.rules import downstream_weights
+from airflow_gpu_dag.core.simulator import SimulationResult, simulate
+
+#: The simulator's clock starts at 0: keys are offset by this so every weight stays a key.
+SIM_EPOCH = -10_000_000.0
+ESTIMATES = {"exact": 0.0, "uniform30": -0.3, "lognormal30": 0.3}
+TARGET_MEAN = {8: 0.85, 16: 0.92, 32: 1.00}
+TARGET_MAKESPAN = {8: 0.95, 16: 0.95, 32: 1.00}
+DEFAULT_POLICIES = ("throughput", "balanced", "latency")
+
+
+def run_policy(
+    policy: str,
+    actual: Sequence[TaskGraph],
+    estimated: Sequence[TaskGraph],
+    trigger: Sequence[float],
+    capacity: int,
+    interval: float,
+) -> SimulationResult:
+    """Simulate one mix under ``policy``; weights and the controller see ``estimated`` durations."""
+    caps = {GPU_POOL: capacity}
+    by_id = {g.dag_id: g for g in estimated}
+    believed = {
+        f"{i}:{g.dag_id}/{t}": node.duration for i, g in enumerate(estimated) for t, node in g.nodes.items()
+    }
+    options: dict[str, Any] = {"triggers": trigger, "estimates": believed}
+    if policy == "stock":
+        return simulate(
+            actual, caps, "stock", run_priority=lambda g, t: downstream_weights(by_id[g.dag_id]), **options
+        )
+    if policy == "v0.1":
+        plans = {
+            dag: packing_weights_plan(g, caps, "reservation", controller_interval=interval).weights
+            for dag, g in by_id.items()
+        }
+        return simulate(
+            actual, caps, "reservation", interval, run_priority=lambda g, t: plans[g.dag_id], **options
+        )
+    objective = OBJECTIVES[policy]
+    shapes = {dag: run_shape(g, caps) for dag, g in by_id.items()}
+
+    def keys(graph: TaskGraph, at: float) -> Mapping[str, int]:
+        shape = shapes[graph.dag_id]
+        return run_weights(by_id[graph.dag_id], at, caps, objective, SIM_EPOCH, shape.remaining)
+
+    gate = ReservationGate.for_objective(objective, SIM_EPOCH)
+    return simulate(actual, caps, "reservation", interval, run_priority=keys, gate=gate, **options)
+
+
+def lower_bound(actual: Sequence[TaskGraph], trigger: Sequence[float], capacity: int) -> float:
+    """No schedule of the mix ends before: the latest trigger + critical path of any run, and for every
+    trigger time ``t``, ``t`` + the GPU work triggered at or after ``t`` / capacity (from the first
+    trigger)."""
+    shapes = [run_shape(g, {GPU_POOL: capacity}) for g in actual]
+    bound = max(t + max(s.remaining.values(), default=0.0) for t, s in zip(trigger, shapes, strict=True))
+    for moment in sorted(set(trigger)):
+        later = sum(s.work for t, s in zip(trigger, shapes, strict=True) if t >= moment)
+        bound = max(bound, moment + later)
+    return bound - min(trigger)
+
+
+def one_instance(job: tuple) -> dict[str, Any]:
+    variant, seed, capacity, mode, estimates, policies, interval = job
+    runs: list[Run] = make_mix(seed, variant)
+    estimated = [r.graph for r in runs]
+    actual = actual_graphs(runs, ESTIMATES[estimates], seed, variant)
+    trigger = triggers(runs, capacity, mode, seed, variant)
+    out: dict[str, Any] = {}
+    for policy in policies:
+        result = run_policy(policy, actual, estimated, trigger, capacity, interval)
+        out[policy] = {
+            "completion": [r.completion for r in result.runs],
+            "makespan": max(r.end for r in result.runs) - min(trigger),
+        }
+    return {
+        "variant": variant,
+        "seed": seed,
+        "capacity": capacity,
+        "mode": mode,
+        "estimates": estimates,
+        "kinds": [r.kind for r in runs],
+        "lower_bound": lower_bound(actual, trigger, capacity),
+        "results": out,
+    }
+
+
+def _p95(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def figures(instances: Sequence[Mapping[str, Any]], policy: str) -> dict[str, float]:
+    """The mean over instances of the per-instance ratios ours / stock (see the module docstring)."""
+    mean, p95, makespan, bound = [], [], [], []
+    kind: dict[str, list[float]] = defaultdict(list)
+    for inst in instances:
+        stock, ours = inst["results"]["stock"], inst["results"][policy]
+        mean.append(statistics.mean(ours["completion"]) / statistics.mean(stock["completion"]))
+        p95.append(_p95(ours["completion"]) / _p95(stock["completion"]))
+        makespan.append(ours["makespan"] / stock["makespan"])
+        bound.append(ours["makespan"] / inst["lower_bound"])
+        for k in KINDS:
+            idx = [i for i, kk in enumerate(inst["kinds"]) if kk == k]
+            if idx:
+                ours_k = statistics.mean(ours["completion"][i] for i in idx)
+                kind[k].append(ours_k / statistics.mean(stock["completion"][i] for i in idx))
+    out = {
+        "mean": statistics.mean(mean),
+        "p95": statistics.mean(p95),
+        "makespan": statistics.mean(makespan),
+        "worst": max(mean),
+        "lb": statistics.mean(bound),
+        "n": len(mean),
+    }
+    out.update({k: statistics.mean(kind[k]) if kind[k] else math.nan for k in KINDS})
+    return out
+
+
+def misses(capacity: int, f: Mapping[str, float]) -> list[str]:
+    """The issue #11 targets a group misses."""
+    out = []
+    if f["mean"] > TARGET_MEAN.get(capacity, 1.0):
+        out.append("mean")
+    if f["makespan"] > TARGET_MAKESPAN.get(capacity, 1.0):
+        out.append("makespan")
+    if f["p95"] > 1.0:
+        out.append("p95")
+    out.extend(k for k in KINDS if f[k] > 1.05)
+    return out
+
+
+def table(results: Sequence[Mapping[str, Any]], policies: Sequence[str], file: Any = sys.stdout) -> None:
+    groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
+    for inst in results:
+        groups[(inst["variant"], inst["mode"], inst["estimates"], inst["capacity"])].append(inst)
+    print(
+        "| set | triggers | estimates | GPUs | policy | mean | p95 | makespan | pipeline | sweep | eval | "
+        "worst | makespan/LB | misses |",
+        file=file,
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", file=file)
+    for (variant, mode, estimates, capacity), insts in sorted(groups.items()):
+        stock_lb = statistics.mean(i["results"]["stock"]["makespan"] / i["lower_bound"] for i in insts)
+        print(
+            f"| {variant} | {mode} | {estimates} | {capacity} | stock | 1 | 1 | 1 | 1 | 1 | 1 | 1 | "
+            f"{stock_lb:.3f} | |",
+            file=file,
+        )
+        for policy in policies:
+            if policy == "stock":
+                continue
+            f = figures(insts, policy)
+            missed = ", ".join(misses(capacity, f)) or "none"
+            print(
+                f"| {variant} | {mode} | {estimates} | {capacity} | {policy} | {f['mean']:.3f} | "
+                f"{f['p95']:.3f} | {f['makespan']:.3f} | {f['pipeline']:.3f} | {f['sweep']:.3f} | "
+                f"{f['eval']:.3f} | {f['worst']:.2f} | {f['lb']:.3f} | {missed} |",
+                file=file,
+            )
+
+
+def _seeds(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        if "-" in part:
+            lo, hi = part.split("-")
+            out.extend(range(int(lo), int(hi) + 1))
+        elif part:
+            out.append(int(part))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--variant", default="A", help="mix generator(s): A, B (comma separated)")
+    parser.add_argument("--seeds", default="0-29", help="mix seeds, e.g. 0-29 or 100-129")
+    parser.add_argument("--caps", default="8,16,32", help="GPU pool capacities")
+    parser.add_argument("--modes", default="spread,once", help="trigger modes: spread, once")
+    parser.add_argument("--estimates", default="exact,uniform30", help=f"from {', '.join(ESTIMATES)}")
+    parser.add_argument(
+        "--policies", default=",".join(DEFAULT_POLICIES), help="besides stock: v0.1, " + ", ".join(OBJECTIVES)
+    )
+    parser.add_argument("--interval", type=float, default=60.0, help="controller interval, seconds")
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes")
+    parser.add_argument("--json", default="", help="write every instance's raw figures here")
+    args = parser.parse_args(argv)
+    policies = ["stock", *(p for p in args.policies.split(",") if p and p != "stock")]
+    unknown = [p for p in policies if p not in ("stock", "v0.1", *OBJECTIVES)]
+    if unknown:
+        parser.error(f"unknown policies {unknown}")
+    jobs = [
+        (variant, seed, int(cap), mode, estimates, policies, args.interval)
+        for variant in args.variant.split(",")
+        for cap in args.caps.split(",")
+        for mode in args.modes.split(",")
+        for estimates in args.estimates.split(",")
+        for seed in _seeds(args.seeds)
+    ]
+    started = time.time()
+    if args.jobs > 1:
+        with Pool(args.jobs) as pool:
+            results = pool.map(one_instance, jobs, chunksize=1)
+    else:
+        results = [one_instance(job) for job in jobs]
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle)
+    print(
+        f"# multi-DAG benchmark: {len(jobs)} instances, controller every {args.interval:g} s; "
+        "ratios ours / stock, mean over instances"
+    )
+    table(results, policies)
+    print(f"\n# elapsed {time.time() - started:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

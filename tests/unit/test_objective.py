@@ -1,0 +1,225 @@
+"""Cross-DAG keys (core.objective), the reservation gate, and the simulator with trigger times."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, RunningTask
+from airflow_gpu_dag.core.critical_path import analyze
+from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.objective import (
+    DEFAULT_EPOCH,
+    KEY_WEIGHT_FLOOR,
+    OBJECTIVES,
+    get_objective,
+    key_of_weight,
+    key_weight,
+    run_shape,
+    run_weights,
+    task_keys,
+)
+from airflow_gpu_dag.core.reservation import ReservationGate, decide_pools
+from airflow_gpu_dag.core.rules import INT32_MAX, critical_path_weights, downstream_weights
+from airflow_gpu_dag.core.simulator import simulate
+from tests.unit.graphs import draw_task_graph, gpu_graph
+
+HOUR = 3600.0
+NOW = DEFAULT_EPOCH + 400 * 24 * HOUR  # some day in 2026
+
+
+def test_unknown_objective_names_the_known_ones() -> None:
+    assert get_objective(None).name == "balanced"
+    assert get_objective(" Latency ").name == "latency"
+    with pytest.raises(ValueError, match=r"unknown objective 'fast'.*throughput, balanced, latency"):
+        get_objective("fast")
+
+
+def test_keys_are_latest_starts_of_the_run_due_time() -> None:
+    g = gpu_graph({"a": (600, 2), "b": (1200, 4), "c": (60, 0)}, [("a", "b"), ("b", "c")])
+    shape = run_shape(g, {"gpu": 8})
+    assert shape.work == (600 * 2 + 1200 * 4) / 8  # c holds no slot of the capacity pool
+    objective = get_objective("balanced")
+    keys = task_keys(shape, NOW, objective)
+    due = NOW + objective.stretch * shape.work
+    assert keys == {"a": due - 1860, "b": due - 1260, "c": due - 60}
+    weights = run_weights(g, NOW, {"gpu": 8}, objective)
+    assert all(KEY_WEIGHT_FLOOR <= w <= INT32_MAX for w in weights.values())
+    assert key_of_weight(weights["a"]) == round(keys["a"] - DEFAULT_EPOCH) + DEFAULT_EPOCH
+
+
+def test_key_weight_round_trip_and_stock_weights_are_not_keys() -> None:
+    for key in (DEFAULT_EPOCH, NOW, NOW + 12_345.4):
+        assert abs(key_of_weight(key_weight(key)) - key) <= 0.5  # type: ignore[operator]
+    assert key_of_weight(42) is None
+    assert key_weight(math.nan) == 1
+    assert key_weight(DEFAULT_EPOCH - 10**12) == INT32_MAX  # clamped, never overflows the column
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_within_one_run_the_key_order_is_the_critical_path_order(data: st.DataObject) -> None:
+    g = draw_task_graph(data.draw, "k", (1, 14), [0, 1, 2, 4], 40)
+    objective = OBJECTIVES[data.draw(st.sampled_from(sorted(OBJECTIVES)))]
+    trigger = NOW + data.draw(st.integers(0, 10**6))
+    weights = run_weights(g, trigger, {"gpu": 8}, objective)
+    cp = critical_path_weights(g)
+    for a in g.nodes:
+        for b in g.nodes:
+            if cp[a] > cp[b]:
+                assert weights[a] >= weights[b]
+
+
+def test_small_runs_triggered_together_go_first_and_later_runs_age() -> None:
+    pipeline = gpu_graph(
+        {"pretrain": (6 * HOUR, 8), "sft": (2 * HOUR, 4)}, [("pretrain", "sft")], dag_id="pipeline"
+    )
+    evaluation = gpu_graph({"eval": (1800, 1)}, [], dag_id="eval")
+    objective = get_objective("balanced")
+    caps = {"gpu": 8}
+    p = run_weights(pipeline, NOW, caps, objective)
+    e_now = run_weights(evaluation, NOW, caps, objective)
+    assert e_now["eval"] > p["pretrain"]  # triggered at the same time: the small run first
+    # an evaluation triggered long enough after the pipeline's key does not overtake it
+    late = NOW + objective.stretch * run_shape(pipeline, caps).work
+    assert run_weights(evaluation, late, caps, objective)["eval"] < p["pretrain"]
+
+
+def _ready(key: str, slots: int, weight: int) -> ReadyTask:
+    return ReadyTask(key, "gpu", slots, weight, 600.0, (0,))
+
+
+def test_gate_holds_slots_only_for_a_clearly_more_urgent_or_overdue_head() -> None:
+    gate = ReservationGate(gap=4 * HOUR, overdue=8 * HOUR)
+    running = [RunningTask("busy", "gpu", 6, NOW + 3600)]
+    head_key = NOW - HOUR  # one hour past its key
+    wide = _ready("wide", 4, key_weight(head_key))
+    # the next waiting task is due only one hour after it: not worth idling slots for
+    close = _ready("eval", 1, key_weight(head_key + HOUR))
+    d = decide_pools(NOW, {"gpu": 8}, running, [wide, close], gate=gate)["gpu"]
+    assert d.pool_size == 8 and d.reserved_for is None and "not urgent enough" in d.reason
+    # 5 hours apart: reserve
+    far = _ready("eval", 1, key_weight(head_key + 5 * HOUR))
+    d = decide_pools(NOW, {"gpu": 8}, running, [wide, far], gate=gate)["gpu"]
+    assert d.reserved_for == "wide"
+    # overdue by more than 8 hours: reserve whatever waits behind it
+    old = _ready("wide", 4, key_weight(NOW - 9 * HOUR))
+    behind = _ready("eval", 1, key_weight(NOW - 9 * HOUR + 60))
+    d = decide_pools(NOW, {"gpu": 8}, running, [old, behind], gate=gate)
+    assert d["gpu"].reserved_for == "wide" and "overdue" in d["gpu"].reason
+    # a head on a stock weight, or nothing else waiting: reserved for as always
+    stock = _ready("stock_wide", 4, 100)
+    assert (
+        decide_pools(NOW, {"gpu": 8}, running, [stock, close], gate=gate)["gpu"].reserved_for == "stock_wide"
+    )
+    assert decide_pools(NOW, {"gpu": 8}, running, [wide], gate=gate)["gpu"].reserved_for == "wide"
+    # a competitor on a stock weight is less urgent than any key
+    assert decide_pools(NOW, {"gpu": 8}, running, [wide, _ready("s", 1, 7)], gate=gate)["gpu"].reserved_for
+
+
+def test_gate_applies_to_pending_heads_too() -> None:
+    gate = ReservationGate(gap=4 * HOUR, overdue=8 * HOUR)
+    soon = PendingTask("next", "gpu", 4, key_weight(NOW - HOUR), 3600.0, (0,), ready_at=NOW + 60)
+    close = _ready("eval", 1, key_weight(NOW))
+    d = decide_pools(
+        NOW, {"gpu": 8}, [RunningTask("up", "gpu", 1, NOW + 60)], [close], pending=[soon], gate=gate
+    )
+    assert d["gpu"].reserved_for is None and d["gpu"].pool_size == 8
+
+
+def test_throughput_reserves_for_every_wide_head() -> None:
+    assert ReservationGate.for_objective(get_objective("throughput")) is None
+    assert ReservationGate.for_objective(get_objective("balanced"), 5.0) == ReservationGate(
+        4 * HOUR, 8 * HOUR, 5.0
+    )
+
+
+def test_runs_start_at_their_trigger_and_report_completion() -> None:
+    a = gpu_graph({"x": (100, 4), "y": (50, 4)}, [("x", "y")], dag_id="a")
+    b = gpu_graph({"z": (30, 8)}, [], dag_id="b")
+    r = simulate([a, b], {"gpu": 8}, "stock", triggers=[0.0, 120.0])
+    by_id = r.by_id()
+    assert by_id["1:b/z"].start >= 120.0  # not before its run exists
+    assert [(run.dag_id, run.trigger) for run in r.runs] == [("a", 0.0), ("b", 120.0)]
+    assert r.runs[0].completion == 150.0 and r.runs[1].completion == by_id["1:b/z"].end - 120.0
+    assert r.mean_completion == (r.runs[0].completion + r.runs[1].completion) / 2
+    assert r.completion_quantile(0.95) == max(run.completion for run in r.runs)
+    with pytest.raises(ValueError, match="triggers"):
+        simulate([a, b], {"gpu": 8}, "stock", triggers=[0.0])
+    with pytest.raises(ValueError, match="triggers"):
+        simulate([a, b], {"gpu": 8}, "stock", triggers=[0.0, -1.0])
+
+
+def test_one_dag_alone_is_the_same_schedule_shifted_by_its_trigger() -> None:
+    g = gpu_graph({"a": (10, 2), "b": (20, 8), "c": (5, 1), "d": (7, 1)}, [("a", "b"), ("a", "c")])
+    base = simulate(g, {"gpu": 8}, "critical_path", priority="critical_path")
+    shifted = simulate(g, {"gpu": 8}, "critical_path", priority="critical_path", triggers=[500.0])
+    assert [(t.task_id, t.start + 500.0) for t in base.schedule] == [
+        (t.task_id, t.start) for t in shifted.schedule
+    ]
+
+
+def test_a_task_waits_for_its_not_before_after_the_trigger() -> None:
+    g = gpu_graph({"a": (10, 1), "late": (5, 1)}, [])
+    g.nodes["late"].not_before = 100.0  # type: ignore[attr-defined]
+    r = simulate(g, {"gpu": 8}, "stock", triggers=[50.0]).by_id()
+    assert r["a"].start == 50.0 and r["late"].start == 150.0
+
+
+def test_run_priority_sees_each_run_with_its_trigger_and_ties_go_to_the_earlier_run() -> None:
+    first = gpu_graph({"t": (100, 8)}, [], dag_id="first")
+    second = gpu_graph({"t": (100, 8)}, [], dag_id="second")
+    seen = []
+
+    def same_weight(graph: TaskGraph, trigger: float) -> dict[str, int]:
+        seen.append((graph.dag_id, trigger))
+        return dict.fromkeys(graph.nodes, 1)
+
+    # listed second-first, but triggered later: the earlier trigger wins the tie (Airflow: logical date)
+    r = simulate([second, first], {"gpu": 8}, "stock", triggers=[10.0, 0.0], run_priority=same_weight)
+    assert sorted(seen) == [("first", 0.0), ("second", 10.0)]
+    assert r.by_id()["1:first/t"].start == 0.0 and r.by_id()["0:second/t"].start == 100.0
+
+
+def test_the_lazy_walk_with_a_gate_decides_what_decide_pools_decides() -> None:
+    """The simulator's ticks and decide_pools over every waiting task agree with the gate on, across many
+    runs with trigger times (verify_controller raises on any difference)."""
+    caps = {"gpu": 8}
+    graphs = []
+    for i in range(12):
+        g = gpu_graph(
+            {"prep": (300 + 40 * i, 1), "wide": (1200, 4 + (i % 2) * 4), "eval": (200, 1)},
+            [("prep", "wide"), ("wide", "eval")] if i % 3 else [],
+        )
+        g.dag_id = f"run{i}"
+        graphs.append(g)
+    objective = get_objective("balanced")
+    epoch = -10_000_000.0
+
+    def keys(graph: TaskGraph, trigger: float) -> dict[str, int]:
+        return run_weights(graph, trigger, caps, objective, epoch)
+
+    gate = ReservationGate(gap=600.0, overdue=1800.0, epoch=epoch)
+    for interval in (0.0, 60.0):
+        r = simulate(
+            graphs,
+            caps,
+            "reservation",
+            interval,
+            run_priority=keys,
+            gate=gate,
+            triggers=[150.0 * i for i in range(12)],
+            verify_controller=True,
+        )
+        assert len(r.schedule) == 36
+
+
+def test_stock_policy_with_run_priority_is_stocks_downstream_rule() -> None:
+    g = gpu_graph({"a": (10, 2), "b": (20, 8)}, [("a", "b")])
+    by_rule = simulate(g, {"gpu": 8}, "stock")
+    by_run = simulate(g, {"gpu": 8}, "stock", run_priority=lambda graph, t: downstream_weights(graph))
+    assert by_rule.schedule == by_run.schedule
+    assert analyze(g).makespan == by_run.makespan
