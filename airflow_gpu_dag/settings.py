@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import TYPE_CHECKING
 
 from airflow_gpu_dag.core.resources import EstimateError, parse_duration
+
+if TYPE_CHECKING:
+    from airflow_gpu_dag.core.objective import Objective
 
 log = logging.getLogger(__name__)
 
@@ -64,3 +68,99 @@ def max_gpus_per_host() -> int | None:
     except ValueError:
         log.warning("[gpu_dag] max_gpus_per_host %r is not an integer; ignoring it", raw)
         return None
+
+
+# -- the cross-DAG policy and the planner (read by the priority strategy and the controller) ----------
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str, *args: object) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(message, *args)
+
+
+def objective_name() -> str:
+    """``[gpu_dag] objective`` as written (``balanced`` when unset); see :func:`objective`."""
+    return (conf_get("objective", "balanced") or "balanced").strip().lower()
+
+
+def objective() -> Objective:
+    """The cross-DAG objective (``[gpu_dag] objective``: ``throughput``, ``balanced`` — the default —
+    or ``latency``), with ``[gpu_dag] reservation_gap`` / ``reservation_overdue`` overriding its gate.
+
+    Never raises (the scheduler calls it): an unknown name is logged once and ``balanced`` is used; the
+    cluster policy fails the import of DAGs using our weight rules with the fix instead.
+    """
+    from dataclasses import replace
+
+    from airflow_gpu_dag.core.objective import DEFAULT_OBJECTIVE, get_objective
+
+    try:
+        chosen = get_objective(objective_name())
+    except ValueError as err:
+        _warn_once("objective", "airflow-gpu-dag: %s; using %r", err, DEFAULT_OBJECTIVE)
+        chosen = get_objective(DEFAULT_OBJECTIVE)
+    for key, field in (("reservation_gap", "gap"), ("reservation_overdue", "overdue")):
+        raw = conf_get(key, None)
+        if raw:
+            try:
+                seconds = parse_duration(raw)
+                chosen = replace(chosen, gap=seconds) if field == "gap" else replace(chosen, overdue=seconds)
+            except EstimateError as err:
+                _warn_once(
+                    key, "airflow-gpu-dag: [gpu_dag] %s %r is invalid (%s); ignoring it", key, raw, err
+                )
+    return chosen
+
+
+def key_epoch() -> float:
+    """``[gpu_dag] key_epoch``: the epoch of cross-DAG keys, epoch seconds or an ISO date (default
+    2025-01-01T00:00:00Z). Every scheduler, api-server and controller must use the same value."""
+    from datetime import UTC, datetime
+
+    from airflow_gpu_dag.core.objective import DEFAULT_EPOCH
+
+    raw = conf_get("key_epoch", None)
+    if not raw:
+        return DEFAULT_EPOCH
+    try:
+        return float(raw)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
+        return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+    except ValueError:
+        _warn_once("key_epoch", "airflow-gpu-dag: [gpu_dag] key_epoch %r is invalid; using 2025-01-01", raw)
+        return DEFAULT_EPOCH
+
+
+def plan_policy() -> str:
+    """``[gpu_dag] plan_policy``: ``reservation`` (default: the watermark controller reserves) or
+    ``greedy`` (stock pool admission); as the simulator's policy name."""
+    raw = conf_get("plan_policy", "reservation") or "reservation"
+    return "critical_path" if raw.strip().lower() in ("greedy", "stock", "critical_path") else "reservation"
+
+
+def plan_search_budget() -> int:
+    """``[gpu_dag] plan_search_budget``: simulated tasks the planner's local search may spend (0, the
+    default, turns it off; ``core.planner.SEARCH_BUDGET`` = 60000 is the measured setting)."""
+    raw = conf_get("plan_search_budget", "0") or "0"
+    try:
+        return max(0, int(raw))
+    except ValueError:
+        _warn_once("plan_search_budget", "[gpu_dag] plan_search_budget %r is not an integer; search off", raw)
+        return 0
+
+
+def plan_strict_backfill() -> bool:
+    """``[gpu_dag] plan_backfill``: ``strict`` when the watermark controller's pools use
+    ``backfill: strict`` (the plan is made for that controller); anything else plans for the default."""
+    return (conf_get("plan_backfill", "easy") or "easy").strip().lower() == "strict"
+
+
+def plan_in_background() -> bool:
+    """``[gpu_dag] plan_in_background`` (default true): plans are made off the scheduler loop, in a
+    subprocess; false plans inline (tests, or a scheduler that must not start processes)."""
+    return (conf_get("plan_in_background", "true") or "true").strip().lower() not in ("false", "0", "no")

@@ -42,9 +42,8 @@ from typing import Any
 from mixes import GPU_POOL, KINDS, Run, actual_graphs, make_mix, triggers  # type: ignore[import-not-found]
 
 from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.objective import OBJECTIVES, run_shape, run_weights
+from airflow_gpu_dag.core.objective import OBJECTIVES, ReservationGate, run_shape, run_weights
 from airflow_gpu_dag.core.planner import packing_weights_plan
-from airflow_gpu_dag.core.reservation import ReservationGate
 from airflow_gpu_dag.core.rules import downstream_weights
 from airflow_gpu_dag.core.simulator import SimulationResult, simulate
 

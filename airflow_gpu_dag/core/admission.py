@@ -20,7 +20,7 @@ assumed not to bind here (set them above the pool sizes).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["PendingTask", "ReadyTask", "RunningTask", "admission_order", "stock_admission"]
 
@@ -31,7 +31,8 @@ class ReadyTask:
 
     ``key`` is unique (e.g. ``"dag_id/run_id/task_id/map_index"``); ``priority`` is the task's
     ``priority_weight``; ``duration`` the estimated run time in seconds; ``order`` the tie-break after
-    ``-priority``, like Airflow's ``(logical_date, map_index)`` (any tuple of comparable values).
+    ``-priority``, like Airflow's ``(logical_date, map_index)`` (any tuple of comparable values);
+    ``run`` (keyword only) identifies its DAG run (``"dag_id/run_id"``; empty: unknown).
     """
 
     key: str
@@ -40,6 +41,7 @@ class ReadyTask:
     priority: int
     duration: float
     order: tuple = ()
+    run: str = field(default="", kw_only=True)
 
 
 @dataclass(frozen=True)

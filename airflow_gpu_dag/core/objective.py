@@ -32,6 +32,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from airflow_gpu_dag.core.admission import ReadyTask
 from airflow_gpu_dag.core.critical_path import analyze
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.pools import task_pool, task_slots
@@ -43,6 +44,7 @@ __all__ = [
     "KEY_WEIGHT_FLOOR",
     "OBJECTIVES",
     "Objective",
+    "ReservationGate",
     "RunShape",
     "get_objective",
     "key_of_weight",
@@ -65,7 +67,7 @@ class Objective:
     ``stretch`` is ``s`` in ``due = T + s * W``: how much a run's own GPU work delays its due time
     (larger: small DAGs first, the mean completion time; smaller: closer to the longest chain first,
     the makespan). ``gap`` and ``overdue`` (seconds) gate the reservation of wide tasks
-    (:class:`~airflow_gpu_dag.core.reservation.ReservationGate`): slots are held for a wide head ``W``
+    (:class:`ReservationGate`): slots are held for a wide head ``W``
     only when ``W``'s key is earlier than the next waiting task's by at least ``gap``, or ``W`` is
     ``overdue`` seconds past its key; ``gap = 0`` reserves for every wide head, as the controller
     always did.
@@ -161,3 +163,51 @@ def run_weights(
     """The weights of one run of ``graph`` triggered at ``trigger`` (same clock as ``epoch``)."""
     keys = task_keys(run_shape(graph, capacity, remaining), trigger, objective)
     return {task_id: key_weight(key, epoch) for task_id, key in keys.items()}
+
+
+@dataclass(frozen=True)
+class ReservationGate:
+    """Whether holding slots for a wide head ``W`` is worth what it costs the other DAGs' waiting work.
+
+    Holding slots idles them until ``W`` can start; the work waiting behind ``W`` (often other DAGs'
+    small runs) pays for it. With cross-DAG keys (:mod:`airflow_gpu_dag.core.objective`) the gate
+    holds slots for ``W`` only when
+
+    * no ready task of another run waits (nobody else pays; within its own run the priority, the
+      critical path or the plan, has already ordered the work), or
+    * ``W``'s key is earlier than that of the next waiting ready task of another run by at least
+      ``gap`` seconds: ``W`` is clearly more urgent than the work the held slots would run, or
+    * ``W`` is ``overdue`` seconds past its key: from then on it is always reserved for, which bounds
+      its wait (docs/priority.md states the bound).
+
+    Otherwise the pool stays at its capacity and Airflow's own admission runs. A head or competitor
+    whose weight is not a key (a DAG on a stock weight rule) is always reserved for, as before.
+    """
+
+    gap: float
+    overdue: float
+    epoch: float = DEFAULT_EPOCH
+
+    @classmethod
+    def for_objective(cls, objective: Objective, epoch: float = DEFAULT_EPOCH) -> ReservationGate | None:
+        """The gate of ``objective``; None when it reserves for every wide head (``gap`` 0)."""
+        if objective.always_reserves:
+            return None
+        return cls(objective.gap, objective.overdue, epoch)
+
+    def holds_for(self, now: float, head: ReadyTask, competitor: ReadyTask | None) -> tuple[bool, str]:
+        """(hold slots for ``head``?, why), ``competitor`` being the next ready task of another run after
+        it (None: there is none)."""
+        head_key = key_of_weight(head.priority, self.epoch)
+        if head_key is None or competitor is None:
+            return True, ""
+        if now - head_key >= self.overdue:
+            return True, f"; {now - head_key:.0f}s past its key: overdue"
+        other = key_of_weight(competitor.priority, self.epoch)
+        if other is None or other - head_key >= self.gap:
+            return True, ""
+        return False, (
+            f"{head.key} ({head.slots} slots) is not urgent enough to hold slots for: its key is "
+            f"{other - head_key:.0f}s before {competitor.key}'s (gap {self.gap:.0f}s) and "
+            f"{max(0.0, now - head_key):.0f}s past (overdue after {self.overdue:.0f}s); pool = capacity"
+        )

@@ -36,6 +36,7 @@ __all__ = [
     "packing_rule",
     "packing_weights_plan",
     "perturbed",
+    "planned_remaining",
     "predict",
     "resolve_rule",
     "search_order",
@@ -480,3 +481,22 @@ def predict(
         strict = bool(options.get("strict_backfill", False))
         chosen = packing_rule(capacity, policy, controller_interval, strict)
     return simulate(graph, capacity, policy, controller_interval, priority=chosen, **options)  # type: ignore[arg-type]
+
+
+def planned_remaining(
+    graph: TaskGraph,
+    capacity: Mapping[str, int],
+    policy: str = "reservation",
+    search_budget: int = 0,
+    strict_backfill: bool = False,
+) -> dict[str, float]:
+    """Per task, the planned end minus its planned start under the ``packing`` plan: the remaining time
+    the cross-DAG keys use for a packing DAG (:mod:`airflow_gpu_dag.core.objective`), so the plan's start
+    order is kept within the run. Falls back to the critical-path remaining times when nothing is planned
+    (no capacity pool)."""
+    plan = packing_weights_plan(
+        graph, capacity, policy, search_budget=search_budget, strict_backfill=strict_backfill
+    )
+    if not plan.schedule:
+        return {t: timing.remaining for t, timing in analyze(graph).timings.items()}
+    return {t: plan.makespan - start for t, start in plan.schedule.items()}

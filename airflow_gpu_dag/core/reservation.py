@@ -61,11 +61,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, RunningTask, admission_order
-from airflow_gpu_dag.core.objective import DEFAULT_EPOCH, Objective, key_of_weight
+from airflow_gpu_dag.core.objective import ReservationGate
 
 __all__ = [
     "PoolDecision",
-    "ReservationGate",
     "backfill_candidates",
     "decide_pool",
     "decide_pools",
@@ -128,52 +127,6 @@ def shadow_time(
     return None, 0
 
 
-@dataclass(frozen=True)
-class ReservationGate:
-    """Whether holding slots for a wide head ``W`` is worth what it costs the other DAGs' waiting work.
-
-    Holding slots idles them until ``W`` can start; the work waiting behind ``W`` (often other DAGs'
-    small runs) pays for it. With cross-DAG keys (:mod:`airflow_gpu_dag.core.objective`) the gate
-    holds slots for ``W`` only when
-
-    * no other ready task waits (nobody pays), or
-    * ``W``'s key is earlier than the next waiting ready task's by at least ``gap`` seconds: ``W`` is
-      clearly more urgent than the work the held slots would otherwise run, or
-    * ``W`` is ``overdue`` seconds past its key: from then on it is always reserved for, which bounds
-      its wait (docs/priority.md states the bound).
-
-    Otherwise the pool stays at its capacity and Airflow's own admission runs. A head or competitor
-    whose weight is not a key (a DAG on a stock weight rule) is always reserved for, as before.
-    """
-
-    gap: float
-    overdue: float
-    epoch: float = DEFAULT_EPOCH
-
-    @classmethod
-    def for_objective(cls, objective: Objective, epoch: float = DEFAULT_EPOCH) -> ReservationGate | None:
-        """The gate of ``objective``; None when it reserves for every wide head (``gap`` 0)."""
-        if objective.always_reserves:
-            return None
-        return cls(objective.gap, objective.overdue, epoch)
-
-    def holds_for(self, now: float, head: ReadyTask, competitor: ReadyTask | None) -> tuple[bool, str]:
-        """(hold slots for ``head``?, why), ``competitor`` being the next ready task after it."""
-        head_key = key_of_weight(head.priority, self.epoch)
-        if head_key is None or competitor is None:
-            return True, ""
-        if now - head_key >= self.overdue:
-            return True, f"; {now - head_key:.0f}s past its key: overdue"
-        other = key_of_weight(competitor.priority, self.epoch)
-        if other is None or other - head_key >= self.gap:
-            return True, ""
-        return False, (
-            f"{head.key} ({head.slots} slots) is not urgent enough to hold slots for: its key is "
-            f"{other - head_key:.0f}s before {competitor.key}'s (gap {self.gap:.0f}s) and "
-            f"{max(0.0, now - head_key):.0f}s past (overdue after {self.overdue:.0f}s); pool = capacity"
-        )
-
-
 def backfill_candidates(after_head: Iterable[ReadyTask], free: int) -> list[ReadyTask]:
     """The part of a pool's ready tasks after the head ``W`` (in admission order) that can be backfilled
     with ``free`` slots left once the tasks ahead of ``W`` start: only tasks that fit ``free``, up to the
@@ -209,14 +162,21 @@ class _Waiting:
             self.seen_ready = self.seen_ready or not isinstance(task, PendingTask)
         return task
 
-    def peek_ready(self, max_slots: int | None = None) -> ReadyTask | None:
-        """The next ready (not pending) task (holding at most ``max_slots``), consuming nothing."""
+    def peek_ready(self, max_slots: int | None = None, other_run: str | None = None) -> ReadyTask | None:
+        """The next ready (not pending) task, consuming nothing; with ``max_slots`` one holding at most
+        that many slots, with ``other_run`` one of another run than that (an unknown run is another)."""
+
+        def wanted(task: ReadyTask) -> bool:
+            if isinstance(task, PendingTask) or (max_slots is not None and task.slots > max_slots):
+                return False
+            return not other_run or not task.run or task.run != other_run
+
         for task in self._buffer:
-            if not isinstance(task, PendingTask) and (max_slots is None or task.slots <= max_slots):
+            if wanted(task):
                 return task
         for task in self._tasks:
             self._buffer.append(task)
-            if not isinstance(task, PendingTask) and (max_slots is None or task.slots <= max_slots):
+            if wanted(task):
                 return task
         return None
 
@@ -406,7 +366,7 @@ def decide_pool(
         return PoolDecision(pool, capacity, capacity, None, 0, 0, None, reason, used, (), admitted)
     gated = ""
     if gate is not None:
-        hold, gated = gate.holds_for(now, head, queue.peek_ready(capacity))
+        hold, gated = gate.holds_for(now, head, queue.peek_ready(capacity, other_run=head.run))
         if not hold:
             return PoolDecision(pool, capacity, capacity, None, 0, 0, None, gated, used, (), admitted)
 

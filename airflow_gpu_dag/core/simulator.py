@@ -29,14 +29,16 @@ import bisect
 import heapq
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, RunningTask
 from airflow_gpu_dag.core.bounds import lower_bound
 from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.objective import ReservationGate
 from airflow_gpu_dag.core.pools import task_pool, task_slots
-from airflow_gpu_dag.core.reservation import ReservationGate, decide_pool, decide_pools
+from airflow_gpu_dag.core.reservation import decide_pool, decide_pools
 from airflow_gpu_dag.core.rules import PriorityRule, clamp_int32, resolve_priority
+from airflow_gpu_dag.core.schedule import RunResult, ScheduledTask, SimulationResult
 
 __all__ = [
     "POLICIES",
@@ -59,83 +61,6 @@ POLICIES: dict[str, str] = {"stock": "downstream", "critical_path": "critical_pa
 
 class CapacityError(ValueError):
     """A task needs more slots than its pool can ever have; it would wait forever."""
-
-
-@dataclass(frozen=True)
-class ScheduledTask:
-    """One task of the simulated schedule. ``ready`` is when its upstream tasks had all ended."""
-
-    task_id: str
-    start: float
-    end: float
-    slots: int
-    pool: str
-    priority: int
-    ready: float = 0.0
-
-    @property
-    def wait(self) -> float:
-        """Seconds spent ready but not admitted."""
-        return self.start - self.ready
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """One DAG run of a simulation: its DAG, when it was triggered, when its last task ended, and its
-    completion time (``end - trigger``, what the person who triggered it waited)."""
-
-    dag_id: str
-    trigger: float
-    end: float
-
-    @property
-    def completion(self) -> float:
-        return self.end - self.trigger
-
-
-@dataclass
-class SimulationResult:
-    """The predicted schedule of a simulation and its figures.
-
-    ``lower_bound`` = max(critical-path length, max over capacity pools of slot-seconds / capacity);
-    ``max_pool_usage`` the most slots ever held at once per pool; ``controller_ticks`` how often the
-    controller decided, ``reservation_ticks`` how many of those held a reservation in some pool.
-    """
-
-    policy: str
-    makespan: float
-    schedule: list[ScheduledTask]
-    lower_bound: float
-    priority_rule: str = ""
-    max_pool_usage: dict[str, int] = field(default_factory=dict)
-    controller_ticks: int = 0
-    reservation_ticks: int = 0
-    #: one entry per graph, in the order given
-    runs: list[RunResult] = field(default_factory=list)
-
-    @property
-    def ratio(self) -> float:
-        """Makespan / lower bound (1.0 is optimal; 1.0 for an empty or zero-length run)."""
-        return self.makespan / self.lower_bound if self.lower_bound > 0 else 1.0
-
-    def max_wait(self, min_slots: int = 1) -> float:
-        """Longest wait of a task holding at least ``min_slots`` slots (0 when there is none)."""
-        return max((t.wait for t in self.schedule if t.slots >= min_slots), default=0.0)
-
-    def by_id(self) -> dict[str, ScheduledTask]:
-        return {t.task_id: t for t in self.schedule}
-
-    @property
-    def mean_completion(self) -> float:
-        """Mean completion time (trigger -> last task ends) over the runs."""
-        return sum(r.completion for r in self.runs) / len(self.runs) if self.runs else 0.0
-
-    def completion_quantile(self, q: float) -> float:
-        """The ``q`` quantile (nearest rank, 0 < q <= 1) of the runs' completion times."""
-        values = sorted(r.completion for r in self.runs)
-        if not values:
-            return 0.0
-        return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
 
 
 def _as_graphs(graph: TaskGraph | Sequence[TaskGraph]) -> list[TaskGraph]:
@@ -310,6 +235,7 @@ class _Simulation:
             (self.order[uid],),
             max(known, default=-math.inf),
             tuple(after),
+            run=str(self.run_of[uid]),
         )
 
     def waiting(self, pool: str, now: float, lookahead: bool) -> Iterator[ReadyTask]:
@@ -320,7 +246,9 @@ class _Simulation:
             if uid in self.pending_set:
                 yield self._pending_task(uid, pool, now)
             else:
-                yield ReadyTask(uid, pool, self.slots[uid], -negp, self.believed[uid], (order,))
+                yield ReadyTask(
+                    uid, pool, self.slots[uid], -negp, self.believed[uid], (order,), run=str(self.run_of[uid])
+                )
 
     def tick(self, now: float, options: _Options) -> None:
         """One controller tick: :func:`decide_pool` for every capacity pool."""
@@ -351,7 +279,15 @@ class _Simulation:
         not the lazy reading of :meth:`waiting`), must equal what :meth:`tick` set."""
         busy = [task for pool in self.capacity for task in self.holding[pool].values()]
         ready = [
-            ReadyTask(uid, pool, self.slots[uid], self.prio[uid], self.believed[uid], (self.order[uid],))
+            ReadyTask(
+                uid,
+                pool,
+                self.slots[uid],
+                self.prio[uid],
+                self.believed[uid],
+                (self.order[uid],),
+                run=str(self.run_of[uid]),
+            )
             for pool, lst in self.ready_lists.items()
             if pool in self.capacity
             for _p, _o, uid in lst

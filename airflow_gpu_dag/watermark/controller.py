@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, RunningTask
+from airflow_gpu_dag.core.objective import ReservationGate
 from airflow_gpu_dag.core.reservation import PoolDecision, decide_pools
 from airflow_gpu_dag.hints import duration_hint
 from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, parse_time
@@ -98,6 +99,10 @@ class PoolOutcome:
     error: str | None = None
 
 
+def _run(ti: Mapping[str, Any]) -> str:
+    return f"{ti.get('dag_id')}/{ti.get('dag_run_id')}"
+
+
 def _key(ti: Mapping[str, Any]) -> str:
     return f"{ti.get('dag_id')}/{ti.get('dag_run_id')}/{ti.get('task_id')}/{ti.get('map_index', -1)}"
 
@@ -132,6 +137,8 @@ class WatermarkController:
 
             default_duration = default_duration_seconds()
         self.default_duration = float(default_duration)
+        #: the cross-DAG objective's reservation gate ([gpu_dag] objective; None: reserve for every head)
+        self.gate = reservation_gate()
         given = dict(sources or {})
         self.trackers: dict[str, CapacityTracker] = {
             spec.name: CapacityTracker(spec, given.get(spec.name) or build_source(spec.source))
@@ -168,7 +175,15 @@ class WatermarkController:
                     int(ti.get("map_index", -1)),
                 )
                 ready.append(
-                    ReadyTask(_key(ti), pool, slots, int(ti.get("priority_weight") or 0), duration, order)
+                    ReadyTask(
+                        _key(ti),
+                        pool,
+                        slots,
+                        int(ti.get("priority_weight") or 0),
+                        duration,
+                        order,
+                        run=_run(ti),
+                    )
                 )
             else:
                 start = parse_time(ti.get("start_date"))
@@ -236,6 +251,7 @@ class WatermarkController:
                     order,
                     max(ends),
                     tuple(after),
+                    run=_run(ti),
                 )
             )
         return pending
@@ -292,6 +308,7 @@ class WatermarkController:
                         pending=ahead,
                         strict_backfill=strict,
                         next_decision=now + self.config.interval,
+                        gate=self.gate,
                     )
                 )
 
@@ -357,3 +374,10 @@ def build_controller(
     )
     leader_lock = CombinedLeaderLock(file_lock, variable) if (file_lock or variable) else None
     return WatermarkController(config, client, sources=sources, leader_lock=leader_lock, clock=clock)
+
+
+def reservation_gate() -> ReservationGate | None:
+    """The gate of ``[gpu_dag] objective`` with ``[gpu_dag] key_epoch`` (the priority strategy's keys)."""
+    from airflow_gpu_dag.settings import key_epoch, objective
+
+    return ReservationGate.for_objective(objective(), key_epoch())

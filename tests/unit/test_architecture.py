@@ -27,6 +27,7 @@ LAYERS: dict[str, int] = {
     "gpu": 3,
     "budget": 3,
     "kubernetes": 3,
+    "priority": 3,
     "triggers": 4,
     "operators": 5,
     "sensors": 5,

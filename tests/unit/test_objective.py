@@ -15,6 +15,7 @@ from airflow_gpu_dag.core.objective import (
     DEFAULT_EPOCH,
     KEY_WEIGHT_FLOOR,
     OBJECTIVES,
+    ReservationGate,
     get_objective,
     key_of_weight,
     key_weight,
@@ -22,7 +23,7 @@ from airflow_gpu_dag.core.objective import (
     run_weights,
     task_keys,
 )
-from airflow_gpu_dag.core.reservation import ReservationGate, decide_pools
+from airflow_gpu_dag.core.reservation import decide_pools
 from airflow_gpu_dag.core.rules import INT32_MAX, critical_path_weights, downstream_weights
 from airflow_gpu_dag.core.simulator import simulate
 from tests.unit.graphs import draw_task_graph, gpu_graph

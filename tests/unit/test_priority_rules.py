@@ -202,12 +202,15 @@ def test_plain_critical_path_loses_to_packing_on_a_wide_short_task() -> None:
     assert packed.makespan <= simulate(g, caps, "stock").makespan
 
 
-def test_packing_strategy_never_raises_and_uses_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_packing_strategy_never_raises_and_follows_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow.providers.standard.operators.empty import EmptyOperator
     from airflow.sdk import DAG
 
     from airflow_gpu_dag import PACKING_WEIGHT_RULE, gpu_hints
     from airflow_gpu_dag import priority_strategy as ps
+    from airflow_gpu_dag.airflow.graph import build_task_graph
+    from airflow_gpu_dag.core.objective import key_of_weight
+    from airflow_gpu_dag.core.planner import planned_remaining
 
     assert PACKING_WEIGHT_RULE == "airflow_gpu_dag.priority_strategy.PackingPriorityStrategy"
     with DAG("packing_strategy_dag", schedule=None) as dag:
@@ -217,33 +220,40 @@ def test_packing_strategy_never_raises_and_uses_plan(monkeypatch: pytest.MonkeyP
         a >> b
     del c
     strategy = ps.PackingPriorityStrategy()
+    run_id = "manual__2026-11-30T12:00:00+00:00"
 
     def ti(task_id: str) -> Any:
-        return SimpleNamespace(task=dag.task_dict[task_id], task_id=task_id)
+        return SimpleNamespace(task=dag.task_dict[task_id], task_id=task_id, dag_id=dag.dag_id, run_id=run_id)
 
-    import airflow_gpu_dag.settings as config
+    def rest(task_id: str) -> float:  # the remaining time a weight encodes (trigger and work removed)
+        key = key_of_weight(strategy.get_weight(ti(task_id)))
+        assert key is not None
+        return -key
 
-    monkeypatch.setattr(config, "pool_capacities", lambda: {"gpu": 8})
-    monkeypatch.setattr(ps.PackingPriorityStrategy, "_cache", ps._CachedDagWeights(ps._packing_weights))
-    weights = {t: strategy.get_weight(ti(t)) for t in ("a", "b", "c")}
-    graph = ps.build_task_graph(dag)[0]
-    plan = packing_weights_plan(graph, {"gpu": 8}, "reservation")
-    assert weights == plan.weights and all(isinstance(w, int) for w in weights.values())
-    assert weights["a"] > weights["b"]  # a gates the long wide task
-    # a task wider than the configured pool: the planner refuses, critical-path weights, no exception
-    monkeypatch.setattr(config, "pool_capacities", lambda: {"gpu": 4})
-    monkeypatch.setattr(ps.PackingPriorityStrategy, "_cache", ps._CachedDagWeights(ps._packing_weights))
-    assert strategy.get_weight(ti("b")) == 100
-    # no pool sizes configured: critical-path weights (seconds)
-    monkeypatch.setattr(config, "pool_capacities", lambda: None)
-    monkeypatch.setattr(ps.PackingPriorityStrategy, "_cache", ps._CachedDagWeights(ps._packing_weights))
-    assert strategy.get_weight(ti("a")) == 110
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu": 8}')
+    ps.PackingPriorityStrategy._weights.reset()
+    planned = planned_remaining(build_task_graph(dag)[0], {"gpu": 8})
+    base = rest("a") - round(planned["a"])  # -(trigger + s * W): the same for every task of the run
+    assert {t: rest(t) - round(planned[t]) for t in ("a", "b", "c")} == dict.fromkeys(("a", "b", "c"), base)
+    assert strategy.get_weight(ti("a")) > strategy.get_weight(ti("b"))  # a gates the long wide task
+    # a task wider than the configured pool: the planner refuses, critical-path remaining, no exception
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu": 4}')
+    ps.PackingPriorityStrategy._weights.reset()
+    assert rest("a") - rest("b") == 10  # remaining 110 vs 100: the critical path
+    # no pool sizes configured: the critical path too
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS")
+    ps.PackingPriorityStrategy._weights.reset()
+    assert rest("a") - rest("c") == 105
     no_task: Any = SimpleNamespace(task=None, task_id="x")
     assert strategy.get_weight(no_task) == 1
     # anything else failing: the task's own priority_weight
-    monkeypatch.setattr(ps, "build_task_graph", lambda dag: 1 / 0)
-    monkeypatch.setattr(ps.PackingPriorityStrategy, "_cache", ps._CachedDagWeights(ps._packing_weights))
+    import airflow_gpu_dag.priority.basis as basis
+
+    monkeypatch.setattr(basis, "build_task_graph", lambda dag: 1 / 0)
+    ps.PackingPriorityStrategy._weights.reset()
     assert strategy.get_weight(ti("c")) == dag.task_dict["c"].priority_weight
+    ps.PackingPriorityStrategy._weights.reset()
 
 
 def test_packing_plan_scored_over_estimate_errors_is_deterministic() -> None:
@@ -279,7 +289,6 @@ def test_simulator_controller_sees_estimates_not_actual_durations() -> None:
 def test_packing_strategy_reads_the_search_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     """``[gpu_dag] plan_search_budget`` reaches the planner; unset or malformed it stays 0 (off)."""
     import airflow_gpu_dag.settings as config
-    from airflow_gpu_dag import priority_strategy as ps
 
     seen: list[int] = []
 
@@ -288,21 +297,20 @@ def test_packing_strategy_reads_the_search_budget(monkeypatch: pytest.MonkeyPatc
 
     for budget, expected in (("60000", 60000), ("", 0), ("lots", 0), ("-5", 0)):
         monkeypatch.setattr(config, "conf_get", fake_conf)
-        seen.append(ps._plan_search_budget())
+        seen.append(config.plan_search_budget())
         assert seen[-1] == expected, budget
     monkeypatch.setattr(config, "conf_get", lambda key, fallback: fallback)
-    assert ps._plan_search_budget() == 0
+    assert config.plan_search_budget() == 0
 
 
 def test_packing_strategy_reads_the_backfill_it_plans_for(monkeypatch: pytest.MonkeyPatch) -> None:
     """``[gpu_dag] plan_backfill = strict`` makes the planner predict a strict-backfill controller."""
     import airflow_gpu_dag.settings as config
-    from airflow_gpu_dag import priority_strategy as ps
 
     for raw, expected in (("strict", True), (" Strict ", True), ("easy", False), ("", False)):
         monkeypatch.setattr(
             config, "conf_get", lambda key, fallback, raw=raw: raw if key == "plan_backfill" else fallback
         )
-        assert ps._plan_strict_backfill() is expected, raw
+        assert config.plan_strict_backfill() is expected, raw
     monkeypatch.setattr(config, "conf_get", lambda key, fallback: fallback)
-    assert ps._plan_strict_backfill() is False
+    assert config.plan_strict_backfill() is False

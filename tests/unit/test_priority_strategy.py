@@ -1,4 +1,5 @@
-"""The critical-path priority strategy on serialized DAGs, as the scheduler sees them."""
+"""The priority strategies on serialized DAGs, as the scheduler sees them: cross-DAG keys
+(weight = 2**31 - 1 - round(trigger + s * W - remaining - epoch)), never raising."""
 
 from __future__ import annotations
 
@@ -11,17 +12,47 @@ from airflow.sdk import DAG, TaskGroup, task
 from airflow.serialization.serialized_objects import DagSerialization
 
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
+from airflow_gpu_dag.core.objective import DEFAULT_EPOCH, key_of_weight
 from airflow_gpu_dag.core.rules import INT32_MAX
 from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, clamp_weight
+
+RUN_ID = "manual__2026-11-30T12:00:00+00:00"
+TRIGGER = 1_796_040_000.0  # the time in RUN_ID
+
+
+@pytest.fixture(autouse=True)
+def _fresh_weights(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Every test starts with no cached settings or bases, no pool sizes and plans made inline."""
+    from airflow_gpu_dag.priority_strategy import PackingPriorityStrategy
+
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
+    for cls in (CriticalPathPriorityStrategy, PackingPriorityStrategy):
+        cls._weights.reset()
+    yield
+    for cls in (CriticalPathPriorityStrategy, PackingPriorityStrategy):
+        cls._weights.reset()
 
 
 def _serialized(dag: DAG) -> Any:
     return DagSerialization.from_dict(DagSerialization.to_dict(dag))
 
 
-def _weight(sdag: Any, task_id: str) -> int:
-    ti = SimpleNamespace(task=sdag.task_dict[task_id], task_id=task_id)
-    return CriticalPathPriorityStrategy().get_weight(ti)  # type: ignore[arg-type]
+def _ti(sdag: Any, task_id: str, run_id: str = RUN_ID, map_index: int = -1) -> Any:
+    return SimpleNamespace(
+        task=sdag.task_dict[task_id], task_id=task_id, dag_id=sdag.dag_id, run_id=run_id, map_index=map_index
+    )
+
+
+def _weight(sdag: Any, task_id: str, run_id: str = RUN_ID, strategy: Any = None) -> int:
+    chosen = strategy or CriticalPathPriorityStrategy()
+    return chosen.get_weight(_ti(sdag, task_id, run_id))  # type: ignore[no-any-return]
+
+
+def _key(weight: int) -> float:
+    found = key_of_weight(weight, DEFAULT_EPOCH)
+    assert found is not None, weight
+    return found
 
 
 def _bash(task_id: str, duration: str, **kwargs: Any) -> BashOperator:
@@ -30,7 +61,7 @@ def _bash(task_id: str, duration: str, **kwargs: Any) -> BashOperator:
     )
 
 
-def test_weights_are_remaining_critical_path_seconds() -> None:
+def test_weights_are_keys_of_the_remaining_critical_path() -> None:
     with DAG("cp", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
         load = _bash("load", "10m")
         train = _bash("train", "1h")
@@ -39,7 +70,8 @@ def test_weights_are_remaining_critical_path_seconds() -> None:
         load >> train >> eval_
         load >> side
     sdag = _serialized(dag)
-    assert {t: _weight(sdag, t) for t in sdag.task_dict} == {
+    # no pool sizes configured: the work term is 0, key = trigger - remaining critical path
+    assert {t: TRIGGER - _key(_weight(sdag, t)) for t in sdag.task_dict} == {
         "load": 600 + 3600 + 1200,
         "train": 3600 + 1200,
         "eval": 1200,
@@ -62,9 +94,11 @@ def test_task_group_mapped_and_setup_teardown() -> None:
         setup >> clean >> swept >> teardown
     sdag = _serialized(dag)
     assert set(sdag.task_dict) == {"create_cluster", "prep.clean", "sweep", "delete_cluster"}
-    assert _weight(sdag, "sweep") == 1800 + 300
-    assert _weight(sdag, "prep.clean") == 1200 + 1800 + 300
-    assert _weight(sdag, "create_cluster") == 300 + 1200 + 1800 + 300
+    assert TRIGGER - _key(_weight(sdag, "sweep")) == 1800 + 300
+    mapped = CriticalPathPriorityStrategy().get_weight(_ti(sdag, "sweep", map_index=1))  # type: ignore[arg-type]
+    assert mapped == _weight(sdag, "sweep")  # every instance of a mapped task alike
+    assert TRIGGER - _key(_weight(sdag, "prep.clean")) == 1200 + 1800 + 300
+    assert TRIGGER - _key(_weight(sdag, "create_cluster")) == 300 + 1200 + 1800 + 300
 
 
 def test_never_raises_and_falls_back_to_priority_weight() -> None:
@@ -115,20 +149,11 @@ def test_clamp_to_int32() -> None:
 def test_huge_estimates_are_clamped() -> None:
     with DAG("huge", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
         _bash("a", "100000d") >> _bash("b", "100000d")
-    assert _weight(_serialized(dag), "a") == INT32_MAX
+    assert _weight(_serialized(dag), "a") == INT32_MAX  # a key before the epoch: clamped, not wrapped
 
 
-def test_analysis_cached_per_dag_object(monkeypatch: pytest.MonkeyPatch) -> None:
-    import airflow_gpu_dag.priority_strategy as module
-
-    calls: list[str] = []
-    real = module._critical_path_weights
-
-    def counting(dag: Any) -> dict[str, int]:
-        calls.append(dag.dag_id)
-        return real(dag)
-
-    monkeypatch.setattr(module.CriticalPathPriorityStrategy, "_cache", module._CachedDagWeights(counting))
+def test_analysis_once_per_dag_object() -> None:
+    weights = CriticalPathPriorityStrategy._weights
     with DAG("cache", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
         prev = _bash("t0", "10m")
         for i in range(1, 50):
@@ -138,10 +163,111 @@ def test_analysis_cached_per_dag_object(monkeypatch: pytest.MonkeyPatch) -> None
     first = _serialized(dag)
     for task_id in first.task_dict:
         _weight(first, task_id)
-    assert calls == ["cache"]
+    assert weights.basis_builds == 1
     second = _serialized(dag)  # a new serialized version is a new object: analysed again
     _weight(second, "t0")
-    assert calls == ["cache", "cache"]
+    assert weights.basis_builds == 2
+
+
+def test_runs_age_and_small_runs_go_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With pool sizes known, a run's due time includes its GPU work: a small run triggered with a big one
+    goes first; runs triggered later come later; the objective's stretch is what changes."""
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 8}')
+    with DAG("big", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as big:
+        BashOperator(
+            task_id="pretrain",
+            bash_command="true",
+            pool="gpu_default",
+            pool_slots=8,
+            executor_config=gpu_hints(duration="6h", gpus=8),
+        )
+    with DAG("small", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as small:
+        BashOperator(
+            task_id="eval",
+            bash_command="true",
+            pool="gpu_default",
+            pool_slots=1,
+            executor_config=gpu_hints(duration="20m", gpus=1),
+        )
+    sbig, ssmall = _serialized(big), _serialized(small)
+    assert _weight(ssmall, "eval") > _weight(sbig, "pretrain")
+    # balanced (s = 3): due = T + 3 * W, W = 6 h * 8 GPUs / 8 = 6 h; key = due - 6 h
+    assert _key(_weight(sbig, "pretrain")) == TRIGGER + 3 * 6 * 3600 - 6 * 3600
+    later = "manual__2026-11-30T18:00:00+00:00"  # 6 hours later
+    assert _weight(ssmall, "eval", later) < _weight(ssmall, "eval")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__OBJECTIVE", "throughput")
+    CriticalPathPriorityStrategy._weights.reset()
+    assert _key(_weight(sbig, "pretrain")) == TRIGGER + 2 * 6 * 3600 - 6 * 3600
+
+
+def test_unknown_objective_is_logged_once_and_the_default_used(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import airflow_gpu_dag.settings as settings
+
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__OBJECTIVE", "fastest")
+    monkeypatch.setattr(settings, "_warned", set())
+    assert settings.objective().name == "balanced"
+    assert settings.objective().name == "balanced"
+    assert caplog.text.count("unknown objective 'fastest'") == 1
+
+
+def test_packing_keys_follow_the_plan_and_start_from_the_critical_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Until the plan of a DAG version is ready the packing rule uses the critical path (same unit);
+    with the plan (made inline here) a task's remaining time is planned end - planned start."""
+    from airflow_gpu_dag import PACKING_WEIGHT_RULE
+    from airflow_gpu_dag.airflow.graph import build_task_graph
+    from airflow_gpu_dag.core.planner import planned_remaining
+    from airflow_gpu_dag.priority_strategy import PackingPriorityStrategy
+
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 4}')
+    with DAG("packed", default_args={"weight_rule": PACKING_WEIGHT_RULE}) as dag:
+        for i in range(6):
+            BashOperator(
+                task_id=f"t{i}",
+                bash_command="true",
+                pool="gpu_default",
+                pool_slots=1 + i % 3,
+                executor_config=gpu_hints(duration=f"{10 + 7 * i}m", gpus=1 + i % 3),
+            )
+    sdag = _serialized(dag)
+    expected = planned_remaining(build_task_graph(sdag)[0], {"gpu_default": 4})
+    strategy = PackingPriorityStrategy()
+    work = sum((10 + 7 * i) * 60 * (1 + i % 3) for i in range(6)) / 4
+    for task_id, rest in expected.items():
+        assert _key(_weight(sdag, task_id, strategy=strategy)) == TRIGGER + 3 * work - round(rest)
+
+
+def test_a_plan_in_the_background_does_not_block_get_weight(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_gpu_dag import PACKING_WEIGHT_RULE
+    from airflow_gpu_dag.priority_strategy import PackingPriorityStrategy
+
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 2}')
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "true")
+    with DAG("bg", default_args={"weight_rule": PACKING_WEIGHT_RULE}) as dag:
+        a = BashOperator(
+            task_id="a",
+            bash_command="true",
+            pool="gpu_default",
+            pool_slots=2,
+            executor_config=gpu_hints(duration="1h", gpus=2),
+        )
+        a >> BashOperator(
+            task_id="b",
+            bash_command="true",
+            pool="gpu_default",
+            pool_slots=1,
+            executor_config=gpu_hints(duration="10m", gpus=1),
+        )
+    sdag = _serialized(dag)
+    strategy = PackingPriorityStrategy()
+    before = _weight(sdag, "a", strategy=strategy)  # the critical path while the plan is made
+    weights = PackingPriorityStrategy._weights
+    assert weights.background is not None and weights.background.wait_idle(120)
+    assert len(weights.background.known_plans()) == 1
+    assert _weight(sdag, "a", strategy=strategy) == before  # alone on the pool: the plan is the chain
 
 
 def test_graph_records_the_provider_rule_the_dag_uses() -> None:

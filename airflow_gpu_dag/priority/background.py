@@ -1,0 +1,170 @@
+"""Slow work for the weights, off the scheduler loop: packing plans and learned durations.
+
+``get_weight`` runs inside the scheduler loop (and the api-server's trigger endpoint); it must never wait
+on a plan (seconds for 1,000 tasks) or on a database read of past runs. :class:`Background` runs that
+work in one daemon thread per process, the planning itself in a subprocess (so the scheduler keeps the
+GIL), and hands back results by key; until a result is ready the weights use the critical path with the
+declared estimates (same unit, so nothing jumps when the plan arrives). A failing or slow plan is
+logged once and not retried for that DAG version. With ``[gpu_dag] plan_in_background = false`` the
+work runs inline (tests).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import multiprocessing
+import queue
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any
+
+from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.planner import planned_remaining
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Background", "PlanRequest"]
+
+#: A plan that takes longer than this is given up (the DAG keeps its critical-path weights).
+PLAN_TIMEOUT_S = 300.0
+#: Plans kept per process (by fingerprint).
+MAX_PLANS = 512
+
+PlanRequest = tuple[str, TaskGraph, dict[str, int], str, int, bool]  # fingerprint, graph, caps, policy, ...
+
+
+class Background:
+    """One worker thread; ``inline=True`` runs every job in the caller instead (deterministic tests)."""
+
+    def __init__(self, inline: bool = False, plan_timeout: float = PLAN_TIMEOUT_S) -> None:
+        self.inline = inline
+        self.plan_timeout = plan_timeout
+        self._lock = threading.Lock()
+        self._plans: OrderedDict[str, dict[str, float] | None] = OrderedDict()  # None: failed
+        self._pending: set[str] = set()
+        self._jobs: queue.Queue[tuple[str, Callable[[], None]]] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._pool: ProcessPoolExecutor | None = None
+        self.plan_seconds: list[float] = []  # how long each plan took (metrics, tests)
+
+    # -- plans ----------------------------------------------------------------------------------
+    def plan(self, request: PlanRequest) -> dict[str, float] | None:
+        """The planned remaining times of ``request``'s fingerprint when ready, else None (and the plan
+        is scheduled). Never blocks unless ``inline``."""
+        fingerprint = request[0]
+        with self._lock:
+            if fingerprint in self._plans:
+                self._plans.move_to_end(fingerprint)
+                return self._plans[fingerprint]
+            if fingerprint in self._pending:
+                return None
+            self._pending.add(fingerprint)
+        self._submit(fingerprint, lambda: self._make_plan(request))
+        with self._lock:
+            return self._plans.get(fingerprint)
+
+    def _make_plan(self, request: PlanRequest) -> None:
+        fingerprint, graph, capacity, policy, search, strict = request
+        started = time.monotonic()
+        result: dict[str, float] | None
+        try:
+            if self.inline:
+                result = planned_remaining(graph, capacity, policy, search, strict)
+            else:
+                future: Future[dict[str, float]] = self._executor().submit(
+                    planned_remaining, graph, capacity, policy, search, strict
+                )
+                result = future.result(timeout=self.plan_timeout)
+        except Exception as err:  # a plan is an optimization: keep the critical path
+            log.warning(
+                "airflow-gpu-dag: no packing plan for DAG %r (%s: %s); it keeps critical-path weights",
+                graph.dag_id,
+                type(err).__name__,
+                err,
+            )
+            result = None
+            if not self.inline:
+                self._reset_executor()
+        elapsed = time.monotonic() - started
+        with self._lock:
+            self.plan_seconds.append(elapsed)
+            self._plans[fingerprint] = result
+            self._pending.discard(fingerprint)
+            while len(self._plans) > MAX_PLANS:
+                self._plans.popitem(last=False)
+        if result is not None:
+            log.info("airflow-gpu-dag: planned DAG %r (%d tasks) in %.2fs", graph.dag_id, len(graph), elapsed)
+
+    # -- any slow job ---------------------------------------------------------------------------
+    def run(self, key: str, job: Callable[[], None]) -> None:
+        """Run ``job`` in the worker thread once (a job with the same ``key`` still queued is dropped)."""
+        with self._lock:
+            if key in self._pending:
+                return
+            self._pending.add(key)
+
+        def wrapped() -> None:
+            try:
+                job()
+            except Exception:
+                log.exception("airflow-gpu-dag: background job %s failed", key)
+            finally:
+                with self._lock:
+                    self._pending.discard(key)
+
+        self._submit(key, wrapped)
+
+    def _submit(self, key: str, job: Callable[[], None]) -> None:
+        if self.inline:
+            job()
+            return
+        self._jobs.put((key, job))
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._work, name="gpu-dag-weights", daemon=True)
+                self._thread.start()
+
+    def _work(self) -> None:
+        while True:
+            _key, job = self._jobs.get()
+            try:
+                job()
+            except Exception:  # never let the worker die
+                log.exception("airflow-gpu-dag: background job failed")
+
+    def wait_idle(self, timeout: float = 60.0) -> bool:
+        """Wait until no job is queued or running (tests, benchmarks); True when idle."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._pending and self._jobs.empty():
+                    return True
+            time.sleep(0.01)
+        return False
+
+    # -- the planning subprocess ----------------------------------------------------------------
+    def _executor(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(
+                    max_workers=1, mp_context=multiprocessing.get_context("spawn")
+                )
+                atexit.register(self._pool.shutdown, wait=False, cancel_futures=True)
+            return self._pool
+
+    def _reset_executor(self) -> None:
+        """Drop the planning process (a timed-out plan would otherwise keep computing)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def known_plans(self) -> Mapping[str, Any]:
+        with self._lock:
+            return dict(self._plans)

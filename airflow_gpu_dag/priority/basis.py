@@ -1,0 +1,93 @@
+"""What one DAG version contributes to its task instances' weights, computed once per DAG object.
+
+A :class:`DagBasis` holds the DAG's task graph (read from the serialized DAG the scheduler runs), a
+fingerprint of everything a plan depends on (tasks, edges, estimates, pools, capacities, settings), and
+the :class:`~airflow_gpu_dag.core.objective.RunShape` the keys are made of: per task the remaining time
+(critical path, or the packing plan's planned end - planned start once a plan is ready) and the run's
+GPU work over the pool capacity. The critical-path shape is O(V + E) and made inline (about 20 ms for
+1,000 tasks); plans and learned durations are made off the scheduler loop (:mod:`.background`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_gpu_dag.airflow.graph import build_task_graph
+from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.objective import RunShape, run_shape
+from airflow_gpu_dag.core.pools import task_pool, task_slots
+
+__all__ = ["DagBasis", "build_basis", "fingerprint", "node_id"]
+
+
+def fingerprint(graph: TaskGraph, capacity: Mapping[str, int], extra: Mapping[str, Any]) -> str:
+    """A digest of what a plan of ``graph`` depends on: a new DAG version with the same tasks, edges,
+    estimates and pools (and the same capacities and settings ``extra``) reuses the plan."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps([graph.dag_id, sorted(capacity.items()), sorted(extra.items())]).encode())
+    for task_id, node in graph.nodes.items():
+        digest.update(f"\n{task_id}\t{node.duration!r}\t{task_pool(node)}\t{task_slots(node)}".encode())
+    for up, down, _kind in graph.edges():
+        digest.update(f"\n{up}>{down}".encode())
+    return digest.hexdigest()[:32]
+
+
+def node_id(basis_nodes: Mapping[str, Any], task_id: str, map_index: int) -> str | None:
+    """The graph node of a task instance: ``task[i]`` for an expanded mapped task, else the task."""
+    if map_index is not None and map_index >= 0:
+        expanded = f"{task_id}[{map_index}]"
+        if expanded in basis_nodes:
+            return expanded
+    return task_id if task_id in basis_nodes else None
+
+
+@dataclass
+class DagBasis:
+    """See the module docstring. ``shape`` is what weights use now: the planned shape once the plan of
+    this fingerprint is ready (``planned``), else the critical-path shape."""
+
+    dag_id: str
+    graph: TaskGraph
+    capacity: dict[str, int]
+    fingerprint: str
+    critical: RunShape
+    shape: RunShape
+    planned: bool = False
+    learned: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def remaining(self, task_id: str, map_index: int = -1) -> float | None:
+        node = node_id(self.shape.remaining, task_id, map_index)
+        return None if node is None else self.shape.remaining[node]
+
+
+def build_basis(
+    dag: Any,
+    capacity: Mapping[str, int],
+    settings: Mapping[str, Any],
+    durations: Mapping[str, float] | None = None,
+) -> DagBasis:
+    """The critical-path basis of an Airflow DAG object; ``durations`` (learned, per task id) replace the
+    declared estimates they name."""
+    graph, _findings = build_task_graph(dag)
+    if durations:
+        for task_id, seconds in durations.items():
+            node = graph.nodes.get(task_id)
+            if node is not None and seconds >= 0:
+                node.attrs.setdefault("declared_duration", node.duration)
+                node.duration = float(seconds)
+    caps = {p: c for p, c in capacity.items() if c > 0}
+    shape = run_shape(graph, caps)
+    return DagBasis(
+        dag_id=graph.dag_id,
+        graph=graph,
+        capacity=caps,
+        fingerprint=fingerprint(graph, caps, settings),
+        critical=shape,
+        shape=shape,
+        learned=bool(durations),
+    )

@@ -1,0 +1,183 @@
+"""``get_weight`` for the provider's rules: a task instance's cross-DAG key, fast and never raising.
+
+For a task instance of DAG ``d`` (the serialized DAG object the scheduler or api-server holds) in a run
+triggered at ``T``::
+
+    weight = 2**31 - 1 - round(T + s * W(d) - remaining(d, task) - E)
+
+(:mod:`airflow_gpu_dag.core.objective`): ``remaining`` is the critical path from the task to the end of
+the run (``critical_path`` rule) or the packing plan's planned end - planned start (``packing`` rule,
+once the plan is ready; the critical path until then), ``W`` the DAG's GPU work over the pool capacity,
+``s`` the objective's stretch, ``E`` ``[gpu_dag] key_epoch``. Work per call: dictionary lookups, plus,
+once per DAG object, the O(V + E) basis (:mod:`.basis`). Plans and learned durations come from
+:class:`~.background.Background`. Settings are re-read at most every :data:`SETTINGS_TTL_S` seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import airflow_gpu_dag.settings as settings
+from airflow_gpu_dag.core.objective import Objective, key_weight
+from airflow_gpu_dag.core.rules import clamp_int32
+from airflow_gpu_dag.priority.background import Background
+from airflow_gpu_dag.priority.basis import DagBasis, build_basis
+from airflow_gpu_dag.priority.trigger import TriggerTimes
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PACKING_PLAN_MAX_TASKS", "SETTINGS_TTL_S", "CrossDagWeights", "WeightSettings", "key_capacities"]
+
+#: Above this many tasks no packing plan is made (the critical path is used).
+PACKING_PLAN_MAX_TASKS = 3000
+SETTINGS_TTL_S = 30.0
+
+
+def key_capacities() -> dict[str, int]:
+    """The pool capacities a run's GPU work is measured against: ``[gpu_dag] pools``, else the pool
+    sizes of the static inventory (``[gpu_dag] inventory``), else none (the work term is then 0: runs are
+    ordered by trigger time and critical path)."""
+    pools = settings.pool_capacities()
+    if pools:
+        return {p: c for p, c in pools.items() if c > 0}
+    from airflow_gpu_dag.gpu.inventory import InventoryError, configured_inventory_spec, parse_inventory
+
+    spec = configured_inventory_spec()
+    if spec:
+        try:
+            return {p: c for p, c in parse_inventory(spec).pool_sizes().items() if c > 0}
+        except InventoryError as err:
+            log.warning("airflow-gpu-dag: [gpu_dag] inventory is invalid (%s)", err)
+    return {}
+
+
+@dataclass(frozen=True)
+class WeightSettings:
+    """The settings the weights depend on, read together."""
+
+    objective: Objective
+    epoch: float
+    capacity: dict[str, int]
+    plan_policy: str
+    plan_search_budget: int
+    plan_strict_backfill: bool
+    plan_in_background: bool
+
+    @classmethod
+    def read(cls) -> WeightSettings:
+        return cls(
+            objective=settings.objective(),
+            epoch=settings.key_epoch(),
+            capacity=key_capacities(),
+            plan_policy=settings.plan_policy(),
+            plan_search_budget=settings.plan_search_budget(),
+            plan_strict_backfill=settings.plan_strict_backfill(),
+            plan_in_background=settings.plan_in_background(),
+        )
+
+    def planner_settings(self) -> dict[str, Any]:
+        return {
+            "policy": self.plan_policy,
+            "search": self.plan_search_budget,
+            "strict": self.plan_strict_backfill,
+        }
+
+
+class CrossDagWeights:
+    """The weights of one process (one instance per strategy class; the class is rebuilt without
+    arguments by Airflow, the state lives here)."""
+
+    def __init__(self, rule: str, read_settings: Callable[[], WeightSettings] = WeightSettings.read) -> None:
+        self.rule = rule
+        self._read_settings = read_settings
+        self._settings: WeightSettings | None = None
+        self._settings_at = -1e18
+        self._bases: weakref.WeakKeyDictionary[Any, DagBasis] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+        self.triggers = TriggerTimes()
+        self.background: Background | None = None
+        self.basis_builds = 0  # DAG objects analysed (metrics, tests)
+
+    # -- settings ---------------------------------------------------------------------------------
+    def settings(self) -> WeightSettings:
+        now = time.monotonic()
+        if self._settings is None or now - self._settings_at > SETTINGS_TTL_S:
+            self._settings = self._read_settings()
+            self._settings_at = now
+            if self.background is None or self.background.inline == self._settings.plan_in_background:
+                self.background = Background(inline=not self._settings.plan_in_background)
+        return self._settings
+
+    def reset(self) -> None:
+        """Forget settings, bases and plans (tests)."""
+        with self._lock:
+            self._settings = None
+            self._bases = weakref.WeakKeyDictionary()
+            self.background = None
+            self.triggers = TriggerTimes()
+            self.basis_builds = 0
+
+    # -- the basis of a DAG object ----------------------------------------------------------------
+    def basis(self, dag: Any) -> DagBasis:
+        current = self.settings()
+        try:
+            basis = self._bases.get(dag)
+        except TypeError:  # not weak-referenceable: no cache
+            basis = None
+        if basis is None or basis.capacity != current.capacity:
+            basis = build_basis(dag, current.capacity, {"rule": self.rule, **current.planner_settings()})
+            self.basis_builds += 1
+            with contextlib.suppress(TypeError):  # not weak-referenceable: no cache
+                self._bases[dag] = basis
+        if self.rule == "packing" and not basis.planned:
+            self._apply_plan(basis, current)
+        return basis
+
+    def _apply_plan(self, basis: DagBasis, current: WeightSettings) -> None:
+        if not basis.capacity or len(basis.graph) > PACKING_PLAN_MAX_TASKS:
+            basis.planned = True  # nothing to plan against / too large: the critical path it is
+            return
+        assert self.background is not None
+        remaining = self.background.plan(
+            (
+                basis.fingerprint,
+                basis.graph,
+                basis.capacity,
+                current.plan_policy,
+                current.plan_search_budget,
+                current.plan_strict_backfill,
+            )
+        )
+        if remaining is not None:
+            basis.shape = replace(basis.critical, remaining=dict(remaining))
+            basis.planned = True
+
+    # -- one weight -------------------------------------------------------------------------------
+    def weight(self, ti: Any) -> int:
+        """The weight of ``ti`` (see the module docstring). Raises on anything unexpected; the
+        strategy catches it and falls back to the task's own ``priority_weight``."""
+        task = ti.task
+        dag = task.get_dag()
+        basis = self.basis(dag)
+        map_index = getattr(ti, "map_index", -1)
+        remaining = basis.remaining(task.task_id, -1 if map_index is None else int(map_index))
+        if remaining is None:
+            raise KeyError(f"task {task.task_id!r} is not in the graph of DAG {basis.dag_id!r}")
+        current = self.settings()
+        key = self.triggers.of(ti) + current.objective.stretch * basis.shape.work - remaining
+        return key_weight(key, current.epoch)
+
+
+def fallback_weight(task: Any) -> int:
+    """The task's own ``priority_weight`` (what Airflow would use), clamped."""
+    try:
+        return clamp_int32(getattr(task, "priority_weight", 1) or 1)
+    except Exception:
+        return 1
