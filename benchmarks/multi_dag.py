@@ -42,13 +42,12 @@ from typing import Any
 from mixes import GPU_POOL, KINDS, Run, actual_graphs, make_mix, triggers  # type: ignore[import-not-found]
 
 from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.objective import OBJECTIVES, ReservationGate, run_shape, run_weights
+from airflow_gpu_dag.core.objective import OBJECTIVES, run_shape
 from airflow_gpu_dag.core.planner import packing_weights_plan
-from airflow_gpu_dag.core.rules import downstream_weights
-from airflow_gpu_dag.core.simulator import SimulationResult, simulate
+from airflow_gpu_dag.core.runs import predict_runs
+from airflow_gpu_dag.core.schedule import SimulationResult
+from airflow_gpu_dag.core.simulator import simulate
 
-#: The simulator's clock starts at 0: keys are offset by this so every weight stays a key.
-SIM_EPOCH = -10_000_000.0
 ESTIMATES = {"exact": 0.0, "uniform30": -0.3, "lognormal30": 0.3}
 TARGET_MEAN = {8: 0.85, 16: 0.92, 32: 1.00}
 TARGET_MAKESPAN = {8: 0.95, 16: 0.95, 32: 1.00}
@@ -65,32 +64,28 @@ def run_policy(
 ) -> SimulationResult:
     """Simulate one mix under ``policy``; weights and the controller see ``estimated`` durations."""
     caps = {GPU_POOL: capacity}
-    by_id = {g.dag_id: g for g in estimated}
-    believed = {
-        f"{i}:{g.dag_id}/{t}": node.duration for i, g in enumerate(estimated) for t, node in g.nodes.items()
-    }
-    options: dict[str, Any] = {"triggers": trigger, "estimates": believed}
     if policy == "stock":
-        return simulate(
-            actual, caps, "stock", run_priority=lambda g, t: downstream_weights(by_id[g.dag_id]), **options
-        )
+        return predict_runs(actual, trigger, caps, None, estimated=estimated)
     if policy == "v0.1":
         plans = {
-            dag: packing_weights_plan(g, caps, "reservation", controller_interval=interval).weights
-            for dag, g in by_id.items()
+            g.dag_id: packing_weights_plan(g, caps, "reservation", controller_interval=interval).weights
+            for g in estimated
+        }
+        believed = {
+            f"{i}:{g.dag_id}/{t}": node.duration
+            for i, g in enumerate(estimated)
+            for t, node in g.nodes.items()
         }
         return simulate(
-            actual, caps, "reservation", interval, run_priority=lambda g, t: plans[g.dag_id], **options
+            list(actual),
+            caps,
+            "reservation",
+            interval,
+            triggers=trigger,
+            estimates=believed,
+            run_priority=lambda g, t: plans[g.dag_id],
         )
-    objective = OBJECTIVES[policy]
-    shapes = {dag: run_shape(g, caps) for dag, g in by_id.items()}
-
-    def keys(graph: TaskGraph, at: float) -> Mapping[str, int]:
-        shape = shapes[graph.dag_id]
-        return run_weights(by_id[graph.dag_id], at, caps, objective, SIM_EPOCH, shape.remaining)
-
-    gate = ReservationGate.for_objective(objective, SIM_EPOCH)
-    return simulate(actual, caps, "reservation", interval, run_priority=keys, gate=gate, **options)
+    return predict_runs(actual, trigger, caps, OBJECTIVES[policy], interval, estimated=estimated)
 
 
 def lower_bound(actual: Sequence[TaskGraph], trigger: Sequence[float], capacity: int) -> float:

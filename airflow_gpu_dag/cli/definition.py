@@ -92,6 +92,32 @@ ARG_INTERVAL = Arg(
     metavar="SECONDS",
     help="Seconds between watermark controller ticks in the simulation (default: 0, instant).",
 )
+ARG_DAG_IDS = Arg(
+    ("dag_ids",),
+    nargs="*",
+    metavar="DAG_ID",
+    help="The DAG id; several (or --folder, --trigger) simulate their runs together on shared pools.",
+)
+ARG_FOLDER = Arg(
+    ("--folder",),
+    metavar="PATH",
+    default=None,
+    help="Simulate one run of every DAG in this folder, together (all triggered at once unless --trigger).",
+)
+ARG_TRIGGER = Arg(
+    ("--trigger",),
+    dest="triggers",
+    action="append",
+    default=None,
+    metavar="DAG_ID=OFFSET",
+    help="Trigger a run of DAG_ID at OFFSET (e.g. 15m) after the first (repeatable; several runs per DAG).",
+)
+ARG_OBJECTIVE = Arg(
+    ("--objective",),
+    choices=("throughput", "balanced", "latency"),
+    default=None,
+    help="Cross-DAG objective of our policy when several runs are simulated (default: gpu_dag.objective).",
+)
 ARG_GANTT = Arg(
     ("--gantt",),
     metavar="FILE",
@@ -132,14 +158,19 @@ GPU_DAG_COMMANDS: tuple[ActionCommand, ...] = (
         description=(
             "Simulate a run of the DAG on pools of the given capacity, once with stock Airflow "
             "admission (priority order, greedy backfill) and once with ours, and print both side by "
-            "side; --gantt writes both schedules as a Gantt chart."
+            "side; --gantt writes both schedules as a Gantt chart. With several DAG ids, --folder or "
+            "--trigger, simulate their runs together on shared pools, each triggered at its offset, and "
+            "print every run's completion time, the mean, the p95 and the makespan, stock vs ours."
         ),
         func=lazy_load_command(f"{_CLI}.simulate.simulate"),
         args=(
-            ARG_DAG_ID,
+            ARG_DAG_IDS,
             ARG_FILE,
+            ARG_FOLDER,
+            ARG_TRIGGER,
             ARG_CAPACITY,
             ARG_POLICY,
+            ARG_OBJECTIVE,
             ARG_INTERVAL,
             ARG_GANTT,
             ARG_OUTPUT,

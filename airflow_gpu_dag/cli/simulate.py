@@ -1,5 +1,6 @@
 """``airflow gpu-dag simulate DAG_ID --capacity POOL=N ... [--gantt out.html]``: the predicted
-schedule and makespan under stock Airflow admission and under ours, side by side."""
+schedule and makespan under stock Airflow admission and under ours, side by side. With several DAG ids,
+``--folder`` or ``--trigger``, several runs on shared pools (:mod:`.simulate_runs`)."""
 
 from __future__ import annotations
 
@@ -178,10 +179,17 @@ def _print_tables(
 @quiet
 def simulate(args: argparse.Namespace) -> None:
     """``airflow gpu-dag simulate DAG_ID --capacity POOL=N ... [--gantt out.html]``."""
+    from airflow_gpu_dag.cli.simulate_runs import simulate_runs, wants_several_runs
     from airflow_gpu_dag.core.critical_path import analyze
 
     json_output = args.output == "json"
     err = render.error_console()
+    if wants_several_runs(args):
+        simulate_runs(args, err)
+        return
+    if not args.dag_ids:
+        raise ValueError("give a DAG id (or several, or --folder PATH); e.g. airflow gpu-dag simulate my_dag")
+    args.dag_id = args.dag_ids[0]
     given = parse_pool_args(args.capacity, option="--capacity")
     graph = _load_graph(args, err, json_output)
     capacity = _capacity(graph, given)

@@ -272,3 +272,67 @@ def test_simulate_table_and_svg(capsys: pytest.CaptureFixture[str], tmp_path: Pa
 def test_simulate_errors(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     assert run_cli("simulate", PIPELINE, "--file", str(GOOD), *argv) == 1
     assert message in capsys.readouterr().err
+
+
+# -- simulate several runs -------------------------------------------------------------------------------
+def test_simulate_several_runs_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two runs of one DAG, 20 minutes apart, on 4 GPUs: per-run completion, mean, p95, makespan."""
+    code, result = run_json(
+        capsys,
+        "simulate",
+        "--file",
+        str(GOOD),
+        "--trigger",
+        f"{PIPELINE}=0",
+        "--trigger",
+        f"{PIPELINE}=20m",
+        "--capacity",
+        "gpu_default=4",
+        "--objective",
+        "latency",
+        "--controller-interval",
+        "60",
+    )
+    assert code == 0
+    assert [r["trigger_offset_s"] for r in result["runs"]] == [0.0, 1200.0]
+    assert result["objective"]["name"] == "latency" and result["capacity"] == {"gpu_default": 4}
+    for label in ("stock", "latency"):
+        completions = [r[f"{label}_completion_s"] for r in result["runs"]]
+        summary = result["summary"][label]
+        assert summary["mean_completion_s"] == pytest.approx(sum(completions) / 2)
+        assert summary["p95_completion_s"] == max(completions)
+        assert summary["makespan_s"] >= 1200.0 + min(completions)
+
+
+def test_simulate_several_runs_table(capsys: pytest.CaptureFixture[str]) -> None:
+    code = run_cli(
+        "simulate",
+        PIPELINE,
+        "--file",
+        str(GOOD),
+        "--trigger",
+        f"{PIPELINE}=1h",
+        "--capacity",
+        "gpu_default=4",
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "Predicted completion per run" in out and "mean completion" in out and "makespan" in out
+    assert "+1h" in out and "objective balanced" in out  # the run named with an offset, the policy named
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--trigger", "gpu_pipeline"], "expected DAG_ID=OFFSET"),
+        (["--trigger", "gpu_pipeline=soon"], "expected DAG_ID=OFFSET"),
+        (["--trigger", "gpu_pipeline=-5m"], "expected DAG_ID=OFFSET"),
+        (["--trigger", "no_such_dag=0"], "DAG 'no_such_dag' not found"),
+        (["--trigger", "gpu_pipeline=0"], "have no capacity"),
+    ],
+)
+def test_simulate_several_runs_errors(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert run_cli("simulate", "--file", str(GOOD), *argv) == 1
+    assert message in capsys.readouterr().err

@@ -1,0 +1,228 @@
+"""``airflow gpu-dag simulate DAG_ID DAG_ID ... [--folder PATH] [--trigger DAG_ID=OFFSET ...]``:
+several DAGs on shared pools, each run triggered at its offset, under stock Airflow and under the
+cross-DAG policy: every run's completion time (trigger -> last task ends) side by side, their mean and
+p95, and the makespan (table or ``-o json``)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_gpu_dag.cli import render
+from airflow_gpu_dag.cli.common import configured_pools, parse_pool_args, status
+from airflow_gpu_dag.core.pools import task_pool
+from airflow_gpu_dag.core.resources import EstimateError, format_duration, parse_duration
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from airflow_gpu_dag.core.graph import TaskGraph
+    from airflow_gpu_dag.core.objective import Objective
+    from airflow_gpu_dag.core.schedule import SimulationResult
+
+__all__ = ["RunSpec", "parse_triggers", "simulate_runs", "wants_several_runs"]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One DAG run to simulate: its DAG and its trigger offset (seconds after the first trigger)."""
+
+    dag_id: str
+    offset: float
+
+
+def wants_several_runs(args: argparse.Namespace) -> bool:
+    """Several DAG ids, a folder or trigger offsets: the multi-run simulation."""
+    return len(args.dag_ids or ()) > 1 or bool(
+        getattr(args, "folder", None) or getattr(args, "triggers", None)
+    )
+
+
+def parse_triggers(values: Sequence[str] | None) -> list[RunSpec]:
+    """``["eval=15m", "train=0"]`` -> runs; a DAG may be named several times (several runs).
+
+    :raises ValueError: a value is not ``DAG_ID=OFFSET`` with a duration OFFSET >= 0.
+    """
+    runs = []
+    for value in values or ():
+        dag_id, sep, offset = value.partition("=")
+        try:
+            seconds = parse_duration(offset.strip()) if sep and dag_id.strip() else -1.0
+        except EstimateError:
+            seconds = -1.0
+        if seconds < 0:
+            raise ValueError(
+                f"--trigger {value!r}: expected DAG_ID=OFFSET with OFFSET a duration >= 0, e.g. "
+                "--trigger nightly_eval=15m (seconds, 30m, 1h30m)"
+            )
+        runs.append(RunSpec(dag_id.strip(), seconds))
+    return runs
+
+
+def _runs(args: argparse.Namespace) -> tuple[list[RunSpec], dict[str, Any]]:
+    """The runs to simulate and the DAG objects by id."""
+    from airflow_gpu_dag.cli.loading import find_dag, load_dags
+
+    triggered = parse_triggers(getattr(args, "triggers", None))
+    dags: dict[str, Any] = {}
+    folder = getattr(args, "folder", None)
+    if folder:
+        loaded = load_dags([folder])
+        if not loaded.dags:
+            raise ValueError(f"no DAG in {folder!r}; point --folder at a folder of DAG files.")
+        dags.update(loaded.dags)
+    named = list(dict.fromkeys([*(args.dag_ids or ()), *(r.dag_id for r in triggered)]))
+    for dag_id in named:
+        if dag_id not in dags:
+            dags[dag_id] = find_dag(dag_id, args.file or folder)
+    with_trigger = {r.dag_id for r in triggered}
+    runs = triggered + [RunSpec(d, 0.0) for d in (named or sorted(dags)) if d not in with_trigger]
+    if folder and not args.dag_ids and not triggered:
+        runs = [RunSpec(d, 0.0) for d in sorted(dags)]
+    return sorted(runs, key=lambda r: r.offset), dags
+
+
+def _graphs(runs: Sequence[RunSpec], dags: dict[str, Any]) -> dict[str, TaskGraph]:
+    from airflow_gpu_dag.airflow.graph import build_task_graph
+
+    graphs: dict[str, TaskGraph] = {}
+    problems = []
+    for dag_id in dict.fromkeys(r.dag_id for r in runs):
+        graph, findings = build_task_graph(dags[dag_id])
+        problems += [str(f) for f in findings if f.is_error]
+        graphs[dag_id] = graph
+    if problems:
+        raise SystemExit("error: cannot simulate:\n" + "\n".join(problems))
+    return graphs
+
+
+def _capacity(graphs: dict[str, TaskGraph], given: dict[str, int]) -> dict[str, int]:
+    used: dict[str, str] = {}
+    for graph in graphs.values():
+        for node in graph.nodes.values():
+            if node.gpu is not None:
+                used.setdefault(task_pool(node), f"{graph.dag_id}.{node.task_id}")
+    capacity = dict(given) or {p: c for p, c in configured_pools().items() if p in used}
+    missing = sorted(set(used) - set(capacity))
+    if missing:
+        hints = " ".join(f"--capacity {p}=<GPUs>" for p in missing)
+        raise ValueError(
+            f"GPU pool(s) {', '.join(missing)} have no capacity (task {used[missing[0]]} uses "
+            f"{missing[0]!r}); add {hints} or set [gpu_dag] pools."
+        )
+    return capacity
+
+
+def _predict(
+    runs: Sequence[RunSpec],
+    graphs: dict[str, TaskGraph],
+    capacity: dict[str, int],
+    objective: Objective,
+    interval: float,
+) -> dict[str, SimulationResult]:
+    from airflow_gpu_dag.core.planner import planned_remaining
+    from airflow_gpu_dag.core.runs import predict_runs
+
+    remaining = {
+        dag_id: planned_remaining(graph, capacity)
+        for dag_id, graph in graphs.items()
+        if graph.priority_rule == "packing" and capacity
+    }
+    ordered = [graphs[r.dag_id] for r in runs]
+    offsets = [r.offset for r in runs]
+    return {
+        "stock": predict_runs(ordered, offsets, capacity, None),
+        objective.name: predict_runs(ordered, offsets, capacity, objective, interval, remaining=remaining),
+    }
+
+
+def _json(runs: Sequence[RunSpec], capacity: dict[str, int], results: dict[str, Any], objective: Any) -> dict:
+    return {
+        "capacity": capacity,
+        "objective": {
+            "name": objective.name,
+            "stretch": objective.stretch,
+            "gap_s": objective.gap,
+            "overdue_s": objective.overdue,
+        },
+        "runs": [
+            {
+                "dag_id": run.dag_id,
+                "trigger_offset_s": run.offset,
+                **{f"{label}_completion_s": r.runs[i].completion for label, r in results.items()},
+            }
+            for i, run in enumerate(runs)
+        ],
+        "summary": {
+            label: {
+                "mean_completion_s": r.mean_completion,
+                "p95_completion_s": r.completion_quantile(0.95),
+                "makespan_s": max((x.end for x in r.runs), default=0.0),
+            }
+            for label, r in results.items()
+        },
+    }
+
+
+def _print(
+    runs: Sequence[RunSpec], capacity: dict[str, int], results: dict[str, Any], objective: Any
+) -> None:
+    from rich.table import Table
+
+    out = render.console()
+    stock, ours = results["stock"], results[objective.name]
+    table = Table(title="Predicted completion per run (trigger -> last task ends)", title_justify="left")
+    for name in ("Run", "DAG", "Trigger", "Stock", objective.name, "Change"):
+        table.add_column(name, justify="left" if name in ("DAG",) else "right")
+    for i, run in enumerate(runs):
+        before, after = stock.runs[i].completion, ours.runs[i].completion
+        change = f"{(after - before) / before * 100:+.0f}%" if before > 0 else "-"
+        table.add_row(
+            str(i + 1),
+            run.dag_id,
+            "+" + format_duration(run.offset),
+            render.hours(before),
+            render.hours(after),
+            change,
+        )
+    out.print(table)
+    summary = Table(title="All runs", title_justify="left")
+    for name in ("", "Stock", objective.name, "Ratio"):
+        summary.add_column(name, justify="left" if not name else "right")
+    for label, pick in (
+        ("mean completion", lambda r: r.mean_completion),
+        ("p95 completion", lambda r: r.completion_quantile(0.95)),
+        ("makespan", lambda r: max((x.end for x in r.runs), default=0.0)),
+    ):
+        a, b = pick(stock), pick(ours)
+        summary.add_row(label, render.hours(a), render.hours(b), f"{b / a:.2f}" if a > 0 else "-")
+    out.print(summary)
+    capacity_text = ", ".join(f"{k}={v}" for k, v in sorted(capacity.items())) or "unlimited"
+    out.print(
+        f"Capacity: {capacity_text}. Ours: objective {objective.name} (stretch {objective.stretch:g}, "
+        f"reservation gap {format_duration(objective.gap)}, overdue {format_duration(objective.overdue)}); "
+        "stock: Airflow's downstream weights, pools at capacity.",
+        markup=False,
+    )
+
+
+def simulate_runs(args: argparse.Namespace, err: Console) -> None:
+    """The multi-run simulation (see the module docstring)."""
+    from airflow_gpu_dag.core.objective import get_objective
+    from airflow_gpu_dag.settings import objective as configured_objective
+
+    json_output = args.output == "json"
+    objective = get_objective(args.objective) if getattr(args, "objective", None) else configured_objective()
+    given = parse_pool_args(args.capacity, option="--capacity")
+    with status(err, "Loading DAGs...", json_output):
+        runs, dags = _runs(args)
+        graphs = _graphs(runs, dags)
+    capacity = _capacity(graphs, given)
+    with status(err, f"Simulating {len(runs)} runs...", json_output):
+        results = _predict(runs, graphs, capacity, objective, args.controller_interval)
+    if json_output:
+        render.print_json(_json(runs, capacity, results, objective))
+        return
+    _print(runs, capacity, results, objective)

@@ -1,0 +1,94 @@
+"""Many DAG runs on shared pools: what stock Airflow does and what the cross-DAG policy does.
+
+One place for the prediction that ``airflow gpu-dag simulate`` (several DAGs), the critical-path page
+and ``benchmarks/multi_dag.py`` show: every run triggered at its time, weights computed per run as the
+scheduler computes them (stock: Airflow's ``downstream`` rule; ours: the keys of
+:mod:`airflow_gpu_dag.core.objective` with each DAG's remaining times — critical path, or the packing
+plan), the controller every ``interval`` seconds with the objective's reservation gate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.objective import Objective, ReservationGate, RunShape, key_weight, run_shape
+from airflow_gpu_dag.core.rules import downstream_weights
+from airflow_gpu_dag.core.schedule import SimulationResult
+from airflow_gpu_dag.core.simulator import RunPriority, simulate
+
+__all__ = ["SIMULATION_EPOCH", "cross_dag_priority", "predict_runs"]
+
+#: The simulator's clock starts at 0; keys are counted from this epoch so every weight stays a key.
+SIMULATION_EPOCH = -10_000_000.0
+
+
+def cross_dag_priority(
+    estimated: Mapping[str, TaskGraph],
+    capacity: Mapping[str, int],
+    objective: Objective,
+    epoch: float = SIMULATION_EPOCH,
+    remaining: Mapping[str, Mapping[str, float]] | None = None,
+) -> RunPriority:
+    """``(graph, trigger) -> weights`` of the cross-DAG keys, each DAG's shape computed once from its
+    ``estimated`` graph (by DAG id); ``remaining`` per DAG id replaces the critical path (a plan)."""
+    shapes: dict[str, RunShape] = {}
+
+    def weights(graph: TaskGraph, trigger: float) -> dict[str, int]:
+        dag = graph.dag_id
+        if dag not in shapes:
+            shapes[dag] = run_shape(estimated.get(dag, graph), capacity, (remaining or {}).get(dag))
+        shape = shapes[dag]
+        due = trigger + objective.stretch * shape.work
+        return {task_id: key_weight(due - rest, epoch) for task_id, rest in shape.remaining.items()}
+
+    weights.__name__ = f"cross-DAG {objective.name}"
+    return weights
+
+
+def predict_runs(
+    graphs: Sequence[TaskGraph],
+    triggers: Sequence[float],
+    capacity: Mapping[str, int],
+    objective: Objective | None,
+    interval: float = 60.0,
+    estimated: Sequence[TaskGraph] | None = None,
+    remaining: Mapping[str, Mapping[str, float]] | None = None,
+    gate: ReservationGate | bool | None = True,
+) -> SimulationResult:
+    """Simulate one run per graph at its trigger time.
+
+    ``objective`` None: stock Airflow (``downstream`` weights, pools at capacity). Otherwise the
+    cross-DAG keys and the watermark controller every ``interval`` seconds, with the objective's
+    reservation gate (``gate=True``), an explicit gate, or none (``False``/None: reserve for every
+    wide head). ``estimated`` are the graphs as declared (what weights and the controller see), when
+    the ``graphs`` run for other durations (a benchmark's estimate errors).
+    """
+    believed_graphs = list(estimated) if estimated is not None else list(graphs)
+    by_id = {g.dag_id: g for g in believed_graphs}
+    believed = {
+        f"{i}:{g.dag_id}/{t}": node.duration
+        for i, g in enumerate(believed_graphs)
+        for t, node in g.nodes.items()
+    }
+    estimates = believed if len(graphs) > 1 else {t: n.duration for t, n in believed_graphs[0].nodes.items()}
+    if objective is None:
+        return simulate(
+            list(graphs),
+            capacity,
+            "stock",
+            triggers=triggers,
+            estimates=estimates,
+            run_priority=lambda g, t: downstream_weights(by_id.get(g.dag_id, g)),
+        )
+    chosen_gate = ReservationGate.for_objective(objective, SIMULATION_EPOCH) if gate is True else gate or None
+    return simulate(
+        list(graphs),
+        capacity,
+        "reservation",
+        interval,
+        triggers=triggers,
+        estimates=estimates,
+        run_priority=cross_dag_priority(by_id, capacity, objective, SIMULATION_EPOCH, remaining),
+        gate=chosen_gate,
+    )
