@@ -138,10 +138,11 @@ def task_keys(shape: RunShape, trigger: float, objective: Objective) -> dict[str
 
 
 def key_weight(key: float, epoch: float = DEFAULT_EPOCH) -> int:
-    """The ``priority_weight`` of a key: ``2**31 - 1 - round(key - epoch)``, clamped to int32."""
+    """The ``priority_weight`` of a key: ``2**31 - 1 - round(key - epoch)``, clamped to int32 (halves round
+    up, so two keys a whole number of seconds apart stay exactly that far apart)."""
     if not math.isfinite(key):
         return 1
-    return clamp_int32(INT32_MAX - round(key - epoch))
+    return clamp_int32(INT32_MAX - math.floor(key - epoch + 0.5))
 
 
 def key_of_weight(weight: int, epoch: float = DEFAULT_EPOCH) -> float | None:

@@ -121,10 +121,22 @@ def test_invalid_conf_is_refused_at_trigger(examples: dict[str, Any]) -> None:
     assert "gpus" in bad.text and "maximum" in bad.text
 
 
-def test_training_chain_outranks_the_sweep(examples: dict[str, Any]) -> None:
-    weight = {
-        (dag, ti["task_id"]): ti["priority_weight"] for dag, tis in examples["tis"].items() for ti in tis
-    }
-    # the LLM pipeline's first GPU nodes carry ~7 h of remaining critical path, a sweep trial ~1.5 h
-    assert weight[("llm_pipeline", "pretrain.train")] > weight[("hparam_sweep", "train_trial")]
-    assert weight[("hparam_sweep", "train_trial")] > weight[("hparam_sweep", "evaluate_trial")]
+def test_weights_are_the_cross_dag_keys_of_each_run(examples: dict[str, Any]) -> None:
+    """What the scheduler and the api-server stored is, task for task, the key of docs/priority.md:
+    2**31 - 1 - round(trigger + 3 * W - remaining - epoch) (objective balanced, W = the run's GPU work
+    over the 2-GPU pool), with the trigger time of the run (from its run id)."""
+    from airflow_gpu_dag.airflow.graph import build_task_graph
+    from airflow_gpu_dag.cli.loading import load_dags
+    from airflow_gpu_dag.core.objective import get_objective, run_weights
+    from airflow_gpu_dag.priority.trigger import parse_run_id_time
+
+    dags = load_dags([examples["folder"] / "dags"]).dags
+    for dag_id, tis in examples["tis"].items():
+        trigger = parse_run_id_time(examples["runs"][dag_id])
+        assert trigger is not None, examples["runs"][dag_id]
+        graph, _ = build_task_graph(dags[dag_id])
+        expected = run_weights(graph, trigger, {"gpu_default": POOL_SLOTS}, get_objective("balanced"))
+        stored = {ti["task_id"]: ti["priority_weight"] for ti in tis}  # mapped instances: one weight each
+        assert stored == {task_id: expected[task_id] for task_id in stored}, dag_id
+    sweep = {ti["task_id"]: ti["priority_weight"] for ti in examples["tis"]["hparam_sweep"]}
+    assert sweep["train_trial"] > sweep["evaluate_trial"]  # within a run: the critical path first

@@ -36,6 +36,7 @@ import pytest
 
 from airflow_gpu_dag.airflow.graph import build_task_graph
 from airflow_gpu_dag.core.critical_path import analyze
+from airflow_gpu_dag.core.objective import KEY_WEIGHT_FLOOR
 from airflow_gpu_dag.testing import AirflowCluster
 
 pytestmark = pytest.mark.airflow_real
@@ -152,12 +153,21 @@ def test_one_slot_pool_runs_one_task_at_a_time(runs: dict[str, RunResult], dag_i
         assert _ts(after["start_date"]) >= _ts(before["end_date"]), (before["task_id"], after["task_id"])
 
 
-def test_critical_path_weights_are_remaining_critical_path_seconds(runs: dict[str, RunResult]) -> None:
+def _as_remaining(observed: dict[str, int], analysed: dict[str, int]) -> dict[str, int]:
+    """Cross-DAG keys of one run differ exactly by the tasks' remaining critical paths (the run's trigger
+    time and work are the same for all of them): subtract the offset of one task."""
+    anchor = next(iter(analysed))
+    offset = observed[anchor] - analysed[anchor]
+    return {task_id: weight - offset for task_id, weight in observed.items()}
+
+
+def test_critical_path_weights_are_keys_of_the_remaining_critical_path(runs: dict[str, RunResult]) -> None:
     module = _load_dag_module("priority_chains")
     analysed = _analysed_weights(module.cp_chains_critical)
     assert analysed == EXPECTED_CP_WEIGHTS
     observed = {task_id: ti["priority_weight"] for task_id, ti in runs[CRITICAL].by_task().items()}
-    assert observed == analysed
+    assert all(w >= KEY_WEIGHT_FLOOR for w in observed.values()), observed  # cross-DAG keys
+    assert _as_remaining(observed, analysed) == analysed
 
 
 def test_critical_path_rule_starts_tasks_in_critical_path_order(runs: dict[str, RunResult]) -> None:
@@ -183,10 +193,17 @@ def test_features_get_critical_path_weights(runs: dict[str, RunResult]) -> None:
     analysed = _analysed_weights(module.cp_features)
     assert analysed == EXPECTED_FEATURE_WEIGHTS
     result = runs[FEATURES]
-    mapped = sorted((ti["map_index"], ti["priority_weight"]) for ti in result.tis if ti["task_id"] == "train")
-    assert mapped == [(0, 4800), (1, 4800), (2, 4800)]  # expanded by the scheduler at run time
     unmapped = {task_id: ti["priority_weight"] for task_id, ti in result.by_task().items()}
-    assert unmapped == {k: v for k, v in EXPECTED_FEATURE_WEIGHTS.items() if k != "train"}
+    expected = {k: v for k, v in EXPECTED_FEATURE_WEIGHTS.items() if k != "train"}
+    relative = _as_remaining({k: unmapped[k] for k in expected}, expected)
+    assert relative == expected
+    offset = unmapped["setup_env"] - EXPECTED_FEATURE_WEIGHTS["setup_env"]
+    mapped = sorted(
+        (ti["map_index"], ti["priority_weight"] - offset) for ti in result.tis if ti["task_id"] == "train"
+    )
+    # expanded by the scheduler at run time, with the run's trigger time from its run id: same key as
+    # the task instances the api-server created when the run was triggered
+    assert mapped == [(0, 4800), (1, 4800), (2, 4800)]
     order = result.start_order()
     assert order[:3] == ["setup_env", "prep.load", "prep.clean"]
     assert order[-2:] == ["evaluate", "teardown_env"]

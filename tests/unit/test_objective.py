@@ -49,7 +49,7 @@ def test_keys_are_latest_starts_of_the_run_due_time() -> None:
     assert keys == {"a": due - 1860, "b": due - 1260, "c": due - 60}
     weights = run_weights(g, NOW, {"gpu": 8}, objective)
     assert all(KEY_WEIGHT_FLOOR <= w <= INT32_MAX for w in weights.values())
-    assert key_of_weight(weights["a"]) == round(keys["a"] - DEFAULT_EPOCH) + DEFAULT_EPOCH
+    assert key_of_weight(weights["a"]) == math.floor(keys["a"] - DEFAULT_EPOCH + 0.5) + DEFAULT_EPOCH
 
 
 def test_key_weight_round_trip_and_stock_weights_are_not_keys() -> None:
