@@ -2,8 +2,10 @@
 
 Only DAGs that use this provider (a task with ``gpu_dag`` hints or one of our weight rules) are
 checked. Errors (malformed estimates, impossible GPU requests, unknown pools when
-``[gpu_dag] pools`` is set) raise ``AirflowClusterPolicyViolation``, which Airflow shows as the
-DAG's import error with the task and the fix; warnings are logged.
+``[gpu_dag] pools`` is set, an unknown ``[gpu_dag] objective``) raise
+``AirflowClusterPolicyViolation``, which Airflow shows as the DAG's import error with the task and the
+fix; warnings (e.g. GPU tasks on a weight rule whose weights cannot be compared with other DAGs' keys)
+are logged.
 """
 
 from __future__ import annotations
@@ -14,9 +16,13 @@ from typing import Any
 from airflow.policies import hookimpl
 
 from airflow_gpu_dag.airflow.graph import build_task_graph
+from airflow_gpu_dag.core.findings import ERROR, WARNING, Finding
 from airflow_gpu_dag.core.validation import ValidationPolicy, ValidationReport, validate_graph
-from airflow_gpu_dag.hints import HINTS_KEY
-from airflow_gpu_dag.settings import max_gpus_per_host, pool_capacities
+from airflow_gpu_dag.hints import HINTS_KEY, read_hints
+from airflow_gpu_dag.settings import max_gpus_per_host, objective_name, pool_capacities
+
+#: The weight rules whose weights are cross-DAG keys (comparable across DAGs).
+CROSS_DAG_RULES = ("CriticalPathPriorityStrategy", "PackingPriorityStrategy")
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +39,55 @@ def uses_provider(dag: Any) -> bool:
     return False
 
 
+def _rule_name(task: Any) -> str:
+    rule = getattr(task, "weight_rule", None)
+    return rule if isinstance(rule, str) else type(rule).__name__
+
+
+def priority_findings(dag: Any) -> list[Finding]:
+    """The cross-DAG policy's parse-time checks: ``[gpu_dag] objective`` is known, and the DAG's GPU
+    tasks use a weight rule whose weights compare with other DAGs' (our rules give every task instance
+    a key in seconds; a stock rule's small numbers always sort after them, whatever the task's size or
+    wait)."""
+    from airflow_gpu_dag.core.objective import get_objective
+
+    dag_id = str(dag.dag_id)
+    findings = []
+    try:
+        get_objective(objective_name())
+    except ValueError as err:
+        findings.append(
+            Finding(ERROR, "bad-objective", dag_id, None, f"{err}.", "set [gpu_dag] objective to balanced.")
+        )
+    gpu_tasks = [
+        task
+        for task in dag.task_dict.values()
+        if "gpus" in read_hints(getattr(task, "executor_config", None))
+    ]
+    stock = sorted(t.task_id for t in gpu_tasks if not _rule_name(t).endswith(CROSS_DAG_RULES))
+    if stock:
+        shown = ", ".join(stock[:5]) + (f" and {len(stock) - 5} more" if len(stock) > 5 else "")
+        findings.append(
+            Finding(
+                WARNING,
+                "incomparable-priority",
+                dag_id,
+                stock[0],
+                f"GPU task(s) {shown} use weight rule {_rule_name(gpu_tasks[0])!r}: its weights cannot be "
+                "compared with the cross-DAG keys of other DAGs sharing the GPU pools (they always sort "
+                "after them, whatever the task's size or how long it waited).",
+                "set default_args={'weight_rule': CRITICAL_PATH_WEIGHT_RULE} (or PACKING_WEIGHT_RULE) "
+                "from airflow_gpu_dag on the DAG.",
+            )
+        )
+    return findings
+
+
 def validate_dag(dag: Any) -> ValidationReport:
     """Validate an Airflow DAG with the settings in ``[gpu_dag]``."""
     graph, findings = build_task_graph(dag)
     policy = ValidationPolicy(pool_slots=pool_capacities(), max_gpus_per_host=max_gpus_per_host())
-    return validate_graph(graph, policy, extra=findings)
+    return validate_graph(graph, policy, extra=[*findings, *priority_findings(dag)])
 
 
 @hookimpl

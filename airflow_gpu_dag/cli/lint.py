@@ -50,7 +50,7 @@ def lint_dags(loaded: LoadedDags, policy: ValidationPolicy) -> LintReport:
     """Validate every loaded DAG. GPU DAGs (using this provider's hints or weight rule) get every
     check; other DAGs only the cycle check."""
     from airflow_gpu_dag.airflow.graph import build_task_graph
-    from airflow_gpu_dag.airflow.policy import uses_provider
+    from airflow_gpu_dag.airflow.policy import priority_findings, uses_provider
 
     report = LintReport(
         paths=loaded.paths,
@@ -62,7 +62,7 @@ def lint_dags(loaded: LoadedDags, policy: ValidationPolicy) -> LintReport:
         dag = loaded.dags[dag_id]
         graph, extra = build_task_graph(dag)
         if uses_provider(dag):
-            findings = validate_graph(graph, policy, extra=extra).findings
+            findings = validate_graph(graph, policy, extra=[*extra, *priority_findings(dag)]).findings
             # a malformed estimate is already an error; do not also call it "missing"
             bad = {f.task_id for f in findings if f.code == "bad-estimate"}
             report.findings.extend(

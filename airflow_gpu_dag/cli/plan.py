@@ -27,6 +27,8 @@ def _print_plan(the_plan: Plan, critical_only: bool) -> None:
     )
     if any(not t.duration_declared for t in the_plan.tasks):
         out.print("* no duration estimate declared; the [gpu_dag] default_duration is assumed.", markup=False)
+    if the_plan.policy:
+        out.print(the_plan.policy, markup=False)
     if the_plan.findings:
         out.print(render.findings_table(the_plan.findings, title="Problems reading the DAG"))
 
@@ -34,12 +36,16 @@ def _print_plan(the_plan: Plan, critical_only: bool) -> None:
 @quiet
 def plan(args: argparse.Namespace) -> None:
     """``airflow gpu-dag plan DAG_ID [--file PATH]``."""
-    from airflow_gpu_dag.airflow.graph import plan_dag
+    from dataclasses import replace
+
+    from airflow_gpu_dag.airflow.graph import build_task_graph, plan_dag
+    from airflow_gpu_dag.priority.weights import policy_text
 
     json_output = args.output == "json"
     with status(render.error_console(), f"Loading DAG {args.dag_id!r}...", json_output):
         dag = find_dag(args.dag_id, args.file)
         the_plan = plan_dag(dag)
+        the_plan = replace(the_plan, policy=policy_text(build_task_graph(dag)[0]))
     if json_output:
         render.print_json(the_plan.to_dict())
         return

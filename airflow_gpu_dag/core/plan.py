@@ -72,6 +72,8 @@ class Plan:
     critical_path: list[str]
     total_gpu_hours: float
     findings: list[Finding] = field(default_factory=list)
+    #: the priority policy the ``priority`` column and the predicted schedules assume (set by the caller)
+    policy: str = ""
 
     @property
     def critical_tasks(self) -> list[str]:
@@ -101,6 +103,7 @@ class Plan:
             "tasks": [{**asdict(t), "upstream": list(t.upstream)} for t in self.tasks],
             "edges": [list(e) for e in self.edges],
             "findings": [f.to_dict() for f in self.findings],
+            "policy": self.policy,
         }
 
 

@@ -25,7 +25,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import airflow_gpu_dag.settings as settings
-from airflow_gpu_dag.core.objective import Objective, key_weight
+from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.objective import Objective, key_weight, run_shape
+from airflow_gpu_dag.core.resources import format_duration
 from airflow_gpu_dag.core.rules import clamp_int32
 from airflow_gpu_dag.priority.background import Background
 from airflow_gpu_dag.priority.basis import DagBasis, build_basis
@@ -33,7 +35,14 @@ from airflow_gpu_dag.priority.trigger import TriggerTimes
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PACKING_PLAN_MAX_TASKS", "SETTINGS_TTL_S", "CrossDagWeights", "WeightSettings", "key_capacities"]
+__all__ = [
+    "PACKING_PLAN_MAX_TASKS",
+    "SETTINGS_TTL_S",
+    "CrossDagWeights",
+    "WeightSettings",
+    "key_capacities",
+    "policy_text",
+]
 
 #: Above this many tasks no packing plan is made (the critical path is used).
 PACKING_PLAN_MAX_TASKS = 3000
@@ -181,3 +190,29 @@ def fallback_weight(task: Any) -> int:
         return clamp_int32(getattr(task, "priority_weight", 1) or 1)
     except Exception:
         return 1
+
+
+def policy_text(graph: TaskGraph, read_settings: Callable[[], WeightSettings] = WeightSettings.read) -> str:
+    """One line saying which priority policy a plan or a prediction of ``graph`` assumes: the rule the
+    DAG uses, the objective and its key, the run's GPU work and the reservation gate."""
+    current = read_settings()
+    rule = {"critical_path": "critical path", "packing": "packing plan"}.get(graph.priority_rule or "", "")
+    if not rule:
+        return (
+            f"DAG {graph.dag_id!r} uses a stock weight rule: its weights are Airflow's, not cross-DAG keys "
+            "(set weight_rule=CRITICAL_PATH_WEIGHT_RULE)."
+        )
+    objective = current.objective
+    work = run_shape(graph, current.capacity).work
+    pools = ", ".join(f"{p}={c}" for p, c in sorted(current.capacity.items())) or "no pool sizes known"
+    gate = (
+        "reserves for every wide task"
+        if objective.always_reserves
+        else f"reserves for a wide task {format_duration(objective.gap)} more urgent than other runs' work, "
+        f"or {format_duration(objective.overdue)} overdue"
+    )
+    return (
+        f"Priority: {rule}, objective {objective.name}: key = trigger + {objective.stretch:g} x "
+        f"{format_duration(work)} (this run's GPU work on {pools}) - remaining; the earliest key starts "
+        f"first across all DAGs. Controller: {gate}."
+    )

@@ -175,6 +175,8 @@ def test_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert tasks["train"]["priority"] == (120 + 10 + 30) * 60
     assert tasks["train"]["gpus"] == 4
     assert plan["total_gpu_hours"] == pytest.approx(8 + 2 + 0.5 + 6 * 0.75)
+    # the plan says which policy its priorities assume: the DAG's rule and the cross-DAG objective
+    assert plan["policy"].startswith("Priority: critical path, objective balanced: key = trigger + 3 x")
 
 
 def test_plan_table(capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -158,6 +159,15 @@ def test_render_page_has_every_section() -> None:
     assert page.count('class="gantt-bar') == 8  # 4 tasks x (stock, reservation)
     assert '<tr data-pool="gpu_default">' in page
     assert "load → train → eval" in page
+    assert '<p id="policy">' not in page  # no policy line unless the caller says which one
+    with_policy = render_page(
+        replace(plan, policy="Priority: critical path, objective balanced"),
+        predicted_schedules(graph, views),
+        views,
+        "s",
+        "p",
+    )
+    assert '<p id="policy">Priority: critical path, objective balanced</p>' in with_policy
     no_pools = render_page(plan, ScheduleView(note="No access to pools."), None, "s", "p")
     assert "You may not read pools." in no_pools
     assert "unlimited GPUs (earliest starts)" in no_pools

@@ -102,3 +102,29 @@ def test_dags_not_using_the_provider_are_left_alone(tmp_path: Path, monkeypatch:
         pools='{"gpu_default": 4}',
     )
     assert bag.import_errors == {}  # type: ignore[attr-defined]
+
+
+def test_unknown_objective_fails_the_import_and_stock_rules_on_gpu_tasks_are_flagged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cross-DAG policy at parse time: an unknown objective is an error naming the fix; GPU tasks on a
+    stock weight rule (weights not comparable with other DAGs' keys) are a warning naming the rule."""
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
+    from airflow_gpu_dag.airflow.policy import priority_findings
+
+    with DAG("stock_gpu", schedule=None) as stock_dag:
+        EmptyOperator(task_id="train", executor_config=gpu_hints(duration="1h", gpus=2))
+    with DAG("ours_gpu", schedule=None, default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as ours_dag:
+        EmptyOperator(task_id="train", executor_config=gpu_hints(duration="1h", gpus=2))
+    (warning,) = priority_findings(stock_dag)
+    assert warning.code == "incomparable-priority" and not warning.is_error
+    assert "'downstream'" in warning.message and "CRITICAL_PATH_WEIGHT_RULE" in warning.fix
+    assert priority_findings(ours_dag) == []
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__OBJECTIVE", "fastest")
+    (error,) = priority_findings(ours_dag)
+    assert (
+        error.is_error and error.code == "bad-objective" and "throughput, balanced, latency" in error.message
+    )

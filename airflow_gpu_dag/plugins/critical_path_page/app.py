@@ -57,7 +57,11 @@ def _load(dag_id: str, session: Any) -> tuple[Any, Plan]:
     cycle = graph.find_cycle()
     if cycle:
         raise HTTPException(422, f"DAG {dag_id!r} has a dependency cycle: {' -> '.join(cycle)}")
-    return graph, plan_of(graph, findings)
+    from dataclasses import replace
+
+    from airflow_gpu_dag.priority.weights import policy_text
+
+    return graph, replace(plan_of(graph, findings), policy=policy_text(graph))
 
 
 def _pools(session: Any, dag_pools: set[str]) -> list[PoolView]:

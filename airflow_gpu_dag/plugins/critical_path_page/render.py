@@ -91,7 +91,7 @@ def _gantt(plan: Plan, schedules: ScheduleView) -> tuple[str, str]:
             f"{html.escape(label)} {format_duration(r.makespan)}" for label, r in schedules.results.items()
         ]
         summary = (
-            f'<p id="gantt-summary">Predicted on the live pools ({html.escape(capacity)}): '
+            f'<p id="gantt-summary">Predicted on the live pools ({html.escape(capacity)}), this DAG alone: '
             + "; ".join(parts)
             + ". Critical tasks in red.</p>"
         )
@@ -99,6 +99,8 @@ def _gantt(plan: Plan, schedules: ScheduleView) -> tuple[str, str]:
         charts = [GanttChart("unlimited GPUs (earliest starts)", bars_from_plan(plan))]
         summary = f'<p id="gantt-summary">{html.escape(schedules.note or "No pools to simulate on.")} '
         summary += "Showing the earliest-start schedule with unlimited GPUs.</p>"
+    if plan.policy:
+        summary += f'<p id="policy">{html.escape(plan.policy)}</p>'
     return summary, render_svg(charts)
 
 
