@@ -1,0 +1,284 @@
+"""Many DAGs through the real Airflow scheduler: stock vs the cross-DAG policy, next to the simulator.
+
+One real Airflow 3.3 (SQLite + LocalExecutor, :class:`airflow_gpu_dag.testing.AirflowCluster`), one GPU
+pool ``gpu`` of ``--capacity`` slots, and a team's mix with durations in seconds, each its own DAG:
+
+* a pipeline ``prep`` (1 GPU) -> ``pretrain`` (every GPU) -> ``finetune`` (1 GPU) -> ``evaluate`` (1 GPU);
+* a sweep of ``--trials`` 1-GPU trials and a CPU ``select``;
+* ``--evals`` single-task evaluation DAGs (1 GPU),
+
+triggered over REST at given offsets (pipeline at 0 s, sweep at 3 s, evaluations every 3 s from 2 s).
+The mix runs twice, on copies of the DAGs:
+
+* ``stock``: Airflow's ``downstream`` weight rule, pool fixed at capacity, no controller;
+* ``provider``: ``CriticalPathPriorityStrategy`` (cross-DAG keys, ``[gpu_dag] objective``, default
+  ``balanced``) and the watermark controller every ``--interval`` s with the objective's reservation gate.
+  The gate's constants are hours for hour-long training; here they are scaled to the seconds of this
+  mix (``--gap``, ``--overdue``; also given to the scheduler so both sides agree).
+
+Printed side by side: every run's completion time (trigger -> last task ends), the mean, the p95 and
+the makespan, real and predicted (:func:`airflow_gpu_dag.core.runs.predict_runs` with the declared
+durations, the real trigger offsets, and the same controller interval).
+
+    .venv/bin/python benchmarks/real_airflow_multi_dag.py                 # ~4-5 minutes
+    .venv/bin/python benchmarks/real_airflow_multi_dag.py --json /tmp/multi.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE
+from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.objective import get_objective
+from airflow_gpu_dag.core.resources import GpuRequest
+from airflow_gpu_dag.core.runs import predict_runs
+from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, parse_time
+from airflow_gpu_dag.testing import AirflowCluster
+from airflow_gpu_dag.watermark.config import parse_config
+from airflow_gpu_dag.watermark.controller import WatermarkController
+
+POOL = "gpu"
+
+DAG_TEMPLATE = """
+import datetime
+from airflow.providers.standard.operators.bash import BashOperator
+from airflow.sdk import DAG
+from airflow_gpu_dag import gpu_hints
+
+MIX = {mix!r}
+
+for prefix, rule in (("stock", "downstream"), ("provider", {rule!r})):
+    for name, tasks in MIX.items():
+        args = {{"weight_rule": rule, "retries": 0}}
+        with DAG(f"{{prefix}}_{{name}}", schedule=None, start_date=datetime.datetime(2026, 1, 1),
+                 catchup=False, max_active_tasks=64, default_args=args) as dag:
+            ops = {{}}
+            for t in tasks:
+                gpu = t["gpus"] > 0
+                ops[t["id"]] = BashOperator(
+                    task_id=t["id"], bash_command=f"sleep {{t['d']}}",
+                    pool="{pool}" if gpu else "default_pool", pool_slots=max(1, t["gpus"]),
+                    executor_config=gpu_hints(duration=t["d"], gpus=t["gpus"] or None),
+                )
+            for t in tasks:
+                for p in t["parents"]:
+                    ops[p] >> ops[t["id"]]
+        globals()[dag.dag_id] = dag
+"""
+
+
+def mix(capacity: int, trials: int, evals: int) -> dict[str, list[dict[str, Any]]]:
+    """DAG name -> tasks ``{"id", "d" (s), "gpus", "parents"}``."""
+    out: dict[str, list[dict[str, Any]]] = {
+        "pipeline": [
+            {"id": "prep", "d": 3, "gpus": 1, "parents": []},
+            {"id": "pretrain", "d": 12, "gpus": capacity, "parents": ["prep"]},
+            {"id": "finetune", "d": 8, "gpus": 1, "parents": ["pretrain"]},
+            {"id": "evaluate", "d": 4, "gpus": 1, "parents": ["finetune"]},
+        ],
+        "sweep": [{"id": f"trial_{i}", "d": 6 + i % 3, "gpus": 1, "parents": []} for i in range(trials)]
+        + [{"id": "select", "d": 1, "gpus": 0, "parents": [f"trial_{i}" for i in range(trials)]}],
+    }
+    for k in range(evals):
+        out[f"eval_{k}"] = [{"id": "evaluate", "d": 4 + k % 3, "gpus": 1, "parents": []}]
+    return out
+
+
+def offsets(names: Sequence[str]) -> dict[str, float]:
+    """Trigger offsets: pipeline 0 s, sweep 3 s, evaluations every 3 s from 2 s."""
+    out = {"pipeline": 0.0, "sweep": 3.0}
+    for k, name in enumerate(n for n in names if n.startswith("eval_")):
+        out[name] = 2.0 + 3.0 * k
+    return out
+
+
+def graph_of(name: str, tasks: Sequence[Mapping[str, Any]], rule: str | None) -> TaskGraph:
+    graph = TaskGraph(name, priority_rule=rule)
+    for t in tasks:
+        node = graph.add(t["id"], float(t["d"]), 0)
+        if t["gpus"]:
+            node.gpu, node.pool, node.pool_slots = GpuRequest(t["gpus"]), POOL, t["gpus"]
+    for t in tasks:
+        for parent in t["parents"]:
+            graph.add_edge(parent, t["id"])
+    return graph
+
+
+def run_mix(cluster: AirflowCluster, prefix: str, when: Mapping[str, float]) -> dict[str, dict[str, Any]]:
+    """Trigger every DAG of the mix at its offset (REST), wait for all runs; per DAG: trigger time,
+    task (start, end) times, state."""
+    started = time.monotonic()
+    triggered: dict[str, tuple[float, str]] = {}
+
+    def trigger(name: str) -> None:
+        triggered[name] = (time.time(), cluster.trigger(f"{prefix}_{name}"))
+
+    timers = [threading.Timer(offset, trigger, args=(name,)) for name, offset in when.items()]
+    for timer in timers:
+        timer.start()
+    for timer in timers:
+        timer.join()
+    out: dict[str, dict[str, Any]] = {}
+    for name, (at, run_id) in triggered.items():
+        state = cluster.wait_for_run(f"{prefix}_{name}", run_id, timeout=900)
+        tis = cluster.task_instances(f"{prefix}_{name}", run_id)
+        times = {ti["task_id"]: (parse_time(ti["start_date"]), parse_time(ti["end_date"])) for ti in tis}
+        out[name] = {"trigger": at, "state": state, "times": times}
+    print(f"# {prefix}: every run done after {time.monotonic() - started:.0f}s", file=sys.stderr)
+    return out
+
+
+def completions(runs: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    return {
+        name: max(end for _start, end in run["times"].values() if end is not None) - run["trigger"]
+        for name, run in runs.items()
+    }
+
+
+def summary(values: Mapping[str, float], makespan: float) -> dict[str, float]:
+    ordered = sorted(values.values())
+    p95 = ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+    return {"mean": statistics.mean(ordered), "p95": p95, "makespan": makespan}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--capacity", type=int, default=4, help="GPU pool capacity (default 4)")
+    parser.add_argument("--trials", type=int, default=8, help="sweep trials (default 8)")
+    parser.add_argument("--evals", type=int, default=6, help="evaluation DAGs (default 6)")
+    parser.add_argument("--interval", type=float, default=2.0, help="controller interval, s (default 2)")
+    parser.add_argument("--objective", default="balanced", help="cross-DAG objective (default balanced)")
+    parser.add_argument("--gap", type=float, default=12.0, help="reservation gap, s (scaled; default 12)")
+    parser.add_argument("--overdue", type=float, default=24.0, help="reservation overdue, s (default 24)")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    the_mix = mix(args.capacity, args.trials, args.evals)
+    when = offsets(list(the_mix))
+    settings_env = {
+        "AIRFLOW__GPU_DAG__POOLS": json.dumps({POOL: args.capacity}),
+        "AIRFLOW__GPU_DAG__OBJECTIVE": args.objective,
+        "AIRFLOW__GPU_DAG__RESERVATION_GAP": f"{args.gap}s",
+        "AIRFLOW__GPU_DAG__RESERVATION_OVERDUE": f"{args.overdue}s",
+    }
+    os.environ.update(settings_env)  # the in-process controller reads the same settings
+    caps = {POOL: args.capacity}
+    with tempfile.TemporaryDirectory(prefix="gpu-dag-multi-") as folder:
+        Path(folder, "mix.py").write_text(
+            DAG_TEMPLATE.format(mix=the_mix, rule=CRITICAL_PATH_WEIGHT_RULE, pool=POOL)
+        )
+        with AirflowCluster(
+            folder, pools=caps, parallelism=max(8, args.capacity + 4), env=settings_env
+        ) as cluster:
+            cluster.wait_for_dags([f"{p}_{n}" for p in ("stock", "provider") for n in the_mix], timeout=300)
+            stock = run_mix(cluster, "stock", when)
+            config = parse_config(
+                {
+                    "interval": args.interval,
+                    "pools": {POOL: {"source": args.capacity}},
+                    "lease": {"lock_file": None, "variable": None},
+                }
+            )
+            client = AirflowRestClient(cluster.api_url, cluster.USERNAME, cluster.PASSWORD)
+            controller = WatermarkController(config, client)
+            stop = threading.Event()
+            thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
+            thread.start()
+            try:
+                provider = run_mix(cluster, "provider", when)
+            finally:
+                stop.set()
+                thread.join(30)
+                client.close()
+    bad = {
+        f"{p}/{n}": r["state"]
+        for p, rs in (("stock", stock), ("provider", provider))
+        for n, r in rs.items()
+        if r["state"] != "success"
+    }
+    if bad:
+        raise SystemExit(f"runs that did not succeed: {bad}")
+
+    names = list(the_mix)
+    real: dict[str, dict[str, float]] = {"stock": completions(stock), "provider": completions(provider)}
+    first = {
+        p: min(r["trigger"] for r in rs.values()) for p, rs in (("stock", stock), ("provider", provider))
+    }
+    makespans = {
+        p: max(end for r in rs.values() for _s, end in r["times"].values() if end is not None) - first[p]
+        for p, rs in (("stock", stock), ("provider", provider))
+    }
+    # prediction: declared durations, the real trigger offsets of the provider runs
+    real_offsets = [provider[n]["trigger"] - first["provider"] for n in names]
+    graphs = [graph_of(n, the_mix[n], "critical_path") for n in names]
+    objective = get_objective(args.objective)
+    from dataclasses import replace
+
+    scaled = replace(objective, gap=args.gap, overdue=args.overdue)
+    predicted_runs = {
+        "stock": predict_runs(graphs, real_offsets, caps, None),
+        "provider": predict_runs(graphs, real_offsets, caps, scaled, args.interval),
+    }
+    predicted = {p: {n: r.runs[i].completion for i, n in enumerate(names)} for p, r in predicted_runs.items()}
+    figures = {
+        "capacity": args.capacity,
+        "interval_s": args.interval,
+        "objective": args.objective,
+        "gap_s": args.gap,
+        "overdue_s": args.overdue,
+        "runs": {
+            n: {
+                "trigger_offset_s": round(when[n], 1),
+                "real_stock_s": round(real["stock"][n], 1),
+                "real_provider_s": round(real["provider"][n], 1),
+                "predicted_stock_s": round(predicted["stock"][n], 1),
+                "predicted_provider_s": round(predicted["provider"][n], 1),
+            }
+            for n in names
+        },
+        "summary": {
+            "real_stock": summary(real["stock"], makespans["stock"]),
+            "real_provider": summary(real["provider"], makespans["provider"]),
+            "predicted_stock": summary(predicted["stock"], max(r.end for r in predicted_runs["stock"].runs)),
+            "predicted_provider": summary(
+                predicted["provider"], max(r.end for r in predicted_runs["provider"].runs)
+            ),
+        },
+    }
+    print("| DAG | trigger | stock (real) | provider (real) | ratio | stock (pred.) | provider (pred.) |")
+    print("|---|---|---|---|---|---|---|")
+    for n in names:
+        row = figures["runs"][n]
+        ratio = row["real_provider_s"] / row["real_stock_s"]
+        print(
+            f"| {n} | +{row['trigger_offset_s']:g}s | {row['real_stock_s']:.1f}s | "
+            f"{row['real_provider_s']:.1f}s | {ratio:.2f} | {row['predicted_stock_s']:.1f}s | "
+            f"{row['predicted_provider_s']:.1f}s |"
+        )
+    for label in ("mean", "p95", "makespan"):
+        s = figures["summary"]
+        stock_s, provider_s = s["real_stock"][label], s["real_provider"][label]
+        print(
+            f"| **{label}** | | {stock_s:.1f}s | {provider_s:.1f}s | {provider_s / stock_s:.2f} | "
+            f"{s['predicted_stock'][label]:.1f}s | {s['predicted_provider'][label]:.1f}s |"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
