@@ -93,6 +93,52 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "60000",
                         "default": "0",
                     },
+                    "objective": {
+                        "description": "What the cross-DAG priority optimizes when many DAGs share the GPU "
+                        "pools: throughput (makespan and pipelines first; every wide task reserved for), "
+                        "balanced (mean completion time and makespan) or latency (mean completion time and "
+                        "small DAGs first). Sets the stretch s of the keys (2, 3, 6) and the reservation "
+                        "gate; see docs/priority.md.",
+                        "version_added": "0.2.0",
+                        "type": "string",
+                        "example": "latency",
+                        "default": "balanced",
+                    },
+                    "reservation_gap": {
+                        "description": "Override of the objective's reservation gap: the controller holds "
+                        "slots for a wide task only when its key is this much earlier than the next waiting "
+                        "task of another run (or it is overdue). A duration, e.g. 4h; scale it to a few "
+                        "typical training durations of the pool.",
+                        "version_added": "0.2.0",
+                        "type": "string",
+                        "example": "40m",
+                        "default": None,
+                    },
+                    "reservation_overdue": {
+                        "description": "Override of the objective's overdue bound: a wide task this long "
+                        "past its key is always reserved for, which bounds its wait. A duration, e.g. 8h.",
+                        "version_added": "0.2.0",
+                        "type": "string",
+                        "example": "2h",
+                        "default": None,
+                    },
+                    "key_epoch": {
+                        "description": "Epoch of the cross-DAG keys (epoch seconds or an ISO date); every "
+                        "scheduler, api-server and watermark controller must use the same value.",
+                        "version_added": "0.2.0",
+                        "type": "string",
+                        "example": "2025-01-01T00:00:00+00:00",
+                        "default": "2025-01-01T00:00:00+00:00",
+                    },
+                    "plan_in_background": {
+                        "description": "Make packing plans off the scheduler loop, in a subprocess (the "
+                        "DAG uses critical-path keys until its plan is ready). false plans inline, which "
+                        "blocks the scheduler for seconds on large DAGs.",
+                        "version_added": "0.2.0",
+                        "type": "boolean",
+                        "example": "false",
+                        "default": "true",
+                    },
                     "plan_backfill": {
                         "description": "The watermark controller's backfill the packing planner plans "
                         "for: easy (the default, 'backfill: true') or strict ('backfill: strict').",
