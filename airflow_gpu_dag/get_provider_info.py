@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
+
+from airflow_gpu_dag.hooks.connection_types import CONNECTION_TYPES
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -13,38 +16,8 @@ def get_provider_info() -> dict[str, Any]:
         "pools, reservation for wide critical tasks.",
         "versions": ["0.1.0"],
         "hooks": [{"integration-name": "GPU DAG", "python-modules": ["airflow_gpu_dag.hooks.airflow_api"]}],
-        "connection-types": [
-            {
-                # The watermark controller's credentials for the Airflow REST API (docs/connections.md).
-                # The form is declared here (Airflow >= 3.2 reads it without importing the hook);
-                # AirflowApiHook.get_ui_field_behaviour() returns the same behaviour.
-                "hook-class-name": "airflow_gpu_dag.hooks.airflow_api.AirflowApiHook",
-                "hook-name": "Airflow REST API (gpu-dag)",
-                "connection-type": "gpu_dag_api",
-                "conn-fields": {
-                    "token": {
-                        "label": "Bearer token",
-                        "description": "A ready API token (JWT) instead of username and password.",
-                        "schema": {"type": ["string", "null"], "format": "password"},
-                    },
-                    "timeout": {
-                        "label": "Timeout (seconds)",
-                        "description": "Seconds per REST call (default 10).",
-                        "schema": {"type": ["number", "null"]},
-                    },
-                },
-                "ui-field-behaviour": {
-                    "hidden-fields": ["schema"],
-                    "relabeling": {"host": "API server URL", "login": "Username"},
-                    "placeholders": {
-                        "host": "http://airflow-api-server:8080",
-                        "port": "8080 (when the URL has no port)",
-                        "login": "admin",
-                        "password": "password of that user (or set a bearer token below)",
-                    },
-                },
-            }
-        ],
+        # The gpu_dag_api connection (docs/connections.md): type, hook, form fields and UI behaviour.
+        "connection-types": copy.deepcopy(list(CONNECTION_TYPES)),
         "operators": [
             {
                 "integration-name": "GPU DAG",

@@ -27,13 +27,14 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
+from airflow_gpu_dag.hooks.connection_types import AIRFLOW_API_CONNECTION_TYPE
 from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, RestError
 
 __all__ = ["CONN_TYPE", "DEFAULT_CONN_ID", "HEALTH_PATH", "AirflowApiHook", "base_url_of"]
 
 DEFAULT_CONN_ID = "gpu_dag_api"
 #: The connection type registered in provider info (``connection-types``).
-CONN_TYPE = "gpu_dag_api"
+CONN_TYPE: str = AIRFLOW_API_CONNECTION_TYPE["connection-type"]
 #: The api-server's health endpoint (no login needed): metadatabase, scheduler, triggerer, dag-processor.
 HEALTH_PATH = "/api/v2/monitor/health"
 #: What ``test_connection`` reads with the credentials: the controller's own first call.
@@ -92,15 +93,11 @@ class AirflowApiHook(BaseHook):
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        """The connection form's behaviour (hidden fields, labels, placeholders), read from the
-        ``ui-field-behaviour`` this provider declares in its provider info, in the hook-method format
-        of Airflow < 3.2. Airflow 3.2+ reads the provider info itself and does not call this."""
-        from airflow_gpu_dag.get_provider_info import get_provider_info
-
-        (entry,) = (
-            c for c in get_provider_info()["connection-types"] if c["connection-type"] == cls.conn_type
-        )
-        behaviour = entry["ui-field-behaviour"]
+        """The connection form's behaviour (hidden fields, labels, placeholders) in the hook-method
+        format of Airflow < 3.2, from the ``ui-field-behaviour`` the provider info declares
+        (:data:`~airflow_gpu_dag.hooks.connection_types.AIRFLOW_API_CONNECTION_TYPE`). Airflow 3.2+
+        reads the provider info itself and does not call this."""
+        behaviour = AIRFLOW_API_CONNECTION_TYPE["ui-field-behaviour"]
         return {
             "hidden_fields": list(behaviour.get("hidden-fields", [])),
             "relabeling": dict(behaviour.get("relabeling", {})),
