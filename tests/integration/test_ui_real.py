@@ -277,6 +277,49 @@ def test_the_typed_uri_drives_the_controllers_client(
         client.close()
 
 
+def test_controller_cli_with_the_typed_connection_and_no_metadata_db(
+    cluster: AirflowCluster, tmp_path: Path
+) -> None:
+    """What deploy/kubernetes runs: ``airflow gpu-dag watermark`` with only the connection (a
+    ``gpu-dag-api://`` URI) and its config; an empty AIRFLOW_HOME, so no metadata database to read."""
+    import sys
+
+    config = tmp_path / "watermark.yaml"
+    config.write_text(
+        f"lease: {{lock_file: {tmp_path / 'wm.lock'}, variable: null}}\n"
+        "pools:\n  gpu_conn_cli:\n    source: {type: static, gpus: 2}\n"
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    address = cluster.api_url.split("://", 1)[1]
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW_CONN_GPU_DAG_API": f"gpu-dag-api://{cluster.USERNAME}:{cluster.PASSWORD}@{address}",
+    }
+    once = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "airflow"),
+            "gpu-dag",
+            "watermark",
+            "--once",
+            "--config",
+            str(config),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert once.returncode == 0, once.stdout[-2000:] + once.stderr[-3000:]
+    assert "gpu_conn_cli: size 2" in once.stdout, once.stdout[-2000:]
+    assert cluster.get_pool("gpu_conn_cli")["slots"] == 2
+    assert cluster.PASSWORD not in once.stdout + once.stderr
+
+
 def _reserving_description() -> tuple[str, str]:
     """A pool description exactly as the watermark controller writes it while it reserves 4 GPUs of
     gpu_default for ``train``; returns it and the reserved task's key."""
