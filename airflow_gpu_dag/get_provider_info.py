@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
+
+from airflow_gpu_dag.hooks.connection_types import CONNECTION_TYPES
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -13,6 +16,8 @@ def get_provider_info() -> dict[str, Any]:
         "pools, reservation for wide critical tasks.",
         "versions": ["0.1.0"],
         "hooks": [{"integration-name": "GPU DAG", "python-modules": ["airflow_gpu_dag.hooks.airflow_api"]}],
+        # The gpu_dag_api connection (docs/connections.md): type, hook, form fields and UI behaviour.
+        "connection-types": copy.deepcopy(list(CONNECTION_TYPES)),
         "operators": [
             {
                 "integration-name": "GPU DAG",

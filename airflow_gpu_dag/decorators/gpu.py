@@ -61,15 +61,19 @@ def gpu_task(
 ) -> TaskDecorator:
     """Wrap a function into a GPU task (``@task.gpu``).
 
-    :param gpus: whole GPUs (>= 1, default 1); also the task's ``pool_slots``.
-    :param gpu_memory: free memory needed on each GPU: ``"80GiB"``, ``"80G"``, int MiB.
-    :param gpu_type: GPU family (``"a100"``); None = any. Selects pool ``gpu_<type>``.
-    :param duration: estimated run time (``"45m"``) for critical-path planning.
-    :param lease_timeout: how long to wait for free devices at run time.
-    :param inputs: dataset paths the task reads; ``outputs``: paths it writes.
+    :param python_callable: the function (when used as ``@task.gpu`` without arguments).
     :param multiple_outputs: unroll a returned dict into several XComs.
+    :param kwargs: the GPU keywords below; any other keyword (``retries``, ``pool``, ``task_id``,
+        ...) goes to the operator.
 
-    Any other keyword (``retries``, ``pool``, ``task_id``, ...) goes to the operator.
+    GPU keywords:
+
+    - ``gpus``: whole GPUs (>= 1, default 1); also the task's ``pool_slots``.
+    - ``gpu_memory``: free memory needed on each GPU: ``"80GiB"``, ``"80G"``, int MiB.
+    - ``gpu_type``: GPU family (``"a100"``); None = any. Selects pool ``gpu_<type>``.
+    - ``duration``: estimated run time (``"45m"``) for critical-path planning.
+    - ``lease_timeout``: how long to wait for free devices at run time.
+    - ``inputs``: dataset paths the task reads; ``outputs``: paths it writes.
     """
 
     def factory(function: Callable) -> TaskDecorator:

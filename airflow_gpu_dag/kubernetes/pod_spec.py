@@ -109,12 +109,15 @@ def gpu_toleration() -> k8s.V1Toleration:
 class GpuPodSpec:
     """What one pod needs from the cluster, validated on construction.
 
+    Build it with :meth:`parse`, which validates and converts what a task declares.
+
     :param gpus: whole GPUs (>= 1); requests = limits = this.
-    :param gpu_memory: free memory per GPU ("80GiB", "40G", int MiB) or None.
+    :param memory_mib: free memory per GPU in MiB, or None (``parse`` takes "80GiB", "40G", int MiB).
     :param gpu_type: one of the keys of ``gpu_products`` ("a100", "h100", ...) or None for any.
+    :param products: the ``nvidia.com/gpu.product`` values of ``gpu_type`` (``parse`` maps the type
+        through ``gpu_products``: our type names -> product values; None = defaults).
     :param datasets: datasets the pod reads; nodes holding them carry :func:`dataset_label`.
     :param data_affinity: ``"prefer"`` (schedule elsewhere if need be) or ``"require"``.
-    :param gpu_products: our type names -> ``nvidia.com/gpu.product`` values; None = defaults.
     :param gpu_memory_affinity: also require ``nvidia.com/gpu.memory`` >= the per-GPU memory.
     """
 

@@ -7,7 +7,9 @@ tasks highlighted, slack on every node, the predicted Gantt chart and the GPU po
 shows the reservation the watermark controller wrote in the pool's description). Screenshots go to a
 temp folder, or with GPU_DAG_UPDATE_SCREENSHOTS=1 to ``docs/img/critical_path.png`` (graph),
 ``critical_path_gantt.png`` and ``critical_path_pools.png``.
-Anonymous requests to the page and its data are refused.
+Anonymous requests to the page and its data are refused. The connection form offers the
+``gpu_dag_api`` type, and the api-server's *Test* (``POST /api/v2/connections/test``, enabled here by
+``[core] test_connection``) runs its hook against this api-server.
 
 Chromium is driven over the DevTools protocol with ``websockets`` (installed with Airflow); needs
 Debian's ``chromium`` package. Skipped, with the reason, only when no chromium binary is found.
@@ -34,6 +36,8 @@ from airflow_gpu_dag.testing import AirflowCluster
 
 AIRFLOW_DAGS = "ui"
 AIRFLOW_POOLS = {"gpu_default": 4}
+#: The connection form's Test button (off by default in Airflow 3).
+AIRFLOW_ENV = {"AIRFLOW__CORE__TEST_CONNECTION": "Enabled"}
 DAG_ID = "gpu_pipeline"
 #: Zero-slack tasks of tests/integration/dags/ui/pipeline_dag.py (its docstring derives them).
 EXPECTED_CRITICAL = {"load", "preprocess", "train", "checkpoint", "evaluate"}
@@ -208,6 +212,112 @@ def test_plugin_registers_the_dag_tab(cluster: AirflowCluster) -> None:
     assert ours, views
     assert ours[0]["destination"] == "dag"
     assert ours[0]["href"] == "/gpu-dag/critical-path/{DAG_ID}"
+
+
+def test_connection_form_offers_the_gpu_dag_api_type(cluster: AirflowCluster) -> None:
+    metas = cluster.request("GET", "/ui/connections/hook_meta").json()
+    (ours,) = [m for m in metas if m["connection_type"] == "gpu_dag_api"]
+    assert ours["hook_name"] == "Airflow REST API (gpu-dag)"
+    assert ours["hook_class_name"] == "airflow_gpu_dag.hooks.airflow_api.AirflowApiHook"
+    assert ours["standard_fields"]["host"]["title"] == "API server URL"
+    assert ours["standard_fields"]["url_schema"]["hidden"] is True
+    assert set(ours["extra_fields"]) == {"token", "timeout"}
+    assert ours["extra_fields"]["token"]["schema"]["format"] == "password"
+
+
+def test_api_server_tests_a_gpu_dag_api_connection(cluster: AirflowCluster) -> None:
+    """The UI's Test button: the api-server builds AirflowApiHook for the form's fields and calls its
+    test_connection(), which here calls this very api-server (health, login, pools)."""
+    form = {
+        "connection_id": "gpu_dag_api",
+        "conn_type": "gpu_dag_api",
+        "host": cluster.api_url,
+        "login": cluster.USERNAME,
+        "password": cluster.PASSWORD,
+        "extra": json.dumps({"timeout": 20}),
+    }
+    cluster.api("POST", "/connections", json=form)
+    try:
+        result = cluster.api("POST", "/connections/test", json=form).json()
+        assert result["status"] is True, result
+        assert result["message"].startswith(f"{cluster.api_url}: api-server healthy"), result
+        assert "metadatabase healthy" in result["message"]
+        assert "credentials can read pools" in result["message"]
+
+        wrong = cluster.api("POST", "/connections/test", json={**form, "password": "wrong-pw-SECRET"}).json()
+        assert wrong["status"] is False, wrong
+        assert f"login as {cluster.USERNAME!r} refused" in wrong["message"], wrong
+        assert "wrong-pw-SECRET" not in wrong["message"]
+
+        nowhere = {**form, "connection_id": "gpu_dag_api_nowhere", "host": "http://127.0.0.1:9"}
+        down = cluster.api("POST", "/connections/test", json=nowhere).json()
+        assert down["status"] is False and "monitor/health: ConnectError" in down["message"], down
+    finally:
+        cluster.api("DELETE", "/connections/gpu_dag_api", check=False)
+
+
+def test_the_typed_uri_drives_the_controllers_client(
+    cluster: AirflowCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``AIRFLOW_CONN_GPU_DAG_API='gpu-dag-api://user:pw@host:port'``, what docs/connections.md shows."""
+    from airflow_gpu_dag.hooks.airflow_api import AirflowApiHook
+
+    address = cluster.api_url.split("://", 1)[1]
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_GPU_DAG_API", f"gpu-dag-api://{cluster.USERNAME}:{cluster.PASSWORD}@{address}"
+    )
+    hook = AirflowApiHook()
+    ok, message = hook.test_connection()
+    assert ok, message
+    client = hook.get_client()
+    try:
+        assert client.base_url == cluster.api_url
+        assert client.get_pool("gpu_default") is not None
+    finally:
+        client.close()
+
+
+def test_controller_cli_with_the_typed_connection_and_no_metadata_db(
+    cluster: AirflowCluster, tmp_path: Path
+) -> None:
+    """What deploy/kubernetes runs: ``airflow gpu-dag watermark`` with only the connection (a
+    ``gpu-dag-api://`` URI) and its config; an empty AIRFLOW_HOME, so no metadata database to read."""
+    import sys
+
+    config = tmp_path / "watermark.yaml"
+    config.write_text(
+        f"lease: {{lock_file: {tmp_path / 'wm.lock'}, variable: null}}\n"
+        "pools:\n  gpu_conn_cli:\n    source: {type: static, gpus: 2}\n"
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    address = cluster.api_url.split("://", 1)[1]
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW_CONN_GPU_DAG_API": f"gpu-dag-api://{cluster.USERNAME}:{cluster.PASSWORD}@{address}",
+    }
+    once = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "airflow"),
+            "gpu-dag",
+            "watermark",
+            "--once",
+            "--config",
+            str(config),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert once.returncode == 0, once.stdout[-2000:] + once.stderr[-3000:]
+    assert "gpu_conn_cli: size 2" in once.stdout, once.stdout[-2000:]
+    assert cluster.get_pool("gpu_conn_cli")["slots"] == 2
+    assert cluster.PASSWORD not in once.stdout + once.stderr
 
 
 def _reserving_description() -> tuple[str, str]:

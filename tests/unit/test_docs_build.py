@@ -60,6 +60,18 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
     assert (site / "index.html").is_file()
     assert (site / "benchmarks" / "stress" / "index.html").is_file()
+    # The API reference is generated and its Sphinx roles became links (scripts/griffe_sphinx_roles.py).
+    core = (site / "reference" / "core" / "index.html").read_text()
+    assert 'id="airflow_gpu_dag.core.graph.TaskGraph"' in core
+    assert 'href="#airflow_gpu_dag.core.graph.TaskGraph"' in core
+    assert (
+        'href="../reference/hooks/#airflow_gpu_dag.hooks.airflow_api.AirflowApiHook"'
+        in (site / "connections" / "index.html").read_text()
+    )
+    for page in (site / "reference").rglob("*.html"):
+        text = page.read_text()
+        assert ":class:`" not in text or page.parent.name == "reference", f"a raw Sphinx role in {page}"
+    assert "airflow_gpu_dag.edges" in (site / "changelog" / "index.html").read_text()
 
 
 def test_every_nav_entry_exists_and_every_top_level_page_is_in_nav() -> None:

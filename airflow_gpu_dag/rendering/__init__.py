@@ -1,0 +1,1 @@
+"""Rendering shared by the CLI and the UI: the Gantt charts of predicted and real schedules."""
