@@ -36,11 +36,13 @@ def plan(args: argparse.Namespace) -> None:
     """``airflow gpu-dag plan DAG_ID [--file PATH]``."""
     from airflow_gpu_dag.airflow.graph import plan_dag
 
-    json_output = args.output == "json"
-    with status(render.error_console(), f"Loading DAG {args.dag_id!r}...", json_output):
+    output = getattr(args, "output", "table") or "table"
+    with status(render.error_console(), f"Loading DAG {args.dag_id!r}...", output != "table"):
         dag = find_dag(args.dag_id, args.file)
         the_plan = plan_dag(dag)
-    if json_output:
-        render.print_json(the_plan.to_dict())
-        return
-    _print_plan(the_plan, args.critical_only)
+    render.emit(
+        output,
+        the_plan.to_dict(),
+        rows=lambda: render.plan_rows(the_plan, args.critical_only),
+        table=lambda: _print_plan(the_plan, args.critical_only),
+    )
