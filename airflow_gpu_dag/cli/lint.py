@@ -37,7 +37,14 @@ class LintReport:
         """One row per problem (``-o plain``): import errors, then the findings."""
         columns = ("severity", "code", "dag_id", "task_id", "message", "fix")
         errors = [
-            dict(zip(columns, ("error", "import-error", "", "", message, path), strict=True))
+            {
+                "severity": "error",
+                "code": "import-error",
+                "dag_id": "",
+                "task_id": "",
+                "message": f"{path}: " + (message.strip().splitlines() or [""])[-1],
+                "fix": "make the file import (-o table or -o json shows the whole traceback).",
+            }
             for path, message in sorted(self.import_errors.items())
         ]
         return errors + [{c: f.to_dict().get(c) for c in columns} for f in self.findings]
