@@ -7,7 +7,9 @@ controller tick, a GPU lease or the scheduler's weight rule.
 Which backend: the one the process already configured (the task runner configures the Task SDK's
 stats in workers; the scheduler, dag-processor, triggerer and api-server configure Airflow core's),
 else, in a process Airflow did not configure (the watermark controller, a CLI), the Task SDK's stats
-are configured from ``[metrics]`` on first use (:func:`configure`).
+are configured from ``[metrics]`` on first use (:func:`configure`). A process that has not imported
+Airflow at all (a script using :mod:`airflow_gpu_dag.gpu.lease` directly) sends nothing: a metric
+never loads Airflow.
 
 Names: ``gpu_dag.<component>.<metric>`` with tags (OpenTelemetry, Datadog, StatsD with
 ``statsd_influxdb_enabled``). Plain StatsD has no tags, so per-pool and per-strategy metrics are
@@ -20,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
@@ -137,6 +140,8 @@ def _stats() -> Any:
     """The stats module to send through in this process (None: metrics off)."""
     if _state["pid"] == os.getpid():
         return _state["stats"]
+    if "airflow" not in sys.modules:  # not an Airflow process (a script, a test): do not load Airflow
+        return None
     try:
         sdk = _sdk_stats()
         if _configured(sdk):
