@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 import airflow_gpu_dag.metrics as metrics
 from airflow_gpu_dag.watermark.config import PoolSpec
-from airflow_gpu_dag.watermark.pool_state import human_part, parse_pool_state, with_state
+from airflow_gpu_dag.watermark.pool_state import parse_pool_state, with_state
 
 log = logging.getLogger(__name__)
 
@@ -149,10 +149,9 @@ def release_pools(
             if pool is None or state is None or state.holder != holder or state.capacity is None:
                 continue
             capacity = state.capacity
-            previous = human_part(str(pool.get("description")))
             text = (
                 f"gpu-dag watermark: pool {capacity} of capacity {capacity} | released at {_iso(now)}: "
-                f"controller {holder} {reason}; was: {previous[:300]}"
+                f"controller {holder} {reason} (the pool had {pool.get('slots')} slots)"
             )
             client.set_pool(name, capacity, with_state(text, state.unclaimed()), spec.include_deferred)
         except Exception as err:

@@ -140,7 +140,12 @@ def test_a_clean_stop_writes_the_pool_back_to_its_capacity_and_drops_the_claim()
     assert rest.writes == [("gpu", 0), ("gpu", 4)]
     released = state(rest)
     assert released.capacity == 4 and released.expires is None and released.holder is None
-    assert "released at" in rest.pools["gpu"]["description"]
+    description = rest.pools["gpu"]["description"]
+    assert "released at" in description and "controller me stopped (the pool had 0 slots)" in description
+    # the critical-path page reads no reservation from a released pool
+    from airflow_gpu_dag.plugins.critical_path_page.data import parse_pool_description
+
+    assert parse_pool_description(description) == (4, 0, None)
     assert controller.released == ["gpu"] and not controller.active
 
 
