@@ -215,6 +215,15 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "10m",
                         "default": "10m",
                     },
+                    "watermark_watchdog_interval": {
+                        "description": "How often the scheduler checks for GPU pools that a stopped "
+                        "watermark controller left shrunk and writes them back to their capacity (fail "
+                        "open). 0 turns the watchdog off.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "30s",
+                        "default": "10s",
+                    },
                 },
             }
         },

@@ -70,6 +70,22 @@ def max_gpus_per_host() -> int | None:
         return None
 
 
+WATCHDOG_INTERVAL = "10s"
+
+
+def watermark_watchdog_interval() -> float:
+    """Seconds between the scheduler's fail-open checks of GPU pools
+    (``[gpu_dag] watermark_watchdog_interval``, default 10s; 0 = off)."""
+    raw = conf_get("watermark_watchdog_interval", WATCHDOG_INTERVAL) or WATCHDOG_INTERVAL
+    try:
+        return parse_duration(raw)
+    except EstimateError as err:
+        log.warning(
+            "[gpu_dag] watermark_watchdog_interval %r is invalid (%s); using %s", raw, err, WATCHDOG_INTERVAL
+        )
+        return parse_duration(WATCHDOG_INTERVAL)
+
+
 # -- the cross-DAG policy and the planner (read by the priority strategy and the controller) ----------
 _warned: set[str] = set()
 

@@ -52,7 +52,8 @@ def quiet(func: F) -> F:
 
 
 def status(err: Console, message: str, json_output: bool) -> contextlib.AbstractContextManager[Any]:
-    """A spinner with ``message`` on the error console; nothing with ``--output json``."""
+    """A spinner with ``message`` on the error console; nothing when ``json_output`` (any
+    machine-readable ``--output``: json, yaml, plain)."""
     return err.status(message, spinner="dots") if not json_output else contextlib.nullcontext()
 
 

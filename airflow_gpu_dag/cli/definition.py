@@ -62,7 +62,17 @@ ARG_NO_GRANULARITY = Arg(
     help="Do not warn about tasks shorter than 10 minutes or longer than 2 hours.",
 )
 ARG_STRICT = Arg(("--strict",), action="store_true", help="Exit non-zero on warnings as well as errors.")
+#: ``-o/--output`` of lint and plan (the same as ``airflow_gpu_dag.cli.render.OUTPUT_FORMATS``).
+OUTPUT_FORMATS = ("table", "json", "yaml", "plain")
 ARG_OUTPUT = Arg(
+    ("-o", "--output"),
+    choices=OUTPUT_FORMATS,
+    default="table",
+    metavar="(table, json, yaml, plain)",
+    help="Output format: table (default), json, yaml, or plain (tab-separated rows for scripts).",
+)
+#: simulate keeps table/json until it prints through ``render.emit`` too.
+ARG_OUTPUT_TABLE_JSON = Arg(
     ("-o", "--output"),
     choices=("table", "json"),
     default="table",
@@ -173,7 +183,7 @@ GPU_DAG_COMMANDS: tuple[ActionCommand, ...] = (
             ARG_OBJECTIVE,
             ARG_INTERVAL,
             ARG_GANTT,
-            ARG_OUTPUT,
+            ARG_OUTPUT_TABLE_JSON,
             ARG_VERBOSE,
         ),
     ),
@@ -212,13 +222,23 @@ def _watermark_command() -> ActionCommand:
     )
 
 
+def _watermark_health_command() -> tuple[ActionCommand, ...]:
+    """``watermark-health`` (the controller's exec probe), when the watermark module has it."""
+    try:
+        module = importlib.import_module(_WATERMARK_MODULE)
+        command = getattr(module, "WATERMARK_HEALTH_COMMAND", None)
+        return (command,) if isinstance(command, ActionCommand) else ()
+    except Exception:  # reported by _watermark_command already
+        return ()
+
+
 def get_gpu_dag_cli_commands() -> list[GroupCommand]:
     """The ``gpu-dag`` command group (``get_provider_info()["cli"]`` points here)."""
     return [
         GroupCommand(
             name="gpu-dag",
             help="Plan, validate and simulate GPU DAGs; run the GPU watermark controller",
-            subcommands=(*GPU_DAG_COMMANDS, _watermark_command()),
+            subcommands=(*GPU_DAG_COMMANDS, _watermark_command(), *_watermark_health_command()),
         )
     ]
 

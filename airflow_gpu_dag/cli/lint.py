@@ -33,6 +33,22 @@ class LintReport:
     def warnings(self) -> int:
         return sum(1 for f in self.findings if not f.is_error)
 
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per problem (``-o plain``): import errors, then the findings."""
+        columns = ("severity", "code", "dag_id", "task_id", "message", "fix")
+        errors = [
+            {
+                "severity": "error",
+                "code": "import-error",
+                "dag_id": "",
+                "task_id": "",
+                "message": f"{path}: " + (message.strip().splitlines() or [""])[-1],
+                "fix": "make the file import (-o table or -o json shows the whole traceback).",
+            }
+            for path, message in sorted(self.import_errors.items())
+        ]
+        return errors + [{c: f.to_dict().get(c) for c in columns} for f in self.findings]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "paths": self.paths,
@@ -121,14 +137,16 @@ def lint(args: argparse.Namespace) -> None:
     pools = configured_pools()
     pools.update(parse_pool_args(args.pools))
     policy = _policy(args, pools)
-    json_output = args.output == "json"
-    with status(render.error_console(), "Parsing DAG files...", json_output):
+    output = getattr(args, "output", "table") or "table"
+    with status(render.error_console(), "Parsing DAG files...", output != "table"):
         loaded = load_dags(args.paths)
         report = lint_dags(loaded, policy)
     failed = report.errors > 0 or (args.strict and report.warnings > 0)
-    if json_output:
-        render.print_json({**report.to_dict(), "ok": not failed})
-    else:
-        _print_report(report, pools, failed)
+    render.emit(
+        output,
+        {**report.to_dict(), "ok": not failed},
+        rows=report.rows,
+        table=lambda: _print_report(report, pools, failed),
+    )
     if failed:
         raise SystemExit(1)

@@ -41,12 +41,14 @@ def plan(args: argparse.Namespace) -> None:
     from airflow_gpu_dag.airflow.graph import build_task_graph, plan_dag
     from airflow_gpu_dag.priority.weights import policy_text
 
-    json_output = args.output == "json"
-    with status(render.error_console(), f"Loading DAG {args.dag_id!r}...", json_output):
+    output = getattr(args, "output", "table") or "table"
+    with status(render.error_console(), f"Loading DAG {args.dag_id!r}...", output != "table"):
         dag = find_dag(args.dag_id, args.file)
         the_plan = plan_dag(dag)
         the_plan = replace(the_plan, policy=policy_text(build_task_graph(dag)[0]))
-    if json_output:
-        render.print_json(the_plan.to_dict())
-        return
-    _print_plan(the_plan, args.critical_only)
+    render.emit(
+        output,
+        the_plan.to_dict(),
+        rows=lambda: render.plan_rows(the_plan, args.critical_only),
+        table=lambda: _print_plan(the_plan, args.critical_only),
+    )

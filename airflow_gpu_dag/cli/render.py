@@ -1,12 +1,12 @@
 """Terminal output of the ``airflow gpu-dag`` commands: rich tables on a terminal, plain text in a
-pipe, and JSON for ``--output json``."""
+pipe, and ``--output json|yaml|plain`` for scripts (:func:`emit`, one helper for every command)."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO, Any
 
 from rich.console import Console
@@ -19,13 +19,18 @@ from airflow_gpu_dag.core.resources import format_duration
 from airflow_gpu_dag.core.validation import Finding
 
 __all__ = [
+    "OUTPUT_FORMATS",
     "PlainTable",
     "console",
+    "emit",
     "error_console",
     "findings_table",
     "hours",
+    "plan_rows",
     "plan_table",
     "print_json",
+    "print_plain",
+    "print_yaml",
     "simulation_summary_table",
     "simulation_table",
 ]
@@ -47,6 +52,65 @@ def error_console() -> Console:
 def print_json(data: Any, file: IO[str] | None = None) -> None:
     """Print ``data`` as indented JSON."""
     (file or sys.stdout).write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+#: The ``-o/--output`` choices; ``table`` is the default (rich on a terminal, plain text in a pipe).
+OUTPUT_FORMATS = ("table", "json", "yaml", "plain")
+
+
+def print_yaml(data: Any, file: IO[str] | None = None) -> None:
+    """Print ``data`` as YAML (the same content as the JSON output, keys in the same order)."""
+    import yaml
+
+    plain = json.loads(json.dumps(data, default=str))
+    (file or sys.stdout).write(yaml.safe_dump(plain, sort_keys=False, allow_unicode=True, width=1000))
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list | tuple):
+        return ",".join(_cell(v) for v in value)
+    if isinstance(value, Mapping):
+        return json.dumps(value, default=str, separators=(",", ":"))
+    return " ".join(str(value).split())  # one line, no tabs
+
+
+def print_plain(rows: Sequence[Mapping[str, Any]], file: IO[str] | None = None) -> None:
+    """Print ``rows`` for ``cut``/``awk``: a header line, then one tab-separated line per row."""
+    out = file or sys.stdout
+    if not rows:
+        return
+    columns = list(rows[0])
+    out.write("\t".join(columns) + "\n")
+    for row in rows:
+        out.write("\t".join(_cell(row.get(c)) for c in columns) + "\n")
+
+
+def emit(
+    output: str,
+    data: Any,
+    *,
+    rows: Sequence[Mapping[str, Any]] | Callable[[], Sequence[Mapping[str, Any]]] = (),
+    table: Callable[[], None] | None = None,
+    file: IO[str] | None = None,
+) -> None:
+    """Print a command's result in the ``-o/--output`` format.
+
+    :param output: one of :data:`OUTPUT_FORMATS`.
+    :param data: the whole result for ``json`` and ``yaml`` (a dict/list of JSON-ready values).
+    :param rows: the listing for ``plain`` (a row per item, same keys in every row), or a callable
+        returning it.
+    :param table: prints the human output for ``table`` (default: the ``plain`` rows).
+    """
+    if output == "json":
+        print_json(data, file)
+    elif output == "yaml":
+        print_yaml(data, file)
+    elif output == "plain" or table is None:
+        print_plain(rows() if callable(rows) else rows, file)
+    else:
+        table()
 
 
 def hours(seconds: float) -> str:
@@ -169,6 +233,30 @@ def plan_table(plan: Plan, critical_only: bool = False) -> PlainTable:
             highlight=task.critical,
         )
     return table
+
+
+def plan_rows(plan: Plan, critical_only: bool = False) -> list[dict[str, Any]]:
+    """The per-task plan as rows (``-o plain``): times in seconds."""
+    return [
+        {
+            "task_id": t.task_id,
+            "critical": t.critical,
+            "duration_s": t.duration,
+            "duration_declared": t.duration_declared,
+            "earliest_start_s": t.earliest_start,
+            "earliest_finish_s": t.earliest_finish,
+            "latest_start_s": t.latest_start,
+            "latest_finish_s": t.latest_finish,
+            "slack_s": t.slack,
+            "priority": t.priority,
+            "gpu": t.gpu,
+            "pool": t.pool or DEFAULT_POOL,
+            "pool_slots": t.pool_slots,
+            "gpu_hours": round(t.gpu_hours, 4),
+        }
+        for t in plan.tasks
+        if t.critical or not critical_only
+    ]
 
 
 def simulation_summary_table(results: Mapping[str, Any], baseline: str = "stock") -> Table:

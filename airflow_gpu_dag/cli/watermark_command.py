@@ -1,8 +1,9 @@
-"""``airflow gpu-dag watermark``: run the GPU watermark controller (long-running, or ``--once``).
+"""``airflow gpu-dag watermark``: run the GPU watermark controller (long-running, or ``--once``), and
+``airflow gpu-dag watermark-health``: is a running controller ticking (exec probes, healthchecks).
 
-Wire it into the CLI group with the ready-made :data:`WATERMARK_COMMAND` (or build your own
-``ActionCommand`` from :data:`WATERMARK_ARGS`). This module stays light: the controller is imported
-only when the command runs.
+Wire them into the CLI group with the ready-made :data:`WATERMARK_COMMAND` and
+:data:`WATERMARK_HEALTH_COMMAND` (or build your own ``ActionCommand`` from :data:`WATERMARK_ARGS`).
+This module stays light: the controller is imported only when the command runs.
 """
 
 from __future__ import annotations
@@ -20,11 +21,19 @@ from airflow.cli.cli_config import ARG_VERBOSE, ActionCommand, Arg, lazy_load_co
 __all__ = [
     "ARG_WATERMARK_CONFIG",
     "ARG_WATERMARK_CONN_ID",
+    "ARG_WATERMARK_DRY_RUN",
+    "ARG_WATERMARK_HEALTH_HOST",
+    "ARG_WATERMARK_HEALTH_PORT",
+    "ARG_WATERMARK_HEARTBEAT_FILE",
     "ARG_WATERMARK_INTERVAL",
     "ARG_WATERMARK_ONCE",
+    "ARG_WATERMARK_OUTPUT",
     "WATERMARK_ARGS",
     "WATERMARK_COMMAND",
+    "WATERMARK_HEALTH_COMMAND",
+    "outcome_row",
     "watermark",
+    "watermark_health",
 ]
 
 log = logging.getLogger(__name__)
@@ -35,12 +44,39 @@ def _positive_float(value: str) -> float:
         number = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected seconds > 0, got {value!r}") from None
-    if number <= 0:
+    if not number > 0 or number == float("inf"):
         raise argparse.ArgumentTypeError(f"expected seconds > 0, got {value!r}")
     return number
 
 
-ARG_WATERMARK_ONCE = Arg(("--once",), action="store_true", help="Run one tick, print what it did, and exit.")
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a TCP port 0-65535, got {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a TCP port 0-65535, got {value!r}")
+    return port
+
+
+ARG_WATERMARK_ONCE = Arg(
+    ("--once",),
+    action="store_true",
+    help="Run one tick, print what it did, write the pools back to their capacity, and exit.",
+)
+ARG_WATERMARK_DRY_RUN = Arg(
+    ("--dry-run",),
+    dest="dry_run",
+    action="store_true",
+    help="With --once: decide and print what would be written; write nothing (no pool, no lease).",
+)
+ARG_WATERMARK_OUTPUT = Arg(
+    ("-o", "--output"),
+    choices=("table", "json", "yaml", "plain"),
+    default="table",
+    metavar="(table, json, yaml, plain)",
+    help="Output format of --once (default: table).",
+)
 ARG_WATERMARK_INTERVAL = Arg(
     ("--interval",),
     type=_positive_float,
@@ -59,13 +95,57 @@ ARG_WATERMARK_CONN_ID = Arg(
     default="gpu_dag_api",
     help="Airflow connection with the REST API URL (host) and login/password (default: gpu_dag_api).",
 )
+ARG_WATERMARK_HEALTH_PORT = Arg(
+    ("--health-port",),
+    dest="health_port",
+    type=_port,
+    default=None,
+    metavar="PORT",
+    help="Serve GET /health on this port: 200 while the last completed tick is younger than "
+    "3 x interval, else 503 (off unless given).",
+)
+ARG_WATERMARK_HEALTH_HOST = Arg(
+    ("--health-host",),
+    dest="health_host",
+    default="127.0.0.1",
+    metavar="HOST",
+    help="Address of the /health endpoint (default: 127.0.0.1; 0.0.0.0 for a Kubernetes httpGet probe).",
+)
+ARG_WATERMARK_HEARTBEAT_FILE = Arg(
+    ("--heartbeat-file",),
+    dest="heartbeat_file",
+    default=None,
+    metavar="PATH",
+    help='Rewrite this JSON file after every tick: {"last_tick", "interval", "pid", "active"} '
+    "(checked by airflow gpu-dag watermark-health).",
+)
+ARG_HEALTH_FILE = Arg(
+    ("--heartbeat-file",),
+    dest="heartbeat_file",
+    required=True,
+    metavar="PATH",
+    help="The controller's --heartbeat-file.",
+)
+ARG_HEALTH_MAX_AGE = Arg(
+    ("--max-age",),
+    dest="max_age",
+    type=_positive_float,
+    default=None,
+    metavar="SECONDS",
+    help="Stale when the last tick is at least this old (default: 3 x the controller's interval).",
+)
 
 #: The command's options, for building the ``ActionCommand`` elsewhere.
 WATERMARK_ARGS = (
     ARG_WATERMARK_ONCE,
+    ARG_WATERMARK_DRY_RUN,
+    ARG_WATERMARK_OUTPUT,
     ARG_WATERMARK_INTERVAL,
     ARG_WATERMARK_CONFIG,
     ARG_WATERMARK_CONN_ID,
+    ARG_WATERMARK_HEALTH_PORT,
+    ARG_WATERMARK_HEALTH_HOST,
+    ARG_WATERMARK_HEARTBEAT_FILE,
     ARG_VERBOSE,
 )
 
@@ -77,62 +157,173 @@ WATERMARK_COMMAND = ActionCommand(
     args=WATERMARK_ARGS,
 )
 
+WATERMARK_HEALTH_COMMAND = ActionCommand(
+    name="watermark-health",
+    help="Exit 0 when the watermark controller's heartbeat file is fresh, 1 otherwise (probes)",
+    func=lazy_load_command("airflow_gpu_dag.cli.watermark_command.watermark_health"),
+    args=(ARG_HEALTH_FILE, ARG_HEALTH_MAX_AGE),
+)
 
-def _print_outcomes(outcomes: list[Any]) -> None:
+
+def outcome_row(outcome: Any) -> dict[str, Any]:
+    """One pool's outcome as a JSON-ready row (``-o json|yaml|plain``)."""
+    decision = outcome.decision
+    if outcome.error:
+        action = "error"
+    elif outcome.written:
+        action = "written"
+    elif outcome.would_write:
+        action = "would write"
+    else:
+        action = "no change" if outcome.size is not None else "unchanged"
+    reserving = decision is not None and decision.reserved_for is not None
+    return {
+        "pool": outcome.pool,
+        "capacity": outcome.capacity.gpus,
+        "source_status": outcome.capacity.status,
+        "source_detail": outcome.capacity.detail,
+        "failed_intervals": outcome.capacity.failures,
+        "previous_size": outcome.previous,
+        "size": outcome.size,
+        "action": action,
+        "error": outcome.error,
+        "reserved_for": decision.reserved_for if decision is not None else None,
+        "reserved_slots": decision.reserved_slots if reserving else 0,
+        "backfill_slots": decision.backfill_slots if reserving else 0,
+        "shadow_time": decision.shadow_time if decision is not None else None,
+        "lookahead": bool(decision.lookahead) if decision is not None else False,
+        "reason": decision.reason if decision is not None else None,
+    }
+
+
+def _print_table(outcomes: list[Any], released: list[str], dry_run: bool) -> None:
     if not outcomes:
         print("standing by: another watermark controller holds the lease")
         return
     for outcome in outcomes:
+        row = outcome_row(outcome)
         size = "unchanged" if outcome.size is None else str(outcome.size)
-        action = (
-            "written" if outcome.written else ("error: " + outcome.error if outcome.error else "no change")
-        )
-        reason = outcome.decision.reason if outcome.decision is not None else ""
+        action = "error: " + str(outcome.error) if outcome.error else row["action"]
+        reason = row["reason"] or ""
         print(
             f"{outcome.pool}: size {size} capacity {outcome.capacity.gpus} "
             f"(source {outcome.capacity.status}: {outcome.capacity.detail}) {action}"
             + (f" | {reason}" if reason else "")
         )
+    if dry_run:
+        print("dry run: nothing was written")
+    for pool in released:
+        print(f"{pool}: written back to its capacity (the controller stops: fail open)")
+
+
+def _fail(message: str) -> SystemExit:
+    return SystemExit(f"airflow gpu-dag watermark: {message}")
 
 
 def watermark(args: argparse.Namespace) -> None:
-    """Entry point of ``airflow gpu-dag watermark`` (reads once, interval, config, conn_id)."""
+    """Entry point of ``airflow gpu-dag watermark`` (see :data:`WATERMARK_ARGS`)."""
+    import airflow_gpu_dag.metrics as metrics
+    from airflow_gpu_dag.cli import render
     from airflow_gpu_dag.hooks.airflow_api import AirflowApiHook
     from airflow_gpu_dag.watermark.config import ConfigError, load_config
     from airflow_gpu_dag.watermark.controller import build_controller
+    from airflow_gpu_dag.watermark.health import Heartbeat
+    from airflow_gpu_dag.watermark.lifecycle import PreflightError
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    once, dry_run = bool(getattr(args, "once", False)), bool(getattr(args, "dry_run", False))
+    output = getattr(args, "output", None) or "table"
+    if dry_run and not once:
+        raise _fail("--dry-run needs --once (decide once, print, write nothing)")
     try:
         config = load_config(getattr(args, "config", None))
     except ConfigError as err:
-        raise SystemExit(f"airflow gpu-dag watermark: {err}") from None
+        raise _fail(str(err)) from None
     interval = getattr(args, "interval", None)
     if interval:
         config = replace(config, interval=float(interval))
     client = AirflowApiHook(getattr(args, "conn_id", None) or "gpu_dag_api").get_client()
-    controller = build_controller(config, client)
+    server = None
     try:
-        if getattr(args, "once", False):
-            _print_outcomes(controller.tick())
+        try:
+            controller = build_controller(config, client, dry_run=dry_run)
+        except ConfigError as err:
+            raise _fail(str(err)) from None
+        try:
+            report = controller.preflight()
+        except PreflightError as err:
+            raise _fail(str(err)) from None
+        if not dry_run:
+            metrics.configure()
+        heartbeat = Heartbeat(config.interval, getattr(args, "heartbeat_file", None))
+        if getattr(args, "health_port", None) is not None and not once:
+            server = heartbeat.serve(args.health_port, getattr(args, "health_host", None) or "127.0.0.1")
+            log.info("health: GET http://%s:%d/health", *server.address)
+        if once:
+            try:
+                outcomes = controller.tick()
+                if not dry_run:
+                    heartbeat.beat(controller.active)
+            finally:
+                released = [] if dry_run else _release(controller, "finished --once")
+            rows = [outcome_row(o) for o in outcomes]
+            data = {
+                "dry_run": dry_run,
+                "standing_by": not outcomes,
+                "created": report.created,
+                "missing": report.missing,
+                "pools": rows,
+                "released": released,
+            }
+            render.emit(
+                output,
+                data,
+                rows=rows,
+                table=lambda: _print_table(outcomes, released, dry_run),
+            )
             return
-        stop = threading.Event()
-
-        def _stop(signum: int, _frame: object) -> None:
-            log.info("signal %d: stopping the watermark controller", signum)
-            stop.set()
-
-        signal.signal(signal.SIGTERM, _stop)
-        signal.signal(signal.SIGINT, _stop)
-        log.info(
-            "watermark controller: %d pool(s) every %gs: %s",
-            len(config.pools),
-            config.interval,
-            ", ".join(f"{p.name} ({p.source.type})" for p in config.pools),
-        )
-        controller.run(stop)
+        _run_forever(controller, config, heartbeat)
     finally:
-        if controller.leader_lock is not None and getattr(args, "once", False):
-            controller.leader_lock.release()
+        if server is not None:
+            server.stop()
         client.close()
         sys.stdout.flush()
+
+
+def _release(controller: Any, reason: str) -> list[str]:
+    active = controller.active
+    controller.shutdown(reason)
+    return list(controller.released) if active else []
+
+
+def _run_forever(controller: Any, config: Any, heartbeat: Any) -> None:
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping the watermark controller", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    log.info(
+        "watermark controller %s (%s): %d pool(s) every %gs, fail open after %d intervals: %s",
+        controller.holder,
+        controller.group,
+        len(config.pools),
+        config.interval,
+        config.fail_open_after,
+        ", ".join(f"{p.name} ({p.source.type})" for p in config.pools),
+    )
+    controller.run(stop, on_tick=lambda _outcomes: heartbeat.beat(controller.active))
+
+
+def watermark_health(args: argparse.Namespace) -> None:
+    """Entry point of ``airflow gpu-dag watermark-health``: exit 0 when fresh, 1 otherwise."""
+    from airflow_gpu_dag.watermark.health import check_heartbeat_file
+
+    fresh, message = check_heartbeat_file(args.heartbeat_file, getattr(args, "max_age", None))
+    print(message)
+    sys.stdout.flush()
+    if not fresh:
+        raise SystemExit(1)

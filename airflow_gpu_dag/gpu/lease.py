@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import Any
 
+import airflow_gpu_dag.metrics as metrics
 from airflow_gpu_dag.core.resources import GpuRequest, format_memory
 from airflow_gpu_dag.gpu.inventory import GpuInventory, load_inventory
 from airflow_gpu_dag.gpu.lease_errors import (
@@ -328,11 +329,13 @@ class LeaseManager:
         """
         owner = owner or LeaseOwner()
         timeout = self.settings.wait_timeout_s if timeout is None else timeout
-        deadline = time.monotonic() + timeout
+        asked = time.monotonic()
+        deadline = asked + timeout
         waited_logged = False
         while True:
             lease = self.try_acquire(request, owner, holder_pid=holder_pid)
             if lease is not None:
+                metrics.lease_waited(time.monotonic() - asked, owner.pool)
                 return lease
             if cancelled is not None and cancelled():
                 raise LeaseError(f"{owner.describe()}: stopped while waiting for {request.describe()}")

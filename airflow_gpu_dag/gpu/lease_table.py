@@ -29,6 +29,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import airflow_gpu_dag.metrics as metrics
 from airflow_gpu_dag.gpu.lease_errors import LeaseError, LeaseTableCorrupt
 from airflow_gpu_dag.gpu.lease_settings import LeaseOwner, LeaseSettings
 from airflow_gpu_dag.gpu.process import HostIdentity, process_alive
@@ -207,3 +208,5 @@ class LeaseTable:
             )
         except OSError:
             log.exception("GPU usage ledger %s cannot be written", self.ledger.path)
+        start = float(record.get("acquired_at", end))
+        metrics.lease_used(len(record.get("devices", ())), start, end, outcome, owner.get("pool"))

@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 __all__ = ["AirflowRestClient", "RestError", "parse_time"]
 
 PAGE = 100
+#: A list endpoint that keeps answering full pages past this many items is refused (a broken or
+#: hostile server must not keep a caller paging forever).
+MAX_ITEMS = 200_000
 
 
 class RestError(RuntimeError):
@@ -217,8 +220,12 @@ class AirflowRestClient:
         offset = 0
         while True:
             page = self._json("GET", path, params=[*params, ("limit", PAGE), ("offset", offset)])
-            items = list(page.get(key, []))
+            items = page.get(key, []) if isinstance(page, dict) else None
+            if not isinstance(items, list):
+                raise RestError(f"GET /api/v2{path}: the answer has no list {key!r}")
             found.extend(items)
+            if len(found) > MAX_ITEMS:
+                raise RestError(f"GET /api/v2{path}: more than {MAX_ITEMS} items; refusing to page further")
             offset += len(items)
             total = page.get("total_entries")
             if not items or len(items) < PAGE or (isinstance(total, int) and offset >= total):

@@ -1,4 +1,5 @@
-"""The Airflow plugin: registers the priority weight strategies (and, later, the UI page)."""
+"""The Airflow plugin: registers the priority weight strategies, the critical-path page and the
+scheduler's fail-open watchdog of GPU pools (a listener)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,18 @@ def _critical_path_page() -> tuple[list[dict], list[dict]]:
 _FASTAPI_APPS, _EXTERNAL_VIEWS = _critical_path_page()
 
 
+def _listeners() -> list:
+    """The fail-open watchdog of GPU pools (started in the scheduler only); never breaks loading."""
+    try:
+        from airflow_gpu_dag.watermark import watchdog
+    except Exception:
+        import logging
+
+        logging.getLogger(__name__).exception("airflow-gpu-dag: pool watchdog disabled")
+        return []
+    return [watchdog]
+
+
 class GpuDagPlugin(AirflowPlugin):
     """Loaded through the ``airflow.plugins`` entry point in every Airflow process."""
 
@@ -29,3 +42,4 @@ class GpuDagPlugin(AirflowPlugin):
     priority_weight_strategies = [CriticalPathPriorityStrategy, PackingPriorityStrategy]
     fastapi_apps = _FASTAPI_APPS
     external_views = _EXTERNAL_VIEWS
+    listeners = _listeners()

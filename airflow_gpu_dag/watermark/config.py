@@ -2,7 +2,9 @@
 
 YAML or JSON, e.g.::
 
-    interval: 60              # seconds between ticks (CLI --interval overrides)
+    interval: 60              # seconds between ticks (CLI --interval overrides); "30s", "2m" too
+    fail_open_after: 3        # intervals without a write after which the scheduler's watchdog
+                              # writes the pools back to their capacity
     lease:
       lock_file: /tmp/airflow-gpu-dag-watermark.lock   # one active controller per host
       variable: gpu_dag_watermark_lease                 # one active controller across hosts (REST)
@@ -16,25 +18,30 @@ YAML or JSON, e.g.::
         backfill: true          # safe backfill while a reservation is active (strict: only work
                                 # that ends before the reserved task can start; false: none)
         lookahead: true         # also reserve for tasks about to be ready (upstream all started)
-        source_timeout: 30      # seconds; a source that does not answer in time has failed
+        source_timeout: 30s     # a source that does not answer in time has failed
       gpu_static:
         source: {type: static, gpus: 8}
 
 When no file is given, the pools of ``[gpu_dag] pools`` (JSON ``{"pool": slots}``) are managed with
-static sources. Errors name the pool and the key at fault.
+static sources. Errors name the pool and the key at fault. Every duration (``interval``,
+``lease.ttl``, ``source_timeout``, a source's ``max_age``/``timeout``) takes seconds or a string like
+``"30s"``, ``"2m"``, ``"1h30m"`` (as the ``[gpu_dag]`` options do).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_gpu_dag.core.resources import EstimateError, parse_memory_mib
+from airflow_gpu_dag.core.resources import EstimateError, parse_duration, parse_memory_mib
 
 __all__ = [
+    "DEFAULT_FAIL_OPEN_AFTER",
     "DEFAULT_INTERVAL",
     "DEFAULT_LEASE_VARIABLE",
     "DEFAULT_LOCK_FILE",
@@ -49,6 +56,15 @@ __all__ = [
 ]
 
 DEFAULT_INTERVAL = 60.0
+DEFAULT_FAIL_OPEN_AFTER = 3
+#: Longest pool name Airflow stores (``slot_pool.pool``).
+MAX_POOL_NAME = 256
+_TOP_KEYS = {"interval", "fail_open_after", "lease", "pools"}
+_LEASE_KEYS = {"lock_file", "variable", "ttl"}
+#: Options given in seconds (or a duration string) per source type.
+_DURATION_OPTIONS = {"file": ("max_age",), "prometheus": ("timeout",)}
+#: The options of the sources that ignore unknown ones (the others reject them when built).
+_KNOWN_OPTIONS = {"static": {"gpus"}, "file": {"path", "max_age"}}
 DEFAULT_LOCK_FILE = "/tmp/airflow-gpu-dag-watermark.lock"
 DEFAULT_LEASE_VARIABLE = "gpu_dag_watermark_lease"
 SOURCE_TYPES = ("static", "file", "nvml", "kubernetes", "prometheus")
@@ -103,36 +119,77 @@ class WatermarkConfig:
     pools: tuple[PoolSpec, ...]
     interval: float = DEFAULT_INTERVAL
     lease: LeaderLockSpec = field(default_factory=LeaderLockSpec)
+    fail_open_after: int = DEFAULT_FAIL_OPEN_AFTER
 
     def lease_ttl(self) -> float:
         """Lease lifetime: the configured ttl, else three intervals."""
         return float(self.lease.ttl) if self.lease.ttl else 3.0 * self.interval
 
+    def fail_open_window(self) -> float:
+        """Seconds a pool write stays claimed: ``fail_open_after`` intervals."""
+        return self.fail_open_after * self.interval
+
+    def lease_group(self, host: str | None = None) -> str:
+        """Who may manage these pools: controllers sharing the lease Variable (any host), else the
+        lock file on this host, else this host. Standbys of one controller share it; a controller of
+        another group finding a live claim of this one on a pool refuses to start."""
+        if self.lease.variable:
+            return f"variable:{self.lease.variable}"
+        host = host or socket.gethostname()
+        if self.lease.lock_file:
+            return f"lock:{host}:{self.lease.lock_file}"
+        return f"host:{host}"
+
+
+def _show(value: object) -> str:
+    """``repr`` cut to a readable length (a config value can be anything YAML holds)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
 
 def _int(value: object, where: str, minimum: int = 0) -> int:
+    problem = f"{where}: expected an integer >= {minimum}, got {_show(value)}"
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ConfigError(f"{where}: expected an integer >= {minimum}, got {value!r}")
+        raise ConfigError(problem)
+    if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
+        raise ConfigError(problem)
     try:
         number = int(value)
-    except ValueError:
-        raise ConfigError(f"{where}: expected an integer >= {minimum}, got {value!r}") from None
+    except (ValueError, OverflowError):
+        raise ConfigError(problem) from None
     if number < minimum:
-        raise ConfigError(f"{where}: expected an integer >= {minimum}, got {value!r}")
+        raise ConfigError(problem)
     return number
+
+
+def _duration(value: object, where: str) -> float:
+    """Seconds > 0 from a number or a duration string (``"30s"``, ``"2m"``)."""
+    problem = f'{where}: expected seconds > 0 or a duration like "30s", "2m", got {_show(value)}'
+    try:
+        seconds = parse_duration(value)
+    except EstimateError:
+        raise ConfigError(problem) from None
+    if seconds <= 0:
+        raise ConfigError(problem)
+    return seconds
 
 
 def _seconds(value: object, where: str) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ConfigError(f"{where}: expected a number of seconds > 0 (or null for no limit), got {value!r}")
-    return float(value)
+    return _duration(value, f"{where} (or null for no limit)")
+
+
+def _optional_str(value: object, where: str) -> str | None:
+    if value is None or (isinstance(value, str) and value):
+        return value
+    raise ConfigError(f"{where}: expected a non-empty string or null, got {_show(value)}")
 
 
 def _bool(value: object, where: str) -> bool:
     if isinstance(value, bool):
         return value
-    raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    raise ConfigError(f"{where}: expected true or false, got {_show(value)}")
 
 
 def _backfill(value: object, where: str) -> str:
@@ -141,24 +198,28 @@ def _backfill(value: object, where: str) -> str:
         return "strict"
     if isinstance(value, bool):
         return "easy" if value else "off"
-    raise ConfigError(f"{where}: expected true, false or strict, got {value!r}")
+    raise ConfigError(f"{where}: expected true, false or strict, got {_show(value)}")
 
 
 def _source(pool: str, raw: object) -> SourceSpec:
     where = f"pools.{pool}.source"
     if isinstance(raw, int) and not isinstance(raw, bool):
-        return SourceSpec("static", {"gpus": raw})
+        return SourceSpec("static", {"gpus": _int(raw, f"{where} (static GPU count)")})
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where}: expected a mapping like {{type: static, gpus: 8}}, got {raw!r}")
+        raise ConfigError(f"{where}: expected a mapping like {{type: static, gpus: 8}}, got {_show(raw)}")
     options = dict(raw)
     kind = options.pop("type", None)
     if kind not in SOURCE_TYPES:
-        raise ConfigError(f"{where}.type: expected one of {', '.join(SOURCE_TYPES)}, got {kind!r}")
+        raise ConfigError(f"{where}.type: expected one of {', '.join(SOURCE_TYPES)}, got {_show(kind)}")
+    unknown = {str(k) for k in options} - _KNOWN_OPTIONS.get(str(kind), {str(k) for k in options})
+    if unknown:
+        known = sorted(_KNOWN_OPTIONS[str(kind)])
+        raise ConfigError(f"{where}: unknown options {sorted(unknown)} for a {kind} source (known: {known})")
     if kind == "static":
         options["gpus"] = _int(options.get("gpus"), f"{where}.gpus")
-    if kind == "file" and not options.get("path"):
+    if kind == "file" and not (isinstance(options.get("path"), str) and options["path"]):
         raise ConfigError(f"{where}.path: a file source needs the path of a file holding the GPU count")
-    if kind == "prometheus" and not options.get("url"):
+    if kind == "prometheus" and not (isinstance(options.get("url"), str) and options["url"]):
         raise ConfigError(f"{where}.url: a prometheus source needs the Prometheus base URL")
     if "min_free_memory" in options:
         try:
@@ -167,13 +228,24 @@ def _source(pool: str, raw: object) -> SourceSpec:
             raise ConfigError(f"{where}.min_free_memory: {err}") from None
     if "max_utilization" in options:
         options["max_utilization"] = _int(options["max_utilization"], f"{where}.max_utilization")
+    for key in _DURATION_OPTIONS.get(str(kind), ()):
+        if options.get(key) is not None:
+            options[key] = _duration(options[key], f"{where}.{key}")
     return SourceSpec(str(kind), options)
+
+
+def _pool_name(name: object) -> str:
+    if isinstance(name, bool) or not isinstance(name, str | int) or not str(name).strip():
+        raise ConfigError(f"pools: pool names must be non-empty strings, got {name!r}")
+    if len(str(name)) > MAX_POOL_NAME:
+        raise ConfigError(f"pools: pool name {str(name)[:40]!r}... is longer than {MAX_POOL_NAME} characters")
+    return str(name)
 
 
 def _pool(name: str, raw: object) -> PoolSpec:
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"pools.{name}: expected a mapping with a 'source', got {raw!r}")
-    unknown = set(raw) - {
+        raise ConfigError(f"pools.{name}: expected a mapping with a 'source', got {_show(raw)}")
+    unknown = {str(k) for k in raw} - {
         "source",
         "floor",
         "stale_intervals",
@@ -211,22 +283,25 @@ def parse_config(raw: Mapping[str, Any]) -> WatermarkConfig:
     pools_raw = raw.get("pools")
     if not isinstance(pools_raw, Mapping) or not pools_raw:
         raise ConfigError("watermark config: 'pools' must map at least one pool name to its settings")
-    interval = raw.get("interval", DEFAULT_INTERVAL)
-    if isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0:
-        raise ConfigError(f"interval: expected a number of seconds > 0, got {interval!r}")
+    unknown = {str(k) for k in raw} - _TOP_KEYS
+    if unknown:
+        raise ConfigError(f"watermark config: unknown keys {sorted(unknown)} (known: {sorted(_TOP_KEYS)})")
+    interval = _duration(raw.get("interval", DEFAULT_INTERVAL), "interval")
+    fail_open_after = _int(raw.get("fail_open_after", DEFAULT_FAIL_OPEN_AFTER), "fail_open_after", 2)
     lease_raw = raw.get("lease", {}) or {}
     if not isinstance(lease_raw, Mapping):
-        raise ConfigError(f"lease: expected a mapping, got {lease_raw!r}")
+        raise ConfigError(f"lease: expected a mapping, got {_show(lease_raw)}")
+    unknown = {str(k) for k in lease_raw} - _LEASE_KEYS
+    if unknown:
+        raise ConfigError(f"lease: unknown keys {sorted(unknown)} (known: {sorted(_LEASE_KEYS)})")
     ttl = lease_raw.get("ttl")
-    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0):
-        raise ConfigError(f"lease.ttl: expected a number of seconds > 0, got {ttl!r}")
     lease = LeaderLockSpec(
-        lock_file=lease_raw.get("lock_file", DEFAULT_LOCK_FILE),
-        variable=lease_raw.get("variable", DEFAULT_LEASE_VARIABLE),
-        ttl=float(ttl) if ttl is not None else None,
+        lock_file=_optional_str(lease_raw.get("lock_file", DEFAULT_LOCK_FILE), "lease.lock_file"),
+        variable=_optional_str(lease_raw.get("variable", DEFAULT_LEASE_VARIABLE), "lease.variable"),
+        ttl=_duration(ttl, "lease.ttl") if ttl is not None else None,
     )
-    pools = tuple(_pool(str(name), spec) for name, spec in pools_raw.items())
-    return WatermarkConfig(pools=pools, interval=float(interval), lease=lease)
+    pools = tuple(_pool(_pool_name(name), spec) for name, spec in pools_raw.items())
+    return WatermarkConfig(pools=pools, interval=interval, lease=lease, fail_open_after=fail_open_after)
 
 
 def load_config(path: str | Path | None) -> WatermarkConfig:
@@ -246,9 +321,9 @@ def load_config(path: str | Path | None) -> WatermarkConfig:
         return parse_config({"pools": {name: {"source": slots} for name, slots in capacities.items()}})
     file = Path(path)
     try:
-        text = file.read_text()
-    except OSError as err:
-        raise ConfigError(f"watermark config {file}: cannot read it ({err})") from None
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"watermark config {file}: cannot read it as UTF-8 text ({err})") from None
     try:
         if file.suffix == ".json":
             raw = json.loads(text)

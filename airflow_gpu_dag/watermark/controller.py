@@ -15,31 +15,37 @@ Each tick (every ``interval`` seconds, 60 by default):
 Nothing needed for a correct decision lives only in memory: capacity comes from the sources, tasks
 from REST, and the fault-ladder state (last good value, failed intervals) is written in the pool
 description and read back by a controller that (re)starts or takes over the lease.
+
+Failing open (:mod:`.pool_state`, :mod:`.lifecycle`, :mod:`.watchdog`): every write carries a claim
+that lapses ``fail_open_after`` intervals later unless renewed; a clean stop writes the pools back to
+their capacity, and the scheduler's watchdog does so for a controller that died or hung.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import airflow_gpu_dag.metrics as metrics
 from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, RunningTask
 from airflow_gpu_dag.core.objective import ReservationGate
 from airflow_gpu_dag.core.reservation import PoolDecision, decide_pools
 from airflow_gpu_dag.hints import duration_hint
-from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, parse_time
-from airflow_gpu_dag.watermark.config import PoolSpec, WatermarkConfig
+from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
+from airflow_gpu_dag.watermark import rest_values
+from airflow_gpu_dag.watermark.config import ConfigError, PoolSpec, WatermarkConfig
 from airflow_gpu_dag.watermark.leader_lock import (
     CombinedLeaderLock,
     FileLeaderLock,
     VariableLeaderLock,
     default_holder_id,
 )
+from airflow_gpu_dag.watermark.lifecycle import Preflight, preflight, release_pools
+from airflow_gpu_dag.watermark.pool_state import PoolState, needs_write, parse_pool_state, with_state
 from airflow_gpu_dag.watermark.sources import CapacitySource, CapacityTracker, PoolCapacity, build_source
 
 log = logging.getLogger(__name__)
@@ -55,36 +61,31 @@ __all__ = [
 READY_STATES = ("scheduled",)
 HOLDING_STATES = ("queued", "running")
 ENDED_STATES = ("success", "failed", "skipped", "upstream_failed", "removed")
-_STATE = re.compile(r"\[gpu-dag-state (\{.*?\})\]")
 
 
-def describe(capacity: PoolCapacity, decision: PoolDecision | None, size: int) -> str:
-    """The pool description: what the controller did, plus its fault-ladder state (machine-readable)."""
+def describe(
+    capacity: PoolCapacity,
+    decision: PoolDecision | None,
+    size: int,
+    claim: tuple[str, str, float] | None = None,
+) -> str:
+    """The pool description: what the controller did, plus its state (machine-readable): the fault
+    ladder, the capacity, and ``claim`` = ``(lease group, holder, expires)`` (see :mod:`.pool_state`)."""
     parts = [
         f"gpu-dag watermark: pool {size} of capacity {capacity.gpus}",
         f"source {capacity.status}: {capacity.detail}",
     ]
     if decision is not None:
         parts.append(decision.reason)
-    state = json.dumps(
-        {"last_good": capacity.last_good, "failures": capacity.failures}, separators=(",", ":")
-    )
-    return " | ".join(parts) + f" [gpu-dag-state {state}]"
+    lease, holder, expires = claim if claim is not None else (None, None, None)
+    state = PoolState(capacity.last_good, capacity.failures, capacity.gpus, lease, holder, expires)
+    return with_state(" | ".join(parts), state)
 
 
 def parse_state(description: str | None) -> tuple[int | None, int] | None:
     """``(last_good, failures)`` from a description written by :func:`describe`, else None."""
-    if not description:
-        return None
-    match = _STATE.search(description)
-    if not match:
-        return None
-    try:
-        state = json.loads(match.group(1))
-        last_good = state.get("last_good")
-        return (int(last_good) if last_good is not None else None), int(state.get("failures", 0))
-    except (ValueError, TypeError, AttributeError):
-        return None
+    state = parse_pool_state(description)
+    return None if state is None else (state.last_good, state.failures)
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,8 @@ class PoolOutcome:
     size: int | None
     written: bool
     error: str | None = None
+    previous: int | None = None
+    would_write: bool = False
 
 
 def _run(ti: Mapping[str, Any]) -> str:
@@ -104,7 +107,7 @@ def _run(ti: Mapping[str, Any]) -> str:
 
 
 def _key(ti: Mapping[str, Any]) -> str:
-    return f"{ti.get('dag_id')}/{ti.get('dag_run_id')}/{ti.get('task_id')}/{ti.get('map_index', -1)}"
+    return rest_values.key(ti)
 
 
 class WatermarkController:
@@ -117,6 +120,9 @@ class WatermarkController:
     :param default_duration: estimate (s) for tasks without a ``duration_s`` hint; default from
         ``[gpu_dag] default_duration``.
     :param clock: epoch seconds (same clock as task instance start dates).
+    :param holder: this process's id in leases and pool claims (default ``host:pid:random``).
+    :param dry_run: decide and report, write nothing (no pool, no claim).
+    :raises ConfigError: a source's options cannot build it (the message names the pool).
     """
 
     def __init__(
@@ -127,11 +133,16 @@ class WatermarkController:
         leader_lock: CombinedLeaderLock | None = None,
         default_duration: float | None = None,
         clock: Callable[[], float] = time.time,
+        holder: str | None = None,
+        dry_run: bool = False,
     ) -> None:
         self.config = config
         self.client = client
         self.leader_lock = leader_lock
         self._clock = clock
+        self.holder = holder or default_holder_id()
+        self.group = config.lease_group()
+        self.dry_run = dry_run
         if default_duration is None:
             from airflow_gpu_dag.settings import default_duration_seconds
 
@@ -140,19 +151,45 @@ class WatermarkController:
         #: the cross-DAG objective's reservation gate ([gpu_dag] objective; None: reserve for every head)
         self.gate = reservation_gate()
         given = dict(sources or {})
-        self.trackers: dict[str, CapacityTracker] = {
-            spec.name: CapacityTracker(spec, given.get(spec.name) or build_source(spec.source))
-            for spec in config.pools
-        }
+        self.trackers: dict[str, CapacityTracker] = {}
+        for spec in config.pools:
+            try:
+                source = given.get(spec.name) or build_source(spec.source)
+            except ValueError as err:
+                raise ConfigError(f"pools.{spec.name}.source: {err}") from None
+            self.trackers[spec.name] = CapacityTracker(spec, source)
         self.specs: dict[str, PoolSpec] = {spec.name: spec for spec in config.pools}
         self.active = False
         self.ticks = 0
+        self.released: list[str] = []
+
+    # -- start and stop ---------------------------------------------------------------------------
+    def preflight(self) -> Preflight:
+        """Before the first tick: refuse pools another controller group manages, create missing pools
+        (see :func:`.lifecycle.preflight`; nothing is written in a dry run)."""
+        return preflight(self.client, self.specs, self.group, self._clock(), dry_run=self.dry_run)
+
+    def release(self, reason: str) -> list[str]:
+        """Fail open: write the pools this controller claimed back to their capacity."""
+        if self.dry_run:
+            return []
+        return release_pools(self.client, self.specs, self.holder, reason, self._clock())
+
+    def shutdown(self, reason: str = "stopped") -> None:
+        """Clean stop: fail open (when active), then give up the lease."""
+        try:
+            if self.active:
+                self.released = self.release(reason)
+                self.active = False
+        finally:
+            if self.leader_lock is not None:
+                self.leader_lock.release()
 
     # -- state recovery ---------------------------------------------------------------------------
     def _restore(self, pools: Mapping[str, dict[str, Any] | None]) -> None:
         for name, tracker in self.trackers.items():
             pool = pools.get(name)
-            state = parse_state(pool.get("description") if pool else None)
+            state = parse_state(pool.get("description") if isinstance(pool, dict) else None)
             if state is not None:
                 tracker.restore(*state)
                 log.info("pool %s: restored last good %s, %d failed intervals", name, state[0], state[1])
@@ -163,38 +200,34 @@ class WatermarkController:
         states = READY_STATES + HOLDING_STATES + (("deferred",) if deferred_pools else ())
         running: list[RunningTask] = []
         ready: list[ReadyTask] = []
+        skipped = 0
         for ti in self.client.task_instances(list(self.specs), states):
-            pool, state = str(ti.get("pool")), str(ti.get("state"))
-            if state == "deferred" and pool not in deferred_pools:
-                continue
-            slots = int(ti.get("pool_slots") or 1)
-            duration = self._duration(ti)
-            if state == "scheduled":
-                order = (
-                    str(ti.get("logical_date") or ti.get("run_after") or ""),
-                    int(ti.get("map_index", -1)),
-                )
-                ready.append(
-                    ReadyTask(
-                        _key(ti),
-                        pool,
-                        slots,
-                        int(ti.get("priority_weight") or 0),
-                        duration,
-                        order,
-                        run=_run(ti),
+            try:
+                pool, state = str(ti.get("pool")), str(ti.get("state"))
+                if pool not in self.specs or (state == "deferred" and pool not in deferred_pools):
+                    continue
+                slots = rest_values.slots(ti)
+                duration = self._duration(ti)
+                if state == "scheduled":
+                    priority = rest_values.priority(ti)
+                    ready.append(
+                        ReadyTask(
+                            _key(ti), pool, slots, priority, duration, rest_values.order(ti), run=_run(ti)
+                        )
                     )
-                )
-            else:
-                start = parse_time(ti.get("start_date"))
-                running.append(
-                    RunningTask(_key(ti), pool, slots, (start if start is not None else now) + duration)
-                )
+                else:
+                    start = rest_values.start_time(ti)
+                    running.append(
+                        RunningTask(_key(ti), pool, slots, (start if start is not None else now) + duration)
+                    )
+            except Exception:  # one unreadable task instance must not cost the tick
+                skipped += 1
+        if skipped:
+            log.warning("skipped %d unreadable task instance(s) in the REST answer", skipped)
         return running, ready
 
     def _duration(self, ti: Mapping[str, Any]) -> float:
-        hint = duration_hint(ti.get("executor_config"))
-        return self.default_duration if hint is None else hint
+        return rest_values.duration(duration_hint(ti.get("executor_config")), self.default_duration)
 
     def _pending(self, now: float) -> list[PendingTask]:
         """Lookahead: task instances of the lookahead pools not scheduled yet whose upstream tasks have
@@ -213,6 +246,8 @@ class WatermarkController:
         upstream_of: dict[str, dict[str, list[str]]] = {}
         runs: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
         for ti in candidates:
+            if not isinstance(ti, Mapping):
+                continue
             dag_id, run_id, pool = str(ti.get("dag_id")), str(ti.get("dag_run_id")), str(ti.get("pool"))
             if dag_id not in upstream_of:
                 upstream_of[dag_id] = self.client.upstream_task_ids(dag_id)
@@ -230,7 +265,7 @@ class WatermarkController:
                     if state in ENDED_STATES:
                         continue
                     if state in HOLDING_STATES or state == "deferred":
-                        start = parse_time(up.get("start_date"))
+                        start = rest_values.start_time(up)
                         ends.append((now if start is None else start) + self._duration(up))
                     elif state == "scheduled" and str(up.get("pool")) == pool:
                         after.append(_key(up))
@@ -240,15 +275,14 @@ class WatermarkController:
                         known = False
             if not known:
                 continue
-            order = (str(ti.get("logical_date") or ti.get("run_after") or ""), int(ti.get("map_index", -1)))
             pending.append(
                 PendingTask(
                     _key(ti),
                     pool,
-                    int(ti.get("pool_slots") or 1),
-                    int(ti.get("priority_weight") or 0),
+                    rest_values.slots(ti),
+                    rest_values.priority(ti),
                     self._duration(ti),
-                    order,
+                    rest_values.order(ti),
                     max(ends),
                     tuple(after),
                     run=_run(ti),
@@ -258,16 +292,36 @@ class WatermarkController:
 
     # -- one tick ---------------------------------------------------------------------------------
     def tick(self) -> list[PoolOutcome]:
-        """Run one control step; returns what it did per pool (empty while standing by)."""
+        """Run one control step; returns what it did per pool (empty while standing by).
+
+        REST and source failures are logged and reported in the outcomes, never raised.
+        """
+        started = time.monotonic()
+        outcomes: list[PoolOutcome] = []
+        try:
+            outcomes = self._tick()
+        finally:
+            if not self.dry_run:
+                _report(outcomes, time.monotonic() - started, self.active)
+        return outcomes
+
+    def _tick(self) -> list[PoolOutcome]:
         self.ticks += 1
         if self.leader_lock is not None and not self.leader_lock.acquire():
             if self.active:
                 log.warning("lost the controller lease (%s); standing by", self.leader_lock.describe())
+                self.active = False
+                self.release("lost its lease")
             else:
                 log.info("standing by: another controller is active (%s)", self.leader_lock.describe())
-            self.active = False
             return []
-        current = {name: self.client.get_pool(name) for name in self.specs}
+        try:
+            current = {name: self.client.get_pool(name) for name in self.specs}
+        except Exception as err:
+            log.error("cannot read the pools (%s); pool sizes left unchanged this tick", err)
+            return [
+                PoolOutcome(n, t.read(), None, None, False, f"pools: {err}") for n, t in self.trackers.items()
+            ]
         if not self.active:
             self._restore(current)
             self.active = True
@@ -312,39 +366,62 @@ class WatermarkController:
                     )
                 )
 
-        outcomes = []
-        for name, capacity in capacities.items():
-            spec = self.specs[name]
-            decision = decisions.get(name)
-            size = decision.pool_size if decision is not None else capacity.gpus
-            description = describe(capacity, decision, size)
-            pool = current.get(name)
-            if pool and int(pool.get("slots", -2)) == size and pool.get("description") == description:
-                outcomes.append(PoolOutcome(name, capacity, decision, size, False))
-                continue
-            try:
-                self.client.set_pool(name, size, description, include_deferred=spec.include_deferred)
-            except Exception as err:
-                log.error("pool %s: cannot write size %d (%s)", name, size, err)
-                outcomes.append(PoolOutcome(name, capacity, decision, size, False, str(err)))
-                continue
-            previous = pool.get("slots") if pool else None
-            if previous == size:
-                log.info("pool %s: %d slots, description updated (%s)", name, size, description)
-            else:
-                log.info("pool %s: %s -> %d slots (%s)", name, previous, size, description)
-            outcomes.append(PoolOutcome(name, capacity, decision, size, True))
-        return outcomes
+        return [
+            self._write(name, capacity, decisions.get(name), current.get(name), now)
+            for name, capacity in capacities.items()
+        ]
 
-    def run(self, stop: threading.Event | None = None, max_ticks: int | None = None) -> None:
-        """Tick every ``config.interval`` seconds until ``stop`` is set (or ``max_ticks`` ran)."""
+    def _write(
+        self,
+        name: str,
+        capacity: PoolCapacity,
+        decision: PoolDecision | None,
+        pool: dict[str, Any] | None,
+        now: float,
+    ) -> PoolOutcome:
+        """Write one pool's size and description (with a renewed claim) when something changed."""
+        spec = self.specs[name]
+        size = decision.pool_size if decision is not None else capacity.gpus
+        claim = (self.group, self.holder, now + self.config.fail_open_window())
+        description = describe(capacity, decision, size, claim)
+        slots = pool.get("slots") if isinstance(pool, dict) else None
+        previous = slots if isinstance(slots, int) and not isinstance(slots, bool) else None
+        current = pool if isinstance(pool, dict) else None
+        if not needs_write(current, size, description, spec.include_deferred, now, self.config.interval):
+            return PoolOutcome(name, capacity, decision, size, False, previous=previous)
+        if self.dry_run:
+            return PoolOutcome(name, capacity, decision, size, False, previous=previous, would_write=True)
+        try:
+            self.client.set_pool(name, size, description, include_deferred=spec.include_deferred)
+        except Exception as err:
+            log.error("pool %s: cannot write size %d (%s)", name, size, err)
+            metrics.watermark_pool_write(name, ok=False)
+            return PoolOutcome(name, capacity, decision, size, False, str(err), previous=previous)
+        metrics.watermark_pool_write(name, ok=True)
+        if previous == size:
+            log.info("pool %s: %d slots, description updated (%s)", name, size, description)
+        else:
+            log.info("pool %s: %s -> %d slots (%s)", name, previous, size, description)
+        return PoolOutcome(name, capacity, decision, size, True, previous=previous)
+
+    def run(
+        self,
+        stop: threading.Event | None = None,
+        max_ticks: int | None = None,
+        on_tick: Callable[[list[PoolOutcome]], None] | None = None,
+    ) -> None:
+        """Tick every ``config.interval`` seconds until ``stop`` is set (or ``max_ticks`` ran), then
+        stop cleanly (:meth:`shutdown`: the pools go back to their capacity). ``on_tick`` is called
+        after each completed tick (the heartbeat)."""
         stop = stop or threading.Event()
         done = 0
         try:
             while not stop.is_set():
                 started = time.monotonic()
                 try:
-                    self.tick()
+                    outcomes = self.tick()
+                    if on_tick is not None:
+                        on_tick(outcomes)
                 except Exception:  # never die: the next tick re-derives everything
                     log.exception("watermark tick failed")
                 done += 1
@@ -352,8 +429,24 @@ class WatermarkController:
                     return
                 stop.wait(max(0.0, self.config.interval - (time.monotonic() - started)))
         finally:
-            if self.leader_lock is not None:
-                self.leader_lock.release()
+            self.shutdown("stopped")
+
+
+def _report(outcomes: list[PoolOutcome], seconds: float, active: bool) -> None:
+    """Metrics of one tick: its duration and role, and each pool's state (docs/metrics.md)."""
+    metrics.watermark_tick(seconds, active)
+    for outcome in outcomes:
+        decision = outcome.decision
+        reserving = decision is not None and decision.reserved_for is not None
+        metrics.watermark_pool(
+            outcome.pool,
+            capacity=outcome.capacity.gpus,
+            size=outcome.size,
+            reserved_slots=decision.reserved_slots if decision is not None and reserving else 0,
+            backfill_slots=decision.backfill_slots if decision is not None and reserving else 0,
+            source_status=outcome.capacity.status,
+            failed_intervals=outcome.capacity.failures,
+        )
 
 
 def build_controller(
@@ -362,18 +455,21 @@ def build_controller(
     holder: str | None = None,
     sources: Mapping[str, CapacitySource] | None = None,
     clock: Callable[[], float] = time.time,
+    dry_run: bool = False,
 ) -> WatermarkController:
-    """A controller with the lease the config asks for (host lock file and/or Variable lease)."""
+    """A controller with the lease the config asks for (host lock file and/or Variable lease); a dry
+    run takes no lease (it writes nothing)."""
+    holder = holder or default_holder_id()
     file_lock = FileLeaderLock(config.lease.lock_file) if config.lease.lock_file else None
     variable = (
-        VariableLeaderLock(
-            client, config.lease.variable, holder or default_holder_id(), config.lease_ttl(), clock
-        )
+        VariableLeaderLock(client, config.lease.variable, holder, config.lease_ttl(), clock)
         if config.lease.variable
         else None
     )
-    leader_lock = CombinedLeaderLock(file_lock, variable) if (file_lock or variable) else None
-    return WatermarkController(config, client, sources=sources, leader_lock=leader_lock, clock=clock)
+    leader_lock = CombinedLeaderLock(file_lock, variable) if (file_lock or variable) and not dry_run else None
+    return WatermarkController(
+        config, client, sources=sources, leader_lock=leader_lock, clock=clock, holder=holder, dry_run=dry_run
+    )
 
 
 def reservation_gate() -> ReservationGate | None:

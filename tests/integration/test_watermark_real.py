@@ -1,7 +1,9 @@
-"""The watermark controller against a real Airflow api-server: faults, restart, two controllers, CLI.
+"""The watermark controller against a real Airflow api-server: faults, restart, two controllers, CLI,
+and failing open (kill -9 of a controller holding a pool at 0: the scheduler's watchdog opens it).
 
-Capacity comes from fakes that fail on demand (or a ``file`` source for the CLI subprocess); pools,
-descriptions and the lease Variable are real and read back over REST.
+Capacity comes from fakes that fail on demand (or a ``file``/static source for the CLI subprocess);
+pools, descriptions and the lease Variable are real and read back over REST. The scheduler checks for
+lapsed claims every second (``[gpu_dag] watermark_watchdog_interval``).
 """
 
 from __future__ import annotations
@@ -9,10 +11,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +34,8 @@ pytestmark = pytest.mark.airflow_real
 
 AIRFLOW_DAGS = "watermark"
 AIRFLOW_POOLS = {"gpu_wm": 2}
+WATCHDOG_INTERVAL = 1.0
+AIRFLOW_ENV = {"AIRFLOW__GPU_DAG__WATERMARK_WATCHDOG_INTERVAL": str(WATCHDOG_INTERVAL)}
 
 
 class FakeSource:
@@ -231,3 +238,180 @@ def test_cli_once_and_long_running_with_host_lock(cluster: AirflowCluster, tmp_p
     assert daemon.returncode == 0, output[-3000:]
     assert "stopping the watermark controller" in output
     assert cluster.PASSWORD not in output
+
+
+# -- failing open ------------------------------------------------------------------------------------------
+FO_POOL, FO_DAG, FO_CAPACITY, FO_INTERVAL, FO_AFTER = "gpu_fo", "wm_failopen", 2, 2.0, 3
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _health(port: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as err:
+        return err.code
+    except OSError:
+        return -1  # nothing listens
+
+
+def _wait(what: str, check: Any, cluster: AirflowCluster, timeout: float = 180.0) -> float:
+    """Poll ``check()`` until true; returns the time it first was. Fails with the scheduler's view."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pool = cluster.get_pool(FO_POOL)
+            pytest.fail(f"timed out waiting for {what}; pool {pool}\n{cluster.log_tails(40)}")
+        time.sleep(0.25)
+    return time.time()
+
+
+def _controller(cluster: AirflowCluster, config: Path, *extra: str, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [_airflow(), "gpu-dag", "watermark", "--config", str(config), *extra],
+        env={**_cli_env(cluster), **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def test_kill_9_while_the_pool_is_shut_fails_open_and_all_work_completes(
+    cluster: AirflowCluster, client: AirflowRestClient, tmp_path: Path
+) -> None:
+    config = tmp_path / "watermark.yaml"
+    config.write_text(
+        f"interval: {FO_INTERVAL:g}s\nfail_open_after: {FO_AFTER}\n"
+        f"lease: {{lock_file: {tmp_path / 'wm.lock'}, variable: null}}\n"
+        f"pools:\n  {FO_POOL}:\n    source: {FO_CAPACITY}\n    backfill: false\n    lookahead: false\n"
+    )
+    statsd = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    statsd.bind(("127.0.0.1", 0))
+    statsd.settimeout(0.5)
+    metrics_env = {
+        "AIRFLOW__METRICS__STATSD_ON": "True",
+        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+        "AIRFLOW__METRICS__STATSD_PORT": str(statsd.getsockname()[1]),
+    }
+    port, heartbeat = _free_port(), tmp_path / "heartbeat.json"
+    cluster.wait_for_dag(FO_DAG)
+    cluster.set_pool(FO_POOL, 1)  # "hold" takes the only slot; the rest waits for the controller
+    run_id = cluster.trigger(FO_DAG)
+
+    def states() -> dict[str, str | None]:
+        return {ti["task_id"]: ti.get("state") for ti in cluster.task_instances(FO_DAG, run_id)}
+
+    _wait("hold running, wide scheduled", lambda: states().get("wide") == "scheduled", cluster)
+    assert states()["hold"] in ("running", "queued")
+    daemon = _controller(
+        cluster, config, "--health-port", str(port), "--heartbeat-file", str(heartbeat), **metrics_env
+    )
+    restarted: subprocess.Popen[str] | None = None
+    try:
+        shut = _wait(
+            "the reservation to hold the pool at 0",
+            lambda: (
+                cluster.get_pool(FO_POOL)["slots"] == 0
+                and "reserving 2 slots for wm_failopen/" in (cluster.get_pool(FO_POOL)["description"] or "")
+            ),
+            cluster,
+        )
+        _wait("GET /health 200", lambda: _health(port) == 200, cluster, timeout=60)
+        probe = subprocess.run(
+            [_airflow(), "gpu-dag", "watermark-health", "--heartbeat-file", str(heartbeat)],
+            env=_cli_env(cluster),
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        assert probe.returncode == 0, probe.stdout + probe.stderr[-2000:]
+        # another controller group may not manage the same pool: a clear error, nothing written
+        other = tmp_path / "other.yaml"
+        other.write_text(
+            f"lease: {{lock_file: null, variable: other_lease}}\npools:\n  {FO_POOL}:\n    source: 8\n"
+        )
+        before = cluster.get_pool(FO_POOL)
+        refused = subprocess.run(
+            [_airflow(), "gpu-dag", "watermark", "--config", str(other), "--once"],
+            env=_cli_env(cluster),
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        assert refused.returncode == 1, refused.stdout + refused.stderr[-2000:]
+        assert (
+            "managed by another watermark controller" in refused.stderr
+            and "Nothing was written" in refused.stderr
+        )
+        assert cluster.api("GET", "/variables/other_lease", check=False).status_code == 404
+        assert cluster.get_pool(FO_POOL)["slots"] == 0 and before["slots"] == 0
+
+        os.killpg(daemon.pid, signal.SIGKILL)  # crash: no clean stop, the pool stays at 0 ...
+        killed = time.time()
+        daemon.communicate(timeout=60)
+        assert cluster.get_pool(FO_POOL)["slots"] == 0
+        opened = _wait(
+            "the watchdog to open the pool", lambda: cluster.get_pool(FO_POOL)["slots"] == 2, cluster
+        )
+        description = cluster.get_pool(FO_POOL)["description"]
+        bound = FO_AFTER * FO_INTERVAL + WATCHDOG_INTERVAL
+        print(
+            f"\npool {FO_POOL} shut (0 of {FO_CAPACITY}) for {opened - shut:.1f}s in all; "
+            f"{opened - killed:.1f}s after kill -9 of the controller (bound: fail_open_after x interval "
+            f"+ watchdog interval = {bound:g}s, plus scheduler latency)\n{description}"
+        )
+        assert "failed open by the scheduler's watchdog" in description
+        assert opened - killed < bound + 60  # generous for a loaded CI box; the print has the real value
+        assert _health(port) == -1
+        beat = json.loads(heartbeat.read_text())
+        time.sleep(max(0.0, beat["last_tick"] + 1.5 - time.time()))
+        stale = subprocess.run(
+            [_airflow(), "gpu-dag", "watermark-health", "--heartbeat-file", str(heartbeat), "--max-age", "1"],
+            env=_cli_env(cluster),
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        assert stale.returncode == 1 and "stale" in stale.stdout, stale.stdout + stale.stderr[-2000:]
+
+        # a restarted controller holds the reservation again; SIGTERM writes the pool back at once
+        restarted = _controller(cluster, config, **metrics_env)
+        _wait(
+            "the restarted controller to reserve",
+            lambda: cluster.get_pool(FO_POOL)["slots"] < FO_CAPACITY or states().get("wide") != "scheduled",
+            cluster,
+        )
+        os.killpg(restarted.pid, signal.SIGTERM)
+        output, _ = restarted.communicate(timeout=120)
+        assert restarted.returncode == 0, output[-3000:]
+        pool = cluster.get_pool(FO_POOL)
+        assert pool["slots"] == FO_CAPACITY and "released at" in pool["description"], pool
+        assert '"expires"' not in pool["description"]
+        assert cluster.wait_for_run(FO_DAG, run_id, timeout=400) == "success"
+        assert set(states().values()) == {"success"}, states()
+    finally:
+        for proc in (daemon, restarted):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate(timeout=60)
+        lines: list[str] = []
+        while True:
+            try:
+                lines += statsd.recvfrom(65536)[0].decode().splitlines()
+            except TimeoutError:
+                break
+        statsd.close()
+    # the controller's metrics reached a real StatsD socket through Airflow's stats client
+    assert f"airflow.gpu_dag.watermark.pool_size.{FO_POOL}:0|g" in lines, sorted(set(lines))[:40]
+    assert f"airflow.gpu_dag.watermark.reserved_slots.{FO_POOL}:2|g" in lines
+    assert any(line.startswith("airflow.gpu_dag.watermark.tick_duration.active:") for line in lines)
+    assert f"airflow.gpu_dag.watermark.fail_open.{FO_POOL}:1|c" in lines  # the SIGTERM release

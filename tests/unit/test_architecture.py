@@ -20,6 +20,7 @@ LAYERS: dict[str, int] = {
     "core": 0,
     "hints": 1,
     "settings": 1,
+    "metrics": 1,
     "datasets": 1,
     "rendering": 1,
     "airflow": 2,

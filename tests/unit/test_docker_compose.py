@@ -133,15 +133,27 @@ def test_all_components_are_there(compose: dict[str, Any]) -> None:
     assert services["airflow-watermark"]["command"].startswith("gpu-dag watermark --config ")
 
 
+def load_watermark_config(svc: dict[str, Any]) -> Any:
+    """The controller's config file, as mounted into the service, read by the provider's loader."""
+    from airflow_gpu_dag.watermark.config import load_config
+
+    path = svc["command"].split("--config ", 1)[1].split()[0]
+    mount = next(v for v in svc["volumes"] if v.split(":")[1] == path)
+    return load_config(DOCKER / mount.split(":")[0])
+
+
+def parse_seconds(value: str) -> float:
+    """A compose duration (``60s``, ``1m30s``) in seconds."""
+    from airflow_gpu_dag.core.resources import parse_duration
+
+    return parse_duration(value)
+
+
 def test_watermark_controller_config_matches_the_pools(compose: dict[str, Any]) -> None:
     """The controller's config parses with the provider's own loader, manages exactly the pools
     the init container creates, and the controller can reach the api-server as the admin."""
-    from airflow_gpu_dag.watermark.config import load_config
-
     svc = compose["services"]["airflow-watermark"]
-    path = svc["command"].split("--config ", 1)[1].split()[0]
-    mount = next(v for v in svc["volumes"] if v.split(":")[1] == path)
-    config = load_config(DOCKER / mount.split(":")[0])
+    config = load_watermark_config(svc)
     pools = json.loads((DOCKER / "pools.json").read_text())
     by_name = {spec.name: spec for spec in config.pools}
     assert set(by_name) == set(pools)
@@ -149,6 +161,23 @@ def test_watermark_controller_config_matches_the_pools(compose: dict[str, Any]) 
     conn = interpolate(env_of(svc)["AIRFLOW_CONN_GPU_DAG_API"], read_env_example())
     assert conn == f"http://admin:{read_env_example()['AIRFLOW_ADMIN_PASSWORD']}@airflow-api-server:8080"
     assert svc["depends_on"]["airflow-api-server"]["condition"] == "service_healthy"
+
+
+def test_watermark_healthcheck_reads_the_controllers_heartbeat(compose: dict[str, Any]) -> None:
+    """The controller's healthcheck says it ticks (not that a pool exists): the command writes a
+    heartbeat file and the check is ``airflow gpu-dag watermark-health`` on that same file."""
+    from airflow_gpu_dag.cli.definition import get_parser
+
+    svc = compose["services"]["airflow-watermark"]
+    args = get_parser().parse_args(svc["command"].split())
+    assert args.heartbeat_file and not args.once
+    test = svc["healthcheck"]["test"]
+    assert test[0] == "CMD" and test[1:4] == ["airflow", "gpu-dag", "watermark-health"]
+    probe = get_parser().parse_args(test[2:])
+    assert probe.heartbeat_file == args.heartbeat_file
+    config = load_watermark_config(svc)
+    # a healthcheck interval well above the staleness limit would only notice a hang late
+    assert parse_seconds(svc["healthcheck"]["interval"]) <= 3 * config.interval
 
 
 def test_every_airflow_service_runs_the_built_image(compose: dict[str, Any]) -> None:

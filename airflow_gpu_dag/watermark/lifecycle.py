@@ -1,0 +1,163 @@
+"""The watermark controller's start and stop: checks before anything is written, and failing open.
+
+- :func:`preflight` (at start, before the lease is taken): every managed pool is read; a pool that
+  carries a live claim of **another** controller group (another lease Variable, another host's lock
+  file) is a clear error and nothing is written: two controllers would fight over its size. A missing
+  pool is created (size 0 until the first tick); when one cannot be created, the pools created by this
+  start are deleted again and the error names the pool and the fix.
+- :func:`release_pools` (clean stop: SIGTERM/SIGINT, the end of ``--once``, a lost lease): every pool
+  whose claim this process wrote goes back to its capacity and the claim is dropped, so the next
+  controller (or another group) starts from an open pool. A pool another controller wrote since is
+  left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+from urllib.parse import quote
+
+import airflow_gpu_dag.metrics as metrics
+from airflow_gpu_dag.watermark.config import PoolSpec
+from airflow_gpu_dag.watermark.pool_state import parse_pool_state, with_state
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CREATED_DESCRIPTION", "Preflight", "PreflightError", "preflight", "release_pools"]
+
+CREATED_DESCRIPTION = "gpu-dag watermark: created by the watermark controller; sized at its first tick"
+
+
+class PreflightError(RuntimeError):
+    """The controller must not start; the message names the pools and the fix."""
+
+
+class PoolClient(Protocol):
+    """The REST client calls used here (see :class:`airflow_gpu_dag.hooks.rest_client.AirflowRestClient`)."""
+
+    def get_pool(self, name: str) -> dict[str, Any] | None: ...
+
+    def set_pool(
+        self, name: str, slots: int, description: str, include_deferred: bool = False
+    ) -> dict[str, Any]: ...
+
+
+@dataclass
+class Preflight:
+    """What the start-up check found: pools created (or, in a dry run, missing)."""
+
+    created: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    taken_over: list[str] = field(default_factory=list)
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _delete(client: Any, name: str) -> None:
+    try:
+        client.request("DELETE", f"/pools/{quote(name, safe='')}")
+    except Exception:
+        log.warning("could not delete pool %s again; delete it by hand if unwanted", name, exc_info=True)
+
+
+def preflight(
+    client: PoolClient,
+    specs: Mapping[str, PoolSpec],
+    group: str,
+    now: float | None = None,
+    dry_run: bool = False,
+) -> Preflight:
+    """Check the pools before the controller writes anything (see the module docstring).
+
+    :raises PreflightError: a pool is unreadable, managed by another controller group, or missing and
+        cannot be created.
+    """
+    now = time.time() if now is None else now
+    pools: dict[str, dict[str, Any] | None] = {}
+    for name in specs:
+        try:
+            pools[name] = client.get_pool(name)
+        except Exception as err:
+            raise PreflightError(f"cannot read pool {name!r} over the REST API ({err})") from None
+    report = Preflight()
+    conflicts = []
+    for name, pool in pools.items():
+        state = parse_pool_state(pool.get("description")) if isinstance(pool, dict) else None
+        if state is None or state.lease is None or state.lease == group:
+            continue
+        if state.claimed(now):
+            conflicts.append(
+                f"{name!r} (managed by {state.lease}, controller {state.holder}, claim renewed until "
+                f"{_iso(state.expires or now)})"
+            )
+        else:
+            report.taken_over.append(name)
+    if conflicts:
+        raise PreflightError(
+            f"pool(s) {', '.join(conflicts)} are managed by another watermark controller; this one is "
+            f"{group}. Two controllers would fight over the pool size. Manage each pool from one "
+            "controller configuration, or give the controllers the same lease (lease.variable) so that "
+            "one stands by. Nothing was written."
+        )
+    for name in report.taken_over:
+        log.warning("pool %s: the claim of another controller group has lapsed; taking it over", name)
+    missing = [name for name, pool in pools.items() if pool is None]
+    if dry_run:
+        report.missing = missing
+        return report
+    for name in missing:
+        try:
+            client.set_pool(name, 0, CREATED_DESCRIPTION, include_deferred=specs[name].include_deferred)
+        except Exception as err:
+            for done in report.created:
+                _delete(client, done)
+            raise PreflightError(
+                f"pool {name!r} does not exist and cannot be created ({err}). Create it "
+                f"(airflow pools set {name} 0 'GPU pool') or let the controller's API user create pools. "
+                + ("The pools created meanwhile were deleted again. " if report.created else "")
+                + "Nothing else was written."
+            ) from None
+        report.created.append(name)
+        log.info("pool %s: created (size 0 until the first tick)", name)
+    return report
+
+
+def release_pools(
+    client: PoolClient,
+    specs: Mapping[str, PoolSpec],
+    holder: str,
+    reason: str,
+    now: float | None = None,
+) -> list[str]:
+    """Write every pool whose claim ``holder`` wrote back to its capacity, without the claim.
+
+    Best effort (a pool that cannot be read or written is logged; the watchdog opens it once the
+    claim lapses). Returns the pools written.
+    """
+    now = time.time() if now is None else now
+    released = []
+    for name, spec in specs.items():
+        try:
+            pool = client.get_pool(name)
+            state = parse_pool_state(pool.get("description")) if isinstance(pool, dict) else None
+            if pool is None or state is None or state.holder != holder or state.capacity is None:
+                continue
+            capacity = state.capacity
+            text = (
+                f"gpu-dag watermark: pool {capacity} of capacity {capacity} | released at {_iso(now)}: "
+                f"controller {holder} {reason} (the pool had {pool.get('slots')} slots)"
+            )
+            client.set_pool(name, capacity, with_state(text, state.unclaimed()), spec.include_deferred)
+        except Exception as err:
+            log.error("pool %s: cannot write it back to its capacity on %s (%s)", name, reason, err)
+            continue
+        released.append(name)
+        metrics.watermark_fail_open(name, "controller")
+        log.info("pool %s: back to its capacity %d (%s)", name, capacity, reason)
+    return released

@@ -1,0 +1,52 @@
+"""A reservation that holds pool ``gpu_fo`` (capacity 2) at 0, for the fail-open test.
+
+``hold`` (1 slot, 120 s) takes the pool's only slot (the test sizes the pool 1 before the run); once
+``gate`` is done, ``wide`` (2 slots, priority 100) and three 1-slot tasks wait. A controller with
+``backfill: false`` then holds the pool at ``C - w = 0`` for ``wide`` until ``hold`` ends; the test
+kills it there and the scheduler's watchdog must open the pool again.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from airflow.providers.standard.operators.bash import BashOperator
+from airflow.sdk import DAG
+
+from airflow_gpu_dag import gpu_hints
+
+with DAG(
+    "wm_failopen",
+    schedule=None,
+    start_date=datetime.datetime(2026, 1, 1),
+    catchup=False,
+    max_active_tasks=16,
+    default_args={"weight_rule": "absolute", "retries": 0},
+):
+    hold = BashOperator(
+        task_id="hold",
+        bash_command="sleep 120",
+        pool="gpu_fo",
+        pool_slots=1,
+        priority_weight=50,
+        executor_config=gpu_hints(duration=120, gpus=1),
+    )
+    gate = BashOperator(task_id="gate", bash_command="sleep 1", pool="default_pool", priority_weight=1)
+    wide = BashOperator(
+        task_id="wide",
+        bash_command="sleep 2",
+        pool="gpu_fo",
+        pool_slots=2,
+        priority_weight=100,
+        executor_config=gpu_hints(duration=2, gpus=2),
+    )
+    gate >> wide
+    for i in range(3):
+        gate >> BashOperator(
+            task_id=f"small_{i}",
+            bash_command="sleep 2",
+            pool="gpu_fo",
+            pool_slots=1,
+            priority_weight=1,
+            executor_config=gpu_hints(duration=2, gpus=1),
+        )
