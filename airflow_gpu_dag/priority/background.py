@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
+import airflow_gpu_dag.metrics as metrics
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.planner import planned_remaining
 
@@ -40,8 +41,11 @@ PlanRequest = tuple[str, TaskGraph, dict[str, int], str, int, bool]  # fingerpri
 class Background:
     """One worker thread; ``inline=True`` runs every job in the caller instead (deterministic tests)."""
 
-    def __init__(self, inline: bool = False, plan_timeout: float = PLAN_TIMEOUT_S) -> None:
+    def __init__(
+        self, inline: bool = False, plan_timeout: float = PLAN_TIMEOUT_S, label: str = "packing"
+    ) -> None:
         self.inline = inline
+        self.label = label
         self.plan_timeout = plan_timeout
         self._lock = threading.Lock()
         self._plans: OrderedDict[str, dict[str, float] | None] = OrderedDict()  # None: failed
@@ -96,6 +100,7 @@ class Background:
             self._pending.discard(fingerprint)
             while len(self._plans) > MAX_PLANS:
                 self._plans.popitem(last=False)
+        metrics.priority_plan_time(elapsed, self.label)
         if result is not None:
             log.info("airflow-gpu-dag: planned DAG %r (%d tasks) in %.2fs", graph.dag_id, len(graph), elapsed)
 

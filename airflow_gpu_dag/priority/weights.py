@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+import airflow_gpu_dag.metrics as metrics
 import airflow_gpu_dag.settings as settings
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.objective import Objective, key_weight, run_shape
@@ -121,7 +122,7 @@ class CrossDagWeights:
             self._settings = self._read_settings()
             self._settings_at = now
             if self.background is None or self.background.inline == self._settings.plan_in_background:
-                self.background = Background(inline=not self._settings.plan_in_background)
+                self.background = Background(inline=not self._settings.plan_in_background, label=self.rule)
         return self._settings
 
     def reset(self) -> None:
@@ -140,7 +141,9 @@ class CrossDagWeights:
             basis = self._bases.get(dag)
         except TypeError:  # not weak-referenceable: no cache
             basis = None
-        if basis is None or basis.capacity != current.capacity:
+        hit = basis is not None and basis.capacity == current.capacity
+        metrics.priority_cache(hit, self.rule)
+        if basis is None or not hit:
             basis = build_basis(dag, current.capacity, {"rule": self.rule, **current.planner_settings()})
             self.basis_builds += 1
             with contextlib.suppress(TypeError):  # not weak-referenceable: no cache

@@ -314,3 +314,39 @@ def test_the_weight_rule_constants_name_the_strategy_classes() -> None:
         (PACKING_WEIGHT_RULE, PackingPriorityStrategy),
     ):
         assert constant == f"{cls.__module__}.{cls.__qualname__}"
+
+
+def test_the_strategy_reports_cache_hits_and_plan_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/metrics.md: gpu_dag.priority.cache_hits / cache_misses per get_weight, plan_time per plan."""
+    import airflow_gpu_dag.metrics as metrics
+    from airflow_gpu_dag import PACKING_WEIGHT_RULE
+    from airflow_gpu_dag.priority_strategy import PackingPriorityStrategy
+
+    seen: list[tuple[str, object, str]] = []
+    monkeypatch.setattr(
+        metrics, "priority_cache", lambda hit, strategy: seen.append(("cache", hit, strategy))
+    )
+    monkeypatch.setattr(
+        metrics, "priority_plan_time", lambda seconds, strategy: seen.append(("plan", seconds >= 0, strategy))
+    )
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 2}')
+    with DAG("metered", default_args={"weight_rule": PACKING_WEIGHT_RULE}) as dag:
+        BashOperator(
+            task_id="a",
+            bash_command="true",
+            pool="gpu_default",
+            pool_slots=2,
+            executor_config=gpu_hints(duration="1h", gpus=2),
+        )
+        BashOperator(
+            task_id="b",
+            bash_command="true",
+            pool="gpu_default",
+            pool_slots=1,
+            executor_config=gpu_hints(duration="10m", gpus=1),
+        )
+    sdag = _serialized(dag)
+    strategy = PackingPriorityStrategy()
+    _weight(sdag, "a", strategy=strategy)
+    _weight(sdag, "b", strategy=strategy)
+    assert seen == [("cache", False, "packing"), ("plan", True, "packing"), ("cache", True, "packing")]
