@@ -45,7 +45,9 @@ from airflow_gpu_dag.core.objective import get_objective
 from airflow_gpu_dag.core.resources import GpuRequest
 from airflow_gpu_dag.core.runs import predict_runs
 from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, parse_time
+from airflow_gpu_dag.priority.trigger import parse_run_id_time
 from airflow_gpu_dag.testing import AirflowCluster
+from airflow_gpu_dag.testing.errors import ClusterError
 from airflow_gpu_dag.watermark.config import parse_config
 from airflow_gpu_dag.watermark.controller import WatermarkController
 
@@ -123,13 +125,26 @@ def run_mix(cluster: AirflowCluster, prefix: str, when: Mapping[str, float]) -> 
     triggered: dict[str, tuple[float, str]] = {}
 
     def trigger(name: str) -> None:
-        triggered[name] = (time.time(), cluster.trigger(f"{prefix}_{name}"))
+        for attempt in range(6):  # SQLite: a trigger can meet "database is locked" (HTTP 500); try again
+            try:
+                run_id = cluster.trigger(f"{prefix}_{name}")
+            except ClusterError as err:
+                print(f"# trigger {prefix}_{name} failed ({err}); retrying", file=sys.stderr)
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            at = parse_run_id_time(run_id)  # when the api-server created the run: what the weights use
+            triggered[name] = (at if at is not None else time.time(), run_id)
+            return
+        raise SystemExit(f"could not trigger {prefix}_{name}")
 
     timers = [threading.Timer(offset, trigger, args=(name,)) for name, offset in when.items()]
     for timer in timers:
         timer.start()
     for timer in timers:
         timer.join()
+    missing = sorted(set(when) - set(triggered))
+    if missing:
+        raise SystemExit(f"runs not triggered: {missing}")
     out: dict[str, dict[str, Any]] = {}
     for name, (at, run_id) in triggered.items():
         state = cluster.wait_for_run(f"{prefix}_{name}", run_id, timeout=900)
