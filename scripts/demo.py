@@ -121,6 +121,18 @@ def render_outcome(tis: Sequence[dict[str, Any]]) -> str:
             return "-"
         return f"+{(ts - origin).total_seconds():.1f}s"
 
+    from airflow_gpu_dag.core.objective import key_of_weight
+    from airflow_gpu_dag.priority.trigger import parse_run_id_time
+
+    def key_text(ti: dict[str, Any]) -> str:
+        """The cross-DAG key a weight encodes, in seconds after the run's trigger."""
+        weight = ti.get("priority_weight")
+        key = key_of_weight(int(weight)) if isinstance(weight, int) else None
+        trigger = parse_run_id_time(str(ti.get("run_id") or ti.get("dag_run_id") or ""))
+        if key is None or trigger is None:
+            return str(weight)
+        return f"{key - trigger:+.0f}s"
+
     rows = []
     for ti in ordered:
         name = ti["task_id"] if ti.get("map_index", -1) == -1 else f"{ti['task_id']}[{ti['map_index']}]"
@@ -131,7 +143,7 @@ def render_outcome(tis: Sequence[dict[str, Any]]) -> str:
                 (ti.get("start_date") or "-")[:23],
                 offset(ti.get("start_date")),
                 offset(ti.get("end_date")),
-                ti.get("priority_weight"),
+                key_text(ti),
                 ti.get("pool"),
                 ti.get("pool_slots"),
             ]
@@ -139,8 +151,10 @@ def render_outcome(tis: Sequence[dict[str, Any]]) -> str:
     started = [str(r[0]) for r, ti in zip(rows, ordered, strict=True) if ti.get("start_date")]
     return "\n".join(
         [
-            _table(["task", "state", "start (UTC)", "start", "end", "weight", "pool", "slots"], rows),
+            _table(["task", "state", "start (UTC)", "start", "end", "key", "pool", "slots"], rows),
             f"started in this order: {' -> '.join(started) or '(none)'}",
+            "key: the latest start of the task for its run's due time, seconds after the trigger "
+            "(its priority_weight encodes it; the earliest key starts first, across all DAGs)",
         ]
     )
 

@@ -83,10 +83,17 @@ def test_outcome_lists_tasks_in_start_order() -> None:
             "pool_slots": 1,
         },
     ]
+    from airflow_gpu_dag.core.objective import key_weight
+
+    run_id = "manual__2026-01-01T00:00:00+00:00"
+    tis[1]["run_id"] = run_id
+    tis[1]["priority_weight"] = key_weight(1767225600.0 - 90.0)  # key 90 s before that trigger
     text = render_outcome(tis)
-    assert text.splitlines()[-1] == "started in this order: a -> b"
+    assert "started in this order: a -> b" in text.splitlines()
     assert "+4.0s" in text
     assert "m[0]" in text
+    assert "-90s" in text  # a cross-DAG key is shown relative to its run's trigger
+    assert text.splitlines()[-1].startswith("key: the latest start")
 
 
 def test_load_dag_skips_broken_files(tmp_path: Path) -> None:
