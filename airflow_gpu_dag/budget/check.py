@@ -91,7 +91,7 @@ def _variable_float(key: str) -> float | None:
         value = float(raw)
     except (TypeError, ValueError):
         return None
-    return value if value > 0 else None
+    return value if value >= 0 else None  # 0 at run time pauses every gated task on purpose
 
 
 def effective_cap(cap: BudgetCap, dag_id: str) -> BudgetCap:

@@ -49,7 +49,7 @@ DAG_IDS = [
     "auth_ladder",
     "auth_future_window",
 ]
-WINDOW_OPEN_S = 75  # how long the window stays open after the trigger (the sensors must run in it)
+WINDOW_OPEN_S = 90  # how long the window stays open after the trigger (the sensors must run in it)
 
 
 @dataclass

@@ -447,3 +447,15 @@ def test_budget_gate_claims_the_tasks_expected_use_and_settles_it(tmp_path: Path
             ValueError, match=r"DAG 'too_big', task 'big__budget': the gated task is expected to use 8"
         ):
             budget_gate(big, gpu_hours_per_run=4)
+
+
+def test_a_variable_of_zero_pauses_gated_tasks_a_negative_one_is_ignored(monkeypatch) -> None:
+    from airflow.sdk import Variable
+
+    values = {"gpu_dag_budget.run.train": "0", "gpu_dag_budget.pool_day.gpu": "-1"}
+    monkeypatch.setattr(Variable, "get", staticmethod(lambda key, default=None: values.get(key, default)))
+    cap = gate_module.effective_cap(
+        BudgetCap(gpu_hours_per_run=5, gpu_hours_per_pool_day=9, pool="gpu"), "train"
+    )
+    assert (cap.gpu_hours_per_run, cap.gpu_hours_per_pool_day) == (0, 9)
+    assert not evaluate(cap, BudgetUsage(0, 0, "d")).allowed
