@@ -160,6 +160,33 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "/var/lib/airflow/gpu-leases/usage.jsonl",
                         "default": "",
                     },
+                    "budget_conn_id": {
+                        "description": "Airflow connection of a SQL database (postgres, mysql, sqlite or "
+                        "extra sqlalchemy_url) holding one GPU-hour budget ledger for every host: usage, "
+                        "gate claims. Unset: each host's usage_ledger file.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "gpu_dag_budget",
+                        "default": "",
+                    },
+                    "budget_claim_ttl": {
+                        "description": "How long a budget gate's claim counts when its task never reports "
+                        "its usage (a killed worker).",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "24h",
+                        "default": "24h",
+                    },
+                    "queues": {
+                        "description": "Executor queues that affinity helpers may pin tasks to, with the "
+                        "pool of that host and the Kubernetes node labels of its nodes: JSON "
+                        '{"host-gpu01": {"pool": "gpu01", "node_labels": {"kubernetes.io/hostname": '
+                        '"gpu01"}}}. Unset: pin_to_queue needs pool= (and node_labels= for pods).',
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": '{"host-gpu01": {"pool": "gpu01"}}',
+                        "default": "",
+                    },
                     "inventory_source": {
                         "description": "Where the host's GPU inventory comes from: auto (NVML when it sees "
                         "GPUs, else the static inventory), nvml or static.",

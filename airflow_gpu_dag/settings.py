@@ -180,3 +180,29 @@ def plan_in_background() -> bool:
     """``[gpu_dag] plan_in_background`` (default true): plans are made off the scheduler loop, in a
     subprocess; false plans inline (tests, or a scheduler that must not start processes)."""
     return (conf_get("plan_in_background", "true") or "true").strip().lower() not in ("false", "0", "no")
+
+
+def queue_sites() -> dict[str, dict[str, object]] | None:
+    """``[gpu_dag] queues``: executor queue -> ``{"pool", "cpu_pool", "node_labels"}`` (a bare string
+    is the pool), or None when unset. A malformed value raises ``ValueError`` (it is what affinity
+    helpers check DAG files against, so it must not be ignored silently)."""
+    raw = conf_get("queues", None)
+    if not raw or not raw.strip():
+        return None
+    try:
+        value = json.loads(raw)
+        if not isinstance(value, dict):
+            raise TypeError("not a JSON object")
+        sites: dict[str, dict[str, object]] = {}
+        for queue, site in value.items():
+            entry = {"pool": site} if isinstance(site, str) else dict(site)
+            unknown = set(entry) - {"pool", "cpu_pool", "node_labels"}
+            if unknown:
+                raise TypeError(f"queue {queue!r} has unknown keys {sorted(unknown)}")
+            sites[str(queue)] = entry
+    except (ValueError, TypeError, AttributeError) as err:
+        raise ValueError(
+            f"[gpu_dag] queues {raw!r} is not a JSON object of queue -> pool or "
+            f'{{"pool", "cpu_pool", "node_labels"}} ({err})'
+        ) from None
+    return sites

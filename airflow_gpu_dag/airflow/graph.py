@@ -8,6 +8,7 @@ graph is built in the dag-processor, the scheduler, the api-server and the CLI.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from airflow_gpu_dag.core.graph import TaskGraph, TaskNode
@@ -15,6 +16,7 @@ from airflow_gpu_dag.core.plan import Plan, build_plan
 from airflow_gpu_dag.core.pools import DEFAULT_POOL
 from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_duration
 from airflow_gpu_dag.core.validation import ERROR, Finding
+from airflow_gpu_dag.core.windows import seconds_until_open, window_from_hint
 from airflow_gpu_dag.hints import read_hints
 from airflow_gpu_dag.settings import default_duration_seconds
 
@@ -37,21 +39,26 @@ def priority_rule_of(dag: Any) -> str | None:
     return max(counts, key=lambda k: (counts[k], k is not None)) if counts else None
 
 
-def build_task_graph(dag: Any, default_duration: float | None = None) -> tuple[TaskGraph, list[Finding]]:
+def build_task_graph(
+    dag: Any, default_duration: float | None = None, run_start: datetime | None = None
+) -> tuple[TaskGraph, list[Finding]]:
     """Return the task graph of ``dag`` and the findings made while reading it.
 
     A task without a duration estimate gets ``default_duration`` (``[gpu_dag] default_duration``
     when None) and is marked undeclared; a malformed estimate or GPU request becomes an error
-    finding naming the task, and the task is given the default so planning can go on.
+    finding naming the task, and the task is given the default so planning can go on. A task with a
+    start window gets ``not_before`` = seconds from ``run_start`` (default: now) until its window
+    opens. The rungs of a fallback ladder are planned as the ladder assumes (:func:`_plan_rungs`).
     """
     if default_duration is None:
         default_duration = default_duration_seconds()
+    start = run_start if run_start is not None else datetime.now(UTC)
     dag_id = str(dag.dag_id)
     graph = TaskGraph(dag_id, priority_rule=priority_rule_of(dag))
     findings: list[Finding] = []
     tasks = dag.task_dict
     for task_id, task in tasks.items():
-        graph.add_task(_read_node(dag_id, task_id, task, default_duration, findings))
+        graph.add_task(_read_node(dag_id, task_id, task, default_duration, findings, start))
     for task_id, task in tasks.items():
         for down in sorted(getattr(task, "downstream_task_ids", ()) or ()):
             if down in tasks:
@@ -80,8 +87,52 @@ def _edge_kind(dag: Any, upstream: str, downstream: str) -> str | None:
     return None
 
 
+def _plan_rungs(hints: dict[str, Any], duration: float, attrs: dict[str, object]) -> float:
+    """The planned duration of a fallback rung; its expected duration and role go to ``attrs``.
+
+    The ladder's hints say which rung the plan assumes (``plan_rung``, the first unless the author
+    chose another). That rung counts its own estimate; a rung before it counts its ``start_within``
+    (it waited that long, did not start, and the ladder fell back); a rung after it counts 0 (it
+    runs only if the assumed rung could not start).
+    """
+    fallback = hints.get("fallback")
+    if not isinstance(fallback, dict):
+        return duration
+    index = int(fallback.get("index", 0) or 0)
+    assumed = int(fallback.get("assumed_index", 0) or 0)
+    role = "assumed" if index == assumed else ("fell back" if index < assumed else "contingent")
+    planned = duration
+    if role == "fell back":
+        planned = float(fallback.get("start_within_s") or 0.0)
+    elif role == "contingent":
+        planned = 0.0
+        attrs["contingent_duration"] = duration
+    attrs["fallback"] = {
+        "ladder": fallback.get("ladder"),
+        "rung": fallback.get("rung"),
+        "index": index,
+        "rungs": fallback.get("rungs"),
+        "role": role,
+        "assumed_rung": fallback.get("assumed_rung", fallback.get("rung") if index == 0 else None),
+        "expected_duration": duration,
+        "start_within_s": fallback.get("start_within_s"),
+    }
+    return planned
+
+
+def _not_before(hints: dict[str, Any], run_start: datetime) -> float:
+    """Seconds after ``run_start`` before which a task with a start window cannot start."""
+    window = window_from_hint(hints.get("window"))
+    return seconds_until_open(window, run_start) if window is not None else 0.0
+
+
 def _read_node(
-    dag_id: str, task_id: str, task: Any, default_duration: float, findings: list[Finding]
+    dag_id: str,
+    task_id: str,
+    task: Any,
+    default_duration: float,
+    findings: list[Finding],
+    run_start: datetime,
 ) -> TaskNode:
     hints = read_hints(getattr(task, "executor_config", None))
     declared = "duration_s" in hints
@@ -130,12 +181,7 @@ def _read_node(
                 )
             )
     attrs: dict[str, object] = {}
-    fallback = hints.get("fallback")
-    if isinstance(fallback, dict) and int(fallback.get("index", 0) or 0) > 0:
-        # a later rung of a fallback ladder runs only when an earlier rung could not start: the plan
-        # is the expected case, so it takes no time on the critical path
-        attrs["contingent_duration"] = duration
-        duration = 0.0
+    duration = _plan_rungs(hints, duration, attrs)
     return TaskNode(
         task_id=task_id,
         duration=duration,
@@ -148,11 +194,13 @@ def _read_node(
         outputs=tuple(str(p) for p in hints.get("outputs", ()) or ()),
         awaits=tuple(str(p) for p in hints.get("awaits", ()) or ()),
         duration_declared=declared,
+        not_before=_not_before(hints, run_start),
     )
 
 
-def plan_dag(dag: Any, default_duration: float | None = None) -> Plan:
-    """Plan an Airflow DAG (authoring ``DAG`` or ``SerializedDAG``); findings made while reading
-    its hints (bad estimates, bad GPU requests) are kept on the plan."""
-    graph, findings = build_task_graph(dag, default_duration=default_duration)
+def plan_dag(dag: Any, default_duration: float | None = None, run_start: datetime | None = None) -> Plan:
+    """Plan an Airflow DAG (authoring ``DAG`` or ``SerializedDAG``) for a run starting at
+    ``run_start`` (default: now); findings made while reading its hints (bad estimates, bad GPU
+    requests) are kept on the plan."""
+    graph, findings = build_task_graph(dag, default_duration=default_duration, run_start=run_start)
     return build_plan(graph, findings)

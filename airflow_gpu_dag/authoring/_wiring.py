@@ -6,7 +6,7 @@ from typing import Any
 
 from airflow.sdk import Label
 
-__all__ = ["insert_before", "labelled", "require_dag"]
+__all__ = ["as_operator", "insert_before", "labelled", "require_dag"]
 
 
 def require_dag(task: Any, helper: str) -> Any:
@@ -40,3 +40,9 @@ def insert_before(task: Any, new: Any, label: str | None = None) -> None:
         labelled(new, task, label)
     else:
         new >> task
+
+
+def as_operator(task: Any) -> Any:
+    """The operator behind ``task`` (an ``@task`` call returns an ``XComArg``; its ``operator``)."""
+    operator = getattr(task, "operator", None)
+    return operator if operator is not None and hasattr(operator, "task_id") else task

@@ -7,13 +7,21 @@
 inserts ``train__budget`` between ``train`` and its upstream tasks (edge label ``budget``); see
 :class:`airflow_gpu_dag.operators.budget.BudgetGateOperator` for what the gate does, and
 :mod:`airflow_gpu_dag.budget.check` for raising a cap at run time.
+
+The gate claims ``train``'s expected GPU-seconds (its GPUs x its duration estimate, the default
+estimate when it declares none) before letting it start, and ``train`` settles the claim when a try
+ends (callbacks added here: :class:`~airflow_gpu_dag.budget.charge.SettleBudgetClaim`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from airflow_gpu_dag.authoring._wiring import insert_before
+from airflow_gpu_dag.authoring._wiring import as_operator, insert_before
+from airflow_gpu_dag.budget.charge import SettleBudgetClaim
+from airflow_gpu_dag.core.pools import is_gpu_pool
+from airflow_gpu_dag.core.resources import EstimateError, parse_duration
+from airflow_gpu_dag.hints import read_hints
 from airflow_gpu_dag.operators.budget import BudgetGateOperator
 from airflow_gpu_dag.sensors._common import RESUME_RACE_RETRIES, RESUME_RACE_RETRY_DELAY
 
@@ -34,10 +42,15 @@ def budget_gate(
 
     ``pool`` defaults to ``task.pool`` (the GPU pool whose daily usage is capped). The gate itself
     runs in the default pool, so waiting for budget never holds a GPU slot.
+
+    :raises ValueError: a cap <= 0, a pool cap without a pool, or a task expected to use more than a
+        cap; the message names the DAG, the task and the fix.
     """
-    dag = task.dag
+    task = as_operator(task)
+    dag = task.dag if task.has_dag() else None
     if dag is None:
         raise ValueError(f"task {task.task_id!r}: add it to a DAG before calling budget_gate().")
+    gpus, gpu_seconds = expected_gpu_seconds(task)
     gate = BudgetGateOperator(
         task_id=task_id or f"{task.label}__budget",  # label: the id inside its task group
         gpu_hours_per_run=gpu_hours_per_run,
@@ -50,7 +63,33 @@ def budget_gate(
         retries=RESUME_RACE_RETRIES,
         retry_delay=RESUME_RACE_RETRY_DELAY,
         execution_timeout=None,
+        gated_task_id=task.task_id,
+        claim_gpu_seconds=gpu_seconds,
     )
     gate.doc_md = "GPU-hour budget gate: defers while the budget is used up."
     insert_before(task, gate, label="budget")
+    settle = SettleBudgetClaim(ledger=ledger, gpus=gpus, pool=task.pool)
+    for kind in ("on_success_callback", "on_failure_callback", "on_retry_callback", "on_skipped_callback"):
+        setattr(task, kind, [*list(getattr(task, kind, None) or []), settle])
     return gate
+
+
+def expected_gpu_seconds(task: Any) -> tuple[int, float]:
+    """``(GPUs, GPUs x duration estimate)`` of a task from its hints (a GPU pool's slots when it
+    declares no GPUs; the default estimate when it declares no duration)."""
+    from airflow_gpu_dag.settings import default_duration_seconds
+
+    hints = read_hints(getattr(task, "executor_config", None))
+    try:
+        gpus = int(hints["gpus"]) if "gpus" in hints else 0
+    except (TypeError, ValueError):
+        gpus = 0
+    if not gpus and is_gpu_pool(getattr(task, "pool", None)):
+        gpus = int(getattr(task, "pool_slots", 1) or 1)
+    try:
+        duration = (
+            parse_duration(hints["duration_s"]) if "duration_s" in hints else default_duration_seconds()
+        )
+    except EstimateError:
+        duration = default_duration_seconds()
+    return gpus, gpus * duration

@@ -13,6 +13,14 @@ only when the dataset is complete (marker / manifest / stable sizes), not when t
 With ``fallback_to_last_good=True`` a failed producer does not block the consumer if an earlier
 complete artifact of the asset exists (see :class:`~airflow_gpu_dag.sensors.DatasetCompleteSensor`);
 without it the consumer is blocked (``upstream_failed``) after the producer's retries are spent.
+
+Lineage (optional): with ``apache-airflow-providers-openlineage`` installed (``pip install
+airflow-gpu-dag[openlineage]``), the producer gets the dataset as an outlet and the consumer as an
+inlet, as the OpenLineage dataset the provider makes of the asset (or of the path's static part), so
+the lineage graph shows ``producer -> dataset -> consumer`` (the sensor, which emits the Airflow asset
+events, reads and writes the same dataset). The producer's outlet is an OpenLineage dataset, not the
+Airflow asset: an asset outlet would emit asset events when the producer exits, before the data is
+known to be complete.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from typing import Any
 
 from airflow.sdk import Asset
 
-from airflow_gpu_dag.authoring._wiring import labelled, require_dag
+from airflow_gpu_dag.authoring._wiring import as_operator, labelled, require_dag
 from airflow_gpu_dag.sensors._common import RESUME_RACE_RETRIES, RESUME_RACE_RETRY_DELAY
 from airflow_gpu_dag.sensors.dataset import DatasetCompleteSensor
 
@@ -59,6 +67,7 @@ def data_edge(
     :param fallback_to_last_good: opt-in: continue on the newest earlier complete artifact when
         the producer failed; the sensor's XCom says ``fallback: true``.
     """
+    producer, consumer = as_operator(producer), as_operator(consumer)
     dag = require_dag(producer, "data_edge")
     name = asset.name if asset is not None else _slug(str(path).rsplit("/", 1)[-1] or str(path))
     sensor = DatasetCompleteSensor(
@@ -78,7 +87,36 @@ def data_edge(
     )
     labelled(producer, sensor, DATA)
     labelled(sensor, consumer, DATA)
+    dataset = lineage_dataset(asset.uri if asset is not None else _static_uri(path))
+    if dataset is not None:
+        producer.outlets = [*list(producer.outlets or []), dataset]
+        consumer.inlets = [*list(consumer.inlets or []), dataset]
     return sensor
+
+
+def _static_uri(path: Any) -> str | None:
+    """The URI of the part of ``path`` before any template (``/lake/clean/{{ ds }}`` -> ``file:///lake/clean``)."""
+    text = str(path).split("{{", 1)[0].rstrip("/")
+    if not text or text.endswith(":/") or text.endswith(":"):
+        return None
+    return text if "://" in text else "file://" + text
+
+
+def lineage_dataset(uri: str | None) -> Any:
+    """The OpenLineage dataset of ``uri`` as the OpenLineage provider names it (its asset converter,
+    else its object-storage rule), or None when the provider is not installed."""
+    if not uri:
+        return None
+    try:
+        from airflow.providers.openlineage.extractors.manager import ExtractorManager
+        from airflow.providers.openlineage.utils.utils import translate_airflow_asset
+    except ImportError:
+        return None
+    try:
+        dataset = translate_airflow_asset(Asset(uri=uri), None)
+    except Exception:  # a scheme the provider has no converter for
+        dataset = None
+    return dataset or ExtractorManager.convert_to_ol_dataset_from_object_storage_uri(uri)
 
 
 def dataset_path(sensor: Any) -> str:

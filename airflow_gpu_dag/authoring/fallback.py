@@ -201,10 +201,13 @@ class FallbackLadder(DependencyMixin):
         """No-op (required by ``DependencyMixin``)."""
 
 
-def _apply_rung_defaults(ladder_id: str, rung: Rung, task: BaseOperator, index: int) -> None:
+def _apply_rung_defaults(
+    ladder_id: str, rung: Rung, task: BaseOperator, index: int, rungs: Sequence[Rung], assumed: int
+) -> None:
     """Pool, pool slots, GPU hints and (Kubernetes) the schedule timeout of a rung's task. The hints
-    record the rung's place in the ladder: the plan counts only the first rung (later rungs run only
-    when an earlier one could not start)."""
+    record the rung's place in the ladder and the rung the plan assumes (``plan_rung``): the plan
+    counts that rung's estimate, the ``start_within`` of the rungs before it, and 0 for the rungs
+    after it (they run only when it could not start)."""
     from airflow.sdk.bases.operator import DEFAULT_POOL_NAME
 
     if rung.gpus and task.pool == DEFAULT_POOL_NAME:
@@ -219,7 +222,15 @@ def _apply_rung_defaults(ladder_id: str, rung: Rung, task: BaseOperator, index: 
     config[HINTS_KEY] = {
         **ours,
         **existing,
-        "fallback": {"ladder": ladder_id, "rung": rung.name, "index": index},
+        "fallback": {
+            "ladder": ladder_id,
+            "rung": rung.name,
+            "index": index,
+            "rungs": len(rungs),
+            "assumed_index": assumed,
+            "assumed_rung": rungs[assumed].name,
+            "start_within_s": rung.start_within_seconds,
+        },
     }
     task.executor_config = config
     seconds = rung.start_within_seconds
@@ -268,6 +279,7 @@ def fallback_ladder(
     poke_interval: float = 10,
     watch_mode: str = "poke",
     tooltip: str | None = None,
+    plan_rung: str | None = None,
 ) -> FallbackLadder:
     """Build a fallback ladder (see the module docstring) in the current DAG.
 
@@ -277,10 +289,16 @@ def fallback_ladder(
     :param poke_interval: seconds between checks of the start-deadline watchers.
     :param watch_mode: the watchers' sensor mode, ``"poke"`` (default) or ``"reschedule"`` (see
         :class:`StartDeadlineSensor`).
+    :param plan_rung: the rung the plan and the critical-path page assume runs (default: the first);
+        the rungs before it count their ``start_within``, the ones after it 0.
     :raises FallbackError: the ladder cannot work as written (the message says how to fix it).
     """
     _check_rungs(group_id, rungs)
     where = f"fallback ladder {group_id!r}"
+    names = [r.name for r in rungs]
+    if plan_rung is not None and plan_rung not in names:
+        raise FallbackError(f"{where}: plan_rung={plan_rung!r} is not one of its rungs ({', '.join(names)})")
+    assumed = names.index(plan_rung) if plan_rung is not None else 0
     rung_tasks: list[BaseOperator] = []
     watchers: list[StartDeadlineSensor | None] = []
     decisions: list[FallbackDecision] = []
@@ -300,7 +318,7 @@ def fallback_ladder(
                     f"{where}: the factory built task {task.task_id!r} for rung {rung.name!r}; create it "
                     f"with task_id=rung.name inside the factory"
                 )
-            _apply_rung_defaults(group_id, rung, task, index)
+            _apply_rung_defaults(group_id, rung, task, index, rungs, assumed)
             detects_itself = bool(getattr(task, "reports_not_started", False))
             watch = (
                 rung.watch

@@ -14,6 +14,17 @@ overlapping paths that are not ordered. This opt-in helper repairs each one, vis
   before the reader (``sensor -data-> reader``): the reader waits for a *complete* dataset but not for
   the writer task to end (useful when the writer keeps running). Two writers of one path always get
   an edge: a sensor cannot stop a write race.
+
+It never creates a cycle. Every repair is planned on a copy of the graph first, and nothing is
+changed unless all of them can be made:
+
+- two writers are ordered in whichever direction keeps the graph acyclic;
+- a pair the repairs already ordered (writer upstream of the reader) needs nothing more;
+- a reader that must run *before* its writer (the reader is already upstream of the writer, or each
+  of two tasks reads what the other writes) cannot be repaired in either mode, so the helper raises
+  :class:`HiddenDependencyCycle` naming the two tasks, the shared path, the edge that would close the
+  cycle and the path it would close. A completeness sensor does not help there: the reader would
+  wait for data that is only written after it ends (a deadlock until the sensor's timeout).
 """
 
 from __future__ import annotations
@@ -24,18 +35,29 @@ from typing import Any
 
 from airflow_gpu_dag.airflow.graph import build_task_graph
 from airflow_gpu_dag.authoring._wiring import labelled
-from airflow_gpu_dag.core.validation import HiddenDependency, hidden_dependency_pairs
-from airflow_gpu_dag.sensors._common import RESUME_RACE_RETRIES, RESUME_RACE_RETRY_DELAY
+from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.validation import (
+    HiddenDependency,
+    hidden_dependency_pairs,
+    normalise_path,
+    paths_overlap,
+)
+from airflow_gpu_dag.sensors._common import RESUME_RACE_RETRIES, RESUME_RACE_RETRY_DELAY, require_timeout
 from airflow_gpu_dag.sensors.dataset import DatasetCompleteSensor
 
-__all__ = ["HiddenDependencyFix", "fix_hidden_dependencies"]
+__all__ = ["HiddenDependencyCycle", "HiddenDependencyFix", "fix_hidden_dependencies"]
 
 MODES = ("edge", "sensor")
 
 
+class HiddenDependencyCycle(ValueError):
+    """A hidden dependency that no edge or sensor can repair without a cycle (or a deadlock)."""
+
+
 @dataclass(frozen=True)
 class HiddenDependencyFix:
-    """One repair: ``how`` is ``"edge"`` or ``"sensor"``; ``added`` is the new task (sensor mode)."""
+    """One repair: ``how`` is ``"edge"``, ``"sensor"`` or ``"ordered"`` (earlier repairs already
+    ordered the pair; nothing added); ``added`` is the new task (sensor mode)."""
 
     writer: str
     other: str
@@ -44,10 +66,76 @@ class HiddenDependencyFix:
     added: str | None = None
 
 
-def _pairs(dag: Any) -> list[HiddenDependency]:
-    """The hidden dependencies of ``dag``, in lint order."""
-    graph, _ = build_task_graph(dag)
-    return hidden_dependency_pairs(graph)
+def _path_between(graph: TaskGraph, start: str, goal: str) -> list[str] | None:
+    """One path ``start -> ... -> goal`` in ``graph`` (breadth first), or None."""
+    parents: dict[str, str | None] = {start: None}
+    queue = [start]
+    while queue:
+        node = queue.pop(0)
+        if node == goal:
+            path = [node]
+            while parents[path[-1]] is not None:
+                path.append(parents[path[-1]])  # type: ignore[arg-type]
+            return path[::-1]
+        for down in graph.downstream(node):
+            if down not in parents:
+                parents[down] = node
+                queue.append(down)
+    return None
+
+
+def _reverse_need(graph: TaskGraph, writer: str, other: str) -> tuple[str, str] | None:
+    """``(path other writes, path writer reads)`` when ``writer`` also reads what ``other`` writes."""
+    for out in graph.nodes[other].outputs:
+        for read in graph.nodes[writer].inputs:
+            if paths_overlap(normalise_path(out), normalise_path(read)):
+                return out, read
+    return None
+
+
+def _refuse(dag_id: str, dep: HiddenDependency, edge: tuple[str, str], closes: list[str], why: str) -> None:
+    verb = "also writes" if dep.other_writes else "reads"
+    raise HiddenDependencyCycle(
+        f"DAG {dag_id!r}: cannot fix the hidden dependency between {dep.writer!r} "
+        f"(writes {dep.writer_path!r}) and {dep.other!r} ({verb} {dep.other_path!r}): the edge "
+        f"{edge[0]} >> {edge[1]} would close the cycle {' -> '.join([*closes, closes[0]])} ({why}), and "
+        f"a completeness sensor before {dep.other!r} would wait for data written only after it ends. "
+        "Fix: decide the order yourself (an explicit edge), or give the two tasks different paths."
+    )
+
+
+def _plan(
+    dag_id: str, graph: TaskGraph, pairs: list[HiddenDependency], mode: str
+) -> list[HiddenDependencyFix]:
+    """The repairs, checked on ``graph`` (which they are added to); raises before anything changes."""
+    fixes: list[HiddenDependencyFix] = []
+    for dep in pairs:
+        writer, other = dep.writer, dep.other
+        if dep.other_writes:  # two writers: any order stops the race; take one that keeps it acyclic
+            if writer in graph.descendants(other) or other in graph.descendants(writer):
+                fixes.append(HiddenDependencyFix(writer, other, dep.writer_path, "ordered"))
+                continue
+            graph.add_edge(writer, other, "data")
+            fixes.append(HiddenDependencyFix(writer, other, dep.writer_path, "edge"))
+            continue
+        back = _path_between(graph, other, writer)
+        if back is not None:
+            _refuse(dag_id, dep, (writer, other), back, "the reader already runs before the writer")
+        reverse = _reverse_need(graph, writer, other)
+        if reverse is not None:
+            _refuse(
+                dag_id,
+                dep,
+                (writer, other),
+                [writer, other],
+                f"{writer!r} also reads {reverse[1]!r}, which {other!r} writes to {reverse[0]!r}",
+            )
+        if other in graph.descendants(writer):
+            fixes.append(HiddenDependencyFix(writer, other, dep.writer_path, "ordered"))
+            continue
+        graph.add_edge(writer, other, "data")  # a sensor also orders the reader after the data
+        fixes.append(HiddenDependencyFix(writer, other, dep.writer_path, mode))
+    return fixes
 
 
 def fix_hidden_dependencies(
@@ -62,23 +150,32 @@ def fix_hidden_dependencies(
 
     :param mode: ``"edge"`` or ``"sensor"``.
     :param timeout: required in sensor mode (how long a reader may wait for the dataset).
+    :raises HiddenDependencyCycle: a repair would close a cycle (nothing was changed); the message
+        names the two tasks, the path, the edge and the cycle.
     """
     if mode not in MODES:
         raise ValueError(
             f"DAG {dag.dag_id!r}: fix_hidden_dependencies(mode={mode!r}) is unknown; use 'edge' or 'sensor'."
         )
-    fixes: list[HiddenDependencyFix] = []
-    for dep in _pairs(dag):
-        writer_id, other_id, path, other_writes = dep.writer, dep.other, dep.writer_path, dep.other_writes
-        writer = dag.get_task(writer_id)
-        other = dag.get_task(other_id)
-        if mode == "edge" or other_writes:
-            labelled(writer, other, "data")
-            fixes.append(HiddenDependencyFix(writer_id, other_id, path, "edge"))
+    graph, _ = build_task_graph(dag)
+    fixes = _plan(str(dag.dag_id), graph, hidden_dependency_pairs(graph), mode)
+    first_sensor = next((f for f in fixes if f.how == "sensor"), None)
+    if first_sensor is not None:  # checked before any edge is added
+        require_timeout(
+            f"wait_{first_sensor.writer}_for_{first_sensor.other}", "DatasetCompleteSensor", timeout
+        )
+    done: list[HiddenDependencyFix] = []
+    for fix in fixes:
+        writer = dag.get_task(fix.writer)
+        other = dag.get_task(fix.other)
+        if fix.how in ("edge", "ordered"):
+            if fix.how == "edge":
+                labelled(writer, other, "data")
+            done.append(fix)
             continue
         sensor = DatasetCompleteSensor(
-            task_id=f"wait_{writer_id}_for_{other_id}",
-            path=path,
+            task_id=f"wait_{fix.writer}_for_{fix.other}",
+            path=fix.path,
             completeness=completeness,
             timeout=timeout,
             poke_interval=poke_interval,
@@ -86,9 +183,9 @@ def fix_hidden_dependencies(
             retries=RESUME_RACE_RETRIES,
             retry_delay=RESUME_RACE_RETRY_DELAY,
         )
-        sensor.doc_md = f"Hidden dependency: {other_id} reads {path} written by {writer_id}."
+        sensor.doc_md = f"Hidden dependency: {fix.other} reads {fix.path} written by {fix.writer}."
         for up_id in sorted(other.upstream_task_ids):
             dag.get_task(up_id) >> sensor
         labelled(sensor, other, "data")
-        fixes.append(HiddenDependencyFix(writer_id, other_id, path, "sensor", sensor.task_id))
-    return fixes
+        done.append(HiddenDependencyFix(fix.writer, fix.other, fix.path, "sensor", sensor.task_id))
+    return done

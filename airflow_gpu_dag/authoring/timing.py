@@ -5,10 +5,13 @@
                      pattern="step-{step}", timeout=timedelta(hours=8))
 
 ``start_window`` inserts ``<task>__window`` (a :class:`~airflow_gpu_dag.sensors.StartWindowSensor`)
-before the task, edge label ``time``. ``stage_dependency`` does *not* add ``train >> evaluate``:
-it adds ``wait_<train>_ckpt_<N>`` (a :class:`~airflow_gpu_dag.sensors.CheckpointSensor`) that starts
-alongside ``train`` (same upstream tasks) and lets ``evaluate`` start as soon as checkpoint N is
-complete while training goes on.
+before the task, edge label ``time``, and makes the task check the window itself when it starts
+(:class:`~airflow_gpu_dag.sensors.window.WindowGuard`, its ``pre_execute`` hook): a task that waited in
+its pool until the window closed does not start (skipped or failed per ``on_missed``). The window is
+recorded in both tasks' hints, so the plan starts them no earlier than it opens.
+``stage_dependency`` does *not* add ``train >> evaluate``: it adds ``wait_<train>_ckpt_<N>`` (a
+:class:`~airflow_gpu_dag.sensors.CheckpointSensor`) that starts alongside ``train`` (same upstream
+tasks) and lets ``evaluate`` start as soon as checkpoint N is complete while training goes on.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from airflow_gpu_dag.authoring._wiring import insert_before, labelled, require_dag
+from airflow_gpu_dag.authoring._wiring import as_operator, insert_before, labelled, require_dag
+from airflow_gpu_dag.core.windows import parse_window
+from airflow_gpu_dag.hints import merge_hints
 from airflow_gpu_dag.sensors._common import RESUME_RACE_RETRIES, RESUME_RACE_RETRY_DELAY
 from airflow_gpu_dag.sensors.checkpoint import CheckpointSensor
-from airflow_gpu_dag.sensors.window import StartWindowSensor
+from airflow_gpu_dag.sensors.window import StartWindowSensor, WindowGuard, check_on_missed, templated
 
 __all__ = ["TIME", "stage_dependency", "start_window"]
 
@@ -30,18 +35,26 @@ TIME = "time"
 def start_window(
     task: Any,
     *,
-    opens: str,
-    closes: str,
+    opens: Any,
+    closes: Any,
     tz: str = "UTC",
     on_missed: str = "skip",
     task_id: str | None = None,
 ) -> StartWindowSensor:
-    """Gate ``task`` on a daily start window; see :class:`~airflow_gpu_dag.sensors.StartWindowSensor`.
+    """Gate ``task`` on a start window; see :class:`~airflow_gpu_dag.sensors.StartWindowSensor`.
 
-    :raises ValueError: impossible window (opens == closes), malformed time, unknown policy; the
-        message names the task.
+    ``opens``/``closes``: two times of day (daily window; ``closes <= opens`` spans midnight) or two
+    date-times (a one-off window), or Jinja templates (checked at run time).
+
+    :raises ValueError: an impossible window (equal times of day, a one-off window that closes before
+        it opens), a malformed time, an unknown timezone or policy; the message names the DAG and the
+        task and says how to fix it.
     """
+    task = as_operator(task)
     dag = require_dag(task, "start_window")
+    where = f"DAG {dag.dag_id!r}, task {task.task_id!r}"
+    check_on_missed(on_missed, where)
+    window = None if templated(opens) or templated(closes) else parse_window(opens, closes, tz, where=where)
     sensor = StartWindowSensor(
         task_id=task_id or f"{task.task_id}__window",
         opens=opens,
@@ -53,6 +66,17 @@ def start_window(
         retry_delay=RESUME_RACE_RETRY_DELAY,
     )
     insert_before(task, sensor, label=TIME)
+    hint = {**(window.to_hint() if window is not None else {"templated": True}), "on_missed": on_missed}
+    for gated in (task, sensor):
+        gated.executor_config = merge_hints(gated.executor_config, {"window": hint})
+    task._pre_execute_hook = WindowGuard(
+        opens=opens,
+        closes=closes,
+        tz=tz,
+        on_missed=on_missed,
+        sensor_task_id=sensor.task_id,
+        previous=task._pre_execute_hook,
+    )
     return sensor
 
 

@@ -1,19 +1,43 @@
-"""Is the budget available now? The usage ledger against the caps, with run-time overrides.
+"""Is the budget available now? The ledger against the caps, with run-time overrides, and the claim.
 
 Raise a cap at run time with an Airflow Variable (a number of GPU-hours):
 ``gpu_dag_budget.run.<dag_id>`` for the per-run cap, ``gpu_dag_budget.pool_day.<pool>`` for the pool cap.
-Used by the budget gate (:class:`airflow_gpu_dag.operators.budget.BudgetGateOperator`) and its trigger.
+Used by the budget gate (:class:`airflow_gpu_dag.operators.budget.BudgetGateOperator`), its trigger and
+the code that charges tasks (:mod:`airflow_gpu_dag.budget.charge`).
 """
 
 from __future__ import annotations
 
-from airflow_gpu_dag.budget.ledger import read_usage
-from airflow_gpu_dag.core.budget import BudgetCap, BudgetDecision, evaluate
+import logging
+import os
+from datetime import UTC, datetime
 
-__all__ = ["VARIABLE_PREFIX", "check_budget", "effective_cap", "pool_variable", "run_variable"]
+from airflow_gpu_dag.budget.ledger import BudgetLedger, FileBudgetLedger, today, usage_ledger_path
+from airflow_gpu_dag.core.budget import BudgetCap, BudgetClaim, BudgetDecision, evaluate
+from airflow_gpu_dag.core.resources import EstimateError, parse_duration
+from airflow_gpu_dag.settings import conf_get
+
+__all__ = [
+    "DEFAULT_CLAIM_TTL",
+    "VARIABLE_PREFIX",
+    "budget_ledger",
+    "check_budget",
+    "claim_budget",
+    "claim_ttl_seconds",
+    "effective_cap",
+    "forward_host_usage",
+    "forward_this_host",
+    "pool_variable",
+    "run_variable",
+    "shared_conn_id",
+]
+
+log = logging.getLogger(__name__)
 
 #: Variable prefix for run-time cap overrides.
 VARIABLE_PREFIX = "gpu_dag_budget"
+#: How long an unsettled claim counts (``[gpu_dag] budget_claim_ttl``).
+DEFAULT_CLAIM_TTL = "24h"
 
 
 def run_variable(dag_id: str) -> str:
@@ -24,6 +48,34 @@ def run_variable(dag_id: str) -> str:
 def pool_variable(pool: str) -> str:
     """Variable holding the per-day GPU-hour cap override for ``pool``."""
     return f"{VARIABLE_PREFIX}.pool_day.{pool}"
+
+
+def shared_conn_id() -> str | None:
+    """``[gpu_dag] budget_conn_id``: the connection of the shared SQL ledger, or None."""
+    value = conf_get("budget_conn_id", None)
+    return value.strip() if value and value.strip() else None
+
+
+def claim_ttl_seconds() -> float:
+    """``[gpu_dag] budget_claim_ttl``: how long a claim whose task never reported counts (default 24h)."""
+    raw = conf_get("budget_claim_ttl", DEFAULT_CLAIM_TTL) or DEFAULT_CLAIM_TTL
+    try:
+        return parse_duration(raw)
+    except EstimateError as err:
+        log.warning("[gpu_dag] budget_claim_ttl %r is invalid (%s); using %s", raw, err, DEFAULT_CLAIM_TTL)
+        return parse_duration(DEFAULT_CLAIM_TTL)
+
+
+def budget_ledger(explicit: str | os.PathLike[str] | None = None) -> BudgetLedger:
+    """The ledger to use: an explicit ledger file, else the shared SQL ledger of
+    ``[gpu_dag] budget_conn_id``, else this host's file ledger (:func:`usage_ledger_path`)."""
+    if not explicit:
+        conn_id = shared_conn_id()
+        if conn_id:
+            from airflow_gpu_dag.budget.shared import SqlBudgetLedger
+
+            return SqlBudgetLedger.from_conn_id(conn_id)
+    return FileBudgetLedger(usage_ledger_path(explicit))
 
 
 def _variable_float(key: str) -> float | None:
@@ -39,7 +91,7 @@ def _variable_float(key: str) -> float | None:
         value = float(raw)
     except (TypeError, ValueError):
         return None
-    return value if value >= 0 else None
+    return value if value >= 0 else None  # 0 at run time pauses every gated task on purpose
 
 
 def effective_cap(cap: BudgetCap, dag_id: str) -> BudgetCap:
@@ -55,9 +107,71 @@ def effective_cap(cap: BudgetCap, dag_id: str) -> BudgetCap:
     return BudgetCap(run, day, cap.pool)
 
 
+def forward_host_usage(ledger: BudgetLedger) -> None:
+    """Shared ledger: first send this host's finished leases (see ``budget.shared``)."""
+    from airflow_gpu_dag.budget.shared import SqlBudgetLedger, forward_local_usage
+
+    if isinstance(ledger, SqlBudgetLedger):
+        try:
+            forward_local_usage(ledger, usage_ledger_path())
+        except Exception:
+            log.exception("budget: could not forward this host's usage to %r", ledger)
+
+
 def check_budget(
-    cap: BudgetCap, dag_id: str, run_id: str, ledger: str | None, now: float | None = None
+    cap: BudgetCap,
+    dag_id: str,
+    run_id: str,
+    ledger: str | os.PathLike[str] | BudgetLedger | None,
+    now: float | None = None,
+    request_gpu_seconds: float = 0.0,
 ) -> BudgetDecision:
-    """Read the ledger and Variables, then :func:`evaluate`."""
-    usage = read_usage(ledger, dag_id, run_id, cap.pool, now)
-    return evaluate(effective_cap(cap, dag_id), usage)
+    """Read the ledger and Variables, then :func:`~airflow_gpu_dag.core.budget.evaluate` (no claim)."""
+    book = (
+        ledger if ledger is not None and not isinstance(ledger, (str, os.PathLike)) else budget_ledger(ledger)
+    )
+    usage = book.usage(dag_id, run_id, cap.pool, now)
+    return evaluate(effective_cap(cap, dag_id), usage, request_gpu_seconds)
+
+
+def claim_budget(
+    cap: BudgetCap,
+    *,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    map_index: int,
+    gpu_seconds: float,
+    ledger: str | os.PathLike[str] | BudgetLedger | None,
+    now: float | None = None,
+) -> BudgetDecision:
+    """Check and claim ``gpu_seconds`` for the gated task ``task_id`` in one atomic step."""
+    book = (
+        ledger if ledger is not None and not isinstance(ledger, (str, os.PathLike)) else budget_ledger(ledger)
+    )
+    forward_host_usage(book)
+    moment = now if now is not None else datetime.now(UTC).timestamp()
+    cap_now = effective_cap(cap, dag_id)
+    claim = BudgetClaim(
+        dag_id=dag_id,
+        run_id=run_id,
+        task_id=task_id,
+        gpu_seconds=gpu_seconds,
+        pool=cap.pool,
+        day=today(moment),
+        created=moment,
+        expires=moment + claim_ttl_seconds(),
+        map_index=map_index,
+    )
+    return book.claim(cap_now, claim, moment)
+
+
+def forward_this_host() -> None:
+    """With a shared ledger (``[gpu_dag] budget_conn_id``), send this host's finished leases to it;
+    nothing otherwise. Never raises (called by the GPU operators when a lease ends)."""
+    if not shared_conn_id():
+        return
+    try:
+        forward_host_usage(budget_ledger())
+    except Exception:
+        log.exception("budget: could not forward this host's usage to the shared ledger")

@@ -9,7 +9,7 @@ from typing import Any
 from airflow_gpu_dag.cli import render
 from airflow_gpu_dag.cli.common import configured_pools, parse_pool_args, quiet, status
 from airflow_gpu_dag.cli.loading import LoadedDags, load_dags
-from airflow_gpu_dag.core.validation import ERROR, Finding, ValidationPolicy, validate_graph
+from airflow_gpu_dag.core.validation import Finding, ValidationPolicy, cycle_finding, validate_graph
 
 __all__ = ["LintReport", "lint", "lint_dags"]
 
@@ -88,16 +88,7 @@ def lint_dags(loaded: LoadedDags, policy: ValidationPolicy) -> LintReport:
         report.skipped.append(dag_id)
         cycle = graph.find_cycle()
         if cycle:
-            report.findings.append(
-                Finding(
-                    ERROR,
-                    "cycle",
-                    dag_id,
-                    cycle[0],
-                    f"dependency cycle {' -> '.join(cycle)}.",
-                    "remove one edge of the cycle; a pipeline must be acyclic.",
-                )
-            )
+            report.findings.append(cycle_finding(dag_id, cycle))
     return report
 
 

@@ -25,6 +25,11 @@ def _print_plan(the_plan: Plan, critical_only: bool) -> None:
         f"critical tasks: {len(the_plan.critical_tasks)} of {len(the_plan.tasks)}.",
         markup=False,
     )
+    notes = [(t.task_id, t.note) for t in the_plan.tasks if t.note]
+    if notes:  # fallback rungs (expected durations, the assumed rung) and start windows
+        out.print("Assumed by the plan:", markup=False)
+        for task_id, note in notes:
+            out.print(f"  {task_id}: {note}", markup=False)
     if any(not t.duration_declared for t in the_plan.tasks):
         out.print("* no duration estimate declared; the [gpu_dag] default_duration is assumed.", markup=False)
     if the_plan.policy:

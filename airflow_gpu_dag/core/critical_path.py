@@ -9,6 +9,11 @@ finish sooner than ``makespan``.
 O(V + E), deterministic (ties broken by insertion order), correct with several sources and sinks,
 zero-duration tasks and disconnected components: every sink's LF is the makespan of the whole graph,
 so a short independent component gets slack rather than being called critical.
+
+A task with ``not_before`` > 0 (a start window that opens later) starts no earlier than that:
+``ES = max(EF of its upstream tasks, not_before)``. The backward pass is unchanged (a release time
+only delays the forward pass), so the remaining critical-path length, and with it the priority
+weight, does not depend on the window; slack does.
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ def analyze(graph: TaskGraph) -> CriticalPathAnalysis:
     earliest_start: dict[str, float] = {}
     for task_id in order:
         start = max((earliest_finish[u] for u in graph.upstream(task_id)), default=0.0)
+        start = max(start, nodes[task_id].not_before)
         earliest_start[task_id] = start
         earliest_finish[task_id] = start + nodes[task_id].duration
     makespan = max(earliest_finish.values(), default=0.0)
@@ -102,9 +108,18 @@ def analyze(graph: TaskGraph) -> CriticalPathAnalysis:
 def _one_critical_path(
     graph: TaskGraph, order: list[str], timings: dict[str, TaskTiming], tolerance: float
 ) -> list[str]:
-    """Follow critical tasks from the first critical source, each step to the first critical
-    downstream task that starts exactly when the current one finishes."""
-    current = next((t for t in order if timings[t].critical and not graph.upstream(t)), None)
+    """Follow critical tasks from the first critical task that nothing critical leads into (a
+    source, or a task held back by its ``not_before``), each step to the first critical downstream
+    task that starts exactly when the current one finishes."""
+
+    def fed(task_id: str) -> bool:
+        start = timings[task_id].earliest_start
+        return any(
+            timings[u].critical and abs(timings[u].earliest_finish - start) <= tolerance
+            for u in graph.upstream(task_id)
+        )
+
+    current = next((t for t in order if timings[t].critical and not fed(t)), None)
     path: list[str] = []
     while current is not None:
         path.append(current)

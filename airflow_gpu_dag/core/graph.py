@@ -36,6 +36,8 @@ class TaskNode:
     needs no GPU. ``inputs``/``outputs`` are the dataset paths or URIs the task reads and writes
     (used to find hidden dependencies); ``awaits`` are paths the task waits to be *complete* (a
     completeness sensor), which orders every reader downstream of it after the writer's data.
+    ``not_before`` is the earliest moment, in seconds after the run's start, at which the task may
+    start (the opening of its start window; 0 = as soon as its upstream tasks are done).
     """
 
     task_id: str
@@ -49,6 +51,7 @@ class TaskNode:
     awaits: tuple[str, ...] = ()
     duration_declared: bool = True
     attrs: dict[str, object] = field(default_factory=dict)
+    not_before: float = 0.0
 
     @property
     def gpus(self) -> int:

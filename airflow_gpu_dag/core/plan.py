@@ -19,6 +19,7 @@ from typing import Any
 from airflow_gpu_dag.core.critical_path import analyze
 from airflow_gpu_dag.core.graph import TaskGraph, TaskNode
 from airflow_gpu_dag.core.pools import is_gpu_pool
+from airflow_gpu_dag.core.resources import format_duration
 from airflow_gpu_dag.core.rules import critical_path_weights
 from airflow_gpu_dag.core.validation import Finding
 
@@ -39,7 +40,11 @@ class TaskPlan:
     """Everything the plan says about one task; times in seconds from the start of the run.
 
     ``layer`` is the length (in edges) of the longest chain of upstream tasks: the column of the
-    task in a left-to-right layered drawing of the graph.
+    task in a left-to-right layered drawing of the graph. ``not_before``: the task cannot start
+    earlier (its start window opens then). ``duration`` is what the plan counts; ``expected_duration``
+    the task's own estimate: they differ for the rungs of a fallback ladder, which ``fallback``
+    describes (``ladder``, ``rung``, ``role``: ``assumed`` / ``fell back`` / ``contingent``,
+    ``assumed_rung``).
     """
 
     task_id: str
@@ -59,6 +64,36 @@ class TaskPlan:
     duration_declared: bool
     layer: int
     upstream: tuple[str, ...] = ()
+    not_before: float = 0.0
+    expected_duration: float | None = None
+    fallback: dict[str, Any] | None = None
+
+    @property
+    def note(self) -> str:
+        """What the plan assumes about this task, in words (empty when nothing special)."""
+        notes = []
+        if self.not_before > 0:
+            notes.append(f"start window opens at +{format_duration(self.not_before)}")
+        fb = self.fallback
+        if fb:
+            expected = format_duration(float(fb.get("expected_duration") or 0.0))
+            of = f" {int(fb.get('index', 0)) + 1} of {fb['rungs']}" if fb.get("rungs") else ""
+            if fb.get("role") == "assumed":
+                notes.append(
+                    f"fallback ladder {fb.get('ladder')}: the plan assumes this rung{of} ({expected})"
+                )
+            elif fb.get("role") == "fell back":
+                notes.append(
+                    f"fallback ladder {fb.get('ladder')}: rung{of} expected {expected}; the plan assumes "
+                    f"{fb.get('assumed_rung')}, so this rung only waits "
+                    f"{format_duration(self.duration)} to start"
+                )
+            else:
+                notes.append(
+                    f"fallback ladder {fb.get('ladder')}: rung{of} expected {expected}, counted 0: it runs "
+                    f"only if {fb.get('assumed_rung')} (assumed) does not start in time"
+                )
+        return "; ".join(notes)
 
 
 @dataclass(frozen=True)
@@ -100,11 +135,24 @@ class Plan:
             "critical_path": list(self.critical_path),
             "critical_tasks": self.critical_tasks,
             "total_gpu_hours": self.total_gpu_hours,
-            "tasks": [{**asdict(t), "upstream": list(t.upstream)} for t in self.tasks],
+            "tasks": [{**asdict(t), "upstream": list(t.upstream), "note": t.note} for t in self.tasks],
             "edges": [list(e) for e in self.edges],
             "findings": [f.to_dict() for f in self.findings],
             "policy": self.policy,
         }
+
+
+def _fallback(node: TaskNode) -> dict[str, Any] | None:
+    value = node.attrs.get("fallback")
+    return dict(value) if isinstance(value, dict) else None
+
+
+def _expected_duration(node: TaskNode) -> float:
+    """The task's own estimate (a fallback rung's, even when the plan counts less)."""
+    fallback = _fallback(node)
+    if fallback and isinstance(fallback.get("expected_duration"), (int, float)):
+        return float(fallback["expected_duration"])
+    return node.duration
 
 
 def build_plan(graph: TaskGraph, findings: Iterable[Finding] = ()) -> Plan:
@@ -123,7 +171,9 @@ def build_plan(graph: TaskGraph, findings: Iterable[Finding] = ()) -> Plan:
         upstream = tuple(graph.upstream(task_id))
         layer[task_id] = max((layer[u] + 1 for u in upstream), default=0)
         gpus = _gpus_of(node)
-        total_gpu_seconds += gpus * node.duration
+        fallback = _fallback(node)
+        held = 0.0 if fallback and fallback.get("role") == "fell back" else node.duration  # it only waited
+        total_gpu_seconds += gpus * held
         tasks.append(
             TaskPlan(
                 task_id=task_id,
@@ -139,10 +189,13 @@ def build_plan(graph: TaskGraph, findings: Iterable[Finding] = ()) -> Plan:
                 gpu=node.gpu.describe() if node.gpu else (f"{gpus} slot(s)" if gpus else "-"),
                 pool=node.pool,
                 pool_slots=node.pool_slots,
-                gpu_hours=gpus * node.duration / 3600.0,
+                gpu_hours=gpus * held / 3600.0,
                 duration_declared=node.duration_declared,
                 layer=layer[task_id],
                 upstream=upstream,
+                not_before=node.not_before,
+                expected_duration=_expected_duration(node),
+                fallback=fallback,
             )
         )
     return Plan(

@@ -21,6 +21,7 @@ __all__ = [
     "GraphValidationError",
     "HiddenDependency",
     "ValidationPolicy",
+    "cycle_finding",
     "find_hidden_dependencies",
     "hidden_dependency_pairs",
     "validate_graph",
@@ -96,21 +97,32 @@ def validate_graph(
     report = ValidationReport(graph.dag_id, list(extra))
     cycle = graph.find_cycle()
     if cycle:
-        report.findings.append(
-            Finding(
-                ERROR,
-                "cycle",
-                graph.dag_id,
-                cycle[0],
-                f"dependency cycle {' -> '.join(cycle)}.",
-                "remove one edge of the cycle; a pipeline must be acyclic.",
-            )
-        )
+        report.findings.append(cycle_finding(graph.dag_id, cycle))
     report.findings.extend(_check_resources(graph, policy))
     report.findings.extend(_check_estimates(graph, policy))
     if not cycle:
         report.findings.extend(find_hidden_dependencies(graph))
     return report
+
+
+def cycle_finding(dag_id: str, cycle: list[str]) -> Finding:
+    """The error for a dependency cycle, naming every task of it (``[a, b, ..., a]``).
+
+    Airflow's DagBag checks cycles (``DAG.check_cycle``) before any cluster policy runs, so a cyclic
+    DAG's import error is Airflow's, naming one task; the message says so and that this lint (or
+    ``airflow gpu-dag plan``) names the whole cycle.
+    """
+    return Finding(
+        ERROR,
+        "cycle",
+        dag_id,
+        cycle[0],
+        f"dependency cycle {' -> '.join(cycle)}. Airflow's import error for it names only one task "
+        f"('Cycle detected in Dag: {dag_id}. Faulty task: ...'): Airflow checks cycles before cluster "
+        "policies run, so only this lint names the whole cycle.",
+        "remove one edge of the cycle; a pipeline must be acyclic. Run `airflow gpu-dag lint` in CI before "
+        "deploying DAG files (docs/edges.md#cycles).",
+    )
 
 
 def _check_resources(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Finding]:

@@ -1,10 +1,14 @@
 """The budget gate operator: defers while a GPU-hour cap is reached (see docs/edges.md, budgets).
 
-Added before a GPU task by :func:`airflow_gpu_dag.authoring.budget_gate`. When the run's or the
-pool's usage (from the lease usage ledger) has reached the cap, the gate *defers*: it holds no worker
-slot and no GPU, the task shows ``deferred`` in the UI with the reason in its log, and the GPU task
-does not start. The triggerer re-checks every ``poke_interval`` seconds and lets the gate finish once
-the cap is raised or the UTC day rolls over (pool caps). Nothing fails silently.
+Added before a GPU task by :func:`airflow_gpu_dag.authoring.budget_gate`. The gate *claims* the
+GPU-seconds its task is expected to use (GPUs x duration estimate) in the budget ledger, checking the
+caps and writing the claim in one atomic step: when the run's or the pool's usage plus the open
+claims leave no room for it, the gate *defers*: it holds no worker slot and no GPU, the task shows
+``deferred`` in the UI with the reason in its log, and the GPU task does not start. The triggerer
+re-checks every ``poke_interval`` seconds; when the request fits again (cap raised, day rolled over,
+a claim settled lower than claimed) the gate resumes and claims again, so two gates that both saw
+room cannot both pass unless both fit. The gated task settles the claim when it ends
+(:class:`~airflow_gpu_dag.budget.charge.SettleBudgetClaim`). Nothing fails silently.
 """
 
 from __future__ import annotations
@@ -14,8 +18,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_gpu_dag.budget.check import check_budget, pool_variable, run_variable
-from airflow_gpu_dag.budget.ledger import usage_ledger_path
+from airflow_gpu_dag.budget.check import claim_budget, pool_variable, run_variable
 from airflow_gpu_dag.core.budget import BudgetCap
 from airflow_gpu_dag.hints import control_task_hints
 from airflow_gpu_dag.sensors._common import resume_race_retry
@@ -25,13 +28,18 @@ __all__ = ["BudgetGateOperator"]
 
 
 class BudgetGateOperator(BaseOperator):
-    """Succeeds when the GPU-hour budget allows the next GPU task; otherwise defers until it does.
+    """Succeeds when the GPU-hour budget has room for the gated task (and claims it); otherwise
+    defers until it does.
 
-    :param gpu_hours_per_run: cap for one DAG run (all its GPU tasks).
-    :param gpu_hours_per_pool_day: cap for ``pool`` per UTC day (all DAGs).
+    :param gpu_hours_per_run: cap for one DAG run (all its GPU tasks); > 0.
+    :param gpu_hours_per_pool_day: cap for ``pool`` per UTC day (all DAGs); > 0.
     :param pool_to_cap: the GPU pool the per-day cap applies to.
-    :param ledger: the usage ledger file; default ``[gpu_dag] usage_ledger`` / ``lease_dir``.
+    :param ledger: a usage ledger file; default: the shared ledger of ``[gpu_dag] budget_conn_id``,
+        else ``[gpu_dag] usage_ledger`` / ``lease_dir``.
     :param poke_interval: seconds between re-checks in the triggerer.
+    :param gated_task_id: the task the gate lets through (its claim is keyed by it); default: the
+        gate's own id.
+    :param claim_gpu_seconds: what the gated task is expected to use (0: only check the caps).
     """
 
     template_fields: Sequence[str] = ("ledger",)
@@ -45,47 +53,66 @@ class BudgetGateOperator(BaseOperator):
         pool_to_cap: str | None = None,
         ledger: str | None = None,
         poke_interval: float = 30.0,
+        gated_task_id: str | None = None,
+        claim_gpu_seconds: float = 0.0,
         **kwargs: Any,
     ) -> None:
         kwargs["executor_config"] = control_task_hints(kwargs.get("executor_config"))
         super().__init__(**resume_race_retry(kwargs))
-        self.cap = BudgetCap.checked(
-            f"task {self.task_id!r}", gpu_hours_per_run, gpu_hours_per_pool_day, pool_to_cap
-        )
+        where = f"DAG {self.dag_id!r}, task {self.task_id!r}" if self.has_dag() else f"task {self.task_id!r}"
+        self.cap = BudgetCap.checked(where, gpu_hours_per_run, gpu_hours_per_pool_day, pool_to_cap)
+        self.cap.check_request(float(claim_gpu_seconds), where)
         self.ledger = ledger
         self.poke_interval = poke_interval
+        self.gated_task_id = gated_task_id or self.task_id
+        self.claim_gpu_seconds = float(claim_gpu_seconds)
 
-    def _ledger(self) -> str | None:
-        return usage_ledger_path(self.ledger)
+    def _claim(self, context: Any) -> Any:
+        ti = context.get("ti")
+        map_index = getattr(ti, "map_index", -1)
+        return claim_budget(
+            self.cap,
+            dag_id=context["dag"].dag_id,
+            run_id=context["run_id"],
+            task_id=self.gated_task_id,
+            map_index=map_index if isinstance(map_index, int) else -1,
+            gpu_seconds=self.claim_gpu_seconds,
+            ledger=self.ledger,
+        )
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def _wait(self, context: Any, reason: str) -> None:
         dag_id = context["dag"].dag_id
-        run_id = context["run_id"]
-        ledger = self._ledger()
-        decision = check_budget(self.cap, dag_id, run_id, ledger)
-        if decision.allowed:
-            self.log.info("budget ok: %s", decision.reason)
-            return {"allowed": True, "reason": decision.reason, "waited": False}
         self.log.warning(
             "GPU budget reached: %s. Deferring (no worker, no GPU held) until the cap is raised "
-            "(Variable %s / %s) or the day resets.",
-            decision.reason,
+            "(Variable %s / %s), the day resets or claims are settled.",
+            reason,
             run_variable(dag_id),
             pool_variable(self.cap.pool) if self.cap.pool else "-",
         )
         self.defer(
             trigger=BudgetTrigger(
                 dag_id=dag_id,
-                run_id=run_id,
+                run_id=context["run_id"],
                 cap=self.cap.to_dict(),
-                ledger=ledger,
+                ledger=self.ledger,
                 poke_interval=self.poke_interval,
+                request_gpu_seconds=self.claim_gpu_seconds,
             ),
             method_name="execute_complete",
         )
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        decision = self._claim(context)
+        if decision.allowed:
+            self.log.info("budget ok, claimed %.3f GPU-h: %s", self.claim_gpu_seconds / 3600, decision.reason)
+            return {"allowed": True, "reason": decision.reason, "waited": False}
+        self._wait(context, decision.reason)
         raise AssertionError("unreachable: defer() raises")  # pragma: no cover
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> dict[str, Any]:
-        reason = (event or {}).get("reason", "")
-        self.log.info("budget available again: %s", reason)
+        decision = self._claim(context)
+        if not decision.allowed:  # another gate claimed the room first
+            self._wait(context, decision.reason)
+        reason = (event or {}).get("reason", "") or decision.reason
+        self.log.info("budget available again, claimed %.3f GPU-h: %s", self.claim_gpu_seconds / 3600, reason)
         return {"allowed": True, "reason": reason, "waited": True}

@@ -13,6 +13,7 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_gpu_dag.budget.check import forward_this_host
 from airflow_gpu_dag.core.resources import GpuRequest
 from airflow_gpu_dag.gpu.lease import Lease, LeaseError, LeaseLost, LeaseManager, LeaseOwner, LeaseSettings
 from airflow_gpu_dag.operators.gpu_spec import GpuTaskSpec, current_dag_id, request_from, resolve_gpu_task
@@ -80,6 +81,7 @@ class GpuLeaseMixin:
             self.log.warning(  # type: ignore[attr-defined]
                 "GPU lease %s not released now (%s); it is released or reclaimed later", lease.lease_id, err
             )
+        forward_this_host()  # a shared budget ledger gets this host's lease usage (no-op without one)
 
     def _raise_if_lost(self) -> None:
         lease = self._gpu_lease

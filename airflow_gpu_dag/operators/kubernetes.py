@@ -36,7 +36,9 @@ What it sets (merged into anything you pass, never replacing it):
   PodGroup (``minMember`` = gang size, queue, priority class, ``minResources``) created through the
   hook's custom objects API and the ``scheduling.k8s.io/group-name`` annotation; or an existing
   PodGroup referenced with ``volcano_pod_group=``;
-- Kueue mode: the ``kueue.x-k8s.io/queue-name`` label (plus pod-group metadata when asked).
+- Kueue mode: the ``kueue.x-k8s.io/queue-name`` label (plus pod-group metadata when asked);
+- budget: when the pod ends, GPUs x its container's run time is charged to the budget ledger
+  (:func:`~airflow_gpu_dag.kubernetes.usage.charge_finished_pod`).
 
 A pod that is not *scheduled* within ``schedule_timeout_seconds`` (no node with free GPUs, a Kueue
 gate that was not lifted, a Volcano gang that does not fit) is deleted — whatever
@@ -73,6 +75,7 @@ from airflow_gpu_dag.kubernetes.pod_spec import (
     merge_resources,
     merge_tolerations,
 )
+from airflow_gpu_dag.kubernetes.usage import charge_finished_pod
 from airflow_gpu_dag.kubernetes.volcano import (
     GROUP_NAME_ANNOTATION,
     QUEUE_ANNOTATION,
@@ -463,8 +466,17 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
         xcom_result: dict | None = None,
         context: Context | None = None,
     ) -> None:
-        """Delete a never-scheduled pod whatever ``on_finish_action`` says; else the provider's cleanup."""
+        """Delete a never-scheduled pod whatever ``on_finish_action`` says; else charge the pod's GPU
+        time to the budget ledger (GPUs x its container's run time) and run the provider's cleanup."""
         if self._not_scheduled is None:
+            if remote_pod is not None and not self._killed:
+                charge_finished_pod(
+                    remote_pod,
+                    gpus=self.gpus,
+                    context=context,
+                    pool=self.pool,
+                    container=self.base_container_name,
+                )
             super().cleanup(pod, remote_pod, xcom_result=xcom_result, context=context)
             return
         target = remote_pod or pod

@@ -12,9 +12,11 @@ __all__ = ["BudgetTrigger"]
 
 
 class BudgetTrigger(BaseTrigger):
-    """Re-check usage (lease ledger) against the cap (with Variable overrides) every
-    ``poke_interval`` seconds; fire ``{"status": "allowed", "reason"}`` once the cap is raised or the
-    period resets. It has no deadline: a budget stop is a pause, not a failure."""
+    """Re-check usage and open claims (budget ledger) against the cap (with Variable overrides)
+    every ``poke_interval`` seconds; fire ``{"status": "allowed", "reason"}`` once a request of
+    ``request_gpu_seconds`` fits (cap raised, period reset, claims settled). It only reads: the
+    resumed gate claims atomically and defers again if another gate took the room first. It has no
+    deadline: a budget stop is a pause, not a failure."""
 
     def __init__(
         self,
@@ -23,6 +25,7 @@ class BudgetTrigger(BaseTrigger):
         cap: dict[str, Any],
         ledger: str | None,
         poke_interval: float = 30.0,
+        request_gpu_seconds: float = 0.0,
     ) -> None:
         super().__init__()
         self.dag_id = dag_id
@@ -30,6 +33,7 @@ class BudgetTrigger(BaseTrigger):
         self.cap = cap
         self.ledger = ledger
         self.poke_interval = float(poke_interval)
+        self.request_gpu_seconds = float(request_gpu_seconds)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -40,6 +44,7 @@ class BudgetTrigger(BaseTrigger):
                 "cap": self.cap,
                 "ledger": self.ledger,
                 "poke_interval": self.poke_interval,
+                "request_gpu_seconds": self.request_gpu_seconds,
             },
         )
 
@@ -52,7 +57,9 @@ class BudgetTrigger(BaseTrigger):
         cap = BudgetCap(**self.cap)
         while True:
             try:
-                decision = await sync_to_async(check_budget)(cap, self.dag_id, self.run_id, self.ledger)
+                decision = await sync_to_async(check_budget)(
+                    cap, self.dag_id, self.run_id, self.ledger, request_gpu_seconds=self.request_gpu_seconds
+                )
             except Exception as err:
                 self.log.warning("budget check failed (%s); retrying", err)
             else:

@@ -187,6 +187,15 @@ def test_plan_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert "tokenizer_stats" in out and "4x GPU (80GiB each)" in out
 
 
+def test_plan_says_which_fallback_rung_it_assumes(capsys: pytest.CaptureFixture[str]) -> None:
+    plan_dags = ROOT / "tests" / "integration" / "dags" / "authoring" / "auth_plan.py"
+    assert run_cli("plan", "auth_ladder", "--file", str(plan_dags)) == 0
+    out = capsys.readouterr().out
+    assert "Assumed by the plan:" in out
+    assert "train.small: fallback ladder train: the plan assumes this rung 2 of 2 (3h30m)" in out
+    assert "train.big: fallback ladder train: rung 1 of 2 expected 2h00m; the plan assumes small" in out
+
+
 def test_plan_critical_only(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli("plan", PIPELINE, "--file", str(GOOD), "--critical-only") == 0
     out = capsys.readouterr().out

@@ -26,6 +26,7 @@ from airflow_gpu_dag.authoring import (
     start_window,
     validation_edge,
 )
+from airflow_gpu_dag.authoring.hidden import HiddenDependencyCycle
 from airflow_gpu_dag.core.validation import find_hidden_dependencies
 from airflow_gpu_dag.sensors import CheckpointSensor, DatasetCompleteSensor, StartWindowSensor, TimeWindow
 
@@ -129,7 +130,7 @@ def test_start_window_inserts_sensor_before_task() -> None:
 def test_bad_windows_fail_at_parse_time(kwargs: dict, message: str) -> None:
     with DAG("bw", schedule=None):
         train = EmptyOperator(task_id="train")
-        with pytest.raises(ValueError, match=r"task 'train__window': " + message):
+        with pytest.raises(ValueError, match=r"DAG 'bw', task 'train': " + message):
             start_window(train, **kwargs)
 
 
@@ -206,10 +207,14 @@ def test_resource_helpers() -> None:
         with pytest.raises(ValueError, match=r"task 'a': share 0"):
             share({a: 0}, pool="gpu", pool_size=8)
         with pytest.raises(ValueError, match=r"pool_size=0"):
-            exclusive([a], pool="gpu", pool_size=0)
-        assert pin_to_queue(c, "host-gpu01").queue == "host-gpu01"
-        assert data_affinity(b, "/mnt/gpu02/corpus/x", {"/mnt/gpu01": "h1", "/mnt/gpu02": "h2"}) == "h2"
-        assert b.queue == "h2"
+            exclusive([a, b], pool="gpu", pool_size=0)
+        assert pin_to_queue(c, "host-gpu01", pool="gpu01_cpu").queue == "host-gpu01"
+        assert c.pool == "gpu01_cpu"
+        assert (
+            data_affinity(b, "/mnt/gpu02/corpus/x", {"/mnt/gpu01": "h1", "/mnt/gpu02": "h2"}, pool="p2")
+            == "h2"
+        )
+        assert (b.queue, b.pool) == ("h2", "p2")
         with pytest.raises(ValueError, match=r"no location holds '/srv/x'"):
             data_affinity(b, "/srv/x", {"/mnt": "h"})
 
@@ -252,6 +257,71 @@ def test_fix_hidden_dependencies_sensor_mode() -> None:
         fix_hidden_dependencies(dag, mode="fence")
     with pytest.raises(ValueError, match=r"timeout"):
         fix_hidden_dependencies(_hidden_dag("h3"), mode="sensor")
+
+
+def _cyclic_hidden_dag(dag_id: str) -> DAG:
+    """a writes P (read by b), b writes Q (read by c), c writes R (read by a): no edges at all, and the
+    three repairs together would be a -> b -> c -> a."""
+    with DAG(dag_id, schedule=None) as dag:
+        EmptyOperator(task_id="a", executor_config=gpu_hints(outputs=["/p"], inputs=["/r"]))
+        EmptyOperator(task_id="b", executor_config=gpu_hints(outputs=["/q"], inputs=["/p"]))
+        EmptyOperator(task_id="c", executor_config=gpu_hints(outputs=["/r"], inputs=["/q"]))
+    return dag
+
+
+@pytest.mark.parametrize("mode", ["edge", "sensor"])
+def test_fix_hidden_dependencies_never_closes_a_cycle(mode: str) -> None:
+    dag = _cyclic_hidden_dag(f"cyc_{mode}")
+    before = {t: set(dag.get_task(t).downstream_task_ids) for t in dag.task_dict}
+    with pytest.raises(HiddenDependencyCycle) as err:
+        fix_hidden_dependencies(dag, mode=mode, timeout=60)
+    message = str(err.value)
+    assert f"DAG 'cyc_{mode}': cannot fix the hidden dependency between" in message
+    assert "would close the cycle" in message and "Fix: decide the order yourself" in message
+    cycle = message.split("close the cycle ", 1)[1].split(" (", 1)[0].split(" -> ")
+    assert cycle[0] == cycle[-1] and set(cycle) == {"a", "b", "c"}  # the whole cycle
+    # refused before anything changed: no edge, no sensor
+    assert set(dag.task_dict) == {"a", "b", "c"}
+    assert {t: set(dag.get_task(t).downstream_task_ids) for t in dag.task_dict} == before
+    dag.check_cycle()
+
+
+def test_fix_hidden_dependencies_leaves_ordered_pairs_and_refuses_mutual_readers() -> None:
+    with DAG("rev", schedule=None) as dag:
+        read = EmptyOperator(task_id="read", executor_config=gpu_hints(inputs=["/lake/x"]))
+        mid = EmptyOperator(task_id="mid")
+        write = EmptyOperator(task_id="write", executor_config=gpu_hints(outputs=["/lake/x"]))
+        read >> mid
+        EmptyOperator(task_id="other") >> write
+    # read and write are not ordered yet; add the back edge the user's DAG implies later
+    mid >> write
+    assert fix_hidden_dependencies(dag) == []  # ordered (reader first): the lint does not report it
+    with DAG("mutual", schedule=None) as dag2:
+        EmptyOperator(task_id="x", executor_config=gpu_hints(outputs=["/a"], inputs=["/b"]))
+        EmptyOperator(task_id="y", executor_config=gpu_hints(outputs=["/b"], inputs=["/a"]))
+    with pytest.raises(HiddenDependencyCycle, match=r"'x' also reads '/b', which 'y' writes to '/b'"):
+        fix_hidden_dependencies(dag2)
+
+
+def test_fix_hidden_dependencies_orders_two_writers_without_a_cycle() -> None:
+    with DAG("ww", schedule=None) as dag:
+        w1 = EmptyOperator(task_id="w1", executor_config=gpu_hints(outputs=["/lake/x"]))
+        r = EmptyOperator(task_id="r", executor_config=gpu_hints(inputs=["/lake/y"]))
+        w2 = EmptyOperator(task_id="w2", executor_config=gpu_hints(outputs=["/lake/x", "/lake/y"]))
+    fixes = fix_hidden_dependencies(dag)
+    dag.check_cycle()
+    assert {(f.writer, f.other) for f in fixes if f.how == "edge"} >= {("w2", "r")}
+    assert "w2" in w1.downstream_task_ids or "w1" in w2.downstream_task_ids
+    assert r.upstream_task_ids == {"w2"}
+    graph, _ = build_task_graph(dag)
+    assert find_hidden_dependencies(graph) == []
+
+
+def test_sensor_mode_without_timeout_changes_nothing() -> None:
+    dag = _hidden_dag("h4")
+    with pytest.raises(ValueError, match=r"timeout"):
+        fix_hidden_dependencies(dag, mode="sensor")
+    assert all(not dag.get_task(t).downstream_task_ids for t in dag.task_dict)
 
 
 def test_wiring_tasks_declare_a_zero_estimate() -> None:

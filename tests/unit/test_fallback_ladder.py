@@ -94,7 +94,15 @@ class TestStructure:
         assert (t["train.8x_h100"].pool, t["train.8x_h100"].pool_slots) == ("gpu_h100", 8)
         hints = t["train.4x_a100"].executor_config["gpu_dag"]
         assert hints["gpus"] == 4 and hints["duration_s"] == 3 * 3600
-        assert hints["fallback"] == {"ladder": "train", "rung": "4x_a100", "index": 1}
+        assert hints["fallback"] == {
+            "ladder": "train",
+            "rung": "4x_a100",
+            "index": 1,
+            "rungs": 3,
+            "assumed_index": 0,
+            "assumed_rung": "8x_a100",
+            "start_within_s": 1200.0,
+        }
         assert t["train.result"].executor_config["gpu_dag"]["duration_s"] == 0
         watcher = t["train.8x_a100_start_deadline"]
         assert isinstance(watcher, StartDeadlineSensor) and watcher.mode == "poke"
@@ -126,6 +134,40 @@ class TestStructure:
         # the expected plan: the ladder takes as long as its first rung, not the sum of all rungs
         assert first.duration == 2 * 3600
         assert analyze(graph).makespan == first.duration
+
+    def test_plan_gives_every_rung_its_expected_duration_and_names_the_assumed_rung(self):
+        from airflow_gpu_dag.airflow.graph import plan_dag
+
+        with _dag() as dag:
+            fallback_ladder("train", RUNGS, _py)
+        plan = plan_dag(dag)
+        first, second = plan.task("train.8x_a100"), plan.task("train.4x_a100")
+        assert (first.duration, first.expected_duration) == (2 * 3600, 2 * 3600)
+        assert (second.duration, second.expected_duration) == (0, 3 * 3600)
+        assert first.fallback["role"] == "assumed" and second.fallback["role"] == "contingent"
+        assert "the plan assumes this rung 1 of 3 (2h00m)" in first.note
+        assert "rung 2 of 3 expected 3h00m, counted 0" in second.note and "8x_a100 (assumed)" in second.note
+        as_json = plan.to_dict()["tasks"]
+        row = next(t for t in as_json if t["task_id"] == "train.4x_a100")
+        assert row["expected_duration"] == 3 * 3600 and row["fallback"]["assumed_rung"] == "8x_a100"
+        assert row["note"] == second.note
+
+    def test_plan_rung_assumes_a_later_rung_after_the_earlier_ones_waited(self):
+        from airflow_gpu_dag.airflow.graph import plan_dag
+
+        with _dag() as dag:
+            fallback_ladder("train", RUNGS, _py, plan_rung="4x_a100")
+        plan = plan_dag(dag)
+        first, second, third = (plan.task(f"train.{r.name}") for r in RUNGS)
+        assert first.fallback["role"] == "fell back" and first.duration == 1200  # waited, did not start
+        assert first.gpu_hours == 0  # waiting holds no GPU
+        assert second.fallback["role"] == "assumed" and second.duration == 3 * 3600
+        assert third.fallback["role"] == "contingent" and third.duration == 0
+        assert second.earliest_start == first.earliest_finish == 1200
+        assert plan.makespan == 1200 + 3 * 3600
+        assert "the plan assumes 4x_a100" in first.note
+        with _dag(), pytest.raises(FallbackError, match="plan_rung='9x' is not one of its rungs"):
+            fallback_ladder("train", RUNGS, _py, plan_rung="9x")
 
     def test_ladder_dag_serializes(self):
         from airflow.serialization.serialized_objects import DagSerialization

@@ -23,15 +23,22 @@ def _cell(value: object) -> str:
     return f"<td>{html.escape('-' if value is None else str(value))}</td>"
 
 
+def _task_cell(task_id: str, note: str) -> str:
+    """The task id, with what the plan assumes about it (fallback rung, start window) below it."""
+    if not note:
+        return _cell(task_id)
+    return f'<td>{html.escape(task_id)}<br><small class="note">{html.escape(note)}</small></td>'
+
+
 def _task_rows(plan: Plan) -> str:
     rows = []
     for t in plan.tasks:
         rows.append(
             f'<tr class="{"critical" if t.critical else ""}" data-task-id="{html.escape(t.task_id)}">'
+            + _task_cell(t.task_id, t.note)
             + "".join(
                 _cell(v)
                 for v in (
-                    t.task_id,
                     "yes" if t.critical else "",
                     format_duration(t.duration) + ("" if t.duration_declared else " (default)"),
                     format_duration(t.earliest_start),

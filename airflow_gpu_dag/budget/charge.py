@@ -1,0 +1,108 @@
+"""Charge finished GPU work to the budget ledger and close the claim its gate held.
+
+* :class:`SettleBudgetClaim` is a task callback the ``budget_gate`` helper puts on the gated task
+  (success, failure, retry, skip). When the task's try ends it forwards this host's lease usage to a
+  shared ledger, charges the try if nothing did yet (GPUs x the try's run time; leases and pods
+  charge themselves), and closes the gate's claim, so from then on the actual usage counts instead
+  of the estimate.
+* :func:`charge` records one finished lease, pod or task in the configured ledger, never raising
+  (a ledger that cannot be written must not fail the GPU work that already ran).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow_gpu_dag.budget.check import budget_ledger, forward_host_usage
+from airflow_gpu_dag.core.budget import claim_id
+from airflow_gpu_dag.gpu.usage import UsageRecord
+
+__all__ = ["SettleBudgetClaim", "charge"]
+
+log = logging.getLogger(__name__)
+
+
+def charge(record: UsageRecord, ledger: str | None = None) -> bool:
+    """Record ``record`` in the budget ledger (``ledger`` file, else the configured one); False and a
+    logged error when it cannot be written."""
+    try:
+        book = budget_ledger(ledger)
+        book.record(record)
+    except Exception:
+        log.exception(
+            "budget: could not charge %s GPU-s of %s.%s", record.gpu_seconds, record.dag_id, record.task_id
+        )
+        return False
+    log.info(
+        "budget: charged %.0f GPU-seconds (%d GPU(s) x %.0f s) of %s.%s to %r",
+        record.gpu_seconds,
+        len(record.devices),
+        record.end - record.start,
+        record.dag_id,
+        record.task_id,
+        book,
+    )
+    return True
+
+
+def _timestamp(value: Any) -> float | None:
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return None
+
+
+class SettleBudgetClaim:
+    """Task callback (see the module docstring); ``gpus`` and ``pool`` describe the gated task."""
+
+    def __init__(self, *, ledger: str | None, gpus: int, pool: str | None) -> None:
+        self.ledger = ledger
+        self.gpus = gpus
+        self.pool = pool
+
+    def __repr__(self) -> str:
+        return f"SettleBudgetClaim(gpus={self.gpus}, pool={self.pool!r})"
+
+    def __call__(self, context: Any) -> None:
+        ti = context.get("ti") or context.get("task_instance")
+        if ti is None:
+            return
+        dag_id, run_id, task_id = str(ti.dag_id), str(ti.run_id), str(ti.task_id)
+        map_index = ti.map_index if isinstance(getattr(ti, "map_index", None), int) else -1
+        try_number = getattr(ti, "try_number", None)
+        try:
+            book = budget_ledger(self.ledger)
+            forward_host_usage(book)
+            record = None
+            if self.gpus and not book.charged(dag_id, run_id, task_id, map_index, try_number):
+                end = datetime.now(UTC).timestamp()
+                start = _timestamp(getattr(ti, "start_date", None)) or end
+                record = UsageRecord(
+                    dag_id=dag_id,
+                    run_id=run_id,
+                    task_id=task_id,
+                    try_number=try_number,
+                    devices=tuple(range(self.gpus)),
+                    start=min(start, end),
+                    end=end,
+                    map_index=map_index,
+                    pool=self.pool,
+                    outcome=str(getattr(ti, "state", None) or "ended"),
+                    lease_id=f"task:{claim_id(dag_id, run_id, task_id, map_index)}|{try_number}",
+                    host=socket.gethostname(),
+                )
+            closed = book.settle(claim_id(dag_id, run_id, task_id, map_index), record)
+        except Exception:
+            log.exception(
+                "budget: could not settle the claim of %s.%s (it expires on its own)", dag_id, task_id
+            )
+            return
+        log.info(
+            "budget: %s claim of %s.%s%s",
+            "closed the" if closed else "no open",
+            dag_id,
+            task_id,
+            f"; charged {record.gpu_seconds:.0f} GPU-seconds of run time" if record is not None else "",
+        )

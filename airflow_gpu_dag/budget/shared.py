@@ -1,0 +1,361 @@
+"""One budget ledger for every host: a SQL database named by an Airflow connection.
+
+``[gpu_dag] budget_conn_id = gpu_dag_budget`` selects it. Task code and triggers cannot use Airflow's
+metadata database in Airflow 3, so the ledger lives in a database of its own (PostgreSQL or MySQL for
+several hosts; SQLite for one host and for tests), reached with the connection's credentials::
+
+    airflow connections add gpu_dag_budget --conn-type postgres --conn-host db.internal \\
+        --conn-login budget --conn-password ... --conn-schema gpu_budget --conn-port 5432
+    # or any SQLAlchemy URL: --conn-extra '{"sqlalchemy_url": "postgresql+psycopg2://..."}'
+
+Three tables, created on first use (``gpu_dag_budget_usage``, ``gpu_dag_budget_claim``,
+``gpu_dag_budget_lock``). Every row is committed before the call returns, so the ledger survives a
+restart of any Airflow component, host or of the database server itself. A claim is checked and
+written in one transaction that first updates the single row of ``gpu_dag_budget_lock``: the
+database holds that row lock (SQLite: its write lock) until commit, so claims are serialised across
+hosts and two gates cannot both pass when only one fits.
+
+Usage gets here three ways: pods charge themselves when they end
+(:class:`~airflow_gpu_dag.operators.kubernetes.GpuKubernetesPodOperator`); the GPU operators forward
+their host's lease usage file when a lease ends (:func:`forward_local_usage`, idempotent by lease id,
+so a record missed once is sent with the next one); a gated task without either is charged GPUs x its
+run time when it ends.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow_gpu_dag.budget.ledger import summarise, today
+from airflow_gpu_dag.core.budget import BudgetCap, BudgetClaim, BudgetDecision, BudgetUsage, evaluate
+from airflow_gpu_dag.gpu.usage import UsageRecord
+
+__all__ = ["SqlBudgetLedger", "forward_local_usage", "sqlalchemy_url"]
+
+log = logging.getLogger(__name__)
+
+_LOCK_NAME = "budget"
+
+
+def sqlalchemy_url(conn: Any) -> str:
+    """A SQLAlchemy URL from an Airflow connection: ``extra["sqlalchemy_url"]``, else from its fields
+    (``sqlite`` with ``host`` = the database file; ``postgres``/``postgresql``; ``mysql``)."""
+    extra = getattr(conn, "extra_dejson", None) or {}
+    if extra.get("sqlalchemy_url"):
+        return str(extra["sqlalchemy_url"])
+    conn_type = (getattr(conn, "conn_type", None) or "").lower()
+    if conn_type == "sqlite":
+        path = getattr(conn, "host", None) or getattr(conn, "schema", None)
+        if not path:
+            raise ValueError("a sqlite budget connection needs host=<path of the database file>")
+        return f"sqlite:///{path}"
+    from sqlalchemy.engine import URL
+
+    driver = {"postgres": "postgresql+psycopg2", "postgresql": "postgresql+psycopg2", "mysql": "mysql"}.get(
+        conn_type
+    )
+    if driver is None:
+        raise ValueError(
+            f"connection type {conn_type!r} is not supported for the budget ledger; use postgres, mysql or "
+            'sqlite, or put a SQLAlchemy URL in the extra: {"sqlalchemy_url": "..."}'
+        )
+    return URL.create(
+        driver,
+        username=getattr(conn, "login", None) or None,
+        password=getattr(conn, "password", None) or None,
+        host=getattr(conn, "host", None) or None,
+        port=getattr(conn, "port", None) or None,
+        database=getattr(conn, "schema", None) or None,
+    ).render_as_string(hide_password=False)
+
+
+@functools.lru_cache(maxsize=4)
+def _schema(url: str) -> tuple[Any, Any, Any, Any]:
+    """Engine and tables for ``url`` (created once per process)."""
+    from sqlalchemy import Column, Float, Integer, MetaData, String, Table, create_engine, insert
+    from sqlalchemy.exc import IntegrityError
+    from sqlalchemy.pool import NullPool
+
+    connect_args = {"timeout": 60} if url.startswith("sqlite") else {}
+    engine = create_engine(url, poolclass=NullPool, connect_args=connect_args)
+    meta = MetaData()
+    usage = Table(
+        "gpu_dag_budget_usage",
+        meta,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column("record_id", String(250), nullable=False, unique=True),
+        Column("dag_id", String(250)),
+        Column("run_id", String(250)),
+        Column("task_id", String(250)),
+        Column("map_index", Integer),
+        Column("try_number", Integer),
+        Column("pool", String(256)),
+        Column("gpus", Integer),
+        Column("start_ts", Float),
+        Column("end_ts", Float),
+        Column("outcome", String(32)),
+        Column("host", String(256)),
+    )
+    claims = Table(
+        "gpu_dag_budget_claim",
+        meta,
+        Column("claim_id", String(800), primary_key=True),
+        Column("dag_id", String(250)),
+        Column("run_id", String(250)),
+        Column("task_id", String(250)),
+        Column("map_index", Integer),
+        Column("pool", String(256)),
+        Column("day", String(10)),
+        Column("gpu_seconds", Float),
+        Column("created", Float),
+        Column("expires", Float),
+    )
+    lock = Table(
+        "gpu_dag_budget_lock",
+        meta,
+        Column("name", String(64), primary_key=True),
+        Column("counter", Integer),
+    )
+    meta.create_all(engine, checkfirst=True)
+    try:
+        with engine.begin() as conn:
+            conn.execute(insert(lock).values(name=_LOCK_NAME, counter=0))
+    except IntegrityError:
+        pass  # another process created it
+    return engine, usage, claims, lock
+
+
+def _to_record(row: Any) -> UsageRecord:
+    return UsageRecord(
+        dag_id=row.dag_id,
+        run_id=row.run_id,
+        task_id=row.task_id,
+        try_number=row.try_number,
+        devices=tuple(range(int(row.gpus or 0))),
+        start=float(row.start_ts),
+        end=float(row.end_ts),
+        map_index=int(row.map_index if row.map_index is not None else -1),
+        pool=row.pool,
+        outcome=row.outcome or "released",
+        lease_id=row.record_id,
+        host=row.host,
+    )
+
+
+def _to_claim(row: Any) -> BudgetClaim:
+    return BudgetClaim(
+        dag_id=row.dag_id,
+        run_id=row.run_id,
+        task_id=row.task_id,
+        gpu_seconds=float(row.gpu_seconds),
+        pool=row.pool,
+        day=row.day,
+        created=float(row.created),
+        expires=float(row.expires),
+        map_index=int(row.map_index),
+    )
+
+
+def _record_id(record: UsageRecord) -> str:
+    if record.lease_id:
+        return str(record.lease_id)
+    return f"task:{record.dag_id}|{record.run_id}|{record.task_id}|{record.map_index}|{record.try_number}"
+
+
+class SqlBudgetLedger:
+    """The budget ledger in a SQL database (see the module docstring)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine, self.usage_table, self.claim_table, self.lock_table = _schema(url)
+
+    def __repr__(self) -> str:
+        return f"SqlBudgetLedger({self.engine.url.render_as_string(hide_password=True)!r})"
+
+    @classmethod
+    def from_conn_id(cls, conn_id: str) -> SqlBudgetLedger:
+        """The ledger of an Airflow connection (works in workers and, via ``sync_to_async``, triggers)."""
+        from airflow.sdk import BaseHook
+
+        try:
+            return cls(sqlalchemy_url(BaseHook.get_connection(conn_id)))
+        except ValueError as err:
+            raise ValueError(f"[gpu_dag] budget_conn_id={conn_id!r}: {err}") from None
+
+    # -- reading ------------------------------------------------------------------------------------
+    def _read(self, conn: Any, dag_id: str, run_id: str, pool: str | None, now: float) -> BudgetUsage:
+        from sqlalchemy import and_, or_, select
+
+        day = today(now)
+        day_start = datetime.fromisoformat(day).replace(tzinfo=UTC).timestamp()
+        day_end = day_start + timedelta(days=1).total_seconds()
+        u = self.usage_table
+        wanted = and_(u.c.dag_id == dag_id, u.c.run_id == run_id)
+        if pool:
+            wanted = or_(wanted, and_(u.c.pool == pool, u.c.end_ts > day_start, u.c.start_ts < day_end))
+        records = [_to_record(row) for row in conn.execute(select(u).where(wanted))]
+        c = self.claim_table
+        claims = [_to_claim(row) for row in conn.execute(select(c).where(c.c.expires > now))]
+        return summarise(records, claims, dag_id, run_id, pool, now)
+
+    def usage(self, dag_id: str, run_id: str, pool: str | None, now: float | None = None) -> BudgetUsage:
+        moment = now if now is not None else datetime.now(UTC).timestamp()
+        with self.engine.connect() as conn:
+            return self._read(conn, dag_id, run_id, pool, moment)
+
+    def charged(self, dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int | None) -> bool:
+        from sqlalchemy import select
+
+        u = self.usage_table
+        query = select(u.c.id).where(
+            u.c.dag_id == dag_id, u.c.run_id == run_id, u.c.task_id == task_id, u.c.map_index == map_index
+        )
+        if try_number is not None:
+            query = query.where(u.c.try_number == try_number)
+        with self.engine.connect() as conn:
+            return conn.execute(query.limit(1)).first() is not None
+
+    # -- writing ------------------------------------------------------------------------------------
+    def _lock(self, conn: Any) -> None:
+        """Take the ledger's write lock for the rest of the transaction."""
+        from sqlalchemy import update
+
+        table = self.lock_table
+        conn.execute(update(table).where(table.c.name == _LOCK_NAME).values(counter=table.c.counter + 1))
+
+    def claim(self, cap: BudgetCap, claim: BudgetClaim, now: float | None = None) -> BudgetDecision:
+        from sqlalchemy import delete, insert, select
+
+        moment = now if now is not None else datetime.now(UTC).timestamp()
+        c = self.claim_table
+        with self.engine.begin() as conn:
+            self._lock(conn)
+            held = conn.execute(select(c).where(c.c.claim_id == claim.claim_id, c.c.expires > moment)).first()
+            if held is not None:
+                return BudgetDecision(True, f"already claimed {float(held.gpu_seconds) / 3600:.3f} GPU-h")
+            usage = self._read(conn, claim.dag_id, claim.run_id, cap.pool, moment)
+            decision = evaluate(cap, usage, claim.gpu_seconds)
+            if decision.allowed:
+                conn.execute(delete(c).where(c.c.claim_id == claim.claim_id))  # an expired one
+                conn.execute(insert(c).values(claim_id=claim.claim_id, **claim.to_dict()))
+        return decision
+
+    def _insert_missing(self, conn: Any, records: list[UsageRecord]) -> int:
+        from sqlalchemy import insert, select
+
+        u = self.usage_table
+        ids = {_record_id(r): r for r in records}
+        if not ids:
+            return 0
+        present: set[str] = set()
+        keys = list(ids)
+        for i in range(0, len(keys), 500):
+            chunk = keys[i : i + 500]
+            present.update(
+                row[0] for row in conn.execute(select(u.c.record_id).where(u.c.record_id.in_(chunk)))
+            )
+        rows = [
+            {
+                "record_id": key,
+                "dag_id": r.dag_id,
+                "run_id": r.run_id,
+                "task_id": r.task_id,
+                "map_index": r.map_index,
+                "try_number": r.try_number,
+                "pool": r.pool,
+                "gpus": len(r.devices),
+                "start_ts": r.start,
+                "end_ts": r.end,
+                "outcome": r.outcome,
+                "host": r.host,
+            }
+            for key, r in ids.items()
+            if key not in present
+        ]
+        if rows:
+            conn.execute(insert(u), rows)
+        return len(rows)
+
+    def record(self, record: UsageRecord) -> None:
+        self.record_many([record])
+
+    def record_many(self, records: list[UsageRecord]) -> int:
+        """Charge records not in the ledger yet (by lease id); returns how many were new."""
+        with self.engine.begin() as conn:
+            self._lock(conn)
+            return self._insert_missing(conn, records)
+
+    def settle(self, claim_id: str, record: UsageRecord | None = None) -> bool:
+        from sqlalchemy import delete
+
+        c = self.claim_table
+        with self.engine.begin() as conn:
+            self._lock(conn)
+            held = conn.execute(delete(c).where(c.c.claim_id == claim_id)).rowcount > 0
+            if record is not None:
+                self._insert_missing(conn, [record])
+        return bool(held)
+
+
+def _offset_file(local: Path, url: str) -> Path:
+    import hashlib
+
+    digest = hashlib.sha1(url.encode()).hexdigest()[:12]
+    return local.with_name(f"{local.name}.forwarded-{digest}")
+
+
+def _new_records(local: Path, offset: int) -> Iterator[tuple[int, UsageRecord | None]]:
+    """Records appended to ``local`` after byte ``offset`` (complete lines only), with their end."""
+    import json
+
+    with local.open("rb") as handle:
+        handle.seek(offset)
+        for raw in handle:
+            if not raw.endswith(b"\n"):
+                return  # a line still being written: sent next time
+            offset += len(raw)
+            try:
+                record = UsageRecord.from_dict(json.loads(raw))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                yield offset, None
+                continue
+            yield offset, record
+
+
+def forward_local_usage(shared: SqlBudgetLedger, local: str | os.PathLike[str]) -> int:
+    """Send the records of this host's usage file that the shared ledger does not have yet.
+
+    Idempotent (a record is keyed by its lease id), so concurrent callers and a crash between the
+    insert and the offset update only cost a re-check. Returns how many records were new.
+    """
+    path = Path(local)
+    if not path.exists():
+        return 0
+    marker = _offset_file(path, shared.url)
+    try:
+        offset = int(marker.read_text().strip() or 0)
+    except (FileNotFoundError, ValueError):
+        offset = 0
+    if offset > path.stat().st_size:
+        offset = 0  # the file was replaced
+    batch: list[UsageRecord] = []
+    end = offset
+    for position, record in _new_records(path, offset):
+        end = position
+        if record is not None:
+            batch.append(record)
+    if not batch and end == offset:
+        return 0
+    sent = shared.record_many(batch) if batch else 0
+    tmp = marker.with_name(marker.name + f".{os.getpid()}.tmp")
+    tmp.write_text(str(end))
+    os.replace(tmp, marker)
+    if sent:
+        log.info("budget: forwarded %d usage record(s) of %s to %r", sent, path, shared)
+    return sent
