@@ -28,18 +28,16 @@ import json
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from controller_thread import controller_running
 from workloads import graph_from_tasks
 
 from airflow_gpu_dag.core.simulator import simulate
-from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, parse_time
+from airflow_gpu_dag.hooks.rest_client import parse_time
 from airflow_gpu_dag.testing import AirflowCluster
-from airflow_gpu_dag.watermark.config import parse_config
-from airflow_gpu_dag.watermark.controller import WatermarkController
 
 POOL = "gpu"
 
@@ -135,24 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         with AirflowCluster(folder, pools=caps, parallelism=max(8, args.capacity + 4)) as cluster:
             cluster.wait_for_dags(["bench_stock", "bench_provider"])
             stock = _run(cluster, "bench_stock")
-            config = parse_config(
-                {
-                    "interval": args.interval,
-                    "pools": {POOL: {"source": args.capacity}},
-                    "lease": {"lock_file": None, "variable": None},
-                }
-            )
-            client = AirflowRestClient(cluster.api_url, cluster.USERNAME, cluster.PASSWORD)
-            controller = WatermarkController(config, client)
-            stop = threading.Event()
-            thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
-            thread.start()
-            try:
+            with controller_running(cluster, POOL, args.capacity, args.interval):
                 provider = _run(cluster, "bench_provider")
-            finally:
-                stop.set()
-                thread.join(30)
-                client.close()
 
     # calibration: measured run time per task (mean of both runs) + dispatch latency
     gaps = [stock[f"report_{i}"][0] - stock[f"sweep_{i}"][1] for i in range(args.sweep)]

@@ -39,17 +39,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from controller_thread import controller_running
+
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.objective import get_objective
 from airflow_gpu_dag.core.resources import GpuRequest
 from airflow_gpu_dag.core.runs import predict_runs
-from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, parse_time
+from airflow_gpu_dag.hooks.rest_client import parse_time
 from airflow_gpu_dag.priority.trigger import parse_run_id_time
 from airflow_gpu_dag.testing import AirflowCluster
 from airflow_gpu_dag.testing.errors import ClusterError
-from airflow_gpu_dag.watermark.config import parse_config
-from airflow_gpu_dag.watermark.controller import WatermarkController
 
 POOL = "gpu"
 
@@ -200,24 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         ) as cluster:
             cluster.wait_for_dags([f"{p}_{n}" for p in ("stock", "provider") for n in the_mix], timeout=300)
             stock = run_mix(cluster, "stock", when)
-            config = parse_config(
-                {
-                    "interval": args.interval,
-                    "pools": {POOL: {"source": args.capacity}},
-                    "lease": {"lock_file": None, "variable": None},
-                }
-            )
-            client = AirflowRestClient(cluster.api_url, cluster.USERNAME, cluster.PASSWORD)
-            controller = WatermarkController(config, client)
-            stop = threading.Event()
-            thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
-            thread.start()
-            try:
+            with controller_running(cluster, POOL, args.capacity, args.interval):
                 provider = run_mix(cluster, "provider", when)
-            finally:
-                stop.set()
-                thread.join(30)
-                client.close()
     bad = {
         f"{p}/{n}": r["state"]
         for p, rs in (("stock", stock), ("provider", provider))
