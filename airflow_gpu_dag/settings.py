@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 
+from airflow_gpu_dag.core.estimates import EstimateSettings
 from airflow_gpu_dag.core.resources import EstimateError, parse_duration
 
 log = logging.getLogger(__name__)
@@ -64,3 +65,39 @@ def max_gpus_per_host() -> int | None:
     except ValueError:
         log.warning("[gpu_dag] max_gpus_per_host %r is not an integer; ignoring it", raw)
         return None
+
+
+def _conf_number(key: str, default: float, kind: type = float) -> float:
+    raw = conf_get(key, None)
+    if raw is None or not str(raw).strip():
+        return default
+    try:
+        return kind(str(raw).strip())
+    except ValueError:
+        log.warning("[gpu_dag] %s %r is not a number; using %s", key, raw, default)
+        return default
+
+
+def estimate_settings() -> EstimateSettings:
+    """How durations are learned from past runs: ``[gpu_dag] learned_durations`` (true/false, default
+    true), ``learned_window`` (last N successful tries, 20), ``learned_quantile`` (0.9),
+    ``learned_min_runs`` (3) and ``learned_flag_factor`` (1.5). An invalid value is logged and the
+    default used."""
+    enabled = (conf_get("learned_durations", "true") or "true").strip().lower() not in (
+        "false",
+        "0",
+        "off",
+        "no",
+    )
+    default = EstimateSettings()
+    values = {
+        "window": int(_conf_number("learned_window", default.window, int)),
+        "quantile": _conf_number("learned_quantile", default.quantile),
+        "min_runs": int(_conf_number("learned_min_runs", default.min_runs, int)),
+        "flag_factor": _conf_number("learned_flag_factor", default.flag_factor),
+    }
+    try:
+        return EstimateSettings(enabled=enabled, **values)  # type: ignore[arg-type]
+    except ValueError as err:
+        log.warning("[gpu_dag] learned_* options are invalid (%s); using the defaults", err)
+        return EstimateSettings(enabled=enabled)
