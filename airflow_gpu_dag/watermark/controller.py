@@ -134,7 +134,7 @@ class WatermarkController:
         self.default_duration = float(default_duration)
         given = dict(sources or {})
         self.trackers: dict[str, CapacityTracker] = {
-            spec.name: CapacityTracker(spec, given.get(spec.name) or build_source(spec.source))
+            spec.name: CapacityTracker(spec, given.get(spec.name) or build_source(spec.source, client))
             for spec in config.pools
         }
         self.specs: dict[str, PoolSpec] = {spec.name: spec for spec in config.pools}
