@@ -142,6 +142,24 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "2",
                         "default": "1.5",
                     },
+                    "too_large_intervals": {
+                        "description": "The watermark controller acts on a waiting task whose request "
+                        "exceeds its pool's live capacity (or max_gpus_per_host) after this many "
+                        "intervals in a row.",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": "5",
+                        "default": "3",
+                    },
+                    "too_large_action": {
+                        "description": "What the watermark controller does with such a task: fail (the "
+                        "task instance fails with a note naming the task, its request and the capacity) "
+                        "or keep (it waits; the pool description, the controller log and the UI say why).",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "keep",
+                        "default": "fail",
+                    },
                     "usage_ledger": {
                         "description": "GPU-seconds ledger (JSONL) read by budget gates; default "
                         "<lease_dir>/usage.jsonl.",

@@ -101,3 +101,24 @@ def estimate_settings() -> EstimateSettings:
     except ValueError as err:
         log.warning("[gpu_dag] learned_* options are invalid (%s); using the defaults", err)
         return EstimateSettings(enabled=enabled)
+
+
+#: What the watermark controller does with a waiting task larger than its pool's capacity.
+TOO_LARGE_ACTIONS = ("fail", "keep")
+
+
+def too_large_policy() -> tuple[int, str]:
+    """``([gpu_dag] too_large_intervals, [gpu_dag] too_large_action)``: after how many controller
+    intervals (default 3) a waiting task whose request exceeds its pool's capacity (or every host's GPU
+    count) is acted on, and how: ``fail`` (default: the task instance is failed with a note naming the
+    task, the request and the capacity) or ``keep`` (it waits, shown in the pool description, the log
+    and the UI)."""
+    intervals = int(_conf_number("too_large_intervals", 3, int))
+    if intervals < 1:
+        log.warning("[gpu_dag] too_large_intervals %r must be >= 1; using 3", intervals)
+        intervals = 3
+    action = (conf_get("too_large_action", "fail") or "fail").strip().lower()
+    if action not in TOO_LARGE_ACTIONS:
+        log.warning("[gpu_dag] too_large_action %r must be fail or keep; using fail", action)
+        action = "fail"
+    return intervals, action

@@ -30,9 +30,9 @@ from typing import Any
 
 from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, RunningTask
 from airflow_gpu_dag.core.reservation import PoolDecision, decide_pools
-from airflow_gpu_dag.hints import duration_hint
-from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, parse_time
+from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
 from airflow_gpu_dag.watermark.config import PoolSpec, WatermarkConfig
+from airflow_gpu_dag.watermark.durations import ControllerHistory
 from airflow_gpu_dag.watermark.leader_lock import (
     CombinedLeaderLock,
     FileLeaderLock,
@@ -40,6 +40,7 @@ from airflow_gpu_dag.watermark.leader_lock import (
     default_holder_id,
 )
 from airflow_gpu_dag.watermark.sources import CapacitySource, CapacityTracker, PoolCapacity, build_source
+from airflow_gpu_dag.watermark.too_large import TooLargeWatch
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,9 @@ class WatermarkController:
 
             default_duration = default_duration_seconds()
         self.default_duration = float(default_duration)
+        # durations learned from past runs, mapped-task counts (over REST, cached)
+        self.history = ControllerHistory(client, self.default_duration)
+        self.too_large = TooLargeWatch(client)  # never pending forever (watermark/too_large.py)
         given = dict(sources or {})
         self.trackers: dict[str, CapacityTracker] = {
             spec.name: CapacityTracker(spec, given.get(spec.name) or build_source(spec.source, client))
@@ -171,15 +175,11 @@ class WatermarkController:
                     ReadyTask(_key(ti), pool, slots, int(ti.get("priority_weight") or 0), duration, order)
                 )
             else:
-                start = parse_time(ti.get("start_date"))
-                running.append(
-                    RunningTask(_key(ti), pool, slots, (start if start is not None else now) + duration)
-                )
+                running.append(RunningTask(_key(ti), pool, slots, self.history.expected_end(ti, now)))
         return running, ready
 
     def _duration(self, ti: Mapping[str, Any]) -> float:
-        hint = duration_hint(ti.get("executor_config"))
-        return self.default_duration if hint is None else hint
+        return self.history.duration(ti)
 
     def _pending(self, now: float) -> list[PendingTask]:
         """Lookahead: task instances of the lookahead pools not scheduled yet whose upstream tasks have
@@ -215,8 +215,7 @@ class WatermarkController:
                     if state in ENDED_STATES:
                         continue
                     if state in HOLDING_STATES or state == "deferred":
-                        start = parse_time(up.get("start_date"))
-                        ends.append((now if start is None else start) + self._duration(up))
+                        ends.append(self.history.expected_end(up, now))
                     elif state == "scheduled" and str(up.get("pool")) == pool:
                         after.append(_key(up))
                     elif state == "scheduled" and str(up.get("pool")) not in self.specs:
@@ -226,18 +225,17 @@ class WatermarkController:
             if not known:
                 continue
             order = (str(ti.get("logical_date") or ti.get("run_after") or ""), int(ti.get("map_index", -1)))
-            pending.append(
-                PendingTask(
-                    _key(ti),
-                    pool,
-                    int(ti.get("pool_slots") or 1),
-                    int(ti.get("priority_weight") or 0),
-                    self._duration(ti),
-                    order,
-                    max(ends),
-                    tuple(after),
-                )
+            task = PendingTask(
+                _key(ti),
+                pool,
+                int(ti.get("pool_slots") or 1),
+                int(ti.get("priority_weight") or 0),
+                self._duration(ti),
+                order,
+                max(ends),
+                tuple(after),
             )
+            pending.extend(self.history.instances(ti, task))  # a mapped task: its N instances
         return pending
 
     # -- one tick ---------------------------------------------------------------------------------
@@ -265,6 +263,7 @@ class WatermarkController:
                 PoolOutcome(n, c, None, None, False, f"task instances: {err}") for n, c in capacities.items()
             ]
 
+        ready = self.too_large.check(capacities, ready)
         try:
             pending = self._pending(now)
         except Exception as err:
@@ -300,7 +299,7 @@ class WatermarkController:
             spec = self.specs[name]
             decision = decisions.get(name)
             size = decision.pool_size if decision is not None else capacity.gpus
-            description = describe(capacity, decision, size)
+            description = self.too_large.annotate(name, describe(capacity, decision, size))
             pool = current.get(name)
             if pool and int(pool.get("slots", -2)) == size and pool.get("description") == description:
                 outcomes.append(PoolOutcome(name, capacity, decision, size, False))

@@ -87,11 +87,18 @@ def _task_rows(plan: Plan, estimates: Mapping[str, DurationEstimate], factor: fl
     return "".join(rows)
 
 
+def _too_large_attr(pool: PoolView) -> str:
+    """A waiting task larger than the pool (the controller's finding): the row is marked and says so."""
+    if not pool.too_large:
+        return ""
+    return f' class="too-large" title="too large: {html.escape(pool.too_large)}"'
+
+
 def _pool_rows(pools: Sequence[PoolView] | None) -> str:
     if pools is None:
         return '<tr><td colspan="10" class="error">You may not read pools.</td></tr>'
     return "".join(
-        f'<tr data-pool="{html.escape(p.name)}">'
+        f'<tr data-pool="{html.escape(p.name)}"{_too_large_attr(p)}>'
         + "".join(
             _cell(v)
             for v in (
