@@ -12,8 +12,10 @@ metadata database, :mod:`airflow_gpu_dag.watermark.durations` over REST) as :cla
 4. outliers are dropped (``outlier``): a try whose log-duration is more than ``outlier_mads`` robust
    standard deviations (1.4826 x the median absolute deviation, at least 0.1) from the median
    log-duration; a handful of outliers cannot move the median, this keeps them out of the quantile;
-5. with at least ``min_runs`` tries left, the learned duration is the median of the log-durations,
-   shrunk towards the declared estimate (the prior) by precision: the prior counts as one observation
+5. with at least ``min_runs`` tries left, the learned duration is the mean of their log-durations
+   (a geometric mean: with the outliers out it is the more precise location, 2.6 % instead of 3.1 %
+   error from five tries within +/- 10 %, which the packing planner notices), shrunk towards the
+   declared estimate (the prior) by precision: the prior counts as one observation
    with a log-scale error of :data:`PRIOR_SIGMA` (declared estimates are guesses, about x/÷1.65), each
    try as one with the tries' own robust spread. Five consistent tries outweigh the declaration almost
    completely; two wildly scattered ones do not. The high quantile (``quantile``, default 0.9) is read
@@ -275,7 +277,7 @@ def estimate_duration(
             task_id, declared, fallback, runs=len(inliers), dropped=dropped, samples=tuple(inliers)
         )
     logs = [math.log(v) for v in inliers]
-    centre = statistics.median(logs)
+    centre = statistics.fmean(logs)  # outliers are out: the mean is the more precise location
     if len(logs) == 1:
         spread = _SINGLE_SPREAD
     else:

@@ -43,11 +43,14 @@ class HeldDevice:
     def owns(self, pid: int, ancestry_depth: int = 64) -> bool | None:
         """True when process ``pid`` does this lease's work: a recorded process, in a recorded
         process group, or a descendant of one. None when that cannot be told (another pid
-        namespace: NVML pids mean nothing here)."""
+        namespace, or a pid NVML reports that this process cannot see: NVML in a container without the
+        host's pid namespace reports host pids)."""
         if not self.same_pidns:
             return None
         if pid in self.pids:
             return True
+        if not Path(f"/proc/{pid}").exists():
+            return None
         group = process_group(pid)
         if group is not None and group in self.pgids:
             return True

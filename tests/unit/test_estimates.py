@@ -34,10 +34,10 @@ def runs(*durations: float, state: str = "success", start: float = 1_000.0) -> l
     return samples
 
 
-def test_median_of_recent_successful_tries() -> None:
+def test_geometric_mean_of_recent_successful_tries() -> None:
     est = estimate_duration("train", runs(100, 110, 90, 105, 95), declared=None, fallback=1800)
     assert est.source == "learned" and est.runs == 5
-    assert est.learned == pytest.approx(100, rel=1e-9)
+    assert est.learned == pytest.approx(math.exp(sum(math.log(d) for d in (100, 110, 90, 105, 95)) / 5))
     assert est.duration == est.learned
     assert 105 <= est.high <= 110  # the 0.9 quantile of the tries
 
