@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from airflow_gpu_dag.core.graph import TaskGraph
 
-__all__ = ["expand_mapped", "expanded_id", "task_of"]
+__all__ = ["expand_mapped", "expanded_id", "node_for", "task_of", "weights_by_task"]
 
 
 def expanded_id(task_id: str, index: int) -> str:
@@ -33,6 +33,26 @@ def task_of(graph: TaskGraph, node_id: str) -> str:
     """The Airflow task id behind a node (its ``map_of`` for an expanded instance)."""
     node = graph.nodes[node_id]
     return str(node.attrs.get("map_of") or node.task_id)
+
+
+def node_for(graph: TaskGraph, task_id: str, map_index: int = -1) -> str | None:
+    """The node of a task instance in a (possibly expanded) graph: ``task_id[map_index]`` when the
+    task was expanded and has that instance, else ``task_id`` when it is a node, else None."""
+    if map_index >= 0:
+        instance = expanded_id(task_id, map_index)
+        if instance in graph.nodes:
+            return instance
+    return task_id if task_id in graph.nodes else None
+
+
+def weights_by_task(graph: TaskGraph, weights: Mapping[str, int]) -> dict[str, int]:
+    """Per-node weights folded back to Airflow task ids: an expanded task gets the largest weight of
+    its instances (for a weight rule that must give every instance of a task one number)."""
+    folded: dict[str, int] = {}
+    for node_id, weight in weights.items():
+        task_id = task_of(graph, node_id) if node_id in graph.nodes else node_id
+        folded[task_id] = max(weight, folded.get(task_id, weight))
+    return folded
 
 
 def expand_mapped(

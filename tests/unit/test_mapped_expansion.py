@@ -14,7 +14,7 @@ from airflow_gpu_dag.airflow.graph import build_task_graph
 from airflow_gpu_dag.airflow.mapped import literal_map_length, map_lengths, mapped_task_ids
 from airflow_gpu_dag.core.critical_path import analyze
 from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.mapping import expand_mapped, expanded_id, task_of
+from airflow_gpu_dag.core.mapping import expand_mapped, expanded_id, node_for, task_of, weights_by_task
 from airflow_gpu_dag.core.plan import build_plan
 
 
@@ -150,3 +150,10 @@ def test_expand_mapped_core() -> None:
     assert empty.nodes["m"].duration == 0 and empty.downstream("a") == ["m"]
     with pytest.raises(ValueError, match="negative"):
         expand_mapped(graph, {"m": -1})
+
+
+def test_node_for_and_weights_by_task() -> None:
+    graph = expand_mapped(TaskGraph.from_edges("g", {"a": 1, "m": 10}, [("a", "m")]), {"m": 2})
+    assert node_for(graph, "m", 1) == "m[1]" and node_for(graph, "a") == "a"
+    assert node_for(graph, "m", 7) is None and node_for(graph, "zzz") is None
+    assert weights_by_task(graph, {"a": 11, "m[0]": 10, "m[1]": 12}) == {"a": 11, "m": 12}
