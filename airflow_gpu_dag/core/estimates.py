@@ -18,8 +18,9 @@ metadata database, :mod:`airflow_gpu_dag.watermark.durations` over REST) as :cla
    declared estimate (the prior) by precision: the prior counts as one observation
    with a log-scale error of :data:`PRIOR_SIGMA` (declared estimates are guesses, about x/÷1.65), each
    try as one with the tries' own robust spread. Five consistent tries outweigh the declaration almost
-   completely; two wildly scattered ones do not. The high quantile (``quantile``, default 0.9) is read
-   from the kept tries;
+   completely; two wildly scattered ones do not. A declaration more than :data:`PRIOR_CONFLICT`
+   standard deviations from the tries is plainly wrong and is not averaged in. The high quantile
+   (``quantile``, default 0.9) is read from the kept tries;
 6. below ``min_runs`` tries (or with learning off) the declared estimate is used, else the default.
 
 :meth:`DurationEstimate.expected_remaining` answers the controller's question "this task has run for
@@ -44,6 +45,7 @@ __all__ = [
     "DEFAULT_SETTINGS",
     "MIN_RUN_SECONDS",
     "OVERRUN_FRACTION",
+    "PRIOR_CONFLICT",
     "PRIOR_SIGMA",
     "DurationEstimate",
     "EstimateSettings",
@@ -54,10 +56,15 @@ __all__ = [
     "with_estimates",
 ]
 
-#: Tries shorter than this are no-op runs (zero-length), not evidence of how long the work takes.
-MIN_RUN_SECONDS = 1.0
+#: Tries shorter than this are zero-length (marked success by hand, a no-op run), not evidence of how
+#: long the work takes. Short but real runs are judged by the outlier rule instead.
+MIN_RUN_SECONDS = 0.1
 #: Log-scale error assumed for a declared estimate (the prior): a guess within x/÷1.65 most of the time.
 PRIOR_SIGMA = 0.5
+#: A prior further than this many standard deviations (its own and the tries' combined) from the tries
+#: is a declaration the tries show to be wrong ("1 hour" for a 3-second task): it is dropped, not
+#: averaged in (a normal prior would drag the estimate by the size of the mistake).
+PRIOR_CONFLICT = 3.0
 #: Once a running task has overrun every known try and its estimate, it is expected to need this
 #: fraction of its estimate more.
 OVERRUN_FRACTION = 0.1
@@ -286,9 +293,11 @@ def estimate_duration(
     if declared is not None and declared >= MIN_RUN_SECONDS:
         data_precision = len(logs) / spread**2
         prior_precision = 1.0 / PRIOR_SIGMA**2
-        mu = (centre * data_precision + math.log(declared) * prior_precision) / (
-            data_precision + prior_precision
-        )
+        conflict = abs(math.log(declared) - centre) / math.sqrt(1 / data_precision + 1 / prior_precision)
+        if conflict <= PRIOR_CONFLICT:  # else the tries show the declaration is plainly wrong: drop it
+            mu = (centre * data_precision + math.log(declared) * prior_precision) / (
+                data_precision + prior_precision
+            )
     learned = math.exp(mu)
     high = max(learned, quantile(inliers, settings.quantile))
     return DurationEstimate(

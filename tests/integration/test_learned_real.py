@@ -228,7 +228,7 @@ def test_plan_and_ui_use_learned_durations_and_past_map_counts(
     out = cluster.cli("gpu-dag", "plan", "learned_wrong", "-o", "json", timeout=300).stdout
     plan = json.loads(out[out.index("{") :])
     tasks = {t["task_id"]: t for t in plan["tasks"]}
-    assert [t for t in tasks if t.startswith("shard")] == ["shard[0]", "shard[1]", "shard[2]"]  # not 2
+    assert [t for t in tasks if t.startswith("shard[")] == ["shard[0]", "shard[1]", "shard[2]"]  # not 2
     assert (
         tasks["declared_long_runs_short"]["duration"] < 30
         and tasks["declared_long_runs_short"]["duration_source"] == "learned"

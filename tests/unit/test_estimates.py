@@ -57,6 +57,15 @@ def test_prior_holds_against_two_scattered_tries() -> None:
     assert 80 < est.learned < 125
 
 
+def test_a_plainly_wrong_declaration_is_not_averaged_in() -> None:
+    """Declared 1 hour, three scattered tries of 2-4 s (a loaded worker): the estimate is the tries'
+    (seen on a real Airflow: a normal prior would have said 7 s)."""
+    est = estimate_duration("t", runs(2.705, 2.298, 3.776), declared=3600, fallback=3600)
+    assert est.learned == pytest.approx((2.705 * 2.298 * 3.776) ** (1 / 3))
+    near = estimate_duration("t", runs(2.705, 2.298, 3.776), declared=4, fallback=4)
+    assert 2.9 < near.learned < 4  # a plausible declaration still counts a little
+
+
 def test_below_min_runs_the_declared_estimate_is_used() -> None:
     est = estimate_duration("t", runs(40, 41), declared=100, fallback=1800)
     assert est.learned is None and est.source == "declared" and est.duration == 100
@@ -75,7 +84,7 @@ def test_failed_zero_length_and_skewed_tries_do_not_poison() -> None:
     bad = [
         *runs(5, 3, state="failed"),  # failed tries: shorter than the real work
         RunSample(0.0, "success", 5_000, 5_000),  # zero-length (a no-op run)
-        RunSample(0.3, "success", 6_000, 6_000.3),
+        RunSample(0.05, "success", 6_000, 6_000.05),
         RunSample(None, "success", 7_000, 6_000),  # end before start: clock skew
         RunSample(-40.0, "success"),
         RunSample(float("nan"), "success"),
