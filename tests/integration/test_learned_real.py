@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -40,7 +41,9 @@ from airflow_gpu_dag.watermark.too_large import TooLargeWatch
 
 pytestmark = pytest.mark.airflow_real
 
-_WORK = Path(tempfile.mkdtemp(prefix="learned-real-"))
+# named here (the cluster's environment needs it), created and removed by _work_dir: a module that is
+# only collected (deselected) leaves nothing behind
+_WORK = Path(tempfile.gettempdir()) / f"learned-real-{os.getpid()}"
 LEASE_DIR = _WORK / "leases"
 HOST_GPUS = 6  # NVML sees 6; GPU 5 is used by a foreign process; the workers lease GPUs 0-4
 AIRFLOW_DAGS = "learned"
@@ -56,7 +59,8 @@ MIB = 1024 * 1024
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _remove_work_dir() -> Iterator[None]:
+def _work_dir() -> Iterator[None]:
+    LEASE_DIR.mkdir(parents=True, exist_ok=True)
     yield
     shutil.rmtree(_WORK, ignore_errors=True)
 
