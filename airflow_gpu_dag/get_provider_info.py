@@ -152,6 +152,65 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "strict",
                         "default": "easy",
                     },
+                    "learned_durations": {
+                        "description": "Learn task durations from their recent successful tries (median "
+                        "and a high quantile, the declared estimate as prior and fallback) for the plan, "
+                        "the UI, the watermark controller and the priority strategy. false: use the "
+                        "declared estimates only.",
+                        "version_added": "0.1.0",
+                        "type": "boolean",
+                        "example": "false",
+                        "default": "true",
+                    },
+                    "learned_window": {
+                        "description": "How many of a task's most recent successful tries are learned from.",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": "50",
+                        "default": "20",
+                    },
+                    "learned_quantile": {
+                        "description": "The high quantile of the learned tries reported next to the "
+                        "estimate (between 0 and 1).",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "0.95",
+                        "default": "0.9",
+                    },
+                    "learned_min_runs": {
+                        "description": "Successful tries needed before a task's history replaces its "
+                        "declared estimate.",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": "5",
+                        "default": "3",
+                    },
+                    "learned_flag_factor": {
+                        "description": "airflow gpu-dag estimates and the UI flag a task whose declared "
+                        "estimate is off from the learned one by more than this factor (either way).",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "2",
+                        "default": "1.5",
+                    },
+                    "too_large_intervals": {
+                        "description": "The watermark controller acts on a waiting task whose request "
+                        "exceeds its pool's live capacity (or max_gpus_per_host) after this many "
+                        "intervals in a row.",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": "5",
+                        "default": "3",
+                    },
+                    "too_large_action": {
+                        "description": "What the watermark controller does with such a task: fail (the "
+                        "task instance fails with a note naming the task, its request and the capacity) "
+                        "or keep (it waits; the pool description, the controller log and the UI say why).",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "keep",
+                        "default": "fail",
+                    },
                     "usage_ledger": {
                         "description": "GPU-seconds ledger (JSONL) read by budget gates; default "
                         "<lease_dir>/usage.jsonl.",

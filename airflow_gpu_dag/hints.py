@@ -39,6 +39,7 @@ def gpu_hints(
     outputs: Iterable[str] = (),
     awaits: Iterable[str] = (),
     executor_config: Mapping[str, Any] | None = None,
+    map_length: object = None,
 ) -> dict[str, Any]:
     """Return an ``executor_config`` dict carrying the hints (merged into ``executor_config``).
 
@@ -50,6 +51,9 @@ def gpu_hints(
     :param outputs: dataset paths/URIs the task writes.
     :param awaits: dataset paths/URIs whose completeness the task waits for (completeness sensors).
     :param executor_config: an existing executor_config (e.g. with ``pod_override``) to merge into.
+    :param map_length: for a task mapped over another task's output (``.expand(x=up.output)``), the
+        number of instances expected; the plan, the UI and the controller's lookahead then show that
+        many (a literal ``expand()`` argument or the instances of past runs win over it).
     """
     hints: dict[str, Any] = {}
     if duration is not None:
@@ -77,6 +81,8 @@ def gpu_hints(
         hints["outputs"] = [str(p) for p in outputs]
     if awaits:
         hints["awaits"] = [str(p) for p in awaits]
+    if map_length is not None:
+        hints["map_length"] = _primitive(map_length)  # checked (naming DAG and task) by the policy
     return merge_hints(executor_config, hints)
 
 

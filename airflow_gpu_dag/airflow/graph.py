@@ -8,9 +8,11 @@ graph is built in the dag-processor, the scheduler, the api-server and the CLI.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_gpu_dag.airflow.mapped import expand_dag_graph, map_length_findings
 from airflow_gpu_dag.core.graph import TaskGraph, TaskNode
 from airflow_gpu_dag.core.plan import Plan, build_plan
 from airflow_gpu_dag.core.pools import DEFAULT_POOL
@@ -40,7 +42,12 @@ def priority_rule_of(dag: Any) -> str | None:
 
 
 def build_task_graph(
-    dag: Any, default_duration: float | None = None, run_start: datetime | None = None
+    dag: Any,
+    default_duration: float | None = None,
+    run_start: datetime | None = None,
+    *,
+    expand_mapped: bool = False,
+    map_counts: Mapping[str, int] | None = None,
 ) -> tuple[TaskGraph, list[Finding]]:
     """Return the task graph of ``dag`` and the findings made while reading it.
 
@@ -49,6 +56,10 @@ def build_task_graph(
     finding naming the task, and the task is given the default so planning can go on. A task with a
     start window gets ``not_before`` = seconds from ``run_start`` (default: now) until its window
     opens. The rungs of a fallback ladder are planned as the ladder assumes (:func:`_plan_rungs`).
+
+    With ``expand_mapped``, a mapped task whose number of instances N is known (literal ``expand()``
+    arguments, ``map_counts`` from past runs, or ``gpu_hints(map_length=N)``) becomes N nodes
+    ``task_id[i]`` (see :mod:`airflow_gpu_dag.airflow.mapped`); otherwise every task is one node.
     """
     if default_duration is None:
         default_duration = default_duration_seconds()
@@ -63,6 +74,9 @@ def build_task_graph(
         for down in sorted(getattr(task, "downstream_task_ids", ()) or ()):
             if down in tasks:
                 graph.add_edge(task_id, down, _edge_kind(dag, task_id, down))
+    findings.extend(map_length_findings(dag_id, tasks))
+    if expand_mapped:
+        graph = expand_dag_graph(dag, graph, map_counts)
     return graph, findings
 
 

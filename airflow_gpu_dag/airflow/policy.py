@@ -84,10 +84,24 @@ def priority_findings(dag: Any) -> list[Finding]:
 
 
 def validate_dag(dag: Any) -> ValidationReport:
-    """Validate an Airflow DAG with the settings in ``[gpu_dag]``."""
+    """Validate an Airflow DAG with the settings in ``[gpu_dag]`` (pools, largest host) and the
+    configured GPU inventory (NVML on this host or ``[gpu_dag] inventory``, when there is one)."""
     graph, findings = build_task_graph(dag)
-    policy = ValidationPolicy(pool_slots=pool_capacities(), max_gpus_per_host=max_gpus_per_host())
+    policy = ValidationPolicy(
+        pool_slots=pool_capacities(), max_gpus_per_host=max_gpus_per_host(), inventory=_inventory()
+    )
     return validate_graph(graph, policy, extra=[*findings, *priority_findings(dag)])
+
+
+def _inventory() -> Any:
+    """The parse-time GPU inventory (None when there is none or its configuration is invalid)."""
+    from airflow_gpu_dag.gpu.inventory import InventoryError, parse_time_inventory_summary
+
+    try:
+        return parse_time_inventory_summary()
+    except InventoryError as err:
+        log.warning("airflow-gpu-dag: the GPU inventory configuration is invalid (%s); not checked", err)
+        return None
 
 
 @hookimpl

@@ -79,6 +79,19 @@ ARG_OUTPUT_TABLE_JSON = Arg(
     metavar="(table, json)",
     help="Output format (default: table).",
 )
+ARG_FACTOR = Arg(
+    ("--factor",),
+    type=float,
+    default=None,
+    metavar="F",
+    help="Flag a task whose declared estimate is off from the learned one by more than F times, either "
+    "way (default: the gpu_dag.learned_flag_factor option, 1.5).",
+)
+ARG_DECLARED_ONLY = Arg(
+    ("--declared-only",),
+    action="store_true",
+    help="Plan with the declared estimates only (do not read the durations of past runs).",
+)
 ARG_CRITICAL_ONLY = Arg(("--critical-only",), action="store_true", help="List only the critical tasks.")
 ARG_CAPACITY = Arg(
     ("--capacity",),
@@ -160,7 +173,19 @@ GPU_DAG_COMMANDS: tuple[ActionCommand, ...] = (
         name="plan",
         help="Print the critical-path plan of a DAG: ES/EF/LS/LF, slack, priority, GPUs, GPU-hours",
         func=lazy_load_command(f"{_CLI}.plan.plan"),
-        args=(ARG_DAG_ID, ARG_FILE, ARG_CRITICAL_ONLY, ARG_OUTPUT, ARG_VERBOSE),
+        args=(ARG_DAG_ID, ARG_FILE, ARG_CRITICAL_ONLY, ARG_DECLARED_ONLY, ARG_OUTPUT, ARG_VERBOSE),
+    ),
+    ActionCommand(
+        name="estimates",
+        help="Declared vs learned task durations of a DAG; flags estimates that are far off",
+        description=(
+            "Read the DAG's recent successful task tries from the metadata database and print, per "
+            "task, the declared duration estimate, the one learned from history (median, and a high "
+            "quantile), the tries used and dropped (failed, zero-length, clock skew, outliers) and "
+            "what plans use; tasks whose declared estimate is off by more than --factor are flagged."
+        ),
+        func=lazy_load_command(f"{_CLI}.estimates.estimates"),
+        args=(ARG_DAG_ID, ARG_FILE, ARG_FACTOR, ARG_OUTPUT, ARG_VERBOSE),
     ),
     ActionCommand(
         name="simulate",

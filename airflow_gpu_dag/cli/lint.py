@@ -6,6 +6,8 @@ import argparse
 from dataclasses import dataclass, field
 from typing import Any
 
+from rich.markup import escape
+
 from airflow_gpu_dag.cli import render
 from airflow_gpu_dag.cli.common import configured_pools, parse_pool_args, quiet, status
 from airflow_gpu_dag.cli.loading import LoadedDags, load_dags
@@ -93,6 +95,7 @@ def lint_dags(loaded: LoadedDags, policy: ValidationPolicy) -> LintReport:
 
 
 def _policy(args: argparse.Namespace, pools: dict[str, int]) -> ValidationPolicy:
+    from airflow_gpu_dag.gpu.inventory import parse_time_inventory_summary
     from airflow_gpu_dag.settings import max_gpus_per_host
 
     return ValidationPolicy(
@@ -101,10 +104,13 @@ def _policy(args: argparse.Namespace, pools: dict[str, int]) -> ValidationPolicy
         if args.max_gpus_per_host is not None
         else max_gpus_per_host(),
         check_granularity=not args.no_granularity,
+        inventory=parse_time_inventory_summary(),
     )
 
 
-def _print_report(report: LintReport, pools: dict[str, int], failed: bool) -> None:
+def _print_report(
+    report: LintReport, pools: dict[str, int], failed: bool, policy: ValidationPolicy | None = None
+) -> None:
     out = render.console()
     for path, message in sorted(report.import_errors.items()):
         out.print(f"[bold red]IMPORT ERROR[/] {path}", markup=True)
@@ -114,10 +120,13 @@ def _print_report(report: LintReport, pools: dict[str, int], failed: bool) -> No
     if report.skipped:
         out.print(f"Not GPU DAGs (only the cycle check ran): {', '.join(report.skipped)}", markup=False)
     pools_text = ", ".join(f"{k}={v}" for k, v in sorted(pools.items())) or "not checked"
+    inventory = policy.inventory if policy is not None else None
+    if inventory is not None:
+        pools_text += f"; GPUs checked against the {inventory.source} inventory ({inventory.description})"
     verdict = "[bold red]FAILED[/]" if failed else "[bold green]OK[/]"
     out.print(
         f"{verdict}: {len(report.dags)} DAG(s) in {report.files} file(s); {report.errors} error(s), "
-        f"{report.warnings} warning(s). Pools: {pools_text}.",
+        f"{report.warnings} warning(s). Pools: {escape(pools_text)}.",
         markup=True,
     )
 
@@ -137,7 +146,7 @@ def lint(args: argparse.Namespace) -> None:
         output,
         {**report.to_dict(), "ok": not failed},
         rows=report.rows,
-        table=lambda: _print_report(report, pools, failed),
+        table=lambda: _print_report(report, pools, failed, policy),
     )
     if failed:
         raise SystemExit(1)

@@ -1,20 +1,51 @@
-"""``airflow gpu-dag plan DAG_ID [--file PATH]``: the critical-path plan of one DAG."""
+"""``airflow gpu-dag plan DAG_ID [--file PATH]``: the critical-path plan of one DAG.
+
+Durations are those learned from the DAG's past runs where there are enough of them (the declared
+estimates otherwise, or with ``--declared-only``), and mapped tasks are shown as their instances
+(``task[0]`` ...) when their number is known.
+"""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
+from typing import Any
 
 from airflow_gpu_dag.cli import render
 from airflow_gpu_dag.cli.common import quiet, status
 from airflow_gpu_dag.cli.loading import find_dag
-from airflow_gpu_dag.core.plan import Plan
+from airflow_gpu_dag.core.estimates import DurationEstimate
+from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.plan import Plan, build_plan
 
 __all__ = ["plan"]
 
+_SOURCE_MARK = {"learned": "~", "declared": "", "default": "*"}
 
-def _print_plan(the_plan: Plan, critical_only: bool) -> None:
+
+def _plan_table(the_plan: Plan, graph: TaskGraph, critical_only: bool) -> render.PlainTable:
+    """The plan table with the Duration column marked by source and a Declared column."""
+    table = render.plan_table(the_plan, critical_only=critical_only)
+    table.columns.insert(3, ("Declared", "right"))
+    by_id = {t.task_id: t for t in the_plan.tasks}
+    for cells, _ in table.rows:
+        node = graph.nodes[cells[0]]
+        source = str(node.attrs.get("duration_source", "declared" if node.duration_declared else "default"))
+        cells[2] = render.hours(by_id[cells[0]].duration) + _SOURCE_MARK.get(source, "")
+        declared = node.attrs.get("declared_duration", node.duration)
+        cells.insert(3, render.hours(float(declared)) if node.duration_declared else "-")  # type: ignore[arg-type]
+    return table
+
+
+def _print_plan(
+    the_plan: Plan,
+    graph: TaskGraph,
+    critical_only: bool,
+    estimates: Mapping[str, DurationEstimate],
+    note: str,
+) -> None:
     out = render.console()
-    render.plan_table(the_plan, critical_only=critical_only).print()
+    _plan_table(the_plan, graph, critical_only).print()
     out.print(
         f"Critical path ({render.hours(the_plan.makespan)}): " + " -> ".join(the_plan.critical_path),
         markup=False,
@@ -28,32 +59,68 @@ def _print_plan(the_plan: Plan, critical_only: bool) -> None:
     notes = [(t.task_id, t.note) for t in the_plan.tasks if t.note]
     if notes:  # fallback rungs (expected durations, the assumed rung) and start windows
         out.print("Assumed by the plan:", markup=False)
-        for task_id, note in notes:
-            out.print(f"  {task_id}: {note}", markup=False)
+        for task_id, task_note in notes:
+            out.print(f"  {task_id}: {task_note}", markup=False)
+    learned = sorted(t for t, e in estimates.items() if e.learned is not None)
+    if learned:
+        out.print(
+            f"~ duration learned from past runs ({len(learned)} task(s)); `airflow gpu-dag estimates "
+            f"{the_plan.dag_id}` compares them with the declared estimates.",
+            markup=False,
+        )
+    if note:
+        out.print(f"Note: {note}; the declared estimates are used.", markup=False)
     if any(not t.duration_declared for t in the_plan.tasks):
         out.print("* no duration estimate declared; the [gpu_dag] default_duration is assumed.", markup=False)
+    mapped = sorted({str(n.attrs["map_of"]) for n in graph.nodes.values() if "map_of" in n.attrs})
+    unknown = sorted(t for t, n in graph.nodes.items() if n.attrs.get("mapped") and "map_of" not in n.attrs)
+    if mapped:
+        out.print(f"Mapped tasks shown as their instances: {', '.join(mapped)}.", markup=False)
+    if unknown:
+        out.print(
+            f"Mapped tasks with an unknown number of instances (shown once): {', '.join(unknown)}; "
+            "declare one with gpu_hints(map_length=N).",
+            markup=False,
+        )
     if the_plan.policy:
         out.print(the_plan.policy, markup=False)
     if the_plan.findings:
         out.print(render.findings_table(the_plan.findings, title="Problems reading the DAG"))
 
 
+def _json(the_plan: Plan, graph: TaskGraph, estimates: Mapping[str, DurationEstimate], note: str) -> Any:
+    data = the_plan.to_dict()
+    for task in data["tasks"]:
+        attrs = graph.nodes[task["task_id"]].attrs
+        task["duration_source"] = attrs.get("duration_source")
+        task["declared_duration"] = attrs.get("declared_duration")
+        for key in ("map_of", "map_index"):
+            if key in attrs:
+                task[key] = attrs[key]
+    data["estimates"] = {task_id: e.to_dict() for task_id, e in estimates.items()}
+    data["history_note"] = note
+    return data
+
+
 @quiet
 def plan(args: argparse.Namespace) -> None:
-    """``airflow gpu-dag plan DAG_ID [--file PATH]``."""
+    """``airflow gpu-dag plan DAG_ID [--file PATH] [--declared-only]``."""
     from dataclasses import replace
 
-    from airflow_gpu_dag.airflow.graph import build_task_graph, plan_dag
+    from airflow_gpu_dag.airflow.history import learned_task_graph
+    from airflow_gpu_dag.core.estimates import EstimateSettings
     from airflow_gpu_dag.priority.weights import policy_text
 
     output = getattr(args, "output", "table") or "table"
+    declared_only = bool(getattr(args, "declared_only", False))
     with status(render.error_console(), f"Loading DAG {args.dag_id!r}...", output != "table"):
         dag = find_dag(args.dag_id, args.file)
-        the_plan = plan_dag(dag)
-        the_plan = replace(the_plan, policy=policy_text(build_task_graph(dag)[0]))
+        learned = learned_task_graph(dag, settings=EstimateSettings(enabled=False) if declared_only else None)
+        the_plan = replace(build_plan(learned.graph, learned.findings), policy=policy_text(learned.graph))
+    estimates = {} if declared_only else learned.estimates
     render.emit(
         output,
-        the_plan.to_dict(),
+        _json(the_plan, learned.graph, estimates, learned.note),
         rows=lambda: render.plan_rows(the_plan, args.critical_only),
-        table=lambda: _print_plan(the_plan, args.critical_only),
+        table=lambda: _print_plan(the_plan, learned.graph, args.critical_only, estimates, learned.note),
     )

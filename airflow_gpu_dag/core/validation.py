@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from airflow_gpu_dag.core.findings import ERROR, WARNING, Finding
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.pools import DEFAULT_POOL, task_pool
-from airflow_gpu_dag.core.requests import RequestLimits, check_gpu_request
+from airflow_gpu_dag.core.requests import InventorySummary, RequestLimits, check_gpu_request
 from airflow_gpu_dag.core.resources import format_duration
 
 __all__ = [
@@ -43,7 +43,9 @@ class ValidationPolicy:
     ``pool_slots``: known pools and their total slots (GPU pools: GPUs). When given, a task in a pool
     not listed is an error. ``max_gpus_per_host``: the largest single host (or node); a task needing
     more GPUs than this can never be placed, even if the pool is larger. Granularity bounds follow
-    the guidance that an atomic node should run between about 10 minutes and 2 hours.
+    the guidance that an atomic node should run between about 10 minutes and 2 hours. ``inventory``:
+    the GPUs of the largest host (NVML or ``[gpu_dag] inventory``); a request more or bigger GPUs
+    than it has is an error even when no pool sizes are known.
     """
 
     pool_slots: Mapping[str, int] | None = None
@@ -52,12 +54,14 @@ class ValidationPolicy:
     max_task_seconds: float = 7200.0
     check_granularity: bool = True
     known_gpu_types: frozenset[str] | None = None
+    inventory: InventorySummary | None = None
 
     def request_limits(self) -> RequestLimits:
         """What :func:`~airflow_gpu_dag.core.requests.check_gpu_request` compares a task with."""
         return RequestLimits(
             pool_slots=self.pool_slots,
             max_gpus_per_host=self.max_gpus_per_host,
+            inventory=self.inventory,
             known_gpu_types=self.known_gpu_types,
         )
 

@@ -21,6 +21,7 @@ device, else the static inventory), ``nvml`` or ``static``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -45,6 +46,7 @@ __all__ = [
     "load_inventory",
     "nvml_inventory",
     "parse_inventory",
+    "parse_time_inventory_summary",
 ]
 
 AUTO = "auto"
@@ -440,6 +442,25 @@ def load_inventory(source: str | None = None, spec: str | None = None) -> GpuInv
     import socket
 
     return parse_inventory(spec, host=socket.gethostname())
+
+
+@functools.lru_cache(maxsize=8)
+def _summary_for(source: str, spec: str | None) -> InventorySummary | None:
+    try:
+        return load_inventory(source, spec).summary()
+    except InventoryUnavailable:
+        return None
+
+
+def parse_time_inventory_summary() -> InventorySummary | None:
+    """The configured inventory (``[gpu_dag] inventory_source`` / ``inventory``: NVML on this host, or
+    the static one) as plain data for the parse-time request checks of the cluster policy and
+    ``airflow gpu-dag lint``; None when there is none (then requests are checked against the pools
+    and ``max_gpus_per_host`` only). Cached per process and configuration.
+
+    :raises InventoryError: the configuration cannot be understood.
+    """
+    return _summary_for(configured_inventory_source(), configured_inventory_spec())
 
 
 def devices_by_index(devices: Iterable[GpuDevice]) -> dict[int, GpuDevice]:

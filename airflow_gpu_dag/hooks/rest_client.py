@@ -257,6 +257,57 @@ class AirflowRestClient:
                 upstream.setdefault(str(down), []).append(str(task["task_id"]))
         return upstream
 
+    def dag_tasks(self, dag_id: str) -> list[dict[str, Any]]:
+        """The DAG's tasks as ``GET /dags/{dag_id}/tasks`` returns them (``task_id``, ``is_mapped``,
+        ``downstream_task_ids``, ``pool_slots``, ...)."""
+        page = self._json("GET", f"/dags/{quote(dag_id, safe='')}/tasks")
+        return list(page.get("tasks", []))
+
+    def task_history(
+        self, dag_id: str, task_id: str, limit: int = 40, states: Iterable[str] = ("success",)
+    ) -> list[dict[str, Any]]:
+        """The latest task instances of one task over all runs of its DAG (every map index), most
+        recent end first, at most ``limit`` (one page, <= 100): the history durations are learned from."""
+        params: list[tuple[str, str | int]] = [("task_id", task_id), *(("state", s) for s in states)]
+        params += [("order_by", "-end_date"), ("limit", max(1, min(int(limit), PAGE))), ("offset", 0)]
+        page = self._json("GET", f"/dags/{quote(dag_id, safe='')}/dagRuns/~/taskInstances", params=params)
+        return list(page.get("task_instances", []))
+
+    def recent_runs(self, dag_id: str, limit: int = 5) -> list[dict[str, Any]]:
+        """The DAG's latest runs (newest first, at most ``limit``)."""
+        params: list[tuple[str, str | int]] = [
+            ("order_by", "-run_after"),
+            ("limit", max(1, min(limit, PAGE))),
+        ]
+        page = self._json("GET", f"/dags/{quote(dag_id, safe='')}/dagRuns", params=params)
+        return list(page.get("dag_runs", []))
+
+    def map_counts(self, dag_id: str, task_id: str, runs: int = 5) -> list[int]:
+        """How many instances the mapped task ``task_id`` had in each of the DAG's latest ``runs``
+        runs where it was expanded (newest first; instances marked ``removed`` do not count)."""
+        counts: list[int] = []
+        for run in self.recent_runs(dag_id, runs):
+            run_id = str(run.get("dag_run_id"))
+            path = f"/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}/taskInstances"
+            tis = self._task_instance_pages(path, [("task_id", task_id)])
+            count = sum(1 for ti in tis if int(ti.get("map_index", -1)) >= 0 and ti.get("state") != "removed")
+            if count:
+                counts.append(count)
+        return counts
+
+    def set_task_instance_state(
+        self, dag_id: str, run_id: str, task_id: str, map_index: int, state: str, note: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Set a task instance's state (``failed``, ``success`` or ``skipped``) with an optional note
+        (at most 1,000 characters, shown in the UI); returns the task instances changed."""
+        path = f"/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}/taskInstances/"
+        path += quote(task_id, safe="") + (f"/{int(map_index)}" if int(map_index) >= 0 else "")
+        body: dict[str, Any] = {"new_state": state}
+        if note is not None:
+            body["note"] = note[:1000]
+        answer = self._json("PATCH", path, json=body)
+        return list((answer or {}).get("task_instances", [])) if isinstance(answer, dict) else []
+
     # -- variables (lease) --------------------------------------------------------------------
     def get_variable(self, key: str) -> str | None:
         """A Variable's value, or None when it does not exist."""

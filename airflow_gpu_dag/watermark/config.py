@@ -219,8 +219,12 @@ def _source(pool: str, raw: object) -> SourceSpec:
         options["gpus"] = _int(options.get("gpus"), f"{where}.gpus")
     if kind == "file" and not (isinstance(options.get("path"), str) and options["path"]):
         raise ConfigError(f"{where}.path: a file source needs the path of a file holding the GPU count")
-    if kind == "prometheus" and not (isinstance(options.get("url"), str) and options["url"]):
-        raise ConfigError(f"{where}.url: a prometheus source needs the Prometheus base URL")
+    url_given = isinstance(options.get("url"), str) and bool(options["url"])
+    if kind == "prometheus" and not url_given and not options.get("conn_id"):
+        raise ConfigError(
+            f"{where}.url: a prometheus source needs the Prometheus base URL, or conn_id: an Airflow "
+            "connection holding the URL and token"
+        )
     if "min_free_memory" in options:
         try:
             options["min_free_memory"] = parse_memory_mib(options["min_free_memory"])

@@ -34,10 +34,10 @@ import airflow_gpu_dag.metrics as metrics
 from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, RunningTask
 from airflow_gpu_dag.core.objective import ReservationGate
 from airflow_gpu_dag.core.reservation import PoolDecision, decide_pools
-from airflow_gpu_dag.hints import duration_hint
 from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
 from airflow_gpu_dag.watermark import rest_values
 from airflow_gpu_dag.watermark.config import ConfigError, PoolSpec, WatermarkConfig
+from airflow_gpu_dag.watermark.durations import ControllerHistory
 from airflow_gpu_dag.watermark.leader_lock import (
     CombinedLeaderLock,
     FileLeaderLock,
@@ -47,6 +47,7 @@ from airflow_gpu_dag.watermark.leader_lock import (
 from airflow_gpu_dag.watermark.lifecycle import Preflight, preflight, release_pools
 from airflow_gpu_dag.watermark.pool_state import PoolState, needs_write, parse_pool_state, with_state
 from airflow_gpu_dag.watermark.sources import CapacitySource, CapacityTracker, PoolCapacity, build_source
+from airflow_gpu_dag.watermark.too_large import TooLargeWatch
 
 log = logging.getLogger(__name__)
 
@@ -150,11 +151,14 @@ class WatermarkController:
         self.default_duration = float(default_duration)
         #: the cross-DAG objective's reservation gate ([gpu_dag] objective; None: reserve for every head)
         self.gate = reservation_gate()
+        # durations learned from past runs, mapped-task counts (over REST, cached)
+        self.history = ControllerHistory(client, self.default_duration)
+        self.too_large = TooLargeWatch(client)  # never pending forever (watermark/too_large.py)
         given = dict(sources or {})
         self.trackers: dict[str, CapacityTracker] = {}
         for spec in config.pools:
             try:
-                source = given.get(spec.name) or build_source(spec.source)
+                source = given.get(spec.name) or build_source(spec.source, client)
             except ValueError as err:
                 raise ConfigError(f"pools.{spec.name}.source: {err}") from None
             self.trackers[spec.name] = CapacityTracker(spec, source)
@@ -207,19 +211,21 @@ class WatermarkController:
                 if pool not in self.specs or (state == "deferred" and pool not in deferred_pools):
                     continue
                 slots = rest_values.slots(ti)
-                duration = self._duration(ti)
                 if state == "scheduled":
                     priority = rest_values.priority(ti)
                     ready.append(
                         ReadyTask(
-                            _key(ti), pool, slots, priority, duration, rest_values.order(ti), run=_run(ti)
+                            _key(ti),
+                            pool,
+                            slots,
+                            priority,
+                            self._duration(ti),
+                            rest_values.order(ti),
+                            run=_run(ti),
                         )
                     )
                 else:
-                    start = rest_values.start_time(ti)
-                    running.append(
-                        RunningTask(_key(ti), pool, slots, (start if start is not None else now) + duration)
-                    )
+                    running.append(RunningTask(_key(ti), pool, slots, self.history.expected_end(ti, now)))
             except Exception:  # one unreadable task instance must not cost the tick
                 skipped += 1
         if skipped:
@@ -227,7 +233,8 @@ class WatermarkController:
         return running, ready
 
     def _duration(self, ti: Mapping[str, Any]) -> float:
-        return rest_values.duration(duration_hint(ti.get("executor_config")), self.default_duration)
+        """A task instance's estimated duration: learned from past runs, else its hint, else the default."""
+        return self.history.duration(ti)
 
     def _pending(self, now: float) -> list[PendingTask]:
         """Lookahead: task instances of the lookahead pools not scheduled yet whose upstream tasks have
@@ -265,8 +272,7 @@ class WatermarkController:
                     if state in ENDED_STATES:
                         continue
                     if state in HOLDING_STATES or state == "deferred":
-                        start = rest_values.start_time(up)
-                        ends.append((now if start is None else start) + self._duration(up))
+                        ends.append(self.history.expected_end(up, now))
                     elif state == "scheduled" and str(up.get("pool")) == pool:
                         after.append(_key(up))
                     elif state == "scheduled" and str(up.get("pool")) not in self.specs:
@@ -275,19 +281,18 @@ class WatermarkController:
                         known = False
             if not known:
                 continue
-            pending.append(
-                PendingTask(
-                    _key(ti),
-                    pool,
-                    rest_values.slots(ti),
-                    rest_values.priority(ti),
-                    self._duration(ti),
-                    rest_values.order(ti),
-                    max(ends),
-                    tuple(after),
-                    run=_run(ti),
-                )
+            task = PendingTask(
+                _key(ti),
+                pool,
+                rest_values.slots(ti),
+                rest_values.priority(ti),
+                self._duration(ti),
+                rest_values.order(ti),
+                max(ends),
+                tuple(after),
+                run=_run(ti),
             )
+            pending.extend(self.history.instances(ti, task))  # a mapped task: its N instances
         return pending
 
     # -- one tick ---------------------------------------------------------------------------------
@@ -335,6 +340,7 @@ class WatermarkController:
                 PoolOutcome(n, c, None, None, False, f"task instances: {err}") for n, c in capacities.items()
             ]
 
+        ready = self.too_large.check(capacities, ready)
         try:
             pending = self._pending(now)
         except Exception as err:
@@ -383,7 +389,7 @@ class WatermarkController:
         spec = self.specs[name]
         size = decision.pool_size if decision is not None else capacity.gpus
         claim = (self.group, self.holder, now + self.config.fail_open_window())
-        description = describe(capacity, decision, size, claim)
+        description = self.too_large.annotate(name, describe(capacity, decision, size, claim))
         slots = pool.get("slots") if isinstance(pool, dict) else None
         previous = slots if isinstance(slots, int) and not isinstance(slots, bool) else None
         current = pool if isinstance(pool, dict) else None

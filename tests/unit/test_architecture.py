@@ -25,7 +25,7 @@ LAYERS: dict[str, int] = {
     "rendering": 1,
     "airflow": 2,
     "hooks": 2,
-    "gpu": 3,
+    "gpu": 2,
     "budget": 3,
     "kubernetes": 3,
     "priority": 3,

@@ -8,6 +8,7 @@ CLI is discovered.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -347,3 +348,99 @@ def test_simulate_several_runs_errors(
 ) -> None:
     assert run_cli("simulate", "--file", str(GOOD), *argv) == 1
     assert message in capsys.readouterr().err
+
+
+def test_lint_checks_against_the_inventory_without_pools(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__INVENTORY_SOURCE", "static")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__INVENTORY", "2xa100:80GiB")
+    code = run_cli("lint", str(GOOD))
+    out = capsys.readouterr().out
+    assert code == 1  # the pipeline's 4-GPU train cannot fit a 2-GPU host
+    assert "impossible-request" in out and "static inventory" in out
+    assert "GPUs checked against the static inventory" in out
+
+
+# -- learned durations: estimates and plan ------------------------------------------------------------
+def _fake_history(monkeypatch: pytest.MonkeyPatch, durations: dict[str, float], runs: int = 4) -> None:
+    from airflow_gpu_dag.airflow import history
+    from airflow_gpu_dag.core.estimates import RunSample
+
+    def read(dag_id: str, task_ids: Any = None, window: int = 20, *, session: Any = None) -> Any:
+        return {
+            t: [RunSample(d, "success", 1000.0 * i, 1000.0 * i + d) for i in range(runs)]
+            for t, d in durations.items()
+        }
+
+    monkeypatch.setattr(history, "read_history", read)
+    monkeypatch.setattr(history, "read_map_counts", lambda *a, **k: {})
+
+
+def test_estimates_flags_declared_estimates_that_are_off(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # train declares 2h but takes 20m; load declares 20m and takes 21m
+    _fake_history(monkeypatch, {"train": 1200.0, "load": 1260.0})
+    code, report = run_json(capsys, "estimates", PIPELINE, "--file", str(GOOD))
+    assert code == 0 and report["flagged"] == ["train"]
+    by_task = {t["task_id"]: t for t in report["tasks"]}
+    assert by_task["train"]["source"] == "learned" and by_task["train"]["runs"] == 4
+    assert by_task["train"]["learned"] == pytest.approx(1200, rel=0.02)
+    assert by_task["train"]["declared"] == 7200 and by_task["train"]["ratio"] == pytest.approx(
+        1 / 6, rel=0.02
+    )
+    assert by_task["evaluate"]["source"] == "declared" and not by_task["evaluate"]["flagged"]
+    code, report = run_json(capsys, "estimates", PIPELINE, "--file", str(GOOD), "--factor", "1.01")
+    assert report["flagged"] == ["load", "train"]
+    assert run_cli("estimates", PIPELINE, "--file", str(GOOD), "--factor", "1") == 1
+    assert run_cli("estimates", PIPELINE, "--file", str(GOOD)) == 0
+    out = capsys.readouterr().out
+    assert "OFF >1.5x" in out and "1 of 13 task(s) flagged" in out
+
+
+def test_plan_uses_learned_durations_and_declared_only_does_not(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_history(monkeypatch, {"train": 1200.0})
+    _, learned = run_json(capsys, "plan", PIPELINE, "--file", str(GOOD))
+    train = next(t for t in learned["tasks"] if t["task_id"] == "train")
+    assert train["duration"] == pytest.approx(1200, rel=0.02) and train["duration_source"] == "learned"
+    assert train["declared_duration"] == 7200
+    _, declared = run_json(capsys, "plan", PIPELINE, "--file", str(GOOD), "--declared-only")
+    assert next(t for t in declared["tasks"] if t["task_id"] == "train")["duration"] == 7200
+    assert learned["makespan"] < declared["makespan"]
+    run_cli("plan", PIPELINE, "--file", str(GOOD))
+    out = capsys.readouterr().out
+    assert re.search(r"20m(0\ds)?~", out) and "duration learned from past runs (1 task(s))" in out
+
+
+def test_plan_shows_mapped_tasks_as_their_instances(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "sweep.py").write_text(
+        "from airflow.sdk import DAG, task\n"
+        "from airflow_gpu_dag import gpu_hints\n"
+        "with DAG('sweep_plan', schedule=None):\n"
+        "    @task(executor_config=gpu_hints(duration='1h', gpus=2))\n"
+        "    def trial(lr): return lr\n"
+        "    @task(executor_config=gpu_hints(duration='10m'))\n"
+        "    def pick(scores): return None\n"
+        "    @task(executor_config=gpu_hints(duration='5m'))\n"
+        "    def grid(): return [1, 2]\n"
+        "    @task(executor_config=gpu_hints(duration='30m', gpus=1))\n"
+        "    def evaluate(x): return x\n"
+        "    pick(trial.expand(lr=[0.1, 0.01, 0.001, 0.0001]))\n"
+        "    evaluate.expand(x=grid())\n"
+    )
+    _, plan = run_json(capsys, "plan", "sweep_plan", "--file", str(tmp_path))
+    ids = [t["task_id"] for t in plan["tasks"]]
+    assert [i for i in ids if i.startswith("trial")] == [f"trial[{i}]" for i in range(4)]
+    assert "evaluate" in ids  # mapped over grid's output, no hint, no history: one node
+    assert plan["total_gpu_hours"] == pytest.approx(4 * 2 * 1.0 + 0.5)
+    trial = next(t for t in plan["tasks"] if t["task_id"] == "trial[2]")
+    assert trial["map_of"] == "trial" and trial["map_index"] == 2
+    run_cli("plan", "sweep_plan", "--file", str(tmp_path))
+    out = capsys.readouterr().out
+    assert "Mapped tasks shown as their instances: trial" in out
+    assert "unknown number of instances (shown once): evaluate" in out

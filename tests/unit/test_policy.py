@@ -128,3 +128,28 @@ def test_unknown_objective_fails_the_import_and_stock_rules_on_gpu_tasks_are_fla
     assert (
         error.is_error and error.code == "bad-objective" and "throughput, balanced, latency" in error.message
     )
+
+
+def test_inventory_checks_requests_when_no_pool_sizes_are_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No [gpu_dag] pools, no max_gpus_per_host: a static (or NVML) inventory still rejects a request
+    no host can hold, at parse time, naming the DAG, the task and the inventory."""
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
+    bag = _load(
+        tmp_path,
+        """
+        with DAG("too_big", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}):
+            BashOperator(task_id="pretrain", bash_command="true", pool="gpu_default", pool_slots=8,
+                         executor_config=gpu_hints(duration="1h", gpus=8))
+            BashOperator(task_id="fits", bash_command="true", pool="gpu_default", pool_slots=2,
+                         executor_config=gpu_hints(duration="1h", gpus=2, gpu_memory="40GiB"))
+        """,
+        monkeypatch,
+        inventory_source="static",
+        inventory="4xa100:80GiB",
+    )
+    [message] = bag.import_errors.values()  # type: ignore[attr-defined]
+    assert "too_big" in message and "pretrain" in message and "fits" not in message
+    assert "needs 8x GPU but the static inventory has only 4 GPU(s)" in message

@@ -44,6 +44,12 @@ from airflow_gpu_dag.watermark.sources import (
 MIB = 1024 * 1024
 
 
+@pytest.fixture(autouse=True)
+def _own_lease_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The nvml source reads the host's lease table: give every test an empty one of its own."""
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_DIR", str(tmp_path / "leases"))
+
+
 # -- static / file --------------------------------------------------------------------------------
 def test_static_source_reports_its_count() -> None:
     assert StaticSource(8).read() == CapacityReading(8, "static 8")

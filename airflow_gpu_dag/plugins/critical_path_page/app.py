@@ -44,16 +44,18 @@ URL_PREFIX = "/gpu-dag"
 _STATIC = Path(__file__).parent / "static"
 
 
-def _load(dag_id: str, session: Any) -> tuple[Any, Plan]:
-    """The serialized DAG's task graph and plan; 404 when the DAG is unknown."""
+def _load(dag_id: str, session: Any) -> tuple[Any, Plan, Any]:
+    """The serialized DAG's task graph (durations learned from past runs, mapped tasks expanded), its
+    plan and the :class:`~airflow_gpu_dag.airflow.history.LearnedGraph`; 404 when the DAG is unknown."""
     from airflow.models.serialized_dag import SerializedDagModel
 
-    from airflow_gpu_dag.airflow.graph import build_task_graph
+    from airflow_gpu_dag.airflow.history import learned_task_graph
 
     dag = SerializedDagModel.get_dag(dag_id, session=session)
     if dag is None:
         raise HTTPException(404, f"DAG {dag_id!r} not found (not parsed yet, or removed).")
-    graph, findings = build_task_graph(dag)
+    learned = learned_task_graph(dag, session=session)
+    graph = learned.graph
     cycle = graph.find_cycle()
     if cycle:
         raise HTTPException(422, f"DAG {dag_id!r} has a dependency cycle: {' -> '.join(cycle)}")
@@ -61,7 +63,7 @@ def _load(dag_id: str, session: Any) -> tuple[Any, Plan]:
 
     from airflow_gpu_dag.priority.weights import policy_text
 
-    return graph, replace(plan_of(graph, findings), policy=policy_text(graph))
+    return graph, replace(plan_of(graph, learned.findings), policy=policy_text(graph)), learned
 
 
 def _pools(session: Any, dag_pools: set[str]) -> list[PoolView]:
@@ -80,6 +82,12 @@ def _may_read_pools(user: Any) -> bool:
     except Exception:
         log.exception("airflow-gpu-dag: pool authorization check failed")
         return False
+
+
+def _flag_factor() -> float:
+    from airflow_gpu_dag.settings import estimate_settings
+
+    return estimate_settings().flag_factor
 
 
 def _schedules(graph: Any, pools: list[PoolView] | None) -> ScheduleView:
@@ -106,20 +114,36 @@ def create_app() -> FastAPI:
     def critical_path_page(dag_id: str, session: SessionDep, user: GetUserDep) -> HTMLResponse:
         from airflow_gpu_dag.plugins.critical_path_page.render import render_page
 
-        graph, plan = _load(dag_id, session)
+        graph, plan, learned = _load(dag_id, session)
         dag_pools = {task_pool(node) for node in graph.nodes.values()}
         pools = _pools(session, dag_pools) if _may_read_pools(user) else None
-        body = render_page(plan, _schedules(graph, pools), pools, "../static", "../api/pools")
+        body = render_page(
+            plan,
+            _schedules(graph, pools),
+            pools,
+            "../static",
+            "../api/pools",
+            estimates=learned.estimates,
+            flag_factor=_flag_factor(),
+            history_note=learned.note,
+        )
         return HTMLResponse(body)
 
     @app.get("/api/plan/{dag_id}", dependencies=[Depends(requires_access_dag(method="GET"))])
     def plan_data(dag_id: str, session: SessionDep, user: GetUserDep) -> dict[str, Any]:
-        graph, plan = _load(dag_id, session)
+        graph, plan, learned = _load(dag_id, session)
         dag_pools = {task_pool(node) for node in graph.nodes.values()}
         pools = _pools(session, dag_pools) if _may_read_pools(user) else None
         schedules = _schedules(graph, pools)
+        factor = _flag_factor()
         return {
             **plan.to_dict(),
+            "estimates": {
+                task_id: {**e.to_dict(), "flagged": e.off_by(factor)}
+                for task_id, e in learned.estimates.items()
+            },
+            "history_note": learned.note,
+            "map_counts": learned.map_counts,
             "predicted": {
                 "capacity": schedules.capacity,
                 "note": schedules.note,

@@ -12,10 +12,18 @@ from typing import Any
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.plan import Plan, build_plan
 
-__all__ = ["PoolView", "ScheduleView", "parse_pool_description", "pool_views", "predicted_schedules"]
+__all__ = [
+    "PoolView",
+    "ScheduleView",
+    "parse_pool_description",
+    "pool_views",
+    "predicted_schedules",
+    "too_large_of",
+]
 
 _CAPACITY = re.compile(r"of capacity (\d+)")
 _RESERVING = re.compile(r"reserving (\d+) slots for (.+?): -?\d+ of \d+ free")
+_TOO_LARGE = re.compile(r"too large: (.+?)(?: \| | \[gpu-dag-state |$)")
 
 
 def parse_pool_description(description: str | None) -> tuple[int | None, int, str | None]:
@@ -30,6 +38,12 @@ def parse_pool_description(description: str | None) -> tuple[int | None, int, st
     if reserving:
         return capacity, int(reserving.group(1)), reserving.group(2)
     return capacity, 0, None
+
+
+def too_large_of(description: str | None) -> str | None:
+    """The waiting tasks the watermark controller found larger than the pool (``too large: ...``)."""
+    match = _TOO_LARGE.search(description or "")
+    return match.group(1) if match else None
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,7 @@ class PoolView:
     reserved_for: str | None
     description: str
     used_by_dag: bool
+    too_large: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,6 +96,7 @@ def pool_views(
                 reserved_for=reserved_for,
                 description=descriptions.get(name) or "",
                 used_by_dag=name in mine,
+                too_large=too_large_of(descriptions.get(name)),
             )
         )
     return sorted(views, key=lambda v: (not v.used_by_dag, v.name))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from string import Template
 
+from airflow_gpu_dag.core.estimates import DurationEstimate
 from airflow_gpu_dag.core.plan import Plan
 from airflow_gpu_dag.core.pools import DEFAULT_POOL
 from airflow_gpu_dag.core.resources import format_duration
@@ -30,17 +31,53 @@ def _task_cell(task_id: str, note: str) -> str:
     return f'<td>{html.escape(task_id)}<br><small class="note">{html.escape(note)}</small></td>'
 
 
-def _task_rows(plan: Plan) -> str:
+def _estimate_of(task_id: str, estimates: Mapping[str, DurationEstimate]) -> DurationEstimate | None:
+    """The estimate of a task, or of the mapped task an instance ``t[3]`` belongs to."""
+    if task_id in estimates:
+        return estimates[task_id]
+    base, bracket, _ = task_id.rpartition("[")
+    return estimates.get(base) if bracket and task_id.endswith("]") else None
+
+
+def _duration_cells(
+    task_id: str, duration: float, declared: bool, estimates: Mapping[str, DurationEstimate], factor: float
+) -> tuple[str, str, str, bool]:
+    """(duration, declared, learned, flagged) cells of one task row."""
+    estimate = _estimate_of(task_id, estimates)
+    if estimate is None:
+        return format_duration(duration) + ("" if declared else " (default)"), "-", "-", False
+    source = {"learned": " (learned)", "declared": "", "default": " (default)"}[estimate.source]
+    learned = "-"
+    if estimate.learned is not None:
+        high = f", p {format_duration(estimate.high)}" if estimate.high is not None else ""
+        learned = f"{format_duration(estimate.learned)} ({estimate.runs} runs{high})"
+    elif estimate.runs:
+        learned = f"({estimate.runs} runs: too few)"
+    declared_text = format_duration(estimate.declared) if estimate.declared is not None else "none"
+    flagged = estimate.off_by(factor)
+    return format_duration(duration) + source, declared_text, learned, flagged
+
+
+def _task_rows(plan: Plan, estimates: Mapping[str, DurationEstimate], factor: float) -> str:
     rows = []
     for t in plan.tasks:
+        duration, declared, learned, flagged = _duration_cells(
+            t.task_id, t.duration, t.duration_declared, estimates, factor
+        )
+        classes = " ".join(
+            c for c in ("critical" if t.critical else "", "estimate-off" if flagged else "") if c
+        )
+        off_attr = ' data-estimate-off="true"' if flagged else ""
         rows.append(
-            f'<tr class="{"critical" if t.critical else ""}" data-task-id="{html.escape(t.task_id)}">'
+            f'<tr class="{classes}" data-task-id="{html.escape(t.task_id)}"{off_attr}>'
             + _task_cell(t.task_id, t.note)
             + "".join(
                 _cell(v)
                 for v in (
                     "yes" if t.critical else "",
-                    format_duration(t.duration) + ("" if t.duration_declared else " (default)"),
+                    duration,
+                    declared,
+                    learned + (f" \u2014 declared off by >{factor:g}x" if flagged else ""),
                     format_duration(t.earliest_start),
                     format_duration(t.earliest_finish),
                     format_duration(t.latest_start),
@@ -57,11 +94,18 @@ def _task_rows(plan: Plan) -> str:
     return "".join(rows)
 
 
+def _too_large_attr(pool: PoolView) -> str:
+    """A waiting task larger than the pool (the controller's finding): the row is marked and says so."""
+    if not pool.too_large:
+        return ""
+    return f' class="too-large" title="too large: {html.escape(pool.too_large)}"'
+
+
 def _pool_rows(pools: Sequence[PoolView] | None) -> str:
     if pools is None:
         return '<tr><td colspan="10" class="error">You may not read pools.</td></tr>'
     return "".join(
-        f'<tr data-pool="{html.escape(p.name)}">'
+        f'<tr data-pool="{html.escape(p.name)}"{_too_large_attr(p)}>'
         + "".join(
             _cell(v)
             for v in (
@@ -117,14 +161,32 @@ def render_page(
     pools: Sequence[PoolView] | None,
     static_url: str,
     pools_url: str,
+    estimates: Mapping[str, DurationEstimate] | None = None,
+    flag_factor: float = 1.5,
+    history_note: str = "",
 ) -> str:
-    """The whole page. ``static_url``/``pools_url`` are relative to the page's own URL."""
+    """The whole page. ``static_url``/``pools_url`` are relative to the page's own URL.
+
+    ``estimates``: per task, declared vs learned durations (the Tasks table shows both and flags a
+    declared estimate off by more than ``flag_factor``); ``history_note``: why there are none.
+    """
     esc = html.escape
     summary = (
         f"{len(plan.tasks)} tasks, {len(plan.critical_tasks)} critical; makespan with unlimited GPUs "
         f"<b>{format_duration(plan.makespan)}</b>; total <b>{plan.total_gpu_hours:.2f}</b> GPU-hours. "
         f"Critical path: {esc(' → '.join(plan.critical_path))}"
     )
+    estimates = estimates or {}
+    learned = sum(1 for e in estimates.values() if e.learned is not None)
+    off = sorted(e.task_id for e in estimates.values() if e.off_by(flag_factor))
+    if learned or history_note:
+        summary += (
+            f'<br><span id="estimates-summary">Durations: {learned} of {len(estimates)} task(s) learned '
+            "from past runs"
+            + (f"; declared estimate off by more than {flag_factor:g}x: {esc(', '.join(off))}" if off else "")
+            + (f" ({esc(history_note)}; declared estimates used)" if history_note else "")
+            + ".</span>"
+        )
     findings = ""
     if plan.findings:
         findings = (
@@ -143,5 +205,5 @@ def render_page(
         gantt_summary=gantt_summary,
         gantt=gantt,
         pools=_pool_rows(pools),
-        rows=_task_rows(plan),
+        rows=_task_rows(plan, estimates, flag_factor),
     )

@@ -1,0 +1,116 @@
+"""``airflow gpu-dag estimates DAG_ID``: declared vs learned durations per task, off ones flagged."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_gpu_dag.cli import render
+from airflow_gpu_dag.cli.common import quiet, status
+from airflow_gpu_dag.cli.loading import find_dag
+from airflow_gpu_dag.core.estimates import DurationEstimate, EstimateSettings
+
+__all__ = ["estimates", "estimates_report", "estimates_table"]
+
+
+def _hours(value: float | None) -> str:
+    return "-" if value is None else render.hours(value)
+
+
+def estimates_report(
+    dag_id: str,
+    estimates: Mapping[str, DurationEstimate],
+    settings: EstimateSettings,
+    factor: float,
+    note: str = "",
+) -> dict[str, Any]:
+    """The JSON form: settings, per task the estimate and whether it is flagged."""
+    tasks = [{**e.to_dict(), "flagged": e.off_by(factor)} for e in estimates.values()]
+    return {
+        "dag_id": dag_id,
+        "settings": {
+            "enabled": settings.enabled,
+            "window": settings.window,
+            "quantile": settings.quantile,
+            "min_runs": settings.min_runs,
+            "flag_factor": factor,
+        },
+        "note": note,
+        "flagged": [t["task_id"] for t in tasks if t["flagged"]],
+        "tasks": tasks,
+    }
+
+
+def estimates_table(
+    dag_id: str, estimates: Mapping[str, DurationEstimate], settings: EstimateSettings, factor: float
+) -> render.PlainTable:
+    """One row per task: declared, learned, the high quantile, tries used/dropped, ratio, flag."""
+    table = render.PlainTable(
+        f"Durations of DAG {dag_id!r}: declared vs learned from the last {settings.window} successful tries",
+        [
+            ("Task", "left"),
+            ("Declared", "right"),
+            ("Learned", "right"),
+            (f"p{round(settings.quantile * 100)}", "right"),
+            ("Runs", "right"),
+            ("Dropped", "left"),
+            ("Learned/declared", "right"),
+            ("Plan uses", "left"),
+            ("Flag", "left"),
+        ],
+    )
+    for estimate in estimates.values():
+        flagged = estimate.off_by(factor)
+        dropped = ", ".join(f"{k} {v}" for k, v in sorted(estimate.dropped.items())) or "-"
+        ratio = estimate.ratio
+        table.add_row(
+            estimate.task_id,
+            _hours(estimate.declared) if estimate.declared is not None else "(none)",
+            _hours(estimate.learned),
+            _hours(estimate.high),
+            str(estimate.runs),
+            dropped,
+            "-" if ratio is None else f"{ratio:.2f}x",
+            f"{estimate.source} {render.hours(estimate.duration)}",
+            (f"OFF >{factor:g}x" if estimate.declared is not None else "UNDECLARED") if flagged else "",
+            highlight=flagged,
+        )
+    return table
+
+
+@quiet
+def estimates(args: argparse.Namespace) -> None:
+    """``airflow gpu-dag estimates DAG_ID [--file PATH] [--factor F] [-o table|json|yaml|plain]``."""
+    from airflow_gpu_dag.airflow.history import learned_task_graph
+    from airflow_gpu_dag.settings import estimate_settings
+
+    settings = estimate_settings()
+    factor = float(args.factor) if args.factor is not None else settings.flag_factor
+    if factor <= 1.0:
+        raise ValueError(f"--factor {factor:g}: must be greater than 1 (e.g. --factor 1.5)")
+    output = getattr(args, "output", "table") or "table"
+    reading = f"Reading DAG {args.dag_id!r} and its past runs..."
+    with status(render.error_console(), reading, output != "table"):
+        dag = find_dag(args.dag_id, args.file)
+        learned = learned_task_graph(dag, expand_mapped=False, settings=settings)
+    report = estimates_report(args.dag_id, learned.estimates, settings, factor, learned.note)
+
+    def table() -> None:
+        estimates_table(args.dag_id, learned.estimates, settings, factor).print()
+        out = render.console()
+        if not settings.enabled:
+            out.print(
+                "Learning is off ([gpu_dag] learned_durations = false): plans use the declared estimates.",
+                markup=False,
+            )
+        elif learned.note:
+            out.print(f"Note: {learned.note}; plans use the declared estimates.", markup=False)
+        out.print(
+            f"{len(report['flagged'])} of {len(learned.estimates)} task(s) flagged: declared estimate off by "
+            f"more than {factor:g}x from what the task really took (or none declared). A task needs "
+            f"{settings.min_runs} successful tries before its history is used.",
+            markup=False,
+        )
+
+    render.emit(output, report, rows=report["tasks"], table=table)

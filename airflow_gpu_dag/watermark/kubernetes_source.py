@@ -1,0 +1,135 @@
+"""The ``kubernetes`` capacity source: allocatable GPUs on matching nodes minus what pods that are not
+Airflow's request there.
+
+Nodes count when Ready and schedulable. A pod's GPU request is what the kube-scheduler reserves for
+it: the larger of its app containers' sum (plus restartable "sidecar" init containers) and its
+largest init container (plus the sidecars started before it); requests, else limits (for extended
+resources such as ``nvidia.com/gpu`` a limit alone sets the request). Quantities are read with
+``kubernetes.utils.parse_quantity``. Pods carrying any label of ``airflow_pod_labels`` are Airflow's:
+the pool accounts for them already.
+
+The client comes from the cncf-kubernetes provider's ``KubernetesHook`` (``kubernetes_conn_id``,
+default ``kubernetes_default``: in-cluster or kubeconfig, as the KubernetesPodOperator connects).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from airflow_gpu_dag.watermark.capacity import CapacityReading, SourceError
+
+__all__ = ["DEFAULT_AIRFLOW_POD_LABELS", "GPU_RESOURCE", "KubernetesSource", "pod_request"]
+
+GPU_RESOURCE = "nvidia.com/gpu"
+#: Labels that mark a pod as started by Airflow (KubernetesPodOperator, KubernetesExecutor).
+DEFAULT_AIRFLOW_POD_LABELS = ("kubernetes_pod_operator", "airflow-worker", "airflow_kpo_in_cluster")
+
+
+def _quantity(value: object) -> float:
+    """A Kubernetes quantity (``"8"``, ``8``, ``"1k"``) as a number; None or garbage is 0."""
+    if value is None:
+        return 0.0
+    from kubernetes.utils import parse_quantity
+
+    try:
+        return float(parse_quantity(value))
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _container_request(container: Any, resource: str) -> float:
+    resources = getattr(container, "resources", None)
+    requests = (getattr(resources, "requests", None) or {}) if resources else {}
+    limits = (getattr(resources, "limits", None) or {}) if resources else {}
+    return _quantity(requests.get(resource, limits.get(resource)))
+
+
+def pod_request(spec: Any, resource: str = GPU_RESOURCE) -> float:
+    """What the scheduler reserves of ``resource`` for a pod with ``spec`` (see the module docstring)."""
+    sidecars = 0.0
+    init_peak = 0.0
+    for container in getattr(spec, "init_containers", None) or ():
+        amount = _container_request(container, resource)
+        if getattr(container, "restart_policy", None) == "Always":  # a sidecar: runs alongside
+            sidecars += amount
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + amount)
+    apps = sum(_container_request(c, resource) for c in getattr(spec, "containers", None) or ())
+    return max(apps + sidecars, init_peak)
+
+
+class KubernetesSource:
+    """Allocatable GPUs on matching nodes minus what non-Airflow pods request there.
+
+    :param kubernetes_conn_id: the Airflow connection of the cluster (``KubernetesHook``).
+    :param context: kubeconfig context (the hook's ``cluster_context``); None: the connection's.
+    :param api: a ``kubernetes.client.CoreV1Api`` (or a fake with ``list_node`` and
+        ``list_pod_for_all_namespaces``); None: the hook's ``core_v1_client``.
+    """
+
+    kind = "kubernetes"
+
+    def __init__(
+        self,
+        label_selector: str = "",
+        airflow_pod_labels: Sequence[str] = DEFAULT_AIRFLOW_POD_LABELS,
+        resource: str = GPU_RESOURCE,
+        context: str | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        api: Any = None,
+    ) -> None:
+        self.label_selector = label_selector
+        self.airflow_pod_labels = tuple(airflow_pod_labels)
+        self.resource = resource
+        self.context = context
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self._api = api
+
+    def _client(self) -> Any:
+        if self._api is None:
+            from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+            hook = KubernetesHook(conn_id=self.kubernetes_conn_id, cluster_context=self.context)
+            self._api = hook.core_v1_client
+        return self._api
+
+    def read(self) -> CapacityReading:
+        try:
+            api = self._client()
+            nodes = api.list_node(label_selector=self.label_selector or None).items
+            pods = api.list_pod_for_all_namespaces(
+                field_selector="status.phase!=Succeeded,status.phase!=Failed"
+            ).items
+        except Exception as err:
+            raise SourceError(
+                f"kubernetes API: {type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+            ) from None
+        allocatable: dict[str, int] = {}
+        for node in nodes:
+            name = node.metadata.name
+            if node.spec is not None and node.spec.unschedulable:
+                continue
+            conditions = (node.status.conditions or []) if node.status else []
+            if not any(c.type == "Ready" and c.status == "True" for c in conditions):
+                continue
+            allocatable[name] = int(
+                _quantity(((node.status.allocatable or {}) if node.status else {}).get(self.resource))
+            )
+        foreign = 0.0
+        for pod in pods:
+            node_name = pod.spec.node_name if pod.spec else None
+            if node_name not in allocatable:
+                continue
+            labels = pod.metadata.labels or {}
+            if any(key in labels for key in self.airflow_pod_labels):
+                continue
+            foreign += pod_request(pod.spec, self.resource)
+        held = math.ceil(foreign)
+        total = sum(allocatable.values())
+        usable = max(0, total - held)
+        return CapacityReading(
+            usable, f"kubernetes {usable} = {total} allocatable on {len(allocatable)} nodes - {held} held"
+        )

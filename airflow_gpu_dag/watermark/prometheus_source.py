@@ -1,0 +1,217 @@
+"""The ``prometheus`` capacity source: GPUs from DCGM exporter metrics, minus those held by work that
+is not ours.
+
+``DCGM_FI_DEV_FB_FREE`` (MiB) and ``DCGM_FI_DEV_GPU_UTIL`` (%) are read over the Prometheus HTTP query
+API, filtered by ``selector``. A GPU with both series is *free* when it is within the thresholds; a
+GPU outside them is *busy*, and still counts when the work on it is ours:
+
+* by pod: the series' ``pod`` / ``namespace`` labels (DCGM exporter's Kubernetes mapping) name a pod
+  in one of ``airflow_namespaces`` or matching ``airflow_pod_pattern`` (a KubernetesPodOperator pod);
+* by host: on a host where our running task instances hold ``k`` GPUs (from the REST API, when the
+  controller gives the source its client: :class:`~airflow_gpu_dag.watermark.ours.RunningTaskGpus`),
+  up to ``k`` busy GPUs of that host are ours. Hosts are compared by the series' ``host_label``
+  (default ``Hostname``, else ``instance`` without its port) and the task instance's ``hostname``,
+  both lower-cased without their domain.
+
+The URL and credentials come from ``url`` or, better, an Airflow connection ``conn_id`` (host = base
+URL; ``extra`` ``{"token": ...}`` or a password without login for a bearer token, login + password
+for basic auth, ``extra`` ``{"headers": {...}}`` for anything else), so no token sits in the
+controller's configuration file.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from airflow_gpu_dag.watermark.capacity import CapacityReading, SourceError
+from airflow_gpu_dag.watermark.ours import normalize_host
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PrometheusSource", "prometheus_connection"]
+
+_LABEL_SELECTOR = re.compile(r"^\{.*\}$")
+
+
+@dataclass(frozen=True)
+class _Gpu:
+    host: str
+    pod: str | None
+    namespace: str | None
+
+
+def prometheus_connection(conn_id: str) -> tuple[str, dict[str, str], tuple[str, str] | None]:
+    """``(base URL, headers, basic auth)`` from the Airflow connection ``conn_id``.
+
+    :raises SourceError: the connection is missing or has no host.
+    """
+    try:
+        from airflow.sdk import BaseHook
+
+        conn = BaseHook.get_connection(conn_id)
+    except Exception as err:
+        raise SourceError(f"prometheus connection {conn_id!r}: {type(err).__name__}: {err}") from None
+    from airflow_gpu_dag.hooks.airflow_api import base_url_of
+
+    try:
+        url = base_url_of(conn.host, conn.port, conn.schema, conn.conn_type)
+    except ValueError as err:
+        raise SourceError(f"prometheus connection {conn_id!r}: {err}") from None
+    extra = conn.extra_dejson if conn.extra else {}
+    headers = {str(k): str(v) for k, v in dict((extra or {}).get("headers") or {}).items()}
+    token = (extra or {}).get("token") or (conn.password if not conn.login else None)
+    auth = None
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    elif conn.login:
+        auth = (str(conn.login), str(conn.password or ""))
+    try:
+        from airflow.sdk.log import mask_secret
+
+        for secret in (token, conn.password):
+            if secret:
+                mask_secret(secret)
+    except Exception:
+        log.debug("secrets masker not available")
+    return url, headers, auth
+
+
+class PrometheusSource:
+    """GPUs from DCGM exporter metrics over the Prometheus HTTP API (``/api/v1/query``); GPUs busy
+    with our work still count (see the module docstring).
+
+    :param our_work: returns ``host -> GPUs`` held by our running task instances there (the controller
+        passes :meth:`~airflow_gpu_dag.watermark.ours.RunningTaskGpus.by_host`); None: not used.
+    """
+
+    kind = "prometheus"
+    FREE_METRIC = "DCGM_FI_DEV_FB_FREE"
+    UTIL_METRIC = "DCGM_FI_DEV_GPU_UTIL"
+
+    def __init__(
+        self,
+        url: str | None = None,
+        selector: str = "",
+        min_free_memory: int = 0,
+        max_utilization: int = 100,
+        timeout: float = 10.0,
+        headers: Mapping[str, str] | None = None,
+        conn_id: str | None = None,
+        airflow_namespaces: Sequence[str] = (),
+        airflow_pod_pattern: str | None = None,
+        host_label: str = "Hostname",
+        our_work: Callable[[], Mapping[str, int]] | None = None,
+    ) -> None:
+        if selector and not _LABEL_SELECTOR.match(selector):
+            raise ValueError(
+                f"prometheus selector must look like '{{Hostname=~\"gpu-.*\"}}', got {selector!r}"
+            )
+        if not url and not conn_id:
+            raise ValueError("a prometheus source needs url or conn_id (an Airflow connection)")
+        self.url = url.rstrip("/") if url else None
+        self.conn_id = conn_id
+        self.selector = selector
+        self.min_free_mib = int(min_free_memory)
+        self.max_utilization = int(max_utilization)
+        self.timeout = timeout
+        self.headers = dict(headers or {})
+        self.auth: tuple[str, str] | None = None
+        self.airflow_namespaces = frozenset(airflow_namespaces)
+        self.airflow_pod_pattern = re.compile(airflow_pod_pattern) if airflow_pod_pattern else None
+        self.host_label = host_label
+        self.our_work = our_work
+
+    def _endpoint(self) -> str:
+        if self.url is None:
+            url, headers, auth = prometheus_connection(str(self.conn_id))
+            self.url, self.auth = url.rstrip("/"), auth
+            self.headers = {**headers, **self.headers}
+        return self.url
+
+    def _query(self, metric: str) -> dict[tuple[str, ...], tuple[float, _Gpu]]:
+        import httpx
+
+        query = f"{metric}{self.selector}"
+        try:
+            response = httpx.get(
+                f"{self._endpoint()}/api/v1/query",
+                params={"query": query},
+                timeout=self.timeout,
+                headers=self.headers,
+                auth=self.auth,
+            )
+            response.raise_for_status()
+            body = response.json()
+        except SourceError:
+            raise
+        except Exception as err:
+            raise SourceError(f"prometheus query {metric}: {type(err).__name__}: {err}") from None
+        if not isinstance(body, dict) or body.get("status") != "success":
+            status = body.get("status") if isinstance(body, dict) else body
+            raise SourceError(f"prometheus query {metric}: status {status!r}")
+        series: dict[tuple[str, ...], tuple[float, _Gpu]] = {}
+        for item in body.get("data", {}).get("result", []):
+            labels = item.get("metric", {})
+            host = labels.get(self.host_label) or labels.get("Hostname") or labels.get("instance", "")
+            key = (labels["UUID"],) if labels.get("UUID") else (host, labels.get("gpu", ""))
+            gpu = _Gpu(
+                normalize_host(host),
+                labels.get("pod") or labels.get("exported_pod") or None,
+                labels.get("namespace") or labels.get("exported_namespace") or None,
+            )
+            try:
+                series[key] = (float(item["value"][1]), gpu)
+            except (KeyError, IndexError, TypeError, ValueError):
+                continue
+        return series
+
+    def _pod_is_ours(self, gpu: _Gpu) -> bool:
+        if not gpu.pod:
+            return False
+        if gpu.namespace and gpu.namespace in self.airflow_namespaces:
+            return True
+        return bool(self.airflow_pod_pattern and self.airflow_pod_pattern.search(gpu.pod))
+
+    def read(self) -> CapacityReading:
+        free = self._query(self.FREE_METRIC)
+        util = self._query(self.UTIL_METRIC)
+        if not free:
+            raise SourceError(f"prometheus: no {self.FREE_METRIC}{self.selector} series (exporter down?)")
+        usable = 0
+        busy: list[_Gpu] = []
+        pods: list[_Gpu] = []
+        for key, (free_mib, gpu) in free.items():
+            if key not in util:
+                continue  # no utilisation series: not known to be usable
+            if free_mib >= self.min_free_mib and util[key][0] <= self.max_utilization:
+                usable += 1
+            elif self._pod_is_ours(gpu):
+                pods.append(gpu)
+            else:
+                busy.append(gpu)
+        by_pod = len(pods)
+        usable += by_pod
+        by_host = 0
+        note = ""
+        if busy and self.our_work is not None:
+            try:
+                held = dict(self.our_work())
+            except Exception as err:  # a REST hiccup must not fail the capacity reading
+                held = {}
+                note = f"; our running tasks unknown ({type(err).__name__}: {err})"
+                log.warning("prometheus source: cannot read our running task instances (%s)", err)
+            for gpu in pods:  # already counted by its pod label
+                if held.get(gpu.host, 0) > 0:
+                    held[gpu.host] -= 1
+            for gpu in busy:
+                if held.get(gpu.host, 0) > 0:
+                    held[gpu.host] -= 1
+                    by_host += 1
+        usable += by_host
+        detail = f"prometheus {usable}/{len(free)} usable"
+        if by_pod or by_host:
+            detail += f", {by_pod + by_host} of them busy with our tasks"
+        return CapacityReading(usable, detail + note)

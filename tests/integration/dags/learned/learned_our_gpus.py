@@ -1,0 +1,34 @@
+"""Our own GPU tasks keep running while the watermark controller sizes their pool
+(tests/integration/test_learned_real.py): three 1-GPU tasks start at once and hold their GPUs for a
+while; two more become ready while they run. On a 6-GPU host with one GPU used by someone else, the
+pool must stay at 5 for all five to run together (a capacity source that counted our busy GPUs as
+gone would shrink it to 2 and hold the last two back)."""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.providers.standard.operators.bash import BashOperator
+from airflow.sdk import DAG
+
+from airflow_gpu_dag.operators.gpu import GpuBashOperator
+
+HOLD_SECONDS = 30
+FIRST, SECOND = 3, 2
+
+with DAG(
+    "learned_our_gpus",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1),
+    catchup=False,
+    max_active_tasks=16,
+    default_args={"retries": 0},
+):
+    gate = BashOperator(task_id="gate", bash_command="sleep 8", pool="default_pool")
+    for i in range(FIRST):
+        GpuBashOperator(
+            task_id=f"first_{i}", gpus=1, duration=HOLD_SECONDS, bash_command=f"sleep {HOLD_SECONDS}"
+        )
+    for i in range(SECOND):
+        gate >> GpuBashOperator(
+            task_id=f"second_{i}", gpus=1, duration=HOLD_SECONDS, bash_command=f"sleep {HOLD_SECONDS}"
+        )

@@ -1,0 +1,310 @@
+"""Plans from what really happens, against a real Airflow (one boot, DAGs in dags/learned/):
+
+* capacity counts our own work: while our leased GPU tasks run, a watermark controller with an
+  ``nvml`` source (a fake NVML over 6 GPUs whose busy state comes from the workers' real lease table,
+  one GPU held by a foreign process) keeps the pool at 5, so all five tasks run together; the same
+  source without the lease table would have shrunk it to 2;
+* durations learned from history: after three runs of a DAG whose declared estimates are wrong,
+  ``airflow gpu-dag estimates`` and ``plan`` (metadata database), the UI's plan endpoint and the
+  controller's REST history follow the real durations, and the mapped task is shown with the count
+  of its past runs;
+* never pending forever: a task needing more slots than its pool fails with a note (controller), and
+  a request larger than the static inventory is an import error (cluster policy, no pool sizes set).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
+from airflow_gpu_dag.testing import AirflowCluster
+from airflow_gpu_dag.watermark.config import parse_config
+from airflow_gpu_dag.watermark.controller import WatermarkController
+from airflow_gpu_dag.watermark.durations import ControllerHistory
+from airflow_gpu_dag.watermark.nvml_source import NvmlSource
+from airflow_gpu_dag.watermark.sources import StaticSource
+from airflow_gpu_dag.watermark.too_large import TooLargeWatch
+
+pytestmark = pytest.mark.airflow_real
+
+# named here (the cluster's environment needs it), created and removed by _work_dir: a module that is
+# only collected (deselected) leaves nothing behind
+_WORK = Path(tempfile.gettempdir()) / f"learned-real-{os.getpid()}"
+LEASE_DIR = _WORK / "leases"
+HOST_GPUS = 6  # NVML sees 6; GPU 5 is used by a foreign process; the workers lease GPUs 0-4
+AIRFLOW_DAGS = "learned"
+AIRFLOW_POOLS = {"gpu_default": HOST_GPUS, "gpu_small": 4}
+AIRFLOW_ENV = {
+    "AIRFLOW__GPU_DAG__INVENTORY_SOURCE": "static",
+    "AIRFLOW__GPU_DAG__INVENTORY": f"{HOST_GPUS - 1}xa100:80GiB",
+    "AIRFLOW__GPU_DAG__LEASE_DIR": str(LEASE_DIR),
+    "AIRFLOW__GPU_DAG__LEASE_POLL_INTERVAL": "0.5s",
+    "AIRFLOW__CORE__PARALLELISM": "8",
+}
+MIB = 1024 * 1024
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _work_dir() -> Iterator[None]:
+    LEASE_DIR.mkdir(parents=True, exist_ok=True)
+    yield
+    shutil.rmtree(_WORK, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(airflow_cluster: AirflowCluster) -> Iterator[AirflowCluster]:
+    yield airflow_cluster
+
+
+@pytest.fixture
+def client(cluster: AirflowCluster) -> Iterator[AirflowRestClient]:
+    rest = AirflowRestClient(cluster.api_url, cluster.USERNAME, cluster.PASSWORD)
+    yield rest
+    rest.close()
+
+
+# -- capacity counts our own work ----------------------------------------------------------------------
+class LeaseDrivenNvml:
+    """pynvml over ``HOST_GPUS`` GPUs: a GPU is busy (70 GiB used, 97 %) with the processes its live
+    lease recorded in the workers' lease table, or with the foreign process on the last GPU."""
+
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+    NVML_VOLATILE_ECC = 0
+
+    def __init__(self, foreign_pid: int) -> None:
+        self.foreign_pid = foreign_pid
+
+    def _procs(self, index: int) -> list[SimpleNamespace]:
+        if index == HOST_GPUS - 1:
+            return [SimpleNamespace(pid=self.foreign_pid, usedGpuMemory=70000 * MIB)]
+        try:
+            table = json.loads((LEASE_DIR / "leases.json").read_text())
+        except (OSError, ValueError):
+            return []
+        pids = [
+            int(p["pid"])
+            for lease in table.get("leases", {}).values()
+            if index in lease.get("devices", [])
+            for p in lease.get("processes") or []
+        ]
+        return [SimpleNamespace(pid=pid, usedGpuMemory=70000 * MIB // len(pids)) for pid in pids]
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return HOST_GPUS
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetMemoryInfo(self, index: int) -> SimpleNamespace:
+        used = sum(p.usedGpuMemory for p in self._procs(index))
+        return SimpleNamespace(free=80 * 1024 * MIB - used, total=80 * 1024 * MIB)
+
+    def nvmlDeviceGetUtilizationRates(self, index: int) -> SimpleNamespace:
+        return SimpleNamespace(gpu=97 if self._procs(index) else 0, memory=0)
+
+    def nvmlDeviceGetTotalEccErrors(self, index: int, kind: int, counter: int) -> int:
+        return 0
+
+    def nvmlDeviceGetComputeRunningProcesses(self, index: int) -> list[SimpleNamespace]:
+        return self._procs(index)
+
+
+def _overlap(intervals: list[tuple[float, float]]) -> int:
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    return max(itertools.accumulate(delta for _, delta in events))
+
+
+def _ts(value: str) -> float:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def test_our_running_gpu_tasks_do_not_shrink_their_pool(
+    cluster: AirflowCluster, client: AirflowRestClient
+) -> None:
+    cluster.wait_for_dag("learned_our_gpus")
+    foreign = subprocess.Popen(["sleep", "600"])  # someone else's job on GPU 5
+    try:
+        nvml = LeaseDrivenNvml(foreign.pid)
+        source = NvmlSource(min_free_memory=40960, max_utilization=10, nvml=nvml, lease_dir=str(LEASE_DIR))
+        blind = NvmlSource(min_free_memory=40960, max_utilization=10, nvml=nvml, leases=False)
+        config = parse_config(
+            {
+                "interval": 1,
+                "pools": {"gpu_default": {"source": 0, "reservation": False}},
+                "lease": {"lock_file": None, "variable": None},
+            }
+        )
+        controller = WatermarkController(config, client, {"gpu_default": source}, default_duration=30)
+        controller.tick()
+        assert cluster.get_pool("gpu_default")["slots"] == HOST_GPUS - 1
+        run_id = cluster.trigger("learned_our_gpus")
+        sizes: list[tuple[int, int, str]] = []  # (pool size, blind capacity, detail) per tick
+        stop = threading.Event()
+
+        def control() -> None:
+            while not stop.is_set():
+                [outcome] = controller.tick()
+                sizes.append((int(outcome.size or -1), blind.read().gpus, outcome.capacity.detail))
+                stop.wait(1.0)
+
+        thread = threading.Thread(target=control, daemon=True)
+        thread.start()
+        try:
+            state = cluster.wait_for_run("learned_our_gpus", run_id, timeout=600)
+        finally:
+            stop.set()
+            thread.join(30)
+        tis = cluster.task_instances("learned_our_gpus", run_id)
+        assert state == "success", (tis, cluster.log_tails())
+    finally:
+        foreign.kill()
+        foreign.wait(10)
+    gpu_tasks = [t for t in tis if t["task_id"] != "gate"]
+    intervals = [(_ts(t["start_date"]), _ts(t["end_date"])) for t in gpu_tasks]
+    assert {size for size, _, _ in sizes} == {HOST_GPUS - 1}, sizes  # the pool never shrank
+    assert any("held by our tasks" in detail for _, _, detail in sizes), sizes
+    assert min(b for _, b, _ in sizes) <= HOST_GPUS - 1 - 3, sizes  # blind: our 3+ busy GPUs were lost
+    assert _overlap(intervals) == 5, intervals  # all five ran together
+
+
+# -- durations learned from history ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def learned_runs(cluster: AirflowCluster) -> list[str]:
+    """Three finished runs of ``learned_wrong`` (seconds-scale tasks whose estimates are wrong)."""
+    cluster.wait_for_dag("learned_wrong")
+    run_ids = [cluster.trigger("learned_wrong") for _ in range(3)]
+    for run_id in run_ids:
+        state = cluster.wait_for_run("learned_wrong", run_id, timeout=600)
+        assert state == "success", (cluster.task_instances("learned_wrong", run_id), cluster.log_tails())
+    return run_ids
+
+
+def _real(cluster: AirflowCluster, run_ids: list[str]) -> dict[str, list[float]]:
+    seen: dict[str, list[float]] = {}
+    for run_id in run_ids:
+        for ti in cluster.task_instances("learned_wrong", run_id):
+            seen.setdefault(ti["task_id"], []).append(float(ti["duration"]))
+    return seen
+
+
+def test_estimates_command_follows_the_real_durations(
+    cluster: AirflowCluster, learned_runs: list[str]
+) -> None:
+    real = _real(cluster, learned_runs)
+    out = cluster.cli("gpu-dag", "estimates", "learned_wrong", "-o", "json", timeout=300).stdout
+    report = json.loads(out[out.index("{") :])
+    by_task = {t["task_id"]: t for t in report["tasks"]}
+    assert report["note"] == "", report
+    for task_id, durations in real.items():
+        learned = by_task[task_id]["learned"]
+        assert learned is not None, (task_id, by_task[task_id])
+        assert min(durations) * 0.9 <= learned <= max(durations) * 1.1, (task_id, learned, durations)
+    assert by_task["shard"]["runs"] == 9  # three instances in each of three runs
+    assert set(report["flagged"]) >= {"declared_long_runs_short", "declared_short_runs_long", "shard"}
+    assert "declared_right" not in report["flagged"], by_task["declared_right"]
+    table = cluster.cli("gpu-dag", "estimates", "learned_wrong", timeout=300).stdout
+    assert "OFF >1.5x" in table and "declared_long_runs_short" in table
+
+
+def test_plan_and_ui_use_learned_durations_and_past_map_counts(
+    cluster: AirflowCluster, learned_runs: list[str]
+) -> None:
+    out = cluster.cli("gpu-dag", "plan", "learned_wrong", "-o", "json", timeout=300).stdout
+    plan = json.loads(out[out.index("{") :])
+    tasks = {t["task_id"]: t for t in plan["tasks"]}
+    assert [t for t in tasks if t.startswith("shard[")] == ["shard[0]", "shard[1]", "shard[2]"]  # not 2
+    assert (
+        tasks["declared_long_runs_short"]["duration"] < 30
+        and tasks["declared_long_runs_short"]["duration_source"] == "learned"
+    )
+    assert tasks["declared_short_runs_long"]["duration"] > 4
+    # the critical path follows what really takes long, not the 1-hour guess
+    assert "declared_short_runs_long" in plan["critical_path"]
+    assert "declared_long_runs_short" not in plan["critical_path"]
+    page = cluster.request("GET", "/gpu-dag/api/plan/learned_wrong").json()
+    assert page["history_note"] == "" and page["map_counts"] == {"shard": 3}
+    ui_tasks = {t["task_id"]: t for t in page["tasks"]}
+    assert ui_tasks["declared_long_runs_short"]["duration"] < 30
+    assert page["estimates"]["declared_long_runs_short"]["flagged"] is True
+    html = cluster.request("GET", "/gpu-dag/critical-path/learned_wrong").text
+    assert 'data-estimate-off="true"' in html and "shard[2]" in html
+
+
+def test_controller_history_over_rest_matches(
+    cluster: AirflowCluster, client: AirflowRestClient, learned_runs: list[str]
+) -> None:
+    real = _real(cluster, learned_runs)
+    history = ControllerHistory(client, default_duration=1800)
+    config = str({"gpu_dag": {"duration_s": 3600.0}})
+    estimate = history.estimate(
+        {"dag_id": "learned_wrong", "task_id": "declared_long_runs_short", "executor_config": config}
+    )
+    assert estimate.runs == 3 and estimate.learned is not None
+    durations = real["declared_long_runs_short"]
+    assert min(durations) * 0.9 <= estimate.learned <= max(durations) * 1.1
+    pending = {"dag_id": "learned_wrong", "task_id": "shard", "map_index": -1, "executor_config": "{}"}
+    assert history.map_count(pending) == 3
+
+
+# -- never pending forever ---------------------------------------------------------------------------
+def test_a_task_larger_than_its_pool_fails_with_a_note(
+    cluster: AirflowCluster, client: AirflowRestClient
+) -> None:
+    cluster.wait_for_dag("learned_too_large")
+    config = parse_config(
+        {"interval": 1, "pools": {"gpu_small": {"source": 4}}, "lease": {"lock_file": None, "variable": None}}
+    )
+    controller = WatermarkController(config, client, {"gpu_small": StaticSource(4)}, default_duration=60)
+    controller.too_large = TooLargeWatch(client, intervals=2, action="fail", max_gpus_per_host=None)
+    run_id = cluster.trigger("learned_too_large")
+    deadline = time.monotonic() + 300
+    huge: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        huge = next(t for t in cluster.task_instances("learned_too_large", run_id) if t["task_id"] == "huge")
+        if huge["state"] == "scheduled":
+            break
+        time.sleep(1)
+    assert huge.get("state") == "scheduled", (huge, cluster.log_tails())
+    controller.tick()
+    assert "waiting 1/2 intervals" in cluster.get_pool("gpu_small")["description"]
+    controller.tick()
+    assert cluster.wait_for_run("learned_too_large", run_id, timeout=300) == "failed"
+    huge = next(t for t in cluster.task_instances("learned_too_large", run_id) if t["task_id"] == "huge")
+    assert huge["state"] == "failed"
+    assert (
+        "learned_too_large.huge (run" in huge["note"] and "needs 8 slots of pool 'gpu_small'" in huge["note"]
+    )
+    assert "its live capacity is 4" in huge["note"]
+
+
+def test_policy_rejects_a_request_larger_than_the_inventory(cluster: AirflowCluster) -> None:
+    deadline = time.monotonic() + 180
+    errors: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        errors = [e for e in cluster.import_errors() if "learned_policy_too_big" in str(e.get("filename"))]
+        if errors:
+            break
+        time.sleep(2)
+    assert errors, cluster.import_errors()
+    trace = str(errors[0].get("stack_trace"))
+    assert "pretrain_8_gpus" in trace and "static inventory has only 5 GPU(s)" in trace

@@ -1,0 +1,246 @@
+"""Durations learned from past runs (core.estimates): robust to bad history, the prior, the conditional
+remaining time, and a graph planned with the estimates."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_gpu_dag.core.estimates import (
+    MIN_RUN_SECONDS,
+    OVERRUN_FRACTION,
+    DurationEstimate,
+    EstimateSettings,
+    RunSample,
+    estimate_duration,
+    estimate_durations,
+    quantile,
+    with_estimates,
+)
+from airflow_gpu_dag.core.graph import TaskGraph, TaskNode
+
+
+def runs(*durations: float, state: str = "success", start: float = 1_000.0) -> list[RunSample]:
+    """Tries ending one after another (the last given is the most recent)."""
+    samples = []
+    t = start
+    for d in durations:
+        samples.append(RunSample(d, state, t, t + d))
+        t += d + 10
+    return samples
+
+
+def test_geometric_mean_of_recent_successful_tries() -> None:
+    est = estimate_duration("train", runs(100, 110, 90, 105, 95), declared=None, fallback=1800)
+    assert est.source == "learned" and est.runs == 5
+    assert est.learned == pytest.approx(math.exp(sum(math.log(d) for d in (100, 110, 90, 105, 95)) / 5))
+    assert est.duration == est.learned
+    assert 105 <= est.high <= 110  # the 0.9 quantile of the tries
+
+
+def test_declared_prior_barely_moves_consistent_history() -> None:
+    est = estimate_duration("train", runs(100, 101, 99, 100, 100), declared=130, fallback=1800)
+    assert est.learned == pytest.approx(100, rel=0.01)
+    assert est.ratio == pytest.approx(100 / 130, rel=0.01)
+
+
+def test_prior_holds_against_two_scattered_tries() -> None:
+    est = estimate_duration(
+        "t", runs(50, 200), declared=100, fallback=0, settings=EstimateSettings(min_runs=2)
+    )
+    assert est.learned is not None
+    # the geometric mean of the tries is 100 as well; with the prior the estimate stays near 100
+    assert 80 < est.learned < 125
+
+
+def test_a_plainly_wrong_declaration_is_not_averaged_in() -> None:
+    """Declared 1 hour, three scattered tries of 2-4 s (a loaded worker): the estimate is the tries'
+    (seen on a real Airflow: a normal prior would have said 7 s)."""
+    est = estimate_duration("t", runs(2.705, 2.298, 3.776), declared=3600, fallback=3600)
+    assert est.learned == pytest.approx((2.705 * 2.298 * 3.776) ** (1 / 3))
+    near = estimate_duration("t", runs(2.705, 2.298, 3.776), declared=4, fallback=4)
+    assert 2.9 < near.learned < 4  # a plausible declaration still counts a little
+
+
+def test_below_min_runs_the_declared_estimate_is_used() -> None:
+    est = estimate_duration("t", runs(40, 41), declared=100, fallback=1800)
+    assert est.learned is None and est.source == "declared" and est.duration == 100
+    assert est.runs == 2
+    undeclared = estimate_duration("t", [], declared=None, fallback=1800)
+    assert undeclared.source == "default" and undeclared.duration == 1800
+
+
+def test_learning_off_uses_the_declared_estimate() -> None:
+    est = estimate_duration("t", runs(10, 10, 10, 10), 100, 0, EstimateSettings(enabled=False))
+    assert est.learned is None and est.duration == 100 and est.note == "learning is off"
+
+
+def test_failed_zero_length_and_skewed_tries_do_not_poison() -> None:
+    good = runs(100, 102, 98, 101)
+    bad = [
+        *runs(5, 3, state="failed"),  # failed tries: shorter than the real work
+        RunSample(0.0, "success", 5_000, 5_000),  # zero-length (a no-op run)
+        RunSample(0.05, "success", 6_000, 6_000.05),
+        RunSample(None, "success", 7_000, 6_000),  # end before start: clock skew
+        RunSample(-40.0, "success"),
+        RunSample(float("nan"), "success"),
+        RunSample(100, "up_for_retry"),
+    ]
+    est = estimate_duration("t", good + bad, declared=None, fallback=0)
+    assert est.learned == pytest.approx(100.5, rel=0.01)
+    assert est.runs == 4
+    assert est.dropped == {"not_success": 3, "zero_length": 2, "clock_skew": 2, "no_duration": 1}
+
+
+def test_a_handful_of_outliers_are_dropped_from_the_quantile() -> None:
+    rng = random.Random(1)
+    normal = [100 * math.exp(rng.gauss(0, 0.05)) for _ in range(17)]
+    est = estimate_duration("t", runs(*normal, 3000, 2, 5000), declared=None, fallback=0)
+    assert est.dropped.get("outlier") == 3
+    assert est.learned == pytest.approx(100, rel=0.05)
+    assert est.high is not None and est.high < 120
+
+
+def test_window_keeps_the_most_recent_tries() -> None:
+    old = runs(*([500] * 10), start=0)
+    new = runs(*([100] * 5), start=100_000)
+    est = estimate_duration("t", new + old, None, 0, EstimateSettings(window=5))
+    assert est.learned == pytest.approx(100) and est.runs == 5
+
+
+def test_given_order_counts_when_times_are_unknown() -> None:
+    samples = [RunSample(100), RunSample(100), RunSample(100), RunSample(900), RunSample(900)]
+    est = estimate_duration("t", samples, None, 0, EstimateSettings(window=3))
+    assert est.learned == pytest.approx(100)
+
+
+def test_expected_remaining_is_conditional_on_elapsed_time() -> None:
+    est = estimate_duration("t", runs(60, 100, 100, 100, 140), declared=None, fallback=0)
+    assert est.expected_remaining(0) == pytest.approx(100)
+    # after 80 s the 60-s tries are ruled out: the median of the longer ones is 100
+    assert est.expected_remaining(80) == pytest.approx(20)
+    # after 120 s only the 140-s try is longer
+    assert est.expected_remaining(120) == pytest.approx(20)
+    # overrun of everything known: a tenth of the estimate more
+    assert est.expected_remaining(500) == pytest.approx(OVERRUN_FRACTION * est.duration)
+    declared_only = DurationEstimate("t", 100.0, 100.0)
+    assert declared_only.expected_remaining(30) == 70
+    assert declared_only.expected_remaining(300) == pytest.approx(10)
+
+
+def test_off_by_flags_both_directions_and_missing_declarations() -> None:
+    assert DurationEstimate("t", 100.0, 100.0, learned=200.0).off_by(1.5)
+    assert DurationEstimate("t", 100.0, 100.0, learned=50.0).off_by(1.5)
+    assert not DurationEstimate("t", 100.0, 100.0, learned=140.0).off_by(1.5)
+    assert DurationEstimate("t", None, 1800.0, learned=140.0).off_by(1.5)
+    assert not DurationEstimate("t", 100.0, 100.0).off_by(1.5)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"window": 0}, {"quantile": 1.0}, {"quantile": 0.0}, {"min_runs": 0}, {"flag_factor": 1.0}]
+)
+def test_settings_are_checked(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="learned_"):
+        EstimateSettings(**kwargs)  # type: ignore[arg-type]
+
+
+def test_quantile_interpolates() -> None:
+    assert quantile([1, 2, 3, 4], 0.5) == 2.5
+    assert quantile([7], 0.9) == 7
+    with pytest.raises(ValueError):
+        quantile([], 0.5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    truth=st.floats(min_value=5, max_value=1e5),
+    noise=st.lists(st.floats(min_value=-0.1, max_value=0.1), min_size=5, max_size=30),
+    garbage=st.lists(
+        st.tuples(
+            st.sampled_from(["failed", "success", "skipped"]), st.floats(min_value=-1e3, max_value=0.9)
+        ),
+        max_size=10,
+    ),
+    outliers=st.lists(st.floats(min_value=20, max_value=1000), max_size=2),
+)
+def test_property_bad_history_never_moves_the_estimate_far(
+    truth: float, noise: list[float], garbage: list[tuple[str, float]], outliers: list[float]
+) -> None:
+    """However the good tries (within +/- 10 % of the truth) are mixed with failed, zero-length or
+    negative tries and up to two outliers (x20-x1000), the estimate stays within 10 % of the truth."""
+    samples = [RunSample(truth * (1 + e)) for e in noise]
+    samples += [RunSample(d if state != "failed" else truth / 3, state) for state, d in garbage]
+    samples += [RunSample(truth * f) for f in outliers]
+    est = estimate_duration(
+        "t", samples, declared=truth * 1.3, fallback=0, settings=EstimateSettings(window=50)
+    )
+    assert est.learned is not None
+    assert truth * 0.9 <= est.learned <= truth * 1.1
+
+
+# -- graphs --------------------------------------------------------------------------------------
+def _graph() -> TaskGraph:
+    graph = TaskGraph("g", priority_rule="critical_path")
+    graph.add("prep", 100)
+    graph.add_task(TaskNode("train[0]", 200, attrs={"map_of": "train", "map_index": 0}))
+    graph.add_task(TaskNode("train[1]", 200, attrs={"map_of": "train", "map_index": 1}))
+    graph.add_task(TaskNode("sensor", 0.0))  # declared 0: a marker the plan must not pad
+    graph.add_task(TaskNode("rung2", 0.0, attrs={"contingent_duration": 300.0}))
+    graph.add_task(TaskNode("report", 1800.0, duration_declared=False))
+    for up, down in [
+        ("prep", "train[0]"),
+        ("prep", "train[1]"),
+        ("train[0]", "sensor"),
+        ("train[1]", "sensor"),
+    ]:
+        graph.add_edge(up, down, "data")
+    graph.add_edge("sensor", "rung2")
+    graph.add_edge("rung2", "report")
+    return graph
+
+
+def test_estimate_durations_and_with_estimates() -> None:
+    graph = _graph()
+    history = {
+        "prep": runs(50, 50, 50),
+        "train": runs(400, 410, 390, 400),
+        "sensor": runs(600, 600, 600),
+        "rung2": runs(30, 30, 30),
+        "report": runs(60, 60, 60),
+    }
+    estimates = estimate_durations(graph, history, note="")
+    assert set(estimates) == {"prep", "train", "sensor", "rung2", "report"}
+    assert estimates["report"].declared is None and estimates["report"].fallback == 1800
+    assert estimates["rung2"].declared == 300
+    learned = with_estimates(graph, estimates)
+    assert learned.priority_rule == "critical_path"
+    assert learned.nodes["prep"].duration == pytest.approx(50, rel=0.02)
+    assert learned.nodes["prep"].attrs["declared_duration"] == 100
+    assert learned.nodes["train[1]"].duration == pytest.approx(400, rel=0.02)
+    assert learned.nodes["train[1]"].attrs["duration_source"] == "learned"
+    assert (
+        learned.nodes["sensor"].duration == 0.0
+        and learned.nodes["sensor"].attrs["duration_source"] == "declared"
+    )
+    assert learned.nodes["rung2"].duration == 0.0
+    assert learned.nodes["rung2"].attrs["contingent_duration"] == pytest.approx(30, rel=0.1)
+    assert learned.nodes["report"].duration == pytest.approx(60)
+    assert list(learned.edges()) == list(graph.edges())
+    assert graph.nodes["prep"].duration == 100  # the input is not changed
+    again = with_estimates(learned, estimate_durations(learned, {}))
+    assert again.nodes["prep"].duration == 100  # the declared value survives a second pass
+
+
+def test_a_note_marks_every_estimate() -> None:
+    estimates = estimate_durations(_graph(), {}, note="history unreadable (boom)")
+    assert {e.note for e in estimates.values()} == {"history unreadable (boom)"}
+    assert estimates["prep"].duration == 100
+
+
+def test_min_run_seconds_is_the_zero_length_threshold() -> None:
+    est = estimate_duration("t", runs(MIN_RUN_SECONDS, MIN_RUN_SECONDS, MIN_RUN_SECONDS), None, 0)
+    assert est.learned == pytest.approx(MIN_RUN_SECONDS)

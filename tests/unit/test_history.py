@@ -1,0 +1,170 @@
+"""Reading past runs from the metadata database (airflow.history) with the real queries, on a SQLite
+database holding the columns they read; an unreadable history falls back and says so once."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from airflow.providers.standard.operators.bash import BashOperator
+from airflow.sdk import DAG, task
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+from airflow_gpu_dag import gpu_hints
+from airflow_gpu_dag.airflow import history
+from airflow_gpu_dag.airflow.graph import build_task_graph
+from airflow_gpu_dag.airflow.history import (
+    learned_durations,
+    learned_task_graph,
+    read_history,
+    read_map_counts,
+)
+from airflow_gpu_dag.core.estimates import EstimateSettings
+
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+def _ts(value: datetime | None) -> str | None:
+    return value.strftime("%Y-%m-%d %H:%M:%S.%f") if value is not None else None
+
+
+class History:
+    """A SQLite database with the ``task_instance`` and ``dag_run`` columns the queries read."""
+
+    def __init__(self) -> None:
+        self.engine: Engine = create_engine("sqlite://")
+        with self.engine.begin() as conn:
+            conn.execute(
+                text(
+                    "create table task_instance (dag_id text, task_id text, run_id text, map_index integer, "
+                    "state text, start_date timestamp, end_date timestamp, duration float)"
+                )
+            )
+            conn.execute(text("create table dag_run (dag_id text, run_id text, run_after timestamp)"))
+        self.runs = 0
+
+    def run(self, dag_id: str, tasks: dict[str, list[tuple[str, float | None]]]) -> str:
+        """One DAG run; per task its instances as ``(state, duration)`` (several: a mapped task)."""
+        self.runs += 1
+        run_id = f"run_{self.runs:03d}"
+        start = T0 + timedelta(hours=self.runs)
+        with self.engine.begin() as conn:
+            conn.execute(
+                text("insert into dag_run values (:d, :r, :a)"), {"d": dag_id, "r": run_id, "a": _ts(start)}
+            )
+            for task_id, instances in tasks.items():
+                for index, (state, duration) in enumerate(instances):
+                    end = start + timedelta(seconds=duration) if duration is not None else None
+                    conn.execute(
+                        text("insert into task_instance values (:d, :t, :r, :m, :s, :b, :e, :u)"),
+                        {
+                            "d": dag_id,
+                            "t": task_id,
+                            "r": run_id,
+                            "m": index if len(instances) > 1 or task_id.startswith("m") else -1,
+                            "s": state,
+                            "b": _ts(start),
+                            "e": _ts(end),
+                            "u": duration,
+                        },
+                    )
+        return run_id
+
+    def session(self) -> Session:
+        return Session(self.engine)
+
+
+@pytest.fixture
+def db() -> Iterator[History]:
+    store = History()
+    yield store
+    store.engine.dispose()
+
+
+def _dag() -> DAG:
+    with DAG("learn", schedule=None) as dag:
+        prep = BashOperator(task_id="prep", bash_command="true", executor_config=gpu_hints(duration="10m"))
+
+        @task(executor_config=gpu_hints(duration="1h", gpus=1, map_length=2))
+        def mtrain(x: int) -> int:
+            return x
+
+        @task
+        def configs() -> list[int]:
+            return [1, 2, 3]
+
+        cfg = configs()
+        prep >> cfg
+        mtrain.expand(x=cfg)
+    return dag
+
+
+def test_read_history_keeps_successful_tries_most_recent_first(db: History) -> None:
+    for i in range(30):
+        db.run("learn", {"prep": [("success", 100.0 + i)], "configs": [("failed", 5.0)]})
+    db.run("other", {"prep": [("success", 9999.0)]})
+    with db.session() as session:
+        found = read_history("learn", window=5, session=session)
+    assert set(found) == {"prep"}  # failed tries are not read; other DAGs neither
+    durations = [s.duration for s in found["prep"]]
+    assert durations[:5] == [129.0, 128.0, 127.0, 126.0, 125.0]
+    assert len(durations) <= 5 * 2 + 2
+    assert found["prep"][0].run_id == "run_030" and found["prep"][0].end is not None
+
+
+def test_read_map_counts_takes_the_median_of_the_latest_runs(db: History) -> None:
+    for count in (2, 2, 9, 5, 5, 5, 3):  # the first two runs are older than the window of 5
+        db.run("learn", {"mtrain": [("success", 60.0)] * count + [("removed", None)]})
+    with db.session() as session:
+        assert read_map_counts("learn", ["mtrain"], runs=5, session=session) == {"mtrain": 5}
+        assert read_map_counts("learn", [], session=session) == {}
+
+
+def test_learned_task_graph_follows_the_history(db: History) -> None:
+    for _ in range(4):
+        db.run("learn", {"prep": [("success", 30.0)], "mtrain": [("success", 600.0)] * 3})
+    with db.session() as session:
+        learned = learned_task_graph(_dag(), session=session, settings=EstimateSettings(min_runs=3))
+    assert learned.note == "" and learned.map_counts == {"mtrain": 3}
+    assert [t for t in learned.graph.nodes if t.startswith("mtrain")] == [
+        "mtrain[0]",
+        "mtrain[1]",
+        "mtrain[2]",
+    ]
+    assert learned.graph.nodes["prep"].duration == pytest.approx(30, rel=0.02)
+    assert learned.graph.nodes["prep"].attrs["declared_duration"] == 600
+    assert learned.graph.nodes["mtrain[2]"].duration == pytest.approx(600, rel=0.02)
+    assert learned.declared.nodes["mtrain[2]"].duration == 3600
+    assert learned.estimates["prep"].off_by(1.5) and learned.estimates["mtrain"].off_by(1.5)
+    assert learned.estimates["configs"].source == "default"
+
+
+def test_unreadable_history_falls_back_and_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
+    broken = create_engine("sqlite://")  # no tables at all
+    history._warned.clear()
+    graph, _ = build_task_graph(_dag(), expand_mapped=True)
+    with caplog.at_level(logging.WARNING, logger=history.__name__), Session(broken) as session:
+        for _ in range(3):
+            estimates = learned_durations("learn", graph, session=session)
+            learned = learned_task_graph(_dag(), session=session)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, [r.getMessage() for r in warnings]  # task history once, map counts once
+    assert "cannot read the task history of DAG 'learn'" in warnings[0].getMessage()
+    assert all(e.learned is None and "history unreadable" in e.note for e in estimates.values())
+    assert estimates["prep"].duration == 600
+    assert learned.note.startswith("history unreadable")
+    assert learned.graph.nodes["mtrain[1]"].duration == 3600  # map_length hint, declared duration
+
+
+def test_learning_off_reads_nothing() -> None:
+    class NoSession:
+        def execute(self, *args: object) -> None:
+            raise AssertionError("the database must not be read")
+
+    graph, _ = build_task_graph(_dag())
+    estimates = learned_durations("learn", graph, EstimateSettings(enabled=False), session=NoSession())
+    assert {e.source for e in estimates.values()} == {"declared", "default"}
