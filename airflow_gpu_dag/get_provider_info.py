@@ -193,6 +193,15 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "2",
                         "default": "1.5",
                     },
+                    "learned_refresh": {
+                        "description": "How old the learned durations behind the priority weights may get: "
+                        "every scheduler and api-server re-reads a DAG's recent task durations this often, "
+                        "off the scheduler loop (a new DAG version is read at once). A duration.",
+                        "version_added": "0.2.0",
+                        "type": "string",
+                        "example": "2m",
+                        "default": "10m",
+                    },
                     "too_large_intervals": {
                         "description": "The watermark controller acts on a waiting task whose request "
                         "exceeds its pool's live capacity (or max_gpus_per_host) after this many "

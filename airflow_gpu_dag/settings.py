@@ -183,6 +183,20 @@ def plan_in_background() -> bool:
     return (conf_get("plan_in_background", "true") or "true").strip().lower() not in ("false", "0", "no")
 
 
+LEARNED_REFRESH = "10m"
+
+
+def learned_refresh() -> float:
+    """``[gpu_dag] learned_refresh`` in seconds (default 10m): how old the learned durations behind the
+    priority weights may get. An invalid value is logged once and the default used."""
+    raw = conf_get("learned_refresh", LEARNED_REFRESH) or LEARNED_REFRESH
+    try:
+        return parse_duration(raw)
+    except EstimateError as err:
+        _warn_once("learned_refresh", "[gpu_dag] learned_refresh %r is invalid (%s); using 10m", raw, err)
+        return parse_duration(LEARNED_REFRESH)
+
+
 def queue_sites() -> dict[str, dict[str, object]] | None:
     """``[gpu_dag] queues``: executor queue -> ``{"pool", "cpu_pool", "node_labels"}`` (a bare string
     is the pool), or None when unset. A malformed value raises ``ValueError`` (it is what affinity

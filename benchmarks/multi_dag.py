@@ -200,7 +200,7 @@ def table(results: Sequence[Mapping[str, Any]], policies: Sequence[str], file: A
             )
 
 
-def _seeds(text: str) -> list[int]:
+def parse_seeds(text: str) -> list[int]:
     out: list[int] = []
     for part in text.split(","):
         if "-" in part:
@@ -237,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for cap in args.caps.split(",")
         for mode in args.modes.split(",")
         for estimates in args.estimates.split(",")
-        for seed in _seeds(args.seeds)
+        for seed in parse_seeds(args.seeds)
     ]
     started = time.time()
     if args.jobs > 1:

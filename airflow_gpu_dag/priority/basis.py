@@ -37,12 +37,16 @@ def fingerprint(graph: TaskGraph, capacity: Mapping[str, int], extra: Mapping[st
 
 
 def node_id(basis_nodes: Mapping[str, Any], task_id: str, map_index: int) -> str | None:
-    """The graph node of a task instance: ``task[i]`` for an expanded mapped task, else the task."""
+    """The graph node of a task instance: ``task[i]`` for an expanded mapped task, else the task; an
+    instance beyond the expected count (``task[7]`` of an expected 4) is weighed as the first one."""
     if map_index is not None and map_index >= 0:
         expanded = f"{task_id}[{map_index}]"
         if expanded in basis_nodes:
             return expanded
-    return task_id if task_id in basis_nodes else None
+    if task_id in basis_nodes:
+        return task_id
+    first = f"{task_id}[0]"
+    return first if first in basis_nodes else None
 
 
 @dataclass
@@ -57,7 +61,8 @@ class DagBasis:
     critical: RunShape
     shape: RunShape
     planned: bool = False
-    learned: bool = False
+    version: str = ""  # the DAG version: a digest of its declared graph (learned durations are kept by it)
+    learned_at: float | None = None  # when its learned durations were read (None: declared estimates)
     notes: list[str] = field(default_factory=list)
 
     def remaining(self, task_id: str, map_index: int = -1) -> float | None:
@@ -69,17 +74,17 @@ def build_basis(
     dag: Any,
     capacity: Mapping[str, int],
     settings: Mapping[str, Any],
-    durations: Mapping[str, float] | None = None,
+    graph: TaskGraph | None = None,
+    learned_at: float | None = None,
+    version: str = "",
 ) -> DagBasis:
-    """The critical-path basis of an Airflow DAG object; ``durations`` (learned, per task id) replace the
-    declared estimates they name."""
-    graph, _findings = build_task_graph(dag)
-    if durations:
-        for task_id, seconds in durations.items():
-            node = graph.nodes.get(task_id)
-            if node is not None and seconds >= 0:
-                node.attrs.setdefault("declared_duration", node.duration)
-                node.duration = float(seconds)
+    """The critical-path basis of an Airflow DAG object: of ``graph`` when given (its graph with learned
+    durations, :mod:`.learned`, read at ``learned_at``, for DAG version ``version``), else of the
+    declared graph, mapped tasks expanded where their number is known without the database (literal
+    ``expand()`` arguments, ``map_length``)."""
+    if graph is None:
+        graph, _findings = build_task_graph(dag, expand_mapped=True)
+        version = fingerprint(graph, {}, {})
     caps = {p: c for p, c in capacity.items() if c > 0}
     shape = run_shape(graph, caps)
     return DagBasis(
@@ -89,5 +94,6 @@ def build_basis(
         fingerprint=fingerprint(graph, caps, settings),
         critical=shape,
         shape=shape,
-        learned=bool(durations),
+        version=version,
+        learned_at=learned_at,
     )

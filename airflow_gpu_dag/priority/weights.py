@@ -9,8 +9,9 @@ triggered at ``T``::
 the run (``critical_path`` rule) or the packing plan's planned end - planned start (``packing`` rule,
 once the plan is ready; the critical path until then), ``W`` the DAG's GPU work over the pool capacity,
 ``s`` the objective's stretch, ``E`` ``[gpu_dag] key_epoch``. Work per call: dictionary lookups, plus,
-once per DAG object, the O(V + E) basis (:mod:`.basis`). Plans and learned durations come from
-:class:`~.background.Background`. Settings are re-read at most every :data:`SETTINGS_TTL_S` seconds.
+once per DAG object, the O(V + E) basis (:mod:`.basis`). Plans come from
+:class:`~.background.Background`, durations learned from past runs from :class:`~.learned.LearnedDurations`
+(both off the scheduler loop). Settings are re-read at most every :data:`SETTINGS_TTL_S` seconds.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from airflow_gpu_dag.core.resources import format_duration
 from airflow_gpu_dag.core.rules import clamp_int32
 from airflow_gpu_dag.priority.background import Background
 from airflow_gpu_dag.priority.basis import DagBasis, build_basis
+from airflow_gpu_dag.priority.learned import LEARNED_REFRESH_S, LearnedDurations
 from airflow_gpu_dag.priority.trigger import TriggerTimes
 
 log = logging.getLogger(__name__)
@@ -79,6 +81,8 @@ class WeightSettings:
     plan_search_budget: int
     plan_strict_backfill: bool
     plan_in_background: bool
+    learned: bool = False  # [gpu_dag] learned_durations
+    learned_refresh: float = LEARNED_REFRESH_S  # [gpu_dag] learned_refresh, seconds
 
     @classmethod
     def read(cls) -> WeightSettings:
@@ -90,6 +94,8 @@ class WeightSettings:
             plan_search_budget=settings.plan_search_budget(),
             plan_strict_backfill=settings.plan_strict_backfill(),
             plan_in_background=settings.plan_in_background(),
+            learned=settings.estimate_settings().enabled,
+            learned_refresh=settings.learned_refresh(),
         )
 
     def planner_settings(self) -> dict[str, Any]:
@@ -113,6 +119,7 @@ class CrossDagWeights:
         self._lock = threading.Lock()
         self.triggers = TriggerTimes()
         self.background: Background | None = None
+        self.learned: LearnedDurations | None = None
         self.basis_builds = 0  # DAG objects analysed (metrics, tests)
 
     # -- settings ---------------------------------------------------------------------------------
@@ -123,6 +130,9 @@ class CrossDagWeights:
             self._settings_at = now
             if self.background is None or self.background.inline == self._settings.plan_in_background:
                 self.background = Background(inline=not self._settings.plan_in_background, label=self.rule)
+            inline, refresh = not self._settings.plan_in_background, self._settings.learned_refresh
+            if self.learned is None or (self.learned.inline, self.learned.refresh_s) != (inline, refresh):
+                self.learned = LearnedDurations(refresh, inline=inline)
         return self._settings
 
     def reset(self) -> None:
@@ -131,6 +141,7 @@ class CrossDagWeights:
             self._settings = None
             self._bases = weakref.WeakKeyDictionary()
             self.background = None
+            self.learned = None
             self.triggers = TriggerTimes()
             self.basis_builds = 0
 
@@ -142,10 +153,17 @@ class CrossDagWeights:
         except TypeError:  # not weak-referenceable: no cache
             basis = None
         hit = basis is not None and basis.capacity == current.capacity
-        metrics.priority_cache(hit, self.rule)
+        planner = {"rule": self.rule, **current.planner_settings()}
         if basis is None or not hit:
-            basis = build_basis(dag, current.capacity, {"rule": self.rule, **current.planner_settings()})
+            basis = build_basis(dag, current.capacity, planner)
             self.basis_builds += 1
+        if current.learned and self.learned is not None:
+            learned = self.learned.get(f"{basis.dag_id}:{basis.version}", dag)
+            if learned is not None and basis.learned_at != learned.at:
+                basis = build_basis(dag, current.capacity, planner, learned.graph, learned.at, basis.version)
+                hit = False
+        metrics.priority_cache(hit, self.rule)
+        if not hit:
             with contextlib.suppress(TypeError):  # not weak-referenceable: no cache
                 self._bases[dag] = basis
         if self.rule == "packing" and not basis.planned:

@@ -5,9 +5,9 @@
   one GPU held by a foreign process) keeps the pool at 5, so all five tasks run together; the same
   source without the lease table would have shrunk it to 2;
 * durations learned from history: after three runs of a DAG whose declared estimates are wrong,
-  ``airflow gpu-dag estimates`` and ``plan`` (metadata database), the UI's plan endpoint and the
-  controller's REST history follow the real durations, and the mapped task is shown with the count
-  of its past runs;
+  ``airflow gpu-dag estimates`` and ``plan`` (metadata database), the UI's plan endpoint, the
+  controller's REST history and the priority weights of a new run follow the real durations, and the
+  mapped task is shown with the count of its past runs;
 * never pending forever: a task needing more slots than its pool fails with a note (controller), and
   a request larger than the static inventory is an import error (cluster policy, no pool sizes set).
 """
@@ -54,8 +54,12 @@ AIRFLOW_ENV = {
     "AIRFLOW__GPU_DAG__LEASE_DIR": str(LEASE_DIR),
     "AIRFLOW__GPU_DAG__LEASE_POLL_INTERVAL": "0.5s",
     "AIRFLOW__CORE__PARALLELISM": "8",
+    # how old the learned durations behind the weights may get (default 10 minutes)
+    "AIRFLOW__GPU_DAG__LEARNED_REFRESH": "2s",
 }
+LEARNED_REFRESH_S = 2.0
 MIB = 1024 * 1024
+TASK_IDS = ("declared_long_runs_short", "declared_short_runs_long", "declared_right")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -264,6 +268,38 @@ def test_controller_history_over_rest_matches(
     assert min(durations) * 0.9 <= estimate.learned <= max(durations) * 1.1
     pending = {"dag_id": "learned_wrong", "task_id": "shard", "map_index": -1, "executor_config": "{}"}
     assert history.map_count(pending) == 3
+
+
+def test_weights_of_a_new_run_follow_the_learned_durations(
+    cluster: AirflowCluster, learned_runs: list[str]
+) -> None:
+    """The api-server computes the weights of a run triggered over REST. Within a run two tasks' weights
+    differ by the difference of their remaining critical paths, so with the declared estimates
+    ``declared_long_runs_short`` (1 h, a leaf) would be ~3,595 s ahead of ``declared_short_runs_long``
+    (2 s + 3 s); with the learned ones (~2 s against ~8 s + 3 s) it is behind, by about 9 s."""
+    real = _real(cluster, learned_runs)
+    # the api-server re-reads the history every LEARNED_REFRESH_S off its request threads; give it
+    # several refreshes after the last run ended
+    time.sleep(4 * LEARNED_REFRESH_S + 4)
+    run_id = cluster.trigger("learned_wrong")
+    try:
+        weights = {
+            t["task_id"]: int(t["priority_weight"])
+            for t in cluster.task_instances("learned_wrong", run_id)
+            if t["task_id"] in TASK_IDS
+        }
+        assert set(weights) == set(TASK_IDS), weights
+        long_short = weights["declared_long_runs_short"] - weights["declared_right"]
+        short_long = weights["declared_short_runs_long"] - weights["declared_right"]
+        assert short_long > long_short, (weights, real)  # the critical path moved to what really takes long
+        # remaining(short_runs_long) - remaining(right) = its learned duration (keys round to 1 s)
+        learned = real["declared_short_runs_long"]
+        assert min(learned) * 0.9 - 1 <= short_long <= max(learned) * 1.1 + 1, (weights, real)
+        assert abs(
+            long_short - (sum(real["declared_long_runs_short"]) / 3 - sum(real["declared_right"]) / 3)
+        ) < (2 + 0.1 * max(real["declared_right"])), (weights, real)
+    finally:
+        assert cluster.wait_for_run("learned_wrong", run_id, timeout=600) == "success", cluster.log_tails()
 
 
 # -- never pending forever ---------------------------------------------------------------------------

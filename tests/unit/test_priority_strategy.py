@@ -27,6 +27,7 @@ def _fresh_weights(monkeypatch: pytest.MonkeyPatch) -> Any:
 
     monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
     monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")  # tests/unit/test_priority_learned.py
     for cls in (CriticalPathPriorityStrategy, PackingPriorityStrategy):
         cls._weights.reset()
     yield

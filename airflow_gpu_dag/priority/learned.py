@@ -1,0 +1,162 @@
+"""Durations learned from past runs, for the weights: read off the scheduler loop, refreshed on a bound.
+
+``get_weight`` may not query the database (it runs once per task instance, inside the scheduler's own
+transaction; ``create_session`` in that thread would even hand back the scheduler's session). So a
+DAG object's learned graph (:func:`airflow_gpu_dag.airflow.history.learned_task_graph`: durations from
+the recent successful tries, mapped tasks expanded with their past counts) is read by one daemon
+thread per process:
+
+* the first time a DAG version is asked for, it is queued and read at once (one windowed query, plus one
+  for the map counts of a DAG with mapped tasks); until then the weights use the declared estimates;
+* every entry is read again when it is ``[gpu_dag] learned_refresh`` old (default 10 minutes), whether
+  or not anything asks: the weights of a new run follow what the runs before it took at most that long
+  ago.
+
+At most :data:`MAX_VERSIONS` DAG versions are kept, the least recently asked for dropped first. With
+``inline=True`` (``[gpu_dag] plan_in_background = false``: tests) the read happens in the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_gpu_dag.core.graph import TaskGraph
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LEARNED_REFRESH_S", "MAX_VERSIONS", "Learned", "LearnedDurations"]
+
+#: Default of ``[gpu_dag] learned_refresh``: how old a DAG's learned durations may get, seconds.
+LEARNED_REFRESH_S = 600.0
+#: DAG versions whose learned durations are kept per process.
+MAX_VERSIONS = 1024
+
+
+@dataclass(frozen=True)
+class Learned:
+    """A DAG object's graph with learned durations, as read at ``at`` (``time.monotonic()``)."""
+
+    at: float
+    graph: TaskGraph
+    learned_tasks: int  # tasks whose duration comes from their history
+
+
+def read_learned(dag: Any) -> tuple[TaskGraph, int]:
+    """The learned graph of ``dag`` and how many of its tasks have a learned duration (never raises for
+    an unreadable history: the declared estimates are used)."""
+    from airflow_gpu_dag.airflow.history import learned_task_graph
+
+    learned = learned_task_graph(dag, expand_mapped=True)
+    return learned.graph, sum(1 for e in learned.estimates.values() if e.learned is not None)
+
+
+class LearnedDurations:
+    """See the module docstring. Entries are keyed by DAG version (``dag_id`` and a digest of its declared
+    graph), not by DAG object: an api-server may load a new object of the same version for every
+    request. The latest object of each version is kept for the refreshes (at most :data:`MAX_VERSIONS`,
+    least recently asked for dropped first). ``read`` and ``clock`` are replaceable for tests."""
+
+    def __init__(
+        self,
+        refresh_s: float = LEARNED_REFRESH_S,
+        inline: bool = False,
+        read: Callable[[Any], tuple[TaskGraph, int]] = read_learned,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.refresh_s = max(1.0, refresh_s)
+        self.inline = inline
+        self._read = read
+        self._clock = clock
+        self._entries: dict[str, Learned] = {}
+        self._dags: OrderedDict[str, Any] = OrderedDict()  # version -> the latest DAG object asked with
+        self._wanted: set[str] = set()  # asked for, not read yet
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.reads = 0  # DAG versions read (tests, metrics)
+
+    def get(self, version: str, dag: Any) -> Learned | None:
+        """The learned graph of DAG version ``version`` when one has been read, else None (and ``dag``
+        is queued to be read)."""
+        with self._lock:
+            self._dags[version] = dag
+            self._dags.move_to_end(version)
+            while len(self._dags) > MAX_VERSIONS:
+                old, _ = self._dags.popitem(last=False)
+                self._entries.pop(old, None)
+                self._wanted.discard(old)
+            entry = self._entries.get(version)
+            queue = entry is None and not self.inline and version not in self._wanted
+            if queue:
+                self._wanted.add(version)
+                self._start()
+        if queue:
+            self._wake.set()
+        if self.inline and (entry is None or self._clock() - entry.at > self.refresh_s):
+            return self._refresh(version, dag)
+        return entry
+
+    def _refresh(self, version: str, dag: Any) -> Learned | None:
+        try:
+            graph, learned_tasks = self._read(dag)
+        except Exception as err:  # an optimization: keep the declared estimates
+            log.warning(
+                "airflow-gpu-dag: cannot learn durations of DAG %r (%s: %s); its weights use the declared "
+                "estimates",
+                getattr(dag, "dag_id", "?"),
+                type(err).__name__,
+                err,
+            )
+            with self._lock:
+                self._wanted.discard(version)
+            return None
+        entry = Learned(self._clock(), graph, learned_tasks)
+        with self._lock:
+            self.reads += 1
+            if version in self._dags:
+                self._entries[version] = entry
+            self._wanted.discard(version)
+        return entry
+
+    # -- the refresh thread -------------------------------------------------------------------------
+    def _start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name="gpu-dag-learned", daemon=True)
+            self._thread.start()
+
+    def _due(self) -> list[tuple[str, Any]]:
+        now = self._clock()
+        with self._lock:
+            return [
+                (version, dag)
+                for version, dag in self._dags.items()
+                if version in self._wanted
+                or (version in self._entries and now - self._entries[version].at >= self.refresh_s)
+            ]
+
+    def _loop(self) -> None:
+        while True:
+            self._wake.wait(timeout=self.refresh_s / 4)
+            self._wake.clear()
+            for version, dag in self._due():
+                try:
+                    self._refresh(version, dag)
+                except Exception:  # never let the thread die
+                    log.exception("airflow-gpu-dag: refreshing learned durations failed")
+
+    def wait_for(self, version: str, timeout: float = 30.0) -> Learned | None:
+        """Wait until DAG version ``version`` has been read (tests, benchmarks)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                entry = self._entries.get(version)
+            if entry is not None:
+                return entry
+            time.sleep(0.01)
+        return None

@@ -1,0 +1,149 @@
+"""The weights follow durations learned from past runs: read off the scheduler loop, refreshed on a bound,
+never a database query inside ``get_weight``."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.providers.standard.operators.bash import BashOperator
+from airflow.sdk import DAG
+from airflow.serialization.serialized_objects import DagSerialization
+
+from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
+from airflow_gpu_dag.airflow.graph import build_task_graph
+from airflow_gpu_dag.core.estimates import DurationEstimate, with_estimates
+from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.objective import DEFAULT_EPOCH, key_of_weight
+from airflow_gpu_dag.priority.learned import LearnedDurations
+from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy
+
+RUN_ID = "manual__2026-11-30T12:00:00+00:00"
+TRIGGER = 1_796_040_000.0
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "true")
+    CriticalPathPriorityStrategy._weights.reset()
+    yield
+    CriticalPathPriorityStrategy._weights.reset()
+
+
+def _pipeline() -> Any:
+    with DAG("wrong", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
+        prep = BashOperator(task_id="prep", bash_command="true", executor_config=gpu_hints(duration="10m"))
+        train = BashOperator(task_id="train", bash_command="true", executor_config=gpu_hints(duration="2h"))
+        prep >> train
+    return DagSerialization.from_dict(DagSerialization.to_dict(dag))
+
+
+def _remaining(sdag: Any, task_id: str) -> float:
+    ti = SimpleNamespace(task=sdag.task_dict[task_id], task_id=task_id, dag_id=sdag.dag_id, run_id=RUN_ID)
+    key = key_of_weight(CriticalPathPriorityStrategy().get_weight(ti), DEFAULT_EPOCH)  # type: ignore[arg-type]
+    assert key is not None
+    return TRIGGER - key
+
+
+class FakeHistory:
+    """What ``learned_task_graph`` would read: train really takes ``train_s``; counts reads and threads."""
+
+    def __init__(self, train_s: float) -> None:
+        self.train_s = train_s
+        self.threads: list[str] = []
+
+    def __call__(self, dag: Any) -> tuple[TaskGraph, int]:
+        self.threads.append(threading.current_thread().name)
+        graph, _ = build_task_graph(dag)
+        learned = DurationEstimate("train", 7200.0, 7200.0, learned=self.train_s, runs=5)
+        return with_estimates(graph, {"train": learned}), 1
+
+
+def _use(monkeypatch: pytest.MonkeyPatch, history: FakeHistory, inline: bool, refresh: str = "10m") -> None:
+    """The strategy's learned durations read from ``history`` (the settings say inline or not, and the
+    refresh bound, so the strategy keeps this reader)."""
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false" if inline else "true")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_REFRESH", refresh)
+    weights = CriticalPathPriorityStrategy._weights
+    weights.reset()
+    weights.settings()
+    assert weights.learned is not None and weights.learned.inline is inline
+    weights.learned = LearnedDurations(weights.learned.refresh_s, inline=inline, read=history)
+
+
+def test_weights_follow_learned_durations(monkeypatch: pytest.MonkeyPatch) -> None:
+    sdag = _pipeline()
+    history = FakeHistory(train_s=1200.0)  # declared 2h, really 20 min
+    _use(monkeypatch, history, inline=True)
+    assert _remaining(sdag, "prep") == 600 + 1200 and _remaining(sdag, "train") == 1200
+
+
+def test_learning_off_keeps_the_declared_estimates(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")
+    sdag = _pipeline()
+    history = FakeHistory(train_s=1200.0)
+    _use(monkeypatch, history, inline=True)
+    assert _remaining(sdag, "prep") == 600 + 7200 and history.threads == []
+
+
+def test_reads_happen_off_the_calling_thread_and_are_refreshed(monkeypatch: pytest.MonkeyPatch) -> None:
+    sdag = _pipeline()
+    history = FakeHistory(train_s=1200.0)
+    _use(monkeypatch, history, inline=False, refresh="1s")
+    weights = CriticalPathPriorityStrategy._weights
+    # the first call does not wait for the history: declared estimates, and the read is queued
+    assert _remaining(sdag, "prep") == 600 + 7200
+    version = f"wrong:{weights.basis(sdag).version}"
+    assert weights.learned is not None and weights.learned.wait_for(version) is not None
+    assert _remaining(sdag, "prep") == 600 + 1200
+    assert history.threads and set(history.threads) == {"gpu-dag-learned"}
+    # the runs get longer; within the refresh bound the weights follow without anything asking
+    history.train_s = 3000.0
+    deadline = time.monotonic() + 30
+    while _remaining(sdag, "prep") != 600 + 3000 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _remaining(sdag, "prep") == 600 + 3000
+
+
+def test_a_failing_read_keeps_the_declared_estimates(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(dag: Any) -> tuple[TaskGraph, int]:
+        raise RuntimeError("database is locked")
+
+    learned = LearnedDurations(inline=True, read=broken)
+    assert learned.get("wrong:v1", _pipeline()) is None
+    assert "cannot learn durations of DAG 'wrong'" in caplog.text
+
+
+def test_kept_by_dag_version_not_by_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An api-server may load a new object of the same DAG version per request: it is read once."""
+    history = FakeHistory(train_s=1200.0)
+    _use(monkeypatch, history, inline=True)
+    for _ in range(3):
+        assert _remaining(_pipeline(), "prep") == 600 + 1200
+    assert len(history.threads) == 1
+
+
+def test_the_oldest_versions_are_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    import airflow_gpu_dag.priority.learned as module
+
+    monkeypatch.setattr(module, "MAX_VERSIONS", 3)
+    learned = LearnedDurations(inline=True, read=FakeHistory(train_s=1200.0))
+    dag = _pipeline()
+    for version in ("a", "b", "c", "d"):
+        assert learned.get(version, dag) is not None
+    assert sorted(learned._entries) == ["b", "c", "d"]
+
+
+def test_mapped_instances_beyond_the_expected_count_are_weighed_like_the_first() -> None:
+    from airflow_gpu_dag.priority.basis import node_id
+
+    nodes = {"sweep[0]": 1, "sweep[1]": 1, "select": 1}
+    assert node_id(nodes, "sweep", 1) == "sweep[1]"
+    assert node_id(nodes, "sweep", 7) == "sweep[0]"
+    assert node_id(nodes, "sweep", -1) == "sweep[0]"
+    assert node_id(nodes, "select", -1) == "select"
+    assert node_id(nodes, "other", 0) is None
