@@ -130,8 +130,7 @@ def _read_node(
                 )
             )
     attrs: dict[str, object] = {}
-    fallback = hints.get("fallback")
-    if isinstance(fallback, dict) and int(fallback.get("index", 0) or 0) > 0:
+    if _fallback_index(dag_id, task_id, hints.get("fallback"), findings) > 0:
         # a later rung of a fallback ladder runs only when an earlier rung could not start: the plan
         # is the expected case, so it takes no time on the critical path
         attrs["contingent_duration"] = duration
@@ -144,11 +143,54 @@ def _read_node(
         pool=getattr(task, "pool", None),
         pool_slots=pool_slots if isinstance(pool_slots, int) else 1,
         retries=int(getattr(task, "retries", 0) or 0),
-        inputs=tuple(str(p) for p in hints.get("inputs", ()) or ()),
-        outputs=tuple(str(p) for p in hints.get("outputs", ()) or ()),
-        awaits=tuple(str(p) for p in hints.get("awaits", ()) or ()),
+        inputs=_paths(dag_id, task_id, hints, "inputs", findings),
+        outputs=_paths(dag_id, task_id, hints, "outputs", findings),
+        awaits=_paths(dag_id, task_id, hints, "awaits", findings),
         duration_declared=declared,
     )
+
+
+def _paths(
+    dag_id: str, task_id: str, hints: dict[str, Any], key: str, findings: list[Finding]
+) -> tuple[str, ...]:
+    """The dataset paths of hint ``key``: a list of paths (one string is one path); anything else is an
+    error finding naming the task (no paths)."""
+    value = hints.get(key) or ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list | tuple | set | frozenset):
+        return tuple(str(p) for p in value)
+    findings.append(
+        Finding(
+            ERROR,
+            "bad-hint",
+            dag_id,
+            task_id,
+            f"hint {key!r} must be a list of dataset paths, got {type(value).__name__}.",
+            f"pass {key}=['/data/...'] to gpu_hints().",
+        )
+    )
+    return ()
+
+
+def _fallback_index(dag_id: str, task_id: str, fallback: object, findings: list[Finding]) -> int:
+    """The rung index of a fallback-ladder hint (0: not a later rung); a malformed one is an error."""
+    if not isinstance(fallback, dict):
+        return 0
+    index = fallback.get("index", 0) or 0
+    if isinstance(index, int) and not isinstance(index, bool):
+        return index
+    findings.append(
+        Finding(
+            ERROR,
+            "bad-hint",
+            dag_id,
+            task_id,
+            f"fallback hint index {str(index)[:40]!r} is not a whole number.",
+            "build fallback rungs with airflow_gpu_dag.authoring.fallback_ladder, not by hand.",
+        )
+    )
+    return 0
 
 
 def plan_dag(dag: Any, default_duration: float | None = None) -> Plan:

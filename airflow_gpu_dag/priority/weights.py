@@ -109,6 +109,7 @@ class CrossDagWeights:
         self._settings: WeightSettings | None = None
         self._settings_at = -1e18
         self._bases: weakref.WeakKeyDictionary[Any, DagBasis] = weakref.WeakKeyDictionary()
+        self._failed: weakref.WeakKeyDictionary[Any, tuple[dict[str, int], str]] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self.triggers = TriggerTimes()
         self.background: Background | None = None
@@ -129,6 +130,7 @@ class CrossDagWeights:
         with self._lock:
             self._settings = None
             self._bases = weakref.WeakKeyDictionary()
+            self._failed = weakref.WeakKeyDictionary()
             self.background = None
             self.triggers = TriggerTimes()
             self.basis_builds = 0
@@ -141,13 +143,29 @@ class CrossDagWeights:
         except TypeError:  # not weak-referenceable: no cache
             basis = None
         if basis is None or basis.capacity != current.capacity:
-            basis = build_basis(dag, current.capacity, {"rule": self.rule, **current.planner_settings()})
+            basis = self._build(dag, current)
             self.basis_builds += 1
             with contextlib.suppress(TypeError):  # not weak-referenceable: no cache
                 self._bases[dag] = basis
         if self.rule == "packing" and not basis.planned:
             self._apply_plan(basis, current)
         return basis
+
+    def _build(self, dag: Any, current: WeightSettings) -> DagBasis:
+        """Build the basis of ``dag``; a failure is remembered for the DAG object (and these capacities),
+        so a DAG whose analysis fails costs one analysis, not one per task instance of every run."""
+        try:
+            failed = self._failed.get(dag)
+        except TypeError:  # not weak-referenceable
+            failed = None
+        if failed is not None and failed[0] == current.capacity:
+            raise RuntimeError(f"the analysis of DAG {getattr(dag, 'dag_id', '?')!r} failed: {failed[1]}")
+        try:
+            return build_basis(dag, current.capacity, {"rule": self.rule, **current.planner_settings()})
+        except Exception as err:
+            with contextlib.suppress(TypeError):
+                self._failed[dag] = (dict(current.capacity), f"{type(err).__name__}: {str(err)[:200]}")
+            raise
 
     def _apply_plan(self, basis: DagBasis, current: WeightSettings) -> None:
         if not basis.capacity or len(basis.graph) > PACKING_PLAN_MAX_TASKS:
