@@ -107,7 +107,13 @@ class ChaosSettings:
     between_faults: float = 10.0
     timeout: float = 3600.0
     trigger_spread: float = 0.0
-    parallelism: int = 8
+    #: LocalExecutor slots. Above the number of concurrent LLM runs plus the GPUs: the fallback ladder's
+    #: start-deadline sensor holds a slot while it waits (poke mode), and with as many of them running
+    #: as there are slots the task it watches never gets one (see docs/benchmarks/chaos.md).
+    parallelism: int = 32
+    #: ``[gpu_dag] objective``: ``throughput`` reserves for every wide task that waits (``balanced``
+    #: only for one 4 h more urgent than the others: never among 100 alike runs triggered together).
+    objective: str = "throughput"
     sqlite: bool = False
 
     @property
@@ -118,9 +124,10 @@ class ChaosSettings:
 # ---------------------------------------------------------------------------------------- the cluster
 
 
-def chaos_env(work: Path, db_url: str | None) -> dict[str, str]:
+def chaos_env(work: Path, db_url: str | None, objective: str = "throughput") -> dict[str, str]:
     """The components' settings: static 8-GPU inventory, leases in ``work``, quick retries."""
     env = {
+        "AIRFLOW__GPU_DAG__OBJECTIVE": objective,
         "AIRFLOW__GPU_DAG__INVENTORY": f"{GPUS}xsim:80GiB",
         "AIRFLOW__GPU_DAG__POOLS": json.dumps({POOL: GPUS}),
         "AIRFLOW__GPU_DAG__LEASE_DIR": str(work / "leases"),
@@ -151,7 +158,7 @@ def chaos_cluster(work: Path, settings: ChaosSettings, db_url: str | None) -> Ai
     return AirflowCluster(
         dags,
         pools={POOL: GPUS},
-        env=chaos_env(work, db_url),
+        env=chaos_env(work, db_url, settings.objective),
         triggerer=True,
         parallelism=settings.parallelism,
         boot_timeout=600,
@@ -546,6 +553,7 @@ class ChaosResult:
     reports: list[FaultReport]
     database: str
     load_avg: tuple[float, float, float]
+    settings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def completed(self) -> int:
@@ -729,6 +737,7 @@ def run_round(
         reports=reports,
         database=database,
         load_avg=os.getloadavg(),
+        settings=asdict(settings),
     )
 
 
@@ -774,7 +783,8 @@ def format_report(result: ChaosResult, baseline: ChaosResult | None = None) -> s
         f"{result.ledger_records} records, {result.reclaimed_leases} reclaimed, "
         f"{len(result.ledger_overlaps)} overlapping pairs; lease table samples with a device in two "
         f"leases: {result.table_overlaps}; failed tries (retried): {result.failed_tries}; "
-        f"{result.database}; load average {', '.join(f'{x:.1f}' for x in result.load_avg)}",
+        f"{result.database}; load average {', '.join(f'{x:.1f}' for x in result.load_avg)}; settings "
+        f"{ {k: result.settings.get(k) for k in ('llm', 'sweeps', 'parallelism', 'objective', 'interval')} }",
     ]
     return "\n".join(lines)
 
@@ -795,6 +805,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sweeps", type=int, default=80, help="runs of hparam_sweep (2 trials each)")
     parser.add_argument("--faults", default=",".join(FAULTS))
     parser.add_argument("--interval", type=float, default=2.0, help="controller interval, s")
+    parser.add_argument("--parallelism", type=int, default=32, help="LocalExecutor slots")
+    parser.add_argument("--objective", default="throughput", help="[gpu_dag] objective")
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--rounds", choices=("both", "chaos", "baseline"), default="both")
     parser.add_argument("--baseline-json", type=Path, help="a fault-free round's JSON to compare with")
@@ -812,6 +824,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         interval=args.interval,
         timeout=args.timeout,
         sqlite=args.sqlite,
+        parallelism=args.parallelism,
+        objective=args.objective,
     )
     baseline = _result_from_json(json.loads(args.baseline_json.read_text())) if args.baseline_json else None
     results = []

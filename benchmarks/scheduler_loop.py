@@ -351,6 +351,7 @@ class RoundResult:
     get_weight_ms: Spread
     get_weight_scheduler_ms: Spread
     get_weight_calls_by_component: dict[str, int]
+    get_weight_over_50ms: list[tuple[str, str, float]]  # (dag_id, task_id, ms) of the calls over 50 ms
     runs_triggered: int
     runs_queued: int
     rewritten_reparsed: int
@@ -499,6 +500,9 @@ def run_round(
                 [c.seconds * 1e3 for c in calls if components.get(c.pid) == "scheduler"]
             ),
             get_weight_calls_by_component=by_component,
+            get_weight_over_50ms=[
+                (c.dag_id, c.task_id, round(c.seconds * 1e3, 1)) for c in calls if c.seconds > 0.05
+            ],
             runs_triggered=len(events),
             runs_queued=len(first_queued),
             rewritten_reparsed=reparsed,
@@ -578,12 +582,14 @@ def format_report(results: Sequence[RoundResult]) -> str:
         lines.append(f"| {label} p50 / p99 / max | " + " | ".join(cells + ratios) + " |")
     lines.append("")
     for r in results:
+        slowest = sorted(r.get_weight_over_50ms, key=lambda call: -call[2])[:5]
         lines.append(
             f"- {r.rule}: {r.dags} DAGs ({r.tasks:,} tasks), {r.runs_triggered} runs triggered over "
             f"{r.window_s:.0f} s, {r.runs_queued} with their first task queued, {r.rewritten_reparsed} "
             f"DAGs rewritten and parsed again ({r.new_versions} new DAG versions), {r.plans} packing plans "
             f"(longest {r.plan_max_s:.2f} s), "
-            f"get_weight calls {r.get_weight_calls_by_component}, "
+            f"get_weight calls {r.get_weight_calls_by_component}, {len(r.get_weight_over_50ms)} over 50 ms "
+            f"({', '.join(f'{dag} {ms:.0f}' for dag, _task, ms in slowest)}), "
             f"load average {', '.join(f'{x:.1f}' for x in r.load_avg)}, {r.database}"
             + (f"; {'; '.join(r.notes)}" if r.notes else "")
         )

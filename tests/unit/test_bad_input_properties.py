@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 from unittest import mock
@@ -391,3 +392,25 @@ def test_found_a_failing_analysis_is_not_repeated_per_task_instance(monkeypatch:
         assert len(calls) == 1
 
     _under(None, check)
+
+
+def test_found_through_the_dag_processor_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end through Airflow's DagBag (what the dag-processor runs): a hand-written hint that used
+    to raise OverflowError in the policy is now an import error naming the DAG, the task and the fix."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 8}')
+    path = tmp_path / "bad_hints.py"
+    path.write_text(
+        "from airflow.sdk import DAG\n"
+        "from airflow.providers.standard.operators.empty import EmptyOperator\n"
+        f"with DAG('bad_hints', schedule=None, default_args={{'weight_rule': {CRITICAL!r}}}):\n"
+        "    EmptyOperator(task_id='train', pool='gpu_default',\n"
+        "                  executor_config={'gpu_dag': {'duration_s': 60, 'gpus': 10**400, 'inputs': 5}})\n"
+    )
+    bag = DagBag(dag_folder=str(path))
+    errors = list(bag.import_errors.values())
+    assert len(errors) == 1, errors
+    assert "DAG 'bad_hints', task 'train'" in errors[0] and "Fix:" in errors[0]
+    assert "out of range" in errors[0] and "'inputs' must be a list" in errors[0]
+    assert "OverflowError" not in errors[0] and "Traceback" not in errors[0]

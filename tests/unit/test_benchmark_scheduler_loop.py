@@ -129,6 +129,7 @@ def test_report_puts_the_rules_side_by_side() -> None:
             get_weight_ms=spread,
             get_weight_scheduler_ms=spread,
             get_weight_calls_by_component={"scheduler": 5},
+            get_weight_over_50ms=[("large_00", "start", 60.0)],
             runs_triggered=200,
             runs_queued=199,
             rewritten_reparsed=22,
@@ -142,3 +143,4 @@ def test_report_puts_the_rules_side_by_side() -> None:
     report = loop.format_report([result("stock", 100.0), result("packing", 110.0)])
     assert "| metric | stock | packing | packing / stock (p99) |" in report
     assert "1.10x" in report
+    assert "1 over 50 ms (large_00 60)" in report
