@@ -18,7 +18,8 @@ What it does (the same code backs ``tests/integration/test_chaos_real.py``, CI-s
      is retried, and the next allocation reclaims the lease (checked once the runs are over);
    - ``controller``: ``kill -9`` of the controller (while a reservation holds the pool below capacity,
      if one does within a minute), restarted ``--controller-down`` seconds later;
-   - ``scheduler``: ``kill -9`` of the scheduler's main process, restarted a few seconds later
+   - ``scheduler``: ``kill -9`` of the scheduler's main process; a few seconds later the rest of its
+     process tree is killed (as a service manager does) and a new scheduler started
      (:mod:`airflow_gpu_dag.testing.faults`);
    - ``api_server``: the api-server stopped (SIGTERM) and started again;
    - ``capacity``: the capacity file removed for 1.5 intervals, then garbage for 1.5 intervals (three
@@ -61,7 +62,13 @@ if str(ROOT) not in sys.path:  # run as a script: the repository's package
     sys.path.insert(0, str(ROOT))
 
 from airflow_gpu_dag.testing import AirflowCluster, ClusterError  # noqa: E402
-from airflow_gpu_dag.testing.faults import dead_components, restart_component  # noqa: E402
+from airflow_gpu_dag.testing.faults import (  # noqa: E402
+    dead_components,
+    kill_component,
+    reap_component,
+    restart_component,
+    start_component,
+)
 
 POOL = "gpu_default"
 GPUS = 8
@@ -141,7 +148,8 @@ def chaos_env(work: Path, db_url: str | None, objective: str = "throughput") -> 
         # a killed scheduler's queued tasks are adopted by the new one within a minute
         "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "15",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "60",
-        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "120",
+        # tasks that died with a killed scheduler's workers are failed (and retried) a minute later
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
     }
     if db_url:
@@ -469,11 +477,19 @@ def check_gpu_task(ctx: Context, report: FaultReport) -> None:
 
 
 def fault_scheduler(ctx: Context) -> FaultReport:
-    """kill -9 of the scheduler's main process, started again ``scheduler_down`` s later. Recovery: the
-    new scheduler heartbeats."""
+    """kill -9 of the scheduler's main process; ``scheduler_down`` s later what is left of its process
+    tree (its LocalExecutor workers and the tasks they run) is killed, as a service manager or container
+    runtime does before a restart, and a new scheduler starts. Recovery: the new scheduler heartbeats.
+    The tasks that died with the workers are failed by the new scheduler once their heartbeat is
+    ``task_instance_heartbeat_timeout`` old, and retried."""
     at = time.time()
-    took = restart_component(ctx.cluster, "scheduler", down_for=ctx.settings.scheduler_down, timeout=600)
-    return FaultReport("scheduler", at, took, {"down_s": ctx.settings.scheduler_down})
+    kill_component(ctx.cluster, "scheduler")
+    time.sleep(ctx.settings.scheduler_down)
+    reaped = reap_component(ctx.cluster, "scheduler")
+    start_component(ctx.cluster, "scheduler", timeout=600)
+    return FaultReport(
+        "scheduler", at, time.time() - at, {"down_s": ctx.settings.scheduler_down, "processes_reaped": reaped}
+    )
 
 
 def fault_api_server(ctx: Context) -> FaultReport:

@@ -10,18 +10,23 @@ component (``kill -9`` of its main process, or a clean stop) and start it again,
         took = restart_component(cluster, "scheduler")             # kill -9, start, wait until it heartbeats
         took = restart_component(cluster, "api-server", sig=signal.SIGTERM)   # a clean restart
 
-Only the component's main process gets the signal (a crash, not a group kill): a scheduler's
-LocalExecutor workers and the tasks they run live on, as they would after an OOM kill of the scheduler.
-The old process and every descendant seen of it stay tracked, so :meth:`AirflowCluster.stop` still
-kills all of them. The new process logs to the same ``<home>/<component>.log``.
+Only the component's main process gets the signal (a crash, not a group kill). Before the new process
+starts, what is left of the old process tree (a scheduler's LocalExecutor workers and the tasks they
+run) is killed, as systemd (``KillMode=control-group``) or a container runtime does before restarting a
+crashed service; ``leftovers="keep"`` skips that. The old processes stay tracked, so
+:meth:`AirflowCluster.stop` still kills all of them. The new process logs to the same
+``<home>/<component>.log``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import time
 from datetime import datetime
+
+import psutil
 
 from airflow_gpu_dag.testing.cluster import AirflowCluster
 from airflow_gpu_dag.testing.errors import ClusterError
@@ -32,6 +37,7 @@ __all__ = [
     "component",
     "dead_components",
     "kill_component",
+    "reap_component",
     "restart_component",
     "start_component",
 ]
@@ -135,16 +141,42 @@ def restart_component(
     sig: signal.Signals = signal.SIGKILL,
     group: bool = False,
     down_for: float = 0.0,
+    leftovers: str = "kill",
     timeout: float = 300.0,
 ) -> float:
-    """:func:`kill_component` with ``sig`` (and ``group``), wait ``down_for`` seconds,
-    :func:`start_component`. Returns the seconds from the signal until the new process is healthy."""
+    """:func:`kill_component` with ``sig`` (and ``group``), wait ``down_for`` seconds, then, with
+    ``leftovers="kill"`` (the default), kill what is left of the old process tree (:func:`reap_component`,
+    what systemd or a container runtime does before it restarts a crashed service), and
+    :func:`start_component`. Returns the seconds from the signal until the new process is healthy.
+
+    ``leftovers="keep"`` starts the new process next to the old one's children. With a scheduler that
+    is not what happens in production, and it shows why: its LocalExecutor workers, forked from it, keep
+    its database connection open, so PostgreSQL keeps the dead scheduler's ``SELECT ... FOR UPDATE`` locks
+    on the DAG runs it was examining, and the new scheduler skips those runs (``SKIP LOCKED``) for ever.
+    """
+    if leftovers not in ("kill", "keep"):
+        raise ValueError(f"leftovers must be 'kill' or 'keep', not {leftovers!r}")
     started = time.monotonic()
     kill_component(cluster, name, sig, group=group)
     if down_for > 0:
         time.sleep(down_for)
+    if leftovers == "kill":
+        reap_component(cluster, name)
     start_component(cluster, name, timeout=timeout)
     return time.monotonic() - started
+
+
+def reap_component(cluster: AirflowCluster, name: str, timeout: float = 30.0) -> int:
+    """SIGKILL what is left of the (dead) latest process of ``name``: its process group and every
+    descendant seen of it (task supervisors leave the group). Returns how many processes were killed."""
+    comp = component(cluster, name)
+    comp.signal_group(signal.SIGKILL)
+    left = [p for p in comp.seen.values() if alive(p)]
+    for proc in left:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(left, timeout=timeout)
+    return len(left)
 
 
 def _healthy(name: str, health: dict[str, object], since: float) -> bool:

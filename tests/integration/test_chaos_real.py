@@ -101,6 +101,8 @@ def test_every_fault_was_injected_and_recovered(chaos_round: Any) -> None:
     assert killed["lease_outcome"] == "reclaimed", killed  # the dead holder's lease was taken back
     assert killed["next_try"]["try_number"] >= 2, killed  # and the task retried
     assert chaos_round.reclaimed_leases >= 1
+    # the crashed scheduler's leftovers (executor workers, serve-logs) were killed before the restart
+    assert reports["scheduler"].detail["processes_reaped"] >= 1
     outage = reports["capacity"].detail
     assert outage["stale_seen"] and not outage["floor_seen"], outage  # last good value kept, no floor
     assert outage["pool_min_during_outage"] is not None
