@@ -101,8 +101,9 @@ def _edge_kind(dag: Any, upstream: str, downstream: str) -> str | None:
     return None
 
 
-def _plan_rungs(hints: dict[str, Any], duration: float, attrs: dict[str, object]) -> float:
-    """The planned duration of a fallback rung; its expected duration and role go to ``attrs``.
+def _plan_rungs(hints: dict[str, Any], duration: float, attrs: dict[str, object], index: int) -> float:
+    """The planned duration of a fallback rung (``index``: its place in the ladder, from
+    :func:`_fallback_index`); its expected duration and role go to ``attrs``.
 
     The ladder's hints say which rung the plan assumes (``plan_rung``, the first unless the author
     chose another). That rung counts its own estimate; a rung before it counts its ``start_within``
@@ -112,8 +113,8 @@ def _plan_rungs(hints: dict[str, Any], duration: float, attrs: dict[str, object]
     fallback = hints.get("fallback")
     if not isinstance(fallback, dict):
         return duration
-    index = int(fallback.get("index", 0) or 0)
-    assumed = int(fallback.get("assumed_index", 0) or 0)
+    raw = fallback.get("assumed_index", 0) or 0
+    assumed = raw if isinstance(raw, int) and not isinstance(raw, bool) else 0
     role = "assumed" if index == assumed else ("fell back" if index < assumed else "contingent")
     planned = duration
     if role == "fell back":
@@ -195,7 +196,8 @@ def _read_node(
                 )
             )
     attrs: dict[str, object] = {}
-    duration = _plan_rungs(hints, duration, attrs)
+    index = _fallback_index(dag_id, task_id, hints.get("fallback"), findings)
+    duration = _plan_rungs(hints, duration, attrs, index)
     return TaskNode(
         task_id=task_id,
         duration=duration,
@@ -204,12 +206,55 @@ def _read_node(
         pool=getattr(task, "pool", None),
         pool_slots=pool_slots if isinstance(pool_slots, int) else 1,
         retries=int(getattr(task, "retries", 0) or 0),
-        inputs=tuple(str(p) for p in hints.get("inputs", ()) or ()),
-        outputs=tuple(str(p) for p in hints.get("outputs", ()) or ()),
-        awaits=tuple(str(p) for p in hints.get("awaits", ()) or ()),
+        inputs=_paths(dag_id, task_id, hints, "inputs", findings),
+        outputs=_paths(dag_id, task_id, hints, "outputs", findings),
+        awaits=_paths(dag_id, task_id, hints, "awaits", findings),
         duration_declared=declared,
         not_before=_not_before(hints, run_start),
     )
+
+
+def _paths(
+    dag_id: str, task_id: str, hints: dict[str, Any], key: str, findings: list[Finding]
+) -> tuple[str, ...]:
+    """The dataset paths of hint ``key``: a list of paths (one string is one path); anything else is an
+    error finding naming the task (no paths)."""
+    value = hints.get(key) or ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list | tuple | set | frozenset):
+        return tuple(str(p) for p in value)
+    findings.append(
+        Finding(
+            ERROR,
+            "bad-hint",
+            dag_id,
+            task_id,
+            f"hint {key!r} must be a list of dataset paths, got {type(value).__name__}.",
+            f"pass {key}=['/data/...'] to gpu_hints().",
+        )
+    )
+    return ()
+
+
+def _fallback_index(dag_id: str, task_id: str, fallback: object, findings: list[Finding]) -> int:
+    """The rung index of a fallback-ladder hint (0: not a later rung); a malformed one is an error."""
+    if not isinstance(fallback, dict):
+        return 0
+    index = fallback.get("index", 0) or 0
+    if isinstance(index, int) and not isinstance(index, bool):
+        return index
+    findings.append(
+        Finding(
+            ERROR,
+            "bad-hint",
+            dag_id,
+            task_id,
+            f"fallback hint index {str(index)[:40]!r} is not a whole number.",
+            "build fallback rungs with airflow_gpu_dag.authoring.fallback_ladder, not by hand.",
+        )
+    )
+    return 0
 
 
 def plan_dag(dag: Any, default_duration: float | None = None, run_start: datetime | None = None) -> Plan:

@@ -44,6 +44,19 @@ _DURATION_UNITS = {
     "day": 86400.0,
     "days": 86400.0,
 }
+#: Ints beyond this are no estimate (and ``float()`` of one past ~1e308 raises OverflowError).
+_MAX_EXACT_INT = 2**63
+
+
+#: Pool slots are an int32 column: no request can be larger.
+_MAX_GPU_COUNT = 2**31 - 1
+
+
+def _huge_int(value: int) -> str:
+    """A huge int for a message (``repr`` of one over 4,300 digits raises ValueError)."""
+    return f"{'-' if value < 0 else ''}<an integer of {abs(value).bit_length()} bits>"
+
+
 _DURATION_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*")
 _DURATION_HELP = 'use seconds (1800) or a string such as "90s", "30m", "1h30m", "2h"'
 
@@ -61,6 +74,8 @@ def parse_duration(value: object) -> float:
     if hasattr(value, "total_seconds"):
         seconds = float(value.total_seconds())  # type: ignore[attr-defined]
     elif isinstance(value, int | float):
+        if isinstance(value, int) and abs(value) > _MAX_EXACT_INT:
+            raise EstimateError(f"duration {_huge_int(value)} is out of range; {_DURATION_HELP}")
         seconds = float(value)
     elif isinstance(value, str):
         text = value.strip().lower()
@@ -135,6 +150,8 @@ def parse_memory_mib(value: object) -> int:
     if isinstance(value, bool):
         raise EstimateError(f"GPU memory {value!r} is a boolean; {_MEMORY_HELP}")
     if isinstance(value, int):
+        if abs(value) > _MAX_EXACT_INT:
+            raise EstimateError(f"GPU memory {_huge_int(value)} must be a finite size >= 0; {_MEMORY_HELP}")
         mib = float(value)
     elif isinstance(value, float):
         mib = value
@@ -174,6 +191,11 @@ class GpuRequest:
     def __post_init__(self) -> None:
         if isinstance(self.count, bool) or not isinstance(self.count, int):
             raise EstimateError(f"GPU count {self.count!r} must be a whole number of GPUs (1, 2, 4, 8)")
+        if abs(self.count) > _MAX_GPU_COUNT:  # no pool holds it (pool slots are int32)
+            raise EstimateError(
+                f"GPU count {_huge_int(self.count) if abs(self.count) > _MAX_EXACT_INT else self.count} "
+                f"is out of range (at most {_MAX_GPU_COUNT}, the most slots an Airflow pool can have)"
+            )
         if self.count <= 0:
             raise EstimateError(
                 f"GPU count {self.count} must be at least 1; a task that needs no GPU should not "

@@ -116,6 +116,7 @@ class CrossDagWeights:
         self._settings: WeightSettings | None = None
         self._settings_at = -1e18
         self._bases: weakref.WeakKeyDictionary[Any, DagBasis] = weakref.WeakKeyDictionary()
+        self._failed: weakref.WeakKeyDictionary[Any, tuple[dict[str, int], str]] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self.triggers = TriggerTimes()
         self.background: Background | None = None
@@ -140,6 +141,7 @@ class CrossDagWeights:
         with self._lock:
             self._settings = None
             self._bases = weakref.WeakKeyDictionary()
+            self._failed = weakref.WeakKeyDictionary()
             self.background = None
             self.learned = None
             self.triggers = TriggerTimes()
@@ -155,13 +157,16 @@ class CrossDagWeights:
         hit = basis is not None and basis.capacity == current.capacity
         planner = {"rule": self.rule, **current.planner_settings()}
         if basis is None or not hit:
-            basis = build_basis(dag, current.capacity, planner)
+            basis = self._build(dag, current)
             self.basis_builds += 1
         if current.learned and self.learned is not None:
             learned = self.learned.get(f"{basis.dag_id}:{basis.version}", dag)
             if learned is not None and basis.learned_at != learned.at:
-                basis = build_basis(dag, current.capacity, planner, learned.graph, learned.at, basis.version)
-                hit = False
+                with contextlib.suppress(Exception):  # a learned graph that cannot be analysed: declared
+                    basis = build_basis(
+                        dag, current.capacity, planner, learned.graph, learned.at, basis.version
+                    )
+                    hit = False
         metrics.priority_cache(hit, self.rule)
         if not hit:
             with contextlib.suppress(TypeError):  # not weak-referenceable: no cache
@@ -169,6 +174,22 @@ class CrossDagWeights:
         if self.rule == "packing" and not basis.planned:
             self._apply_plan(basis, current)
         return basis
+
+    def _build(self, dag: Any, current: WeightSettings) -> DagBasis:
+        """Build the basis of ``dag``; a failure is remembered for the DAG object (and these capacities),
+        so a DAG whose analysis fails costs one analysis, not one per task instance of every run."""
+        try:
+            failed = self._failed.get(dag)
+        except TypeError:  # not weak-referenceable
+            failed = None
+        if failed is not None and failed[0] == current.capacity:
+            raise RuntimeError(f"the analysis of DAG {getattr(dag, 'dag_id', '?')!r} failed: {failed[1]}")
+        try:
+            return build_basis(dag, current.capacity, {"rule": self.rule, **current.planner_settings()})
+        except Exception as err:
+            with contextlib.suppress(TypeError):
+                self._failed[dag] = (dict(current.capacity), f"{type(err).__name__}: {str(err)[:200]}")
+            raise
 
     def _apply_plan(self, basis: DagBasis, current: WeightSettings) -> None:
         if not basis.capacity or len(basis.graph) > PACKING_PLAN_MAX_TASKS:
