@@ -144,6 +144,16 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "false",
                         "default": "true",
                     },
+                    "planner_nice": {
+                        "description": "The nice level (0-19) of the planning subprocess: the scheduler "
+                        "and api-server get the CPU first and plans use what is left, so on a busy "
+                        "machine a plan comes later (its DAG keeps critical-path keys until then). 0 "
+                        "plans at the scheduler's own priority.",
+                        "version_added": "0.2.0",
+                        "type": "integer",
+                        "example": "0",
+                        "default": "19",
+                    },
                     "plan_backfill": {
                         "description": "The watermark controller's backfill the packing planner plans "
                         "for: easy (the default, 'backfill: true') or strict ('backfill: strict').",

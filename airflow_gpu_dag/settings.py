@@ -183,6 +183,23 @@ def plan_in_background() -> bool:
     return (conf_get("plan_in_background", "true") or "true").strip().lower() not in ("false", "0", "no")
 
 
+#: Default of ``[gpu_dag] planner_nice``.
+PLANNER_NICE = 19
+
+
+def planner_nice() -> int:
+    """``[gpu_dag] planner_nice`` (default 19): the ``nice`` level of the planning subprocess, so the
+    kernel gives the scheduler (and the api-server) the CPU first and plans use what is left; 0 plans
+    at the scheduler's own priority. An invalid value is logged once and the default used."""
+    raw = (conf_get("planner_nice", str(PLANNER_NICE)) or str(PLANNER_NICE)).strip()
+    try:
+        value = int(raw)
+    except ValueError:
+        _warn_once("planner_nice", "[gpu_dag] planner_nice %r is not an integer; using %d", raw, PLANNER_NICE)
+        return PLANNER_NICE
+    return max(0, min(19, value))
+
+
 LEARNED_REFRESH = "10m"
 
 

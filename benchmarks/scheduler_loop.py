@@ -7,8 +7,10 @@ LocalExecutor, PostgreSQL by default), once per weight rule:
 - ``stock``: Airflow's default ``downstream`` rule;
 - ``critical_path``: ``CRITICAL_PATH_WEIGHT_RULE``;
 - ``packing``: ``PACKING_WEIGHT_RULE`` with ``[gpu_dag] pools`` set, so every new DAG version is planned
-  in the background (a thread and a subprocess of the scheduler);
-- ``packing_nice`` (opt-in, an experiment): the same with the planning subprocess at ``nice 19``.
+  in the background (a thread and a subprocess of the scheduler at ``[gpu_dag] planner_nice``, 19), as
+  shipped;
+- ``packing_nice0`` (opt-in, for comparison): the same with ``planner_nice = 0`` (the planning
+  subprocess at the scheduler's own priority, as before the setting existed).
 
 The workload: ``--dags`` DAGs (default 200) written into a temporary DAG folder, most of 5-300 tasks and
 ``--large`` of 1,000-2,500 tasks (a root ``start`` task in ``default_pool``, then a layered graph of GPU
@@ -31,7 +33,7 @@ and the ratio ours / stock at p99 (target: within 1.2x; ``get_weight`` p99 at mo
 
     .venv/bin/python benchmarks/scheduler_loop.py            # about 15 minutes on 2 cores, PostgreSQL
     .venv/bin/python benchmarks/scheduler_loop.py --quick    # smoke test: 40 DAGs, a 45 s window
-    options: --dags N --large N --window S --rules stock,critical_path,packing[,packing_nice] --sqlite
+    options: --dags N --large N --window S --rules stock,critical_path,packing[,packing_nice0] --sqlite
              --json out.json
 """
 
@@ -72,11 +74,10 @@ RULES = {
     "stock": "timed_weights.TimedDownstreamWeight",
     "critical_path": "timed_weights.TimedCriticalPathWeight",
     "packing": "timed_weights.TimedPackingWeight",
-    "packing_nice": "timed_weights.TimedPackingWeight",
+    "packing_nice0": "timed_weights.TimedPackingWeight",
 }
-#: Extra settings of a round: ``packing_nice`` (an experiment, not the product) runs the planning
-#: subprocess at nice 19 (see the timing plugin).
-ROUND_ENV = {"packing_nice": {"GPU_DAG_BENCH_NICE_PLANNER": "19"}}
+#: Extra settings of a round: ``packing_nice0`` plans at the scheduler's own CPU priority.
+ROUND_ENV = {"packing_nice0": {"AIRFLOW__GPU_DAG__PLANNER_NICE": "0"}}
 LARGE_SIZES = (1000, 1500, 1000, 2000, 1200, 2500, 1000, 1800)
 
 

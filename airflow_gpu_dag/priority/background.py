@@ -6,14 +6,17 @@ work in one daemon thread per process, the planning itself in a subprocess (so t
 GIL), and hands back results by key; until a result is ready the weights use the critical path with the
 declared estimates (same unit, so nothing jumps when the plan arrives). A failing or slow plan is
 logged once and not retried for that DAG version. With ``[gpu_dag] plan_in_background = false`` the
-work runs inline (tests).
+work runs inline (tests). The subprocess runs at ``[gpu_dag] planner_nice`` (default 19): the kernel
+gives the scheduler the CPU first, so a busy machine delays plans, never the scheduler loop.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import multiprocessing
+import os
 import queue
 import threading
 import time
@@ -42,9 +45,14 @@ class Background:
     """One worker thread; ``inline=True`` runs every job in the caller instead (deterministic tests)."""
 
     def __init__(
-        self, inline: bool = False, plan_timeout: float = PLAN_TIMEOUT_S, label: str = "packing"
+        self,
+        inline: bool = False,
+        plan_timeout: float = PLAN_TIMEOUT_S,
+        label: str = "packing",
+        nice: int = 0,
     ) -> None:
         self.inline = inline
+        self.nice = nice  # nice level of the planning subprocess (0: the caller's priority)
         self.label = label
         self.plan_timeout = plan_timeout
         self._lock = threading.Lock()
@@ -156,7 +164,10 @@ class Background:
         with self._lock:
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(
-                    max_workers=1, mp_context=multiprocessing.get_context("spawn")
+                    max_workers=1,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_lower_priority,
+                    initargs=(self.nice,),
                 )
                 atexit.register(self._pool.shutdown, wait=False, cancel_futures=True)
             return self._pool
@@ -173,3 +184,10 @@ class Background:
     def known_plans(self) -> Mapping[str, Any]:
         with self._lock:
             return dict(self._plans)
+
+
+def _lower_priority(nice: int) -> None:
+    """Initializer of the planning subprocess: lower its CPU priority by ``nice`` (0: unchanged)."""
+    if nice > 0:
+        with contextlib.suppress(OSError, AttributeError):  # AttributeError: no os.nice on Windows
+            os.nice(nice)

@@ -81,6 +81,7 @@ class WeightSettings:
     plan_search_budget: int
     plan_strict_backfill: bool
     plan_in_background: bool
+    planner_nice: int = settings.PLANNER_NICE  # [gpu_dag] planner_nice
     learned: bool = False  # [gpu_dag] learned_durations
     learned_refresh: float = LEARNED_REFRESH_S  # [gpu_dag] learned_refresh, seconds
 
@@ -94,6 +95,7 @@ class WeightSettings:
             plan_search_budget=settings.plan_search_budget(),
             plan_strict_backfill=settings.plan_strict_backfill(),
             plan_in_background=settings.plan_in_background(),
+            planner_nice=settings.planner_nice(),
             learned=settings.estimate_settings().enabled,
             learned_refresh=settings.learned_refresh(),
         )
@@ -129,8 +131,9 @@ class CrossDagWeights:
         if self._settings is None or now - self._settings_at > SETTINGS_TTL_S:
             self._settings = self._read_settings()
             self._settings_at = now
-            if self.background is None or self.background.inline == self._settings.plan_in_background:
-                self.background = Background(inline=not self._settings.plan_in_background, label=self.rule)
+            background = (not self._settings.plan_in_background, self._settings.planner_nice)
+            if self.background is None or (self.background.inline, self.background.nice) != background:
+                self.background = Background(inline=background[0], label=self.rule, nice=background[1])
             inline, refresh = not self._settings.plan_in_background, self._settings.learned_refresh
             if self.learned is None or (self.learned.inline, self.learned.refresh_s) != (inline, refresh):
                 self.learned = LearnedDurations(refresh, inline=inline)

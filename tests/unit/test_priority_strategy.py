@@ -14,6 +14,7 @@ from airflow.serialization.serialized_objects import DagSerialization
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
 from airflow_gpu_dag.core.objective import DEFAULT_EPOCH, key_of_weight
 from airflow_gpu_dag.core.rules import INT32_MAX
+from airflow_gpu_dag.priority.background import Background
 from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, clamp_weight
 
 RUN_ID = "manual__2026-11-30T12:00:00+00:00"
@@ -269,6 +270,29 @@ def test_a_plan_in_the_background_does_not_block_get_weight(monkeypatch: pytest.
     assert weights.background is not None and weights.background.wait_idle(120)
     assert len(weights.background.known_plans()) == 1
     assert _weight(sdag, "a", strategy=strategy) == before  # alone on the pool: the plan is the chain
+
+
+@pytest.mark.parametrize("configured, expected", [(None, 19), ("5", 5), ("0", 0), ("99", 19), ("x", 19)])
+def test_the_planning_subprocess_yields_the_cpu_to_the_scheduler(
+    monkeypatch: pytest.MonkeyPatch, configured: str | None, expected: int
+) -> None:
+    """[gpu_dag] planner_nice: the plans are made at a lower CPU priority than the scheduler's, so a
+    busy machine delays plans, not the scheduler loop."""
+    import os
+
+    from airflow_gpu_dag.priority.weights import WeightSettings
+
+    if configured is None:
+        monkeypatch.delenv("AIRFLOW__GPU_DAG__PLANNER_NICE", raising=False)
+    else:
+        monkeypatch.setenv("AIRFLOW__GPU_DAG__PLANNER_NICE", configured)
+    assert WeightSettings.read().planner_nice == expected
+    background = Background(nice=expected)
+    try:
+        own = os.nice(0)
+        assert background._executor().submit(os.nice, 0).result(timeout=120) == min(19, own + expected)
+    finally:
+        background._reset_executor()
 
 
 def test_graph_records_the_provider_rule_the_dag_uses() -> None:

@@ -6,10 +6,6 @@ short line per call, ``O_APPEND``, so the scheduler and the api-server can share
 :class:`TimedDownstreamWeight` (Airflow's default ``downstream`` rule), so both sides pay the same few
 microseconds for the clock and the write.
 
-With ``$GPU_DAG_BENCH_NICE_PLANNER`` set (the benchmark's ``packing_nice`` round, an experiment, not the
-product), the packing planner's subprocess runs at that ``nice`` level, so the kernel prefers the scheduler
-when both want a core.
-
 Loaded from this folder as ``[core] plugins_folder``, so the rule strings are
 ``timed_weights.TimedDownstreamWeight``, ``timed_weights.TimedCriticalPathWeight`` and
 ``timed_weights.TimedPackingWeight``.
@@ -27,7 +23,6 @@ from airflow.task.priority_strategy import _DownstreamPriorityWeightStrategy
 from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, PackingPriorityStrategy
 
 TIMING_FILE_ENV = "GPU_DAG_BENCH_TIMING_FILE"
-NICE_ENV = "GPU_DAG_BENCH_NICE_PLANNER"
 
 
 def _record(rule: str, seconds: float, ti: Any) -> None:
@@ -76,34 +71,6 @@ class TimedPackingWeight(PackingPriorityStrategy):
         weight = super().get_weight(ti)
         _record("packing", time.perf_counter() - start, ti)
         return weight
-
-
-def _nice_planner(level: int) -> None:
-    """Start the planning subprocess of :class:`~airflow_gpu_dag.priority.background.Background` at
-    ``nice`` ``level`` (benchmark experiment)."""
-    import atexit
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    from airflow_gpu_dag.priority.background import Background
-
-    def executor(self: Background) -> ProcessPoolExecutor:
-        with self._lock:
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(
-                    max_workers=1,
-                    mp_context=multiprocessing.get_context("spawn"),
-                    initializer=os.nice,
-                    initargs=(level,),
-                )
-                atexit.register(self._pool.shutdown, wait=False, cancel_futures=True)
-            return self._pool
-
-    Background._executor = executor  # type: ignore[method-assign]
-
-
-if os.environ.get(NICE_ENV):
-    _nice_planner(int(os.environ[NICE_ENV]))
 
 
 class SchedulerLoopTimingPlugin(AirflowPlugin):
