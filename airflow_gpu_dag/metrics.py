@@ -19,10 +19,13 @@ as Airflow does for its own metrics, unless ``[metrics] legacy_names_on`` is fal
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import re
 import sys
+import threading
+import time
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
@@ -249,7 +252,34 @@ def priority_plan_time(seconds: float, strategy: str) -> None:
     _send("timer", PRIORITY_PLAN_TIME, seconds * 1000.0, {"strategy": strategy}, "strategy")
 
 
+#: ``get_weight`` runs once per task instance inside the scheduler loop: its cache counters are added up
+#: in memory and sent at most this often (seconds), not as one StatsD packet per call.
+PRIORITY_CACHE_FLUSH_S = 10.0
+_cache_counts: dict[tuple[str, str], int] = {}
+_cache_lock = threading.Lock()
+_cache_flushed = [time.monotonic()]
+
+
 def priority_cache(hit: bool, strategy: str) -> None:
-    """A weight was served from a cached plan (``hit``) or needed a new one."""
+    """A weight was served from a cached plan (``hit``) or needed a new one. Counted in memory; a miss
+    (rare: a new DAG version) sends the counts at once, hits at most every :data:`PRIORITY_CACHE_FLUSH_S`."""
     name = PRIORITY_CACHE_HITS if hit else PRIORITY_CACHE_MISSES
-    _send("counter", name, 1, {"strategy": strategy}, "strategy")
+    now = time.monotonic()
+    with _cache_lock:
+        _cache_counts[(name, strategy)] = _cache_counts.get((name, strategy), 0) + 1
+        due = not hit or now - _cache_flushed[0] >= PRIORITY_CACHE_FLUSH_S
+    if due:
+        flush_priority_cache()
+
+
+def flush_priority_cache() -> None:
+    """Send the cache counts added up since the last flush (also at exit)."""
+    with _cache_lock:
+        counts = dict(_cache_counts)
+        _cache_counts.clear()
+        _cache_flushed[0] = time.monotonic()
+    for (name, strategy), count in sorted(counts.items()):
+        _send("counter", name, count, {"strategy": strategy}, "strategy")
+
+
+atexit.register(flush_priority_cache)

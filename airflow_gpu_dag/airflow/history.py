@@ -120,6 +120,19 @@ def read_history(
     return history
 
 
+def has_history(dag_id: str, *, session: Any = None) -> bool:
+    """Whether ``dag_id`` has anything to learn from: a successful task instance, or a mapped one (its
+    map count). One indexed ``LIMIT 1`` query; raises what the database raises."""
+    from airflow.models.taskinstance import TaskInstance as TI
+    from sqlalchemy import or_, select
+
+    query = (
+        select(TI.task_id).where(TI.dag_id == dag_id, or_(TI.state == "success", TI.map_index >= 0)).limit(1)
+    )
+    with _session(session) as active:
+        return active.execute(query).first() is not None
+
+
 def read_map_counts(
     dag_id: str, task_ids: Collection[str], runs: int = MAP_COUNT_RUNS, *, session: Any = None
 ) -> dict[str, int]:

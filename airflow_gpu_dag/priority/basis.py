@@ -63,6 +63,7 @@ class DagBasis:
     planned: bool = False
     version: str = ""  # the DAG version: a digest of its declared graph (learned durations are kept by it)
     learned_at: float | None = None  # when its learned durations were read (None: declared estimates)
+    from_history: bool = False  # its graph has durations or map counts learned from past runs
     notes: list[str] = field(default_factory=list)
 
     def remaining(self, task_id: str, map_index: int = -1) -> float | None:

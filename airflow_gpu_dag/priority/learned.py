@@ -36,24 +36,40 @@ __all__ = ["LEARNED_REFRESH_S", "MAX_VERSIONS", "Learned", "LearnedDurations"]
 LEARNED_REFRESH_S = 600.0
 #: DAG versions whose learned durations are kept per process.
 MAX_VERSIONS = 1024
+#: After each read the thread sleeps this many times as long as the read took (at most YIELD_MAX_S).
+YIELD_FACTOR = 2.0
+YIELD_MAX_S = 1.0
 
 
 @dataclass(frozen=True)
 class Learned:
-    """A DAG object's graph with learned durations, as read at ``at`` (``time.monotonic()``)."""
+    """A DAG object's graph with learned durations, as read at ``at`` (``time.monotonic()``); ``graph``
+    None when the DAG has no history yet (its declared graph stands)."""
 
     at: float
-    graph: TaskGraph
-    learned_tasks: int  # tasks whose duration comes from their history
+    graph: TaskGraph | None
+    learned_tasks: int  # tasks whose duration (or, mapped, whose instance count) comes from their history
+
+    @property
+    def changes_nothing(self) -> bool:
+        """Nothing was learned: no history, or no task with a learned duration or a past map count."""
+        return self.graph is None or self.learned_tasks == 0
 
 
-def read_learned(dag: Any) -> tuple[TaskGraph, int]:
-    """The learned graph of ``dag`` and how many of its tasks have a learned duration (never raises for
-    an unreadable history: the declared estimates are used)."""
-    from airflow_gpu_dag.airflow.history import learned_task_graph
+def read_learned(dag: Any) -> tuple[TaskGraph | None, int]:
+    """The learned graph of ``dag`` and how many of its tasks have a learned duration or map count;
+    ``(None, 0)`` without building anything when the DAG has no history yet (one ``LIMIT 1`` query).
+    Never raises for an unreadable history: the declared estimates are used."""
+    from airflow_gpu_dag.airflow.history import has_history, learned_task_graph
 
+    try:
+        if not has_history(str(dag.dag_id)):
+            return None, 0
+    except Exception:  # learned_task_graph says why, once
+        pass
     learned = learned_task_graph(dag, expand_mapped=True)
-    return learned.graph, sum(1 for e in learned.estimates.values() if e.learned is not None)
+    durations = sum(1 for e in learned.estimates.values() if e.learned is not None)
+    return learned.graph, durations + len(learned.map_counts)
 
 
 class LearnedDurations:
@@ -66,7 +82,7 @@ class LearnedDurations:
         self,
         refresh_s: float = LEARNED_REFRESH_S,
         inline: bool = False,
-        read: Callable[[Any], tuple[TaskGraph, int]] = read_learned,
+        read: Callable[[Any], tuple[TaskGraph | None, int]] = read_learned,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.refresh_s = max(1.0, refresh_s)
@@ -145,10 +161,14 @@ class LearnedDurations:
             self._wake.wait(timeout=self.refresh_s / 4)
             self._wake.clear()
             for version, dag in self._due():
+                started = time.monotonic()
                 try:
                     self._refresh(version, dag)
                 except Exception:  # never let the thread die
                     log.exception("airflow-gpu-dag: refreshing learned durations failed")
+                # Building a large DAG's learned graph is Python work that holds the GIL: rest twice as
+                # long as it took, so the scheduler's own thread keeps at least two thirds of the time.
+                time.sleep(min(YIELD_MAX_S, YIELD_FACTOR * (time.monotonic() - started)))
 
     def wait_for(self, version: str, timeout: float = 30.0) -> Learned | None:
         """Wait until DAG version ``version`` has been read (tests, benchmarks)."""

@@ -165,11 +165,15 @@ class CrossDagWeights:
         if current.learned and self.learned is not None:
             learned = self.learned.get(f"{basis.dag_id}:{basis.version}", dag)
             if learned is not None and basis.learned_at != learned.at:
-                with contextlib.suppress(Exception):  # a learned graph that cannot be analysed: declared
-                    basis = build_basis(
-                        dag, current.capacity, planner, learned.graph, learned.at, basis.version
-                    )
-                    hit = False
+                if learned.changes_nothing and not basis.from_history:
+                    basis.learned_at = learned.at  # no history yet: the declared analysis stands
+                else:
+                    with contextlib.suppress(Exception):  # a learned graph that cannot be analysed: declared
+                        basis = build_basis(
+                            dag, current.capacity, planner, learned.graph, learned.at, basis.version
+                        )
+                        basis.from_history = not learned.changes_nothing
+                        hit = False
         metrics.priority_cache(hit, self.rule)
         if not hit:
             with contextlib.suppress(TypeError):  # not weak-referenceable: no cache

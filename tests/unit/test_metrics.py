@@ -130,6 +130,25 @@ def test_priority_metrics_reach_statsd(statsd: StatsdListener) -> None:
     assert statsd.value("gpu_dag.priority.cache_misses.packing") == (1.0, "c")
 
 
+def test_cache_hits_are_added_up_not_sent_per_get_weight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """get_weight runs per task instance in the scheduler loop: a hit must not cost a StatsD packet."""
+    sent: list[tuple[str, float]] = []
+    monkeypatch.setattr(
+        metrics, "_send", lambda kind, name, value, tags, per=None: sent.append((name, value))
+    )
+    metrics.flush_priority_cache()
+    sent.clear()
+    for _ in range(1000):
+        metrics.priority_cache(True, "critical_path")
+    assert sent == []  # within PRIORITY_CACHE_FLUSH_S of the last flush
+    metrics.priority_cache(False, "critical_path")  # a miss sends what was counted
+    assert sent == [("gpu_dag.priority.cache_hits", 1000), ("gpu_dag.priority.cache_misses", 1)]
+    sent.clear()
+    monkeypatch.setattr(metrics, "PRIORITY_CACHE_FLUSH_S", 0.0)
+    metrics.priority_cache(True, "critical_path")
+    assert sent == [("gpu_dag.priority.cache_hits", 1)]
+
+
 def test_metrics_never_raise_without_a_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken() -> object:
         raise RuntimeError("no stats")

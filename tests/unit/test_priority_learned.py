@@ -109,6 +109,39 @@ def test_reads_happen_off_the_calling_thread_and_are_refreshed(monkeypatch: pyte
     assert _remaining(sdag, "prep") == 600 + 3000
 
 
+def test_a_dag_without_history_costs_one_query_and_no_new_analysis(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first runs of a new DAG: nothing to learn. The reader asks the database one LIMIT 1 question
+    and builds nothing; the weights keep the declared analysis (no second O(V + E) analysis inline)."""
+    import airflow_gpu_dag.airflow.history as history_module
+    from airflow_gpu_dag.priority.learned import read_learned
+
+    asked: list[str] = []
+    monkeypatch.setattr(history_module, "has_history", lambda dag_id, session=None: asked.append(dag_id))
+
+    def never(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("built a learned graph for a DAG without history")
+
+    monkeypatch.setattr(history_module, "learned_task_graph", never)
+    sdag = _pipeline()
+    assert read_learned(sdag) == (None, 0) and asked == ["wrong"]
+
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
+    weights = CriticalPathPriorityStrategy._weights
+    weights.reset()
+    weights.settings()
+    assert weights.learned is not None
+    weights.learned = LearnedDurations(weights.learned.refresh_s, inline=True, read=lambda dag: (None, 0))
+    import airflow_gpu_dag.priority.weights as weights_module
+
+    analyses: list[object] = []
+    build = weights_module.build_basis
+    monkeypatch.setattr(weights_module, "build_basis", lambda *a, **k: analyses.append(a) or build(*a, **k))
+    assert _remaining(sdag, "prep") == 600 + 7200
+    basis = weights.basis(sdag)
+    assert len(analyses) == 1 and basis.learned_at is not None and not basis.from_history
+    assert _remaining(sdag, "train") == 7200 and weights.basis(sdag) is basis and len(analyses) == 1
+
+
 def test_a_failing_read_keeps_the_declared_estimates(caplog: pytest.LogCaptureFixture) -> None:
     def broken(dag: Any) -> tuple[TaskGraph, int]:
         raise RuntimeError("database is locked")
