@@ -15,8 +15,10 @@ from typing import Any
 
 from airflow.policies import hookimpl
 
+from airflow_gpu_dag.airflow import parse_time
 from airflow_gpu_dag.airflow.graph import build_task_graph
 from airflow_gpu_dag.core.findings import ERROR, WARNING, Finding
+from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.validation import ValidationPolicy, ValidationReport, validate_graph
 from airflow_gpu_dag.hints import HINTS_KEY, read_hints
 from airflow_gpu_dag.settings import max_gpus_per_host, objective_name, pool_capacities
@@ -86,11 +88,15 @@ def priority_findings(dag: Any) -> list[Finding]:
 def validate_dag(dag: Any) -> ValidationReport:
     """Validate an Airflow DAG with the settings in ``[gpu_dag]`` (pools, largest host) and the
     configured GPU inventory (NVML on this host or ``[gpu_dag] inventory``, when there is one)."""
+    return _validate(dag)[1]
+
+
+def _validate(dag: Any) -> tuple[TaskGraph, ValidationReport]:
     graph, findings = build_task_graph(dag)
     policy = ValidationPolicy(
         pool_slots=pool_capacities(), max_gpus_per_host=max_gpus_per_host(), inventory=_inventory()
     )
-    return validate_graph(graph, policy, extra=[*findings, *priority_findings(dag)])
+    return graph, validate_graph(graph, policy, extra=[*findings, *priority_findings(dag)])
 
 
 def _inventory() -> Any:
@@ -108,10 +114,14 @@ def _inventory() -> Any:
 def dag_policy(dag: Any) -> None:
     if not uses_provider(dag):
         return
-    report = validate_dag(dag)
+    graph, report = _validate(dag)
     for warning in report.warnings:
         log.warning("%s", warning)
     if report.errors:
         from airflow.exceptions import AirflowClusterPolicyViolation
 
         raise AirflowClusterPolicyViolation("\n".join(str(f) for f in report.errors))
+    try:  # the critical path for the scheduler's first get_weight (priority/parse_time.py)
+        parse_time.annotate(dag, graph)
+    except Exception:  # an optimization: the scheduler analyses the DAG itself
+        log.debug("airflow-gpu-dag: no parse-time critical path for DAG %r", dag.dag_id, exc_info=True)

@@ -51,7 +51,9 @@ __all__ = [
     "key_weight",
     "run_shape",
     "run_weights",
+    "slot_seconds",
     "task_keys",
+    "work_of",
 ]
 
 #: ``[gpu_dag] key_epoch`` default: 2025-01-01T00:00:00Z. Keys are seconds after it (2**31 s = 68 years).
@@ -122,13 +124,22 @@ def run_shape(
     add no work); ``remaining`` replaces the critical-path remaining times (e.g. from a plan)."""
     if remaining is None:
         remaining = {t: timing.remaining for t, timing in analyze(graph).timings.items()}
-    work: dict[str, float] = {}
+    return RunShape(dict(remaining), work_of(slot_seconds(graph), capacity))
+
+
+def slot_seconds(graph: TaskGraph) -> dict[str, float]:
+    """Per pool, the slot-seconds the tasks of ``graph`` hold (duration x slots): the run's work before
+    it is divided by the pool's capacity (independent of the capacity, so it can be computed once)."""
+    seconds: dict[str, float] = {}
     for node in graph.nodes.values():
         pool = task_pool(node)
-        cap = capacity.get(pool, 0)
-        if cap > 0:
-            work[pool] = work.get(pool, 0.0) + node.duration * task_slots(node) / cap
-    return RunShape(dict(remaining), max(work.values(), default=0.0))
+        seconds[pool] = seconds.get(pool, 0.0) + node.duration * task_slots(node)
+    return seconds
+
+
+def work_of(seconds: Mapping[str, float], capacity: Mapping[str, int]) -> float:
+    """``W``: the largest slot-seconds / capacity over the pools of known capacity (others add none)."""
+    return max((s / capacity[p] for p, s in seconds.items() if capacity.get(p, 0) > 0), default=0.0)
 
 
 def task_keys(shape: RunShape, trigger: float, objective: Objective) -> dict[str, float]:

@@ -9,7 +9,9 @@ triggered at ``T``::
 the run (``critical_path`` rule) or the packing plan's planned end - planned start (``packing`` rule,
 once the plan is ready; the critical path until then), ``W`` the DAG's GPU work over the pool capacity,
 ``s`` the objective's stretch, ``E`` ``[gpu_dag] key_epoch``. Work per call: dictionary lookups, plus,
-once per DAG object, the O(V + E) basis (:mod:`.basis`). Plans come from
+once per DAG object, the O(V + E) basis (:mod:`.basis`): made off the scheduler loop when the task
+carries the critical path the dag-processor computed (:mod:`airflow_gpu_dag.airflow.parse_time`, written
+by the cluster policy; the weights use it until the basis is ready), else inline. Plans come from
 :class:`~.background.Background`, durations learned from past runs from :class:`~.learned.LearnedDurations`
 (both off the scheduler loop). Settings are re-read at most every :data:`SETTINGS_TTL_S` seconds.
 """
@@ -27,8 +29,9 @@ from typing import Any
 
 import airflow_gpu_dag.metrics as metrics
 import airflow_gpu_dag.settings as settings
+from airflow_gpu_dag.airflow import parse_time
 from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.objective import Objective, key_weight, run_shape
+from airflow_gpu_dag.core.objective import Objective, key_weight, run_shape, work_of
 from airflow_gpu_dag.core.resources import format_duration
 from airflow_gpu_dag.core.rules import clamp_int32
 from airflow_gpu_dag.priority.background import Background
@@ -182,6 +185,24 @@ class CrossDagWeights:
             self._apply_plan(basis, current)
         return basis
 
+    def _analysed(self, dag: Any) -> bool:
+        """Whether ``dag`` (this object) has its basis for the current capacities."""
+        try:
+            basis = self._bases.get(dag)
+        except TypeError:  # not weak-referenceable: analysed on every call
+            return True
+        return basis is not None and basis.capacity == self.settings().capacity
+
+    def _analyse_later(self, dag: Any) -> None:
+        """Make ``dag``'s basis in the background thread (inline in tests), once per DAG object."""
+        self.settings()  # makes the background worker
+        assert self.background is not None
+
+        def analyse() -> None:
+            self.basis(dag)
+
+        self.background.run(f"basis:{id(dag)}", analyse)
+
     def _build(self, dag: Any, current: WeightSettings) -> DagBasis:
         """Build the basis of ``dag``; a failure is remembered for the DAG object (and these capacities),
         so a DAG whose analysis fails costs one analysis, not one per task instance of every run."""
@@ -223,8 +244,17 @@ class CrossDagWeights:
         strategy catches it and falls back to the task's own ``priority_weight``."""
         task = ti.task
         dag = task.get_dag()
-        basis = self.basis(dag)
         map_index = getattr(ti, "map_index", -1)
+        if (map_index is None or map_index < 0) and not self._analysed(dag):
+            path = parse_time.read(task)
+            if path is not None:  # the dag-processor's critical path; the analysis is made off the loop
+                self._analyse_later(dag)
+                if not self._analysed(dag):  # (inline, in tests, it is ready now)
+                    current = self.settings()
+                    work = work_of(path.slot_seconds, current.capacity)
+                    key = self.triggers.of(ti) + current.objective.stretch * work - path.remaining
+                    return key_weight(key, current.epoch)
+        basis = self.basis(dag)
         remaining = basis.remaining(task.task_id, -1 if map_index is None else int(map_index))
         if remaining is None:
             raise KeyError(f"task {task.task_id!r} is not in the graph of DAG {basis.dag_id!r}")

@@ -120,7 +120,8 @@ def test_lease_metrics_reach_statsd(statsd: StatsdListener, tmp_path: Path) -> N
     assert statsd.value("gpu_dag.lease.reclaims.gpu_a100") == (1.0, "c")
 
 
-def test_priority_metrics_reach_statsd(statsd: StatsdListener) -> None:
+def test_priority_metrics_reach_statsd(statsd: StatsdListener, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metrics, "_cache_counts", {})  # hits other tests' strategies counted
     metrics.priority_plan_time(1.25, "packing")
     metrics.priority_cache(True, "packing")
     metrics.priority_cache(False, "packing")
@@ -133,11 +134,11 @@ def test_priority_metrics_reach_statsd(statsd: StatsdListener) -> None:
 def test_cache_hits_are_added_up_not_sent_per_get_weight(monkeypatch: pytest.MonkeyPatch) -> None:
     """get_weight runs per task instance in the scheduler loop: a hit must not cost a StatsD packet."""
     sent: list[tuple[str, float]] = []
+    monkeypatch.setattr(metrics, "_cache_counts", {})  # hits other tests' strategies counted
     monkeypatch.setattr(
         metrics, "_send", lambda kind, name, value, tags, per=None: sent.append((name, value))
     )
     metrics.flush_priority_cache()
-    sent.clear()
     for _ in range(1000):
         metrics.priority_cache(True, "critical_path")
     assert sent == []  # within PRIORITY_CACHE_FLUSH_S of the last flush

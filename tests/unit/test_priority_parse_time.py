@@ -1,0 +1,179 @@
+"""The critical path computed at parse time (airflow/parse_time.py): the cluster policy writes it, the
+first get_weight of a DAG object uses it instead of analysing the DAG in the scheduler loop, and the
+weights are the same either way."""
+
+from __future__ import annotations
+
+import math
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.providers.standard.operators.bash import BashOperator
+from airflow.sdk import DAG, task
+from airflow.serialization.serialized_objects import DagSerialization
+
+from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, PACKING_WEIGHT_RULE, gpu_hints
+from airflow_gpu_dag.airflow import parse_time
+from airflow_gpu_dag.airflow.policy import dag_policy
+from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, PackingPriorityStrategy
+
+RUN_ID = "manual__2026-11-30T12:00:00+00:00"
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu": 4}')
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
+    for cls in (CriticalPathPriorityStrategy, PackingPriorityStrategy):
+        cls._weights.reset()
+    yield
+    for cls in (CriticalPathPriorityStrategy, PackingPriorityStrategy):
+        cls._weights.reset()
+
+
+def _dag(dag_id: str = "pt", rule: str = CRITICAL_PATH_WEIGHT_RULE) -> DAG:
+    with DAG(dag_id, default_args={"weight_rule": rule}) as dag:
+        prep = BashOperator(task_id="prep", bash_command="true", executor_config=gpu_hints(duration="10m"))
+        previous = prep
+        for i, (duration, gpus) in enumerate((("2h", 4), ("30m", 2), ("45m", 1))):
+            step = BashOperator(
+                task_id=f"gpu_{i}",
+                bash_command="true",
+                pool="gpu",
+                pool_slots=gpus,
+                executor_config=gpu_hints(duration=duration, gpus=gpus),
+            )
+            previous >> step
+            previous = step
+        side = BashOperator(
+            task_id="side", bash_command="true", pool="gpu", executor_config=gpu_hints(duration="20m", gpus=1)
+        )
+        prep >> side
+    return dag
+
+
+def _serialized(dag: DAG) -> Any:
+    return DagSerialization.from_dict(DagSerialization.to_dict(dag))
+
+
+def _weights(sdag: Any, strategy: Any) -> dict[str, int]:
+    return {
+        task_id: strategy.get_weight(
+            SimpleNamespace(task=t, task_id=task_id, dag_id=sdag.dag_id, run_id=RUN_ID, map_index=-1)
+        )
+        for task_id, t in sdag.task_dict.items()
+    }
+
+
+def test_the_policy_writes_the_critical_path_and_the_serialized_dag_keeps_it() -> None:
+    dag = _dag()
+    dag_policy(dag)
+    sdag = _serialized(dag)
+    paths = {task_id: parse_time.read(t) for task_id, t in sdag.task_dict.items()}
+    assert all(p is not None for p in paths.values())
+    assert paths["gpu_0"].remaining == (120 + 30 + 45) * 60  # type: ignore[union-attr]
+    assert paths["prep"].remaining == (10 + 120 + 30 + 45) * 60  # type: ignore[union-attr]
+    gpu_slot_seconds = (120 * 4 + 30 * 2 + 45 * 1 + 20 * 1) * 60
+    assert paths["side"].slot_seconds["gpu"] == gpu_slot_seconds  # type: ignore[union-attr]
+    # the hints are untouched
+    assert sdag.task_dict["gpu_0"].executor_config["gpu_dag"]["duration_s"] == 7200
+
+
+@pytest.mark.parametrize("rule", [CRITICAL_PATH_WEIGHT_RULE, PACKING_WEIGHT_RULE])
+def test_weights_from_the_parse_time_path_equal_those_of_the_analysis(rule: str) -> None:
+    strategy = (
+        CriticalPathPriorityStrategy() if rule == CRITICAL_PATH_WEIGHT_RULE else PackingPriorityStrategy()
+    )
+    annotated = _dag("same", rule)
+    dag_policy(annotated)
+    with_path = _weights(_serialized(annotated), strategy)
+    type(strategy)._weights.reset()
+    without = _weights(_serialized(_dag("same", rule)), strategy)  # no policy: analysed inline
+    assert with_path == without
+
+
+def test_the_first_get_weight_does_not_analyse_the_dag_in_the_calling_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import airflow_gpu_dag.priority.weights as weights_module
+
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "true")
+    analysed_in: list[str] = []
+    build = weights_module.build_basis
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        analysed_in.append(threading.current_thread().name)
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(weights_module, "build_basis", recording)
+    dag = _dag()
+    dag_policy(dag)
+    sdag = _serialized(dag)
+    strategy = CriticalPathPriorityStrategy()
+    first = _weights(sdag, strategy)
+    weights = CriticalPathPriorityStrategy._weights
+    assert weights.background is not None and weights.background.wait_idle(60)
+    assert analysed_in == ["gpu-dag-weights"]  # once, off the calling thread
+    assert _weights(sdag, strategy) == first  # from the analysis now: the same weights
+
+
+def test_without_the_policy_the_dag_is_analysed_inline_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "true")
+    sdag = _serialized(_dag())
+    assert all(parse_time.read(t) is None for t in sdag.task_dict.values())
+    _weights(sdag, CriticalPathPriorityStrategy())
+    assert CriticalPathPriorityStrategy._weights.basis_builds == 1
+
+
+def test_pool_sizes_are_applied_by_the_scheduler_not_written_at_parse_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Changing [gpu_dag] pools must not give every DAG a new version: the figures do not depend on it."""
+    first, second = _dag(), _dag()
+    dag_policy(first)
+    small = _weights(_serialized(first), CriticalPathPriorityStrategy())
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu": 16}')
+    CriticalPathPriorityStrategy._weights.reset()
+    dag_policy(second)
+    assert DagSerialization.to_dict(first) == DagSerialization.to_dict(second)
+    big = _weights(_serialized(second), CriticalPathPriorityStrategy())
+    assert small != big  # W = slot-seconds / capacity: 4 GPUs make a longer run than 16
+
+
+def test_dags_with_mapped_tasks_are_not_annotated() -> None:
+    with DAG("mapped", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
+
+        @task(executor_config=gpu_hints(duration="5m"))
+        def trial(x: int) -> int:
+            return x
+
+        trial.expand(x=[1, 2, 3])
+    dag_policy(dag)
+    assert all(parse_time.read(t) is None for t in _serialized(dag).task_dict.values())
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "not a dict",
+        {},
+        {"remaining_s": "600", "slot_seconds": {}},
+        {"remaining_s": True, "slot_seconds": {}},
+        {"remaining_s": math.nan, "slot_seconds": {}},
+        {"remaining_s": 600.0, "slot_seconds": {"gpu": math.inf}},
+        {"remaining_s": 600.0, "slot_seconds": {"gpu": "1"}},
+        {"remaining_s": 600.0, "slot_seconds": {1: 1.0}},
+        {"remaining_s": 600.0, "slot_seconds": ["gpu", 1.0]},
+    ],
+)
+def test_a_malformed_entry_is_ignored(entry: object) -> None:
+    assert parse_time.read(SimpleNamespace(executor_config={parse_time.PARSE_TIME_KEY: entry})) is None
+
+
+def test_a_well_formed_entry_is_read() -> None:
+    entry = {"remaining_s": 600, "slot_seconds": {"gpu": 3600.0}}
+    path = parse_time.read(SimpleNamespace(executor_config={parse_time.PARSE_TIME_KEY: entry}))
+    assert path == parse_time.ParseTimePath(600.0, {"gpu": 3600.0})
