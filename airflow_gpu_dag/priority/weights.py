@@ -197,9 +197,21 @@ class CrossDagWeights:
         """Make ``dag``'s basis in the background thread (inline in tests), once per DAG object."""
         self.settings()  # makes the background worker
         assert self.background is not None
+        with contextlib.suppress(TypeError):  # not weak-referenceable: never cached as failed
+            if self._failed.get(dag) is not None:
+                return  # analysed once and failed: the parse-time figures it is, without a job per call
 
         def analyse() -> None:
-            self.basis(dag)
+            try:
+                self.basis(dag)
+            except Exception as err:  # remembered by _build; said once per DAG object
+                log.warning(
+                    "airflow-gpu-dag: cannot analyse DAG %r (%s: %s); its weights use the critical path "
+                    "computed when it was parsed",
+                    getattr(dag, "dag_id", "?"),
+                    type(err).__name__,
+                    err,
+                )
 
         self.background.run(f"basis:{id(dag)}", analyse)
 

@@ -177,3 +177,26 @@ def test_a_well_formed_entry_is_read() -> None:
     entry = {"remaining_s": 600, "slot_seconds": {"gpu": 3600.0}}
     path = parse_time.read(SimpleNamespace(executor_config={parse_time.PARSE_TIME_KEY: entry}))
     assert path == parse_time.ParseTimePath(600.0, {"gpu": 3600.0})
+
+
+def test_a_dag_whose_analysis_fails_keeps_its_parse_time_weights(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import airflow_gpu_dag.priority.weights as weights_module
+
+    dag = _dag()
+    dag_policy(dag)
+    sdag = _serialized(dag)
+    expected = _weights(sdag, CriticalPathPriorityStrategy())
+    CriticalPathPriorityStrategy._weights.reset()
+    tries: list[int] = []
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        tries.append(1)
+        raise RuntimeError("cannot analyse")
+
+    monkeypatch.setattr(weights_module, "build_basis", broken)
+    for _ in range(3):
+        assert _weights(sdag, CriticalPathPriorityStrategy()) == expected
+    assert len(tries) == 1  # one analysis per DAG object, not one per task instance
+    assert caplog.text.count("cannot analyse DAG 'pt'") == 1
