@@ -141,6 +141,10 @@ class Background:
                 self._thread = threading.Thread(target=self._work, name="gpu-dag-weights", daemon=True)
                 self._thread.start()
 
+    def is_worker(self) -> bool:
+        """True when called from this object's worker thread."""
+        return self._thread is not None and threading.current_thread() is self._thread
+
     def _work(self) -> None:
         while True:
             _key, job = self._jobs.get()

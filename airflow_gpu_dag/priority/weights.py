@@ -36,7 +36,7 @@ from airflow_gpu_dag.core.resources import format_duration
 from airflow_gpu_dag.core.rules import clamp_int32
 from airflow_gpu_dag.priority.background import Background
 from airflow_gpu_dag.priority.basis import DagBasis, build_basis
-from airflow_gpu_dag.priority.learned import LEARNED_REFRESH_S, LearnedDurations
+from airflow_gpu_dag.priority.learned import LEARNED_REFRESH_S, Learned, LearnedDurations
 from airflow_gpu_dag.priority.trigger import TriggerTimes
 
 log = logging.getLogger(__name__)
@@ -170,13 +170,12 @@ class CrossDagWeights:
             if learned is not None and basis.learned_at != learned.at:
                 if learned.changes_nothing and not basis.from_history:
                     basis.learned_at = learned.at  # no history yet: the declared analysis stands
-                else:
-                    with contextlib.suppress(Exception):  # a learned graph that cannot be analysed: declared
-                        basis = build_basis(
-                            dag, current.capacity, planner, learned.graph, learned.at, basis.version
-                        )
-                        basis.from_history = not learned.changes_nothing
-                        hit = False
+                elif self._in_background():
+                    relearned = self._relearn(dag, basis, learned, current, planner)
+                    if relearned is not None:
+                        basis, hit = relearned, False
+                else:  # the O(V + E) analysis of the learned graph: in the background thread
+                    self._relearn_later(dag, basis, learned, current, planner)
         metrics.priority_cache(hit, self.rule)
         if not hit:
             with contextlib.suppress(TypeError):  # not weak-referenceable: no cache
@@ -184,6 +183,38 @@ class CrossDagWeights:
         if self.rule == "packing" and not basis.planned:
             self._apply_plan(basis, current)
         return basis
+
+    def _in_background(self) -> bool:
+        """True in the background worker thread, or when work runs inline (tests)."""
+        return self.background is None or self.background.inline or self.background.is_worker()
+
+    def _relearn(
+        self, dag: Any, basis: DagBasis, learned: Learned, current: WeightSettings, planner: dict[str, Any]
+    ) -> DagBasis | None:
+        """``dag``'s basis from its learned graph (None: it cannot be analysed; the declared one stays)."""
+        try:
+            new = build_basis(dag, current.capacity, planner, learned.graph, learned.at, basis.version)
+        except Exception:  # a learned graph that cannot be analysed: the declared durations
+            basis.learned_at = learned.at
+            return None
+        new.from_history = not learned.changes_nothing
+        return new
+
+    def _relearn_later(
+        self, dag: Any, basis: DagBasis, learned: Learned, current: WeightSettings, planner: dict[str, Any]
+    ) -> None:
+        """Rebuild ``dag``'s basis from its learned graph in the background thread; until then its
+        weights stay those of ``basis``."""
+        assert self.background is not None
+
+        def relearn() -> None:
+            new = self._relearn(dag, basis, learned, current, planner)
+            if new is not None:
+                with contextlib.suppress(TypeError):
+                    if self._bases.get(dag) is basis:  # nothing newer meanwhile
+                        self._bases[dag] = new
+
+        self.background.run(f"learned:{id(dag)}:{learned.at}", relearn)
 
     def _analysed(self, dag: Any) -> bool:
         """Whether ``dag`` (this object) has its basis for the current capacities."""

@@ -99,6 +99,10 @@ def test_reads_happen_off_the_calling_thread_and_are_refreshed(monkeypatch: pyte
     assert _remaining(sdag, "prep") == 600 + 7200
     version = f"wrong:{weights.basis(sdag).version}"
     assert weights.learned is not None and weights.learned.wait_for(version) is not None
+    # the learned graph is analysed in the background thread too; the weights follow once it is done
+    deadline = time.monotonic() + 30
+    while _remaining(sdag, "prep") != 600 + 1200 and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert _remaining(sdag, "prep") == 600 + 1200
     assert history.threads and set(history.threads) == {"gpu-dag-learned"}
     # the runs get longer; within the refresh bound the weights follow without anything asking
@@ -180,3 +184,27 @@ def test_mapped_instances_beyond_the_expected_count_are_weighed_like_the_first()
     assert node_id(nodes, "sweep", -1) == "sweep[0]"
     assert node_id(nodes, "select", -1) == "select"
     assert node_id(nodes, "other", 0) is None
+
+
+def test_the_learned_graph_is_analysed_off_the_calling_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    import airflow_gpu_dag.priority.weights as weights_module
+
+    sdag = _pipeline()
+    _use(monkeypatch, FakeHistory(train_s=1200.0), inline=False)
+    weights = CriticalPathPriorityStrategy._weights
+    assert _remaining(sdag, "prep") == 600 + 7200  # declared, analysed on this first call (no policy)
+    analysed_in: list[str] = []
+    build = weights_module.build_basis
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        analysed_in.append(threading.current_thread().name)
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(weights_module, "build_basis", recording)
+    version = f"wrong:{weights.basis(sdag).version}"
+    assert weights.learned is not None and weights.learned.wait_for(version) is not None
+    deadline = time.monotonic() + 30
+    while _remaining(sdag, "prep") != 600 + 1200 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _remaining(sdag, "prep") == 600 + 1200
+    assert analysed_in == ["gpu-dag-weights"]
