@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_gpu_dag.core.critical_path import analyze
+from airflow_gpu_dag.core.fingerprint import fingerprint
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.objective import slot_seconds
 
@@ -33,11 +34,12 @@ PARSE_TIME_KEY = "gpu_dag_critical_path"
 
 @dataclass(frozen=True)
 class ParseTimePath:
-    """One task's parse-time figures: its remaining critical path (seconds) and its run's slot-seconds
-    per pool."""
+    """One task's parse-time figures: its remaining critical path (seconds), its run's slot-seconds per
+    pool, and the DAG version they belong to (the digest of its declared graph, as the weights name it)."""
 
     remaining: float
     slot_seconds: Mapping[str, float]
+    version: str = ""
 
 
 def annotate(dag: Any, graph: TaskGraph) -> int:
@@ -50,6 +52,7 @@ def annotate(dag: Any, graph: TaskGraph) -> int:
         return 0
     remaining = {task_id: timing.remaining for task_id, timing in analyze(graph).timings.items()}
     seconds = {pool: float(value) for pool, value in sorted(slot_seconds(graph).items())}
+    version = fingerprint(graph, {}, {})
     if not all(math.isfinite(v) for v in (*remaining.values(), *seconds.values())):
         return 0
     for task_id, task in dag.task_dict.items():
@@ -57,7 +60,11 @@ def annotate(dag: Any, graph: TaskGraph) -> int:
         # a new dict: tasks may share one default executor_config object
         task.executor_config = {
             **config,
-            PARSE_TIME_KEY: {"remaining_s": float(remaining[task_id]), "slot_seconds": dict(seconds)},
+            PARSE_TIME_KEY: {
+                "remaining_s": float(remaining[task_id]),
+                "slot_seconds": dict(seconds),
+                "version": version,
+            },
         }
     return len(dag.task_dict)
 
@@ -85,7 +92,8 @@ def read(task: Any) -> ParseTimePath | None:
             clean[pool] = float(value)
         if not all(math.isfinite(v) for v in (float(remaining), *clean.values())):
             return None
-        return ParseTimePath(float(remaining), clean)
+        version = entry.get("version", "")
+        return ParseTimePath(float(remaining), clean, version if isinstance(version, str) else "")
     except Exception:
         return None
 

@@ -12,30 +12,16 @@ scheduler loop (:mod:`.background`).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_gpu_dag.airflow.graph import build_task_graph
+from airflow_gpu_dag.core.fingerprint import fingerprint
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.objective import RunShape, run_shape
-from airflow_gpu_dag.core.pools import task_pool, task_slots
 
 __all__ = ["DagBasis", "build_basis", "fingerprint", "node_id"]
-
-
-def fingerprint(graph: TaskGraph, capacity: Mapping[str, int], extra: Mapping[str, Any]) -> str:
-    """A digest of what a plan of ``graph`` depends on: a new DAG version with the same tasks, edges,
-    estimates and pools (and the same capacities and settings ``extra``) reuses the plan."""
-    digest = hashlib.sha256()
-    digest.update(json.dumps([graph.dag_id, sorted(capacity.items()), sorted(extra.items())]).encode())
-    for task_id, node in graph.nodes.items():
-        digest.update(f"\n{task_id}\t{node.duration!r}\t{task_pool(node)}\t{task_slots(node)}".encode())
-    for up, down, _kind in graph.edges():
-        digest.update(f"\n{up}>{down}".encode())
-    return digest.hexdigest()[:32]
 
 
 def node_id(basis_nodes: Mapping[str, Any], task_id: str, map_index: int) -> str | None:

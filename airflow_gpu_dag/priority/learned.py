@@ -76,7 +76,9 @@ class LearnedDurations:
     """See the module docstring. Entries are keyed by DAG version (``dag_id`` and a digest of its declared
     graph), not by DAG object: an api-server may load a new object of the same version for every
     request. The latest object of each version is kept for the refreshes (at most :data:`MAX_VERSIONS`,
-    least recently asked for dropped first). ``read`` and ``clock`` are replaceable for tests."""
+    least recently asked for dropped first). ``read`` and ``clock`` are replaceable for tests;
+    ``prepare(version, dag, entry)`` is called with every new entry in the reading thread, before the
+    entry is visible (the weights make the version's basis there)."""
 
     def __init__(
         self,
@@ -84,11 +86,13 @@ class LearnedDurations:
         inline: bool = False,
         read: Callable[[Any], tuple[TaskGraph | None, int]] = read_learned,
         clock: Callable[[], float] = time.monotonic,
+        prepare: Callable[[str, Any, Learned], None] | None = None,
     ) -> None:
         self.refresh_s = max(1.0, refresh_s)
         self.inline = inline
         self._read = read
         self._clock = clock
+        self._prepare = prepare  # called with each new entry, in the reading thread (the weights' basis)
         self._entries: dict[str, Learned] = {}
         self._dags: OrderedDict[str, Any] = OrderedDict()  # version -> the latest DAG object asked with
         self._wanted: set[str] = set()  # asked for, not read yet
@@ -133,6 +137,11 @@ class LearnedDurations:
                 self._wanted.discard(version)
             return None
         entry = Learned(self._clock(), graph, learned_tasks)
+        if self._prepare is not None:
+            try:
+                self._prepare(version, dag, entry)  # before the entry is visible: callers find both
+            except Exception:
+                log.exception("airflow-gpu-dag: preparing the weights of DAG version %s failed", version)
         with self._lock:
             self.reads += 1
             if version in self._dags:

@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -53,6 +54,8 @@ __all__ = [
 #: Above this many tasks no packing plan is made (the critical path is used).
 PACKING_PLAN_MAX_TASKS = 3000
 SETTINGS_TTL_S = 30.0
+#: DAG versions whose latest basis is kept per process (shared by the objects of a version).
+MAX_VERSION_BASES = 1024
 
 
 def key_capacities() -> dict[str, int]:
@@ -127,6 +130,9 @@ class CrossDagWeights:
         self.background: Background | None = None
         self.learned: LearnedDurations | None = None
         self.basis_builds = 0  # DAG objects analysed (metrics, tests)
+        # the latest basis of each DAG version ("dag_id:version"), shared by every object of it (an
+        # api-server loads a new object per request) and made by the learned-durations thread
+        self._versions: OrderedDict[str, DagBasis] = OrderedDict()
 
     # -- settings ---------------------------------------------------------------------------------
     def settings(self) -> WeightSettings:
@@ -139,7 +145,7 @@ class CrossDagWeights:
                 self.background = Background(inline=background[0], label=self.rule, nice=background[1])
             inline, refresh = not self._settings.plan_in_background, self._settings.learned_refresh
             if self.learned is None or (self.learned.inline, self.learned.refresh_s) != (inline, refresh):
-                self.learned = LearnedDurations(refresh, inline=inline)
+                self.learned = LearnedDurations(refresh, inline=inline, prepare=self._prepare_learned)
         return self._settings
 
     def reset(self) -> None:
@@ -148,6 +154,7 @@ class CrossDagWeights:
             self._settings = None
             self._bases = weakref.WeakKeyDictionary()
             self._failed = weakref.WeakKeyDictionary()
+            self._versions = OrderedDict()
             self.background = None
             self.learned = None
             self.triggers = TriggerTimes()
@@ -168,8 +175,11 @@ class CrossDagWeights:
         if current.learned and self.learned is not None:
             learned = self.learned.get(f"{basis.dag_id}:{basis.version}", dag)
             if learned is not None and basis.learned_at != learned.at:
+                ready = self._version(f"{basis.dag_id}:{basis.version}", current)
                 if learned.changes_nothing and not basis.from_history:
                     basis.learned_at = learned.at  # no history yet: the declared analysis stands
+                elif ready is not None and ready.learned_at == learned.at:
+                    basis, hit = ready, False  # made by the learned-durations thread
                 elif self._in_background():
                     relearned = self._relearn(dag, basis, learned, current, planner)
                     if relearned is not None:
@@ -180,6 +190,7 @@ class CrossDagWeights:
         if not hit:
             with contextlib.suppress(TypeError):  # not weak-referenceable: no cache
                 self._bases[dag] = basis
+            self._keep_version(basis)
         if self.rule == "packing" and not basis.planned:
             self._apply_plan(basis, current)
         return basis
@@ -210,11 +221,46 @@ class CrossDagWeights:
         def relearn() -> None:
             new = self._relearn(dag, basis, learned, current, planner)
             if new is not None:
+                self._keep_version(new)
                 with contextlib.suppress(TypeError):
                     if self._bases.get(dag) is basis:  # nothing newer meanwhile
                         self._bases[dag] = new
 
         self.background.run(f"learned:{id(dag)}:{learned.at}", relearn)
+
+    def _version(self, key: str, current: WeightSettings) -> DagBasis | None:
+        """The latest basis of DAG version ``key`` for the current capacities, if one was made."""
+        with self._lock:
+            basis = self._versions.get(key)
+            if basis is not None:
+                self._versions.move_to_end(key)
+        return basis if basis is not None and basis.capacity == current.capacity else None
+
+    def _keep_version(self, basis: DagBasis) -> None:
+        key = f"{basis.dag_id}:{basis.version}"
+        with self._lock:
+            kept = self._versions.get(key)
+            if kept is not None and (kept.learned_at or -1.0) > (basis.learned_at or -1.0):
+                return  # a newer learned basis is kept already
+            self._versions[key] = basis
+            self._versions.move_to_end(key)
+            while len(self._versions) > MAX_VERSION_BASES:
+                self._versions.popitem(last=False)
+
+    def _prepare_learned(self, key: str, dag: Any, learned: Learned) -> None:
+        """Called by the learned-durations thread after each read: make the version's basis from the
+        learned graph there, so no scheduler or api-server call waits for that analysis."""
+        if learned.changes_nothing:
+            return
+        current = self.settings()
+        version = key.split(":", 1)[1] if ":" in key else ""
+        planner = {"rule": self.rule, **current.planner_settings()}
+        try:
+            new = build_basis(dag, current.capacity, planner, learned.graph, learned.at, version)
+        except Exception:  # the objects keep the declared analysis (and retry in the background)
+            return
+        new.from_history = True
+        self._keep_version(new)
 
     def _analysed(self, dag: Any) -> bool:
         """Whether ``dag`` (this object) has its basis for the current capacities."""
@@ -290,7 +336,11 @@ class CrossDagWeights:
         map_index = getattr(ti, "map_index", -1)
         if (map_index is None or map_index < 0) and not self._analysed(dag):
             path = parse_time.read(task)
-            if path is not None:  # the dag-processor's critical path; the analysis is made off the loop
+            ready = self._version(f"{dag.dag_id}:{path.version}", self.settings()) if path else None
+            if ready is not None:  # another object of this DAG version was analysed: share its basis
+                with contextlib.suppress(TypeError):
+                    self._bases[dag] = ready
+            elif path is not None:  # the dag-processor's critical path; the analysis is made off the loop
                 self._analyse_later(dag)
                 if not self._analysed(dag):  # (inline, in tests, it is ready now)
                     current = self.settings()

@@ -72,7 +72,9 @@ def _use(monkeypatch: pytest.MonkeyPatch, history: FakeHistory, inline: bool, re
     weights.reset()
     weights.settings()
     assert weights.learned is not None and weights.learned.inline is inline
-    weights.learned = LearnedDurations(weights.learned.refresh_s, inline=inline, read=history)
+    weights.learned = LearnedDurations(
+        weights.learned.refresh_s, inline=inline, read=history, prepare=weights._prepare_learned
+    )
 
 
 def test_weights_follow_learned_durations(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -207,4 +209,35 @@ def test_the_learned_graph_is_analysed_off_the_calling_thread(monkeypatch: pytes
     while _remaining(sdag, "prep") != 600 + 1200 and time.monotonic() < deadline:
         time.sleep(0.02)
     assert _remaining(sdag, "prep") == 600 + 1200
-    assert analysed_in == ["gpu-dag-weights"]
+    assert analysed_in and set(analysed_in) <= {"gpu-dag-learned", "gpu-dag-weights"}  # never the caller
+
+
+@pytest.mark.parametrize("parsed_by_the_policy", [False, True])
+def test_a_new_object_of_a_learned_version_gets_the_learned_weights_at_once(
+    monkeypatch: pytest.MonkeyPatch, parsed_by_the_policy: bool
+) -> None:
+    """An api-server loads a new DAG object per request: its first weights already follow the learned
+    durations made for that DAG version (no analysis waited for, none made in the caller)."""
+    from airflow_gpu_dag.airflow import parse_time
+    from airflow_gpu_dag.airflow.policy import dag_policy
+
+    def pipeline() -> Any:
+        with DAG("wrong", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
+            hints = gpu_hints(duration="10m"), gpu_hints(duration="2h")
+            prep = BashOperator(task_id="prep", bash_command="true", executor_config=hints[0])
+            prep >> BashOperator(task_id="train", bash_command="true", executor_config=hints[1])
+        if parsed_by_the_policy:
+            dag_policy(dag)
+        return DagSerialization.from_dict(DagSerialization.to_dict(dag))
+
+    first = pipeline()
+    _use(monkeypatch, FakeHistory(train_s=1200.0), inline=False)
+    weights = CriticalPathPriorityStrategy._weights
+    _remaining(first, "prep")
+    version = f"wrong:{weights.basis(first).version}"
+    if parsed_by_the_policy:  # the dag-processor names the version as the weights do
+        assert f"wrong:{parse_time.read(first.task_dict['prep']).version}" == version  # type: ignore[union-attr]
+    assert weights.learned is not None and weights.learned.wait_for(version) is not None
+    second = pipeline()
+    assert second is not first
+    assert _remaining(second, "prep") == 600 + 1200 and _remaining(second, "train") == 1200

@@ -1,0 +1,28 @@
+"""A digest of what a plan of a task graph depends on, and of a DAG version's declared graph."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.pools import task_pool, task_slots
+
+__all__ = ["fingerprint"]
+
+
+def fingerprint(graph: TaskGraph, capacity: Mapping[str, int], extra: Mapping[str, Any]) -> str:
+    """A digest of what a plan of ``graph`` depends on: a new DAG version with the same tasks, edges,
+    estimates and pools (and the same capacities and settings ``extra``) reuses the plan. Independent
+    of the order tasks and edges were added in (the dag-processor's DAG and the scheduler's serialized
+    one list them differently); ``fingerprint(graph, {}, {})`` names a DAG version's declared graph."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps([graph.dag_id, sorted(capacity.items()), sorted(extra.items())]).encode())
+    for task_id in sorted(graph.nodes):
+        node = graph.nodes[task_id]
+        digest.update(f"\n{task_id}\t{node.duration!r}\t{task_pool(node)}\t{task_slots(node)}".encode())
+    for up, down in sorted((up, down) for up, down, _kind in graph.edges()):
+        digest.update(f"\n{up}>{down}".encode())
+    return digest.hexdigest()[:32]
