@@ -217,7 +217,8 @@ def _race(args: tuple[str, str, int, str]) -> bool:
     """One process: wait at the start line, then claim 1 GPU-hour against a 1.5 GPU-hour cap."""
     kind, where, index, start_file = args
     book: BudgetLedger = FileBudgetLedger(where) if kind == "file" else SqlBudgetLedger(where)
-    deadline = time.monotonic() + 30
+    Path(f"{start_file}.ready{index}").touch()
+    deadline = time.monotonic() + 120
     while not Path(start_file).exists() and time.monotonic() < deadline:
         time.sleep(0.001)
     decision = book.claim(
@@ -259,12 +260,16 @@ _pg = contextlib.contextmanager(_postgres)
 
 def _run_race(kind: str, where: str, tmp_path: Path) -> list[bool]:
     start = tmp_path / "go"
-    ctx = multiprocessing.get_context("fork")
+    # spawn, not fork: this process runs the weights' daemon threads, and a child forked while one of
+    # them holds a lock (logging, an import) would wait for it for ever
+    ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(6) as pool:
         result = pool.map_async(_race, [(kind, where, i, str(start)) for i in range(6)])
-        time.sleep(0.5)
+        deadline = time.monotonic() + 180
+        while len(list(tmp_path.glob("go.ready*"))) < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)  # every process at the start line, then all go at once
         start.touch()
-        return list(result.get(timeout=120))
+        return list(result.get(timeout=240))
 
 
 def test_sql_ledger_survives_a_restart(tmp_path: Path) -> None:
