@@ -102,8 +102,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for mode in modes
         for seed in parse_seeds(args.seeds)
     ]
-    with Pool(args.jobs) as pool:
-        results = pool.map(one_instance, jobs, chunksize=4)
+    if args.jobs > 1:
+        with Pool(args.jobs) as pool:
+            results = pool.map(one_instance, jobs, chunksize=4)
+    else:  # in this process: no fork (the tests call it from a process with daemon threads)
+        results = [one_instance(job) for job in jobs]
     print(
         f"# learned durations, many DAGs: objective {args.objective}; declared = truth x exp(N(0, "
         f"{args.error:g})); learned from {args.runs} runs, each truth x U(1 +/- {args.spread:g}); "
