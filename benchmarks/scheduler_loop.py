@@ -364,26 +364,6 @@ class RoundResult:
     notes: list[str] = field(default_factory=list)
 
 
-def _components(cluster: AirflowCluster) -> dict[int, str]:
-    out: dict[int, str] = {}
-    for name, pid in cluster.pids.items():
-        with contextlib.suppress(psutil.Error):
-            out[pid] = name
-            for child in psutil.Process(pid).children(recursive=True):
-                out.setdefault(child.pid, name)
-    return out
-
-
-def _paged(cluster: AirflowCluster, path: str, key: str, **params: Any) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    while True:
-        page = cluster.api("GET", path, params={"limit": 100, "offset": len(out), **params}).json()
-        items = list(page.get(key) or [])
-        out.extend(items)
-        if not items or len(out) >= int(page.get("total_entries", 0)):
-            return out
-
-
 def _wait_parsed(cluster: AirflowCluster, specs: Sequence[DagSpec], timeout: float) -> dict[str, int]:
     """Wait until every DAG is serialized and its asset exists; returns asset name -> asset id (Airflow
     normalises the URI, ``bench://x`` -> ``bench://x/``; the name stays as written)."""
@@ -391,7 +371,7 @@ def _wait_parsed(cluster: AirflowCluster, specs: Sequence[DagSpec], timeout: flo
     wanted = {f"bench://{s.dag_id}" for s in specs}
     while True:
         dags = cluster.api("GET", "/dags", params={"limit": 1}).json().get("total_entries", 0)
-        assets = {a["name"]: int(a["id"]) for a in _paged(cluster, "/assets", "assets")}
+        assets = {a["name"]: int(a["id"]) for a in _stress()._list(cluster, "/assets", "assets")}
         if dags >= len(specs) and wanted <= set(assets):
             return assets
         if time.monotonic() > deadline:
@@ -452,7 +432,7 @@ def run_round(
         order = trigger_order(specs, rewritten)
         with bench_cluster(folder, rule, timing_file, statsd.port, db_url) as cluster:
             assets = _wait_parsed(cluster, specs, parse_timeout)
-            components = _components(cluster)
+            components = _stress()._pid_components(cluster)
             events: dict[str, float] = {}
             t0 = time.time()
             step = window / max(1, len(order))
@@ -473,10 +453,10 @@ def run_round(
                     "POST", "/assets/events", json={"asset_id": assets[f"bench://{dag_id}"]}
                 ).json()
                 events[dag_id] = _ts(body.get("timestamp")) or time.time()
-                components.update(_components(cluster))
+                components.update(_stress()._pid_components(cluster))
             first_queued = _drain(cluster, events, drain)
             t_end = time.time()
-            components.update(_components(cluster))
+            components.update(_stress()._pid_components(cluster))
             reparsed, new_versions = _reversioned(cluster, [s for s in specs if s.file in rewritten])
             plans = planned_dags(cluster.read_log("scheduler"))
             database = cluster.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].split("://", 1)[0]
@@ -534,7 +514,7 @@ def _drain(cluster: AirflowCluster, events: dict[str, float], timeout: float) ->
     deadline = time.monotonic() + timeout
     found: dict[str, float] = {}
     while True:
-        runs = _paged(cluster, "/dags/~/dagRuns", "dag_runs", run_type="asset_triggered")
+        runs = _stress()._list(cluster, "/dags/~/dagRuns", "dag_runs", run_type="asset_triggered")
         for run in runs:
             dag_id = run["dag_id"]
             if dag_id in found or dag_id not in events:
@@ -598,14 +578,17 @@ def format_report(results: Sequence[RoundResult]) -> str:
 
 
 def _stress() -> Any:
-    """``benchmarks/stress.py`` (its throwaway PostgreSQL), loaded by path: ``benchmarks`` is no package."""
+    """``benchmarks/stress.py`` (its throwaway PostgreSQL, process-tree and paging helpers), loaded by
+    path: ``benchmarks`` is no package."""
     spec = importlib.util.spec_from_file_location(
         "gpu_dag_benchmark_stress", ROOT / "benchmarks" / "stress.py"
     )
     assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)
-    spec.loader.exec_module(module)
+    module = sys.modules.get(spec.name)
+    if module is None:  # loaded once (its process-tree and paging helpers are called in loops)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
     return module
 
 
