@@ -168,7 +168,6 @@ class CrossDagWeights:
         except TypeError:  # not weak-referenceable: no cache
             basis = None
         hit = basis is not None and basis.capacity == current.capacity
-        planner = {"rule": self.rule, **current.planner_settings()}
         if basis is None or not hit:
             basis = self._build(dag, current)
             self.basis_builds += 1
@@ -181,11 +180,13 @@ class CrossDagWeights:
                 elif ready is not None and ready.learned_at == learned.at:
                     basis, hit = ready, False  # made by the learned-durations thread
                 elif self._in_background():
-                    relearned = self._relearn(dag, basis, learned, current, planner)
-                    if relearned is not None:
+                    relearned = self._learned_basis(dag, basis.version, learned, current)
+                    if relearned is None:  # cannot be analysed: the declared durations stay
+                        basis.learned_at = learned.at
+                    else:
                         basis, hit = relearned, False
                 else:  # the O(V + E) analysis of the learned graph: in the background thread
-                    self._relearn_later(dag, basis, learned, current, planner)
+                    self._relearn_later(dag, basis, learned, current)
         metrics.priority_cache(hit, self.rule)
         if not hit:
             with contextlib.suppress(TypeError):  # not weak-referenceable: no cache
@@ -199,28 +200,33 @@ class CrossDagWeights:
         """True in the background worker thread, or when work runs inline (tests)."""
         return self.background is None or self.background.inline or self.background.is_worker()
 
-    def _relearn(
-        self, dag: Any, basis: DagBasis, learned: Learned, current: WeightSettings, planner: dict[str, Any]
+    def _planner(self, current: WeightSettings) -> dict[str, Any]:
+        """The settings a plan depends on (part of a basis's fingerprint)."""
+        return {"rule": self.rule, **current.planner_settings()}
+
+    def _learned_basis(
+        self, dag: Any, version: str, learned: Learned, current: WeightSettings
     ) -> DagBasis | None:
-        """``dag``'s basis from its learned graph (None: it cannot be analysed; the declared one stays)."""
+        """The basis of DAG version ``version`` from its learned graph (None: it cannot be analysed)."""
         try:
-            new = build_basis(dag, current.capacity, planner, learned.graph, learned.at, basis.version)
+            new = build_basis(
+                dag, current.capacity, self._planner(current), learned.graph, learned.at, version
+            )
         except Exception:  # a learned graph that cannot be analysed: the declared durations
-            basis.learned_at = learned.at
             return None
         new.from_history = not learned.changes_nothing
         return new
 
-    def _relearn_later(
-        self, dag: Any, basis: DagBasis, learned: Learned, current: WeightSettings, planner: dict[str, Any]
-    ) -> None:
+    def _relearn_later(self, dag: Any, basis: DagBasis, learned: Learned, current: WeightSettings) -> None:
         """Rebuild ``dag``'s basis from its learned graph in the background thread; until then its
         weights stay those of ``basis``."""
         assert self.background is not None
 
         def relearn() -> None:
-            new = self._relearn(dag, basis, learned, current, planner)
-            if new is not None:
+            new = self._learned_basis(dag, basis.version, learned, current)
+            if new is None:
+                basis.learned_at = learned.at  # cannot be analysed: not tried again per call
+            else:
                 self._keep_version(new)
                 with contextlib.suppress(TypeError):
                     if self._bases.get(dag) is basis:  # nothing newer meanwhile
@@ -252,15 +258,10 @@ class CrossDagWeights:
         learned graph there, so no scheduler or api-server call waits for that analysis."""
         if learned.changes_nothing:
             return
-        current = self.settings()
         version = key.split(":", 1)[1] if ":" in key else ""
-        planner = {"rule": self.rule, **current.planner_settings()}
-        try:
-            new = build_basis(dag, current.capacity, planner, learned.graph, learned.at, version)
-        except Exception:  # the objects keep the declared analysis (and retry in the background)
-            return
-        new.from_history = True
-        self._keep_version(new)
+        new = self._learned_basis(dag, version, learned, self.settings())
+        if new is not None:  # else the objects keep the declared analysis (and retry in the background)
+            self._keep_version(new)
 
     def _analysed(self, dag: Any) -> bool:
         """Whether ``dag`` (this object) has its basis for the current capacities."""
@@ -302,7 +303,7 @@ class CrossDagWeights:
         if failed is not None and failed[0] == current.capacity:
             raise RuntimeError(f"the analysis of DAG {getattr(dag, 'dag_id', '?')!r} failed: {failed[1]}")
         try:
-            return build_basis(dag, current.capacity, {"rule": self.rule, **current.planner_settings()})
+            return build_basis(dag, current.capacity, self._planner(current))
         except Exception as err:
             with contextlib.suppress(TypeError):
                 self._failed[dag] = (dict(current.capacity), f"{type(err).__name__}: {str(err)[:200]}")
