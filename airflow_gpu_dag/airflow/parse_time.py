@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from airflow_gpu_dag.core.critical_path import analyze
 from airflow_gpu_dag.core.fingerprint import fingerprint
@@ -79,11 +79,7 @@ def read(task: Any) -> ParseTimePath | None:
             return None
         remaining = entry.get("remaining_s")
         seconds = entry.get("slot_seconds")
-        if (
-            not isinstance(remaining, int | float)
-            or isinstance(remaining, bool)
-            or not isinstance(seconds, dict)
-        ):
+        if not _number(remaining) or not isinstance(seconds, dict):
             return None
         clean: dict[str, float] = {}
         for pool, value in seconds.items():
@@ -98,5 +94,5 @@ def read(task: Any) -> ParseTimePath | None:
         return None
 
 
-def _number(value: object) -> bool:
+def _number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)

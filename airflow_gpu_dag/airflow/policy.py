@@ -121,7 +121,7 @@ def dag_policy(dag: Any) -> None:
         from airflow.exceptions import AirflowClusterPolicyViolation
 
         raise AirflowClusterPolicyViolation("\n".join(str(f) for f in report.errors))
-    try:  # the critical path for the scheduler's first get_weight (priority/parse_time.py)
+    try:  # the critical path for the scheduler's first get_weight (airflow/parse_time.py)
         parse_time.annotate(dag, graph)
     except Exception:  # an optimization: the scheduler analyses the DAG itself
         log.debug("airflow-gpu-dag: no parse-time critical path for DAG %r", dag.dag_id, exc_info=True)
