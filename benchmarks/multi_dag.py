@@ -19,7 +19,10 @@ estimates times ``U(0.7, 1.3)`` (``uniform30``, estimates off by up to +/- 30 %)
 per-instance ratio ours / stock: ``mean`` completion time (trigger -> last task ends) over the runs;
 ``p95`` completion time (nearest rank); ``makespan`` (last end - first trigger); the mean completion of
 the ``pipeline`` / ``sweep`` / ``eval`` runs; ``worst``: the largest per-instance mean ratio. ``LB``:
-our makespan over a release-aware lower bound. The targets of issue #11 are checked per group.
+our makespan over a release-aware lower bound. ``best makespan`` (stock's row): the mean over instances of
+lower bound / stock's makespan: no schedule of the mixes, ours or any other, has a mean makespan ratio
+below it. The targets of issue #11 are checked per group; a makespan target below ``best makespan`` is
+marked unreachable.
 
     .venv/bin/python benchmarks/multi_dag.py                       # 30 mixes, A generator, ~10 min
     .venv/bin/python benchmarks/multi_dag.py --seeds 100-129 --variant B --json out.json
@@ -157,13 +160,21 @@ def figures(instances: Sequence[Mapping[str, Any]], policy: str) -> dict[str, fl
     return out
 
 
-def misses(capacity: int, f: Mapping[str, float]) -> list[str]:
-    """The issue #11 targets a group misses."""
+def best_makespan(instances: Sequence[Mapping[str, Any]]) -> float:
+    """The mean over instances of lower bound / stock's makespan: every schedule's makespan is at least the
+    lower bound, so no policy's mean makespan ratio to stock can be below this."""
+    return statistics.mean(inst["lower_bound"] / inst["results"]["stock"]["makespan"] for inst in instances)
+
+
+def misses(capacity: int, f: Mapping[str, float], best: float = 0.0) -> list[str]:
+    """The issue #11 targets a group misses (``best``: :func:`best_makespan` of the group; a makespan
+    target below it is marked unreachable)."""
     out = []
     if f["mean"] > TARGET_MEAN.get(capacity, 1.0):
         out.append("mean")
-    if f["makespan"] > TARGET_MAKESPAN.get(capacity, 1.0):
-        out.append("makespan")
+    target = TARGET_MAKESPAN.get(capacity, 1.0)
+    if f["makespan"] > target:
+        out.append(f"makespan (unreachable: best {best:.3f})" if best > target else "makespan")
     if f["p95"] > 1.0:
         out.append("p95")
     out.extend(k for k in KINDS if f[k] > 1.05)
@@ -176,26 +187,27 @@ def table(results: Sequence[Mapping[str, Any]], policies: Sequence[str], file: A
         groups[(inst["variant"], inst["mode"], inst["estimates"], inst["capacity"])].append(inst)
     print(
         "| set | triggers | estimates | GPUs | policy | mean | p95 | makespan | pipeline | sweep | eval | "
-        "worst | makespan/LB | misses |",
+        "worst | makespan/LB | best makespan | misses |",
         file=file,
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", file=file)
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|", file=file)
     for (variant, mode, estimates, capacity), insts in sorted(groups.items()):
         stock_lb = statistics.mean(i["results"]["stock"]["makespan"] / i["lower_bound"] for i in insts)
+        best = best_makespan(insts)
         print(
             f"| {variant} | {mode} | {estimates} | {capacity} | stock | 1 | 1 | 1 | 1 | 1 | 1 | 1 | "
-            f"{stock_lb:.3f} | |",
+            f"{stock_lb:.3f} | {best:.3f} | |",
             file=file,
         )
         for policy in policies:
             if policy == "stock":
                 continue
             f = figures(insts, policy)
-            missed = ", ".join(misses(capacity, f)) or "none"
+            missed = ", ".join(misses(capacity, f, best)) or "none"
             print(
                 f"| {variant} | {mode} | {estimates} | {capacity} | {policy} | {f['mean']:.3f} | "
                 f"{f['p95']:.3f} | {f['makespan']:.3f} | {f['pipeline']:.3f} | {f['sweep']:.3f} | "
-                f"{f['eval']:.3f} | {f['worst']:.2f} | {f['lb']:.3f} | {missed} |",
+                f"{f['eval']:.3f} | {f['worst']:.2f} | {f['lb']:.3f} | | {missed} |",
                 file=file,
             )
 
