@@ -9,7 +9,9 @@ packing priority and the reservation controller) is planned and its controller s
   the ``--noise 0.3`` model of ``benchmarks/makespan.py``);
 * ``learned``: :func:`airflow_gpu_dag.core.estimates.estimate_duration` over five past runs of each
   task, each the truth x U(0.9, 1.1), with the declared estimate as the prior: what
-  ``airflow_gpu_dag.airflow.history.learned_durations`` gives the planner after five runs.
+  ``airflow_gpu_dag.airflow.history.learned_durations`` gives the planner after five runs (the graph
+  built by :func:`~airflow_gpu_dag.core.estimates.with_estimates`, so the planner hedges by the learned
+  durations' standard error as it does in the scheduler).
 
 Stock Airflow (``downstream`` rule, greedy admission) uses no estimates. The gain of a variant is
 ``stock - makespan``; ``recovered`` is the gain of ``learned`` (or ``declared``) over the gain of
@@ -28,12 +30,11 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 from workloads import GPU_POOL, Workload, load_workloads, ml_pipeline_workloads
 
-from airflow_gpu_dag.core.estimates import RunSample, estimate_duration
+from airflow_gpu_dag.core.estimates import RunSample, estimate_duration, with_estimates
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.planner import packing_weights_plan, perturbed
 from airflow_gpu_dag.core.rules import resolve_priority
@@ -48,15 +49,15 @@ def learned_graph(truth: TaskGraph, declared: TaskGraph, runs: int, spread: floa
     """``declared`` with every duration replaced by the estimate learned from ``runs`` past runs of
     the task, each the truth times U(1 - spread, 1 + spread) (seeded)."""
     rng = random.Random(seed)
-    learned = TaskGraph(declared.dag_id)
+    estimates = {}
     for task_id, node in declared.nodes.items():
         true = truth.nodes[task_id].duration
         samples = [RunSample(true * rng.uniform(1 - spread, 1 + spread)) for _ in range(runs)]
-        estimate = estimate_duration(task_id, samples, declared=node.duration, fallback=node.duration)
-        learned.add_task(replace(node, duration=estimate.duration))
-    for up, down, kind in declared.edges():
-        learned.add_edge(up, down, kind)
-    return learned
+        estimates[task_id] = estimate_duration(
+            task_id, samples, declared=node.duration, fallback=node.duration
+        )
+    # as the provider builds it: the planner reads how sure each learned duration is (learned_error)
+    return with_estimates(declared, estimates)
 
 
 def measure(

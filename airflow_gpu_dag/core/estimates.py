@@ -52,6 +52,7 @@ __all__ = [
     "RunSample",
     "estimate_duration",
     "estimate_durations",
+    "planning_error",
     "quantile",
     "with_estimates",
 ]
@@ -149,6 +150,14 @@ class DurationEstimate:
     def duration(self) -> float:
         """The duration to plan with: learned when there is enough history, else the fallback."""
         return self.learned if self.learned is not None else self.fallback
+
+    @property
+    def error(self) -> float | None:
+        """How far :attr:`learned` may still be off, as a log-scale standard error: the tries' robust
+        spread over the square root of their number (None without a learned value)."""
+        if self.learned is None or self.spread is None or self.runs <= 0:
+            return None
+        return self.spread / math.sqrt(self.runs)
 
     @property
     def source(self) -> str:
@@ -345,7 +354,9 @@ def with_estimates(graph: TaskGraph, estimates: Mapping[str, DurationEstimate]) 
     """A copy of ``graph`` planned with the estimated durations.
 
     Each node keeps its declared value in ``attrs["declared_duration"]`` and gets
-    ``attrs["duration_source"]`` (``learned``/``declared``/``default``); nodes of an expanded mapped
+    ``attrs["duration_source"]`` (``learned``/``declared``/``default``), and with a learned value
+    ``attrs["learned_duration"]`` and ``attrs["learned_error"]`` (:attr:`DurationEstimate.error`, read by
+    :func:`planning_error`); nodes of an expanded mapped
     task use their task's estimate (``attrs["map_of"]``). Two kinds of nodes keep a duration of 0: a
     contingent fallback rung (its estimate goes to ``attrs["contingent_duration"]``) and a task that
     declares 0 (a marker or control task the plan must not pad). The input graph is not changed.
@@ -361,6 +372,8 @@ def with_estimates(graph: TaskGraph, estimates: Mapping[str, DurationEstimate]) 
             attrs["duration_source"] = "declared" if marker else estimate.source
             if estimate.learned is not None:
                 attrs["learned_duration"] = estimate.learned
+                if estimate.error is not None:
+                    attrs["learned_error"] = estimate.error
             if "contingent_duration" in attrs:
                 attrs["contingent_duration"] = estimate.duration
             elif not marker:
@@ -369,3 +382,27 @@ def with_estimates(graph: TaskGraph, estimates: Mapping[str, DurationEstimate]) 
     for up, down, kind in graph.edges():
         copy.add_edge(up, down, kind)
     return copy
+
+
+#: The largest hedge :func:`planning_error` asks of the planner: with errors this large no plan is
+#: reliably better than another (docs/benchmarks/makespan.md, estimates off by +/- 30 %).
+MAX_PLANNING_ERROR = 0.3
+
+
+def planning_error(graph: TaskGraph) -> float:
+    """How far the learned durations of ``graph`` (:func:`with_estimates`) may typically still be off: the
+    median over its learned tasks of their standard error (``attrs["learned_error"]``), at most
+    :data:`MAX_PLANNING_ERROR`; 0 when no duration was learned (declared estimates: their error is unknown).
+
+    The packing planner scores its options over worlds whose durations are off by this much
+    (:func:`~airflow_gpu_dag.core.planner.packing_weights_plan`), so that of two plans it keeps the one
+    that still wins when the estimates are off by what the history says they may be.
+    """
+    errors = [
+        float(value)
+        for node in graph.nodes.values()
+        if isinstance(value := node.attrs.get("learned_error"), int | float) and math.isfinite(value)
+    ]
+    if not errors:
+        return 0.0
+    return min(MAX_PLANNING_ERROR, max(0.0, statistics.median(errors)))

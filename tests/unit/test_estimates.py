@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_gpu_dag.core.estimates import (
+    MAX_PLANNING_ERROR,
     MIN_RUN_SECONDS,
     OVERRUN_FRACTION,
     DurationEstimate,
@@ -18,6 +19,7 @@ from airflow_gpu_dag.core.estimates import (
     RunSample,
     estimate_duration,
     estimate_durations,
+    planning_error,
     quantile,
     with_estimates,
 )
@@ -244,3 +246,34 @@ def test_a_note_marks_every_estimate() -> None:
 def test_min_run_seconds_is_the_zero_length_threshold() -> None:
     est = estimate_duration("t", runs(MIN_RUN_SECONDS, MIN_RUN_SECONDS, MIN_RUN_SECONDS), None, 0)
     assert est.learned == pytest.approx(MIN_RUN_SECONDS)
+
+
+def test_learned_error_is_the_standard_error_and_the_planner_hedges_by_it() -> None:
+    tight = estimate_duration("t", runs(400, 420, 380, 410, 390), declared=400.0, fallback=400.0)
+    assert tight.learned is not None and tight.spread is not None and tight.runs == 5
+    assert tight.error == pytest.approx(tight.spread / math.sqrt(5))
+    loose = estimate_duration("t", runs(100, 200, 150), declared=150.0, fallback=150.0)
+    assert loose.error is not None and loose.error > tight.error  # fewer, more scattered tries
+    assert estimate_duration("t", runs(100), declared=150.0, fallback=150.0).error is None  # not learned
+
+    graph = _graph()
+    assert planning_error(graph) == 0.0  # declared estimates: how far off they are is unknown
+    history = {
+        "prep": runs(50, 52, 49, 51, 50),
+        "train": runs(400, 440, 360, 420, 380),
+        "report": runs(60, 90),
+    }
+    estimates = estimate_durations(graph, history)
+    learned = with_estimates(graph, estimates)
+    errors = {t: n.attrs.get("learned_error") for t, n in learned.nodes.items()}
+    assert errors["prep"] == pytest.approx(estimates["prep"].error)
+    assert errors["train[0]"] == errors["train[1]"] == pytest.approx(estimates["train"].error)
+    assert errors["report"] is None and errors["sensor"] is None  # too few tries / nothing learned
+    learned_tasks = [e for e in errors.values() if e is not None]  # prep and the mapped train's instances
+    assert planning_error(learned) == pytest.approx(sorted(learned_tasks)[len(learned_tasks) // 2])
+    assert 0 < planning_error(learned) < 0.1
+
+    wild = TaskGraph("wild")
+    wild.add_task(TaskNode("a", 10.0, attrs={"learned_error": 5.0}))
+    wild.add_task(TaskNode("b", 10.0, attrs={"learned_error": float("nan")}))
+    assert planning_error(wild) == MAX_PLANNING_ERROR

@@ -3,6 +3,7 @@ and the PackingPriorityStrategy wrapper."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from airflow_gpu_dag.core.estimates import planning_error
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.justification import (
     UsageProfile,
@@ -262,6 +264,26 @@ def test_packing_plan_scored_over_estimate_errors_is_deterministic() -> None:
     again = packing_weights_plan(DIAMOND, caps, "reservation", estimate_error=0.3, scenarios=2)
     assert first.weights == again.weights and first.rule == again.rule
     assert set(first.weights) == set(DIAMOND.nodes)
+
+
+def test_packing_plan_hedges_by_the_learned_durations_error() -> None:
+    caps = {"gpu": 8}
+    learned = TaskGraph(DIAMOND.dag_id)
+    for node in DIAMOND.nodes.values():
+        learned.add_task(replace(node, attrs={**node.attrs, "learned_error": 0.05}))
+    for up, down, kind in DIAMOND.edges():
+        learned.add_edge(up, down, kind)
+    assert planning_error(learned) == pytest.approx(0.05)
+    hedged = packing_weights_plan(learned, caps, "reservation")
+    explicit = packing_weights_plan(learned, caps, "reservation", estimate_error=0.05)
+    assert hedged.weights == explicit.weights and hedged.tried == explicit.tried
+    # scored over worlds off by 5 %: the options' scores are means over them, not the exact makespans
+    unhedged = packing_weights_plan(learned, caps, "reservation", estimate_error=0.0)
+    assert hedged.tried != unhedged.tried
+    # declared estimates (no learned_error): planned as before, on the estimates alone
+    assert packing_weights_plan(DIAMOND, caps, "reservation").tried == (
+        packing_weights_plan(DIAMOND, caps, "reservation", estimate_error=0.0).tried
+    )
 
 
 def test_simulator_controller_sees_estimates_not_actual_durations() -> None:

@@ -46,6 +46,9 @@ with DAG(
 
     @task(executor_config=gpu_hints(duration=1))
     def shards() -> list[int]:
+        # a real duration: an instant task can end within the 0.1 s that counts as a zero-length try
+        # (core.estimates.MIN_RUN_SECONDS) on an idle machine, and would learn nothing
+        time.sleep(1)
         return list(range(SHARDS))
 
     @task(executor_config=gpu_hints(duration="30m", map_length=2))
