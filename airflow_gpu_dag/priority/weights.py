@@ -31,6 +31,7 @@ from typing import Any
 import airflow_gpu_dag.metrics as metrics
 import airflow_gpu_dag.settings as settings
 from airflow_gpu_dag.airflow import parse_time
+from airflow_gpu_dag.core.estimates import planning_error
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.objective import Objective, key_weight, run_shape, work_of
 from airflow_gpu_dag.core.resources import format_duration
@@ -384,8 +385,15 @@ def policy_text(graph: TaskGraph, read_settings: Callable[[], WeightSettings] = 
         else f"reserves for a wide task {format_duration(objective.gap)} more urgent than other runs' work, "
         f"or {format_duration(objective.overdue)} overdue"
     )
+    error = planning_error(graph) if graph.priority_rule == "packing" else 0.0
+    hedge = (
+        f" The plan is chosen over worlds whose durations are off by {error:.1%} (the learned durations' "
+        "typical error)."
+        if error > 0
+        else ""
+    )
     return (
         f"Priority: {rule}, objective {objective.name}: key = trigger + {objective.stretch:g} x "
         f"{format_duration(work)} (this run's GPU work on {pools}) - remaining; the earliest key starts "
-        f"first across all DAGs. Controller: {gate}."
+        f"first across all DAGs.{hedge} Controller: {gate}."
     )

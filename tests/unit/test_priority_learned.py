@@ -241,3 +241,29 @@ def test_a_new_object_of_a_learned_version_gets_the_learned_weights_at_once(
     second = pipeline()
     assert second is not first
     assert _remaining(second, "prep") == 600 + 1200 and _remaining(second, "train") == 1200
+
+
+def test_policy_text_says_the_packing_plan_hedges_by_the_learned_error() -> None:
+    from airflow_gpu_dag.core.graph import TaskNode
+    from airflow_gpu_dag.core.objective import get_objective
+    from airflow_gpu_dag.core.resources import GpuRequest
+    from airflow_gpu_dag.priority.weights import WeightSettings, policy_text
+
+    def read() -> WeightSettings:
+        return WeightSettings(
+            get_objective("balanced"), DEFAULT_EPOCH, {"gpu": 8}, "reservation", 0, False, False
+        )
+
+    graph = TaskGraph("hedged", priority_rule="packing")
+    graph.add_task(
+        TaskNode("train", 3600.0, GpuRequest(4), pool="gpu", pool_slots=4, attrs={"learned_error": 0.026})
+    )
+    assert "off by 2.6% (the learned durations' typical error)" in policy_text(graph, read)
+    declared = TaskGraph("declared", priority_rule="packing")
+    declared.add_task(TaskNode("train", 3600.0, GpuRequest(4), pool="gpu", pool_slots=4))
+    assert "off by" not in policy_text(declared, read)  # no history: planned on the estimates alone
+    critical = TaskGraph("cp", priority_rule="critical_path")
+    critical.add_task(
+        TaskNode("train", 3600.0, GpuRequest(4), pool="gpu", pool_slots=4, attrs={"learned_error": 0.026})
+    )
+    assert "off by" not in policy_text(critical, read)  # no plan to hedge
