@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -122,13 +123,34 @@ def _schema(url: str) -> tuple[Any, Any, Any, Any]:
         Column("name", String(64), primary_key=True),
         Column("counter", Integer),
     )
-    meta.create_all(engine, checkfirst=True)
+    _create_tables(meta, engine)
     try:
         with engine.begin() as conn:
             conn.execute(insert(lock).values(name=_LOCK_NAME, counter=0))
     except IntegrityError:
         pass  # another process created it
     return engine, usage, claims, lock
+
+
+#: How many times the tables are created before giving up (see :func:`_create_tables`).
+_CREATE_ATTEMPTS = 5
+
+
+def _create_tables(meta: Any, engine: Any) -> None:
+    """Create the ledger's tables unless they exist. Processes that first use a new ledger at the same
+    moment (two budget gates starting together) all see no table and all create it; all but one then
+    fail ("table ... already exists" on SQLite, a duplicate type on PostgreSQL). Checking again sees the
+    winner's tables, so a failed attempt is retried (the last failure is raised)."""
+    from sqlalchemy.exc import DBAPIError
+
+    for attempt in range(1, _CREATE_ATTEMPTS + 1):
+        try:
+            meta.create_all(engine, checkfirst=True)
+            return
+        except DBAPIError:
+            if attempt == _CREATE_ATTEMPTS:
+                raise
+            time.sleep(0.05 * attempt)
 
 
 def _to_record(row: Any) -> UsageRecord:

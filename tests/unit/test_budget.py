@@ -287,6 +287,37 @@ def test_sql_ledger_survives_a_restart(tmp_path: Path) -> None:
     assert not again.claim(BudgetCap(gpu_hours_per_run=2), _claim("b"), NOW).allowed
 
 
+def test_a_new_sql_ledger_first_used_by_two_processes_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two gates starting together on a new ledger both find no table and both create it; the loser's
+    CREATE TABLE fails. Played here deterministically: another process creates the tables between this
+    one's check and its create (the race CI hit with two budget gates)."""
+    from sqlalchemy import MetaData, create_engine
+
+    from airflow_gpu_dag.budget import shared
+
+    url = f"sqlite:///{tmp_path / 'budget.db'}"
+    real_create_all = MetaData.create_all
+    calls = []
+
+    def create_all_losing_the_race(meta: MetaData, bind: Any, checkfirst: bool = True, **kw: Any) -> None:
+        calls.append(checkfirst)
+        if len(calls) == 1:
+            real_create_all(meta, create_engine(url), checkfirst=True)  # the other process wins ...
+            real_create_all(meta, bind, checkfirst=False)  # ... and this one's CREATE TABLE fails
+        real_create_all(meta, bind, checkfirst=checkfirst)
+
+    monkeypatch.setattr(MetaData, "create_all", create_all_losing_the_race)
+    shared._schema.cache_clear()
+    try:
+        ledger = SqlBudgetLedger(url)
+        assert len(calls) == 2  # failed once ("table ... already exists"), then found the tables
+        assert ledger.claim(BudgetCap(gpu_hours_per_run=2), _claim("a"), NOW).allowed
+    finally:
+        shared._schema.cache_clear()
+
+
 def test_sqlalchemy_url_from_connections() -> None:
     from airflow_gpu_dag.budget.shared import sqlalchemy_url
 
