@@ -253,9 +253,11 @@ def packing_weights_plan(
     believed = {t: n.duration for t, n in graph.nodes.items()}
     if estimate_error is None:
         estimate_error = planning_error(graph)
-    worlds = [perturbed(graph, estimate_error, f"{graph.dag_id}:{k}") for k in range(scenarios)]
-    if estimate_error <= 0:
-        worlds = []
+    worlds = (
+        [perturbed(graph, estimate_error, f"{graph.dag_id}:{k}") for k in range(scenarios)]
+        if estimate_error > 0
+        else []
+    )
 
     def run(weights: Mapping[str, int], sim_policy: str) -> tuple[float, dict[str, float]]:
         result = simulate(
