@@ -48,6 +48,7 @@ from types import TracebackType
 import psutil
 
 from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
+from airflow_gpu_dag.testing import sqlite
 from airflow_gpu_dag.testing.errors import ClusterError
 from airflow_gpu_dag.testing.processes import Components, free_port
 from airflow_gpu_dag.testing.rest import TERMINAL_RUN_STATES, ClusterRest, rest_client
@@ -339,6 +340,8 @@ class AirflowCluster(ClusterRest):
                 "AIRFLOW__API__WORKERS": "1",
                 "AIRFLOW__API__SECRET_KEY": self.API_SECRET_KEY,
                 "AIRFLOW__API__EXPOSE_CONFIG": "True",
+                # A 500 "Database error" then names the statement and the driver's error.
+                "AIRFLOW__API__EXPOSE_STACKTRACE": "True",
                 "AIRFLOW__API_AUTH__JWT_SECRET": self.JWT_SECRET,
                 "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
                 "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "120",
@@ -353,6 +356,12 @@ class AirflowCluster(ClusterRest):
             }
         )
         env.update(self._extra_env)
+        if env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("sqlite"):
+            # SQLite only (psycopg2 refuses a "timeout" argument); settings given in env= win.
+            env.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS", sqlite.CONNECT_ARGS_PATH)
+            env.setdefault(
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC", sqlite.CONNECT_ARGS_ASYNC_PATH
+            )
         (home / "plugins").mkdir(exist_ok=True)
         return env
 

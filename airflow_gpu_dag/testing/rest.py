@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,20 @@ TERMINAL_RUN_STATES = frozenset({"success", "failed"})
 #: How often a GET is retried after a connection error, and how long apart (seconds).
 GET_RETRIES = 2
 RETRY_WAIT = 2.0
+#: How often a call is retried after a 500 "Database error" (SQLite busy under load).
+DB_ERROR_RETRIES = 3
+
+
+def _is_database_error(resp: httpx.Response) -> bool:
+    """True for the api-server's answer to an SQLAlchemy error other than a unique violation."""
+    if resp.status_code < 500:
+        return False
+    try:
+        body = resp.json()
+    except ValueError:
+        return False
+    detail = body.get("detail") if isinstance(body, dict) else None
+    return isinstance(detail, dict) and detail.get("reason") == "Database error"
 
 
 def rest_client(api_url: str, username: str, password: str) -> AirflowRestClient:
@@ -67,17 +82,38 @@ class ClusterRest:
         self, method: str, path: str, *, check: bool = True, timeout: float = 60.0, **kwargs: Any
     ) -> httpx.Response:
         """An authenticated request to ``api_url + path`` (``path`` starts with ``/``; a full URL is
-        used as is). GETs are retried on connection errors; a 401 refreshes the token once.
+        used as is). GETs are retried on connection errors; a 401 refreshes the token once; calls
+        other than POST (which may not be idempotent) are retried after a transient 500
+        "Database error".
 
-        :raises ClusterError: status >= 400 when ``check``; the message has the response body.
+        :raises ClusterError: status >= 400 when ``check``; the message has the response body (and,
+            for a 5xx, the components' log tails).
         """
-        try:
-            resp = self._rest().send(method, path, timeout=timeout, **kwargs)
-        except RestError as err:
-            raise ClusterError(str(err)) from err
+        retries = 0 if method.upper() == "POST" else DB_ERROR_RETRIES
+        resp, _attempt = self._send(method, path, timeout, retries, **kwargs)
         if check and resp.status_code >= 400:
-            raise ClusterError(f"{method} {path} -> {resp.status_code}: {resp.text[:2000]}")
+            raise self._failure(method, path, resp, tails=resp.status_code >= 500)
         return resp
+
+    def _send(
+        self, method: str, path: str, timeout: float, db_retries: int, **kwargs: Any
+    ) -> tuple[httpx.Response, int]:
+        """One call, repeated up to ``db_retries`` times after a 500 "Database error"; returns the
+        last response and its attempt number (0 for the first)."""
+        for attempt in range(1 + db_retries):
+            try:
+                resp = self._rest().send(method, path, timeout=timeout, **kwargs)
+            except RestError as err:
+                raise ClusterError(str(err)) from err
+            if attempt == db_retries or not _is_database_error(resp):
+                break
+            time.sleep(RETRY_WAIT)
+        return resp, attempt
+
+    def _failure(self, method: str, path: str, resp: httpx.Response, *, tails: bool) -> ClusterError:
+        """The error for a call answered with ``resp``, with the components' log tails if asked."""
+        logs = f"\n{self.log_tails(40)}" if tails else ""
+        return ClusterError(f"{method} {path} -> {resp.status_code}: {resp.text[:2000]}{logs}")
 
     def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """An authenticated call to the REST API: ``path`` is relative to ``/api/v2``
@@ -170,11 +206,17 @@ class ClusterRest:
         logical_date: str | None = None,
     ) -> str:
         """Trigger a run over REST (``POST /dags/{dag_id}/dagRuns``); returns its run_id."""
-        body: dict[str, Any] = {"logical_date": logical_date, "conf": dict(conf or {})}
-        if run_id is not None:
-            body["dag_run_id"] = run_id
-        resp = self.api("POST", f"/dags/{dag_id}/dagRuns", json=body)
-        return str(resp.json()["dag_run_id"])
+        # The run_id is chosen here, so a retry after a transient database error cannot start a
+        # second run: if the first POST did commit, the retry answers 409 for the same run_id.
+        run_id = run_id or f"manual__{datetime.now(UTC).isoformat()}"
+        body = {"dag_run_id": run_id, "logical_date": logical_date, "conf": dict(conf or {})}
+        path = f"/api/v2/dags/{dag_id}/dagRuns"
+        resp, attempt = self._send("POST", path, 60.0, DB_ERROR_RETRIES, json=body)
+        if resp.status_code < 400:
+            return str(resp.json()["dag_run_id"])
+        if resp.status_code == 409 and attempt > 0:
+            return run_id
+        raise self._failure("POST", path, resp, tails=True)
 
     def get_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
         """The REST DAG run object."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -22,6 +24,14 @@ SMOKE_DAG = textwrap.dedent(
 
         hello()
     """
+)
+
+
+# Prints the busy timeout (ms) of a connection from Airflow's own engine, as the components open it.
+BUSY_TIMEOUT_PROBE = (
+    "from airflow import settings\n"
+    "with settings.engine.connect() as c:\n"
+    "    print(c.exec_driver_sql('PRAGMA busy_timeout').scalar())\n"
 )
 
 
@@ -66,6 +76,11 @@ def test_boot_run_and_stop(tmp_path: Path) -> None:
         assert ti["start_date"] <= ti["end_date"]
         assert cluster.get_run("harness_smoke", run_id)["conf"] == {"k": "v"}
         assert cluster.cli("version").stdout.strip().startswith("3.")
+        # The components wait 60 s for SQLite's write lock, not the driver's 5 s (CI flaked on it).
+        busy = subprocess.run(
+            [sys.executable, "-c", BUSY_TIMEOUT_PROBE], env=cluster.env, capture_output=True, text=True
+        )
+        assert busy.stdout.strip() == "60000", busy.stderr[-2000:]
         started = cluster.process_tree()
         assert {"api-server", "scheduler", "dag-processor"} <= set(cluster.pids)
         assert len(started) >= 3

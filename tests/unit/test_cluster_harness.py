@@ -1,0 +1,125 @@
+"""The test harness (no Airflow booted): transient SQLite errors are retried without starting a run
+twice, and the SQLite busy timeout goes only to clusters on SQLite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from airflow_gpu_dag.testing import AirflowCluster, ClusterError, sqlite
+from airflow_gpu_dag.testing import rest as rest_module
+from airflow_gpu_dag.testing.rest import ClusterRest
+
+DB_ERROR = {"detail": {"reason": "Database error", "statement": "INSERT ...", "message": "locked"}}
+CONFLICT = {"detail": {"reason": "Unique constraint violation"}}
+
+
+class FakeClient:
+    """Answers each call with the next prepared (status, body) and records what was sent."""
+
+    def __init__(self, answers: list[tuple[int, Any]]) -> None:
+        self.answers = list(answers)
+        self.sent: list[tuple[str, str, Any]] = []
+
+    def send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        self.sent.append((method, path, kwargs.get("json")))
+        status, body = self.answers.pop(0)
+        return httpx.Response(status, json=body)
+
+
+class FakeCluster(ClusterRest):
+    def __init__(self, answers: list[tuple[int, Any]]) -> None:
+        self.client = FakeClient(answers)
+
+    def _rest(self) -> Any:
+        return self.client
+
+    def log_tails(self, lines: int = 40) -> str:
+        return "----- api-server tail -----"
+
+
+@pytest.fixture(autouse=True)
+def no_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rest_module, "RETRY_WAIT", 0.0)
+
+
+def test_trigger_sends_its_own_run_id() -> None:
+    cluster = FakeCluster([(200, {"dag_run_id": "r1"})])
+    assert cluster.trigger("d", {"a": 1}, run_id="r1") == "r1"
+    ((method, path, body),) = cluster.client.sent
+    assert (method, path) == ("POST", "/api/v2/dags/d/dagRuns")
+    assert body == {"dag_run_id": "r1", "logical_date": None, "conf": {"a": 1}}
+
+
+def test_trigger_retries_a_database_error_with_the_same_run_id() -> None:
+    cluster = FakeCluster([(500, DB_ERROR), (500, DB_ERROR), (200, {"dag_run_id": "x"})])
+    assert cluster.trigger("d") == "x"
+    run_ids = {body["dag_run_id"] for _, _, body in cluster.client.sent}
+    assert len(cluster.client.sent) == 3
+    assert len(run_ids) == 1 and run_ids.pop().startswith("manual__")
+
+
+def test_trigger_retry_that_finds_the_run_already_made_returns_it() -> None:
+    # The first POST committed but its answer was an error: the retry's 409 means "already there".
+    cluster = FakeCluster([(500, DB_ERROR), (409, CONFLICT)])
+    assert cluster.trigger("d", run_id="mine") == "mine"
+
+
+def test_trigger_conflict_on_first_try_is_an_error() -> None:
+    cluster = FakeCluster([(409, CONFLICT)])
+    with pytest.raises(ClusterError, match="409"):
+        cluster.trigger("d", run_id="taken")
+
+
+def test_trigger_gives_up_after_the_retries_with_the_log_tails() -> None:
+    answers = [(500, DB_ERROR)] * (1 + rest_module.DB_ERROR_RETRIES)
+    cluster = FakeCluster(answers)
+    with pytest.raises(ClusterError, match="Database error") as err:
+        cluster.trigger("d")
+    assert "api-server tail" in str(err.value)
+    assert cluster.client.answers == []
+
+
+def test_other_server_errors_are_not_retried() -> None:
+    cluster = FakeCluster([(500, {"detail": "boom"})])
+    with pytest.raises(ClusterError, match="boom"):
+        cluster.trigger("d")
+    assert len(cluster.client.sent) == 1
+
+
+def test_idempotent_calls_retry_database_errors_but_posts_do_not() -> None:
+    cluster = FakeCluster([(500, DB_ERROR), (200, {"slots": 2})])
+    assert cluster.api("PATCH", "/pools/gpu", json={"slots": 2}).json() == {"slots": 2}
+    cluster = FakeCluster([(500, DB_ERROR)])
+    with pytest.raises(ClusterError, match="Database error"):
+        cluster.api("POST", "/pools", json={"name": "gpu"})
+    assert len(cluster.client.sent) == 1
+
+
+def _env(tmp_path: Path, **env: str) -> dict[str, str]:
+    cluster = AirflowCluster(tmp_path, env=env)
+    cluster._home, cluster._port = tmp_path, 8080  # what start() sets before it builds the environment
+    return cluster._build_env()
+
+
+def test_sqlite_clusters_get_the_busy_timeout(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("sqlite:///")
+    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"] == sqlite.CONNECT_ARGS_PATH
+    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC"] == sqlite.CONNECT_ARGS_ASYNC_PATH
+    assert sqlite.CONNECT_ARGS["timeout"] >= 30 and sqlite.CONNECT_ARGS is not sqlite.CONNECT_ARGS_ASYNC
+
+
+def test_postgresql_clusters_do_not(tmp_path: Path) -> None:
+    # psycopg2 refuses a "timeout" connection option: `airflow db migrate` would fail at boot.
+    env = _env(tmp_path, AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="postgresql+psycopg2://u:p@127.0.0.1:5/db")
+    assert "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS" not in env
+    assert "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC" not in env
+
+
+def test_connect_args_given_by_the_caller_win(tmp_path: Path) -> None:
+    env = _env(tmp_path, AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS="my.module.ARGS")
+    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"] == "my.module.ARGS"
