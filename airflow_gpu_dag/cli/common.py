@@ -17,7 +17,14 @@ from airflow_gpu_dag.core.graph import CycleError
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["configured_pools", "parse_pool_args", "quiet", "status", "watermark_unavailable"]
+__all__ = [
+    "check_objective_setting",
+    "configured_pools",
+    "parse_pool_args",
+    "quiet",
+    "status",
+    "watermark_unavailable",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -49,6 +56,18 @@ def quiet(func: F) -> F:
         return suppress_logs_and_warning(run)(args)
 
     return wrapper  # type: ignore[return-value]
+
+
+def check_objective_setting() -> None:
+    """Refuse an unknown ``[gpu_dag] objective``: the scheduler falls back to ``balanced`` with a log
+    line (it must never raise), but a command that prints a plan under it says so at once.
+
+    :raises ValueError: the unknown name and the known ones (:func:`quiet` prints it, exit code 1).
+    """
+    from airflow_gpu_dag.core.objective import get_objective
+    from airflow_gpu_dag.settings import objective_name
+
+    get_objective(objective_name())
 
 
 def status(err: Console, message: str, json_output: bool) -> contextlib.AbstractContextManager[Any]:

@@ -113,7 +113,7 @@ def _print_report(
 ) -> None:
     out = render.console()
     for path, message in sorted(report.import_errors.items()):
-        out.print(f"[bold red]IMPORT ERROR[/] {path}", markup=True)
+        out.print(f"[bold red]IMPORT ERROR[/] {escape(str(path))}", markup=True)
         out.print(message.rstrip(), markup=False)
     if report.findings:
         out.print(render.findings_table(report.findings))

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_gpu_dag.cli import render
-from airflow_gpu_dag.cli.common import quiet, status
+from airflow_gpu_dag.cli.common import check_objective_setting, quiet, status
 from airflow_gpu_dag.cli.loading import find_dag
 from airflow_gpu_dag.core.estimates import DurationEstimate
 from airflow_gpu_dag.core.graph import TaskGraph
@@ -111,6 +111,7 @@ def plan(args: argparse.Namespace) -> None:
     from airflow_gpu_dag.core.estimates import EstimateSettings
     from airflow_gpu_dag.priority.weights import policy_text
 
+    check_objective_setting()
     output = getattr(args, "output", "table") or "table"
     declared_only = bool(getattr(args, "declared_only", False))
     with status(render.error_console(), f"Loading DAG {args.dag_id!r}...", output != "table"):

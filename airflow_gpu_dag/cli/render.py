@@ -161,7 +161,8 @@ class PlainTable:
         for name, justify in self.columns:
             table.add_column(name, justify="right" if justify == "right" else "left")
         for cells, highlight in self.rows:
-            table.add_row(*cells, style="bold red" if highlight else None)
+            # Text, not str: a cell is data, so "[gpu_dag]" in it is not rich markup.
+            table.add_row(*(Text(cell) for cell in cells), style="bold red" if highlight else None)
         return table
 
     def print(self, file: IO[str] | None = None) -> None:
@@ -186,11 +187,12 @@ def findings_table(findings: Sequence[Finding], title: str = "Findings") -> Tabl
         style = "bold red" if finding.is_error else "yellow"
         table.add_row(
             Text(finding.severity.upper(), style=style),
-            finding.code,
-            finding.dag_id,
-            finding.task_id or "-",
-            finding.message,
-            finding.fix,
+            # Text, not str: messages name settings such as "[gpu_dag] pools", not rich markup.
+            Text(finding.code),
+            Text(finding.dag_id),
+            Text(finding.task_id or "-"),
+            Text(finding.message),
+            Text(finding.fix),
         )
     return table
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_gpu_dag.cli import render
-from airflow_gpu_dag.cli.common import configured_pools, parse_pool_args, status
+from airflow_gpu_dag.cli.common import check_objective_setting, configured_pools, parse_pool_args, status
 from airflow_gpu_dag.core.pools import task_pool
 from airflow_gpu_dag.core.resources import EstimateError, format_duration, parse_duration
 
@@ -214,7 +214,11 @@ def simulate_runs(args: argparse.Namespace, err: Console) -> None:
     from airflow_gpu_dag.settings import objective as configured_objective
 
     json_output = args.output == "json"
-    objective = get_objective(args.objective) if getattr(args, "objective", None) else configured_objective()
+    if getattr(args, "objective", None):
+        objective = get_objective(args.objective)
+    else:
+        check_objective_setting()
+        objective = configured_objective()
     given = parse_pool_args(args.capacity, option="--capacity")
     with status(err, "Loading DAGs...", json_output):
         runs, dags = _runs(args)

@@ -378,7 +378,12 @@ def policy_text(graph: TaskGraph, read_settings: Callable[[], WeightSettings] = 
         )
     objective = current.objective
     work = run_shape(graph, current.capacity).work
-    pools = ", ".join(f"{p}={c}" for p, c in sorted(current.capacity.items())) or "no pool sizes known"
+    pools = ", ".join(f"{p}={c}" for p, c in sorted(current.capacity.items()))
+    work_text = (
+        f"this run's GPU work on {pools}"
+        if pools
+        else "this run's GPU work: 0 without [gpu_dag] pools or inventory, so runs go by trigger time"
+    )
     gate = (
         "reserves for every wide task"
         if objective.always_reserves
@@ -394,6 +399,6 @@ def policy_text(graph: TaskGraph, read_settings: Callable[[], WeightSettings] = 
     )
     return (
         f"Priority: {rule}, objective {objective.name}: key = trigger + {objective.stretch:g} x "
-        f"{format_duration(work)} (this run's GPU work on {pools}) - remaining; the earliest key starts "
+        f"{format_duration(work)} ({work_text}) - remaining; the earliest key starts "
         f"first across all DAGs.{hedge} Controller: {gate}."
     )

@@ -444,3 +444,51 @@ def test_plan_shows_mapped_tasks_as_their_instances(
     out = capsys.readouterr().out
     assert "Mapped tasks shown as their instances: trial" in out
     assert "unknown number of instances (shown once): evaluate" in out
+
+
+# -- an unknown [gpu_dag] objective ------------------------------------------------------------------------
+def test_lint_table_keeps_the_setting_name_in_brackets(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rich would read "[gpu_dag]" in a cell as markup and drop it: the message must keep it.
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__OBJECTIVE", "bogus")
+    assert run_cli("lint", str(GOOD), "--pool", "gpu_default=8") == 1
+    out = capsys.readouterr().out
+    assert "bad-objective" in out
+    assert "[gpu_dag] objective" in out and "set [gpu_dag] objective to balanced" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", PIPELINE, "--file", str(GOOD)],
+        ["simulate", "--file", str(GOOD), "--trigger", f"{PIPELINE}=0", "--capacity", "gpu_default=4"],
+    ],
+)
+def test_plan_and_simulate_refuse_an_unknown_objective_setting(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    # The scheduler falls back to balanced with a log line; a command printing a plan must not hide it.
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__OBJECTIVE", "bogus")
+    assert run_cli(*argv) == 1
+    err = capsys.readouterr().err
+    assert "unknown objective 'bogus'" in err and "[gpu_dag] objective" in err
+
+
+def test_simulate_objective_option_wins_over_a_bad_setting(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__OBJECTIVE", "bogus")
+    code, result = run_json(
+        capsys,
+        "simulate",
+        "--file",
+        str(GOOD),
+        "--trigger",
+        f"{PIPELINE}=0",
+        "--capacity",
+        "gpu_default=4",
+        "--objective",
+        "throughput",
+    )
+    assert code == 0 and result["objective"]["name"] == "throughput"
