@@ -220,6 +220,25 @@ def _fail(message: str) -> SystemExit:
     return SystemExit(f"airflow gpu-dag watermark: {message}")
 
 
+def _client(hook_class: Any, conn_id: str) -> Any:
+    """The REST client of connection ``conn_id``; a missing or unusable connection is a one-line error
+    that says how to create it, not a traceback."""
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        return hook_class(conn_id).get_client()
+    except AirflowNotFoundException:
+        env = "AIRFLOW_CONN_" + conn_id.upper()
+        raise _fail(
+            f"Airflow connection {conn_id!r} (the REST API the controller writes pools through) is not "
+            f"defined. Create it: airflow connections add {conn_id} --conn-type gpu_dag_api "
+            f"--conn-host http://<api-server>:8080 --conn-login <user> --conn-password <password>, or set "
+            f"{env}; or pass --conn-id (docs/connections.md)."
+        ) from None
+    except ValueError as err:
+        raise _fail(f"{err} (docs/connections.md)") from None
+
+
 def watermark(args: argparse.Namespace) -> None:
     """Entry point of ``airflow gpu-dag watermark`` (see :data:`WATERMARK_ARGS`)."""
     import airflow_gpu_dag.metrics as metrics
@@ -243,7 +262,7 @@ def watermark(args: argparse.Namespace) -> None:
     interval = getattr(args, "interval", None)
     if interval:
         config = replace(config, interval=float(interval))
-    client = AirflowApiHook(getattr(args, "conn_id", None) or "gpu_dag_api").get_client()
+    client = _client(AirflowApiHook, getattr(args, "conn_id", None) or "gpu_dag_api")
     server = None
     try:
         try:

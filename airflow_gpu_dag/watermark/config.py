@@ -201,10 +201,33 @@ def _backfill(value: object, where: str) -> str:
     raise ConfigError(f"{where}: expected true, false or strict, got {_show(value)}")
 
 
+#: The keys of one pool's entry under ``pools``.
+_POOL_KEYS = frozenset(
+    {
+        "source",
+        "floor",
+        "stale_intervals",
+        "reservation",
+        "backfill",
+        "lookahead",
+        "include_deferred",
+        "source_timeout",
+    }
+)
+
+
+#: Options of some capacity source, named when they are misplaced at the pool's level.
+_SOURCE_OPTIONS = frozenset(
+    {"gpus", "path", "max_age", "min_free_memory", "max_utilization", "devices", "url", "conn_id", "timeout"}
+)
+
+
 def _source(pool: str, raw: object) -> SourceSpec:
     where = f"pools.{pool}.source"
     if isinstance(raw, int) and not isinstance(raw, bool):
         return SourceSpec("static", {"gpus": _int(raw, f"{where} (static GPU count)")})
+    if isinstance(raw, str) and raw.strip() in SOURCE_TYPES:
+        raw = {"type": raw.strip()}  # "source: nvml": a type with its default options
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: expected a mapping like {{type: static, gpus: 8}}, got {_show(raw)}")
     options = dict(raw)
@@ -249,18 +272,16 @@ def _pool_name(name: object) -> str:
 def _pool(name: str, raw: object) -> PoolSpec:
     if not isinstance(raw, Mapping):
         raise ConfigError(f"pools.{name}: expected a mapping with a 'source', got {_show(raw)}")
-    unknown = {str(k) for k in raw} - {
-        "source",
-        "floor",
-        "stale_intervals",
-        "reservation",
-        "backfill",
-        "lookahead",
-        "include_deferred",
-        "source_timeout",
-    }
+    unknown = {str(k) for k in raw} - _POOL_KEYS
     if unknown:
-        raise ConfigError(f"pools.{name}: unknown keys {sorted(unknown)}")
+        source_options = sorted(unknown & _SOURCE_OPTIONS)
+        hint = (
+            f"; {', '.join(source_options)} belong inside the source, e.g. "
+            f"source: {{type: nvml, min_free_memory: 40GiB, max_utilization: 10}}"
+            if source_options
+            else ""
+        )
+        raise ConfigError(f"pools.{name}: unknown keys {sorted(unknown)} (known: {sorted(_POOL_KEYS)}){hint}")
     if "source" not in raw:
         raise ConfigError(f"pools.{name}.source: missing (e.g. source: {{type: static, gpus: 8}})")
     return PoolSpec(

@@ -157,3 +157,24 @@ def test_lint_yaml_and_plain(capsys: pytest.CaptureFixture[str]) -> None:
     codes = {line.split("\t")[1] for line in lines[1:]}
     assert {"import-error", "cycle", "unknown-pool"} <= codes
     assert all(len(line.split("\t")) == 6 for line in lines)
+
+
+def test_a_missing_connection_says_how_to_create_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("AIRFLOW_CONN_NO_SUCH_API", raising=False)
+    assert run_cli("watermark", "--config", config(tmp_path), "--once", "--conn-id", "no_such_api") == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "connection 'no_such_api'" in err and "is not defined" in err
+    assert "airflow connections add no_such_api --conn-type gpu_dag_api" in err
+    assert "AIRFLOW_CONN_NO_SUCH_API" in err
+
+
+def test_a_connection_without_a_host_is_a_one_line_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_HOSTLESS_API", '{"conn_type": "gpu_dag_api"}')
+    assert run_cli("watermark", "--config", config(tmp_path), "--once", "--conn-id", "hostless_api") == 1
+    err = capsys.readouterr().err
+    assert "connection 'hostless_api'" in err and "no host" in err and "docs/connections.md" in err

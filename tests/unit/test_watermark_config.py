@@ -63,7 +63,13 @@ def test_default_config_from_gpu_dag_pools(monkeypatch: pytest.MonkeyPatch) -> N
         ({"pools": {"g": {"floor": 1}}}, r"pools.g.source: missing"),
         ({"pools": {"g": {"source": {"type": "magic"}}}}, r"pools.g.source.type: expected one of"),
         ({"pools": {"g": {"source": {"type": "static"}}}}, r"pools.g.source.gpus"),
-        ({"pools": {"g": {"source": 2, "flor": 1}}}, r"pools.g: unknown keys \['flor'\]"),
+        ({"pools": {"g": {"source": 2, "flor": 1}}}, r"pools.g: unknown keys \['flor'\] \(known: .*'floor'"),
+        (
+            {"pools": {"g": {"source": "nvml", "min_free_memory": "40GiB"}}},
+            r"pools.g: unknown keys \['min_free_memory'\].*min_free_memory belong inside the source",
+        ),
+        ({"pools": {"g": {"source": "prometheus"}}}, r"pools.g.source.url: a prometheus source needs"),
+        ({"pools": {"g": {"source": "magic"}}}, r"pools.g.source: expected a mapping like"),
         ({"pools": {"g": {"source": 2, "floor": -1}}}, r"pools.g.floor: expected an integer >= 0"),
         ({"pools": {"g": {"source": {"type": "prometheus"}}}}, r"pools.g.source.url"),
         ({"pools": {"g": {"source": {"type": "nvml", "min_free_memory": "lots"}}}}, r"min_free_memory"),
@@ -90,6 +96,11 @@ def test_default_config_from_gpu_dag_pools(monkeypatch: pytest.MonkeyPatch) -> N
 def test_config_errors_name_the_key(raw: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_config(raw)
+
+
+def test_a_source_type_alone_is_that_source_with_its_defaults() -> None:
+    (pool,) = parse_config({"pools": {"g": {"source": " nvml"}}}).pools
+    assert (pool.source.type, pool.source.options) == ("nvml", {})
 
 
 def test_unreadable_files(tmp_path: Path) -> None:
