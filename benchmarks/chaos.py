@@ -51,7 +51,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -416,28 +416,52 @@ def fault_controller(ctx: Context) -> FaultReport:
     )
 
 
-def _live_gpu_lease(lease_dir: Path) -> tuple[str, dict[str, Any]] | None:
-    with contextlib.suppress(OSError, ValueError):
+def _live_gpu_lease(lease_dir: Path, skip: Collection[str] = ()) -> tuple[str, dict[str, Any]] | None:
+    """The youngest lease (most of its task still to run) whose holder process is alive."""
+    live: list[tuple[float, str, dict[str, Any]]] = []
+    with contextlib.suppress(OSError, ValueError, TypeError):
         table = json.loads((lease_dir / "leases.json").read_text())
         for lease_id, record in table.get("leases", {}).items():
             pid = int((record.get("holder") or {}).get("pid") or 0)
-            if pid and Path(f"/proc/{pid}").exists():
-                return lease_id, record
-    return None
+            if lease_id not in skip and pid and Path(f"/proc/{pid}").exists():
+                live.append((float(record.get("acquired_at") or 0.0), lease_id, record))
+    if not live:
+        return None
+    _, lease_id, record = max(live, key=lambda item: item[0])
+    return lease_id, record
+
+
+def _lease_records(ctx: Context, lease_id: str) -> list[dict[str, Any]]:
+    """The usage-ledger records of one lease, oldest first."""
+    return [r for r in read_ledger(ctx.lease_dir / "usage.jsonl") if r.get("lease_id") == lease_id]
+
+
+#: How many leases the GPU-task fault may try before one is killed while it still holds its lease.
+GPU_TASK_ATTEMPTS = 3
 
 
 def fault_gpu_task(ctx: Context) -> FaultReport:
     """kill -9 of the process holding a device lease (a running GPU task). Checked once the runs are over
     (:func:`check_gpu_task`): the task ran again, and the killed lease was reclaimed."""
-    found = _wait(lambda: _live_gpu_lease(ctx.lease_dir), timeout=300, poll=0.2)
-    if not found:
-        return FaultReport("gpu_task", time.time(), None, {"error": "no running GPU task within 300 s"})
-    lease_id, record = found
+    # A task can release its lease between the read of the table and the kill (its work done, the
+    # process not yet gone): the kill then misses the lease (the ledger says "success", written by the
+    # holder itself). Such a miss is recorded and another, younger lease is taken.
+    missed: list[str] = []
+    for _attempt in range(GPU_TASK_ATTEMPTS):
+        found = _wait(lambda: _live_gpu_lease(ctx.lease_dir, missed), timeout=300, poll=0.2)
+        if not found:
+            return FaultReport("gpu_task", time.time(), None, {"error": "no running GPU task within 300 s"})
+        lease_id, record = found
+        pid = int(record["holder"]["pid"])
+        at = time.time()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)  # a write the holder was in the middle of lands before the ledger is read
+        released_by_holder = any(r.get("outcome") != "reclaimed" for r in _lease_records(ctx, lease_id))
+        if not released_by_holder:
+            break
+        missed.append(lease_id)
     owner = record.get("owner") or {}
-    pid = int(record["holder"]["pid"])
-    at = time.time()
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
     return FaultReport(
         "gpu_task",
         at,
@@ -448,6 +472,7 @@ def fault_gpu_task(ctx: Context) -> FaultReport:
             "pid": pid,
             "devices": record.get("devices"),
             "lease_id": lease_id,
+            "missed_leases": missed,
         },
     )
 
@@ -467,11 +492,7 @@ def check_gpu_task(ctx: Context, report: FaultReport) -> None:
         report.detail["next_try"] = {"try_number": ti.get("try_number"), "state": ti.get("state")}
         started = _ts(ti.get("start_date"))
         report.recovery_s = None if started is None else started - report.at
-    records = [
-        r
-        for r in read_ledger(ctx.lease_dir / "usage.jsonl")
-        if r.get("lease_id") == report.detail["lease_id"]
-    ]
+    records = _lease_records(ctx, report.detail["lease_id"])
     report.detail["lease_outcome"] = records[0].get("outcome") if records else None
     report.detail["reclaim_reason"] = records[0].get("reclaim_reason") if records else None
 
