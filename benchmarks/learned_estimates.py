@@ -20,6 +20,7 @@ Single DAG only: the multi-DAG mean completion time needs a multi-DAG simulator 
 
     .venv/bin/python benchmarks/learned_estimates.py            # all instances, 8/16/32 GPUs
     .venv/bin/python benchmarks/learned_estimates.py --quick    # every 4th file instance, 9 ML ones
+    .venv/bin/python benchmarks/learned_estimates.py --capacities 32 --history-draw 1  # other past runs
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from pathlib import Path
 
 from workloads import GPU_POOL, Workload, load_workloads, ml_pipeline_workloads
 
-from airflow_gpu_dag.core.estimates import RunSample, estimate_duration, with_estimates
+from airflow_gpu_dag.core.estimates import RunSample, estimate_duration, planning_error, with_estimates
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.planner import packing_weights_plan, perturbed
 from airflow_gpu_dag.core.rules import resolve_priority
@@ -60,10 +61,27 @@ def learned_graph(truth: TaskGraph, declared: TaskGraph, runs: int, spread: floa
     return with_estimates(declared, estimates)
 
 
+def history_seed(name: str, draw: int = 0) -> str:
+    """The seed of the past runs of instance ``name``: draw 0 is the recorded one, others are further
+    draws of the same five runs (how much the figure owes to one draw of the history)."""
+    return f"runs:{name}" if draw == 0 else f"runs{draw}:{name}"
+
+
 def measure(
-    workloads: Sequence[Workload], capacity: int, error: float, runs: int, spread: float
+    workloads: Sequence[Workload],
+    capacity: int,
+    error: float,
+    runs: int,
+    spread: float,
+    draw: int = 0,
+    hedge_scale: float = 1.0,
 ) -> dict[str, list[float]]:
-    """Makespan per instance: stock and our policy planned on each variant's estimates."""
+    """Makespan per instance: stock and our policy planned on each variant's estimates.
+
+    ``hedge_scale`` multiplies the error of the worlds the planner scores its options over (the
+    learned durations' :func:`planning_error`; 1 is what the provider does, 0 plans on the learned
+    durations alone). Exact and declared estimates carry no error, so it changes only ``learned``.
+    """
     caps = {GPU_POOL: capacity}
     out: dict[str, list[float]] = {"stock": [], **{v: [] for v in VARIANTS}}
     for w in workloads:
@@ -72,14 +90,15 @@ def measure(
         estimates = {
             "exact": truth,
             "declared": declared,
-            "learned": learned_graph(truth, declared, runs, spread, f"runs:{w.name}"),
+            "learned": learned_graph(truth, declared, runs, spread, history_seed(w.name, draw)),
         }
         stock_weights = dict(resolve_priority("downstream", caps)(truth))
         out["stock"].append(
             simulate(truth, caps, "stock", priority=lambda g, w=stock_weights: w).makespan  # type: ignore[misc]
         )
         for variant, believed in estimates.items():
-            weights = packing_weights_plan(believed, caps, "reservation").weights
+            hedge = hedge_scale * planning_error(believed)
+            weights = packing_weights_plan(believed, caps, "reservation", estimate_error=hedge).weights
             result = simulate(
                 truth,
                 caps,
@@ -113,6 +132,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="past runs learned from")
     parser.add_argument("--spread", type=float, default=0.1, help="each past run = truth x U(1 +/- SPREAD)")
     parser.add_argument("--sets", default="wfinstances,ml_pipelines", help="wfinstances, ml_pipelines")
+    parser.add_argument(
+        "--history-draw", type=int, default=0, help="which draw of the past runs (0: the recorded one)"
+    )
+    parser.add_argument(
+        "--hedge-scale",
+        type=float,
+        default=1.0,
+        help="scale the error of the planner's hedging worlds (1: as shipped, 0: no hedging)",
+    )
     parser.add_argument("--quick", action="store_true", help="every 4th file instance, 9 ML pipelines")
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -124,12 +152,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     sets = {name: ws for name, ws in {"wfinstances": files, "ml_pipelines": ml}.items() if name in chosen}
     print(
         f"# learned durations: declared = truth x exp(N(0, {args.error:g})); learned from {args.runs} runs, "
-        f"each truth x U(1 +/- {args.spread:g}); policy packing+reservation; single DAG\n"
+        f"each truth x U(1 +/- {args.spread:g}), history draw {args.history_draw}, "
+        f"hedge scale {args.hedge_scale:g}; "
+        "policy packing+reservation; single DAG\n"
     )
     print("| set | GPUs | n | stock/exact | declared/exact | learned/exact | recovered: declared | learned |")
     print("|---|---|---|---|---|---|---|---|")
     for cap in (int(c) for c in args.capacities.split(",")):
-        measured = {name: measure(ws, cap, args.error, args.runs, args.spread) for name, ws in sets.items()}
+        measured = {
+            name: measure(ws, cap, args.error, args.runs, args.spread, args.history_draw, args.hedge_scale)
+            for name, ws in sets.items()
+        }
         if len(measured) > 1:
             measured["all"] = {k: [m for d in measured.values() for m in d[k]] for k in ("stock", *VARIANTS)}
         for name, data in measured.items():
