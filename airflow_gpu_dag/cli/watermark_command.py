@@ -323,8 +323,7 @@ def _run_forever(controller: Any, config: Any, heartbeat: Any) -> None:
         log.info("signal %d: stopping the watermark controller", signum)
         stop.set()
 
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     log.info(
         "watermark controller %s (%s): %d pool(s) every %gs, fail open after %d intervals: %s",
         controller.holder,
@@ -334,7 +333,12 @@ def _run_forever(controller: Any, config: Any, heartbeat: Any) -> None:
         config.fail_open_after,
         ", ".join(f"{p.name} ({p.source.type})" for p in config.pools),
     )
-    controller.run(stop, on_tick=lambda _outcomes: heartbeat.beat(controller.active))
+    try:
+        controller.run(stop, on_tick=lambda _outcomes: heartbeat.beat(controller.active))
+    finally:  # in-process callers (tests, an embedding app) get their handlers back
+        for sig, handler in previous.items():
+            if handler is not None:
+                signal.signal(sig, handler)
 
 
 def watermark_health(args: argparse.Namespace) -> None:

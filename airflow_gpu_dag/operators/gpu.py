@@ -33,10 +33,12 @@ releases it on success, failure and SIGTERM (``on_kill``). A killed worker's lea
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from airflow.providers.standard.hooks.subprocess import SubprocessHook
@@ -198,6 +200,26 @@ class _LeasedSubprocessHook(SubprocessHook):
             self._on_start(value.pid)
 
 
+@contextlib.contextmanager
+def _sigint_raises() -> Iterator[bool]:
+    """While the block runs in the main thread, SIGINT raises ``KeyboardInterrupt``; yields whether it does.
+
+    Airflow's task process sets SIGINT to ``SIG_DFL``, and ``_thread.interrupt_main()`` does nothing
+    for a signal Python does not handle: without this a lost lease could not stop the callable, which
+    would keep using GPUs already handed to another task. The previous handler is restored after.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield False
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield True
+    finally:
+        if previous is not None:  # None: a handler not installed from Python; leave ours
+            signal.signal(signal.SIGINT, previous)
+
+
 class GpuPythonOperator(GpuLeaseMixin, PythonOperator):
     """A :class:`PythonOperator` whose callable runs with leased GPUs (``@task.gpu`` uses it).
 
@@ -236,6 +258,7 @@ class GpuPythonOperator(GpuLeaseMixin, PythonOperator):
         self.gpu_request = spec.request
         self.lease_timeout = spec.lease_timeout_s
         self._gpu_running = False
+        self._gpu_interruptible = False
 
     def execute(self, context: Any) -> Any:
         lease = self._acquire_gpu_lease(context)
@@ -244,11 +267,13 @@ class GpuPythonOperator(GpuLeaseMixin, PythonOperator):
         context[LEASE_CONTEXT_KEY] = lease.to_dict()
         outcome = "failed"
         try:
-            self._gpu_running = True
-            try:
-                result = super().execute(context)
-            finally:
-                self._gpu_running = False
+            with _sigint_raises() as interruptible:
+                self._gpu_interruptible = interruptible
+                self._gpu_running = True
+                try:
+                    result = super().execute(context)
+                finally:
+                    self._gpu_running = False
             self._raise_if_lost()
             outcome = "success"
             return result
@@ -269,8 +294,14 @@ class GpuPythonOperator(GpuLeaseMixin, PythonOperator):
     def _on_lease_lost(self, lease: Lease) -> None:
         import _thread
 
-        if self._gpu_running and threading.main_thread().is_alive():
+        if self._gpu_running and self._gpu_interruptible and threading.main_thread().is_alive():
             _thread.interrupt_main()  # KeyboardInterrupt in the callable; execute raises LeaseLost
+        elif self._gpu_running:
+            self.log.error(
+                "GPU lease %s lost; the callable runs outside the main thread and cannot be stopped: "
+                "the task fails when it returns",
+                lease.lease_id,
+            )
 
     def on_kill(self) -> None:
         """SIGTERM: stop the callable (an exception raised into it), which releases the lease."""

@@ -10,6 +10,10 @@ saw in its environment:
 * every task saw ``CUDA_VISIBLE_DEVICES`` (and ``NVIDIA_VISIBLE_DEVICES``) with exactly its leased
   devices, as many as it declared;
 * the scheduler used the provider's pools and ``pool_slots = GPUs``.
+
+Then a Python GPU task whose lease is reclaimed while it runs (``gpu_lease_lost``) is stopped by its
+lease heartbeat inside Airflow's task process (where SIGINT is ``SIG_DFL``) and fails with
+``LeaseLost`` instead of working on for minutes on GPUs that are no longer its own.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ AIRFLOW_ENV = {
     "AIRFLOW__GPU_DAG__LEASE_DIR": str(LEASE_DIR),
     "AIRFLOW__GPU_DAG__LEASE_POLL_INTERVAL": "0.5s",
     "AIRFLOW__GPU_DAG__LEASE_WAIT_TIMEOUT": "10m",
+    "AIRFLOW__GPU_DAG__LEASE_HEARTBEAT": "1s",
     "GPU_LEASE_TEST_LOG": str(TASK_LOG),
 }
 RUNS = 3
@@ -109,3 +114,16 @@ def test_concurrent_runs_never_share_a_gpu(airflow_cluster) -> None:
         assert devices == record.devices
         assert item["nvidia_visible_devices"] == item["cuda_visible_devices"]
         assert len(devices) == DECLARED[item["task_id"]][0]
+
+
+def test_python_task_whose_lease_is_reclaimed_is_stopped(airflow_cluster) -> None:
+    cluster = airflow_cluster
+    cluster.wait_for_dag("gpu_lease_lost")
+    run_id = cluster.trigger("gpu_lease_lost")
+    # the callable would work 300 s after dropping its lease; the heartbeat (every 1 s) must stop it
+    state = cluster.wait_for_run("gpu_lease_lost", run_id, timeout=240)
+    log = cluster.task_log("gpu_lease_lost", run_id, "reclaimed")
+    assert (TASK_LOG / "lost.started").exists(), (state, log, cluster.log_tails())
+    assert state == "failed", (state, log)
+    assert not (TASK_LOG / "lost.finished").exists(), "the callable ran to the end on a reclaimed lease"
+    assert "reclaimed while the task ran" in log, log
