@@ -9,6 +9,7 @@ waits the tests need.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -96,15 +97,30 @@ class ClusterRest:
         return resp
 
     def _send(
-        self, method: str, path: str, timeout: float, db_retries: int, **kwargs: Any
+        self,
+        method: str,
+        path: str,
+        timeout: float,
+        db_retries: int,
+        *,
+        idempotent: bool = False,
+        **kwargs: Any,
     ) -> tuple[httpx.Response, int]:
-        """One call, repeated up to ``db_retries`` times after a 500 "Database error"; returns the
-        last response and its attempt number (0 for the first)."""
+        """One call, repeated up to ``db_retries`` times after a 500 "Database error" and, when the
+        call is ``idempotent``, after a transport error too (a read timeout while the api-server
+        waits for the SQLite lock); returns the last response and its attempt number (0 for the
+        first)."""
         for attempt in range(1 + db_retries):
             try:
                 resp = self._rest().send(method, path, timeout=timeout, **kwargs)
             except RestError as err:
-                raise ClusterError(str(err)) from err
+                if not idempotent:
+                    raise ClusterError(str(err)) from err
+                if err.status is not None or attempt == db_retries:
+                    raise ClusterError(f"{err}\n{self.log_tails(40)}") from err
+                print(f"{method} {path}: {err}; retrying\n{self.log_tails(20)}", file=sys.stderr)
+                time.sleep(RETRY_WAIT)
+                continue
             if attempt == db_retries or not _is_database_error(resp):
                 break
             time.sleep(RETRY_WAIT)
@@ -206,12 +222,13 @@ class ClusterRest:
         logical_date: str | None = None,
     ) -> str:
         """Trigger a run over REST (``POST /dags/{dag_id}/dagRuns``); returns its run_id."""
-        # The run_id is chosen here, so a retry after a transient database error cannot start a
-        # second run: if the first POST did commit, the retry answers 409 for the same run_id.
+        # The run_id is chosen here, so a retry after a transient database error or a timed-out
+        # answer cannot start a second run: if the first POST did commit, the retry answers 409
+        # for the same run_id.
         run_id = run_id or f"manual__{datetime.now(UTC).isoformat()}"
         body = {"dag_run_id": run_id, "logical_date": logical_date, "conf": dict(conf or {})}
         path = f"/api/v2/dags/{dag_id}/dagRuns"
-        resp, attempt = self._send("POST", path, 60.0, DB_ERROR_RETRIES, json=body)
+        resp, attempt = self._send("POST", path, 60.0, DB_ERROR_RETRIES, idempotent=True, json=body)
         if resp.status_code < 400:
             return str(resp.json()["dag_run_id"])
         if resp.status_code == 409 and attempt > 0:

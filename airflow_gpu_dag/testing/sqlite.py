@@ -5,6 +5,13 @@ arguments for the DB-API ``connect()``. :data:`CONNECT_ARGS` raises SQLite's bus
 driver's default of 5 s: on a loaded 2-core machine the scheduler, the dag-processor, the triggerer
 and the api-server all write to one file, and a REST call that waits more than 5 s for the write
 lock fails with ``database is locked`` (a 500 "Database error" from the api-server).
+
+The timeout stays well below the test client's read timeout (60 s,
+:func:`airflow_gpu_dag.testing.rest.rest_client`). Some lock waits are cycles between components that
+only a timeout breaks; while one lasts, every REST call that touches the database waits too. With a
+busy timeout as long as the client's (60 s, until 2026-12-01) a CI run saw the api-server answer
+nothing for a minute and a trigger fail with a read timeout; with 20 s the wait ends in an answer
+(a 500 "Database error" the harness retries) well before the client gives up.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from typing import Any
 __all__ = ["CONNECT_ARGS", "CONNECT_ARGS_ASYNC", "CONNECT_ARGS_ASYNC_PATH", "CONNECT_ARGS_PATH"]
 
 #: Busy timeout in seconds: how long a connection waits for another's write lock.
-BUSY_TIMEOUT = 60
+BUSY_TIMEOUT = 20
 
 #: Keyword arguments for ``sqlite3.connect`` (Airflow adds ``check_same_thread`` to this dict).
 CONNECT_ARGS: dict[str, Any] = {"timeout": BUSY_TIMEOUT}

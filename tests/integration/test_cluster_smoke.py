@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from airflow_gpu_dag.testing import AirflowCluster, ClusterError
+from airflow_gpu_dag.testing import AirflowCluster, ClusterError, sqlite
 
 SMOKE_DAG = textwrap.dedent(
     """
@@ -80,7 +80,7 @@ def test_boot_run_and_stop(tmp_path: Path) -> None:
         busy = subprocess.run(
             [sys.executable, "-c", BUSY_TIMEOUT_PROBE], env=cluster.env, capture_output=True, text=True
         )
-        assert busy.stdout.strip() == "60000", busy.stderr[-2000:]
+        assert busy.stdout.strip() == str(sqlite.BUSY_TIMEOUT * 1000), busy.stderr[-2000:]
         started = cluster.process_tree()
         assert {"api-server", "scheduler", "dag-processor"} <= set(cluster.pids)
         assert len(started) >= 3

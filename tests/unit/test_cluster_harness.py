@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from airflow_gpu_dag.hooks.rest_client import RestError
 from airflow_gpu_dag.testing import AirflowCluster, ClusterError, sqlite
 from airflow_gpu_dag.testing import rest as rest_module
 from airflow_gpu_dag.testing.rest import ClusterRest
@@ -20,18 +21,25 @@ CONFLICT = {"detail": {"reason": "Unique constraint violation"}}
 class FakeClient:
     """Answers each call with the next prepared (status, body) and records what was sent."""
 
-    def __init__(self, answers: list[tuple[int, Any]]) -> None:
+    def __init__(self, answers: list[tuple[int, Any] | RestError]) -> None:
         self.answers = list(answers)
         self.sent: list[tuple[str, str, Any]] = []
 
     def send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         self.sent.append((method, path, kwargs.get("json")))
-        status, body = self.answers.pop(0)
+        answer = self.answers.pop(0)
+        if isinstance(answer, RestError):
+            raise answer
+        status, body = answer
         return httpx.Response(status, json=body)
 
 
+def _timeout(path: str = "/api/v2/dags/d/dagRuns") -> RestError:
+    return RestError(f"POST {path}: ReadTimeout")
+
+
 class FakeCluster(ClusterRest):
-    def __init__(self, answers: list[tuple[int, Any]]) -> None:
+    def __init__(self, answers: list[tuple[int, Any] | RestError]) -> None:
         self.client = FakeClient(answers)
 
     def _rest(self) -> Any:
@@ -83,6 +91,31 @@ def test_trigger_gives_up_after_the_retries_with_the_log_tails() -> None:
     assert cluster.client.answers == []
 
 
+def test_trigger_retries_a_read_timeout_with_the_same_run_id() -> None:
+    # The api-server answered nothing in time (it waited for the SQLite lock) but did create the
+    # run: the retry's 409 for the same run_id means it is there, and no second run is started.
+    cluster = FakeCluster([_timeout(), (409, CONFLICT)])
+    assert cluster.trigger("d", run_id="mine") == "mine"
+    assert [body["dag_run_id"] for _, _, body in cluster.client.sent] == ["mine", "mine"]
+    cluster = FakeCluster([_timeout(), _timeout(), (200, {"dag_run_id": "r"})])
+    assert cluster.trigger("d", run_id="r") == "r"
+
+
+def test_trigger_gives_up_after_as_many_timeouts_with_the_log_tails() -> None:
+    cluster = FakeCluster([_timeout()] * (1 + rest_module.DB_ERROR_RETRIES))
+    with pytest.raises(ClusterError, match="ReadTimeout") as err:
+        cluster.trigger("d")
+    assert "api-server tail" in str(err.value)
+    assert cluster.client.answers == []
+
+
+def test_other_posts_are_not_retried_after_a_timeout() -> None:
+    cluster = FakeCluster([_timeout("/api/v2/pools"), (200, {})])
+    with pytest.raises(ClusterError, match="ReadTimeout"):
+        cluster.api("POST", "/pools", json={"name": "gpu"})
+    assert len(cluster.client.sent) == 1
+
+
 def test_other_server_errors_are_not_retried() -> None:
     cluster = FakeCluster([(500, {"detail": "boom"})])
     with pytest.raises(ClusterError, match="boom"):
@@ -110,7 +143,14 @@ def test_sqlite_clusters_get_the_busy_timeout(tmp_path: Path) -> None:
     assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("sqlite:///")
     assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"] == sqlite.CONNECT_ARGS_PATH
     assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC"] == sqlite.CONNECT_ARGS_ASYNC_PATH
-    assert sqlite.CONNECT_ARGS["timeout"] >= 30 and sqlite.CONNECT_ARGS is not sqlite.CONNECT_ARGS_ASYNC
+    assert sqlite.CONNECT_ARGS is not sqlite.CONNECT_ARGS_ASYNC
+    # Longer than the driver's 5 s, and short enough that a lock wait ends in an answer (a retried
+    # 500) before the harness's client gives up on the call.
+    client = rest_module.rest_client("http://127.0.0.1:8080", "admin", "pw")
+    read_timeout = client._http.timeout.read
+    client.close()
+    assert read_timeout is not None
+    assert 5 < sqlite.CONNECT_ARGS["timeout"] == sqlite.CONNECT_ARGS_ASYNC["timeout"] <= read_timeout / 2
 
 
 def test_postgresql_clusters_do_not(tmp_path: Path) -> None:
