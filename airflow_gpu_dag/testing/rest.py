@@ -83,7 +83,8 @@ class ClusterRest:
         self, method: str, path: str, *, check: bool = True, timeout: float = 60.0, **kwargs: Any
     ) -> httpx.Response:
         """An authenticated request to ``api_url + path`` (``path`` starts with ``/``; a full URL is
-        used as is). GETs are retried on connection errors; a 401 refreshes the token once; calls
+        used as is). GETs are retried on connection errors, PATCHes and PUTs (which set a state, so
+        repeating one is harmless) on any transport error; a 401 refreshes the token once; calls
         other than POST (which may not be idempotent) are retried after a transient 500
         "Database error".
 
@@ -91,7 +92,8 @@ class ClusterRest:
             for a 5xx, the components' log tails).
         """
         retries = 0 if method.upper() == "POST" else DB_ERROR_RETRIES
-        resp, _attempt = self._send(method, path, timeout, retries, **kwargs)
+        idempotent = method.upper() in ("PATCH", "PUT")
+        resp, _attempt = self._send(method, path, timeout, retries, idempotent=idempotent, **kwargs)
         if check and resp.status_code >= 400:
             raise self._failure(method, path, resp, tails=resp.status_code >= 500)
         return resp

@@ -109,6 +109,12 @@ def test_trigger_gives_up_after_as_many_timeouts_with_the_log_tails() -> None:
     assert cluster.client.answers == []
 
 
+def test_patches_are_retried_after_a_timeout() -> None:
+    cluster = FakeCluster([_timeout("/api/v2/pools/gpu"), (200, {"slots": 3})])
+    assert cluster.api("PATCH", "/pools/gpu", json={"slots": 3}).json() == {"slots": 3}
+    assert len(cluster.client.sent) == 2
+
+
 def test_other_posts_are_not_retried_after_a_timeout() -> None:
     cluster = FakeCluster([_timeout("/api/v2/pools"), (200, {})])
     with pytest.raises(ClusterError, match="ReadTimeout"):
