@@ -7,11 +7,11 @@ and the api-server all write to one file, and a REST call that waits more than 5
 lock fails with ``database is locked`` (a 500 "Database error" from the api-server).
 
 The timeout stays well below the test client's read timeout (60 s,
-:func:`airflow_gpu_dag.testing.rest.rest_client`). Some lock waits are cycles between components that
-only a timeout breaks; while one lasts, every REST call that touches the database waits too. With a
-busy timeout as long as the client's (60 s, until 2026-12-01) a CI run saw the api-server answer
-nothing for a minute and a trigger fail with a read timeout; with 20 s the wait ends in an answer
-(a 500 "Database error" the harness retries) well before the client gives up.
+:func:`airflow_gpu_dag.testing.rest.rest_client`), so that a call held up by a lock wait gets an
+answer (at worst a 500 "Database error", which the harness retries) before the client gives up. With a
+busy timeout as long as the client's (60 s, until 2026-12-01) a clean-clone run saw the api-server
+answer nothing for a whole minute, the busy timeout's length, and a trigger fail with a read timeout
+(most likely a wait for the lock that only the timeout ended; the component logs were not kept).
 """
 
 from __future__ import annotations
