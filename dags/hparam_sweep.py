@@ -33,6 +33,9 @@ DAG_ID = "hparam_sweep"
 #: GPUs each trial is declared with (its pool slots); ``gpus`` in the conf may use fewer.
 TRIAL_GPUS = 2
 HIDDEN = {"tiny": 8, "small": 32, "base": 64}
+#: The default sweep; its length is the expected number of trials the planner shows (``map_length``)
+#: until past runs tell how many there really were.
+LEARNING_RATES = [0.3, 0.1, 0.03, 0.01]
 
 
 def _run_dir(params: dict[str, Any], run_id: str) -> Path:
@@ -70,7 +73,7 @@ with DAG(
             description="Absolute directory for the dataset, trial checkpoints and the summary.",
         ),
         "learning_rates": Param(
-            [0.3, 0.1, 0.03, 0.01],
+            LEARNING_RATES,
             type="array",
             items={"type": "number", "exclusiveMinimum": 0, "maximum": 10},
             minItems=1,
@@ -97,7 +100,12 @@ with DAG(
         (run / "_SUCCESS").write_text("")
         return [{"trial": i, "lr": float(lr)} for i, lr in enumerate(params["learning_rates"])]
 
-    @task.gpu(gpus=TRIAL_GPUS, gpu_memory="40GiB", duration="1h")
+    @task.gpu(
+        gpus=TRIAL_GPUS,
+        gpu_memory="40GiB",
+        duration="1h",
+        executor_config=gpu_hints(map_length=len(LEARNING_RATES)),
+    )
     def train_trial(spec: dict[str, Any], gpu_lease: dict[str, Any] | None = None) -> dict[str, Any]:
         """Train the two-layer network with the trial's learning rate; gradients averaged over shards."""
         context = get_current_context()
@@ -142,7 +150,12 @@ with DAG(
         print(f"trial {spec['trial']} lr={spec['lr']}: train mse {loss:.4f} ({shards} shards)")
         return {**spec, "checkpoint": str(folder / "model.npz"), "train_mse": loss}
 
-    @task.gpu(gpus=1, gpu_memory="16GiB", duration="20m")
+    @task.gpu(
+        gpus=1,
+        gpu_memory="16GiB",
+        duration="20m",
+        executor_config=gpu_hints(map_length=len(LEARNING_RATES)),
+    )
     def evaluate_trial(result: dict[str, Any]) -> dict[str, Any]:
         """Validation MSE of one trained trial (inf if it diverged)."""
         context = get_current_context()

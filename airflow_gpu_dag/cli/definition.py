@@ -90,7 +90,7 @@ ARG_FACTOR = Arg(
 ARG_DECLARED_ONLY = Arg(
     ("--declared-only",),
     action="store_true",
-    help="Plan with the declared estimates only (do not read the durations of past runs).",
+    help="Use the declared estimates only (do not read the durations of past runs).",
 )
 ARG_CRITICAL_ONLY = Arg(("--critical-only",), action="store_true", help="List only the critical tasks.")
 ARG_CAPACITY = Arg(
@@ -195,7 +195,9 @@ GPU_DAG_COMMANDS: tuple[ActionCommand, ...] = (
             "admission (priority order, greedy backfill) and once with ours, and print both side by "
             "side; --gantt writes both schedules as a Gantt chart. With several DAG ids, --folder or "
             "--trigger, simulate their runs together on shared pools, each triggered at its offset, and "
-            "print every run's completion time, the mean, the p95 and the makespan, stock vs ours."
+            "print every run's completion time, the mean, the p95 and the makespan, stock vs ours. "
+            "Durations are those learned from past runs (the declared estimates without enough history, "
+            "or with --declared-only) and mapped tasks are simulated as their instances, as in plan."
         ),
         func=lazy_load_command(f"{_CLI}.simulate.simulate"),
         args=(
@@ -207,6 +209,7 @@ GPU_DAG_COMMANDS: tuple[ActionCommand, ...] = (
             ARG_POLICY,
             ARG_OBJECTIVE,
             ARG_INTERVAL,
+            ARG_DECLARED_ONLY,
             ARG_GANTT,
             ARG_OUTPUT_TABLE_JSON,
             ARG_VERBOSE,

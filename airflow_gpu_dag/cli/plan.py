@@ -13,6 +13,7 @@ from typing import Any
 
 from airflow_gpu_dag.cli import render
 from airflow_gpu_dag.cli.common import check_objective_setting, quiet, status
+from airflow_gpu_dag.cli.inputs import input_notes, planning_graph
 from airflow_gpu_dag.cli.loading import find_dag
 from airflow_gpu_dag.core.estimates import DurationEstimate
 from airflow_gpu_dag.core.graph import TaskGraph
@@ -61,27 +62,10 @@ def _print_plan(
         out.print("Assumed by the plan:", markup=False)
         for task_id, task_note in notes:
             out.print(f"  {task_id}: {task_note}", markup=False)
-    learned = sorted(t for t, e in estimates.items() if e.learned is not None)
-    if learned:
-        out.print(
-            f"~ duration learned from past runs ({len(learned)} task(s)); `airflow gpu-dag estimates "
-            f"{the_plan.dag_id}` compares them with the declared estimates.",
-            markup=False,
-        )
-    if note:
-        out.print(f"Note: {note}; the declared estimates are used.", markup=False)
+    for line in input_notes(graph, estimates, note):
+        out.print(line, markup=False)
     if any(not t.duration_declared for t in the_plan.tasks):
         out.print("* no duration estimate declared; the [gpu_dag] default_duration is assumed.", markup=False)
-    mapped = sorted({str(n.attrs["map_of"]) for n in graph.nodes.values() if "map_of" in n.attrs})
-    unknown = sorted(t for t, n in graph.nodes.items() if n.attrs.get("mapped") and "map_of" not in n.attrs)
-    if mapped:
-        out.print(f"Mapped tasks shown as their instances: {', '.join(mapped)}.", markup=False)
-    if unknown:
-        out.print(
-            f"Mapped tasks with an unknown number of instances (shown once): {', '.join(unknown)}; "
-            "declare one with gpu_hints(map_length=N).",
-            markup=False,
-        )
     if the_plan.policy:
         out.print(the_plan.policy, markup=False)
     if the_plan.findings:
@@ -107,8 +91,6 @@ def plan(args: argparse.Namespace) -> None:
     """``airflow gpu-dag plan DAG_ID [--file PATH] [--declared-only]``."""
     from dataclasses import replace
 
-    from airflow_gpu_dag.airflow.history import learned_task_graph
-    from airflow_gpu_dag.core.estimates import EstimateSettings
     from airflow_gpu_dag.priority.weights import policy_text
 
     check_objective_setting()
@@ -116,7 +98,7 @@ def plan(args: argparse.Namespace) -> None:
     declared_only = bool(getattr(args, "declared_only", False))
     with status(render.error_console(), f"Loading DAG {args.dag_id!r}...", output != "table"):
         dag = find_dag(args.dag_id, args.file)
-        learned = learned_task_graph(dag, settings=EstimateSettings(enabled=False) if declared_only else None)
+        learned = planning_graph(dag, declared_only=declared_only)
         the_plan = replace(build_plan(learned.graph, learned.findings), policy=policy_text(learned.graph))
     estimates = {} if declared_only else learned.estimates
     render.emit(

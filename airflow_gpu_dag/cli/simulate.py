@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_gpu_dag.cli import render
 from airflow_gpu_dag.cli.common import configured_pools, parse_pool_args, quiet, status
+from airflow_gpu_dag.cli.inputs import input_json, input_notes, planning_graph
 from airflow_gpu_dag.cli.loading import find_dag
 from airflow_gpu_dag.core.pools import task_pool
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from airflow_gpu_dag.airflow.history import LearnedGraph
     from airflow_gpu_dag.core.graph import TaskGraph
 
 __all__ = ["simulate"]
@@ -52,17 +54,16 @@ def _simulation_capacity(graph: Any, given: Mapping[str, int]) -> dict[str, int]
     return dict(given)
 
 
-def _load_graph(args: argparse.Namespace, err: Console, json_output: bool) -> TaskGraph:
-    """The DAG's task graph; exits with the errors found while reading it."""
-    from airflow_gpu_dag.airflow.graph import build_task_graph
-
+def _load_graph(args: argparse.Namespace, err: Console, json_output: bool) -> LearnedGraph:
+    """The DAG's task graph as plans see it (learned durations, mapped tasks expanded:
+    :func:`~airflow_gpu_dag.cli.inputs.planning_graph`); exits with the errors found while reading it."""
     with status(err, f"Loading DAG {args.dag_id!r}...", json_output):
         dag = find_dag(args.dag_id, args.file)
-        graph, findings = build_task_graph(dag)
-    bad = [f for f in findings if f.is_error]
+        learned = planning_graph(dag, declared_only=bool(getattr(args, "declared_only", False)))
+    bad = [f for f in learned.findings if f.is_error]
     if bad:
         raise SystemExit("error: cannot simulate:\n" + "\n".join(str(f) for f in bad))
-    return graph
+    return learned
 
 
 def _capacity(graph: TaskGraph, given: dict[str, int]) -> dict[str, int]:
@@ -191,12 +192,17 @@ def simulate(args: argparse.Namespace) -> None:
         raise ValueError("give a DAG id (or several, or --folder PATH); e.g. airflow gpu-dag simulate my_dag")
     args.dag_id = args.dag_ids[0]
     given = parse_pool_args(args.capacity, option="--capacity")
-    graph = _load_graph(args, err, json_output)
+    learned = _load_graph(args, err, json_output)
+    graph = learned.graph
     capacity = _capacity(graph, given)
     critical = analyze(graph).critical_tasks
     results = _run(graph, capacity, args, err, json_output)
     gantt_path = _write_gantt(args.gantt, graph, capacity, results, critical) if args.gantt else None
     if json_output:
-        render.print_json(_json_result(graph, capacity, critical, gantt_path, results))
+        data = _json_result(graph, capacity, critical, gantt_path, results)
+        render.print_json({**data, **input_json(learned)})
         return
     _print_tables(results, critical, capacity, args.policy, gantt_path)
+    out = render.console()
+    for line in input_notes(graph, learned.estimates, learned.note, verb="simulated"):
+        out.print(line, markup=False)

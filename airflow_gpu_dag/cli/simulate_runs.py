@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_gpu_dag.cli import render
 from airflow_gpu_dag.cli.common import check_objective_setting, configured_pools, parse_pool_args, status
+from airflow_gpu_dag.cli.inputs import input_json, input_notes, planning_graph
 from airflow_gpu_dag.core.pools import task_pool
 from airflow_gpu_dag.core.resources import EstimateError, format_duration, parse_duration
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from airflow_gpu_dag.airflow.history import LearnedGraph
     from airflow_gpu_dag.core.graph import TaskGraph
     from airflow_gpu_dag.core.objective import Objective
     from airflow_gpu_dag.core.schedule import SimulationResult
@@ -84,15 +86,14 @@ def _runs(args: argparse.Namespace) -> tuple[list[RunSpec], dict[str, Any]]:
     return sorted(runs, key=lambda r: r.offset), dags
 
 
-def _graphs(runs: Sequence[RunSpec], dags: dict[str, Any]) -> dict[str, TaskGraph]:
-    from airflow_gpu_dag.airflow.graph import build_task_graph
-
-    graphs: dict[str, TaskGraph] = {}
+def _graphs(runs: Sequence[RunSpec], dags: dict[str, Any], declared_only: bool) -> dict[str, LearnedGraph]:
+    """Each DAG's graph as plans see it (:func:`~airflow_gpu_dag.cli.inputs.planning_graph`)."""
+    graphs: dict[str, LearnedGraph] = {}
     problems = []
     for dag_id in dict.fromkeys(r.dag_id for r in runs):
-        graph, findings = build_task_graph(dags[dag_id])
-        problems += [str(f) for f in findings if f.is_error]
-        graphs[dag_id] = graph
+        learned = planning_graph(dags[dag_id], declared_only=declared_only)
+        problems += [str(f) for f in learned.findings if f.is_error]
+        graphs[dag_id] = learned
     if problems:
         raise SystemExit("error: cannot simulate:\n" + "\n".join(problems))
     return graphs
@@ -138,9 +139,16 @@ def _predict(
     }
 
 
-def _json(runs: Sequence[RunSpec], capacity: dict[str, int], results: dict[str, Any], objective: Any) -> dict:
+def _json(
+    runs: Sequence[RunSpec],
+    capacity: dict[str, int],
+    results: dict[str, Any],
+    objective: Any,
+    graphs: dict[str, LearnedGraph],
+) -> dict:
     return {
         "capacity": capacity,
+        "dags": {dag_id: input_json(learned) for dag_id, learned in graphs.items()},
         "objective": {
             "name": objective.name,
             "stretch": objective.stretch,
@@ -167,7 +175,11 @@ def _json(runs: Sequence[RunSpec], capacity: dict[str, int], results: dict[str, 
 
 
 def _print(
-    runs: Sequence[RunSpec], capacity: dict[str, int], results: dict[str, Any], objective: Any
+    runs: Sequence[RunSpec],
+    capacity: dict[str, int],
+    results: dict[str, Any],
+    objective: Any,
+    graphs: dict[str, LearnedGraph],
 ) -> None:
     from rich.table import Table
 
@@ -206,6 +218,11 @@ def _print(
         "stock: Airflow's downstream weights, pools at capacity.",
         markup=False,
     )
+    for dag_id, g in graphs.items():
+        for line in input_notes(g.graph, g.estimates, "", verb="simulated", label=f"{dag_id}: "):
+            out.print(line, markup=False)
+    for note in dict.fromkeys(g.note for g in graphs.values() if g.note):  # once, not per DAG
+        out.print(f"Note: {note}; the declared estimates are used.", markup=False)
 
 
 def simulate_runs(args: argparse.Namespace, err: Console) -> None:
@@ -222,11 +239,12 @@ def simulate_runs(args: argparse.Namespace, err: Console) -> None:
     given = parse_pool_args(args.capacity, option="--capacity")
     with status(err, "Loading DAGs...", json_output):
         runs, dags = _runs(args)
-        graphs = _graphs(runs, dags)
+        learned = _graphs(runs, dags, bool(getattr(args, "declared_only", False)))
+    graphs = {dag_id: g.graph for dag_id, g in learned.items()}
     capacity = _capacity(graphs, given)
     with status(err, f"Simulating {len(runs)} runs...", json_output):
         results = _predict(runs, graphs, capacity, objective, args.controller_interval)
     if json_output:
-        render.print_json(_json(runs, capacity, results, objective))
+        render.print_json(_json(runs, capacity, results, objective, learned))
         return
-    _print(runs, capacity, results, objective)
+    _print(runs, capacity, results, objective, learned)

@@ -446,6 +446,57 @@ def test_plan_shows_mapped_tasks_as_their_instances(
     assert "unknown number of instances (shown once): evaluate" in out
 
 
+def _write_sweep(folder: Path) -> None:
+    """DAG ``sweep_sim``: four literal 2-GPU trials of 1 h (declared), then a 10-minute pick."""
+    (folder / "sweep.py").write_text(
+        "from airflow.sdk import DAG, task\n"
+        "from airflow_gpu_dag import gpu_hints\n"
+        "with DAG('sweep_sim', schedule=None):\n"
+        "    @task.gpu(gpus=2, duration='1h')\n"
+        "    def trial(lr): return lr\n"
+        "    @task(executor_config=gpu_hints(duration='10m'))\n"
+        "    def pick(scores): return None\n"
+        "    pick(trial.expand(lr=[0.1, 0.01, 0.001, 0.0001]))\n"
+    )
+
+
+def test_simulate_runs_mapped_tasks_as_their_instances_with_learned_durations(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Four 2-GPU trials on 4 GPUs run two at a time: two waves, not one node of 2 slots.
+    _write_sweep(tmp_path)
+    argv = ("simulate", "sweep_sim", "--file", str(tmp_path), "--capacity", "gpu_default=4")
+    _, declared = run_json(capsys, *argv, "--declared-only")
+    stock = {t["task_id"]: t for t in declared["results"]["stock"]["schedule"]}
+    assert sorted(t for t in stock if t.startswith("trial")) == [f"trial[{i}]" for i in range(4)]
+    assert {stock[f"trial[{i}]"]["slots"] for i in range(4)} == {2}
+    assert declared["results"]["stock"]["makespan"] == pytest.approx(2 * 3600 + 600)
+    assert declared["mapped_tasks"] == {"trial": 4} and declared["learned_tasks"] == []
+    # the trials really take 30 minutes (four past runs): the simulation follows the history
+    _fake_history(monkeypatch, {"trial": 1800.0})
+    _, learned = run_json(capsys, *argv)
+    assert learned["learned_tasks"] == ["trial"]
+    assert learned["results"]["stock"]["makespan"] == pytest.approx(2 * 1800 + 600, rel=0.02)
+    assert run_cli(*argv) == 0
+    out = capsys.readouterr().out
+    assert "trial[3]" in out and "Mapped tasks simulated as their instances: trial" in out
+    assert "duration learned from past runs (1 task(s))" in out
+
+
+def test_simulate_several_runs_expand_mapped_tasks_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("airflow_gpu_dag.airflow.history.read_map_counts", lambda *a, **k: {})
+    _write_sweep(tmp_path)
+    argv = ("simulate", "--file", str(tmp_path), "--capacity", "gpu_default=4", "--declared-only")
+    code, result = run_json(capsys, *argv, "--trigger", "sweep_sim=0", "--trigger", "sweep_sim=0")
+    assert code == 0 and result["dags"]["sweep_sim"]["mapped_tasks"] == {"trial": 4}
+    # two runs of 4 x 2 GPU-hours on 4 GPUs: the last trial ends at 4 h at best, its pick 10 m later
+    assert result["summary"]["stock"]["makespan_s"] == pytest.approx(4 * 3600 + 600)
+    assert run_cli(*argv, "--trigger", "sweep_sim=0") == 0
+    assert "sweep_sim: Mapped tasks simulated as their instances: trial" in capsys.readouterr().out
+
+
 # -- an unknown [gpu_dag] objective ------------------------------------------------------------------------
 def test_lint_table_keeps_the_setting_name_in_brackets(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch

@@ -1,0 +1,85 @@
+"""What ``plan`` and ``simulate`` compute from: the DAG's graph with the durations learned from its past
+runs (the declared estimates where there is too little history, or everywhere with ``--declared-only``)
+and its mapped tasks expanded into their instances, the same graph the priority strategy, the controller
+and the UI's predicted schedule use (:func:`airflow_gpu_dag.airflow.history.learned_task_graph`).
+
+:func:`input_notes` says in words what that graph assumed (learned durations, mapped tasks expanded or
+left as one node, an unreadable history); :func:`input_json` gives the same for ``-o json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_gpu_dag.airflow.history import LearnedGraph
+    from airflow_gpu_dag.core.estimates import DurationEstimate
+    from airflow_gpu_dag.core.graph import TaskGraph
+
+__all__ = ["input_json", "input_notes", "mapped_tasks", "planning_graph"]
+
+
+def planning_graph(dag: Any, *, declared_only: bool = False) -> LearnedGraph:
+    """The graph of ``dag`` with learned durations (not with ``declared_only``) and mapped tasks
+    expanded; never raises because of the history (an unreadable one is in ``.note``)."""
+    from airflow_gpu_dag.airflow.history import learned_task_graph
+    from airflow_gpu_dag.core.estimates import EstimateSettings
+
+    return learned_task_graph(dag, settings=EstimateSettings(enabled=False) if declared_only else None)
+
+
+def mapped_tasks(graph: TaskGraph) -> tuple[dict[str, int], list[str]]:
+    """``({mapped task: instances}, [mapped tasks whose number of instances is unknown])``."""
+    counts: dict[str, int] = {}
+    for node in graph.nodes.values():
+        if "map_of" in node.attrs:
+            name = str(node.attrs["map_of"])
+            counts[name] = counts.get(name, 0) + 1
+    unknown = sorted(t for t, n in graph.nodes.items() if n.attrs.get("mapped") and "map_of" not in n.attrs)
+    return dict(sorted(counts.items())), unknown
+
+
+def _learned(estimates: Mapping[str, DurationEstimate]) -> list[str]:
+    return sorted(t for t, e in estimates.items() if e.learned is not None)
+
+
+def input_notes(
+    graph: TaskGraph,
+    estimates: Mapping[str, DurationEstimate],
+    note: str,
+    *,
+    verb: str = "shown",
+    label: str = "",
+) -> list[str]:
+    """Lines saying what ``graph`` assumed; ``verb``: what was done with a mapped task's instances
+    (``shown``, ``simulated``); ``label``: a prefix naming the DAG when several are reported."""
+    lines = []
+    learned = _learned(estimates)
+    if learned:
+        lines.append(
+            f"~ duration learned from past runs ({len(learned)} task(s)); `airflow gpu-dag estimates "
+            f"{graph.dag_id}` compares them with the declared estimates."
+        )
+    if note:
+        lines.append(f"Note: {note}; the declared estimates are used.")
+    counts, unknown = mapped_tasks(graph)
+    if counts:
+        lines.append(f"Mapped tasks {verb} as their instances: {', '.join(counts)}.")
+    if unknown:
+        lines.append(
+            f"Mapped tasks with an unknown number of instances ({verb} once): {', '.join(unknown)}; "
+            "declare one with gpu_hints(map_length=N)."
+        )
+    return [f"{label}{line}" for line in lines]
+
+
+def input_json(learned: LearnedGraph) -> dict[str, Any]:
+    """The same as :func:`input_notes`, for ``-o json``."""
+    counts, unknown = mapped_tasks(learned.graph)
+    return {
+        "learned_tasks": _learned(learned.estimates),
+        "history_note": learned.note,
+        "mapped_tasks": counts,
+        "mapped_unknown": unknown,
+    }
