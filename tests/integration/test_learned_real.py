@@ -5,7 +5,7 @@
   one GPU held by a foreign process) keeps the pool at 5, so all five tasks run together; the same
   source without the lease table would have shrunk it to 2;
 * durations learned from history: after three runs of a DAG whose declared estimates are wrong,
-  ``airflow gpu-dag estimates`` and ``plan`` (metadata database), the UI's plan endpoint, the
+  ``airflow gpu-dag estimates``, ``plan`` and ``simulate`` (metadata database), the UI's plan endpoint, the
   controller's REST history and the priority weights of a new run follow the real durations, and the
   mapped task is shown with the count of its past runs;
 * never pending forever: a task needing more slots than its pool fails with a note (controller), and
@@ -252,6 +252,12 @@ def test_plan_and_ui_use_learned_durations_and_past_map_counts(
     assert page["estimates"]["declared_long_runs_short"]["flagged"] is True
     html = cluster.request("GET", "/gpu-dag/critical-path/learned_wrong").text
     assert 'data-estimate-off="true"' in html and "shard[2]" in html
+    # simulate reads the same history: three shards, the 1-hour guess replaced by its ~2 s
+    out = cluster.cli("gpu-dag", "simulate", "learned_wrong", "-o", "json", timeout=300).stdout
+    sim = json.loads(out[out.index("{") :])
+    assert sim["history_note"] == "" and sim["mapped_tasks"] == {"shard": 3}, sim
+    assert "declared_long_runs_short" in sim["learned_tasks"], sim["learned_tasks"]
+    assert sim["results"]["stock"]["makespan"] < 600, sim["results"]["stock"]  # declared: over 1 h
 
 
 def test_controller_history_over_rest_matches(
