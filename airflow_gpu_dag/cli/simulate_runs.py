@@ -139,16 +139,23 @@ def _predict(
     }
 
 
-def _json(
-    runs: Sequence[RunSpec],
-    capacity: dict[str, int],
-    results: dict[str, Any],
-    objective: Any,
-    graphs: dict[str, LearnedGraph],
-) -> dict:
+@dataclass(frozen=True)
+class _Outcome:
+    """What was simulated and what came out: the runs, the pools, the predictions by label (``stock``
+    and the objective's name), the objective, and each DAG's graph as simulated."""
+
+    runs: Sequence[RunSpec]
+    capacity: dict[str, int]
+    results: dict[str, Any]
+    objective: Any
+    graphs: dict[str, LearnedGraph]
+
+
+def _json(outcome: _Outcome) -> dict:
+    runs, capacity, results, objective = outcome.runs, outcome.capacity, outcome.results, outcome.objective
     return {
         "capacity": capacity,
-        "dags": {dag_id: input_json(learned) for dag_id, learned in graphs.items()},
+        "dags": {dag_id: input_json(learned) for dag_id, learned in outcome.graphs.items()},
         "objective": {
             "name": objective.name,
             "stretch": objective.stretch,
@@ -174,14 +181,10 @@ def _json(
     }
 
 
-def _print(
-    runs: Sequence[RunSpec],
-    capacity: dict[str, int],
-    results: dict[str, Any],
-    objective: Any,
-    graphs: dict[str, LearnedGraph],
-) -> None:
+def _print(outcome: _Outcome) -> None:
     from rich.table import Table
+
+    runs, capacity, results, objective = outcome.runs, outcome.capacity, outcome.results, outcome.objective
 
     out = render.console()
     stock, ours = results["stock"], results[objective.name]
@@ -218,10 +221,10 @@ def _print(
         "stock: Airflow's downstream weights, pools at capacity.",
         markup=False,
     )
-    for dag_id, g in graphs.items():
+    for dag_id, g in outcome.graphs.items():
         for line in input_notes(g.graph, g.estimates, "", verb="simulated", label=f"{dag_id}: "):
             out.print(line, markup=False)
-    for note in dict.fromkeys(g.note for g in graphs.values() if g.note):  # once, not per DAG
+    for note in dict.fromkeys(g.note for g in outcome.graphs.values() if g.note):  # once, not per DAG
         out.print(f"Note: {note}; the declared estimates are used.", markup=False)
 
 
@@ -244,7 +247,8 @@ def simulate_runs(args: argparse.Namespace, err: Console) -> None:
     capacity = _capacity(graphs, given)
     with status(err, f"Simulating {len(runs)} runs...", json_output):
         results = _predict(runs, graphs, capacity, objective, args.controller_interval)
+    outcome = _Outcome(runs, capacity, results, objective, learned)
     if json_output:
-        render.print_json(_json(runs, capacity, results, objective, learned))
+        render.print_json(_json(outcome))
         return
-    _print(runs, capacity, results, objective, learned)
+    _print(outcome)
