@@ -96,6 +96,12 @@ def test_hparam_sweep_fan_out_shares_the_gpu_pool(dags: dict[str, Any]) -> None:
     assert (evaluate.pool, evaluate.pool_slots) == ("gpu_default", 1)
     assert train.__class__.__name__ == evaluate.__class__.__name__ == "DecoratedMappedOperator"
     assert dag.task_dict["remove_trial_checkpoints"].is_teardown
+    # plans see the default sweep's four trials (declared map_length) before any run has happened
+    graph, _ = build_task_graph(dag, expand_mapped=True)
+    default_trials = len(dag.params["learning_rates"])
+    assert default_trials == 4
+    for task_id in ("train_trial", "evaluate_trial"):
+        assert sum(1 for t in graph.nodes if t.startswith(f"{task_id}[")) == default_trials
 
 
 @pytest.mark.parametrize(
