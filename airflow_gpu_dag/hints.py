@@ -53,7 +53,9 @@ def gpu_hints(
     :param executor_config: an existing executor_config (e.g. with ``pod_override``) to merge into.
     :param map_length: for a task mapped over another task's output (``.expand(x=up.output)``), the
         number of instances expected; the plan, the UI and the controller's lookahead then show that
-        many (a literal ``expand()`` argument or the instances of past runs win over it).
+        many (a literal ``expand()`` argument or the instances of past runs win over it). A whole
+        number from 0 to Airflow's ``[core] max_map_length`` (1024 by default; a longer list fails the
+        upstream task that pushes it), else a parse-time error naming the task.
     """
     hints: dict[str, Any] = {}
     if duration is not None:

@@ -32,6 +32,22 @@ def conf_get(key: str, fallback: str | None) -> str | None:
         return fallback
 
 
+#: Airflow's own default of ``[core] max_map_length``.
+MAX_MAP_LENGTH = 1024
+
+
+def max_map_length() -> int:
+    """Airflow's ``[core] max_map_length``: the longest list an upstream task may push for a mapped
+    task to expand over (a longer one fails that task); 1024 when unset or unreadable."""
+    try:
+        from airflow.configuration import conf
+
+        value = conf.getint("core", "max_map_length", fallback=MAX_MAP_LENGTH)
+    except Exception:  # outside a configured Airflow, or not a number
+        return MAX_MAP_LENGTH
+    return value if value >= 0 else MAX_MAP_LENGTH
+
+
 def default_duration_seconds() -> float:
     """Estimate used for tasks that declare none (``[gpu_dag] default_duration``, default 30m)."""
     raw = conf_get("default_duration", DEFAULT_DURATION) or DEFAULT_DURATION

@@ -18,12 +18,13 @@ read from the DAG with :func:`airflow_gpu_dag.core.mapping.expand_mapped`.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from airflow_gpu_dag.core.findings import ERROR, Finding
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.mapping import expand_mapped
 from airflow_gpu_dag.hints import read_hints
+from airflow_gpu_dag.settings import max_map_length
 
 __all__ = [
     "declared_map_length",
@@ -112,10 +113,15 @@ def literal_map_length(task: Any) -> int | None:
     return count
 
 
+def _whole(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def declared_map_length(task: Any) -> int | None:
-    """``gpu_hints(map_length=N)`` of the task, when it is a whole number >= 0."""
+    """``gpu_hints(map_length=N)`` of the task, when it is a whole number >= 0 and at most Airflow's
+    ``[core] max_map_length`` (a longer list fails the upstream task that pushes it)."""
     value = read_hints(getattr(task, "executor_config", None)).get(MAP_LENGTH_KEY)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    if _whole(value) and value <= max_map_length():
         return value
     return None
 
@@ -127,15 +133,30 @@ def map_length_findings(dag_id: str, tasks: Mapping[str, Any]) -> list[Finding]:
         hints = read_hints(getattr(task, "executor_config", None))
         if MAP_LENGTH_KEY not in hints:
             continue
-        if declared_map_length(task) is None:
+        value = hints[MAP_LENGTH_KEY]
+        if not _whole(value):
             findings.append(
                 Finding(
                     ERROR,
                     "bad-map-length",
                     dag_id,
                     task_id,
-                    f"map_length {hints[MAP_LENGTH_KEY]!r} is not a whole number >= 0.",
+                    f"map_length {value!r} is not a whole number >= 0.",
                     "declare the expected number of mapped instances, e.g. gpu_hints(map_length=12).",
+                )
+            )
+        elif declared_map_length(task) is None:
+            limit = max_map_length()
+            findings.append(
+                Finding(
+                    ERROR,
+                    "bad-map-length",
+                    dag_id,
+                    task_id,
+                    f"map_length {value} is more than Airflow's [core] max_map_length ({limit}): the "
+                    "upstream task pushing that many values would fail, so the task could never expand.",
+                    f"declare at most {limit} instances (split the work into chunks), or raise "
+                    "[core] max_map_length.",
                 )
             )
         elif not is_mapped(task):

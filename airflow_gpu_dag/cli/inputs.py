@@ -30,14 +30,19 @@ def planning_graph(dag: Any, *, declared_only: bool = False) -> LearnedGraph:
 
 
 def mapped_tasks(graph: TaskGraph) -> tuple[dict[str, int], list[str]]:
-    """``({mapped task: instances}, [mapped tasks whose number of instances is unknown])``."""
+    """``({mapped task: instances}, [mapped tasks whose number of instances is unknown])``; a task
+    mapped over nothing (0 instances: Airflow skips it) counts 0."""
     counts: dict[str, int] = {}
-    for node in graph.nodes.values():
+    unknown = []
+    for task_id, node in graph.nodes.items():
         if "map_of" in node.attrs:
             name = str(node.attrs["map_of"])
             counts[name] = counts.get(name, 0) + 1
-    unknown = sorted(t for t, n in graph.nodes.items() if n.attrs.get("mapped") and "map_of" not in n.attrs)
-    return dict(sorted(counts.items())), unknown
+        elif node.attrs.get("map_count") == 0:
+            counts[task_id] = 0
+        elif node.attrs.get("mapped"):
+            unknown.append(task_id)
+    return dict(sorted(counts.items())), sorted(unknown)
 
 
 def _learned(estimates: Mapping[str, DurationEstimate]) -> list[str]:
@@ -65,7 +70,8 @@ def input_notes(
         lines.append(f"Note: {note}; the declared estimates are used.")
     counts, unknown = mapped_tasks(graph)
     if counts:
-        lines.append(f"Mapped tasks {verb} as their instances: {', '.join(counts)}.")
+        listed = ", ".join(f"{task} ({n})" for task, n in counts.items())
+        lines.append(f"Mapped tasks {verb} as their instances: {listed}.")
     if unknown:
         lines.append(
             f"Mapped tasks with an unknown number of instances ({verb} once): {', '.join(unknown)}; "

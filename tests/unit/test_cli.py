@@ -442,8 +442,20 @@ def test_plan_shows_mapped_tasks_as_their_instances(
     assert trial["map_of"] == "trial" and trial["map_index"] == 2
     run_cli("plan", "sweep_plan", "--file", str(tmp_path))
     out = capsys.readouterr().out
-    assert "Mapped tasks shown as their instances: trial" in out
-    assert "unknown number of instances (shown once): evaluate" in out
+    assert "Mapped tasks shown as their instances: trial (4)." in out
+    assert "unknown number of instances (shown once): evaluate;" in out
+    # mapped over nothing: Airflow skips it, so it is 0 instances, not an unknown number
+    (tmp_path / "sweep.py").write_text(
+        (tmp_path / "sweep.py")
+        .read_text()
+        .replace(
+            "@task(executor_config=gpu_hints(duration='30m', gpus=1))",
+            "@task(executor_config=gpu_hints(duration='30m', gpus=1, map_length=0))",
+        )
+    )
+    run_cli("plan", "sweep_plan", "--file", str(tmp_path))
+    out = capsys.readouterr().out
+    assert "as their instances: evaluate (0), trial (4)." in out and "unknown number" not in out
 
 
 def _write_sweep(folder: Path) -> None:

@@ -138,6 +138,33 @@ def test_bad_map_length_hint_is_an_error_naming_the_task() -> None:
     assert "not a mapped task" in next(f.message for f in findings if f.task_id == "plain")
 
 
+def test_map_length_above_airflows_max_map_length_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Airflow fails the upstream task that pushes more than [core] max_map_length values: such a
+    # task could never expand, and planning 100,000 instances would only stall the command.
+    monkeypatch.setenv("AIRFLOW__CORE__MAX_MAP_LENGTH", "8")
+
+    def dag_with(length: int) -> DAG:
+        with DAG("long_map", schedule=None) as dag:
+
+            @task(executor_config=gpu_hints(duration="1m"))
+            def items() -> list[int]:
+                return []
+
+            @task(executor_config=gpu_hints(duration="10m", map_length=length))
+            def each(x: int) -> int:
+                return x
+
+            each.expand(x=items())
+        return dag
+
+    graph, findings = build_task_graph(dag_with(8), expand_mapped=True)
+    assert not findings and len([t for t in graph.nodes if t.startswith("each[")]) == 8
+    graph, findings = build_task_graph(dag_with(9), expand_mapped=True)
+    assert [(f.code, f.task_id) for f in findings] == [("bad-map-length", "each")]
+    assert "[core] max_map_length (8)" in findings[0].message and "at most 8" in findings[0].fix
+    assert "each" in graph.nodes and graph.nodes["each"].attrs.get("mapped")  # not expanded: one node
+
+
 def test_expand_mapped_core() -> None:
     graph = TaskGraph.from_edges("g", {"a": 1, "m": 10, "n": 5, "z": 1}, [("a", "m"), ("m", "n"), ("n", "z")])
     expanded = expand_mapped(graph, {"m": 2, "n": 3})
