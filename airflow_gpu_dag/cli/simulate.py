@@ -185,6 +185,9 @@ def simulate(args: argparse.Namespace) -> None:
 
     json_output = args.output == "json"
     err = render.error_console()
+    interval = args.controller_interval
+    if not interval >= 0:  # also NaN
+        raise ValueError(f"--controller-interval {interval:g}: expected seconds >= 0 (0: at every event)")
     if wants_several_runs(args):
         simulate_runs(args, err)
         return

@@ -279,6 +279,7 @@ def test_simulate_table_and_svg(capsys: pytest.CaptureFixture[str], tmp_path: Pa
         (["--capacity", "gpu_default=2"], "task 'train' needs 4 slots of pool 'gpu_default'"),
         (["--capacity", "gpu_default=4", "--gantt", "chart.png"], "use a file name ending in .html or .svg"),
         (["--capacity", "gpu_default"], "expected NAME=SLOTS"),
+        (["--capacity", "gpu_default=4", "--controller-interval", "-5"], "seconds >= 0"),
     ],
 )
 def test_simulate_errors(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
