@@ -347,6 +347,11 @@ def load_config(path: str | Path | None) -> WatermarkConfig:
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"watermark config {file}: no such file; check the --config path "
+            "(or leave --config out to use [gpu_dag] pools)"
+        ) from None
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"watermark config {file}: cannot read it as UTF-8 text ({err})") from None
     try:

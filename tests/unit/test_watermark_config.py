@@ -104,8 +104,12 @@ def test_a_source_type_alone_is_that_source_with_its_defaults() -> None:
 
 
 def test_unreadable_files(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="cannot read it"):
+    with pytest.raises(ConfigError, match=r"absent.yaml: no such file; check the --config path"):
         load_config(tmp_path / "absent.yaml")
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"pools:\xff\xfe")
+    with pytest.raises(ConfigError, match="cannot read it as UTF-8 text"):
+        load_config(binary)
     bad = tmp_path / "bad.yaml"
     bad.write_text("pools: [unclosed")
     with pytest.raises(ConfigError, match="not valid JSON/YAML"):
