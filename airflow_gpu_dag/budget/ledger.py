@@ -132,7 +132,8 @@ class FileBudgetLedger:
                 fcntl.lockf(fd, fcntl.LOCK_UN)
             os.close(fd)
 
-    def _claims(self, now: float) -> dict[str, BudgetClaim]:
+    def _claims(self, now: float | None) -> dict[str, BudgetClaim]:
+        """The claims on file that have not expired at ``now`` (all of them with ``now`` None)."""
         try:
             raw = json.loads(self.claims_path.read_text(encoding="utf-8"))
         except (FileNotFoundError, ValueError):
@@ -143,7 +144,7 @@ class FileBudgetLedger:
                 claim = BudgetClaim.from_dict(value)
             except (KeyError, TypeError, ValueError):
                 continue
-            if claim.expires > now:
+            if now is None or claim.expires > now:
                 claims[key] = claim
         return claims
 
@@ -178,9 +179,11 @@ class FileBudgetLedger:
         return decision
 
     def settle(self, claim_id: str, record: UsageRecord | None = None) -> bool:
-        moment = datetime.now(UTC).timestamp()
+        # The claim is closed whether or not it has expired (as the SQL ledger deletes its row), and
+        # the others are kept as they are (a claim's next write prunes expired ones): nothing here
+        # depends on the wall clock.
         with self._locked():
-            claims = self._claims(moment)
+            claims = self._claims(None)
             held = claims.pop(claim_id, None) is not None
             if held:
                 self._write_claims(claims)

@@ -124,9 +124,12 @@ def test_invalid_conf_is_refused_at_trigger(examples: dict[str, Any]) -> None:
 def test_weights_are_the_cross_dag_keys_of_each_run(examples: dict[str, Any]) -> None:
     """What the scheduler and the api-server stored is, task for task, the key of docs/priority.md:
     2**31 - 1 - round(trigger + 3 * W - remaining - epoch) (objective balanced, W = the run's GPU work
-    over the 2-GPU pool), with the trigger time of the run (from its run id)."""
+    over the 2-GPU pool, a mapped task counted as its expected instances: the sweep declares
+    ``map_length=4`` and this is its first run, so there is no history), with the trigger time of the
+    run (from its run id)."""
     from airflow_gpu_dag.airflow.graph import build_task_graph
     from airflow_gpu_dag.cli.loading import load_dags
+    from airflow_gpu_dag.core.mapping import weights_by_task
     from airflow_gpu_dag.core.objective import get_objective, run_weights
     from airflow_gpu_dag.priority.trigger import parse_run_id_time
 
@@ -134,8 +137,9 @@ def test_weights_are_the_cross_dag_keys_of_each_run(examples: dict[str, Any]) ->
     for dag_id, tis in examples["tis"].items():
         trigger = parse_run_id_time(examples["runs"][dag_id])
         assert trigger is not None, examples["runs"][dag_id]
-        graph, _ = build_task_graph(dags[dag_id])
-        expected = run_weights(graph, trigger, {"gpu_default": POOL_SLOTS}, get_objective("balanced"))
+        graph, _ = build_task_graph(dags[dag_id], expand_mapped=True)
+        keys = run_weights(graph, trigger, {"gpu_default": POOL_SLOTS}, get_objective("balanced"))
+        expected = weights_by_task(graph, keys)
         stored = {ti["task_id"]: ti["priority_weight"] for ti in tis}  # mapped instances: one weight each
         assert stored == {task_id: expected[task_id] for task_id in stored}, dag_id
     sweep = {ti["task_id"]: ti["priority_weight"] for ti in examples["tis"]["hparam_sweep"]}

@@ -182,6 +182,19 @@ def _ledgers(tmp_path: Path) -> list[BudgetLedger]:
 
 
 @pytest.mark.parametrize("kind", [0, 1], ids=["file", "sql"])
+def test_settling_does_not_depend_on_the_wall_clock(tmp_path: Path, kind: int) -> None:
+    # A claim made a year ago (long expired) and one made a year from now are both closed by settle,
+    # in both ledgers alike: the file ledger used to answer "no open claim" once its own clock had
+    # passed the claim's expiry, which made this suite fail on the day after its fixed NOW.
+    book = _ledgers(tmp_path)[kind]
+    cap = BudgetCap(gpu_hours_per_pool_day=100, pool="gpu")
+    for task_id, when in (("past", NOW - 365 * 86400), ("future", NOW + 365 * 86400)):
+        assert book.claim(cap, _claim(task_id, now=when), when).allowed
+        assert book.settle(claim_id("train", "r9", task_id))
+        assert not book.settle(claim_id("train", "r9", task_id))
+
+
+@pytest.mark.parametrize("kind", [0, 1], ids=["file", "sql"])
 def test_claims_count_until_settled_and_are_idempotent(tmp_path: Path, kind: int) -> None:
     book = _ledgers(tmp_path)[kind]
     cap = BudgetCap(gpu_hours_per_pool_day=1.5, pool="gpu")
