@@ -126,50 +126,40 @@ def declared_map_length(task: Any) -> int | None:
     return None
 
 
+def _map_length_problem(task: Any, value: object) -> tuple[str, str] | None:
+    """``(problem, fix)`` of a task's ``map_length`` hint ``value``, or None when it is fine."""
+    if not _whole(value):
+        return (
+            f"map_length {value!r} is not a whole number >= 0.",
+            "declare the expected number of mapped instances, e.g. gpu_hints(map_length=12).",
+        )
+    if declared_map_length(task) is None:
+        limit = max_map_length()
+        return (
+            f"map_length {value} is more than Airflow's [core] max_map_length ({limit}): the upstream "
+            "task pushing that many values would fail, so the task could never expand.",
+            f"declare at most {limit} instances (split the work into chunks), or raise "
+            "[core] max_map_length.",
+        )
+    if not is_mapped(task):
+        return (
+            "declares map_length but is not a mapped task.",
+            "drop map_length, or map the task with .expand().",
+        )
+    return None
+
+
 def map_length_findings(dag_id: str, tasks: Mapping[str, Any]) -> list[Finding]:
-    """An error for every malformed ``map_length`` hint (and one on a task that is not mapped)."""
+    """An error for every malformed ``map_length`` hint: not a whole number, more than Airflow's
+    ``[core] max_map_length``, or on a task that is not mapped."""
     findings = []
     for task_id, task in tasks.items():
         hints = read_hints(getattr(task, "executor_config", None))
         if MAP_LENGTH_KEY not in hints:
             continue
-        value = hints[MAP_LENGTH_KEY]
-        if not _whole(value):
-            findings.append(
-                Finding(
-                    ERROR,
-                    "bad-map-length",
-                    dag_id,
-                    task_id,
-                    f"map_length {value!r} is not a whole number >= 0.",
-                    "declare the expected number of mapped instances, e.g. gpu_hints(map_length=12).",
-                )
-            )
-        elif declared_map_length(task) is None:
-            limit = max_map_length()
-            findings.append(
-                Finding(
-                    ERROR,
-                    "bad-map-length",
-                    dag_id,
-                    task_id,
-                    f"map_length {value} is more than Airflow's [core] max_map_length ({limit}): the "
-                    "upstream task pushing that many values would fail, so the task could never expand.",
-                    f"declare at most {limit} instances (split the work into chunks), or raise "
-                    "[core] max_map_length.",
-                )
-            )
-        elif not is_mapped(task):
-            findings.append(
-                Finding(
-                    ERROR,
-                    "bad-map-length",
-                    dag_id,
-                    task_id,
-                    "declares map_length but is not a mapped task.",
-                    "drop map_length, or map the task with .expand().",
-                )
-            )
+        problem = _map_length_problem(task, hints[MAP_LENGTH_KEY])
+        if problem is not None:
+            findings.append(Finding(ERROR, "bad-map-length", dag_id, task_id, *problem))
     return findings
 
 
