@@ -133,8 +133,8 @@ def _map_length_problem(task: Any, value: object) -> tuple[str, str] | None:
             f"map_length {value!r} is not a whole number >= 0.",
             "declare the expected number of mapped instances, e.g. gpu_hints(map_length=12).",
         )
-    if declared_map_length(task) is None:
-        limit = max_map_length()
+    limit = max_map_length()
+    if value > limit:
         return (
             f"map_length {value} is more than Airflow's [core] max_map_length ({limit}): the upstream "
             "task pushing that many values would fail, so the task could never expand.",

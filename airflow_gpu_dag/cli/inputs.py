@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from airflow_gpu_dag.core.estimates import DurationEstimate
     from airflow_gpu_dag.core.graph import TaskGraph
 
-__all__ = ["input_json", "input_notes", "mapped_tasks", "planning_graph"]
+__all__ = ["history_note_line", "input_json", "input_notes", "mapped_tasks", "planning_graph"]
 
 
 def planning_graph(dag: Any, *, declared_only: bool = False) -> LearnedGraph:
@@ -49,6 +49,11 @@ def _learned(estimates: Mapping[str, DurationEstimate]) -> list[str]:
     return sorted(t for t, e in estimates.items() if e.learned is not None)
 
 
+def history_note_line(note: str) -> str:
+    """The line saying why the history was not used (``note`` from the learned graph)."""
+    return f"Note: {note}; the declared estimates are used."
+
+
 def input_notes(
     graph: TaskGraph,
     estimates: Mapping[str, DurationEstimate],
@@ -67,7 +72,7 @@ def input_notes(
             f"{graph.dag_id}` compares them with the declared estimates."
         )
     if note:
-        lines.append(f"Note: {note}; the declared estimates are used.")
+        lines.append(history_note_line(note))
     counts, unknown = mapped_tasks(graph)
     if counts:
         listed = ", ".join(f"{task} ({n})" for task, n in counts.items())

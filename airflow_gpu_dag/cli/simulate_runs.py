@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_gpu_dag.cli import render
 from airflow_gpu_dag.cli.common import check_objective_setting, configured_pools, parse_pool_args, status
-from airflow_gpu_dag.cli.inputs import input_json, input_notes, planning_graph
+from airflow_gpu_dag.cli.inputs import history_note_line, input_json, input_notes, planning_graph
 from airflow_gpu_dag.core.pools import task_pool
 from airflow_gpu_dag.core.resources import EstimateError, format_duration, parse_duration
 
@@ -225,7 +225,7 @@ def _print(outcome: _Outcome) -> None:
         for line in input_notes(g.graph, g.estimates, "", verb="simulated", label=f"{dag_id}: "):
             out.print(line, markup=False)
     for note in dict.fromkeys(g.note for g in outcome.graphs.values() if g.note):  # once, not per DAG
-        out.print(f"Note: {note}; the declared estimates are used.", markup=False)
+        out.print(history_note_line(note), markup=False)
 
 
 def simulate_runs(args: argparse.Namespace, err: Console) -> None:
