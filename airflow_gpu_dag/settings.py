@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from typing import TYPE_CHECKING
 
 from airflow_gpu_dag.core.estimates import EstimateSettings
@@ -158,9 +159,14 @@ def key_epoch() -> float:
     if not raw:
         return DEFAULT_EPOCH
     try:
-        return float(raw)
+        number = float(raw)
     except ValueError:
         pass
+    else:
+        if math.isfinite(number):
+            return number
+        _warn_once("key_epoch", "airflow-gpu-dag: [gpu_dag] key_epoch %r is invalid; using 2025-01-01", raw)
+        return DEFAULT_EPOCH
     try:
         moment = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
         return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -87,8 +88,8 @@ def estimates(args: argparse.Namespace) -> None:
 
     settings = estimate_settings()
     factor = float(args.factor) if args.factor is not None else settings.flag_factor
-    if factor <= 1.0:
-        raise ValueError(f"--factor {factor:g}: must be greater than 1 (e.g. --factor 1.5)")
+    if not 1.0 < factor < math.inf:  # also NaN
+        raise ValueError(f"--factor {factor:g}: must be a finite number greater than 1 (e.g. --factor 1.5)")
     output = getattr(args, "output", "table") or "table"
     reading = f"Reading DAG {args.dag_id!r} and its past runs..."
     with status(render.error_console(), reading, output != "table"):

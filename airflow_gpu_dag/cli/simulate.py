@@ -5,6 +5,7 @@ schedule and makespan under stock Airflow admission and under ours, side by side
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -186,8 +187,10 @@ def simulate(args: argparse.Namespace) -> None:
     json_output = args.output == "json"
     err = render.error_console()
     interval = args.controller_interval
-    if not interval >= 0:  # also NaN
-        raise ValueError(f"--controller-interval {interval:g}: expected seconds >= 0 (0: at every event)")
+    if not 0 <= interval < math.inf:  # also NaN
+        raise ValueError(
+            f"--controller-interval {interval:g}: expected finite seconds >= 0 (0: at every event)"
+        )
     if wants_several_runs(args):
         simulate_runs(args, err)
         return

@@ -116,8 +116,8 @@ class EstimateSettings:
             raise ValueError(f"learned_quantile must be between 0 and 1 (exclusive), got {self.quantile}")
         if self.min_runs < 1:
             raise ValueError(f"learned_min_runs must be >= 1, got {self.min_runs}")
-        if self.flag_factor <= 1.0:
-            raise ValueError(f"learned_flag_factor must be > 1, got {self.flag_factor}")
+        if not 1.0 < self.flag_factor < math.inf:  # also NaN
+            raise ValueError(f"learned_flag_factor must be a finite number > 1, got {self.flag_factor}")
 
 
 DEFAULT_SETTINGS = EstimateSettings()

@@ -280,6 +280,8 @@ def test_simulate_table_and_svg(capsys: pytest.CaptureFixture[str], tmp_path: Pa
         (["--capacity", "gpu_default=4", "--gantt", "chart.png"], "use a file name ending in .html or .svg"),
         (["--capacity", "gpu_default"], "expected NAME=SLOTS"),
         (["--capacity", "gpu_default=4", "--controller-interval", "-5"], "seconds >= 0"),
+        (["--capacity", "gpu_default=4", "--controller-interval", "nan"], "seconds >= 0"),
+        (["--capacity", "gpu_default=4", "--controller-interval", "inf"], "finite seconds"),
     ],
 )
 def test_simulate_errors(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
@@ -394,7 +396,9 @@ def test_estimates_flags_declared_estimates_that_are_off(
     assert by_task["evaluate"]["source"] == "declared" and not by_task["evaluate"]["flagged"]
     code, report = run_json(capsys, "estimates", PIPELINE, "--file", str(GOOD), "--factor", "1.01")
     assert report["flagged"] == ["load", "train"]
-    assert run_cli("estimates", PIPELINE, "--file", str(GOOD), "--factor", "1") == 1
+    for factor in ("1", "nan", "inf"):
+        assert run_cli("estimates", PIPELINE, "--file", str(GOOD), "--factor", factor) == 1
+        assert "must be a finite number greater than 1" in capsys.readouterr().err
     assert run_cli("estimates", PIPELINE, "--file", str(GOOD)) == 0
     out = capsys.readouterr().out
     assert "OFF >1.5x" in out and "1 of 13 task(s) flagged" in out

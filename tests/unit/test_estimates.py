@@ -143,7 +143,17 @@ def test_off_by_flags_both_directions_and_missing_declarations() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"window": 0}, {"quantile": 1.0}, {"quantile": 0.0}, {"min_runs": 0}, {"flag_factor": 1.0}]
+    "kwargs",
+    [
+        {"window": 0},
+        {"quantile": 1.0},
+        {"quantile": 0.0},
+        {"quantile": float("nan")},
+        {"min_runs": 0},
+        {"flag_factor": 1.0},
+        {"flag_factor": float("nan")},  # would flag nothing and print "off by more than nanx"
+        {"flag_factor": float("inf")},
+    ],
 )
 def test_settings_are_checked(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="learned_"):

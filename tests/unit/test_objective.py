@@ -224,3 +224,26 @@ def test_stock_policy_with_run_priority_is_stocks_downstream_rule() -> None:
     by_run = simulate(g, {"gpu": 8}, "stock", run_priority=lambda graph, t: downstream_weights(graph))
     assert by_rule.schedule == by_run.schedule
     assert analyze(g).makespan == by_run.makespan
+
+
+@pytest.mark.parametrize(
+    ("configured", "expected"),
+    [
+        (None, DEFAULT_EPOCH),
+        ("1700000000", 1_700_000_000.0),
+        ("2024-01-01", 1_704_067_200.0),
+        ("2024-01-01T00:00:00Z", 1_704_067_200.0),
+        ("soon", DEFAULT_EPOCH),
+        ("nan", DEFAULT_EPOCH),  # every key would be NaN: every weight the floor
+        ("inf", DEFAULT_EPOCH),
+    ],
+)
+def test_key_epoch_setting(monkeypatch: pytest.MonkeyPatch, configured: str | None, expected: float) -> None:
+    from airflow_gpu_dag import settings as gpu_settings
+
+    if configured is None:
+        monkeypatch.delenv("AIRFLOW__GPU_DAG__KEY_EPOCH", raising=False)
+    else:
+        monkeypatch.setenv("AIRFLOW__GPU_DAG__KEY_EPOCH", configured)
+    monkeypatch.setattr(gpu_settings, "_warned", set())
+    assert gpu_settings.key_epoch() == expected
