@@ -1,14 +1,19 @@
-"""Stress on the real scheduler: 100 concurrent DAG runs of GPU tasks, PostgreSQL metadata DB.
+"""Stress on the real scheduler: concurrent DAG runs of GPU tasks, PostgreSQL metadata DB.
 
-One boot for the module (``benchmarks/stress.py`` holds the shared code; the benchmark prints the
-same figures, recorded in docs/benchmarks/stress.md):
+The CI-sized version of ``benchmarks/stress.py`` (which holds the shared code and runs the article's
+100 concurrent runs; figures in docs/benchmarks/stress.md): 40 runs by default, so that the whole CI
+stays within its time budget on 2 cores; ``GPU_DAG_STRESS_RUNS=100`` runs the full size as a test.
+Each task instance costs about a second of CPU to start, so the run time grows with the count while
+the checks do not change: 40 runs are 120 slot-tasks against a 4-slot pool, 30 times its size.
+
+One boot for the module:
 
 - a throwaway PostgreSQL from ``scripts/postgres.sh`` (Debian's ``postgresql``, installed by
   ``scripts/ci_system_deps.sh``), and Airflow with the LocalExecutor on it;
 - ``tests/integration/dags/stress/``: ``stress_gpu`` (``train`` 2 GPU slots -> ``evaluate`` 1 GPU
   slot, each sleeps ~1 s, critical-path priority timed by the plugin in
   ``tests/integration/plugins/stress/``) and ``stress_cycle.py``, a cyclic DAG submitted alongside;
-- one GPU pool ``stress_gpu`` of 4 slots, far below the demand of 100 runs (300 slots).
+- one GPU pool ``stress_gpu`` of 4 slots, far below the demand of the runs (3 slots each).
 
 Checked: every run completes (no deadlock), the pool is never oversubscribed (from task start/end
 times and from the pool as sampled during the run), the cyclic DAG is an import error while the
@@ -19,6 +24,7 @@ reported.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -29,7 +35,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNS = 100
+RUNS = int(os.environ.get("GPU_DAG_STRESS_RUNS", "40"))
 POOL_SLOTS = 4
 PARALLELISM = 8
 SLEEP_S = 1.0
@@ -51,7 +57,7 @@ stress = _load_stress_module()
 
 @pytest.fixture(scope="module")
 def stress_round() -> Iterator[tuple[Any, Any]]:
-    """Boot PostgreSQL + Airflow once, run the 100 concurrent runs, yield ``(cluster, result)``."""
+    """Boot PostgreSQL + Airflow once, trigger ``RUNS`` runs at once, yield ``(cluster, result)``."""
     with (
         tempfile.TemporaryDirectory(prefix="gpu-dag-stress-") as tmp,
         stress.throwaway_postgres() as db_url,
@@ -127,6 +133,8 @@ def test_priority_rule_time_is_reported(stress_round: tuple[Any, Any], record_pr
     # Every task instance got its weight from our rule at least once, in a known component.
     assert timings.calls >= 2 * RUNS
     assert timings.cache_misses >= 1
+    # the analysis is cached per DAG object: most calls are look-ups (the plugin counts the analyses)
+    assert timings.cache_misses < timings.calls, timings
     assert set(timings.by_component) <= {"api-server", "scheduler", "dag-processor"}
     assert timings.total_s > 0
 

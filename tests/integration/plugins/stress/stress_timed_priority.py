@@ -28,15 +28,10 @@ class TimedCriticalPathPriorityStrategy(CriticalPathPriorityStrategy):
 
     def get_weight(self, ti: Any) -> int:
         start = time.perf_counter()
-        hit = False
-        try:
-            task = ti.task
-            dag = task.get_dag() if task is not None else None
-            hit = dag is not None and dag in self._cache._by_dag
-        except Exception:
-            hit = False
+        builds = self._weights.basis_builds  # a cache miss builds the DAG object's basis (its analysis)
         weight = super().get_weight(ti)
         elapsed = time.perf_counter() - start
+        hit = self._weights.basis_builds == builds
         path = os.environ.get(TIMING_FILE_ENV)
         if path:
             try:
