@@ -159,20 +159,17 @@ def key_epoch() -> float:
     if not raw:
         return DEFAULT_EPOCH
     try:
-        number = float(raw)
+        epoch = float(raw)
     except ValueError:
-        pass
-    else:
-        if math.isfinite(number):
-            return number
-        _warn_once("key_epoch", "airflow-gpu-dag: [gpu_dag] key_epoch %r is invalid; using 2025-01-01", raw)
-        return DEFAULT_EPOCH
-    try:
-        moment = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
-        return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
-    except ValueError:
-        _warn_once("key_epoch", "airflow-gpu-dag: [gpu_dag] key_epoch %r is invalid; using 2025-01-01", raw)
-        return DEFAULT_EPOCH
+        try:
+            moment = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
+            epoch = (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+        except ValueError:
+            epoch = math.nan
+    if math.isfinite(epoch):  # "nan" and "inf" parse as floats: every key would be NaN or infinite
+        return epoch
+    _warn_once("key_epoch", "airflow-gpu-dag: [gpu_dag] key_epoch %r is invalid; using 2025-01-01", raw)
+    return DEFAULT_EPOCH
 
 
 def plan_policy() -> str:
