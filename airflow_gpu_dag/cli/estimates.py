@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from airflow_gpu_dag.cli import render
@@ -87,9 +87,14 @@ def estimates(args: argparse.Namespace) -> None:
     from airflow_gpu_dag.settings import estimate_settings
 
     settings = estimate_settings()
-    factor = float(args.factor) if args.factor is not None else settings.flag_factor
-    if not 1.0 < factor < math.inf:  # also NaN
-        raise ValueError(f"--factor {factor:g}: must be a finite number greater than 1 (e.g. --factor 1.5)")
+    if args.factor is not None:
+        try:  # EstimateSettings checks a flag factor (finite, > 1) for the option as for the setting
+            settings = replace(settings, flag_factor=float(args.factor))
+        except ValueError:
+            raise ValueError(
+                f"--factor {args.factor:g}: must be a finite number greater than 1 (e.g. --factor 1.5)"
+            ) from None
+    factor = settings.flag_factor
     output = getattr(args, "output", "table") or "table"
     reading = f"Reading DAG {args.dag_id!r} and its past runs..."
     with status(render.error_console(), reading, output != "table"):
