@@ -14,4 +14,6 @@ export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff"; ruff check airflow_gpu_dag tests dags benchmarks
 echo "== ruff format --check"; ruff format --check airflow_gpu_dag tests dags benchmarks
 echo "== mypy"; mypy
-echo "== pytest"; python -m pytest "$@"
+# Two workers, one test file each at a time (see tests/conftest.py); GPU_DAG_TEST_WORKERS=0 runs serially.
+echo "== pytest"
+python -m pytest -n "${GPU_DAG_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"
