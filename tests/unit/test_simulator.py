@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -114,8 +115,9 @@ def test_bad_policy_and_interval() -> None:
     g = gpu_graph("g", {"a": (1, 1)}, [])
     with pytest.raises(ValueError, match="unknown policy"):
         simulate(g, CAP, "fifo")
-    with pytest.raises(ValueError, match="controller_interval"):
-        simulate(g, CAP, controller_interval=-1)
+    for interval in (-1, math.nan, math.inf):  # a controller that never acts is refused too
+        with pytest.raises(ValueError, match="controller_interval must be finite seconds >= 0"):
+            simulate(g, CAP, controller_interval=interval)
     with pytest.raises(ValueError, match="unknown priority rule"):
         simulate(g, CAP, priority="nope")
 
