@@ -61,6 +61,10 @@ KEEP_HOME_ENV = "AIRFLOW_GPU_DAG_KEEP_HOME"
 _SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
 
 
+#: What the cluster does not take from the caller's environment (besides ``AIRFLOW__*`` settings).
+_NOT_INHERITED = frozenset({"AIRFLOW_HOME", "AIRFLOW_CONFIG", "COLUMNS", "LINES"})
+
+
 def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in {"1", "true", "yes", "on"}
 
@@ -308,10 +312,10 @@ class AirflowCluster(ClusterRest):
     def _build_env(self) -> dict[str, str]:
         home = self.home
         base_url = self.api_url
+        # COLUMNS / LINES describe the caller's terminal (a pytest-xdist worker sets 80 x 24); the
+        # cluster's components and CLI calls have none, so their tables get the no-terminal width.
         env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("AIRFLOW__") and k not in ("AIRFLOW_HOME", "AIRFLOW_CONFIG")
+            k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__") and k not in _NOT_INHERITED
         }
         bin_dir = str(Path(sys.executable).parent)
         env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")

@@ -169,3 +169,16 @@ def test_postgresql_clusters_do_not(tmp_path: Path) -> None:
 def test_connect_args_given_by_the_caller_win(tmp_path: Path) -> None:
     env = _env(tmp_path, AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS="my.module.ARGS")
     assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS"] == "my.module.ARGS"
+
+
+def test_the_callers_terminal_size_is_not_passed_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A pytest-xdist worker sets COLUMNS=80 / LINES=24: `cluster.cli("gpu-dag", ...)` tables would
+    # wrap at 80 columns under xdist and not without it.
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("LINES", "24")
+    monkeypatch.setenv("GPU_DAG_SOMETHING_ELSE", "kept")
+    env = _env(tmp_path)
+    assert "COLUMNS" not in env and "LINES" not in env
+    assert env["GPU_DAG_SOMETHING_ELSE"] == "kept"
+    # ... while a caller that wants a width gives it explicitly.
+    assert _env(tmp_path, COLUMNS="120")["COLUMNS"] == "120"
