@@ -474,16 +474,12 @@ def simulate(
     :param gate: ``reservation`` only: the objective's
         :class:`~airflow_gpu_dag.core.reservation.ReservationGate` (None: reserve for every wide head).
     :raises CapacityError: a task needs more slots than its pool's capacity.
-    :raises ValueError: unknown policy or priority rule, negative, NaN or infinite interval, bad trigger
-        times.
+    :raises ValueError: unknown policy or priority rule, an interval not finite >= 0, bad trigger times.
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
     if not 0 <= controller_interval < math.inf:  # also NaN
-        raise ValueError(
-            "controller_interval must be finite seconds >= 0 (0: at every event), "
-            f"got {controller_interval!r}"
-        )
+        raise ValueError(f"controller_interval must be finite seconds >= 0, got {controller_interval!r}")
     graphs = _as_graphs(graph)
     caps = {p: int(c) for p, c in capacity.items()}
     _check_capacity(graphs, caps)
