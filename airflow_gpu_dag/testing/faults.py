@@ -170,8 +170,9 @@ def reap_component(cluster: AirflowCluster, name: str, timeout: float = 30.0) ->
     """SIGKILL what is left of the (dead) latest process of ``name``: its process group and every
     descendant seen of it (task supervisors leave the group). Returns how many processes were killed."""
     comp = component(cluster, name)
-    comp.signal_group(signal.SIGKILL)
+    # Counted before the group kill: after it, a loaded machine may already have taken them.
     left = [p for p in comp.seen.values() if alive(p)]
+    comp.signal_group(signal.SIGKILL)
     for proc in left:
         with contextlib.suppress(psutil.Error):
             proc.kill()
