@@ -186,11 +186,11 @@ def test_heartbeat_older_than_ttl_is_reclaimed(tmp_path: Path) -> None:
 
 
 def test_heartbeat_thread_keeps_the_lease(tmp_path: Path) -> None:
-    m = manager(tmp_path, ttl_s=0.6, heartbeat_s=0.1)
+    m = manager(tmp_path, ttl_s=1.5, heartbeat_s=0.1)  # a beat late by 1.4 s still keeps it (loaded CI)
     lease = m.acquire(GpuRequest(4), owner("alive"))
     lease.start_heartbeat()
     try:
-        time.sleep(1.5)  # well past the ttl
+        time.sleep(3.5)  # well past the ttl
         assert m.reclaim_stale() == []
         assert m.try_acquire(GpuRequest(1)) is None
     finally:
