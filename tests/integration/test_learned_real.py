@@ -223,7 +223,7 @@ def test_estimates_command_follows_the_real_durations(
         learned = by_task[task_id]["learned"]
         assert learned is not None, (task_id, by_task[task_id])
         assert min(durations) * 0.9 <= learned <= max(durations) * 1.1, (task_id, learned, durations)
-    # three instances in each of three runs, all read; on a loaded machine one may have run long enough
+    # three instances in each of three runs, all read; on a loaded machine some may have run long enough
     # to be set aside as an outlier (core.estimates), which the report then says
     shard = by_task["shard"]
     assert shard["runs"] + shard["dropped"].get("outlier", 0) == 9, (shard, real["shard"])
