@@ -16,7 +16,7 @@ packing priority and the reservation controller) is planned and its controller s
 Stock Airflow (``downstream`` rule, greedy admission) uses no estimates. The gain of a variant is
 ``stock - makespan``; ``recovered`` is the gain of ``learned`` (or ``declared``) over the gain of
 ``exact``, summed over instances (``agg``) and as the mean over instances where ``exact`` gains.
-Single DAG only: the multi-DAG mean completion time is ``benchmarks/learned_multi_dag.py``.
+Single DAG only: ``benchmarks/learned_multi_dag.py`` measures the multi-DAG mean completion time.
 
     .venv/bin/python benchmarks/learned_estimates.py            # all instances, 8/16/32 GPUs
     .venv/bin/python benchmarks/learned_estimates.py --quick    # every 4th file instance, 9 ML ones
