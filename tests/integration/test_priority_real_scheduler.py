@@ -14,12 +14,16 @@ highest-priority ready task starts, and it runs alone until it is done. Two chec
   already ``scheduled`` and still waiting had a higher weight (each task instance records when it
   was scheduled and when it was queued: :func:`queued_over_higher_weight`);
 - the start order is a greedy order "highest weight among ready tasks" (:func:`greedy_orders`, all
-  of them when ties leave a choice), where "ready" may lag the last completion by one step. Usually
-  the worker reports the finished task's state before its executor slot frees, so its downstream is
-  ``scheduled`` before the next pick; but when that report is slow (a loaded machine: a CI run saw
-  b1, c1, b2 with the downstream rule), the slot and the pool slot can free within one scheduler loop
-  after the loop moved the downstream to ``scheduled``, and the next pick sees the ready tasks
-  without it. The scheduler then still picks the highest weight it sees, which the first check proves.
+  of them when ties leave a choice), where "ready" may lag the last completion by one step.
+  Usually the worker reports the finished task's state to the api-server before the executor frees
+  its slot, so the finished task's downstream is ``scheduled`` before the next pick. Under load that
+  does not always hold: a CI run on a busy 2-core machine started b1, c1, b2 with the downstream rule
+  (c1 picked while b2, of higher weight, was not yet ``scheduled``). The likely path: the report of
+  b1's success was late (a slow api-server; the executor freed its slot anyway), and it was
+  committed between a scheduler loop's scheduling step, which still saw b1 running, and the same
+  loop's queueing step, which saw the pool slot free. The component logs of that run were not kept.
+  The pick is then made among the tasks ready without b1's downstream, and it is still the highest
+  weight the scheduler could see, which the first check verifies.
 
     critical-path weights: a1=10800 c1=6000 c2=3000 b1=2400 b2=1800 b3=1200 b4=600
         -> a1, c1, c2, b1, b2, b3, b4 (the only greedy order)
