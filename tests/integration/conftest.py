@@ -19,7 +19,7 @@ Or build your own module-scoped fixture with ``AirflowCluster(...)`` directly.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -49,3 +49,17 @@ def airflow_cluster(request: pytest.FixtureRequest) -> Iterator[AirflowCluster]:
         triggerer=bool(getattr(module, "AIRFLOW_TRIGGERER", False)),
     ) as cluster:
         yield cluster
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test that used ``airflow_cluster`` (directly or through another fixture) reports the
+    tails of the component logs too: the scheduler's view of what went wrong, kept in the CI output
+    even though the cluster's home is removed at the end of the module."""
+    report: pytest.TestReport = yield
+    cluster = getattr(item, "funcargs", {}).get("airflow_cluster")
+    if report.failed and call.when == "call" and isinstance(cluster, AirflowCluster):
+        report.sections.append(("airflow component logs (last lines)", cluster.log_tails()))
+    return report
