@@ -37,6 +37,7 @@ import atexit
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -63,6 +64,19 @@ _SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_man
 
 #: What the cluster does not take from the caller's environment (besides ``AIRFLOW__*`` settings).
 _NOT_INHERITED = frozenset({"AIRFLOW_HOME", "AIRFLOW_CONFIG", "COLUMNS", "LINES"})
+
+
+#: Marks the api-server's access log lines (left out of :meth:`AirflowCluster.log_tails`).
+_ACCESS_LOG = "[http.access]"
+
+
+def _distinct_free_ports(count: int, taken: set[int]) -> tuple[int, ...]:
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in taken and port not in ports:
+            ports.append(port)
+    return tuple(ports)
 
 
 def _truthy(value: str | None) -> bool:
@@ -125,6 +139,7 @@ class AirflowCluster(ClusterRest):
         self.parallelism = parallelism
         self._home: Path | None = None
         self._port: int | None = None
+        self._log_ports: tuple[int, ...] = (0, 0)
         self._env: dict[str, str] | None = None
         self._components = Components()
         self._rest_client: AirflowRestClient | None = None
@@ -155,6 +170,7 @@ class AirflowCluster(ClusterRest):
         self._started = True
         self._home = Path(tempfile.mkdtemp(prefix="airflow-gpu-dag-"))
         self._port = free_port()
+        self._log_ports = _distinct_free_ports(2, taken={self._port})
         self._rest_client = rest_client(self.api_url, self.USERNAME, self.PASSWORD)
         atexit.register(self.stop)
         try:
@@ -257,15 +273,56 @@ class AirflowCluster(ClusterRest):
             return ""
 
     def log_tails(self, lines: int = 40) -> str:
-        """The last ``lines`` lines of every component log, each under a header."""
+        """The last ``lines`` lines of every component log, each under a header: the scheduler's
+        first (a cut-off CI log keeps the start of a message), the api-server's last and without its
+        access log (a test polling the REST API would fill the tail with it)."""
         if self._home is None:
             return ""
+        latest = {comp.name: comp for comp in self._components}  # a restarted one appends to one log
+        order = sorted(latest.values(), key=lambda c: (c.name != "scheduler", c.name == "api-server"))
         parts = []
-        for comp in self._components:
-            text = self.read_log(comp.name).splitlines()[-lines:]
+        for comp in order:
+            text = [line for line in self.read_log(comp.name).splitlines() if _ACCESS_LOG not in line]
             parts.append(f"----- {comp.name} ({comp.log_path}) last {lines} lines -----")
-            parts.extend(text)
+            parts.extend(text[-lines:])
         return "\n".join(parts)
+
+    def check_alive(self) -> None:
+        """Raise at once if a component exited without the harness stopping it (a crashed scheduler
+        would otherwise leave every wait to run out its timeout, one test after another).
+
+        :raises ClusterError: naming the component, its exit status and the tail of its log.
+        """
+        dead = self._components.died()
+        if dead is None or dead.proc is None:
+            return
+        tail = self.read_log(dead.name).splitlines()[-80:]
+        raise ClusterError(
+            f"{dead.name} (pid {dead.proc.pid}) exited with status {dead.proc.returncode} on its own; "
+            f"the cluster cannot go on. Last lines of its log ({dead.log_path}):\n" + "\n".join(tail)
+        )
+
+    def dump_stacks(self, name: str = "scheduler", wait: float = 15.0) -> str:
+        """Make a live component that seems stuck print every thread's Python stack, and end it: it gets
+        SIGABRT, which the interpreter's fault handler (``PYTHONFAULTHANDLER=1`` in :meth:`env`) answers
+        with the stacks in its log. Returns the last lines of that log ('' when it is not running).
+        Its exit then counts as a death (:meth:`check_alive`): the cluster was stuck anyway."""
+        comp = next((c for c in reversed(self._components.items) if c.name == name), None)
+        if comp is None or comp.proc is None or comp.proc.poll() is not None:
+            return ""
+        comp.proc.send_signal(signal.SIGABRT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            comp.proc.wait(timeout=wait)
+        tail = self.read_log(name).splitlines()[-150:]
+        return f"----- {name} stacks at SIGABRT ({comp.log_path}) -----\n" + "\n".join(tail)
+
+    def stuck_report(self, health: object) -> str:
+        """The scheduler's stacks when ``health`` (``/monitor/health``) finds it unhealthy although its
+        process runs (a hung scheduler loop); '' otherwise."""
+        scheduler = health.get("scheduler") if isinstance(health, dict) else None
+        if isinstance(scheduler, dict) and scheduler.get("status") == "healthy":
+            return ""
+        return self.dump_stacks("scheduler")
 
     def cli(self, *args: str, check: bool = True, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
         """Run ``airflow <args>`` with the cluster's environment; returns the completed process.
@@ -323,6 +380,8 @@ class AirflowCluster(ClusterRest):
             {
                 "AIRFLOW_HOME": str(home),
                 "PYTHONUNBUFFERED": "1",
+                # SIGABRT makes a component print every thread's stack (dump_stacks: a hung one).
+                "PYTHONFAULTHANDLER": "1",
                 "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
                 "AIRFLOW__CORE__PLUGINS_FOLDER": str(home / "plugins"),
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
@@ -357,6 +416,10 @@ class AirflowCluster(ClusterRest):
                 "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
                 "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
                 "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
+                # Each cluster's own log servers: with the defaults (8793, 8794) a second cluster's
+                # scheduler and triggerer cannot bind, and its api-server would ask the first's for logs.
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self._log_ports[0]),
+                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(self._log_ports[1]),
             }
         )
         env.update(self._extra_env)

@@ -82,6 +82,7 @@ def kill_component(
     SIGKILL. Returns the pid."""
     comp = component(cluster, name)
     assert comp.proc is not None
+    comp.stopped_on_purpose = True
     comp.remember_descendants()
     if group:
         comp.signal_group(sig)

@@ -44,6 +44,9 @@ class Component:
     proc: subprocess.Popen[bytes] | None = None
     log_file: IO[bytes] | None = None
     seen: dict[int, psutil.Process] = field(default_factory=dict)
+    #: Set before the harness stops or kills the process on purpose (a fault, the cluster's stop):
+    #: its exit is then expected, not a crash.
+    stopped_on_purpose: bool = False
 
     def remember_descendants(self) -> None:
         """Record the process and its descendants now alive (so a stop also finds those that left
@@ -106,6 +109,15 @@ class Components:
             comp.remember_descendants()
         return None
 
+    def died(self) -> Component | None:
+        """The first component whose latest process exited without the harness stopping it (a crash
+        or an exit of its own); None while every one runs or was stopped on purpose."""
+        latest = {comp.name: comp for comp in self.items}
+        for comp in latest.values():
+            if not comp.stopped_on_purpose and comp.proc is not None and comp.proc.poll() is not None:
+                return comp
+        return None
+
     def process_tree(self) -> list[psutil.Process]:
         """Every live process started: the components and their descendants."""
         out: list[psutil.Process] = []
@@ -118,6 +130,7 @@ class Components:
         """SIGTERM every process group, SIGKILL what is left after ``grace`` seconds, then the same
         for descendants that left their group (task supervisors call ``setpgid``); close the logs."""
         for comp in self.items:
+            comp.stopped_on_purpose = True
             comp.remember_descendants()
         # The scheduler first (it stops queuing work), the api-server last (workers report to it).
         order = sorted(self.items, key=lambda c: c.name == "api-server")

@@ -60,7 +60,8 @@ def rest_client(api_url: str, username: str, password: str) -> AirflowRestClient
 
 
 class ClusterRest:
-    """REST helpers of a running cluster (needs ``_rest()``, ``dags_folder`` and ``log_tails()``)."""
+    """REST helpers of a running cluster (needs ``_rest()``, ``dags_folder``, ``log_tails()`` and
+    ``check_alive()``)."""
 
     if TYPE_CHECKING:
         dags_folder: Path
@@ -69,6 +70,13 @@ class ClusterRest:
         def _rest(self) -> AirflowRestClient: ...
 
         def log_tails(self, lines: int = 40) -> str: ...
+
+    def check_alive(self) -> None:
+        """Raise :class:`ClusterError` when a component died on its own (the cluster overrides it)."""
+
+    def stuck_report(self, health: object) -> str:
+        """What a hung component was doing, given the health answer ('' here; the cluster overrides it)."""
+        return ""
 
     # ------------------------------------------------------------------ calls
 
@@ -198,6 +206,7 @@ class ClusterRest:
                 details = self.api("GET", f"/dags/{dag_id}/details", check=False)
                 if details.status_code == 200:
                     return dag
+            self.check_alive()
             if time.monotonic() >= deadline:
                 errors = "\n".join(
                     f"  {e.get('filename')}: {str(e.get('stack_trace', ''))[-1500:]}"
@@ -244,22 +253,29 @@ class ClusterRest:
     def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 300.0, poll: float = 1.0) -> str:
         """Wait until the run is ``success`` or ``failed``; returns that state.
 
-        :raises ClusterError: still running after ``timeout`` seconds; the message lists the task
-            instance states and the scheduler log tail.
+        :raises ClusterError: a component exited on its own (at once: nothing would finish the run),
+            or still running after ``timeout`` seconds; the message lists the task instance states,
+            the components' health (the scheduler's last heartbeat) and their log tails.
         """
         deadline = time.monotonic() + timeout
         while True:
             state = str(self.get_run(dag_id, run_id).get("state"))
             if state in TERMINAL_RUN_STATES:
                 return state
+            self.check_alive()
             if time.monotonic() >= deadline:
                 tis = "\n".join(
                     f"  {ti['task_id']}[{ti.get('map_index', -1)}]: {ti.get('state')}"
                     for ti in self.task_instances(dag_id, run_id)
                 )
+                try:
+                    health: object = self.health()
+                except ClusterError as err:
+                    health = err
+                stuck = self.stuck_report(health)
                 raise ClusterError(
                     f"DAG run {dag_id}/{run_id} is still {state!r} after {timeout:.0f}s.\n"
-                    f"Task instances:\n{tis}\n{self.log_tails(40)}"
+                    f"Task instances:\n{tis}\nHealth: {health}\n{stuck}\n{self.log_tails(40)}"
                 )
             time.sleep(poll)
 

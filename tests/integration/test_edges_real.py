@@ -59,6 +59,7 @@ class Env:
         while time.monotonic() < deadline:
             if self.states(name).get(task_id) == state:
                 return
+            self.cluster.check_alive()
             time.sleep(1)
         raise AssertionError(f"{name}: {task_id} never reached {state}: {self.states(name)}")
 

@@ -1,8 +1,11 @@
 """The test harness (no Airflow booted): transient SQLite errors are retried without starting a run
-twice, and the SQLite busy timeout goes only to clusters on SQLite."""
+twice, the SQLite busy timeout goes only to clusters on SQLite, and a component that dies on its own
+ends a wait at once, with its log."""
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +15,8 @@ import pytest
 from airflow_gpu_dag.hooks.rest_client import RestError
 from airflow_gpu_dag.testing import AirflowCluster, ClusterError, sqlite
 from airflow_gpu_dag.testing import rest as rest_module
+from airflow_gpu_dag.testing.cluster import _distinct_free_ports
+from airflow_gpu_dag.testing.processes import Components
 from airflow_gpu_dag.testing.rest import ClusterRest
 
 DB_ERROR = {"detail": {"reason": "Database error", "statement": "INSERT ...", "message": "locked"}}
@@ -45,8 +50,14 @@ class FakeCluster(ClusterRest):
     def _rest(self) -> Any:
         return self.client
 
+    dead: str | None = None  # check_alive raises naming it
+
     def log_tails(self, lines: int = 40) -> str:
         return "----- api-server tail -----"
+
+    def check_alive(self) -> None:
+        if self.dead:
+            raise ClusterError(f"{self.dead} exited with status 1 on its own")
 
 
 @pytest.fixture(autouse=True)
@@ -182,3 +193,127 @@ def test_the_callers_terminal_size_is_not_passed_on(tmp_path: Path, monkeypatch:
     assert env["GPU_DAG_SOMETHING_ELSE"] == "kept"
     # ... while a caller that wants a width gives it explicitly.
     assert _env(tmp_path, COLUMNS="120")["COLUMNS"] == "120"
+
+
+# -- a component that dies on its own ends a wait at once -------------------------------------------------
+def test_wait_for_run_stops_at_once_when_a_component_died() -> None:
+    cluster = FakeCluster([(200, {"state": "running"})])
+    cluster.dead = "scheduler"
+    started = time.monotonic()
+    with pytest.raises(ClusterError, match="scheduler exited"):
+        cluster.wait_for_run("d", "r", timeout=300)
+    assert time.monotonic() - started < 60  # not the 300 s timeout
+    assert cluster.client.answers == []  # one poll
+
+
+def test_wait_for_run_returns_a_finished_run_even_if_a_component_died_since() -> None:
+    cluster = FakeCluster([(200, {"state": "success"})])
+    cluster.dead = "scheduler"
+    assert cluster.wait_for_run("d", "r") == "success"
+
+
+def _spawn(components: Components, tmp_path: Path, name: str, code: str) -> None:
+    log = tmp_path / f"{name}.log"
+    components.spawn(name, [sys.executable, "-c", code], {}, tmp_path, log)
+
+
+def _wait_exit(components: Components, name: str) -> None:
+    proc = [c for c in components if c.name == name][-1].proc
+    assert proc is not None
+    proc.wait(timeout=30)
+
+
+def test_died_names_a_component_that_exited_on_its_own(tmp_path: Path) -> None:
+    components = Components()
+    try:
+        _spawn(components, tmp_path, "api-server", "import time; time.sleep(60)")
+        _spawn(components, tmp_path, "scheduler", "import sys; print('boom'); sys.exit(3)")
+        _wait_exit(components, "scheduler")
+        dead = components.died()
+        assert dead is not None and dead.name == "scheduler" and dead.proc is not None
+        assert dead.proc.returncode == 3
+        # Killed on purpose (a fault) is not a death; neither is an exit whose restart runs.
+        dead.stopped_on_purpose = True
+        assert components.died() is None
+        dead.stopped_on_purpose = False
+        _spawn(components, tmp_path, "scheduler", "import time; time.sleep(60)")
+        assert components.died() is None
+    finally:
+        components.stop(grace=5)
+
+
+def test_check_alive_raises_with_the_dead_components_log(tmp_path: Path) -> None:
+    cluster = AirflowCluster(tmp_path)
+    cluster._home = tmp_path
+    try:
+        _spawn(cluster._components, tmp_path, "scheduler", "import sys; print('the last words'); sys.exit(2)")
+        _wait_exit(cluster._components, "scheduler")
+        with pytest.raises(ClusterError, match=r"scheduler \(pid \d+\) exited with status 2") as err:
+            cluster.check_alive()
+        assert "the last words" in str(err.value)
+    finally:
+        cluster._components.stop(grace=5)
+
+
+def test_log_tails_put_the_scheduler_first_and_leave_out_the_access_log(tmp_path: Path) -> None:
+    cluster = AirflowCluster(tmp_path)
+    cluster._home = tmp_path
+    try:
+        access = "2026-12-01 [info ] request finished [http.access] path=/api/v2/dags/d/dagRuns/r"
+        _spawn(cluster._components, tmp_path, "api-server", f"print('served'); print({access!r})")
+        _spawn(cluster._components, tmp_path, "scheduler", "print('scheduled')")
+        _wait_exit(cluster._components, "api-server")
+        _wait_exit(cluster._components, "scheduler")
+        tails = cluster.log_tails()
+        assert tails.index("----- scheduler") < tails.index("----- api-server")
+        assert "served" in tails and "scheduled" in tails and "http.access" not in tails
+    finally:
+        cluster._components.stop(grace=5)
+
+
+def test_each_cluster_gets_its_own_log_server_ports(tmp_path: Path) -> None:
+    ports = _distinct_free_ports(2, taken={8080})
+    assert len(set(ports)) == 2 and 8080 not in ports
+    cluster = AirflowCluster(tmp_path)
+    cluster._home, cluster._port, cluster._log_ports = tmp_path, 8080, ports
+    env = cluster._build_env()
+    assert env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"] == str(ports[0])
+    assert env["AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT"] == str(ports[1])
+
+
+STUCK = """
+import time
+
+def stuck_in_the_loop():
+    print("looping", flush=True)
+    time.sleep(120)
+
+stuck_in_the_loop()
+"""
+
+
+def test_a_hung_scheduler_prints_its_stacks_when_health_finds_it_unhealthy(tmp_path: Path) -> None:
+    cluster = AirflowCluster(tmp_path)
+    cluster._home = tmp_path
+    log = tmp_path / "scheduler.log"
+    cluster._components.spawn(
+        "scheduler", [sys.executable, "-c", STUCK], {"PYTHONFAULTHANDLER": "1"}, tmp_path, log
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while "looping" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # A healthy scheduler is left alone.
+        assert cluster.stuck_report({"scheduler": {"status": "healthy"}}) == ""
+        assert cluster._components.died() is None
+        report = cluster.stuck_report({"scheduler": {"status": "unhealthy"}})
+        assert "stuck_in_the_loop" in report and "scheduler stacks" in report
+        with pytest.raises(ClusterError, match="exited with status -6"):  # SIGABRT
+            cluster.check_alive()
+        assert cluster.dump_stacks() == ""  # nothing left to ask
+    finally:
+        cluster._components.stop(grace=5)
+
+
+def test_components_run_with_the_fault_handler(tmp_path: Path) -> None:
+    assert _env(tmp_path)["PYTHONFAULTHANDLER"] == "1"
