@@ -36,6 +36,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -65,6 +66,9 @@ _SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_man
 #: What the cluster does not take from the caller's environment (besides ``AIRFLOW__*`` settings).
 _NOT_INHERITED = frozenset({"AIRFLOW_HOME", "AIRFLOW_CONFIG", "COLUMNS", "LINES"})
 
+
+#: A log line that names an exception (``sqlalchemy.exc.OperationalError: ...``, ``KeyError: 'x'``).
+_ERROR_LINE = re.compile(r"\b\w*(Error|Exception|Interrupt)\b:")
 
 #: Marks the api-server's access log lines (left out of :meth:`AirflowCluster.log_tails`).
 _ACCESS_LOG = "[http.access]"
@@ -291,15 +295,18 @@ class AirflowCluster(ClusterRest):
         """Raise at once if a component exited without the harness stopping it (a crashed scheduler
         would otherwise leave every wait to run out its timeout, one test after another).
 
-        :raises ClusterError: naming the component, its exit status and the tail of its log.
+        :raises ClusterError: naming the component, its exit status, the last error line of its log
+            (first: a CI log may keep only the start of a message) and the log's tail.
         """
         dead = self._components.died()
         if dead is None or dead.proc is None:
             return
         tail = self.read_log(dead.name).splitlines()[-80:]
+        errors = [line for line in tail if _ERROR_LINE.search(line)]
         raise ClusterError(
             f"{dead.name} (pid {dead.proc.pid}) exited with status {dead.proc.returncode} on its own; "
-            f"the cluster cannot go on. Last lines of its log ({dead.log_path}):\n" + "\n".join(tail)
+            f"the cluster cannot go on. Last error: {errors[-1].strip() if errors else '(none logged)'}\n"
+            f"Last lines of its log ({dead.log_path}):\n" + "\n".join(tail)
         )
 
     def dump_stacks(self, name: str = "scheduler", wait: float = 15.0) -> str:

@@ -246,11 +246,14 @@ def test_check_alive_raises_with_the_dead_components_log(tmp_path: Path) -> None
     cluster = AirflowCluster(tmp_path)
     cluster._home = tmp_path
     try:
-        _spawn(cluster._components, tmp_path, "scheduler", "import sys; print('the last words'); sys.exit(2)")
+        code = "print('the last words'); raise RuntimeError('database is locked')"
+        _spawn(cluster._components, tmp_path, "scheduler", code)
         _wait_exit(cluster._components, "scheduler")
-        with pytest.raises(ClusterError, match=r"scheduler \(pid \d+\) exited with status 2") as err:
+        with pytest.raises(ClusterError, match=r"scheduler \(pid \d+\) exited with status 1") as err:
             cluster.check_alive()
-        assert "the last words" in str(err.value)
+        first, *rest = str(err.value).splitlines()
+        assert first.endswith("Last error: RuntimeError: database is locked")
+        assert "the last words" in rest
     finally:
         cluster._components.stop(grace=5)
 
