@@ -325,9 +325,9 @@ class AirflowCluster(ClusterRest):
 
     def stuck_report(self, health: object) -> str:
         """The scheduler's stacks when ``health`` (``/monitor/health``) finds it unhealthy although its
-        process runs (a hung scheduler loop); '' otherwise."""
+        process runs (a hung scheduler loop); '' otherwise (no health answer proves nothing)."""
         scheduler = health.get("scheduler") if isinstance(health, dict) else None
-        if isinstance(scheduler, dict) and scheduler.get("status") == "healthy":
+        if not isinstance(scheduler, dict) or scheduler.get("status") in (None, "healthy"):
             return ""
         return self.dump_stacks("scheduler")
 

@@ -308,6 +308,7 @@ def test_a_hung_scheduler_prints_its_stacks_when_health_finds_it_unhealthy(tmp_p
             time.sleep(0.05)
         # A healthy scheduler is left alone.
         assert cluster.stuck_report({"scheduler": {"status": "healthy"}}) == ""
+        assert cluster.stuck_report(ClusterError("no answer")) == ""  # proves nothing
         assert cluster._components.died() is None
         report = cluster.stuck_report({"scheduler": {"status": "unhealthy"}})
         assert "stuck_in_the_loop" in report and "scheduler stacks" in report
