@@ -282,7 +282,7 @@ class AirflowCluster(ClusterRest):
         access log (a test polling the REST API would fill the tail with it)."""
         if self._home is None:
             return ""
-        latest = {comp.name: comp for comp in self._components}  # a restarted one appends to one log
+        latest = self._components.latest()  # a restarted one appends to one log
         order = sorted(latest.values(), key=lambda c: (c.name != "scheduler", c.name == "api-server"))
         parts = []
         for comp in order:
@@ -314,7 +314,7 @@ class AirflowCluster(ClusterRest):
         SIGABRT, which the interpreter's fault handler (``PYTHONFAULTHANDLER=1`` in :meth:`env`) answers
         with the stacks in its log. Returns the last lines of that log ('' when it is not running).
         Its exit then counts as a death (:meth:`check_alive`): the cluster was stuck anyway."""
-        comp = next((c for c in reversed(self._components.items) if c.name == name), None)
+        comp = self._components.latest().get(name)
         if comp is None or comp.proc is None or comp.proc.poll() is not None:
             return ""
         comp.proc.send_signal(signal.SIGABRT)

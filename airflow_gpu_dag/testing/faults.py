@@ -52,19 +52,18 @@ HEALTH_KEYS = {
 
 def component(cluster: AirflowCluster, name: str) -> Component:
     """The running (latest started) process of component ``name``."""
-    found = [c for c in cluster._components if c.name == name]
-    if not found or found[-1].proc is None:
+    comp = cluster._components.latest().get(name)
+    if comp is None or comp.proc is None:
         raise ClusterError(f"the cluster has no component {name!r}; it has {sorted(cluster.pids)}")
-    return found[-1]
+    return comp
 
 
 def dead_components(cluster: AirflowCluster) -> dict[str, int]:
     """Components whose latest process has exited (on its own: a killed one is replaced by
     :func:`start_component`), with their exit status."""
-    latest = {c.name: c for c in cluster._components}
     return {
         name: int(comp.proc.returncode)
-        for name, comp in latest.items()
+        for name, comp in cluster._components.latest().items()
         if comp.proc is not None and comp.proc.poll() is not None
     }
 

@@ -109,11 +109,14 @@ class Components:
             comp.remember_descendants()
         return None
 
+    def latest(self) -> dict[str, Component]:
+        """``name -> the latest process started under that name`` (a restart adds one), in start order."""
+        return {comp.name: comp for comp in self.items}
+
     def died(self) -> Component | None:
         """The first component whose latest process exited without the harness stopping it (a crash
         or an exit of its own); None while every one runs or was stopped on purpose."""
-        latest = {comp.name: comp for comp in self.items}
-        for comp in latest.values():
+        for comp in self.latest().values():
             if not comp.stopped_on_purpose and comp.proc is not None and comp.proc.poll() is not None:
                 return comp
         return None
