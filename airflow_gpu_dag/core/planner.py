@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from airflow_gpu_dag.core.critical_path import analyze
 from airflow_gpu_dag.core.estimates import planning_error
 from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.hedging import FINAL_WORLDS, FINALISTS, final_choice, perturbed, worlds
 from airflow_gpu_dag.core.justification import justify, ordered_schedule, priority_serial_schedule
 from airflow_gpu_dag.core.rules import (
     PriorityRule,
@@ -169,17 +170,6 @@ class PackingPlan:
     tried: dict[str, float]
 
 
-def perturbed(graph: TaskGraph, sigma: float, seed: str) -> TaskGraph:
-    """A copy of ``graph`` whose durations are multiplied by ``exp(N(0, sigma))`` (seeded)."""
-    rng = random.Random(seed)
-    world = TaskGraph(graph.dag_id)
-    for node in graph.nodes.values():
-        world.add_task(replace(node, duration=node.duration * math.exp(rng.gauss(0.0, sigma))))
-    for up, down, kind in graph.edges():
-        world.add_edge(up, down, kind)
-    return world
-
-
 def packing_weights_plan(
     graph: TaskGraph,
     capacity: Mapping[str, int],
@@ -195,6 +185,8 @@ def packing_weights_plan(
     search_budget: int = 0,
     serial_budget: int = SERIAL_BUDGET,
     strict_backfill: bool = False,
+    finalists: int = FINALISTS,
+    final_worlds: int = FINAL_WORLDS,
 ) -> PackingPlan:
     """Plan priorities that pack the pools: the ``packing`` rule.
 
@@ -241,7 +233,10 @@ def packing_weights_plan(
     durations, 0 for declared ones. With five past runs per task that recovers 3 more points of the
     exact-estimate gain at 32 GPUs (``docs/benchmarks/learned_estimates.md``); with errors as large as
     +/- 30 % it helps little (``docs/benchmarks/makespan.md``). It costs ``1 + scenarios`` simulations
-    per option instead of one.
+    per option instead of one. Before step 5 the ``finalists`` best distinct options (steps 3-4) are
+    scored again over ``final_worlds`` fresh worlds, drawn apart from those that ranked them, and the
+    shortest there wins (:func:`~airflow_gpu_dag.core.hedging.final_choice`: the best of many scores on
+    the same worlds is fitted to them); ``final_worlds=0`` skips it.
 
     With the reservation controller, plan-order weights keep Airflow on the plan: the task the plan
     starts next is the one the controller reserves for, and only work that cannot delay it is let
@@ -253,33 +248,31 @@ def packing_weights_plan(
     believed = {t: n.duration for t, n in graph.nodes.items()}
     if estimate_error is None:
         estimate_error = planning_error(graph)
-    worlds = (
-        [perturbed(graph, estimate_error, f"{graph.dag_id}:{k}") for k in range(scenarios)]
-        if estimate_error > 0
-        else []
-    )
+    scored_worlds = worlds(graph, estimate_error, scenarios)
 
-    def run(weights: Mapping[str, int], sim_policy: str) -> tuple[float, dict[str, float]]:
+    def makespan_in(weights: Mapping[str, int], world: TaskGraph) -> float:
+        return simulate(
+            world,
+            capacity,
+            policy,
+            controller_interval,
+            priority=lambda g: weights,
+            estimates=believed,
+            strict_backfill=strict_backfill,
+        ).makespan
+
+    def run(weights: Mapping[str, int]) -> tuple[float, dict[str, float]]:
         result = simulate(
             graph,
             capacity,
-            sim_policy,
+            policy,
             controller_interval,
             priority=lambda g: weights,
             strict_backfill=strict_backfill,
         )
-        score = result.makespan
-        for world in worlds:  # durations off by the estimate error: score the mean
-            score += simulate(
-                world,
-                capacity,
-                sim_policy,
-                controller_interval,
-                priority=lambda g: weights,
-                estimates=believed,
-                strict_backfill=strict_backfill,
-            ).makespan
-        return score / (1 + len(worlds)), {t.task_id: t.start for t in result.schedule}
+        # durations off by the estimate error: score the mean
+        score = result.makespan + sum(makespan_in(weights, world) for world in scored_worlds)
+        return score / (1 + len(scored_worlds)), {t.task_id: t.start for t in result.schedule}
 
     tried: dict[str, float] = {}
     options: list[tuple[str, dict[str, int]]] = []
@@ -292,7 +285,7 @@ def packing_weights_plan(
         graph, capacity, tuple(candidates), justify_rounds, samples, serial_samples
     )
     for makespan, name, weights, _start in greedy_runs:
-        tried[name if policy == "critical_path" and not worlds else f"{name} (greedy)"] = makespan
+        tried[name if policy == "critical_path" and not scored_worlds else f"{name} (greedy)"] = makespan
         options.append((name, weights))
     if not greedy_runs:
         weights = critical_path_weights(graph)
@@ -304,11 +297,11 @@ def packing_weights_plan(
 
     scored: list[PackingPlan] = []
     for label, weights in options:
-        if policy == "critical_path" and not worlds and label in tried:
+        if policy == "critical_path" and not scored_worlds and label in tried:
             makespan = tried[label]
             start = next(r[3] for r in greedy_runs if r[1] == label)
         else:
-            makespan, start = run(weights, policy)
+            makespan, start = run(weights)
             tried[label] = makespan
         scored.append(PackingPlan(weights, label, makespan, start, tried))
     scored.sort(key=lambda option: option.makespan)  # stable: ties keep the earlier option
@@ -316,23 +309,31 @@ def packing_weights_plan(
     #    the plan-order weights while that shortens the predicted makespan, for the best few options
 
     winner = scored[0]
+    contenders = list(scored)
     for option in scored[: max(1, refine_options)]:
         current = option
         for round_ in range(1, refine_rounds + 1):
             improved, _ = justify(graph, capacity, current.schedule, max_rounds=justify_rounds)
             weights = plan_order_weights(graph, improved)
-            makespan, start = run(weights, policy)
+            makespan, start = run(weights)
             label = f"{option.rule}+refined{round_}"
             tried[label] = makespan
             if makespan >= current.makespan - 1e-9 * max(1.0, makespan):
                 break
             current = PackingPlan(weights, label, makespan, start, tried)
+            contenders.append(current)
         if current.makespan < winner.makespan - 1e-9 * max(1.0, current.makespan):
             winner = current
+    if scored_worlds and final_worlds > 0:  # the best few again, on worlds that did not rank them
+        contenders.sort(key=lambda option: option.makespan)
+        fresh = worlds(graph, estimate_error, final_worlds, "final")
+        index, fresh_scores = final_choice([c.weights for c in contenders], makespan_in, fresh, finalists)
+        tried.update({f"{contenders[k].rule} (fresh worlds)": score for k, score in fresh_scores.items()})
+        winner = contenders[index]
     # 5. local search on the winner's start order
     if search_budget > 0 and len(graph) > 1:
         seed = f"{graph.dag_id}:{len(graph)}:{policy}"
-        if policy == "reservation" and not worlds:
+        if policy == "reservation" and not scored_worlds:
             # the controller follows a start order (lookahead): score orders by the schedule it
             # realizes, one pass each, then check the best by simulation
             found = search_order(
@@ -344,12 +345,12 @@ def packing_weights_plan(
                 fast=True,
             )
             if "+search" in found.rule:
-                makespan, start = run(found.weights, policy)
+                makespan, start = run(found.weights)
                 tried[found.rule] = makespan
                 if makespan < winner.makespan - 1e-9 * max(1.0, makespan):
                     winner = PackingPlan(found.weights, found.rule, makespan, start, tried)
         else:
-            winner = search_order(graph, winner, lambda weights: run(weights, policy), search_budget, seed)
+            winner = search_order(graph, winner, lambda weights: run(weights), search_budget, seed)
             tried[winner.rule] = winner.makespan
     return PackingPlan(winner.weights, winner.rule, winner.makespan, winner.schedule, dict(tried))
 
