@@ -350,7 +350,7 @@ def packing_weights_plan(
                 if makespan < winner.makespan - 1e-9 * max(1.0, makespan):
                     winner = PackingPlan(found.weights, found.rule, makespan, start, tried)
         else:
-            winner = search_order(graph, winner, lambda weights: run(weights), search_budget, seed)
+            winner = search_order(graph, winner, run, search_budget, seed)
             tried[winner.rule] = winner.makespan
     return PackingPlan(winner.weights, winner.rule, winner.makespan, winner.schedule, dict(tried))
 
