@@ -416,14 +416,25 @@ def fault_controller(ctx: Context) -> FaultReport:
     )
 
 
-def _live_gpu_lease(lease_dir: Path, skip: Collection[str] = ()) -> tuple[str, dict[str, Any]] | None:
-    """The youngest lease (most of its task still to run) whose holder process is alive."""
+def _task_key(record: dict[str, Any]) -> tuple[Any, ...]:
+    """The task instance a lease belongs to: (dag_id, run_id, task_id, map_index)."""
+    owner = record.get("owner") or {}
+    return tuple(owner.get(k) for k in ("dag_id", "run_id", "task_id", "map_index"))
+
+
+def _live_gpu_lease(
+    lease_dir: Path, hit: Collection[tuple[Any, ...]] = ()
+) -> tuple[str, dict[str, Any]] | None:
+    """The youngest lease (most of its task still to run) whose holder process is alive, held by the
+    first try of a task instance not in ``hit``. The example DAGs retry a task once, so a kill of a retry,
+    or a second kill of the same task, would fail its run rather than test recovery."""
     live: list[tuple[float, str, dict[str, Any]]] = []
     with contextlib.suppress(OSError, ValueError, TypeError):
         table = json.loads((lease_dir / "leases.json").read_text())
         for lease_id, record in table.get("leases", {}).items():
             pid = int((record.get("holder") or {}).get("pid") or 0)
-            if lease_id not in skip and pid and Path(f"/proc/{pid}").exists():
+            first_try = int((record.get("owner") or {}).get("try_number") or 1) == 1
+            if first_try and _task_key(record) not in hit and pid and Path(f"/proc/{pid}").exists():
                 live.append((float(record.get("acquired_at") or 0.0), lease_id, record))
     if not live:
         return None
@@ -445,10 +456,13 @@ def fault_gpu_task(ctx: Context) -> FaultReport:
     (:func:`check_gpu_task`): the task ran again, and the killed lease was reclaimed."""
     # A task can release its lease between the read of the table and the kill (its work done, the
     # process not yet gone): the kill then misses the lease (the ledger says "success", written by the
-    # holder itself). Such a miss is recorded and another, younger lease is taken.
+    # holder itself). Such a miss is recorded and another lease is taken, of another task instance: the
+    # missed kill may still have ended its try (killed before it reported success), and a second kill
+    # of its retry would fail the run (a CI run saw exactly that).
     missed: list[str] = []
+    hit: set[tuple[Any, ...]] = set()
     for _attempt in range(GPU_TASK_ATTEMPTS):
-        found = _wait(lambda: _live_gpu_lease(ctx.lease_dir, missed), timeout=300, poll=0.2)
+        found = _wait(lambda: _live_gpu_lease(ctx.lease_dir, hit), timeout=300, poll=0.2)
         if not found:
             return FaultReport("gpu_task", time.time(), None, {"error": "no running GPU task within 300 s"})
         lease_id, record = found
@@ -461,6 +475,7 @@ def fault_gpu_task(ctx: Context) -> FaultReport:
         if not released_by_holder:
             break
         missed.append(lease_id)
+        hit.add(_task_key(record))
     owner = record.get("owner") or {}
     return FaultReport(
         "gpu_task",

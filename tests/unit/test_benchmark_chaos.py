@@ -1,0 +1,87 @@
+"""The pure part of the chaos benchmark's GPU-task fault (``benchmarks/chaos.py``; the round itself boots
+Airflow: tests/integration/test_chaos_real.py): which lease the fault kills. The example DAGs retry a
+task once, so a retry and a task already hit are never chosen (a CI round failed a run by killing the
+retry of a task whose first try the previous, "missed", kill had ended)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "gpu_dag_benchmark_chaos_unit", ROOT / "benchmarks" / "chaos.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+chaos = _load()
+
+
+def _lease(task: str, acquired: float, pid: int, try_number: int = 1) -> dict[str, Any]:
+    return {
+        "holder": {"pid": pid},
+        "acquired_at": acquired,
+        "devices": [0],
+        "owner": {"dag_id": "d", "run_id": "r", "task_id": task, "map_index": -1, "try_number": try_number},
+    }
+
+
+def _table(tmp_path: Path, leases: dict[str, dict[str, Any]]) -> Path:
+    (tmp_path / "leases.json").write_text(json.dumps({"leases": leases}))
+    return tmp_path
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_the_youngest_live_first_try_is_chosen(tmp_path: Path) -> None:
+    alive = os.getpid()
+    lease_dir = _table(
+        tmp_path,
+        {
+            "old": _lease("a", 10.0, alive),
+            "young": _lease("b", 20.0, alive),
+            "dead": _lease("c", 30.0, _dead_pid()),
+        },
+    )
+    found = chaos._live_gpu_lease(lease_dir)
+    assert found is not None and found[0] == "young"
+
+
+def test_a_retry_is_never_chosen(tmp_path: Path) -> None:
+    alive = os.getpid()
+    lease_dir = _table(tmp_path, {"first": _lease("a", 10.0, alive), "retry": _lease("b", 20.0, alive, 2)})
+    found = chaos._live_gpu_lease(lease_dir)
+    assert found is not None and found[0] == "first"
+    only_retry = _table(tmp_path, {"retry": _lease("b", 20.0, alive, 2)})
+    assert chaos._live_gpu_lease(only_retry) is None
+
+
+def test_a_task_already_hit_is_never_chosen_again(tmp_path: Path) -> None:
+    alive = os.getpid()
+    # the same task instance under a new lease (its try ended by a kill that missed the old lease)
+    lease_dir = _table(tmp_path, {"again": _lease("a", 20.0, alive), "other": _lease("b", 10.0, alive)})
+    hit = {chaos._task_key(_lease("a", 0.0, alive))}
+    found = chaos._live_gpu_lease(lease_dir, hit)
+    assert found is not None and found[0] == "other"
+
+
+def test_no_table_means_no_lease(tmp_path: Path) -> None:
+    assert chaos._live_gpu_lease(tmp_path) is None
