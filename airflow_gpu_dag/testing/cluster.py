@@ -181,9 +181,6 @@ class AirflowCluster(ClusterRest):
             self._write_passwords()
             self._env = self._build_env()
             self.cli("db", "migrate", timeout=600)
-            conn = self._env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
-            if conn.startswith("sqlite:///"):  # readers must not block the scheduler's commits
-                sqlite.use_wal(conn.removeprefix("sqlite:///"))
             if not self.with_dag_processor:
                 self.cli("dags", "reserialize", timeout=600)
             self._spawn("api-server", ["api-server", "--host", "127.0.0.1", "--port", str(self._port)])

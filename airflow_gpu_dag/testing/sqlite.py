@@ -12,23 +12,13 @@ answer (at worst a 500 "Database error", which the harness retries) before the c
 busy timeout as long as the client's (60 s, until 2026-12-01) a clean-clone run saw the api-server
 answer nothing for a whole minute, the busy timeout's length, and a trigger fail with a read timeout
 (most likely a wait for the lock that only the timeout ended; the component logs were not kept).
-
-:func:`use_wal` switches the database file to write-ahead logging after ``airflow db migrate``. In
-SQLite's default rollback-journal mode a connection that keeps a read transaction open blocks every
-commit until it ends; a clean-clone run on 2026-12-02 saw the scheduler's commit of ``dag_run`` fail
-with ``database is locked`` and the scheduler exit (Airflow does not retry that commit; which
-connection held the lock was not recorded). With WAL, readers never block the writer and the writer
-never blocks readers; writers still take turns, within the busy timeout.
 """
 
 from __future__ import annotations
 
-import sqlite3
-from contextlib import closing
-from pathlib import Path
 from typing import Any
 
-__all__ = ["CONNECT_ARGS", "CONNECT_ARGS_ASYNC", "CONNECT_ARGS_ASYNC_PATH", "CONNECT_ARGS_PATH", "use_wal"]
+__all__ = ["CONNECT_ARGS", "CONNECT_ARGS_ASYNC", "CONNECT_ARGS_ASYNC_PATH", "CONNECT_ARGS_PATH"]
 
 #: Busy timeout in seconds: how long a connection waits for another's write lock.
 BUSY_TIMEOUT = 20
@@ -41,10 +31,3 @@ CONNECT_ARGS_ASYNC: dict[str, Any] = {"timeout": BUSY_TIMEOUT}
 #: The import paths Airflow's ``sql_alchemy_connect_args`` and ``..._async`` settings take.
 CONNECT_ARGS_PATH = f"{__name__}.CONNECT_ARGS"
 CONNECT_ARGS_ASYNC_PATH = f"{__name__}.CONNECT_ARGS_ASYNC"
-
-
-def use_wal(database: str | Path) -> str:
-    """Switch the SQLite file ``database`` to write-ahead logging (persistent: every later connection
-    uses it) and return the journal mode now in effect (``"wal"``)."""
-    with closing(sqlite3.connect(str(database), timeout=BUSY_TIMEOUT)) as connection:
-        return str(connection.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()

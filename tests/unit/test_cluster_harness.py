@@ -4,10 +4,8 @@ ends a wait at once, with its log."""
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 import time
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -323,30 +321,3 @@ def test_a_hung_scheduler_prints_its_stacks_when_health_finds_it_unhealthy(tmp_p
 
 def test_components_run_with_the_fault_handler(tmp_path: Path) -> None:
     assert _env(tmp_path)["PYTHONFAULTHANDLER"] == "1"
-
-
-def test_use_wal_switches_the_database_to_write_ahead_logging(tmp_path: Path) -> None:
-    """A reader's open transaction must not block a commit (what made a test scheduler exit)."""
-    database = tmp_path / "airflow.db"
-    with closing(sqlite3.connect(database)) as setup:
-        setup.execute("CREATE TABLE dag_run (id INTEGER PRIMARY KEY, state TEXT)")
-        setup.execute("INSERT INTO dag_run VALUES (1, 'queued')")
-        setup.commit()
-
-    def commit_while_a_reader_is_open() -> None:
-        with (
-            closing(sqlite3.connect(database, isolation_level=None)) as reader,
-            closing(sqlite3.connect(database, timeout=0.1)) as writer,
-        ):
-            reader.execute("BEGIN")
-            assert reader.execute("SELECT state FROM dag_run").fetchone() is not None
-            writer.execute("UPDATE dag_run SET state = 'running' WHERE id = 1")
-            writer.commit()
-            reader.execute("COMMIT")
-
-    with pytest.raises(sqlite3.OperationalError, match="database is locked"):
-        commit_while_a_reader_is_open()  # SQLite's default rollback journal
-    assert sqlite.use_wal(database) == "wal"
-    commit_while_a_reader_is_open()
-    with closing(sqlite3.connect(database)) as again:
-        assert again.execute("PRAGMA journal_mode").fetchone() == ("wal",)  # persistent
