@@ -19,29 +19,16 @@ is printed (today's controller leaves the pool as it was until a controller runs
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import load_script
 
-
-def _load_chaos() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_dag_benchmark_chaos", ROOT / "benchmarks" / "chaos.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-chaos = _load_chaos()
+chaos = load_script("benchmarks/chaos.py", "gpu_dag_benchmark_chaos")
 
 SETTINGS = chaos.ChaosSettings(
     llm=2,

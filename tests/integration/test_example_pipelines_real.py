@@ -6,10 +6,8 @@ training chain outranks the sweep (critical-path weights)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +16,7 @@ from typing import Any
 import pytest
 
 from airflow_gpu_dag.testing import AirflowCluster
+from tests.scripts import load_script
 
 pytestmark = pytest.mark.airflow_real
 
@@ -26,14 +25,7 @@ POOL_SLOTS = 2
 
 
 def _pool_peak() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "gpu_dag_benchmark_stress", ROOT / "benchmarks" / "stress.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)
-    spec.loader.exec_module(module)
-    return module.pool_peak
+    return load_script("benchmarks/stress.py", "gpu_dag_benchmark_stress").pool_peak
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,6 @@ highest-priority ready task starts, and it runs alone until it is done. Two chec
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import re
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ from airflow_gpu_dag.airflow.graph import build_task_graph
 from airflow_gpu_dag.core.critical_path import analyze
 from airflow_gpu_dag.core.objective import KEY_WEIGHT_FLOOR
 from airflow_gpu_dag.testing import AirflowCluster
+from tests.scripts import load_script
 
 pytestmark = pytest.mark.airflow_real
 
@@ -162,11 +162,7 @@ def timeline(tis: list[dict[str, Any]]) -> str:
 
 
 def _load_dag_module(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"priority_dags_{name}", DAG_DIR / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(DAG_DIR / f"{name}.py", f"priority_dags_{name}", register=False)
 
 
 def _analysed_weights(dag: Any) -> dict[str, int]:

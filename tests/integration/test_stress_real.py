@@ -23,9 +23,7 @@ reported.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +32,8 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import load_script
+
 RUNS = int(os.environ.get("GPU_DAG_STRESS_RUNS", "40"))
 POOL_SLOTS = 4
 PARALLELISM = 8
@@ -42,14 +41,7 @@ SLEEP_S = 1.0
 
 
 def _load_stress_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "gpu_dag_benchmark_stress", ROOT / "benchmarks" / "stress.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/stress.py", "gpu_dag_benchmark_stress")
 
 
 stress = _load_stress_module()

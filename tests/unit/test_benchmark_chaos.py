@@ -5,30 +5,16 @@ retry of a task whose first try the previous, "missed", kill had ended)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import load_script
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "gpu_dag_benchmark_chaos_unit", ROOT / "benchmarks" / "chaos.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-chaos = _load()
+chaos = load_script("benchmarks/chaos.py", "gpu_dag_benchmark_chaos_unit")
 
 
 def _lease(task: str, acquired: float, pid: int, try_number: int = 1) -> dict[str, Any]:

@@ -5,28 +5,19 @@ re-versioning and the readers of the timing file and the scheduler log."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import socket
-import sys
 import time
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import load_script
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "gpu_dag_benchmark_scheduler_loop", ROOT / "benchmarks" / "scheduler_loop.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/scheduler_loop.py", "gpu_dag_benchmark_scheduler_loop")
 
 
 loop = _load()

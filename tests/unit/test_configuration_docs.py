@@ -4,21 +4,17 @@ truth for the ``[gpu_dag]`` options, and the page may not drift from it."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 from airflow_gpu_dag.get_provider_info import get_provider_info
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("config_docs", ROOT / "scripts" / "config_docs.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/config_docs.py", "config_docs", register=False)
 
 
 def test_the_page_is_up_to_date() -> None:

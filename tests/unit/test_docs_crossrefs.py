@@ -3,27 +3,20 @@ objects the API reference renders, resolved as Python would; the rest becomes in
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import griffe
 import pytest
 
+from tests.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def roles() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "griffe_sphinx_roles", ROOT / "scripts" / "griffe_sphinx_roles.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/griffe_sphinx_roles.py", "griffe_sphinx_roles")
 
 
 @pytest.fixture(scope="module")

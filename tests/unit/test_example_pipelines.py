@@ -5,8 +5,6 @@ correct (gradient check)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -17,6 +15,7 @@ from airflow.dag_processing.dagbag import DagBag
 
 from airflow_gpu_dag.airflow.graph import build_task_graph
 from airflow_gpu_dag.core.validation import ValidationPolicy, validate_graph
+from tests.scripts import load_script
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 EXAMPLES = {"llm_pipeline": DAGS / "llm_pipeline.py", "hparam_sweep": DAGS / "hparam_sweep.py"}
@@ -36,12 +35,7 @@ def dags() -> dict[str, Any]:
 
 
 def _module(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES[name])
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(EXAMPLES[name], f"example_{name}")
 
 
 @pytest.mark.parametrize("dag_id", sorted(EXAMPLES))

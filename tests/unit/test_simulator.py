@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import random
@@ -19,6 +18,7 @@ from airflow_gpu_dag.core.justification import ordered_schedule, priority_serial
 from airflow_gpu_dag.core.planner import predict
 from airflow_gpu_dag.core.rules import plan_order_weights
 from airflow_gpu_dag.core.simulator import CapacityError, simulate
+from tests.scripts import load_script
 from tests.unit import graphs
 
 CAP = {"gpu": 8}
@@ -172,11 +172,7 @@ def test_makespan_benchmark_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[
     tasks += [{"id": f"s{i}", "d": 3 + i, "gpus": 1, "parents": ["a"] if i % 2 else []} for i in range(10)]
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps([{"name": "tiny/one", "tasks": tasks}]))
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "makespan.py"
-    spec = importlib.util.spec_from_file_location("makespan_benchmark", script)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("benchmarks/makespan.py", "makespan_benchmark", register=False)
     assert module.main(["--workloads", str(path), "--capacities", "8", "--ml-count", "2"]) == 0
     out = capsys.readouterr().out
     assert "| wfinstances | 8 | packing+reservation |" in out
