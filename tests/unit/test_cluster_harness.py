@@ -246,14 +246,65 @@ def test_check_alive_raises_with_the_dead_components_log(tmp_path: Path) -> None
     cluster = AirflowCluster(tmp_path)
     cluster._home = tmp_path
     try:
-        code = "print('the last words'); raise RuntimeError('database is locked')"
+        code = "print('the last words'); raise RuntimeError('no such table: dag_run')"
         _spawn(cluster._components, tmp_path, "scheduler", code)
         _wait_exit(cluster._components, "scheduler")
         with pytest.raises(ClusterError, match=r"scheduler \(pid \d+\) exited with status 1") as err:
             cluster.check_alive()
         first, *rest = str(err.value).splitlines()
-        assert first.endswith("Last error: RuntimeError: database is locked")
+        assert first.endswith("Last error: RuntimeError: no such table: dag_run")
         assert "the last words" in rest
+    finally:
+        cluster._components.stop(grace=5)
+
+
+LOCKED = "raise RuntimeError('(sqlite3.OperationalError) database is locked')"
+
+
+def test_a_scheduler_that_exits_on_a_sqlite_lock_is_started_again_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = AirflowCluster(tmp_path)
+    cluster._home = tmp_path
+    restarted: list[str] = []
+
+    def restart(name: str) -> None:  # what start_component does, without the REST health check
+        restarted.append(name)
+        _spawn(cluster._components, tmp_path, name, "import time; time.sleep(60)")
+
+    monkeypatch.setattr(cluster, "_restart", restart)
+    try:
+        for attempt in (1, 2):
+            _spawn(cluster._components, tmp_path, "scheduler", LOCKED)
+            _wait_exit(cluster._components, "scheduler")
+            with pytest.warns(RuntimeWarning, match=rf"database is locked.*started again \({attempt} of"):
+                cluster.check_alive()
+            assert restarted == ["scheduler"] * attempt
+            cluster.check_alive()  # the new one runs
+            cluster._components.latest()["scheduler"].proc.kill()  # type: ignore[union-attr]
+            cluster._components.latest()["scheduler"].stopped_on_purpose = True
+        assert len(cluster.notices) == 2
+        _spawn(cluster._components, tmp_path, "scheduler", LOCKED)
+        _wait_exit(cluster._components, "scheduler")
+        with pytest.raises(ClusterError, match="database is locked"):  # a third time: it is not chance
+            cluster.check_alive()
+        assert restarted == ["scheduler", "scheduler"]
+    finally:
+        cluster._components.stop(grace=5)
+
+
+def test_an_api_server_that_exits_on_a_sqlite_lock_still_fails_the_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = AirflowCluster(tmp_path)
+    cluster._home = tmp_path
+    monkeypatch.setattr(cluster, "_restart", lambda name: pytest.fail(f"{name} restarted"))
+    try:
+        _spawn(cluster._components, tmp_path, "api-server", LOCKED)
+        _wait_exit(cluster._components, "api-server")
+        with pytest.raises(ClusterError, match=r"api-server .* database is locked"):
+            cluster.check_alive()
+        assert cluster.notices == []
     finally:
         cluster._components.stop(grace=5)
 
