@@ -4,7 +4,7 @@
   ``nvml`` source (a fake NVML over 6 GPUs whose busy state comes from the workers' real lease table,
   one GPU held by a foreign process) keeps the pool at 5, so all five tasks run together; the same
   source without the lease table would have shrunk it to 2;
-* durations learned from history: after three runs of a DAG whose declared estimates are wrong,
+* durations learned from history: after four runs of a DAG whose declared estimates are wrong,
   ``airflow gpu-dag estimates``, ``plan`` and ``simulate`` (metadata database), the UI's plan endpoint, the
   controller's REST history and the priority weights of a new run follow the real durations, and the
   mapped task is shown with the count of its past runs;
@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from statistics import median
 from types import SimpleNamespace
 from typing import Any
 
@@ -60,6 +61,10 @@ AIRFLOW_ENV = {
 LEARNED_REFRESH_S = 2.0
 MIB = 1024 * 1024
 TASK_IDS = ("declared_long_runs_short", "declared_short_runs_long", "declared_right")
+#: Runs of ``learned_wrong`` before the learned durations are checked: three are needed
+#: (``learned_min_runs``), one more so that a try a loaded machine made slow enough to be set aside as
+#: an outlier (core.estimates) still leaves three.
+LEARNED_RUNS = 4
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -194,9 +199,10 @@ def test_our_running_gpu_tasks_do_not_shrink_their_pool(
 # -- durations learned from history ----------------------------------------------------------------
 @pytest.fixture(scope="module")
 def learned_runs(cluster: AirflowCluster) -> list[str]:
-    """Three finished runs of ``learned_wrong`` (seconds-scale tasks whose estimates are wrong)."""
+    """:data:`LEARNED_RUNS` finished runs of ``learned_wrong`` (seconds-scale tasks whose estimates are
+    wrong)."""
     cluster.wait_for_dag("learned_wrong")
-    run_ids = [cluster.trigger("learned_wrong") for _ in range(3)]
+    run_ids = [cluster.trigger("learned_wrong") for _ in range(LEARNED_RUNS)]
     for run_id in run_ids:
         state = cluster.wait_for_run("learned_wrong", run_id, timeout=600)
         assert state == "success", (cluster.task_instances("learned_wrong", run_id), cluster.log_tails())
@@ -223,10 +229,10 @@ def test_estimates_command_follows_the_real_durations(
         learned = by_task[task_id]["learned"]
         assert learned is not None, (task_id, by_task[task_id])
         assert min(durations) * 0.9 <= learned <= max(durations) * 1.1, (task_id, learned, durations)
-    # three instances in each of three runs, all read; on a loaded machine some may have run long enough
+    # three instances in each of the runs, all read; on a loaded machine some may have run long enough
     # to be set aside as an outlier (core.estimates), which the report then says
     shard = by_task["shard"]
-    assert shard["runs"] + shard["dropped"].get("outlier", 0) == 9, (shard, real["shard"])
+    assert shard["runs"] + shard["dropped"].get("outlier", 0) == 3 * LEARNED_RUNS, (shard, real["shard"])
     assert set(shard["dropped"]) <= {"outlier"} and shard["runs"] >= 3, (shard, real["shard"])
     assert set(report["flagged"]) >= {"declared_long_runs_short", "declared_short_runs_long", "shard"}
     assert "declared_right" not in report["flagged"], by_task["declared_right"]
@@ -273,7 +279,8 @@ def test_controller_history_over_rest_matches(
     estimate = history.estimate(
         {"dag_id": "learned_wrong", "task_id": "declared_long_runs_short", "executor_config": config}
     )
-    assert estimate.runs == 3 and estimate.learned is not None
+    assert estimate.runs + estimate.dropped.get("outlier", 0) == LEARNED_RUNS, estimate
+    assert estimate.runs >= 3 and estimate.learned is not None, estimate
     durations = real["declared_long_runs_short"]
     assert min(durations) * 0.9 <= estimate.learned <= max(durations) * 1.1
     pending = {"dag_id": "learned_wrong", "task_id": "shard", "map_index": -1, "executor_config": "{}"}
@@ -306,7 +313,7 @@ def test_weights_of_a_new_run_follow_the_learned_durations(
         learned = real["declared_short_runs_long"]
         assert min(learned) * 0.9 - 1 <= short_long <= max(learned) * 1.1 + 1, (weights, real)
         assert abs(
-            long_short - (sum(real["declared_long_runs_short"]) / 3 - sum(real["declared_right"]) / 3)
+            long_short - (median(real["declared_long_runs_short"]) - median(real["declared_right"]))
         ) < (2 + 0.1 * max(real["declared_right"])), (weights, real)
     finally:
         assert cluster.wait_for_run("learned_wrong", run_id, timeout=600) == "success", cluster.log_tails()
