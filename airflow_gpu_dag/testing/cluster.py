@@ -336,9 +336,10 @@ class AirflowCluster(ClusterRest):
         )
 
     def _restart(self, name: str) -> None:
-        from airflow_gpu_dag.testing.faults import start_component  # faults imports this module
-
-        start_component(self, name, timeout=self.boot_timeout)
+        """Start ``name`` again with its argv, logging to the same file (the waits that call
+        :meth:`check_alive` go on polling; ``faults.start_component`` also waits for its heartbeat)."""
+        old = self._components.latest()[name]
+        self._components.spawn(name, old.argv, self.env, self.home, self.log_path(name))
 
     def dump_stacks(self, name: str = "scheduler", wait: float = 15.0) -> str:
         """Make a live component that seems stuck print every thread's Python stack, and end it: it gets

@@ -4,6 +4,7 @@ ends a wait at once, with its log."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -259,36 +260,66 @@ def test_check_alive_raises_with_the_dead_components_log(tmp_path: Path) -> None
 
 
 LOCKED = "raise RuntimeError('(sqlite3.OperationalError) database is locked')"
+#: Dies on the lock error the first ``$DEATHS`` times it starts (a marker file per start), then runs.
+LOCKED_THEN_RUNS = f"""
+import os, pathlib, time
+starts = pathlib.Path(os.environ["STARTS"])
+starts.write_text(starts.read_text() + "x" if starts.exists() else "x")
+if len(starts.read_text()) <= int(os.environ["DEATHS"]):
+    {LOCKED}
+time.sleep(60)
+"""
 
 
-def test_a_scheduler_that_exits_on_a_sqlite_lock_is_started_again_twice(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _locked_cluster(tmp_path: Path, deaths: int) -> AirflowCluster:
     cluster = AirflowCluster(tmp_path)
     cluster._home = tmp_path
-    restarted: list[str] = []
+    cluster._env = {"STARTS": str(tmp_path / "starts"), "DEATHS": str(deaths), "PATH": os.environ["PATH"]}
+    cluster._components.spawn(
+        "scheduler",
+        [sys.executable, "-c", LOCKED_THEN_RUNS],
+        cluster.env,
+        tmp_path,
+        tmp_path / "scheduler.log",
+    )
+    return cluster
 
-    def restart(name: str) -> None:  # what start_component does, without the REST health check
-        restarted.append(name)
-        _spawn(cluster._components, tmp_path, name, "import time; time.sleep(60)")
 
-    monkeypatch.setattr(cluster, "_restart", restart)
+def _starts(tmp_path: Path) -> int:
+    return len((tmp_path / "starts").read_text())
+
+
+def test_a_scheduler_that_exits_on_a_sqlite_lock_is_started_again(tmp_path: Path) -> None:
+    cluster = _locked_cluster(tmp_path, deaths=2)
     try:
         for attempt in (1, 2):
-            _spawn(cluster._components, tmp_path, "scheduler", LOCKED)
             _wait_exit(cluster._components, "scheduler")
-            with pytest.warns(RuntimeWarning, match=rf"database is locked.*started again \({attempt} of"):
+            with pytest.warns(
+                RuntimeWarning, match=rf"database is locked.*started again \({attempt} of at most 2\)"
+            ):
                 cluster.check_alive()
-            assert restarted == ["scheduler"] * attempt
-            cluster.check_alive()  # the new one runs
-            cluster._components.latest()["scheduler"].proc.kill()  # type: ignore[union-attr]
-            cluster._components.latest()["scheduler"].stopped_on_purpose = True
-        assert len(cluster.notices) == 2
-        _spawn(cluster._components, tmp_path, "scheduler", LOCKED)
+        deadline = time.monotonic() + 30
+        while _starts(tmp_path) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        cluster.check_alive()  # the third start runs
+        assert _starts(tmp_path) == 3 and len(cluster.notices) == 2
+        assert "started again (2 of at most 2)" in cluster.notices[-1]
+    finally:
+        cluster._components.stop(grace=5)
+
+
+def test_a_third_sqlite_lock_exit_fails_the_cluster(tmp_path: Path) -> None:
+    cluster = _locked_cluster(tmp_path, deaths=3)
+    try:
+        for _ in (1, 2):
+            _wait_exit(cluster._components, "scheduler")
+            with pytest.warns(RuntimeWarning):
+                cluster.check_alive()
         _wait_exit(cluster._components, "scheduler")
-        with pytest.raises(ClusterError, match="database is locked"):  # a third time: it is not chance
+        with pytest.raises(ClusterError, match="database is locked"):  # three times: not chance any more
             cluster.check_alive()
-        assert restarted == ["scheduler", "scheduler"]
+        assert _starts(tmp_path) == 3
     finally:
         cluster._components.stop(grace=5)
 
