@@ -79,7 +79,8 @@ _ACCESS_LOG = "[http.access]"
 SQLITE_LOCKED = "database is locked"
 #: How many times one cluster restarts a component that exited on :data:`SQLITE_LOCKED`.
 LOCKED_RESTARTS = 2
-#: The components restarted after such an exit (those whose health says when the new one runs).
+#: The components restarted after such an exit: those whose loop Airflow ends on it (the api-server
+#: answers it with a 500 and goes on, so an api-server that exits has another cause).
 _RESTARTABLE = ("scheduler", "dag-processor", "triggerer")
 
 
