@@ -53,7 +53,7 @@ import psutil
 from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
 from airflow_gpu_dag.testing import sqlite
 from airflow_gpu_dag.testing.errors import ClusterError
-from airflow_gpu_dag.testing.processes import Components, free_port
+from airflow_gpu_dag.testing.processes import Component, Components, free_port
 from airflow_gpu_dag.testing.rest import TERMINAL_RUN_STATES, ClusterRest, rest_client
 
 __all__ = ["TERMINAL_RUN_STATES", "AirflowCluster", "ClusterError"]
@@ -336,11 +336,12 @@ class AirflowCluster(ClusterRest):
             f"Last lines of its log ({dead.log_path}):\n" + "\n".join(tail)
         )
 
-    def _restart(self, name: str) -> None:
-        """Start ``name`` again with its argv, logging to the same file (the waits that call
-        :meth:`check_alive` go on polling; ``faults.start_component`` also waits for its heartbeat)."""
+    def _restart(self, name: str) -> Component:
+        """Start ``name`` again with its argv, logging to the same file, and return the new process
+        (the waits that call :meth:`check_alive` go on polling; ``faults.start_component`` also waits
+        for its heartbeat)."""
         old = self._components.latest()[name]
-        self._components.spawn(name, old.argv, self.env, self.home, self.log_path(name))
+        return self._components.spawn(name, old.argv, self.env, self.home, self.log_path(name))
 
     def dump_stacks(self, name: str = "scheduler", wait: float = 15.0) -> str:
         """Make a live component that seems stuck print every thread's Python stack, and end it: it gets

@@ -112,7 +112,7 @@ def start_component(cluster: AirflowCluster, name: str, timeout: float = 300.0) 
         raise ClusterError(f"{name} (pid {old.proc.pid}) is still running; kill it first")
     started = time.monotonic()
     since = time.time()
-    new = cluster._components.spawn(name, old.argv, cluster.env, cluster.home, cluster.log_path(name))
+    new = cluster._restart(name)
     deadline = started + timeout
     last: object = None
     while time.monotonic() < deadline:
