@@ -38,18 +38,18 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from multiprocessing import Pool
 from typing import Any
 
 from mixes import GPU_POOL, KINDS, Run, actual_graphs, make_mix, triggers  # type: ignore[import-not-found]
 
 from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.objective import OBJECTIVES, run_shape
+from airflow_gpu_dag.core.objective import OBJECTIVES, ReservationGate, run_shape
 from airflow_gpu_dag.core.planner import packing_weights_plan
 from airflow_gpu_dag.core.runs import predict_runs
 from airflow_gpu_dag.core.schedule import SimulationResult
-from airflow_gpu_dag.core.simulator import simulate
+from airflow_gpu_dag.core.simulator import RunPriority, simulate
 
 ESTIMATES = {"exact": 0.0, "uniform30": -0.3, "lognormal30": 0.3}
 TARGET_MEAN = {8: 0.85, 16: 0.92, 32: 1.00}
@@ -74,21 +74,35 @@ def run_policy(
             g.dag_id: packing_weights_plan(g, caps, "reservation", controller_interval=interval).weights
             for g in estimated
         }
-        believed = {
-            f"{i}:{g.dag_id}/{t}": node.duration
-            for i, g in enumerate(estimated)
-            for t, node in g.nodes.items()
-        }
-        return simulate(
-            list(actual),
-            caps,
-            "reservation",
-            interval,
-            triggers=trigger,
-            estimates=believed,
-            run_priority=lambda g, t: plans[g.dag_id],
-        )
+        return simulate_weights(lambda g, t: plans[g.dag_id], actual, estimated, trigger, capacity, interval)
     return predict_runs(actual, trigger, caps, OBJECTIVES[policy], interval, estimated=estimated)
+
+
+def simulate_weights(
+    run_priority: RunPriority,
+    actual: Sequence[TaskGraph],
+    estimated: Sequence[TaskGraph],
+    trigger: Sequence[float],
+    capacity: int,
+    interval: float,
+    gate: ReservationGate | None = None,
+) -> SimulationResult:
+    """Simulate one mix with the weights ``run_priority(graph, trigger)`` gives each run and the watermark
+    controller every ``interval`` seconds (``gate``: its reservation gate; None reserves for every wide
+    head); the controller believes the ``estimated`` durations."""
+    believed = {
+        f"{i}:{g.dag_id}/{t}": node.duration for i, g in enumerate(estimated) for t, node in g.nodes.items()
+    }
+    return simulate(
+        list(actual),
+        {GPU_POOL: capacity},
+        "reservation",
+        interval,
+        triggers=trigger,
+        estimates=believed,
+        run_priority=run_priority,
+        gate=gate,
+    )
 
 
 def lower_bound(actual: Sequence[TaskGraph], trigger: Sequence[float], capacity: int) -> float:
@@ -103,19 +117,28 @@ def lower_bound(actual: Sequence[TaskGraph], trigger: Sequence[float], capacity:
     return bound - min(trigger)
 
 
-def one_instance(job: tuple) -> dict[str, Any]:
-    variant, seed, capacity, mode, estimates, policies, interval = job
+#: ``(runs, estimated graphs, actual graphs, triggers) -> (name, result)`` for every policy of a mix
+Simulations = Callable[
+    [list[Run], list[TaskGraph], list[TaskGraph], list[float]], Iterable[tuple[str, SimulationResult]]
+]
+
+
+def measure(
+    variant: str, seed: int, capacity: int, mode: str, estimates: str, simulations: Simulations
+) -> dict[str, Any]:
+    """Build the mix ``seed`` of ``variant`` (tasks running for the ``estimates`` errors, triggered in
+    ``mode``), run ``simulations`` on it and keep every policy's run completion times and makespan."""
     runs: list[Run] = make_mix(seed, variant)
     estimated = [r.graph for r in runs]
     actual = actual_graphs(runs, ESTIMATES[estimates], seed, variant)
     trigger = triggers(runs, capacity, mode, seed, variant)
-    out: dict[str, Any] = {}
-    for policy in policies:
-        result = run_policy(policy, actual, estimated, trigger, capacity, interval)
-        out[policy] = {
+    out = {
+        name: {
             "completion": [r.completion for r in result.runs],
             "makespan": max(r.end for r in result.runs) - min(trigger),
         }
+        for name, result in simulations(runs, estimated, actual, trigger)
+    }
     return {
         "variant": variant,
         "seed": seed,
@@ -126,6 +149,20 @@ def one_instance(job: tuple) -> dict[str, Any]:
         "lower_bound": lower_bound(actual, trigger, capacity),
         "results": out,
     }
+
+
+def one_instance(job: tuple) -> dict[str, Any]:
+    variant, seed, capacity, mode, estimates, policies, interval = job
+    return measure(
+        variant,
+        seed,
+        capacity,
+        mode,
+        estimates,
+        lambda runs, estimated, actual, trigger: (
+            (p, run_policy(p, actual, estimated, trigger, capacity, interval)) for p in policies
+        ),
+    )
 
 
 def _p95(values: Sequence[float]) -> float:
@@ -181,7 +218,8 @@ def misses(capacity: int, f: Mapping[str, float], best: float = 0.0) -> list[str
     return out
 
 
-def table(results: Sequence[Mapping[str, Any]], policies: Sequence[str], file: Any = sys.stdout) -> None:
+def table(results: Sequence[Mapping[str, Any]], policies: Sequence[str], file: Any = None) -> None:
+    file = file or sys.stdout  # resolved per call: a captured stdout changes
     groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
     for inst in results:
         groups[(inst["variant"], inst["mode"], inst["estimates"], inst["capacity"])].append(inst)
@@ -223,40 +261,63 @@ def parse_seeds(text: str) -> list[int]:
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def add_mix_arguments(
+    parser: argparse.ArgumentParser,
+    caps: str = "8,16,32",
+    modes: str = "spread,once",
+    estimates: str = "exact,uniform30",
+) -> None:
+    """The options that choose the mixes (``--variant --seeds --caps --modes --estimates``), the
+    controller's ``--interval`` and the worker ``--jobs``; read back by :func:`mix_jobs`."""
     parser.add_argument("--variant", default="A", help="mix generator(s): A, B (comma separated)")
     parser.add_argument("--seeds", default="0-29", help="mix seeds, e.g. 0-29 or 100-129")
-    parser.add_argument("--caps", default="8,16,32", help="GPU pool capacities")
-    parser.add_argument("--modes", default="spread,once", help="trigger modes: spread, once")
-    parser.add_argument("--estimates", default="exact,uniform30", help=f"from {', '.join(ESTIMATES)}")
-    parser.add_argument(
-        "--policies", default=",".join(DEFAULT_POLICIES), help="besides stock: v0.1, " + ", ".join(OBJECTIVES)
-    )
+    parser.add_argument("--caps", default=caps, help="GPU pool capacities")
+    parser.add_argument("--modes", default=modes, help="trigger modes: spread, once")
+    parser.add_argument("--estimates", default=estimates, help=f"from {', '.join(ESTIMATES)}")
     parser.add_argument("--interval", type=float, default=60.0, help="controller interval, seconds")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
-    parser.add_argument("--json", default="", help="write every instance's raw figures here")
-    args = parser.parse_args(argv)
-    policies = ["stock", *(p for p in args.policies.split(",") if p and p != "stock")]
-    unknown = [p for p in policies if p not in ("stock", "v0.1", *OBJECTIVES)]
-    if unknown:
-        parser.error(f"unknown policies {unknown}")
-    jobs = [
-        (variant, seed, int(cap), mode, estimates, policies, args.interval)
+
+
+def mix_jobs(args: argparse.Namespace, *extra: Any) -> list[tuple]:
+    """One job per mix the options of :func:`add_mix_arguments` name:
+    ``(variant, seed, capacity, mode, estimates, *extra, interval)``."""
+    return [
+        (variant, seed, int(cap), mode, estimates, *extra, args.interval)
         for variant in args.variant.split(",")
         for cap in args.caps.split(",")
         for mode in args.modes.split(",")
         for estimates in args.estimates.split(",")
         for seed in parse_seeds(args.seeds)
     ]
+
+
+def run_jobs(
+    worker: Callable[[tuple], dict[str, Any]], jobs: Sequence[tuple], processes: int
+) -> list[dict[str, Any]]:
+    """``worker`` on every job, in ``processes`` worker processes (1: in this one), results in order."""
+    if processes > 1:
+        with Pool(processes) as pool:
+            return pool.map(worker, jobs, chunksize=1)
+    return [worker(job) for job in jobs]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_mix_arguments(parser)
+    parser.add_argument(
+        "--policies", default=",".join(DEFAULT_POLICIES), help="besides stock: v0.1, " + ", ".join(OBJECTIVES)
+    )
+    parser.add_argument("--json", default="", help="write every instance's raw figures here")
+    args = parser.parse_args(argv)
+    policies = ["stock", *(p for p in args.policies.split(",") if p and p != "stock")]
+    unknown = [p for p in policies if p not in ("stock", "v0.1", *OBJECTIVES)]
+    if unknown:
+        parser.error(f"unknown policies {unknown}")
+    jobs = mix_jobs(args, policies)
     started = time.time()
-    if args.jobs > 1:
-        with Pool(args.jobs) as pool:
-            results = pool.map(one_instance, jobs, chunksize=1)
-    else:
-        results = [one_instance(job) for job in jobs]
+    results = run_jobs(one_instance, jobs, args.jobs)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle)

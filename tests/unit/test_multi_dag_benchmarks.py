@@ -53,3 +53,58 @@ def test_makespan_target_below_the_lower_bound_is_marked_unreachable() -> None:
     assert multi_dag.misses(8, figures, best) == ["makespan (unreachable: best 0.970)"]
     assert multi_dag.misses(8, figures, 0.90) == ["makespan"]  # reachable in principle: a plain miss
     assert multi_dag.misses(8, {**figures, "makespan": 0.94}, best) == []
+
+
+def test_frontier_member_with_the_shipped_settings_is_the_shipped_objective() -> None:
+    import multi_dag
+    import multi_dag_frontier as frontier
+
+    # chain 0, s 3, gated: exactly `balanced`, so the family's other members are measured on the same footing
+    job = ("A", 2, 8, "once", "exact", [frontier.Member(3.0, 0.0, "gated")], False, 60.0)
+    ours = frontier.one_instance(job)["results"]["s=3 chain=0 gated"]
+    shipped = multi_dag.one_instance(("A", 2, 8, "once", "exact", ["stock", "balanced"], 60.0))
+    assert ours == shipped["results"]["balanced"]
+
+
+def test_frontier_mix_graph_keeps_every_run_and_its_trigger() -> None:
+    import multi_dag_frontier as frontier
+
+    from airflow_gpu_dag.core.graph import TaskGraph
+
+    first, second = TaskGraph("a"), TaskGraph("b")
+    first.add("x", 10.0, gpus=1)
+    first.add("y", 5.0, gpus=2)
+    first.add_edge("x", "y")
+    second.add("x", 3.0, gpus=1, not_before=4.0)
+    mix = frontier.mix_graph([first, second], [0.0, 100.0])
+    assert sorted(mix.nodes) == ["0/x", "0/y", "1/x"]
+    assert mix.upstream("0/y") == ["0/x"] and mix.nodes["0/y"].gpus == 2
+    assert mix.nodes["0/x"].not_before == 0.0 and mix.nodes["1/x"].not_before == 104.0
+
+
+def test_frontier_summary_counts_settings_that_meet_every_target() -> None:
+    import multi_dag_frontier as frontier
+
+    on_target = {"mean": 0.8, "p95": 0.99, "makespan": 0.94, "pipeline": 1.0, "sweep": 1.0, "eval": 0.7}
+    rows = {
+        "fast but long": {**on_target, "makespan": 1.01},
+        "short but sweeps wait": {**on_target, "sweep": 1.3},
+        "every target": on_target,
+    }
+    s = frontier.summary(8, rows, best=0.9)
+    assert s["meet_every_target"] == ["every target"]
+    assert s["best_makespan_else_on_target"] == ("every target", 0.94)
+    assert s["best_worst_kind_with_mean_and_makespan"] == ("every target", 1.0)
+    none = frontier.summary(8, {k: v for k, v in rows.items() if k != "every target"}, best=0.9)
+    assert none["meet_every_target"] == []
+    assert none["best_makespan_else_on_target"] == ("fast but long", 1.01)
+    assert none["best_worst_kind_with_mean_and_makespan"] == ("short but sweeps wait", 1.3)
+
+
+def test_frontier_prints_a_summary_row_per_group(capsys: pytest.CaptureFixture[str]) -> None:
+    import multi_dag_frontier as frontier
+
+    args = ["--seeds", "0", "--caps", "8", "--modes", "once", "--stretches", "0,3", "--chains", "0,1"]
+    assert frontier.main([*args, "--reservations", "gated", "--oracle", "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| A | once | exact | 8 | 4 |" in out and "| mix-plan+evals |" in out

@@ -1,0 +1,285 @@
+"""The trade-off frontier of the cross-DAG policy: can *any* setting meet every target of issue #11?
+
+``benchmarks/multi_dag.py`` measures the three shipped objectives. This script measures the family they
+come from, on the same mixes (:mod:`mixes`) and against the same stock run, to show where the targets
+conflict rather than say so. Every member orders tasks by the key of
+:mod:`airflow_gpu_dag.core.objective`, extended by one term::
+
+    key(t) = T + s * W - chain * max(0, CP - W) - remaining(t)
+
+``s`` (stretch) moves small runs first (the mean completion); ``chain`` moves runs whose critical path
+``CP`` is longer than their work ``W`` (pipelines) first (the makespan); ``chain = 0`` is the shipped
+key (``throughput`` is ``s = 2`` always reserving, ``balanced`` ``s = 3`` gated, ``latency`` ``s = 6``
+gated). Each member runs with the controller reserving for every wide head (``always``) and with the
+``balanced`` reservation gate (``gated``).
+
+``--oracle`` adds two schedules no trigger-time policy can have: the packing planner
+(:func:`~airflow_gpu_dag.core.planner.packing_weights_plan`) run on the *whole mix* as one graph
+(every run's trigger as its tasks' earliest start), its weights given to every run (``mix-plan``), and
+the same with every evaluation run ahead of everything (``mix-plan+evals``; the oracle knows the kinds).
+
+Per group (generator, triggers, estimates, GPUs) the script prints each member's figures (as
+``multi_dag.py``: ratios ours / stock, mean over instances; the targets it misses), then a summary:
+how many members meet every target, the best makespan among members that meet the other targets, and
+the best worst-kind ratio among members that meet the mean and makespan targets.
+
+    .venv/bin/python benchmarks/multi_dag_frontier.py                  # A 0-29, 8/16 GPUs, ~1 min
+    .venv/bin/python benchmarks/multi_dag_frontier.py --oracle --modes once --caps 8   # + whole-mix plan
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from mixes import GPU_POOL, KINDS, Run  # type: ignore[import-not-found]
+from multi_dag import (  # type: ignore[import-not-found]
+    add_mix_arguments,
+    best_makespan,
+    figures,
+    measure,
+    misses,
+    mix_jobs,
+    run_jobs,
+    run_policy,
+    simulate_weights,
+)
+
+from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.objective import (
+    OBJECTIVES,
+    Objective,
+    ReservationGate,
+    key_weight,
+    run_shape,
+    task_keys,
+)
+from airflow_gpu_dag.core.planner import packing_weights_plan
+from airflow_gpu_dag.core.runs import SIMULATION_EPOCH
+from airflow_gpu_dag.core.schedule import SimulationResult
+from airflow_gpu_dag.core.simulator import RunPriority
+
+STRETCHES = (0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0)
+CHAINS = (0.0, 1.0, 2.0)
+RESERVATIONS = ("always", "gated")
+ORACLES = ("mix-plan", "mix-plan+evals")
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """One setting of the key family (see the module docstring)."""
+
+    stretch: float
+    chain: float
+    reservation: str
+
+    @property
+    def name(self) -> str:
+        return f"s={self.stretch:g} chain={self.chain:g} {self.reservation}"
+
+
+def members(stretches: Sequence[float], chains: Sequence[float], reservations: Sequence[str]) -> list[Member]:
+    return [Member(s, c, r) for s in stretches for c in chains for r in reservations]
+
+
+def member_priority(member: Member, estimated: Sequence[TaskGraph], capacity: int) -> RunPriority:
+    """The weights of ``member`` for every run: the objective's keys, the trigger moved earlier by
+    ``chain * max(0, CP - W)``; shapes from the ``estimated`` graphs."""
+    by_id = {g.dag_id: g for g in estimated}
+    objective = Objective(member.name, member.stretch, 0.0, 0.0)
+    shapes: dict[str, Any] = {}
+
+    def weights(graph: TaskGraph, trigger: float) -> dict[str, int]:
+        if graph.dag_id not in shapes:
+            shapes[graph.dag_id] = run_shape(by_id.get(graph.dag_id, graph), {GPU_POOL: capacity})
+        shape = shapes[graph.dag_id]
+        chain = max(shape.remaining.values(), default=0.0)
+        moved = trigger - member.chain * max(0.0, chain - shape.work)
+        return {t: key_weight(k, SIMULATION_EPOCH) for t, k in task_keys(shape, moved, objective).items()}
+
+    return weights
+
+
+def member_gate(member: Member) -> ReservationGate | None:
+    if member.reservation == "always":
+        return None
+    balanced = OBJECTIVES["balanced"]
+    return ReservationGate(balanced.gap, balanced.overdue, SIMULATION_EPOCH)
+
+
+def mix_graph(graphs: Sequence[TaskGraph], trigger: Sequence[float]) -> TaskGraph:
+    """The whole mix as one graph: task ``<run index>/<task id>``, each run's tasks not before its
+    trigger."""
+    mix = TaskGraph("mix")
+    for i, (graph, at) in enumerate(zip(graphs, trigger, strict=True)):
+        for task_id, node in graph.nodes.items():
+            mix.add_task(
+                dataclasses.replace(
+                    node, task_id=f"{i}/{task_id}", attrs=dict(node.attrs), not_before=node.not_before + at
+                )
+            )
+        for up, down, kind in graph.edges():
+            mix.add_edge(f"{i}/{up}", f"{i}/{down}", kind)
+    return mix
+
+
+def oracle_priority(
+    name: str,
+    runs: Sequence[Run],
+    actual: Sequence[TaskGraph],
+    estimated: Sequence[TaskGraph],
+    trigger: Sequence[float],
+    capacity: int,
+    interval: float,
+) -> RunPriority:
+    """The whole-mix plan's weights per run (``mix-plan+evals``: evaluation runs above all others)."""
+    plan = packing_weights_plan(
+        mix_graph(estimated, trigger), {GPU_POOL: capacity}, "reservation", controller_interval=interval
+    )
+    ahead = max(plan.weights.values(), default=0) + 1 if name == "mix-plan+evals" else 0
+    index = {id(g): i for i, g in enumerate(actual)}
+
+    def weights(graph: TaskGraph, at: float) -> dict[str, int]:
+        i = index[id(graph)]
+        boost = ahead if runs[i].kind == "eval" else 0
+        return {t: plan.weights[f"{i}/{t}"] + boost for t in graph.nodes}
+
+    return weights
+
+
+def one_instance(job: tuple) -> dict[str, Any]:
+    variant, seed, capacity, mode, estimates, settings, oracle, interval = job
+
+    def simulations(
+        runs: list[Run], estimated: list[TaskGraph], actual: list[TaskGraph], trigger: list[float]
+    ) -> Iterator[tuple[str, SimulationResult]]:
+        yield "stock", run_policy("stock", actual, estimated, trigger, capacity, interval)
+        for member in settings:
+            priority = member_priority(member, estimated, capacity)
+            gate = member_gate(member)
+            yield (
+                member.name,
+                simulate_weights(priority, actual, estimated, trigger, capacity, interval, gate),
+            )
+        for name in ORACLES if oracle else ():
+            priority = oracle_priority(name, runs, actual, estimated, trigger, capacity, interval)
+            yield name, simulate_weights(priority, actual, estimated, trigger, capacity, interval)
+
+    return measure(variant, seed, capacity, mode, estimates, simulations)
+
+
+def worst_kind(f: Mapping[str, float]) -> float:
+    """The largest mean completion ratio over the run kinds present (a kind absent from every mix is NaN)."""
+    return max((f[k] for k in KINDS if not math.isnan(f[k])), default=math.nan)
+
+
+def summary(capacity: int, rows: Mapping[str, Mapping[str, float]], best: float) -> dict[str, Any]:
+    """Of the members' figures ``rows`` (name -> :func:`multi_dag.figures`): which meet every target,
+    ``(name, makespan)`` of the best makespan among those meeting every other target, ``(name, ratio)``
+    of the best worst-kind ratio among those meeting the mean and makespan targets (None: no member
+    qualifies)."""
+    missed = {name: misses(capacity, f, best) for name, f in rows.items()}
+    others = [n for n, m in missed.items() if all(x.startswith("makespan") for x in m)]
+    fast = [n for n, m in missed.items() if not any(x == "mean" or x.startswith("makespan") for x in m)]
+    by_makespan = min(others, key=lambda n: rows[n]["makespan"], default=None)
+    by_kind = min(fast, key=lambda n: worst_kind(rows[n]), default=None)
+    return {
+        "members": len(rows),
+        "meet_every_target": [n for n, m in missed.items() if not m],
+        "best_makespan_else_on_target": None
+        if by_makespan is None
+        else (by_makespan, rows[by_makespan]["makespan"]),
+        "best_worst_kind_with_mean_and_makespan": None
+        if by_kind is None
+        else (by_kind, worst_kind(rows[by_kind])),
+    }
+
+
+def report(
+    results: Sequence[Mapping[str, Any]], names: Sequence[str], file: Any = None
+) -> list[dict[str, Any]]:
+    """Print every group's members and its summary; returns the summaries."""
+    file = file or sys.stdout  # resolved per call: a captured stdout changes
+    groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
+    for inst in results:
+        groups[(inst["variant"], inst["mode"], inst["estimates"], inst["capacity"])].append(inst)
+    out = []
+    for (variant, mode, estimates, capacity), insts in sorted(groups.items()):
+        best = best_makespan(insts)
+        rows = {name: figures(insts, name) for name in names}
+        print(
+            f"\n## {variant}, {mode}, {estimates}, {capacity} GPUs "
+            f"({len(insts)} mixes; best makespan {best:.3f})",
+            file=file,
+        )
+        print("| setting | mean | p95 | makespan | pipeline | sweep | eval | misses |", file=file)
+        print("|---|---|---|---|---|---|---|---|", file=file)
+        for name in sorted(rows, key=lambda n: rows[n]["mean"]):
+            f = rows[name]
+            print(
+                f"| {name} | {f['mean']:.3f} | {f['p95']:.3f} | {f['makespan']:.3f} | {f['pipeline']:.3f} | "
+                f"{f['sweep']:.3f} | {f['eval']:.3f} | {', '.join(misses(capacity, f, best)) or 'none'} |",
+                file=file,
+            )
+        family = {n: f for n, f in rows.items() if n not in ORACLES}
+        s = summary(capacity, family, best)
+        s.update(variant=variant, mode=mode, estimates=estimates, capacity=capacity)
+        out.append(s)
+    print("\n## Summary: the key family (oracles excluded)", file=file)
+    print(
+        "| set | triggers | estimates | GPUs | settings | meet every target | "
+        "best makespan, every other target met | best worst kind, mean and makespan met |",
+        file=file,
+    )
+    print("|---|---|---|---|---|---|---|---|", file=file)
+    for s in out:
+        mk, kind = s["best_makespan_else_on_target"], s["best_worst_kind_with_mean_and_makespan"]
+        print(
+            f"| {s['variant']} | {s['mode']} | {s['estimates']} | {s['capacity']} | {s['members']} | "
+            f"{len(s['meet_every_target'])} | {f'{mk[1]:.3f} ({mk[0]})' if mk else '—'} | "
+            f"{f'{kind[1]:.3f} ({kind[0]})' if kind else '—'} |",
+            file=file,
+        )
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_mix_arguments(parser, caps="8,16", modes="once,spread", estimates="exact")
+    parser.add_argument("--stretches", default=",".join(f"{s:g}" for s in STRETCHES), help="values of s")
+    parser.add_argument("--chains", default=",".join(f"{c:g}" for c in CHAINS), help="values of chain")
+    parser.add_argument("--reservations", default=",".join(RESERVATIONS), help="always, gated")
+    parser.add_argument(
+        "--oracle", action="store_true", help="also the whole-mix plans (slow: plans every mix)"
+    )
+    args = parser.parse_args(argv)
+    reservations = [r for r in args.reservations.split(",") if r]
+    if set(reservations) - set(RESERVATIONS):
+        parser.error(f"reservations: use {', '.join(RESERVATIONS)}")
+    settings = members(
+        [float(s) for s in args.stretches.split(",")],
+        [float(c) for c in args.chains.split(",")],
+        reservations,
+    )
+    jobs = mix_jobs(args, settings, args.oracle)
+    started = time.time()
+    results = run_jobs(one_instance, jobs, args.jobs)
+    print(
+        f"# key-family frontier: {len(jobs)} mixes x {len(settings)} settings; "
+        "ratios ours / stock, mean over mixes"
+    )
+    report(results, [m.name for m in settings] + (list(ORACLES) if args.oracle else []))
+    print(f"\n# elapsed {time.time() - started:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
