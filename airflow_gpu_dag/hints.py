@@ -22,7 +22,7 @@ import ast
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_duration
+from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_estimate
 
 __all__ = ["HINTS_KEY", "control_task_hints", "duration_hint", "gpu_hints", "merge_hints", "read_hints"]
 
@@ -59,7 +59,7 @@ def gpu_hints(
     """
     hints: dict[str, Any] = {}
     if duration is not None:
-        hints["duration_s"] = _checked(parse_duration, duration)
+        hints["duration_s"] = _checked(parse_estimate, duration)
     if gpus is not None or gpu_memory is not None or gpu_type is not None:
         count = 1 if gpus is None else gpus
         try:

@@ -16,7 +16,7 @@ from airflow_gpu_dag.airflow.mapped import expand_dag_graph, map_length_findings
 from airflow_gpu_dag.core.graph import TaskGraph, TaskNode
 from airflow_gpu_dag.core.plan import Plan, build_plan
 from airflow_gpu_dag.core.pools import DEFAULT_POOL
-from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_duration
+from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_estimate
 from airflow_gpu_dag.core.validation import ERROR, Finding
 from airflow_gpu_dag.core.windows import seconds_until_open, window_from_hint
 from airflow_gpu_dag.hints import read_hints
@@ -154,7 +154,7 @@ def _read_node(
     duration = default_duration
     if declared:
         try:
-            duration = parse_duration(hints["duration_s"])
+            duration = parse_estimate(hints["duration_s"])
         except EstimateError as err:
             declared = False
             findings.append(

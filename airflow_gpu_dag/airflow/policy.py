@@ -10,11 +10,14 @@ are logged.
 
 from __future__ import annotations
 
+import difflib
+import enum
 import logging
 from typing import Any
 
 from airflow.policies import hookimpl
 
+from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, PACKING_WEIGHT_RULE
 from airflow_gpu_dag.airflow import parse_time
 from airflow_gpu_dag.airflow.graph import build_task_graph
 from airflow_gpu_dag.core.findings import ERROR, WARNING, Finding
@@ -43,7 +46,69 @@ def uses_provider(dag: Any) -> bool:
 
 def _rule_name(task: Any) -> str:
     rule = getattr(task, "weight_rule", None)
+    if isinstance(rule, enum.Enum):  # Airflow's WeightRule: its value, not <WeightRule.DOWNSTREAM: ...>
+        return str(rule.value)
     return rule if isinstance(rule, str) else type(rule).__name__
+
+
+def _is_mapped(task: Any) -> bool:
+    return type(task).__name__ == "MappedOperator" or hasattr(task, "partial_kwargs")
+
+
+def _unloadable_rules(dag: Any) -> dict[str, list[str]]:
+    """Weight rule -> the tasks using it, for the rules Airflow cannot load (``instance:<class>`` for a
+    strategy object on a mapped task)."""
+    from airflow.task.priority_strategy import validate_and_load_priority_weight_strategy
+
+    bad: dict[str, list[str]] = {}
+    for task in dag.task_dict.values():
+        rule = getattr(task, "weight_rule", None)
+        if rule is None or isinstance(rule, enum.Enum):
+            continue
+        if not isinstance(rule, str):
+            if _is_mapped(task):
+                bad.setdefault(f"instance:{type(rule).__name__}", []).append(task.task_id)
+            continue
+        try:
+            validate_and_load_priority_weight_strategy(rule)
+        except Exception:  # ValueError for an unknown name; anything else it raises means the same here
+            bad.setdefault(rule, []).append(task.task_id)
+    return bad
+
+
+def weight_rule_findings(dag: Any, bad: dict[str, list[str]] | None = None) -> list[Finding]:
+    """Weight rules Airflow cannot load, found at parse time with the task and the fix.
+
+    Airflow itself fails such a DAG only when it serializes it, with ``Unknown priority strategy X``
+    naming no task; a strategy *object* on a mapped task (``.partial(weight_rule=Strategy())``) is
+    serialized as its ``repr`` and fails when the DAG is read back."""
+    known = ["absolute", "downstream", "upstream", CRITICAL_PATH_WEIGHT_RULE, PACKING_WEIGHT_RULE]
+    findings = []
+    for rule, tasks in (_unloadable_rules(dag) if bad is None else bad).items():
+        tasks = sorted(tasks)
+        shown = ", ".join(tasks[:5]) + (f" and {len(tasks) - 5} more" if len(tasks) > 5 else "")
+        if rule.startswith("instance:"):
+            message = (
+                f"mapped task(s) {shown} set weight_rule to a {rule.removeprefix('instance:')} object: "
+                "Airflow stores a mapped task's weight rule as written, and an object cannot be stored."
+            )
+            fix = "pass the class path string: weight_rule=CRITICAL_PATH_WEIGHT_RULE (from airflow_gpu_dag)."
+        else:
+            names = {name: name for name in known} | {
+                alias: path
+                for path in (CRITICAL_PATH_WEIGHT_RULE, PACKING_WEIGHT_RULE)
+                for alias in (path.rsplit(".", 1)[1], "critical_path" if "Critical" in path else "packing")
+            }
+            close = difflib.get_close_matches(rule, list(names), n=1, cutoff=0.6)
+            message = f"task(s) {shown} use weight rule {rule!r}, which Airflow does not know."
+            fix = (
+                (f"did you mean {names[close[0]]!r}? " if close else "")
+                + "Use one of "
+                + ", ".join(known)
+                + "."
+            )
+        findings.append(Finding(ERROR, "bad-weight-rule", str(dag.dag_id), tasks[0], message, fix))
+    return findings
 
 
 def priority_findings(dag: Any) -> list[Finding]:
@@ -54,7 +119,8 @@ def priority_findings(dag: Any) -> list[Finding]:
     from airflow_gpu_dag.core.objective import get_objective
 
     dag_id = str(dag.dag_id)
-    findings = []
+    bad = _unloadable_rules(dag)
+    findings = weight_rule_findings(dag, bad)
     try:
         get_objective(objective_name())
     except ValueError as err:
@@ -66,7 +132,12 @@ def priority_findings(dag: Any) -> list[Finding]:
         for task in dag.task_dict.values()
         if "gpus" in read_hints(getattr(task, "executor_config", None))
     ]
-    stock = sorted(t.task_id for t in gpu_tasks if not _rule_name(t).endswith(CROSS_DAG_RULES))
+    unloadable = {task_id for tasks in bad.values() for task_id in tasks}
+    stock = sorted(
+        t.task_id
+        for t in gpu_tasks
+        if not _rule_name(t).endswith(CROSS_DAG_RULES) and t.task_id not in unloadable
+    )
     if stock:
         shown = ", ".join(stock[:5]) + (f" and {len(stock) - 5} more" if len(stock) > 5 else "")
         findings.append(
@@ -75,9 +146,9 @@ def priority_findings(dag: Any) -> list[Finding]:
                 "incomparable-priority",
                 dag_id,
                 stock[0],
-                f"GPU task(s) {shown} use weight rule {_rule_name(gpu_tasks[0])!r}: its weights cannot be "
-                "compared with the cross-DAG keys of other DAGs sharing the GPU pools (they always sort "
-                "after them, whatever the task's size or how long it waited).",
+                f"GPU task(s) {shown} use weight rule {_rule_name(dag.task_dict[stock[0]])!r}: its weights "
+                "cannot be compared with the cross-DAG keys of other DAGs sharing the GPU pools (they always "
+                "sort after them, whatever the task's size or how long it waited).",
                 "set default_args={'weight_rule': CRITICAL_PATH_WEIGHT_RULE} (or PACKING_WEIGHT_RULE) "
                 "from airflow_gpu_dag on the DAG.",
             )

@@ -70,7 +70,7 @@ from airflow.sdk import BaseOperator, TaskGroup
 from airflow.sdk.definitions._internal.mixins import DependencyMixin
 
 from airflow_gpu_dag.core.pools import pool_for_gpu_type
-from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_duration
+from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_duration, parse_estimate
 from airflow_gpu_dag.hints import HINTS_KEY, gpu_hints, read_hints
 from airflow_gpu_dag.operators.fallback import FallbackDecision, FallbackResult
 from airflow_gpu_dag.sensors.start_deadline import StartDeadlineSensor
@@ -262,7 +262,7 @@ def _check_rungs(group_id: str, rungs: Sequence[Rung]) -> None:
                 GpuRequest.parse(rung.gpus, None, rung.gpu_type)
             seconds = rung.start_within_seconds
             if rung.duration is not None:
-                parse_duration(rung.duration)
+                parse_estimate(rung.duration)
         except EstimateError as err:
             raise FallbackError(f"{where}, rung {rung.name!r}: {err}") from None
         if seconds is not None and seconds <= 0:

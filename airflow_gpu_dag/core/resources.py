@@ -11,11 +11,13 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
+    "MAX_ESTIMATE_S",
     "EstimateError",
     "GpuRequest",
     "format_duration",
     "format_memory",
     "parse_duration",
+    "parse_estimate",
     "parse_memory_mib",
 ]
 
@@ -103,6 +105,26 @@ def parse_duration(value: object) -> float:
     return seconds
 
 
+#: No task's estimate is longer than this (366 days): a longer one is a typo or the wrong unit
+#: (milliseconds given as seconds), and it would push critical-path weights past the int32 column.
+MAX_ESTIMATE_S = 366 * 86400.0
+
+
+def parse_estimate(value: object) -> float:
+    """A task's estimated run time in seconds: :func:`parse_duration`, and at most
+    :data:`MAX_ESTIMATE_S`.
+
+    :raises EstimateError: what :func:`parse_duration` refuses, or an estimate longer than a year.
+    """
+    seconds = parse_duration(value)
+    if seconds > MAX_ESTIMATE_S:
+        raise EstimateError(
+            f"duration {value!r} is {format_duration(seconds)}, longer than any task runs (at most "
+            f"366 days): a typo or the wrong unit (a number is seconds); {_DURATION_HELP}"
+        )
+    return seconds
+
+
 def format_duration(seconds: float) -> str:
     """Format seconds as a short human string: ``1h05m``, ``12m30s``, ``45s``."""
     total = int(round(seconds))
@@ -116,7 +138,6 @@ def format_duration(seconds: float) -> str:
 
 
 _MEMORY_UNITS_MIB = {
-    "": 1.0 / (1024 * 1024),  # bare number: bytes
     "b": 1.0 / (1024 * 1024),
     "k": 1000 / (1024 * 1024),
     "kb": 1000 / (1024 * 1024),
@@ -143,9 +164,10 @@ def parse_memory_mib(value: object) -> int:
     """Return a memory size in MiB (rounded up).
 
     Strings take a number and a unit: decimal (``K``/``KB``, ``M``/``MB``, ``G``/``GB``, ``T``/``TB``)
-    or binary (``Ki``/``KiB``, ``Mi``/``MiB``, ``Gi``/``GiB``, ``Ti``/``TiB``), case-insensitive; a
-    string without a unit is bytes. A bare ``int`` is MiB. ``"80G"`` is 76,294 MiB and ``"80GiB"`` is
-    81,920 MiB, as in Kubernetes.
+    or binary (``Ki``/``KiB``, ``Mi``/``MiB``, ``Gi``/``GiB``, ``Ti``/``TiB``), or ``B`` for bytes,
+    case-insensitive. A bare ``int`` is MiB; a string without a unit (``"40000"``) is refused: MiB (as
+    for an int) and bytes (as in Kubernetes) are both plausible readings, a millionfold apart.
+    ``"80G"`` is 76,294 MiB and ``"80GiB"`` is 81,920 MiB, as in Kubernetes.
     """
     if isinstance(value, bool):
         raise EstimateError(f"GPU memory {value!r} is a boolean; {_MEMORY_HELP}")
@@ -157,6 +179,11 @@ def parse_memory_mib(value: object) -> int:
         mib = value
     elif isinstance(value, str):
         match = _MEMORY_RE.match(value)
+        if match and not match.group(2):
+            raise EstimateError(
+                f"GPU memory {value!r} has no unit; write {match.group(1) + 'MiB'!r} or "
+                f"{match.group(1) + 'GiB'!r} (or the int {match.group(1)} for MiB)"
+            )
         if not match or match.group(2).lower() not in _MEMORY_UNITS_MIB:
             raise EstimateError(f"GPU memory {value!r} cannot be parsed; {_MEMORY_HELP}")
         mib = float(match.group(1)) * _MEMORY_UNITS_MIB[match.group(2).lower()]

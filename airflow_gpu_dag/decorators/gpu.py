@@ -22,12 +22,16 @@ task's ``pool`` (``gpu_default`` / ``gpu_<type>``), ``pool_slots`` (= GPUs) and 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import difflib
+import functools
+import inspect
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, task_decorator_factory
 
 from airflow_gpu_dag.operators.gpu import GpuPythonOperator, gpu_scheduling_kwargs
+from airflow_gpu_dag.operators.gpu_spec import GpuTaskError, current_dag_id
 
 __all__ = ["gpu_task"]
 
@@ -54,6 +58,52 @@ class _GpuDecoratedOperator(DecoratedOperator, GpuPythonOperator):
         )
 
 
+@functools.cache
+def _operator_keywords() -> frozenset[str]:
+    """Every keyword the operator behind ``@task.gpu`` accepts (the ``__init__`` of each class it is
+    made of: the GPU keywords, PythonOperator's, BaseOperator's)."""
+    names: set[str] = set()
+    for cls in _GpuDecoratedOperator.__mro__:
+        init = cls.__dict__.get("__init__")
+        if init is None or init is object.__init__:
+            continue
+        for parameter in inspect.signature(init).parameters.values():
+            if parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+                names.add(parameter.name)
+    names.discard("self")
+    return frozenset(names)
+
+
+def check_keywords(kwargs: Mapping[str, Any], task_id: str | None) -> None:
+    """Refuse keywords the GPU task does not take, when the decorator is applied.
+
+    Airflow checks an operator's keywords when it is built; a decorated task that is only ever mapped
+    (``.expand()``) is never built at parse time, and stock Airflow passes an unknown keyword through
+    silently: ``@task.gpu(gpu=4)`` (for ``gpus``) would run on one GPU.
+
+    :raises GpuTaskError: naming the DAG, the task, the keyword and the closest known one.
+    """
+    accepted = _operator_keywords()
+    unknown = sorted(k for k in kwargs if k not in accepted)
+    if not unknown:
+        return
+    dag_id = current_dag_id(kwargs)
+    where = f"GPU task {task_id!r}" + (f" in DAG {dag_id!r}" if dag_id else "")
+    hints = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, accepted, n=1)
+        if key == "map_length":
+            hints.append("map_length goes in executor_config=gpu_hints(map_length=N)")
+        elif close:
+            hints.append(f"{close[0]!r} instead of {key!r}")
+    raise GpuTaskError(
+        f"{where}: @task.gpu does not take {', '.join(map(repr, unknown))}. Fix: "
+        + ("; ".join(hints) + ". " if hints else "")
+        + "The GPU keywords are gpus, gpu_memory, gpu_type, duration, lease_timeout, inputs and outputs; "
+        "any other keyword must be an operator argument (retries, pool, queue, ...)."
+    )
+
+
 def gpu_task(
     python_callable: Callable | None = None,
     multiple_outputs: bool | None = None,
@@ -74,9 +124,13 @@ def gpu_task(
     - ``duration``: estimated run time (``"45m"``) for critical-path planning.
     - ``lease_timeout``: how long to wait for free devices at run time.
     - ``inputs``: dataset paths the task reads; ``outputs``: paths it writes.
+
+    :raises GpuTaskError: a keyword the task does not take (see :func:`check_keywords`) or a bad GPU
+        declaration, when the decorator is applied.
     """
 
     def factory(function: Callable) -> TaskDecorator:
+        check_keywords(kwargs, kwargs.get("task_id") or function.__name__)
         return task_decorator_factory(
             python_callable=function,
             multiple_outputs=multiple_outputs,

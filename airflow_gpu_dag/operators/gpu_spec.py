@@ -17,7 +17,7 @@ from typing import Any
 
 from airflow_gpu_dag.core.pools import pool_for_gpu_type
 from airflow_gpu_dag.core.requests import RequestLimits, check_gpu_request
-from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_duration
+from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_duration, parse_estimate
 from airflow_gpu_dag.gpu.inventory import (
     GpuInventory,
     InventoryError,
@@ -113,7 +113,7 @@ def resolve_gpu_task(
         ) from None
     if duration is not None:
         try:
-            parse_duration(duration)
+            parse_estimate(duration)
         except EstimateError as err:
             raise GpuTaskError(f"{where}: {err}. Fix: pass duration like '45m' or '1h30m'.") from None
     timeout_s = None

@@ -164,6 +164,38 @@ def test_decorator_rejects_bad_input_when_applied() -> None:
             pass
 
 
+def test_decorator_refuses_unknown_keywords_even_on_a_task_that_is_only_mapped() -> None:
+    """Stock Airflow passes an unknown keyword of a mapped decorated task through silently:
+    ``@task.gpu(gpu=4)`` (for ``gpus``) ran on one GPU. Now the decorator names the DAG, the task and
+    the keyword it meant."""
+    from airflow.sdk import task
+
+    with make_dag(), pytest.raises(GpuTaskError) as err:
+
+        @task.gpu(gpu=4, duraton="2h")
+        def sweep(lr: float) -> float:
+            return lr
+
+        sweep.expand(lr=[1e-4, 3e-5])
+    message = str(err.value)
+    assert "'sweep' in DAG" in message and "'gpus' instead of 'gpu'" in message
+    assert "'duration' instead of 'duraton'" in message
+    with pytest.raises(GpuTaskError, match=r"map_length goes in executor_config=gpu_hints\(map_length=N\)"):
+
+        @task.gpu(gpus=1, map_length=3)
+        def trial(x: int) -> int:
+            return x
+
+    with make_dag() as dag:  # every operator keyword still passes
+
+        @task.gpu(gpus=2, retries=2, queue="gpu", pool_slots=2, templates_dict={}, multiple_outputs=False)
+        def fine() -> None:
+            pass
+
+        fine()
+    assert dag.get_task("fine").retries == 2
+
+
 def test_override_recomputes_pool_and_slots() -> None:
     from airflow.sdk import task
 

@@ -153,3 +153,46 @@ def test_inventory_checks_requests_when_no_pool_sizes_are_given(
     [message] = bag.import_errors.values()  # type: ignore[attr-defined]
     assert "too_big" in message and "pretrain" in message and "fits" not in message
     assert "needs 8x GPU but the static inventory has only 4 GPU(s)" in message
+
+
+def test_weight_rules_airflow_cannot_load_are_errors_naming_the_task_and_the_rule_meant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Airflow fails these only when it serializes the DAG ("Unknown priority strategy X", no task); a
+    strategy object on a mapped task is stored as its repr and fails when read back. Both are parse-time
+    errors now, and a stock rule is named by its value, not the enum's repr."""
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
+    from airflow_gpu_dag.airflow.policy import priority_findings
+    from airflow_gpu_dag.operators.gpu import GpuBashOperator
+    from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy
+
+    with DAG("typo", schedule=None) as typo:
+        EmptyOperator(task_id="train", weight_rule="critical_pth", executor_config=gpu_hints(gpus=1))
+    (error,) = priority_findings(typo)
+    assert (error.code, error.task_id, error.is_error) == ("bad-weight-rule", "train", True)
+    assert "'critical_pth'" in error.message and f"did you mean {CRITICAL_PATH_WEIGHT_RULE!r}" in error.fix
+    with DAG("instance", schedule=None) as instance:
+        GpuBashOperator.partial(
+            task_id="sweep", gpus=1, duration="30m", weight_rule=CriticalPathPriorityStrategy()
+        ).expand(bash_command=["true", "true"])
+    (error,) = priority_findings(instance)
+    assert error.code == "bad-weight-rule" and "CriticalPathPriorityStrategy object" in error.message
+    assert "CRITICAL_PATH_WEIGHT_RULE" in error.fix
+    with DAG("stock", schedule=None) as stock:
+        EmptyOperator(task_id="train", executor_config=gpu_hints(gpus=1))
+    (warning,) = priority_findings(stock)
+    assert "weight rule 'downstream'" in warning.message and "WeightRule" not in warning.message
+    bag = _load(
+        tmp_path,
+        """
+        with DAG("typo_file", default_args={"weight_rule": "airflow_gpu_dag.priority_strategy.CriticalPath"}):
+            BashOperator(task_id="train", bash_command="true", executor_config=gpu_hints(duration="1h"))
+        """,
+        monkeypatch,
+        pools='{"gpu_default": 4}',
+    )
+    (message,) = bag.import_errors.values()  # type: ignore[attr-defined]
+    assert "bad-weight-rule" in message and "'train'" in message

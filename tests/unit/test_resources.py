@@ -7,11 +7,13 @@ import datetime as dt
 import pytest
 
 from airflow_gpu_dag.core.resources import (
+    MAX_ESTIMATE_S,
     EstimateError,
     GpuRequest,
     format_duration,
     format_memory,
     parse_duration,
+    parse_estimate,
     parse_memory_mib,
 )
 
@@ -54,7 +56,7 @@ def test_parse_duration_rejects(value: object) -> None:
         ("512Mi", 512),
         ("1TiB", 1048576),
         (2048, 2048),
-        ("1073741824", 1024),
+        ("1073741824B", 1024),
     ],
 )
 def test_parse_memory(value: object, mib: int) -> None:
@@ -66,6 +68,14 @@ def test_parse_memory_rejects(value: object) -> None:
     with pytest.raises(EstimateError) as err:
         parse_memory_mib(value)
     assert "80GiB" in str(err.value)
+
+
+@pytest.mark.parametrize("value", ["40000", " 80 ", "1073741824"])
+def test_parse_memory_refuses_a_string_without_a_unit(value: str) -> None:
+    """``"40000"`` was read as bytes (1 MiB) while an int 40000 is MiB: a silent millionfold error."""
+    with pytest.raises(EstimateError, match="has no unit") as err:
+        parse_memory_mib(value)
+    assert f"{value.strip()}MiB" in str(err.value)
 
 
 def test_gpu_request() -> None:
@@ -89,3 +99,16 @@ def test_formatting() -> None:
     assert format_memory(81920) == "80GiB"
     assert format_memory(500) == "500MiB"
     assert format_memory(None) == "-"
+
+
+@pytest.mark.parametrize("value", ["1000000d", 10**9, "367d"])
+def test_an_estimate_longer_than_a_year_is_refused(value: object) -> None:
+    """ "1000000d" (a typo) put one task at the lowest int32 weight and its siblings at the highest."""
+    assert parse_duration(value) > MAX_ESTIMATE_S  # still a duration (e.g. a config option)...
+    with pytest.raises(EstimateError, match="longer than any task runs"):
+        parse_estimate(value)  # ...but no task's estimate
+
+
+def test_estimates_up_to_a_year_are_accepted() -> None:
+    assert parse_estimate("366d") == MAX_ESTIMATE_S
+    assert parse_estimate(3_600_000) == 3_600_000.0  # 41 days: long, but a task can run that long
