@@ -59,33 +59,88 @@ def default_duration_seconds() -> float:
         return parse_duration(DEFAULT_DURATION)
 
 
+def _pool_sizes(raw: str) -> dict[str, int] | str:
+    """``[gpu_dag] pools`` parsed, or what is wrong with it."""
+    try:
+        value = json.loads(raw)
+    except ValueError as err:
+        return f"is not JSON ({err})"
+    if not isinstance(value, dict):
+        return "is not a JSON object of pool -> slots"
+    sizes: dict[str, int] = {}
+    for name, slots in value.items():
+        if isinstance(slots, str) and slots.strip().isdigit():
+            slots = int(slots)
+        if not isinstance(slots, int) or isinstance(slots, bool) or slots < 0:
+            return f"gives pool {name!r} {slots!r} slots: a pool's slots are a whole number >= 0"
+        sizes[str(name)] = slots
+    return sizes
+
+
 def pool_capacities() -> dict[str, int] | None:
     """Known GPU pools and their full size for parse-time validation.
 
     ``[gpu_dag] pools`` is a JSON object ``{"gpu_default": 8, "gpu_a100": 4}``. When unset, pools
-    are not checked at parse time (the dag-processor has no database access).
+    are not checked at parse time (the dag-processor has no database access); when invalid (not an
+    object, slots that are not whole numbers >= 0), it is ignored with a warning and
+    :func:`config_problems` reports it.
     """
     raw = conf_get("pools", None)
     if not raw:
         return None
-    try:
-        value = json.loads(raw)
-        return {str(k): int(v) for k, v in value.items()}
-    except (ValueError, TypeError, AttributeError) as err:
-        log.warning("[gpu_dag] pools %r is not a JSON object of pool -> slots (%s); ignoring it", raw, err)
+    sizes = _pool_sizes(raw)
+    if isinstance(sizes, str):
+        log.warning("[gpu_dag] pools %r %s; ignoring it", raw, sizes)
         return None
+    return sizes
+
+
+def _host_size(raw: str) -> int | str:
+    try:
+        size = int(raw)
+    except ValueError:
+        return "is not a whole number"
+    return size if size >= 1 else "must be at least 1 (GPUs on the largest host)"
 
 
 def max_gpus_per_host() -> int | None:
-    """The largest single host/node (``[gpu_dag] max_gpus_per_host``), or None when unknown."""
+    """The largest single host/node (``[gpu_dag] max_gpus_per_host``, a whole number >= 1), or None when
+    unknown or invalid (then ignored with a warning; :func:`config_problems` reports it)."""
     raw = conf_get("max_gpus_per_host", None)
     if not raw:
         return None
-    try:
-        return int(raw)
-    except ValueError:
-        log.warning("[gpu_dag] max_gpus_per_host %r is not an integer; ignoring it", raw)
+    size = _host_size(raw)
+    if isinstance(size, str):
+        log.warning("[gpu_dag] max_gpus_per_host %r %s; ignoring it", raw, size)
         return None
+    return size
+
+
+def config_problems() -> list[tuple[str, str]]:
+    """``(option, what is wrong)`` for every ``[gpu_dag]`` option set to a value the provider cannot use.
+
+    Where an option is read, such a value is ignored (its default used) with a logged warning: the
+    scheduler must not stop on it. The cluster policy and ``airflow gpu-dag lint`` report these as
+    errors (``bad-config``) so they are found when DAGs are parsed, not by reading scheduler logs.
+    """
+    problems: list[tuple[str, str]] = []
+    raw = conf_get("pools", None)
+    if raw and isinstance(sizes := _pool_sizes(raw), str):
+        problems.append(("pools", f"{raw!r} {sizes}"))
+    raw = conf_get("max_gpus_per_host", None)
+    if raw and isinstance(size := _host_size(raw), str):
+        problems.append(("max_gpus_per_host", f"{raw!r} {size}"))
+    for key in ("default_duration", "reservation_gap", "reservation_overdue", "watermark_watchdog_interval"):
+        raw = conf_get(key, None)
+        if raw:
+            try:
+                parse_duration(raw)
+            except EstimateError as err:
+                problems.append((key, f"{raw!r}: {err}"))
+    raw = conf_get("key_epoch", None)
+    if raw and not math.isfinite(_epoch(raw)):
+        problems.append(("key_epoch", f"{raw!r} is neither epoch seconds nor an ISO date"))
+    return problems
 
 
 WATCHDOG_INTERVAL = "10s"
@@ -148,24 +203,30 @@ def objective() -> Objective:
     return chosen
 
 
+def _epoch(raw: str) -> float:
+    """Epoch seconds or an ISO date as epoch seconds; NaN when it is neither (or not finite)."""
+    from datetime import UTC, datetime
+
+    try:
+        return float(raw)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return math.nan
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
 def key_epoch() -> float:
     """``[gpu_dag] key_epoch``: the epoch of cross-DAG keys, epoch seconds or an ISO date (default
     2025-01-01T00:00:00Z). Every scheduler, api-server and controller must use the same value."""
-    from datetime import UTC, datetime
-
     from airflow_gpu_dag.core.objective import DEFAULT_EPOCH
 
     raw = conf_get("key_epoch", None)
     if not raw:
         return DEFAULT_EPOCH
-    try:
-        epoch = float(raw)
-    except ValueError:
-        try:
-            moment = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
-            epoch = (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
-        except ValueError:
-            epoch = math.nan
+    epoch = _epoch(raw)
     if math.isfinite(epoch):  # "nan" and "inf" parse as floats: every key would be NaN or infinite
         return epoch
     _warn_once("key_epoch", "airflow-gpu-dag: [gpu_dag] key_epoch %r is invalid; using 2025-01-01", raw)

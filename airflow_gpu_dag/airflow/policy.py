@@ -24,7 +24,7 @@ from airflow_gpu_dag.core.findings import ERROR, WARNING, Finding
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.validation import ValidationPolicy, ValidationReport, validate_graph
 from airflow_gpu_dag.hints import HINTS_KEY, read_hints
-from airflow_gpu_dag.settings import max_gpus_per_host, objective_name, pool_capacities
+from airflow_gpu_dag.settings import config_problems, max_gpus_per_host, objective_name, pool_capacities
 
 #: The weight rules whose weights are cross-DAG keys (comparable across DAGs).
 CROSS_DAG_RULES = ("CriticalPathPriorityStrategy", "PackingPriorityStrategy")
@@ -126,6 +126,18 @@ def priority_findings(dag: Any) -> list[Finding]:
     except ValueError as err:
         findings.append(
             Finding(ERROR, "bad-objective", dag_id, None, f"{err}.", "set [gpu_dag] objective to balanced.")
+        )
+    for option, problem in config_problems():
+        findings.append(
+            Finding(
+                ERROR,
+                "bad-config",
+                dag_id,
+                None,
+                f"[gpu_dag] {option} {problem}; it is ignored where it is read (its default applies).",
+                f"fix or unset [gpu_dag] {option} (env AIRFLOW__GPU_DAG__{option.upper()}); "
+                "docs/configuration.md gives its format.",
+            )
         )
     gpu_tasks = [
         task

@@ -196,3 +196,50 @@ def test_weight_rules_airflow_cannot_load_are_errors_naming_the_task_and_the_rul
     )
     (message,) = bag.import_errors.values()  # type: ignore[attr-defined]
     assert "bad-weight-rule" in message and "'train'" in message
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "fragment"),
+    [
+        ("pools", '{"gpu_default": -8}', "whole number >= 0"),
+        ("pools", '{"gpu_default": 1.9}', "1.9 slots"),
+        ("pools", "[8]", "not a JSON object"),
+        ("max_gpus_per_host", "0", "at least 1"),
+        ("max_gpus_per_host", "eight", "not a whole number"),
+        ("reservation_gap", "soon", "cannot be parsed"),
+        ("reservation_overdue", "-5m", "negative"),
+        ("default_duration", "forty", "cannot be parsed"),
+        ("key_epoch", "soon", "neither epoch seconds nor an ISO date"),
+    ],
+)
+def test_unusable_config_values_are_parse_time_errors_naming_the_option(
+    monkeypatch: pytest.MonkeyPatch, option: str, value: str, fragment: str
+) -> None:
+    """Such values are ignored where they are read (the scheduler must not stop), which hid them: a pool
+    of -8 slots made every GPU DAG fail with "request at most -8 GPUs", a bad reservation_gap only
+    showed in scheduler logs. The cluster policy and lint now name the option."""
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
+    from airflow_gpu_dag.airflow.policy import priority_findings
+    from airflow_gpu_dag.settings import max_gpus_per_host, pool_capacities
+
+    monkeypatch.setenv(f"AIRFLOW__GPU_DAG__{option.upper()}", value)
+    with DAG("d", schedule=None, default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
+        EmptyOperator(task_id="train", executor_config=gpu_hints(duration="1h", gpus=2))
+    (error,) = priority_findings(dag)
+    assert error.code == "bad-config" and error.is_error
+    assert f"[gpu_dag] {option} {value!r}" in error.message and fragment in error.message
+    assert f"AIRFLOW__GPU_DAG__{option.upper()}" in error.fix
+    assert pool_capacities() is None or option != "pools"  # ignored, not half-read
+    assert max_gpus_per_host() is None or option != "max_gpus_per_host"
+
+
+def test_valid_pool_and_host_sizes_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_gpu_dag.settings import config_problems, max_gpus_per_host, pool_capacities
+
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 8, "gpu_a100": "4", "off": 0}')
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", "8")
+    assert pool_capacities() == {"gpu_default": 8, "gpu_a100": 4, "off": 0}
+    assert max_gpus_per_host() == 8 and config_problems() == []
