@@ -12,6 +12,7 @@ scheduler loop (:mod:`.background`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,10 @@ from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.objective import RunShape, run_shape
 
 __all__ = ["DagBasis", "build_basis", "fingerprint", "node_id"]
+
+log = logging.getLogger(__name__)
+#: Findings already logged (a basis is rebuilt when capacities change: say each problem once).
+_logged: set[str] = set()
 
 
 def node_id(basis_nodes: Mapping[str, Any], task_id: str, map_index: int) -> str | None:
@@ -72,8 +77,14 @@ def build_basis(
     declared graph, mapped tasks expanded where their number is known without the database (literal
     ``expand()`` arguments, ``map_length``)."""
     if graph is None:
-        graph, _findings = build_task_graph(dag, expand_mapped=True)
+        graph, findings = build_task_graph(dag, expand_mapped=True)
         version = fingerprint(graph, {}, {})
+        for finding in findings:  # the cluster policy refuses these; a DAG parsed without it gets here
+            if finding.is_error and str(finding) not in _logged:
+                if len(_logged) >= 10_000:
+                    _logged.clear()
+                _logged.add(str(finding))
+                log.warning("airflow-gpu-dag: %s (weighed with the default estimate or request)", finding)
     caps = {p: c for p, c in capacity.items() if c > 0}
     shape = run_shape(graph, caps)
     return DagBasis(

@@ -150,8 +150,25 @@ def test_clamp_to_int32() -> None:
 
 def test_huge_estimates_are_clamped() -> None:
     with DAG("huge", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
-        _bash("a", "100000d") >> _bash("b", "100000d")
+        _bash("a", "300d") >> _bash("b", "300d") >> _bash("c", "300d")
     assert _weight(_serialized(dag), "a") == INT32_MAX  # a key before the epoch: clamped, not wrapped
+
+
+def test_an_estimate_refused_at_parse_time_is_logged_and_weighed_with_the_default(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A DAG parsed without the cluster policy reaches the scheduler with "100000d" (over the 366-day
+    bound) or "soon": the strategy weighs the task with the default estimate and says so once."""
+    with DAG("typo", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
+        _bash("a", "100000d") >> _bash("b", "30m")
+    with DAG("fine", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as fine:
+        _bash("a", "30m") >> _bash("b", "30m")
+    with caplog.at_level("WARNING", logger="airflow_gpu_dag.priority.basis"):
+        typo = _weight(_serialized(dag), "a")
+        _weight(_serialized(dag), "b")
+    assert typo == _weight(_serialized(fine), "a")  # 30m, the default estimate
+    (record,) = [r for r in caplog.records if "bad-estimate" in r.getMessage()]
+    assert "DAG 'typo', task 'a'" in record.getMessage() and "'100000d'" in record.getMessage()
 
 
 def test_analysis_once_per_dag_object() -> None:
