@@ -7,6 +7,7 @@ DAG from running; warnings (missing estimates, granularity, hidden dependencies)
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -142,7 +143,8 @@ def _check_resources(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Fin
                 graph.dag_id,
                 node.task_id,
                 f"pool {pool!r} does not exist (known pools: {known}).",
-                f"create it (airflow pools set {pool} <slots> '<description>') or use a known pool.",
+                f"create it (airflow pools set {shlex.quote(pool)} <slots> '<description>') "
+                "or use a known pool.",
             )
         yield from check_gpu_request(graph.dag_id, node.task_id, node.gpu, pool, node.pool_slots, limits)
 

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import logging
+import shlex
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -119,7 +120,8 @@ def preflight(
                 _delete(client, done)
             raise PreflightError(
                 f"pool {name!r} does not exist and cannot be created ({err}). Create it "
-                f"(airflow pools set {name} 0 'GPU pool') or let the controller's API user create pools. "
+                f"(airflow pools set {shlex.quote(name)} 0 'GPU pool') or let the controller's API user "
+                "create pools. "
                 + ("The pools created meanwhile were deleted again. " if report.created else "")
                 + "Nothing else was written."
             ) from None

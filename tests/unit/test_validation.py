@@ -121,3 +121,11 @@ def test_completeness_sensor_upstream_guards_the_reader() -> None:
         ("rewrite", "unguarded", False),
         ("rewrite", "write", True),
     }
+
+
+def test_unknown_pool_fix_is_a_command_that_runs_as_written() -> None:
+    """A pool name with a space was pasted unquoted into ``airflow pools set``."""
+    graph = TaskGraph("spaces")
+    graph.add_task(TaskNode("train", duration=60, gpu=GpuRequest(1), pool="gpu pool", pool_slots=1))
+    (finding,) = validate_graph(graph, ValidationPolicy(pool_slots={"gpu_default": 8})).errors
+    assert finding.code == "unknown-pool" and "airflow pools set 'gpu pool' <slots>" in finding.fix
