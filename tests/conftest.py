@@ -11,6 +11,7 @@ fill the gaps at the end instead of a long real-Airflow module starting last.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import tempfile
@@ -34,3 +35,12 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that boot a real Airflow first (a stable sort: file order and test order are kept)."""
     items.sort(key=lambda item: item.get_closest_marker("airflow_real") is None)
+
+
+@pytest.fixture(autouse=True)
+def _trigger_times_not_bounded_by_the_calendar(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests weigh runs whose ids carry fixed dates (``manual__2026-11-30T12:00:00+00:00``) and check
+    keys against them; the strategy keeps trigger times within the last 30 days of the wall clock
+    (``airflow_gpu_dag.priority.trigger.MAX_RUN_AGE``), so those keys would change as the calendar moves
+    on. Tests of that bound set it back and give the trigger times a fixed clock."""
+    monkeypatch.setattr("airflow_gpu_dag.priority.trigger.MAX_RUN_AGE", math.inf)

@@ -5,10 +5,16 @@ timestamp in the run id of a manual or asset-triggered run (``manual__2026-11-30
 moment it was triggered); otherwise the first moment this process saw the run (scheduled runs are
 created when they are due, by the scheduler that creates their task instances). Never touches the
 database: a lazy load inside the scheduler's transaction is exactly what ``get_weight`` must not do.
+
+A time in the future is taken as now, and one more than :data:`MAX_RUN_AGE` before now as that: a run
+id is user-settable over REST (``manual__0001-01-01T00:00:00+00:00`` would put every task of the run
+ahead of every other DAG's, ``manual__9999-...`` behind all of them for ever), and no run waits for
+its GPUs that long. Either is logged once per run.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -17,7 +23,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["TriggerTimes", "parse_run_id_time"]
+__all__ = ["MAX_RUN_AGE", "TriggerTimes", "parse_run_id_time"]
+
+log = logging.getLogger(__name__)
+
+#: The oldest trigger time a run is weighed with, in seconds before now (30 days).
+MAX_RUN_AGE = 30 * 86400.0
 
 #: Run types whose run id carries the moment the run was created (Airflow 3: run_after for a manual
 #: run without a logical date). Scheduled and backfill run ids carry the logical date instead.
@@ -63,11 +74,25 @@ class TriggerTimes:
             if known is not None:
                 self._seen.move_to_end(key)
                 return known
+        now = self._clock()
         found = _loaded_run_time(ti)
         if found is None:
             found = parse_run_id_time(key[1])
         if found is None:
-            found = self._clock()
+            found = now
+        elif not now - MAX_RUN_AGE <= found <= now:
+            bounded = min(max(found, now - MAX_RUN_AGE), now)
+            log.warning(
+                "airflow-gpu-dag: run %r of DAG %r says it was triggered %.0f s %s; weighed as triggered "
+                "%s (trigger times are kept within the last %.0f days)",
+                key[1],
+                key[0],
+                abs(now - found),
+                "ago" if found < now else "from now",
+                "now" if bounded == now else f"{MAX_RUN_AGE / 86400:.0f} days ago",
+                MAX_RUN_AGE / 86400,
+            )
+            found = bounded
         with self._lock:
             self._seen[key] = found
             while len(self._seen) > self._size:
