@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,6 +135,28 @@ def _print_report(
     )
 
 
+@contextlib.contextmanager
+def _limits_while_importing(args: argparse.Namespace, pools: dict[str, int]) -> Iterator[None]:
+    """``--pool`` / ``--max-gpus-per-host`` also for the checks that run while the DAG files are imported
+    (the GPU operators and ``@task.gpu`` check their request against ``[gpu_dag]`` when declared): set
+    as ``AIRFLOW__GPU_DAG__*`` for the import, the environment restored after."""
+    wanted = {}
+    if args.pools:
+        wanted["AIRFLOW__GPU_DAG__POOLS"] = json.dumps(pools)
+    if args.max_gpus_per_host is not None:
+        wanted["AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST"] = str(args.max_gpus_per_host)
+    saved = {key: os.environ.get(key) for key in wanted}
+    os.environ.update(wanted)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 @quiet
 def lint(args: argparse.Namespace) -> None:
     """``airflow gpu-dag lint [PATH ...]``."""
@@ -139,7 +165,8 @@ def lint(args: argparse.Namespace) -> None:
     policy = _policy(args, pools)
     output = getattr(args, "output", "table") or "table"
     with status(render.error_console(), "Parsing DAG files...", output != "table"):
-        loaded = load_dags(args.paths)
+        with _limits_while_importing(args, pools):
+            loaded = load_dags(args.paths)
         report = lint_dags(loaded, policy)
     failed = report.errors > 0 or (args.strict and report.warnings > 0)
     render.emit(

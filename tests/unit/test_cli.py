@@ -135,6 +135,29 @@ def test_lint_reads_pools_from_config(
     assert code == 0, "--pool overrides the configured size"
 
 
+def test_lint_pool_option_also_holds_for_gpu_operators_checked_when_declared(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A GPU operator checks its request against [gpu_dag] pools when the file is imported: with pools
+    of 4 configured, `--pool gpu_default=8` still failed a 6-GPU task as an import error."""
+    import os
+
+    dag_file = tmp_path / "six.py"
+    dag_file.write_text(
+        "from airflow.sdk import DAG\n"
+        "from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE\n"
+        "from airflow_gpu_dag.operators.gpu import GpuBashOperator\n"
+        "with DAG('six', default_args={'weight_rule': CRITICAL_PATH_WEIGHT_RULE}, schedule=None):\n"
+        "    GpuBashOperator(task_id='train', bash_command='true', gpus=6, duration='1h')\n"
+    )
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 4}')
+    code, report = run_json(capsys, "lint", str(dag_file))
+    assert code == 1 and report["import_errors"], "the configured pool of 4 cannot hold 6 GPUs"
+    code, report = run_json(capsys, "lint", str(dag_file), "--pool", "gpu_default=8")
+    assert code == 0 and report["import_errors"] == [] and report["dags"] == ["six"]
+    assert os.environ["AIRFLOW__GPU_DAG__POOLS"] == '{"gpu_default": 4}'  # restored after the import
+
+
 def test_lint_max_gpus_per_host(capsys: pytest.CaptureFixture[str]) -> None:
     code, report = run_json(capsys, "lint", str(GOOD), "--max-gpus-per-host", "2")
     assert code == 1
