@@ -7,6 +7,8 @@ import argparse
 import contextlib
 import functools
 import logging
+import os
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -29,6 +31,14 @@ __all__ = [
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush of a closed pipe raises nothing
+    (what the Python docs advise for ``BrokenPipeError``)."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
 def quiet(func: F) -> F:
     """Silence Airflow's parse logs and warnings unless ``--verbose``; turn load errors into a
     one-line message and exit code 1."""
@@ -38,6 +48,9 @@ def quiet(func: F) -> F:
             return func(args)
         except (DagLoadError, CycleError, ValueError) as err:
             raise SystemExit(f"error: {err}") from None
+        except BrokenPipeError:  # `... -o plain | head`: the reader stopped; not an error of ours
+            _stdout_to_devnull()
+            raise SystemExit(0) from None
 
     @functools.wraps(func)
     def wrapper(args: argparse.Namespace) -> Any:
