@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import IO, Any
 
 from rich.console import Console
@@ -33,6 +34,7 @@ __all__ = [
     "print_yaml",
     "simulation_summary_table",
     "simulation_table",
+    "write_schedules_gantt",
 ]
 
 
@@ -315,3 +317,25 @@ def simulation_table(results: Mapping[str, Any], critical: Iterable[str] = ()) -
             highlight=task_id in critical_set,
         )
     return table
+
+
+def write_schedules_gantt(
+    path: str, title: str, results: Mapping[str, Any], critical: Sequence[str] = ()
+) -> Path:
+    """Write predicted schedules (label -> a simulation result) as one Gantt chart each, with a summary
+    table, to ``path`` (``.html`` page or ``.svg`` image); tasks in ``critical`` are highlighted."""
+    from airflow_gpu_dag.rendering.gantt import GanttChart, bars_from_schedule, write_gantt
+
+    charts = [
+        GanttChart(
+            f"{label}: makespan {hours(r.makespan)}",
+            bars_from_schedule(r.schedule, critical),
+            subtitle=f"priority rule {getattr(r, 'priority_rule', '') or '-'}; "
+            f"lower bound {hours(r.lower_bound)}",
+        )
+        for label, r in results.items()
+    ]
+    summary = [["Admission", "Makespan", "Lower bound", "vs bound"]] + [
+        [label, hours(r.makespan), hours(r.lower_bound), f"{r.ratio:.2f}x"] for label, r in results.items()
+    ]
+    return write_gantt(path, charts, title, summary)

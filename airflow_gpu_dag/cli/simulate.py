@@ -93,28 +93,6 @@ def _run(
 
 
 # -- render ----------------------------------------------------------------------------------------
-def _write_gantt(
-    path: str, graph: TaskGraph, capacity: dict[str, int], results: dict[str, Any], critical: list[str]
-) -> Path:
-    from airflow_gpu_dag.rendering.gantt import GanttChart, bars_from_schedule, write_gantt
-
-    charts = [
-        GanttChart(
-            f"{label}: makespan {render.hours(r.makespan)}",
-            bars_from_schedule(r.schedule, critical),
-            subtitle=f"priority rule {getattr(r, 'priority_rule', '') or '-'}; "
-            f"lower bound {render.hours(r.lower_bound)}",
-        )
-        for label, r in results.items()
-    ]
-    summary = [["Admission", "Makespan", "Lower bound", "vs bound"]] + [
-        [label, render.hours(r.makespan), render.hours(r.lower_bound), f"{r.ratio:.2f}x"]
-        for label, r in results.items()
-    ]
-    capacity_text = ", ".join(f"{k}={v}" for k, v in sorted(capacity.items()))
-    return write_gantt(path, charts, f"DAG {graph.dag_id}: predicted schedules ({capacity_text})", summary)
-
-
 def _json_result(
     graph: TaskGraph,
     capacity: dict[str, int],
@@ -203,7 +181,9 @@ def simulate(args: argparse.Namespace) -> None:
     capacity = _capacity(graph, given)
     critical = analyze(graph).critical_tasks
     results = _run(graph, capacity, args, err, json_output)
-    gantt_path = _write_gantt(args.gantt, graph, capacity, results, critical) if args.gantt else None
+    capacity_text = ", ".join(f"{k}={v}" for k, v in sorted(capacity.items()))
+    title = f"DAG {graph.dag_id}: predicted schedules ({capacity_text})"
+    gantt_path = render.write_schedules_gantt(args.gantt, title, results, critical) if args.gantt else None
     if json_output:
         data = _json_result(graph, capacity, critical, gantt_path, results)
         render.print_json({**data, **input_json(learned)})

@@ -234,6 +234,11 @@ def simulate_runs(args: argparse.Namespace, err: Console) -> None:
     from airflow_gpu_dag.settings import objective as configured_objective
 
     json_output = args.output == "json"
+    if getattr(args, "policy", "reservation") != "reservation":
+        raise ValueError(
+            f"--policy {args.policy} compares the admission of one DAG; several runs are predicted with the "
+            "cross-DAG policy and the reservation controller: choose its objective with --objective"
+        )
     if getattr(args, "objective", None):
         objective = get_objective(args.objective)
     else:
@@ -248,7 +253,14 @@ def simulate_runs(args: argparse.Namespace, err: Console) -> None:
     with status(err, f"Simulating {len(runs)} runs...", json_output):
         results = _predict(runs, graphs, capacity, objective, args.controller_interval)
     outcome = _Outcome(runs, capacity, results, objective, learned)
+    gantt = None
+    if getattr(args, "gantt", None):
+        pools = ", ".join(f"{k}={v}" for k, v in sorted(capacity.items()))
+        title = f"{len(runs)} runs of {len(graphs)} DAG(s): predicted schedules ({pools})"
+        gantt = render.write_schedules_gantt(args.gantt, title, results)
     if json_output:
-        render.print_json(_json(outcome))
+        render.print_json({**_json(outcome), "gantt": str(gantt) if gantt else None})
         return
     _print(outcome)
+    if gantt:
+        render.console().print(f"Gantt chart written to {gantt}", markup=False)

@@ -367,6 +367,10 @@ def test_simulate_several_runs_table(capsys: pytest.CaptureFixture[str]) -> None
         (["--trigger", "gpu_pipeline=-5m"], "expected DAG_ID=OFFSET"),
         (["--trigger", "no_such_dag=0"], "DAG 'no_such_dag' not found"),
         (["--trigger", "gpu_pipeline=0"], "have no capacity"),
+        (
+            ["--trigger", "gpu_pipeline=0", "--capacity", "gpu_default=4", "--policy", "critical_path"],
+            "choose its objective with --objective",  # was silently ignored
+        ),
     ],
 )
 def test_simulate_several_runs_errors(
@@ -374,6 +378,18 @@ def test_simulate_several_runs_errors(
 ) -> None:
     assert run_cli("simulate", "--file", str(GOOD), *argv) == 1
     assert message in capsys.readouterr().err
+
+
+def test_simulate_several_runs_writes_the_gantt_chart_asked_for(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--gantt was silently ignored with several runs: no file, no word."""
+    chart = tmp_path / "runs.html"
+    argv = ["--trigger", f"{PIPELINE}=0", "--trigger", f"{PIPELINE}=30m", "--capacity", "gpu_default=4"]
+    code, result = run_json(capsys, "simulate", "--file", str(GOOD), *argv, "--gantt", str(chart))
+    assert code == 0 and result["gantt"] == str(chart)
+    page = chart.read_text()
+    assert "stock: makespan" in page and "balanced: makespan" in page and "2 runs of 1 DAG(s)" in page
 
 
 def test_lint_checks_against_the_inventory_without_pools(
