@@ -17,7 +17,6 @@ from typing import Any
 
 from airflow.policies import hookimpl
 
-from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, PACKING_WEIGHT_RULE
 from airflow_gpu_dag.airflow import parse_time
 from airflow_gpu_dag.airflow.graph import build_task_graph
 from airflow_gpu_dag.core.findings import ERROR, WARNING, Finding
@@ -28,6 +27,11 @@ from airflow_gpu_dag.settings import config_problems, max_gpus_per_host, objecti
 
 #: The weight rules whose weights are cross-DAG keys (comparable across DAGs).
 CROSS_DAG_RULES = ("CriticalPathPriorityStrategy", "PackingPriorityStrategy")
+#: Their class paths (``airflow_gpu_dag.CRITICAL_PATH_WEIGHT_RULE`` / ``PACKING_WEIGHT_RULE``; the
+#: package's top level is a layer above this module).
+CRITICAL_PATH_WEIGHT_RULE, PACKING_WEIGHT_RULE = (
+    f"airflow_gpu_dag.priority_strategy.{n}" for n in CROSS_DAG_RULES
+)
 
 log = logging.getLogger(__name__)
 
