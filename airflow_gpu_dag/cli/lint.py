@@ -9,6 +9,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from unittest import mock
 
 from rich.markup import escape
 
@@ -145,16 +146,8 @@ def _limits_while_importing(args: argparse.Namespace, pools: dict[str, int]) -> 
         wanted["AIRFLOW__GPU_DAG__POOLS"] = json.dumps(pools)
     if args.max_gpus_per_host is not None:
         wanted["AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST"] = str(args.max_gpus_per_host)
-    saved = {key: os.environ.get(key) for key in wanted}
-    os.environ.update(wanted)
-    try:
+    with mock.patch.dict(os.environ, wanted):
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @quiet
