@@ -43,7 +43,7 @@ def render(config: Mapping[str, Mapping[str, Any]]) -> str:
         "Set them in `airflow.cfg`, as environment variables `AIRFLOW__<SECTION>__<OPTION>`, or in the",
         "`config` of the official Helm chart ([Deployment](deployment.md)); every Airflow component that",
         "runs provider code reads them (dag-processor, scheduler, api-server, workers, triggerer).",
-        "`airflow config list --section gpu_dag` shows the values in effect.",
+        "`airflow config list --section gpu_dag --show-values` shows the values in effect.",
     ]
     for section, spec in config.items():
         options: Mapping[str, Mapping[str, Any]] = spec.get("options", {})
