@@ -260,7 +260,8 @@ def _greedy_pick(candidates: Sequence[ReadyTask], open_slots: int) -> list[Ready
 def _is_safe(now: float, shadow: float, extra: int, picked: Sequence[ReadyTask], strict: bool) -> bool:
     """Backfill is safe when the picked tasks that run past the shadow time hold at most ``extra`` slots
     (none with ``strict``)."""
-    past_shadow = sum(t.slots for t in picked if now + t.duration > shadow)
+    # `not <=`: a task whose end is unknown (a NaN estimate) may run past the shadow time
+    past_shadow = sum(t.slots for t in picked if not now + t.duration <= shadow)
     return past_shadow == 0 if strict else past_shadow <= extra
 
 

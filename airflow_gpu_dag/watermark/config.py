@@ -57,6 +57,12 @@ __all__ = [
 
 DEFAULT_INTERVAL = 60.0
 DEFAULT_FAIL_OPEN_AFTER = 3
+#: Longest tick interval (a day): a longer one is a typo, and waits that long overflow ``time_t``.
+MAX_INTERVAL = 86400.0
+#: Longest a pool write stays claimed (``fail_open_after`` x ``interval``) and longest lease: 30 days.
+MAX_CLAIM = 30 * 86400.0
+#: Most slots a pool can be given (Airflow's ``slot_pool.slots`` is an int column; as for tasks).
+MAX_POOL_SLOTS = 1_000_000
 #: Longest pool name Airflow stores (``slot_pool.pool``).
 MAX_POOL_NAME = 256
 _TOP_KEYS = {"interval", "fail_open_after", "lease", "pools"}
@@ -147,8 +153,9 @@ def _show(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _int(value: object, where: str, minimum: int = 0) -> int:
-    problem = f"{where}: expected an integer >= {minimum}, got {_show(value)}"
+def _int(value: object, where: str, minimum: int = 0, maximum: int | None = None) -> int:
+    bounds = f">= {minimum}" if maximum is None else f">= {minimum} and <= {maximum:,}"
+    problem = f"{where}: expected an integer {bounds}, got {_show(value)}"
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ConfigError(problem)
     if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
@@ -157,7 +164,7 @@ def _int(value: object, where: str, minimum: int = 0) -> int:
         number = int(value)
     except (ValueError, OverflowError):
         raise ConfigError(problem) from None
-    if number < minimum:
+    if number < minimum or (maximum is not None and number > maximum):
         raise ConfigError(problem)
     return number
 
@@ -225,7 +232,7 @@ _SOURCE_OPTIONS = frozenset(
 def _source(pool: str, raw: object) -> SourceSpec:
     where = f"pools.{pool}.source"
     if isinstance(raw, int) and not isinstance(raw, bool):
-        return SourceSpec("static", {"gpus": _int(raw, f"{where} (static GPU count)")})
+        return SourceSpec("static", {"gpus": _int(raw, f"{where} (static GPU count)", 0, MAX_POOL_SLOTS)})
     if isinstance(raw, str) and raw.strip() in SOURCE_TYPES:
         raw = {"type": raw.strip()}  # "source: nvml": a type with its default options
     if not isinstance(raw, Mapping):
@@ -239,7 +246,27 @@ def _source(pool: str, raw: object) -> SourceSpec:
         known = sorted(_KNOWN_OPTIONS[str(kind)])
         raise ConfigError(f"{where}: unknown options {sorted(unknown)} for a {kind} source (known: {known})")
     if kind == "static":
-        options["gpus"] = _int(options.get("gpus"), f"{where}.gpus")
+        options["gpus"] = _int(options.get("gpus"), f"{where}.gpus", 0, MAX_POOL_SLOTS)
+    if kind == "nvml" and "devices" in options and options["devices"] is not None:
+        devices = options["devices"]
+        if not isinstance(devices, list | tuple) or not devices:
+            raise ConfigError(
+                f"{where}.devices: expected a non-empty list of GPU indices like [0, 1], got {_show(devices)}"
+            )
+        options["devices"] = [_int(d, f"{where}.devices[{i}] (a GPU index)") for i, d in enumerate(devices)]
+    for key in ("leases",):
+        if key in options:
+            options[key] = _bool(options[key], f"{where}.{key}")
+    if "lease_dir" in options and options["lease_dir"] is not None:
+        options["lease_dir"] = _optional_str(options["lease_dir"], f"{where}.lease_dir")
+    if "headers" in options and not (
+        isinstance(options["headers"], Mapping)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in options["headers"].items())
+    ):
+        raise ConfigError(
+            f"{where}.headers: expected a mapping of header name to text, e.g. "
+            f"{{X-Scope-OrgID: team-a}}, got {_show(options['headers'])}"
+        )
     if kind == "file" and not (isinstance(options.get("path"), str) and options["path"]):
         raise ConfigError(f"{where}.path: a file source needs the path of a file holding the GPU count")
     url_given = isinstance(options.get("url"), str) and bool(options["url"])
@@ -254,7 +281,7 @@ def _source(pool: str, raw: object) -> SourceSpec:
         except EstimateError as err:
             raise ConfigError(f"{where}.min_free_memory: {err}") from None
     if "max_utilization" in options:
-        options["max_utilization"] = _int(options["max_utilization"], f"{where}.max_utilization")
+        options["max_utilization"] = _int(options["max_utilization"], f"{where}.max_utilization (%)", 0, 100)
     for key in _DURATION_OPTIONS.get(str(kind), ()):
         if options.get(key) is not None:
             options[key] = _duration(options[key], f"{where}.{key}")
@@ -284,10 +311,19 @@ def _pool(name: str, raw: object) -> PoolSpec:
         raise ConfigError(f"pools.{name}: unknown keys {sorted(unknown)} (known: {sorted(_POOL_KEYS)}){hint}")
     if "source" not in raw:
         raise ConfigError(f"pools.{name}.source: missing (e.g. source: {{type: static, gpus: 8}})")
+    source = _source(name, raw["source"])
+    floor = _int(raw.get("floor", 0), f"pools.{name}.floor", 0, MAX_POOL_SLOTS)
+    devices = source.options.get("devices") if source.type == "nvml" else None
+    if devices and floor > len(devices):
+        raise ConfigError(
+            f"pools.{name}.floor: {floor} exceeds the {len(devices)} GPUs of the nvml source's devices; the "
+            "floor is the size kept once the source has failed, so it must not give more slots than there "
+            "are GPUs"
+        )
     return PoolSpec(
         name=name,
-        source=_source(name, raw["source"]),
-        floor=_int(raw.get("floor", 0), f"pools.{name}.floor"),
+        source=source,
+        floor=floor,
         stale_intervals=_int(raw.get("stale_intervals", 3), f"pools.{name}.stale_intervals"),
         reservation=_bool(raw.get("reservation", True), f"pools.{name}.reservation"),
         backfill=_backfill(raw.get("backfill", True), f"pools.{name}.backfill") != "off",
@@ -312,20 +348,37 @@ def parse_config(raw: Mapping[str, Any]) -> WatermarkConfig:
     if unknown:
         raise ConfigError(f"watermark config: unknown keys {sorted(unknown)} (known: {sorted(_TOP_KEYS)})")
     interval = _duration(raw.get("interval", DEFAULT_INTERVAL), "interval")
+    if interval > MAX_INTERVAL:
+        raise ConfigError(f"interval: at most 1 day ({MAX_INTERVAL:.0f} s), got {_show(raw.get('interval'))}")
     fail_open_after = _int(raw.get("fail_open_after", DEFAULT_FAIL_OPEN_AFTER), "fail_open_after", 2)
+    if fail_open_after * interval > MAX_CLAIM:
+        raise ConfigError(
+            f"fail_open_after: {fail_open_after} intervals of {interval:g} s is more than 30 days without "
+            "failing the pools open; use fewer intervals"
+        )
     lease_raw = raw.get("lease", {}) or {}
     if not isinstance(lease_raw, Mapping):
         raise ConfigError(f"lease: expected a mapping, got {_show(lease_raw)}")
     unknown = {str(k) for k in lease_raw} - _LEASE_KEYS
     if unknown:
         raise ConfigError(f"lease: unknown keys {sorted(unknown)} (known: {sorted(_LEASE_KEYS)})")
-    ttl = lease_raw.get("ttl")
+    ttl = _duration(lease_raw["ttl"], "lease.ttl") if lease_raw.get("ttl") is not None else None
+    if ttl is not None and not interval < ttl <= MAX_CLAIM:
+        raise ConfigError(
+            f"lease.ttl: {ttl:g} s must be longer than the interval ({interval:g} s; a holder renews it "
+            f"once per tick, so a shorter lease lapses between ticks and two controllers act) and at most "
+            f"30 days; e.g. {3 * interval:g}s, or leave it out (3 x interval)"
+        )
     lease = LeaderLockSpec(
         lock_file=_optional_str(lease_raw.get("lock_file", DEFAULT_LOCK_FILE), "lease.lock_file"),
         variable=_optional_str(lease_raw.get("variable", DEFAULT_LEASE_VARIABLE), "lease.variable"),
-        ttl=_duration(ttl, "lease.ttl") if ttl is not None else None,
+        ttl=ttl,
     )
-    pools = tuple(_pool(_pool_name(name), spec) for name, spec in pools_raw.items())
+    names = [_pool_name(name) for name in pools_raw]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ConfigError(f"pools: {', '.join(map(repr, twice))} defined twice; give each pool one entry")
+    pools = tuple(_pool(name, spec) for name, spec in zip(names, pools_raw.values(), strict=True))
     return WatermarkConfig(pools=pools, interval=interval, lease=lease, fail_open_after=fail_open_after)
 
 
@@ -339,8 +392,13 @@ def load_config(path: str | Path | None) -> WatermarkConfig:
 
         capacities = pool_capacities()
         if not capacities:
+            from airflow_gpu_dag.settings import config_problems
+
+            problem = dict(config_problems()).get("pools")
             raise ConfigError(
-                "no watermark config: pass --config FILE (YAML/JSON with 'pools') or set "
+                f"no watermark config: [gpu_dag] pools {problem}; fix it, or pass --config FILE"
+                if problem
+                else "no watermark config: pass --config FILE (YAML/JSON with 'pools') or set "
                 '[gpu_dag] pools = {"gpu_default": 8} for static pools'
             )
         return parse_config({"pools": {name: {"source": slots} for name, slots in capacities.items()}})
@@ -354,16 +412,44 @@ def load_config(path: str | Path | None) -> WatermarkConfig:
         ) from None
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"watermark config {file}: cannot read it as UTF-8 text ({err})") from None
+    if not text.strip():
+        raise ConfigError(f"watermark config {file}: the file is empty; it needs at least 'pools'")
     try:
-        if file.suffix == ".json":
-            raw = json.loads(text)
-        else:
-            import yaml
-
-            raw = yaml.safe_load(text)
+        raw = json.loads(text, object_pairs_hook=_unique_keys) if file.suffix == ".json" else _yaml(text)
+    except ConfigError as err:
+        raise ConfigError(f"watermark config {file}: {err}") from None
     except Exception as err:  # json.JSONDecodeError, yaml.YAMLError
         raise ConfigError(f"watermark config {file}: not valid JSON/YAML ({err})") from None
     try:
         return parse_config(raw)
     except ConfigError as err:
-        raise ConfigError(f"watermark config {file}: {err}") from None
+        message = str(err).removeprefix("watermark config: ")
+        raise ConfigError(f"watermark config {file}: {message}") from None
+
+
+def _unique_keys(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    """A mapping from ``pairs``; a key given twice is an error (JSON and YAML keep the last silently)."""
+    out: dict[Any, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ConfigError(f"key {key!r} is given twice in one mapping; keep one")
+        out[key] = value
+    return out
+
+
+def _yaml(text: str) -> Any:
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        loader.flatten_mapping(node)
+        pairs = [
+            (loader.construct_object(k, deep=deep), loader.construct_object(v, deep=deep))
+            for k, v in node.value
+        ]
+        return _unique_keys(pairs)
+
+    UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects

@@ -467,6 +467,12 @@ def build_controller(
     run takes no lease (it writes nothing)."""
     holder = holder or default_holder_id()
     file_lock = FileLeaderLock(config.lease.lock_file) if config.lease.lock_file else None
+    problem = file_lock.check() if file_lock is not None and not dry_run else None
+    if problem:  # before the start-up check creates any pool: nothing would ever size it
+        raise ConfigError(
+            f"lease.lock_file {config.lease.lock_file}: cannot be opened ({problem}); give a path this "
+            "user can create, or lock_file: null (then use lease.variable for one active controller)"
+        )
     variable = (
         VariableLeaderLock(client, config.lease.variable, holder, config.lease_ttl(), clock)
         if config.lease.variable

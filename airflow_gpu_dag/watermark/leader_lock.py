@@ -65,8 +65,12 @@ class FileLeaderLock:
         """Take the lock if free (or already ours); never blocks."""
         if self._file is not None:
             return True
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(self.path, "a+")  # noqa: SIM115 - kept open while the lock is held
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(self.path, "a+")  # noqa: SIM115 - kept open while the lock is held
+        except OSError as err:  # checked at start (check()); gone since: stand by, say why
+            log.error("watermark lease: cannot open the lock file %s (%s); standing by", self.path, err)
+            return False
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -78,6 +82,16 @@ class FileLeaderLock:
         handle.flush()
         self._file = handle
         return True
+
+    def check(self) -> str | None:
+        """What stops this lock file from being used (it cannot be created or opened), or None."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a+"):
+                pass
+        except OSError as err:
+            return str(err)
+        return None
 
     def release(self) -> None:
         """Release the lock (no-op when not held)."""

@@ -18,13 +18,12 @@ import shlex
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Protocol
 from urllib.parse import quote
 
 import airflow_gpu_dag.metrics as metrics
 from airflow_gpu_dag.watermark.config import PoolSpec
-from airflow_gpu_dag.watermark.pool_state import parse_pool_state, with_state
+from airflow_gpu_dag.watermark.pool_state import iso_time, parse_pool_state, with_state
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +53,6 @@ class Preflight:
     created: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     taken_over: list[str] = field(default_factory=list)
-
-
-def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _delete(client: Any, name: str) -> None:
@@ -95,7 +90,7 @@ def preflight(
         if state.claimed(now):
             conflicts.append(
                 f"{name!r} (managed by {state.lease}, controller {state.holder}, claim renewed until "
-                f"{_iso(state.expires or now)})"
+                f"{iso_time(state.expires or now)})"
             )
         else:
             report.taken_over.append(name)
@@ -152,7 +147,7 @@ def release_pools(
                 continue
             capacity = state.capacity
             text = (
-                f"gpu-dag watermark: pool {capacity} of capacity {capacity} | released at {_iso(now)}: "
+                f"gpu-dag watermark: pool {capacity} of capacity {capacity} | released at {iso_time(now)}: "
                 f"controller {holder} {reason} (the pool had {pool.get('slots')} slots)"
             )
             client.set_pool(name, capacity, with_state(text, state.unclaimed()), spec.include_deferred)

@@ -100,6 +100,9 @@ class NvmlSource:
                 count = int(nvml.nvmlDeviceGetCount())
             except Exception as err:
                 raise SourceError(f"NVML device count failed: {err}") from None
+            absent = sorted(set(self.devices or ()) - set(range(count)))
+            if absent:  # a typo in devices must not read as "ok, 0 GPUs"
+                raise SourceError(f"devices {absent} are not on this host (NVML sees {count} GPU(s))")
             indices = [i for i in range(count) if self.devices is None or i in self.devices]
             usable, ours, reasons = 0, 0, []
             for index in indices:

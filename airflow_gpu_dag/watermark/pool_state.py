@@ -25,6 +25,7 @@ import json
 import math
 import re
 from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "PoolState",
     "comparable",
     "human_part",
+    "iso_time",
     "needs_write",
     "parse_pool_state",
     "with_state",
@@ -159,3 +161,12 @@ def needs_write(
     if wanted is None or wanted.expires is None:
         return False
     return state is None or state.expires is None or state.expires - now < RENEW_MARGIN_INTERVALS * interval
+
+
+def iso_time(epoch: float) -> str:
+    """``2026-11-30T12:00:00Z`` for epoch seconds; the number itself when it is no date (a claim written
+    with a huge or corrupt ``expires``): a message about a pool must never fail on its timestamp."""
+    try:
+        return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return f"epoch {epoch:g}"

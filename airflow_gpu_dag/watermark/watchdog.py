@@ -23,12 +23,11 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from pluggy import HookimplMarker
 
-from airflow_gpu_dag.watermark.pool_state import PoolState, parse_pool_state, with_state
+from airflow_gpu_dag.watermark.pool_state import PoolState, iso_time, parse_pool_state, with_state
 
 log = logging.getLogger(__name__)
 
@@ -59,17 +58,13 @@ class Restore:
     new_description: str
 
 
-def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def failed_open_description(state: PoolState, now: float) -> str:
     """The description the watchdog writes: what happened, and the state without the claim."""
     capacity = state.capacity if state.capacity is not None else 0
-    lapsed = _iso(state.expires) if state.expires is not None else "?"
+    lapsed = iso_time(state.expires) if state.expires is not None else "?"
     text = (
         f"gpu-dag watermark: pool {capacity} of capacity {capacity} | failed open by the scheduler's "
-        f"watchdog at {_iso(now)}: no watermark controller of {state.lease or '?'} "
+        f"watchdog at {iso_time(now)}: no watermark controller of {state.lease or '?'} "
         f"({state.holder or '?'}) renewed its claim, which lapsed at {lapsed}"
     )
     return with_state(text, state.unclaimed())

@@ -308,3 +308,17 @@ def test_the_watchdog_is_off_with_interval_zero(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("AIRFLOW__GPU_DAG__WATERMARK_WATCHDOG_INTERVAL", "0")
     watchdog.on_starting(FakeJob())
     assert "watchdog" not in watchdog._running
+
+
+def test_a_claim_with_an_impossible_expiry_fails_open_and_is_described_without_raising() -> None:
+    """``"expires": -1e20`` (a corrupt description) made the watchdog's message raise OverflowError, so
+    no pool failed open at all; a claim of 1e13 s made another controller's start-up check raise."""
+    from airflow_gpu_dag.watermark.pool_state import PoolState, iso_time, with_state
+    from airflow_gpu_dag.watermark.watchdog import expired_pools
+
+    corrupt = with_state(
+        "gpu-dag watermark: pool 0", PoolState(capacity=4, lease="variable:x", expires=-1e20)
+    )
+    (restore,) = expired_pools([("gpu", 0, corrupt)], 1_800_000_000.0)
+    assert restore.capacity == 4 and "lapsed at epoch -1e+20" in restore.new_description
+    assert iso_time(6e13) == "epoch 6e+13" and iso_time(1_800_000_000.0) == "2027-01-15T08:00:00Z"

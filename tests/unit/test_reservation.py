@@ -388,3 +388,15 @@ def test_slots_freed_before_a_pending_task_is_ready_stay_open_when_harmless() ->
     long = [ready("long", 1, 1, duration=600.0, order=1)]
     d = decide_pools(0.0, {"gpu": 4}, running, long, pending=[narrow], next_decision=2.0)["gpu"]
     assert d.reserved_for == "narrow" and d.pool_size == 4
+
+
+def test_work_of_unknown_length_is_never_backfilled_as_if_it_ended_in_time() -> None:
+    """A NaN estimate made `now + duration > shadow` false: with strict backfill the task was admitted as
+    "work that ends before the reserved task can start". Its end is unknown: it may run past it."""
+    running = [run("r1", 4, 50.0), run("r2", 2, 1000.0)]
+    waiting = [ready("wide", 4, 100), ready("unknown", 1, 5, float("nan"), 1)]
+    d = decide_pools(0.0, {"gpu": 8}, running, waiting, strict_backfill=True)["gpu"]
+    assert d.backfill_tasks == () and stock_admission(waiting, {"gpu": d.pool_size - 6}) == []
+    known = [ready("wide", 4, 100), ready("known", 1, 5, 40.0, 1)]
+    d = decide_pools(0.0, {"gpu": 8}, running, known, strict_backfill=True)["gpu"]
+    assert d.backfill_tasks == ("known",)  # a task known to end in time still is

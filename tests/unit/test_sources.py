@@ -152,6 +152,10 @@ def test_nvml_device_filter_and_init_failure() -> None:
     assert NvmlSource(devices=[0, 2], nvml=FakeNvml(gpus)).read().gpus == 2
     with pytest.raises(SourceError, match="NVML init failed: Driver Not Loaded"):
         NvmlSource(nvml=FakeNvml(gpus, init_fails=True)).read()
+    nvml = FakeNvml(gpus)
+    with pytest.raises(SourceError, match=r"devices \[7, 9\] are not on this host \(NVML sees 4 GPU"):
+        NvmlSource(devices=[0, 7, 9], nvml=nvml).read()  # was "ok, 1 usable": a typo read as capacity
+    assert nvml.shutdowns == 1
 
 
 # -- Kubernetes -----------------------------------------------------------------------------------

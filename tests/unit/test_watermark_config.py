@@ -91,6 +91,27 @@ def test_default_config_from_gpu_dag_pools(monkeypatch: pytest.MonkeyPatch) -> N
             {"pools": {"g": {"source": 2, "reservation": "yes"}}},
             "pools.g.reservation: expected true or false",
         ),
+        # found by an audit: values that loaded and then misbehaved at run time
+        ({"pools": {"g": {"source": 2}}, "interval": 1e10}, "interval: at most 1 day"),
+        ({"pools": {"g": {"source": 2}}, "fail_open_after": 10**12}, "more than 30 days"),
+        ({"pools": {"g": {"source": 2}}, "interval": 60, "lease": {"ttl": 1}}, "must be longer than the"),
+        ({"pools": {"g": {"source": 2**31}}}, r"<= 1,000,000"),
+        ({"pools": {"g": {"source": 2, "floor": 10**20}}}, r"pools.g.floor: .*<= 1,000,000"),
+        (
+            {"pools": {"g": {"source": {"type": "nvml", "devices": "0,1"}}}},
+            "devices: expected a non-empty list",
+        ),
+        ({"pools": {"g": {"source": {"type": "nvml", "devices": []}}}}, "devices: expected a non-empty list"),
+        ({"pools": {"g": {"source": {"type": "nvml", "devices": ["a"]}}}}, r"devices\[0\] \(a GPU index\)"),
+        ({"pools": {"g": {"source": {"type": "nvml", "devices": [0, 1]}, "floor": 3}}}, "exceeds the 2 GPUs"),
+        ({"pools": {"g": {"source": {"type": "nvml", "max_utilization": 150}}}}, r"max_utilization \(%\)"),
+        ({"pools": {"g": {"source": {"type": "nvml", "leases": "no"}}}}, "leases: expected true or false"),
+        ({"pools": {"g": {"source": {"type": "nvml", "lease_dir": 7}}}}, "lease_dir: expected a non-empty"),
+        (
+            {"pools": {"g": {"source": {"type": "prometheus", "url": "http://p", "headers": "bad"}}}},
+            "headers: expected a mapping of header name to text",
+        ),
+        ({"pools": {1: {"source": 2}, "1": {"source": 3}}}, "'1' defined twice"),
     ],
 )
 def test_config_errors_name_the_key(raw: dict, message: str) -> None:
@@ -189,3 +210,41 @@ def test_cli_arguments_parse() -> None:
     with pytest.raises(SystemExit):
         parser.parse_args(["--interval", "-1"])
     assert WATERMARK_COMMAND.name == "watermark"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("twice.yaml", "pools:\n  gpu_a: {source: 4}\n  gpu_a: {source: 8}\n", "'gpu_a' is given twice"),
+        (
+            "twice.json",
+            '{"pools": {"gpu_a": {"source": 4}, "gpu_a": {"source": 8}}}',
+            "'gpu_a' is given twice",
+        ),
+        ("empty.yaml", "\n", "the file is empty"),
+    ],
+)
+def test_files_with_a_key_given_twice_or_nothing_in_them(
+    tmp_path: Path, name: str, text: str, message: str
+) -> None:
+    """YAML and JSON keep the last of two equal keys silently: a pool defined twice loaded as the second."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message) as err:
+        load_config(path)
+    assert str(err.value).count("watermark config") == 1  # was "watermark config F: watermark config: ..."
+
+
+def test_an_unusable_lock_file_is_refused_before_any_pool_is_created(tmp_path: Path) -> None:
+    """A lock file that is a directory (or not writable) failed every tick after the start-up check had
+    created the pools at 0 slots, and nothing ever sized or reopened them."""
+    from airflow_gpu_dag.watermark.controller import build_controller
+    from airflow_gpu_dag.watermark.leader_lock import FileLeaderLock
+
+    config = parse_config(
+        {"pools": {"g": {"source": 2}}, "lease": {"lock_file": str(tmp_path), "variable": None}}
+    )
+    with pytest.raises(ConfigError, match=r"lease.lock_file .*: cannot be opened"):
+        build_controller(config, client=object())  # type: ignore[arg-type]
+    build_controller(config, client=object(), dry_run=True)  # type: ignore[arg-type]  # takes no lease
+    assert FileLeaderLock(tmp_path).acquire() is False  # gone unusable later: stand by, do not raise
