@@ -236,7 +236,10 @@ def _source(pool: str, raw: object) -> SourceSpec:
     if isinstance(raw, str) and raw.strip() in SOURCE_TYPES:
         raw = {"type": raw.strip()}  # "source: nvml": a type with its default options
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where}: expected a mapping like {{type: static, gpus: 8}}, got {_show(raw)}")
+        raise ConfigError(
+            f"{where}: expected a mapping like {{type: static, gpus: 8}}, a GPU count or a source type "
+            f"({', '.join(SOURCE_TYPES)}), got {_show(raw)}"
+        )
     options = dict(raw)
     kind = options.pop("type", None)
     if kind not in SOURCE_TYPES:
