@@ -71,6 +71,8 @@ def _pool_sizes(raw: str) -> dict[str, int] | str:
     for name, slots in value.items():
         if isinstance(slots, str) and slots.strip().isdigit():
             slots = int(slots)
+        elif isinstance(slots, float) and slots.is_integer():
+            slots = int(slots)  # 8.0: a whole number written as a float
         if not isinstance(slots, int) or isinstance(slots, bool) or slots < 0:
             return f"gives pool {name!r} {slots!r} slots: a pool's slots are a whole number >= 0"
         sizes[str(name)] = slots

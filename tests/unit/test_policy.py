@@ -239,7 +239,7 @@ def test_unusable_config_values_are_parse_time_errors_naming_the_option(
 def test_valid_pool_and_host_sizes_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow_gpu_dag.settings import config_problems, max_gpus_per_host, pool_capacities
 
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 8, "gpu_a100": "4", "off": 0}')
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 8, "gpu_a100": "4", "off": 0, "f": 2.0}')
     monkeypatch.setenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", "8")
-    assert pool_capacities() == {"gpu_default": 8, "gpu_a100": 4, "off": 0}
+    assert pool_capacities() == {"gpu_default": 8, "gpu_a100": 4, "off": 0, "f": 2}
     assert max_gpus_per_host() == 8 and config_problems() == []
