@@ -6,10 +6,11 @@ moment it was triggered); otherwise the first moment this process saw the run (s
 created when they are due, by the scheduler that creates their task instances). Never touches the
 database: a lazy load inside the scheduler's transaction is exactly what ``get_weight`` must not do.
 
-A time in the future is taken as now, and one more than :data:`MAX_RUN_AGE` before now as that: a run
-id is user-settable over REST (``manual__0001-01-01T00:00:00+00:00`` would put every task of the run
-ahead of every other DAG's, ``manual__9999-...`` behind all of them for ever), and no run waits for
-its GPUs that long. Either is logged once per run.
+A time more than :data:`CLOCK_SKEW` in the future is taken as now, and one more than
+:data:`MAX_RUN_AGE` before now as that: a run id is user-settable over REST
+(``manual__0001-01-01T00:00:00+00:00`` would put every task of the run ahead of every other DAG's,
+``manual__9999-...`` behind all of them for ever), and no run waits for its GPUs that long. Either is
+logged once per run.
 """
 
 from __future__ import annotations
@@ -23,12 +24,15 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["MAX_RUN_AGE", "TriggerTimes", "parse_run_id_time"]
+__all__ = ["CLOCK_SKEW", "MAX_RUN_AGE", "TriggerTimes", "parse_run_id_time"]
 
 log = logging.getLogger(__name__)
 
 #: The oldest trigger time a run is weighed with, in seconds before now (30 days).
 MAX_RUN_AGE = 30 * 86400.0
+#: How far ahead of this process's clock a trigger time is taken as it is (clocks of the api-server that
+#: named the run and of this scheduler may differ a little); beyond it, the run is weighed as of now.
+CLOCK_SKEW = 600.0
 
 #: Run types whose run id carries the moment the run was created (Airflow 3: run_after for a manual
 #: run without a logical date). Scheduled and backfill run ids carry the logical date instead.
@@ -80,7 +84,7 @@ class TriggerTimes:
             found = parse_run_id_time(key[1])
         if found is None:
             found = now
-        elif not now - MAX_RUN_AGE <= found <= now:
+        elif not now - MAX_RUN_AGE <= found <= now + CLOCK_SKEW:
             bounded = min(max(found, now - MAX_RUN_AGE), now)
             log.warning(
                 "airflow-gpu-dag: run %r of DAG %r says it was triggered %.0f s %s; weighed as triggered "

@@ -42,3 +42,4 @@ def test_run_ids_within_the_bound_keep_their_time(times: trigger.TriggerTimes) -
     assert times.of(_ti("manual__2026-11-30T11:00:00+00:00")) == NOW - 3600.0
     assert times.of(_ti("manual__2026-11-01T12:00:00+00:00")) == NOW - 29 * 86400.0
     assert times.of(_ti("scheduled__2020-01-01T00:00:00+00:00")) == NOW  # a logical date: first seen
+    assert times.of(_ti("manual__2026-11-30T12:05:00+00:00")) == NOW + 300.0  # another host's clock, ahead
