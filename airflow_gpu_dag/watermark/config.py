@@ -447,12 +447,19 @@ def _yaml(text: str) -> Any:
         pass
 
     def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        loader.flatten_mapping(node)
-        pairs = [
-            (loader.construct_object(k, deep=deep), loader.construct_object(v, deep=deep))
-            for k, v in node.value
-        ]
-        return _unique_keys(pairs)
+        # the mapping's own keys only: a key merged in with `<<: *anchor` may be overridden, as YAML says
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = loader.construct_object(key_node, deep=deep)
+            try:
+                if key in seen:
+                    raise ConfigError(f"key {key!r} is given twice in one mapping; keep one")
+                seen.add(key)
+            except TypeError:  # an unhashable key: construct_mapping below says what is wrong
+                break
+        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
 
     UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
     return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects

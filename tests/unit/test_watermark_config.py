@@ -248,3 +248,11 @@ def test_an_unusable_lock_file_is_refused_before_any_pool_is_created(tmp_path: P
         build_controller(config, client=object())  # type: ignore[arg-type]
     build_controller(config, client=object(), dry_run=True)  # type: ignore[arg-type]  # takes no lease
     assert FileLeaderLock(tmp_path).acquire() is False  # gone unusable later: stand by, do not raise
+
+
+def test_a_key_merged_from_an_anchor_may_be_overridden(tmp_path: Path) -> None:
+    """YAML's merge key: `<<: *base` then `floor: 1` overrides the merged floor; not a key given twice."""
+    path = tmp_path / "anchors.yaml"
+    path.write_text("pools:\n  gpu_a: &base {source: 4, floor: 0}\n  gpu_b: {<<: *base, floor: 1}\n")
+    config = load_config(path)
+    assert [(p.name, p.floor) for p in config.pools] == [("gpu_a", 0), ("gpu_b", 1)]
