@@ -124,7 +124,7 @@ def _print_report(
         out.print(render.findings_table(report.findings))
     if report.skipped:
         out.print(f"Not GPU DAGs (only the cycle check ran): {', '.join(report.skipped)}", markup=False)
-    pools_text = ", ".join(f"{k}={v}" for k, v in sorted(pools.items())) or "not checked"
+    pools_text = render.pools_text(pools, "not checked")
     inventory = policy.inventory if policy is not None else None
     if inventory is not None:
         pools_text += f"; GPUs checked against the {inventory.source} inventory ({inventory.description})"

@@ -29,6 +29,7 @@ __all__ = [
     "hours",
     "plan_rows",
     "plan_table",
+    "pools_text",
     "print_json",
     "print_plain",
     "print_yaml",
@@ -118,6 +119,11 @@ def emit(
 def hours(seconds: float) -> str:
     """``1h05m`` style; ``0s`` for zero."""
     return format_duration(seconds)
+
+
+def pools_text(capacity: Mapping[str, int], empty: str = "unlimited") -> str:
+    """``gpu_a=4, gpu_b=8`` (sorted by pool); ``empty`` when there are none."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(capacity.items())) or empty
 
 
 #: Longest listing drawn as a rich table; longer ones are printed as plain columns (fast).

@@ -139,7 +139,7 @@ def _print_tables(
     render.simulation_table(results, critical).print()
     out.print(render.simulation_summary_table(results))
     stock, ours = results["stock"], results[policy]
-    capacity_text = ", ".join(f"{k}={v}" for k, v in sorted(capacity.items())) or "unlimited"
+    capacity_text = render.pools_text(capacity)
     saved = stock.makespan - ours.makespan
     if saved > 0:
         verdict = "saves " + render.hours(saved)
@@ -181,8 +181,7 @@ def simulate(args: argparse.Namespace) -> None:
     capacity = _capacity(graph, given)
     critical = analyze(graph).critical_tasks
     results = _run(graph, capacity, args, err, json_output)
-    capacity_text = ", ".join(f"{k}={v}" for k, v in sorted(capacity.items()))
-    title = f"DAG {graph.dag_id}: predicted schedules ({capacity_text})"
+    title = f"DAG {graph.dag_id}: predicted schedules ({render.pools_text(capacity, '')})"
     gantt_path = render.write_schedules_gantt(args.gantt, title, results, critical) if args.gantt else None
     if json_output:
         data = _json_result(graph, capacity, critical, gantt_path, results)

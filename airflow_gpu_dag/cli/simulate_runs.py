@@ -214,7 +214,7 @@ def _print(outcome: _Outcome) -> None:
         a, b = pick(stock), pick(ours)
         summary.add_row(label, render.hours(a), render.hours(b), f"{b / a:.2f}" if a > 0 else "-")
     out.print(summary)
-    capacity_text = ", ".join(f"{k}={v}" for k, v in sorted(capacity.items())) or "unlimited"
+    capacity_text = render.pools_text(capacity)
     out.print(
         f"Capacity: {capacity_text}. Ours: objective {objective.name} (stretch {objective.stretch:g}, "
         f"reservation gap {format_duration(objective.gap)}, overdue {format_duration(objective.overdue)}); "
@@ -255,7 +255,7 @@ def simulate_runs(args: argparse.Namespace, err: Console) -> None:
     outcome = _Outcome(runs, capacity, results, objective, learned)
     gantt = None
     if getattr(args, "gantt", None):
-        pools = ", ".join(f"{k}={v}" for k, v in sorted(capacity.items()))
+        pools = render.pools_text(capacity, "")
         title = f"{len(runs)} runs of {len(graphs)} DAG(s): predicted schedules ({pools})"
         gantt = render.write_schedules_gantt(args.gantt, title, results)
     if json_output:
