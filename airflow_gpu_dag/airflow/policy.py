@@ -65,18 +65,18 @@ def _unloadable_rules(dag: Any) -> dict[str, list[str]]:
     from airflow.task.priority_strategy import validate_and_load_priority_weight_strategy
 
     bad: dict[str, list[str]] = {}
+    by_name: dict[str, list[str]] = {}  # each named rule is checked once, however many tasks use it
     for task in dag.task_dict.values():
         rule = getattr(task, "weight_rule", None)
-        if rule is None or isinstance(rule, enum.Enum):
-            continue
-        if not isinstance(rule, str):
-            if _is_mapped(task):
-                bad.setdefault(f"instance:{type(rule).__name__}", []).append(task.task_id)
-            continue
+        if isinstance(rule, str) and not isinstance(rule, enum.Enum):
+            by_name.setdefault(rule, []).append(task.task_id)
+        elif rule is not None and not isinstance(rule, enum.Enum) and _is_mapped(task):
+            bad.setdefault(f"instance:{type(rule).__name__}", []).append(task.task_id)
+    for rule, tasks in by_name.items():
         try:
             validate_and_load_priority_weight_strategy(rule)
         except ValueError:  # "Unknown priority strategy X": what serializing the DAG would fail on
-            bad.setdefault(rule, []).append(task.task_id)
+            bad[rule] = tasks
         except Exception:  # a plugin that fails to load, say: not this DAG's error; serialization judges
             log.debug("airflow-gpu-dag: could not check weight rule %r", rule, exc_info=True)
     return bad

@@ -66,8 +66,7 @@ class FileLeaderLock:
         if self._file is not None:
             return True
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            handle = open(self.path, "a+")  # noqa: SIM115 - kept open while the lock is held
+            handle = self._open()
         except OSError as err:  # checked at start (check()); gone since: stand by, say why
             log.error("watermark lease: cannot open the lock file %s (%s); standing by", self.path, err)
             return False
@@ -83,12 +82,14 @@ class FileLeaderLock:
         self._file = handle
         return True
 
+    def _open(self) -> IO[str]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        return open(self.path, "a+")  # acquire keeps it open while the lock is held
+
     def check(self) -> str | None:
         """What stops this lock file from being used (it cannot be created or opened), or None."""
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a+"):
-                pass
+            self._open().close()
         except OSError as err:
             return str(err)
         return None
