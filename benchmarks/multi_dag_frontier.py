@@ -129,26 +129,26 @@ def mix_graph(graphs: Sequence[TaskGraph], trigger: Sequence[float]) -> TaskGrap
     return mix
 
 
+def mix_plan(
+    estimated: Sequence[TaskGraph], trigger: Sequence[float], capacity: int, interval: float
+) -> dict[str, int]:
+    """The packing planner's weights for the whole mix (:func:`mix_graph`), by ``<run index>/<task id>``."""
+    return packing_weights_plan(
+        mix_graph(estimated, trigger), {GPU_POOL: capacity}, "reservation", controller_interval=interval
+    ).weights
+
+
 def oracle_priority(
-    name: str,
-    runs: Sequence[Run],
-    actual: Sequence[TaskGraph],
-    estimated: Sequence[TaskGraph],
-    trigger: Sequence[float],
-    capacity: int,
-    interval: float,
+    name: str, plan: Mapping[str, int], runs: Sequence[Run], actual: Sequence[TaskGraph]
 ) -> RunPriority:
     """The whole-mix plan's weights per run (``mix-plan+evals``: evaluation runs above all others)."""
-    plan = packing_weights_plan(
-        mix_graph(estimated, trigger), {GPU_POOL: capacity}, "reservation", controller_interval=interval
-    )
-    ahead = max(plan.weights.values(), default=0) + 1 if name == "mix-plan+evals" else 0
+    ahead = max(plan.values(), default=0) + 1 if name == "mix-plan+evals" else 0
     index = {id(g): i for i, g in enumerate(actual)}
 
     def weights(graph: TaskGraph, at: float) -> dict[str, int]:
         i = index[id(graph)]
         boost = ahead if runs[i].kind == "eval" else 0
-        return {t: plan.weights[f"{i}/{t}"] + boost for t in graph.nodes}
+        return {t: plan[f"{i}/{t}"] + boost for t in graph.nodes}
 
     return weights
 
@@ -167,8 +167,9 @@ def one_instance(job: tuple) -> dict[str, Any]:
                 member.name,
                 simulate_weights(priority, actual, estimated, trigger, capacity, interval, gate),
             )
-        for name in ORACLES if oracle else ():
-            priority = oracle_priority(name, runs, actual, estimated, trigger, capacity, interval)
+        plan = mix_plan(estimated, trigger, capacity, interval) if oracle else {}
+        for name in ORACLES if oracle else ():  # one plan, two ways of giving it to the runs
+            priority = oracle_priority(name, plan, runs, actual)
             yield name, simulate_weights(priority, actual, estimated, trigger, capacity, interval)
 
     return measure(variant, seed, capacity, mode, estimates, simulations)
