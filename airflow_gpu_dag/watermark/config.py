@@ -359,9 +359,14 @@ def parse_config(raw: Mapping[str, Any]) -> WatermarkConfig:
             f"fail_open_after: {fail_open_after} intervals of {interval:g} s is more than 30 days without "
             "failing the pools open; use fewer intervals"
         )
-    lease_raw = raw.get("lease", {}) or {}
+    lease_raw = raw.get("lease")
+    if lease_raw is None:  # left out, or an empty "lease:" key: the defaults
+        lease_raw = {}
     if not isinstance(lease_raw, Mapping):
-        raise ConfigError(f"lease: expected a mapping, got {_show(lease_raw)}")
+        raise ConfigError(
+            f"lease: expected a mapping, got {_show(lease_raw)}; to run without a lease set "
+            "{lock_file: null, variable: null}"
+        )
     unknown = {str(k) for k in lease_raw} - _LEASE_KEYS
     if unknown:
         raise ConfigError(f"lease: unknown keys {sorted(unknown)} (known: {sorted(_LEASE_KEYS)})")

@@ -50,6 +50,13 @@ def test_json_config_and_default_ttl(tmp_path: Path) -> None:
     assert config.lease_ttl() == 15 and config.lease.lock_file and config.lease.variable
 
 
+def test_an_empty_lease_key_is_the_default_lease_and_null_locks_turn_it_off() -> None:
+    default = parse_config({"pools": {"g": {"source": 2}}, "lease": None}).lease
+    assert default.lock_file and default.variable
+    off = parse_config({"pools": {"g": {"source": 2}}, "lease": {"lock_file": None, "variable": None}}).lease
+    assert (off.lock_file, off.variable) == (None, None)
+
+
 def test_default_config_from_gpu_dag_pools(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 8}')
     config = load_config(None)
@@ -80,6 +87,9 @@ def test_default_config_from_gpu_dag_pools(monkeypatch: pytest.MonkeyPatch) -> N
         ({"pools": {"g": {"source": 2}}, "fail_open_after": 1}, "fail_open_after: expected an integer >= 2"),
         ({"pools": {"g": {"source": 2}}, "lease": {"ttl": "-1s"}}, "lease.ttl"),
         ({"pools": {"g": {"source": 2}}, "lease": {"variable": 7}}, "lease.variable: expected a non-empty"),
+        # `lease: false` used to mean the default lease (both locks on), the opposite of what it says
+        ({"pools": {"g": {"source": 2}}, "lease": False}, r"to run without a lease set \{lock_file: null"),
+        ({"pools": {"g": {"source": 2}}, "lease": 0}, "lease: expected a mapping"),
         ({"pools": {"g": {"source": -2}}}, r"pools.g.source \(static GPU count\)"),
         ({"pools": {"g": {"source": 2, "floor": float("inf")}}}, "pools.g.floor"),
         ({"pools": {"g": {"source": 2, "source_timeout": "0s"}}}, "pools.g.source_timeout"),
