@@ -60,7 +60,7 @@ def test_frontier_member_with_the_shipped_settings_is_the_shipped_objective() ->
     import multi_dag_frontier as frontier
 
     # chain 0, s 3, gated: exactly `balanced`, so the family's other members are measured on the same footing
-    job = ("A", 2, 8, "once", "exact", [frontier.Member(3.0, 0.0, "gated")], False, 60.0)
+    job = ("A", 2, 8, "once", "exact", [frontier.Member(3.0, 0.0, "gated")], False, 0, 60.0)
     ours = frontier.one_instance(job)["results"]["s=3 chain=0 gated"]
     shipped = multi_dag.one_instance(("A", 2, 8, "once", "exact", ["stock", "balanced"], 60.0))
     assert ours == shipped["results"]["balanced"]
@@ -108,3 +108,49 @@ def test_frontier_prints_a_summary_row_per_group(capsys: pytest.CaptureFixture[s
     assert frontier.main([*args, "--reservations", "gated", "--oracle", "--jobs", "1"]) == 0
     out = capsys.readouterr().out
     assert "| A | once | exact | 8 | 4 |" in out and "| mix-plan+evals |" in out
+
+
+def test_frontier_target_excess_is_zero_only_when_every_target_holds_on_the_mix() -> None:
+    import multi_dag_frontier as frontier
+
+    on_target = {"mean": 0.85, "p95": 1.0, "makespan": 0.95, "pipeline": 1.05, "sweep": 1.0, "eval": 0.5}
+    assert frontier.target_excess(8, on_target) == 0.0
+    weight = frontier.SEARCH_MAKESPAN_WEIGHT
+    assert frontier.target_excess(8, {**on_target, "makespan": 0.96}) == pytest.approx(0.01 * weight)
+    assert frontier.target_excess(8, {**on_target, "sweep": 1.15, "p95": 1.1}) == pytest.approx(0.2)
+    assert frontier.target_excess(16, {**on_target, "mean": 0.9}) == 0.0  # 0.92 at 16 GPUs
+
+
+def test_frontier_search_keeps_only_moves_that_do_not_score_worse() -> None:
+    import random
+
+    import multi_dag_frontier as frontier
+
+    # a stand-in simulation: the "result" is the offsets themselves, scored by their distance to a goal
+    goal = [5.0, -3.0, 2.0]
+
+    def score(offsets: list[float]) -> float:
+        return sum(abs(x - g) for x, g in zip(offsets, goal, strict=True))
+
+    scores: list[float] = []
+
+    def simulate(offsets: list[float]) -> list[float]:
+        scores.append(score(offsets))
+        return offsets
+
+    best, result = frontier.search_offsets(
+        simulate, [0.0, 0.0, 0.0], ["eval", "sweep", "eval"], score, 300, 2.0, random.Random(1)
+    )
+    assert result == best and len(scores) == 301
+    assert score(best) == min(scores) and score(best) < scores[0] / 4
+
+
+def test_frontier_oracles_stock_due_and_search_run_on_a_mix() -> None:
+    import multi_dag_frontier as frontier
+
+    job = ("A", 2, 16, "once", "exact", [frontier.Member(3.0, 0.0, "gated")], True, 5, 60.0)
+    instance = frontier.one_instance(job)
+    results = instance["results"]
+    assert {"stock-due", "search", "mix-plan", "mix-plan+evals"} <= set(results)
+    runs = len(instance["kinds"])
+    assert len(results["search"]["completion"]) == len(results["stock"]["completion"]) == runs
