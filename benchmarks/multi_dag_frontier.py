@@ -47,7 +47,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from mixes import GPU_POOL, KINDS, Run  # type: ignore[import-not-found]
@@ -210,14 +210,14 @@ def target_excess(capacity: int, ratios: Mapping[str, float]) -> float:
 
 
 def search_offsets(
-    simulate_offsets: Any,
+    simulate_offsets: Callable[[list[float]], Any],
     start: Sequence[float],
     kinds: Sequence[str],
-    score: Any,
+    score: Callable[[Any], float],
     iterations: int,
     scale: float,
     rng: random.Random,
-) -> tuple[list[float], SimulationResult]:
+) -> tuple[list[float], Any]:
     """Hill-climb the per-run offsets from ``start``: each step moves one run's offset by
     ``N(0, scale)``, swaps two runs' offsets, or moves every run of one kind by ``N(0, scale)``, and keeps
     the move when ``score(simulate_offsets(offsets))`` is not worse. Returns the best offsets and their
@@ -391,6 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     reservations = [r for r in args.reservations.split(",") if r]
     if set(reservations) - set(RESERVATIONS):
         parser.error(f"reservations: use {', '.join(RESERVATIONS)}")
+    if args.search < 0:
+        parser.error("--search: a number of simulations per mix, 0 (off) or more")
     settings = members(
         [float(s) for s in args.stretches.split(",")],
         [float(c) for c in args.chains.split(",")],
