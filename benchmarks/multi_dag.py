@@ -170,21 +170,38 @@ def _p95(values: Sequence[float]) -> float:
     return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
 
 
+def instance_ratios(
+    ours: Mapping[str, Any], stock: Mapping[str, Any], kinds: Sequence[str]
+) -> dict[str, float]:
+    """One instance's ratios ours / stock (each a ``{"completion": [...], "makespan": ...}``): ``mean``
+    and ``p95`` completion, ``makespan``, and the mean completion of each kind present."""
+    out = {
+        "mean": statistics.mean(ours["completion"]) / statistics.mean(stock["completion"]),
+        "p95": _p95(ours["completion"]) / _p95(stock["completion"]),
+        "makespan": ours["makespan"] / stock["makespan"],
+    }
+    for k in KINDS:
+        idx = [i for i, kk in enumerate(kinds) if kk == k]
+        if idx:
+            ours_k = statistics.mean(ours["completion"][i] for i in idx)
+            out[k] = ours_k / statistics.mean(stock["completion"][i] for i in idx)
+    return out
+
+
 def figures(instances: Sequence[Mapping[str, Any]], policy: str) -> dict[str, float]:
     """The mean over instances of the per-instance ratios ours / stock (see the module docstring)."""
     mean, p95, makespan, bound = [], [], [], []
     kind: dict[str, list[float]] = defaultdict(list)
     for inst in instances:
-        stock, ours = inst["results"]["stock"], inst["results"][policy]
-        mean.append(statistics.mean(ours["completion"]) / statistics.mean(stock["completion"]))
-        p95.append(_p95(ours["completion"]) / _p95(stock["completion"]))
-        makespan.append(ours["makespan"] / stock["makespan"])
+        ours = inst["results"][policy]
+        ratios = instance_ratios(ours, inst["results"]["stock"], inst["kinds"])
+        mean.append(ratios["mean"])
+        p95.append(ratios["p95"])
+        makespan.append(ratios["makespan"])
         bound.append(ours["makespan"] / inst["lower_bound"])
         for k in KINDS:
-            idx = [i for i, kk in enumerate(inst["kinds"]) if kk == k]
-            if idx:
-                ours_k = statistics.mean(ours["completion"][i] for i in idx)
-                kind[k].append(ours_k / statistics.mean(stock["completion"][i] for i in idx))
+            if k in ratios:
+                kind[k].append(ratios[k])
     out = {
         "mean": statistics.mean(mean),
         "p95": statistics.mean(p95),

@@ -54,10 +54,10 @@ from mixes import GPU_POOL, KINDS, Run  # type: ignore[import-not-found]
 from multi_dag import (  # type: ignore[import-not-found]
     TARGET_MAKESPAN,
     TARGET_MEAN,
-    _p95,
     add_mix_arguments,
     best_makespan,
     figures,
+    instance_ratios,
     measure,
     misses,
     mix_jobs,
@@ -185,19 +185,16 @@ def offset_priority(
 
 
 def mix_ratios(result: SimulationResult, stock: SimulationResult, kinds: Sequence[str]) -> dict[str, float]:
-    """One mix's ratios ours / stock: ``mean``, ``p95``, ``makespan`` and each kind present."""
-    ours, theirs = [r.completion for r in result.runs], [r.completion for r in stock.runs]
+    """One mix's :func:`multi_dag.instance_ratios` from two simulations of it."""
     start = min(r.trigger for r in stock.runs)
-    out = {
-        "mean": statistics.mean(ours) / statistics.mean(theirs),
-        "p95": _p95(ours) / _p95(theirs),
-        "makespan": (max(r.end for r in result.runs) - start) / (max(r.end for r in stock.runs) - start),
-    }
-    for kind in KINDS:
-        idx = [i for i, k in enumerate(kinds) if k == kind]
-        if idx:
-            out[kind] = statistics.mean(ours[i] for i in idx) / statistics.mean(theirs[i] for i in idx)
-    return out
+
+    def outcome(sim: SimulationResult) -> dict[str, Any]:
+        return {
+            "completion": [r.completion for r in sim.runs],
+            "makespan": max(r.end for r in sim.runs) - start,
+        }
+
+    return instance_ratios(outcome(result), outcome(stock), kinds)
 
 
 def target_excess(capacity: int, ratios: Mapping[str, float]) -> float:

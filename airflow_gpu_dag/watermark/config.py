@@ -257,9 +257,8 @@ def _source(pool: str, raw: object) -> SourceSpec:
                 f"{where}.devices: expected a non-empty list of GPU indices like [0, 1], got {_show(devices)}"
             )
         options["devices"] = [_int(d, f"{where}.devices[{i}] (a GPU index)") for i, d in enumerate(devices)]
-    for key in ("leases",):
-        if key in options:
-            options[key] = _bool(options[key], f"{where}.{key}")
+    if "leases" in options:
+        options["leases"] = _bool(options["leases"], f"{where}.leases")
     if "lease_dir" in options and options["lease_dir"] is not None:
         options["lease_dir"] = _optional_str(options["lease_dir"], f"{where}.lease_dir")
     if "headers" in options and not (
