@@ -371,7 +371,7 @@ def _wait_parsed(cluster: AirflowCluster, specs: Sequence[DagSpec], timeout: flo
     wanted = {f"bench://{s.dag_id}" for s in specs}
     while True:
         dags = cluster.api("GET", "/dags", params={"limit": 1}).json().get("total_entries", 0)
-        assets = {a["name"]: int(a["id"]) for a in _stress()._list(cluster, "/assets", "assets")}
+        assets = {a["name"]: int(a["id"]) for a in _stress().list_pages(cluster, "/assets", "assets")}
         if dags >= len(specs) and wanted <= set(assets):
             return assets
         if time.monotonic() > deadline:
@@ -514,7 +514,7 @@ def _drain(cluster: AirflowCluster, events: dict[str, float], timeout: float) ->
     deadline = time.monotonic() + timeout
     found: dict[str, float] = {}
     while True:
-        runs = _stress()._list(cluster, "/dags/~/dagRuns", "dag_runs", run_type="asset_triggered")
+        runs = _stress().list_pages(cluster, "/dags/~/dagRuns", "dag_runs", run_type="asset_triggered")
         for run in runs:
             dag_id = run["dag_id"]
             if dag_id in found or dag_id not in events:

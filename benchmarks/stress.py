@@ -220,7 +220,8 @@ def _pid_components(cluster: AirflowCluster) -> dict[int, str]:
     return out
 
 
-def _list(cluster: AirflowCluster, path: str, key: str, **params: Any) -> list[dict[str, Any]]:
+def list_pages(cluster: AirflowCluster, path: str, key: str, **params: Any) -> list[dict[str, Any]]:
+    """Every item of a paged REST collection (``key`` in each page), 100 per request."""
     out: list[dict[str, Any]] = []
     while True:
         page = cluster.api("GET", path, params={"limit": 100, "offset": len(out), **params}).json()
@@ -282,7 +283,9 @@ def run_stress(
         peak_sampled = max(peak_sampled, int(pool.get("occupied_slots") or 0))
         pid_component.update(_pid_components(cluster))
         dag_runs = [
-            r for r in _list(cluster, f"/dags/{DAG_ID}/dagRuns", "dag_runs") if r["dag_run_id"] in run_ids
+            r
+            for r in list_pages(cluster, f"/dags/{DAG_ID}/dagRuns", "dag_runs")
+            if r["dag_run_id"] in run_ids
         ]
         states = [str(r["state"]) for r in dag_runs]
         if len(states) == runs and all(s in ("success", "failed") for s in states):
@@ -297,7 +300,7 @@ def run_stress(
     makespan_s = time.monotonic() - started
     tis = [
         ti
-        for ti in _list(cluster, f"/dags/{DAG_ID}/dagRuns/~/taskInstances", "task_instances")
+        for ti in list_pages(cluster, f"/dags/{DAG_ID}/dagRuns/~/taskInstances", "task_instances")
         if ti["dag_run_id"] in run_ids
     ]
     peak, _ = pool_peak(tis, POOL)
