@@ -114,6 +114,10 @@ class ChaosSettings:
     between_faults: float = 10.0
     timeout: float = 3600.0
     trigger_spread: float = 0.0
+    #: How many of the last runs planned wait, beyond their offsets, until the last fault begins, so
+    #: that work is in flight through every fault however long the injections take (under load a
+    #: restart can take minutes, and the runs triggered over ``trigger_spread`` may all be done).
+    hold_for_last_fault: int = 0
     #: LocalExecutor slots. Above the number of concurrent LLM runs plus the GPUs: the fallback ladder's
     #: start-deadline sensor holds a slot while it waits (poke mode), and with as many of them running
     #: as there are slots the task it watches never gets one (see docs/benchmarks/chaos.md).
@@ -643,10 +647,13 @@ def plan_runs(settings: ChaosSettings, data: Path, now: datetime | None = None) 
 
 class Trigger:
     """Triggers planned runs over REST at their offsets in a thread; a trigger that fails (api-server
-    down) is retried every 2 s, and a 409 (the run exists: an earlier try got through) counts as done."""
+    down) is retried every 2 s, and a 409 (the run exists: an earlier try got through) counts as done.
+    The last ``hold`` runs also wait for :attr:`release` (set by the caller)."""
 
-    def __init__(self, cluster: AirflowCluster, planned: Sequence[PlannedRun]) -> None:
+    def __init__(self, cluster: AirflowCluster, planned: Sequence[PlannedRun], hold: int = 0) -> None:
         self.cluster, self.planned = cluster, list(planned)
+        self.held = max(0, len(self.planned) - max(0, hold))  # index of the first held run
+        self.release = threading.Event()
         self.triggered: list[tuple[str, str]] = []
         self.retries = 0
         self._thread = threading.Thread(target=self._run, name="chaos-trigger", daemon=True)
@@ -661,10 +668,12 @@ class Trigger:
 
     def _run(self) -> None:
         t0 = time.monotonic()
-        for run in self.planned:
+        for n, run in enumerate(self.planned):
             delay = t0 + run.offset - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+            if n >= self.held:
+                self.release.wait()
             while True:
                 body = {"logical_date": None, "conf": run.conf, "dag_run_id": run.run_id}
                 try:
@@ -730,16 +739,19 @@ def run_round(
                 started = time.monotonic()
                 t0 = time.time()
                 planned = plan_runs(settings, work / "data")
-                trigger = Trigger(cluster, planned).start()
+                trigger = Trigger(cluster, planned, hold=settings.hold_for_last_fault).start()
                 runs = [(p.dag_id, p.run_id) for p in planned]
                 ctx = Context(cluster, controller, sampler, settings, lease_dir, runs)
                 reports = []
                 time.sleep(settings.first_fault_after)
-                for name in settings.faults:
+                for n, name in enumerate(settings.faults):
+                    if n == len(settings.faults) - 1:
+                        trigger.release.set()
                     report = FAULT_FUNCTIONS[name](ctx)
                     log(f"fault {name}: recovery {report.recovery_s} s, {report.detail}")
                     reports.append(report)
                     time.sleep(settings.between_faults)
+                trigger.release.set()  # no faults
                 triggered = trigger.join(timeout=settings.trigger_spread + 600)
                 log(f"triggered {len(triggered)} runs ({trigger.retries} retried triggers)")
                 states = wait_for_runs(cluster, runs, started + settings.timeout)

@@ -3,13 +3,14 @@ scheduler, a GPU task, the api-server and the capacity source fail.
 
 One boot for the module; ``benchmarks/chaos.py`` holds the code (the benchmark runs 100 runs,
 docs/benchmarks/chaos.md). Here: 2 runs of ``llm_pipeline`` and 10 of ``hparam_sweep`` (one trial
-each), triggered over 75 s so that work is in flight through every fault, on a static 8-GPU inventory
-with device leases, completeness sensors and budget gates (triggerer), the watermark controller as its
-own process with reservation on a ``file`` capacity source, and, one after the other: ``kill -9`` of a
-running GPU task's process (retried, lease reclaimed), ``kill -9`` of the controller (restarted),
-``kill -9`` of the scheduler (restarted), an api-server restart and a capacity-source outage of three
-intervals. PostgreSQL (``scripts/postgres.sh``, as the stress test): on SQLite the scheduler itself dies
-of ``database is locked`` under this load, chaos or not.
+each), triggered over 75 s, the last not before the last fault, so that work is in flight through
+every fault, on a static 8-GPU inventory with device leases, completeness sensors and budget gates
+(triggerer), the watermark controller as its own process with reservation on a ``file`` capacity
+source, and, one after the other: ``kill -9`` of a running GPU task's process (retried, lease
+reclaimed), ``kill -9`` of the controller (restarted), ``kill -9`` of the scheduler (restarted), an
+api-server restart and a capacity-source outage of three intervals. PostgreSQL (``scripts/postgres.sh``,
+as the stress test): on SQLite the scheduler itself dies of ``database is locked`` under this load,
+chaos or not.
 
 Checked: every run succeeds, none is stuck, no device was held by two leases at once (lease ledger and
 sampled lease table), the GPU pool never held more than its 8 slots (all tries' start/end times), each
@@ -20,8 +21,10 @@ is printed (today's controller leaves the pool as it was until a controller runs
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -35,6 +38,7 @@ SETTINGS = chaos.ChaosSettings(
     sweeps=10,
     learning_rates=(0.1,),
     trigger_spread=75.0,  # runs keep arriving while the faults are injected
+    hold_for_last_fault=1,  # and the last one (a pipeline) not before the last fault, however slow
     interval=2.0,
     controller_down=8.0,
     reservation_wait=15.0,
@@ -81,7 +85,9 @@ def test_every_fault_was_injected_and_recovered(chaos_round: Any) -> None:
     reports = {r.fault: r for r in chaos_round.reports}
     assert list(reports) == list(chaos.FAULTS)
     # work was still in flight when the last fault hit (or recovery would prove nothing)
-    assert chaos_round.started_at + chaos_round.makespan_s > max(r.at for r in reports.values())
+    # (the last run planned waits for the last fault: SETTINGS.hold_for_last_fault)
+    faults_at = {name: round(r.at - chaos_round.started_at, 1) for name, r in reports.items()}
+    assert chaos_round.makespan_s > max(faults_at.values()), (chaos_round.makespan_s, faults_at)
     for report in reports.values():
         assert report.recovery_s is not None, report
     killed = reports["gpu_task"].detail
@@ -122,3 +128,22 @@ def test_table_overlaps_and_shut_time() -> None:
     samples = [(0.0, 6, ""), (1.0, 6, ""), (2.0, None, ""), (3.0, 8, "")]
     assert chaos.shut_time(samples, 0.5, 8) == 2.5
     assert chaos.shut_time(samples[:3], 0.5, 8) is None
+
+
+def test_held_runs_wait_for_the_release() -> None:
+    posted: list[str] = []
+
+    class Cluster:  # what Trigger uses of AirflowCluster
+        def api(self, method: str, path: str, json: dict[str, Any], check: bool) -> SimpleNamespace:
+            posted.append(json["dag_run_id"])
+            return SimpleNamespace(status_code=200)
+
+    planned = [chaos.PlannedRun("d", f"r{n}", {}, 0.0) for n in range(3)]
+    trigger = chaos.Trigger(Cluster(), planned, hold=1).start()  # type: ignore[arg-type]
+    deadline = time.monotonic() + 30
+    while len(posted) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert posted == ["r0", "r1"]  # the last one waits
+    trigger.release.set()
+    assert trigger.join(timeout=30) == [("d", "r0"), ("d", "r1"), ("d", "r2")]
