@@ -744,9 +744,11 @@ def run_round(
                 ctx = Context(cluster, controller, sampler, settings, lease_dir, runs)
                 reports = []
                 time.sleep(settings.first_fault_after)
+                released = started
                 for n, name in enumerate(settings.faults):
                     if n == len(settings.faults) - 1:
                         trigger.release.set()
+                        released = time.monotonic()
                     report = FAULT_FUNCTIONS[name](ctx)
                     log(f"fault {name}: recovery {report.recovery_s} s, {report.detail}")
                     reports.append(report)
@@ -754,7 +756,10 @@ def run_round(
                 trigger.release.set()  # no faults
                 triggered = trigger.join(timeout=settings.trigger_spread + 600)
                 log(f"triggered {len(triggered)} runs ({trigger.retries} retried triggers)")
-                states = wait_for_runs(cluster, runs, started + settings.timeout)
+                # a held run has the whole timeout from its release
+                states = wait_for_runs(
+                    cluster, runs, (released if settings.hold_for_last_fault else started) + settings.timeout
+                )
                 for report in reports:
                     CHECKS.get(report.fault, lambda _c, _r: None)(ctx, report)
                 tis = _all_tries(cluster, runs)

@@ -49,7 +49,9 @@ DAG_IDS = [
     "auth_ladder",
     "auth_future_window",
 ]
-WINDOW_OPEN_S = 90  # how long the window stays open after the trigger (the sensors must run in it)
+#: How long the window stays open after the trigger: the blocker must get its lease and the window
+#: sensors must start in it (its run is triggered before the others, which share the 4 GPUs).
+WINDOW_OPEN_S = 120
 
 
 @dataclass
@@ -59,6 +61,7 @@ class Env:
     lease_dir: Path
     budget_db: Path
     runs: dict[str, tuple[str, str]] = field(default_factory=dict)
+    window_closes: datetime | None = None
 
     def tis(self, name: str) -> dict[str, dict[str, Any]]:
         dag_id, run_id = self.runs[name]
@@ -121,6 +124,15 @@ def env() -> Iterator[Env]:
         ) as cluster:
             cluster.wait_for_dags(DAG_IDS)
             e = Env(cluster, base, lease_dir, budget_db)
+            # the window's run first (its sensors must start before it closes), then the others
+            now = datetime.now(UTC).replace(microsecond=0)
+            e.window_closes = now + timedelta(seconds=WINDOW_OPEN_S)
+            conf = {
+                "opens": (now - timedelta(minutes=2)).strftime("%H:%M:%S"),
+                "closes": e.window_closes.strftime("%H:%M:%S"),
+                "closes_epoch": int(e.window_closes.timestamp()),
+            }
+            e.runs["window"] = ("auth_window", cluster.trigger("auth_window", conf))
             for dag_id in ("auth_exclusive", "auth_share", "auth_affinity", "auth_hidden_edge"):
                 e.runs[dag_id] = (dag_id, cluster.trigger(dag_id))
             e.runs["auth_hidden_sensor"] = ("auth_hidden_sensor", cluster.trigger("auth_hidden_sensor"))
@@ -132,14 +144,8 @@ def env() -> Iterator[Env]:
 
 # -- start windows (first: its wait overlaps the runs triggered by the fixture) ------------------------
 def test_gpu_task_that_would_start_after_its_window_closed_does_not_start(env: Env) -> None:
-    now = datetime.now(UTC).replace(microsecond=0)
-    closes = now + timedelta(seconds=WINDOW_OPEN_S)
-    conf = {
-        "opens": (now - timedelta(minutes=2)).strftime("%H:%M:%S"),
-        "closes": closes.strftime("%H:%M:%S"),
-        "closes_epoch": int(closes.timestamp()),
-    }
-    env.runs["window"] = ("auth_window", env.cluster.trigger("auth_window", conf))
+    closes = env.window_closes
+    assert closes is not None
     state = env.finish("window")
     states = env.states("window")
     assert states["late_skip__window"] == states["late_fail__window"] == "success", (

@@ -6,7 +6,7 @@ fails unless it sees the complete dataset. Neither DAG has an edge between them:
 
 * ``auth_hidden_edge`` (edge mode): the reader runs after the writer ended.
 * ``auth_hidden_sensor`` (sensor mode): the reader waits for ``_SUCCESS``, not for the writer task,
-  which keeps running until the reader has read (it fails after 120 s otherwise): the run succeeds
+  which keeps running until the reader has read (it fails after 10 min otherwise): the run succeeds
   only if the reader read complete data while the writer was still running.
 """
 
@@ -54,11 +54,11 @@ with DAG("auth_hidden_edge", schedule=None, start_date=START, catchup=False, tag
 fix_hidden_dependencies(edge_dag, mode="edge")
 
 WAIT_FOR_READER = (
-    f"for i in $(seq 1 240); do [ -f {BASE}/auth_hidden_sensor/{{{{ run_id }}}}/read_at ] && exit 0; "
+    f"for i in $(seq 1 1200); do [ -f {BASE}/auth_hidden_sensor/{{{{ run_id }}}}/read_at ] && exit 0; "
     "sleep 0.5; done; echo 'the reader never read while the writer was running'; exit 1"
 )
 with DAG(
     "auth_hidden_sensor", schedule=None, start_date=START, catchup=False, tags=["authoring"]
 ) as sensor_dag:
     _tasks("auth_hidden_sensor", WAIT_FOR_READER)
-fix_hidden_dependencies(sensor_dag, mode="sensor", timeout=timedelta(minutes=5), poke_interval=1)
+fix_hidden_dependencies(sensor_dag, mode="sensor", timeout=timedelta(minutes=15), poke_interval=1)

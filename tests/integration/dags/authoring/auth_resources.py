@@ -28,7 +28,7 @@ def _wait_for_other(me: str, other: str) -> str:
     flag = BASE + "/{{ run_id }}"
     return (
         f"mkdir -p {flag}; echo $CUDA_VISIBLE_DEVICES > {flag}/{me}; "
-        f"for i in $(seq 1 240); do [ -f {flag}/{other} ] && exit 0; sleep 0.5; done; "
+        f"for i in $(seq 1 1200); do [ -f {flag}/{other} ] && exit 0; sleep 0.5; done; "
         f"echo '{other} never ran while {me} was running'; exit 1"
     )
 

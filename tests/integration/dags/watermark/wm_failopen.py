@@ -1,9 +1,11 @@
 """A reservation that holds pool ``gpu_fo`` (capacity 2) at 0, for the fail-open test.
 
-``hold`` (1 slot, 120 s) takes the pool's only slot (the test sizes the pool 1 before the run); once
+``hold`` (1 slot) takes the pool's only slot (the test sizes the pool 1 before the run) until the file
+named by the run's conf ``release`` exists (at most 15 min; 120 s when the conf names none); once
 ``gate`` is done, ``wide`` (2 slots, priority 100) and three 1-slot tasks wait. A controller with
 ``backfill: false`` then holds the pool at ``C - w = 0`` for ``wide`` until ``hold`` ends; the test
-kills it there and the scheduler's watchdog must open the pool again.
+kills it there and the scheduler's watchdog must open the pool again. The test releases ``hold`` when
+it has seen all that, however long the controller and the CLI took to start on a loaded machine.
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ with DAG(
 ):
     hold = BashOperator(
         task_id="hold",
-        bash_command="sleep 120",
+        bash_command=(
+            "n={{ 900 if dag_run.conf.get('release') else 120 }}; "
+            "for i in $(seq 1 $n); do [ -f \"{{ dag_run.conf.get('release', '') }}\" ] && exit 0; "
+            "sleep 1; done"
+        ),
         pool="gpu_fo",
         pool_slots=1,
         priority_weight=50,
