@@ -133,14 +133,17 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         yield e
 
 
-# -- time (first: its 75 s wait overlaps the runs triggered by the fixture) ---------------------------
+# -- time (first: its wait overlaps the runs triggered by the fixture) --------------------------------
+WINDOW_LEAD_S = 120  # under load (2 cores, 15 runs in flight) the sensor may take a while to start
+
+
 def test_start_window_waits_until_it_opens(env: Env) -> None:
-    # triggered here (not up front) so the window is still closed when the sensor first runs
-    # 75 s ahead: under load (a 2-core CI machine, 15 runs in flight) the sensor may take a while to start
-    opens = (datetime.now(UTC) + timedelta(seconds=75)).replace(microsecond=0)
+    # triggered here (not up front) so the window is still closed when the sensor first runs; it must
+    # be seen deferred well before the window opens (a 1 s poll could miss a deferral of a second)
+    opens = (datetime.now(UTC) + timedelta(seconds=WINDOW_LEAD_S)).replace(microsecond=0)
     window = {"opens": _hms(opens), "closes": _hms(opens + timedelta(hours=1))}
     env.runs["window_wait"] = ("edges_window", env.cluster.trigger("edges_window", window))
-    env.wait_state("window_wait", "skip_task__window", "deferred", timeout=75)
+    env.wait_state("window_wait", "skip_task__window", "deferred", timeout=WINDOW_LEAD_S - 15)
     assert env.states("window_wait")["skip_task"] in (None, "none", "scheduled")
     assert env.finish("window_wait") == "success"
     for task_id in ("skip_task", "fail_task"):

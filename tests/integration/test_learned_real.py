@@ -166,7 +166,7 @@ def test_our_running_gpu_tasks_do_not_shrink_their_pool(
         controller = WatermarkController(config, client, {"gpu_default": source}, default_duration=30)
         controller.tick()
         assert cluster.get_pool("gpu_default")["slots"] == HOST_GPUS - 1
-        run_id = cluster.trigger("learned_our_gpus")
+        run_id = cluster.trigger("learned_our_gpus", {"barrier": str(LEASE_DIR.parent / "barrier")})
         sizes: list[tuple[int, int, str]] = []  # (pool size, blind capacity, detail) per tick
         stop = threading.Event()
 

@@ -39,7 +39,8 @@ for name, fallback in (("edges_data", True), ("edges_data_strict", False)):
             consume,
             path=f"{BASE}/{name}/{{{{ run_id }}}}",
             asset=Asset(name, uri=f"file://{BASE}/{name}"),
-            timeout=timedelta(seconds=180 if fallback else 12),
+            # long enough for data_late_marker, whose _SUCCESS the test writes after the window test
+            timeout=timedelta(seconds=900 if fallback else 12),
             poke_interval=1,
             fallback_to_last_good=fallback,
             task_id=f"wait_{name}",
