@@ -147,16 +147,22 @@ def test_two_controllers_do_not_fight(
     cluster: AirflowCluster, client: AirflowRestClient, tmp_path: Path
 ) -> None:
     pool = "gpu_lease"
-    lease = {"lock_file": None, "variable": "gpu_dag_watermark_lease_test", "ttl": 3}
+    # a 30 s lease on a clock the test moves forward: a slow tick on a loaded machine cannot let it lapse
+    lease = {"lock_file": None, "variable": "gpu_dag_watermark_lease_test", "ttl": 30}
     config = _config(pool, lease=lease)
-    one = build_controller(config, client, "controller-one", {pool: FakeSource(4)})
-    two = build_controller(config, client, "controller-two", {pool: FakeSource(2)})
+    ahead = [0.0]
+
+    def clock() -> float:
+        return time.time() + ahead[0]
+
+    one = build_controller(config, client, "controller-one", {pool: FakeSource(4)}, clock=clock)
+    two = build_controller(config, client, "controller-two", {pool: FakeSource(2)}, clock=clock)
     for _ in range(3):
         assert one.tick() and not two.tick()
         assert cluster.get_pool(pool)["slots"] == 4
     variable = cluster.api("GET", "/variables/gpu_dag_watermark_lease_test").json()
     assert json.loads(variable["value"])["holder"] == "controller-one"
-    time.sleep(3.5)  # "one" crashed: its lease expires
+    ahead[0] += 31  # "one" crashed: its lease expires
     assert two.tick() and cluster.get_pool(pool)["slots"] == 2
     assert not one.tick()  # back from the dead, it stands by
     assert cluster.get_pool(pool)["slots"] == 2
