@@ -44,7 +44,6 @@ import contextlib
 import importlib.util
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -118,6 +117,10 @@ class ChaosSettings:
     #: that work is in flight through every fault however long the injections take (under load a
     #: restart can take minutes, and the runs triggered over ``trigger_spread`` may all be done).
     hold_for_last_fault: int = 0
+    #: Retries of every task of the DAG copies (None: the examples' own, 1). The scheduler fault kills
+    #: every running try and a long api-server outage may too: a try already retried once would fail
+    #: its run, which says nothing about recovery.
+    retries: int | None = None
     #: LocalExecutor slots. Above the number of concurrent LLM runs plus the GPUs: the fallback ladder's
     #: start-deadline sensor holds a slot while it waits (poke mode), and with as many of them running
     #: as there are slots the task it watches never gets one (see docs/benchmarks/chaos.md).
@@ -166,7 +169,13 @@ def chaos_cluster(work: Path, settings: ChaosSettings, db_url: str | None) -> Ai
     dags = work / "dags"
     dags.mkdir(parents=True, exist_ok=True)
     for name in ("llm_pipeline.py", "hparam_sweep.py"):
-        shutil.copy(ROOT / "dags" / name, dags / name)
+        source = (ROOT / "dags" / name).read_text()
+        if settings.retries is not None:
+            own = '"retries": 1}'
+            if source.count(own) != 1:
+                raise RuntimeError(f"dags/{name}: expected one {own!r} in default_args to replace")
+            source = source.replace(own, f'"retries": {int(settings.retries)}}}')
+        (dags / name).write_text(source)
     return AirflowCluster(
         dags,
         pools={POOL: GPUS},

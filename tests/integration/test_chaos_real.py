@@ -39,6 +39,7 @@ SETTINGS = chaos.ChaosSettings(
     learning_rates=(0.1,),
     trigger_spread=75.0,  # runs keep arriving while the faults are injected
     hold_for_last_fault=1,  # and the last one (a pipeline) not before the last fault, however slow
+    retries=3,  # a task can die in the scheduler fault and again in the api-server outage
     interval=2.0,
     controller_down=8.0,
     reservation_wait=15.0,

@@ -71,3 +71,12 @@ def test_a_task_already_hit_is_never_chosen_again(tmp_path: Path) -> None:
 
 def test_no_table_means_no_lease(tmp_path: Path) -> None:
     assert chaos._live_gpu_lease(tmp_path) is None
+
+
+def test_dag_copies_take_the_rounds_retries(tmp_path: Path) -> None:
+    chaos.chaos_cluster(tmp_path / "own", chaos.ChaosSettings(), None)  # unstarted: nothing boots
+    chaos.chaos_cluster(tmp_path / "more", chaos.ChaosSettings(retries=3), None)
+    for name in ("llm_pipeline.py", "hparam_sweep.py"):
+        assert '"retries": 1}' in (tmp_path / "own" / "dags" / name).read_text()
+        more = (tmp_path / "more" / "dags" / name).read_text()
+        assert '"retries": 3}' in more and '"retries": 1}' not in more
