@@ -412,7 +412,8 @@ def fault_controller(ctx: Context) -> FaultReport:
     ctx.controller.kill()
     time.sleep(ctx.settings.controller_down)
     ctx.controller.start()
-    active = _wait(lambda: (h := ctx.controller.holder()) and h != before and h, timeout=120)
+    # a CLI boot and a first tick: seconds when idle, minutes on a loaded machine
+    active = _wait(lambda: (h := ctx.controller.holder()) and h != before and h, timeout=300)
     recovered = time.time() if active else None
     time.sleep(2 * ctx.settings.interval)
     shut = shut_time(ctx.sampler.slots_at(at), at, GPUS)
@@ -563,9 +564,12 @@ def fault_capacity(ctx: Context) -> FaultReport:
     restored = time.time()
     ok = _wait(
         lambda: [s for s in ctx.sampler.slots_at(restored) if "source ok" in s[2]],
-        timeout=30 * interval,
+        timeout=max(30 * interval, 300.0),
     )
-    during = [s for s in ctx.sampler.slots_at(at) if s[0] <= restored + interval]
+    # the outage as sampled: up to the first sample that says the source is ok again (on a loaded
+    # machine a tick, or the sample that sees it, can come more than an interval after the restore)
+    until = ok[0][0] if ok else restored + interval
+    during = [s for s in ctx.sampler.slots_at(at) if s[0] < until]
     slots = [s[1] for s in during if s[1] is not None]
     return FaultReport(
         "capacity",

@@ -25,7 +25,8 @@ with DAG(
     max_active_tasks=16,
     default_args={"weight_rule": "absolute", "retries": 0},
 ):
-    prep = BashOperator(task_id="prep", bash_command="sleep 2", pool="default_pool", priority_weight=1)
+    # 6 s: the controller's lookahead must tick (every 2 s) while prep runs, however slow the ticks
+    prep = BashOperator(task_id="prep", bash_command="sleep 6", pool="default_pool", priority_weight=1)
     wide = BashOperator(
         task_id="wide",
         bash_command="sleep 3",
