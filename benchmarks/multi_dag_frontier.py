@@ -83,7 +83,8 @@ from airflow_gpu_dag.core.simulator import RunPriority
 STRETCHES = (0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0)
 CHAINS = (0.0, 1.0, 2.0)
 RESERVATIONS = ("always", "gated")
-ORACLES = ("mix-plan", "mix-plan+evals", "stock-due", "search")
+PLAN_ORACLES = ("mix-plan", "mix-plan+evals")  # one whole-mix plan, two ways of giving it to the runs
+ORACLES = (*PLAN_ORACLES, "stock-due", "search")  # --oracle: all but "search" (--search N)
 #: The search oracle's score weighs a makespan above its target this many times more than other misses.
 SEARCH_MAKESPAN_WEIGHT = 8.0
 
@@ -105,16 +106,12 @@ def members(stretches: Sequence[float], chains: Sequence[float], reservations: S
     return [Member(s, c, r) for s in stretches for c in chains for r in reservations]
 
 
-def member_priority(member: Member, estimated: Sequence[TaskGraph], capacity: int) -> RunPriority:
+def member_priority(member: Member, shapes: Mapping[str, Any]) -> RunPriority:
     """The weights of ``member`` for every run: the objective's keys, the trigger moved earlier by
-    ``chain * max(0, CP - W)``; shapes from the ``estimated`` graphs."""
-    by_id = {g.dag_id: g for g in estimated}
+    ``chain * max(0, CP - W)``; ``shapes`` by DAG id, of the estimated graphs."""
     objective = Objective(member.name, member.stretch, 0.0, 0.0)
-    shapes: dict[str, Any] = {}
 
     def weights(graph: TaskGraph, trigger: float) -> dict[str, int]:
-        if graph.dag_id not in shapes:
-            shapes[graph.dag_id] = run_shape(by_id.get(graph.dag_id, graph), {GPU_POOL: capacity})
         shape = shapes[graph.dag_id]
         chain = max(shape.remaining.values(), default=0.0)
         moved = trigger - member.chain * max(0.0, chain - shape.work)
@@ -249,18 +246,19 @@ def one_instance(job: tuple) -> dict[str, Any]:
     ) -> Iterator[tuple[str, SimulationResult]]:
         stock = run_policy("stock", actual, estimated, trigger, capacity, interval)
         yield "stock", stock
+        shapes = [run_shape(g, {GPU_POOL: capacity}) for g in estimated]
+        by_dag = {g.dag_id: shape for g, shape in zip(estimated, shapes, strict=True)}
         for member in settings:
-            priority = member_priority(member, estimated, capacity)
+            priority = member_priority(member, by_dag)
             gate = member_gate(member)
             yield (
                 member.name,
                 simulate_weights(priority, actual, estimated, trigger, capacity, interval, gate),
             )
         plan = mix_plan(estimated, trigger, capacity, interval) if oracle else {}
-        for name in ORACLES[:2] if oracle else ():  # one plan, two ways of giving it to the runs
+        for name in PLAN_ORACLES if oracle else ():
             priority = oracle_priority(name, plan, runs, actual)
             yield name, simulate_weights(priority, actual, estimated, trigger, capacity, interval)
-        shapes = [run_shape(g, {GPU_POOL: capacity}) for g in estimated]
         stretch = OBJECTIVES["balanced"].stretch
         balanced = [t + stretch * shape.work for t, shape in zip(trigger, shapes, strict=True)]
         if oracle:  # balanced, but no run due later than stock completes it
@@ -402,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"# key-family frontier: {len(jobs)} mixes x {len(settings)} settings; "
         "ratios ours / stock, mean over mixes"
     )
-    oracles = [*(ORACLES[:3] if args.oracle else ()), *(("search",) if args.search else ())]
+    oracles = [n for n in ORACLES if (args.search if n == "search" else args.oracle)]
     report(results, [m.name for m in settings] + oracles)
     print(f"\n# elapsed {time.time() - started:.0f}s")
     return 0
