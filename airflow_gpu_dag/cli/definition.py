@@ -125,7 +125,7 @@ ARG_FOLDER = Arg(
     ("--folder",),
     metavar="PATH",
     default=None,
-    help="Simulate one run of every DAG in this folder, together (all triggered at once unless --trigger).",
+    help="Simulate one run of every DAG in this folder, together: at 0, or at the offsets of its --trigger.",
 )
 ARG_TRIGGER = Arg(
     ("--trigger",),

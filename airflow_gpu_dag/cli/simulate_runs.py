@@ -71,18 +71,18 @@ def _runs(args: argparse.Namespace) -> tuple[list[RunSpec], dict[str, Any]]:
     dags: dict[str, Any] = {}
     folder = getattr(args, "folder", None)
     if folder:
-        loaded = load_dags([folder])
-        if not loaded.dags:
+        dags.update(load_dags([folder]).dags)
+        if not dags:
             raise ValueError(f"no DAG in {folder!r}; point --folder at a folder of DAG files.")
-        dags.update(loaded.dags)
+    in_folder = sorted(dags)
     named = list(dict.fromkeys([*(args.dag_ids or ()), *(r.dag_id for r in triggered)]))
     for dag_id in named:
         if dag_id not in dags:
             dags[dag_id] = find_dag(dag_id, args.file or folder)
     with_trigger = {r.dag_id for r in triggered}
-    runs = triggered + [RunSpec(d, 0.0) for d in (named or sorted(dags)) if d not in with_trigger]
-    if folder and not args.dag_ids and not triggered:
-        runs = [RunSpec(d, 0.0) for d in sorted(dags)]
+    # every DAG of the folder and every DAG id gets one run at 0, unless --trigger gives its runs
+    at_zero = dict.fromkeys([*in_folder, *(args.dag_ids or ())])
+    runs = triggered + [RunSpec(d, 0.0) for d in at_zero if d not in with_trigger]
     return sorted(runs, key=lambda r: r.offset), dags
 
 

@@ -553,6 +553,36 @@ def test_simulate_several_runs_expand_mapped_tasks_too(
     assert "sweep_sim: Mapped tasks simulated as their instances: trial" in capsys.readouterr().out
 
 
+def test_simulate_folder_keeps_every_dag_when_trigger_names_some(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--folder runs every DAG in it; --trigger moves the DAGs it names to their offsets (two runs of
+    the sweep here), the others stay at 0, and a DAG id already in the folder adds no run."""
+    monkeypatch.setattr("airflow_gpu_dag.airflow.history.read_map_counts", lambda *a, **k: {})
+    _write_sweep(tmp_path)
+    (tmp_path / "evaluation.py").write_text(
+        "from airflow.sdk import DAG, task\n"
+        "with DAG('eval_sim', schedule=None):\n"
+        "    @task.gpu(gpus=1, duration='20m')\n"
+        "    def evaluate(): return None\n"
+        "    evaluate()\n"
+    )
+    argv = ("simulate", "--folder", str(tmp_path), "--capacity", "gpu_default=4", "--declared-only")
+    _, alone = run_json(capsys, *argv)
+    assert [(r["dag_id"], r["trigger_offset_s"]) for r in alone["runs"]] == [
+        ("eval_sim", 0.0),
+        ("sweep_sim", 0.0),
+    ]
+    sweep_later = ("--trigger", "sweep_sim=15m", "--trigger", "sweep_sim=1h")
+    for named in ((), ("eval_sim",)):
+        _, moved = run_json(capsys, *argv, *named, *sweep_later)
+        assert [(r["dag_id"], r["trigger_offset_s"]) for r in moved["runs"]] == [
+            ("eval_sim", 0.0),
+            ("sweep_sim", 900.0),
+            ("sweep_sim", 3600.0),
+        ]
+
+
 # -- an unknown [gpu_dag] objective ------------------------------------------------------------------------
 def test_lint_table_keeps_the_setting_name_in_brackets(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
