@@ -10,11 +10,12 @@ GPU count), CPU tasks in Airflow's unlimited ``default_pool``. Deterministic fro
   - sweep: optional data prep (CPU), 4-12 trials of one width (1, 2 or 4 GPUs, 20-120 min each),
     each maybe followed by a 1-GPU evaluation, and maybe a select task (CPU) after all of them.
   - evaluation: one task, 5-60 min, 1 GPU (2 GPUs 15 % of the time).
-  - triggers "spread": each DAG uniformly in [0, rho * GPU-seconds / capacity], rho = 1.
+  - triggers "spread": each DAG uniformly in [0, rho * GPU-seconds / capacity], rho = 1 (mode
+    ``"spread:RHO"``: another rho; a smaller one is a busier pool).
 * variant ``"B"`` (held out, different proportions and durations): 0-4 pipelines with longer,
   wider pre-training and any ordered subset of stages, 2-6 sweeps of 3-16 trials up to 8 GPUs,
   10-60 evaluations with log-uniform 3-90 min durations (2 GPUs 25 %), triggers from a Poisson
-  process with evaluations arriving in bursts, window 0.6-1.4 x GPU-seconds / capacity.
+  process with evaluations arriving in bursts, window 0.6-1.4 x rho x GPU-seconds / capacity.
 * mode ``"once"``: every trigger at 0.
 
 Tie-break order among runs with the same trigger is the (shuffled) order of the mix.
@@ -170,12 +171,28 @@ def gpu_seconds(runs: list[Run]) -> float:
     return sum(n.duration * n.gpu.count for r in runs for n in r.graph.nodes.values() if n.gpu is not None)
 
 
-def triggers(runs: list[Run], capacity: int, mode: str, seed: int, variant: str = "A") -> list[float]:
-    """Trigger time of every run (seconds, the first at 0)."""
+def spread_factor(mode: str) -> float:
+    """``rho`` of a trigger mode: ``"spread"`` 1, ``"spread:0.5"`` 0.5 (the runs arrive twice as fast:
+    the window is rho x GPU-seconds / capacity), ``"once"`` 0."""
     if mode == "once":
+        return 0.0
+    name, _, factor = mode.partition(":")
+    try:
+        rho = float(factor) if factor else 1.0
+    except ValueError:
+        rho = -1.0
+    if name != "spread" or not 0.0 < rho < math.inf:
+        raise ValueError(f"trigger mode {mode!r}: use once, spread or spread:RHO (RHO > 0, e.g. spread:0.5)")
+    return rho
+
+
+def triggers(runs: list[Run], capacity: int, mode: str, seed: int, variant: str = "A") -> list[float]:
+    """Trigger time of every run (seconds, the first at 0); ``mode``: see :func:`spread_factor`."""
+    rho = spread_factor(mode)
+    if rho == 0.0:
         return [0.0] * len(runs)
     rng = random.Random(f"trig:{variant}:{seed}:{capacity}")
-    window = gpu_seconds(runs) / capacity
+    window = rho * gpu_seconds(runs) / capacity
     if variant == "A":
         times = [round(rng.uniform(0.0, window)) for _ in runs]
     else:

@@ -289,7 +289,9 @@ def add_mix_arguments(
     parser.add_argument("--variant", default="A", help="mix generator(s): A, B (comma separated)")
     parser.add_argument("--seeds", default="0-29", help="mix seeds, e.g. 0-29 or 100-129")
     parser.add_argument("--caps", default=caps, help="GPU pool capacities")
-    parser.add_argument("--modes", default=modes, help="trigger modes: spread, once")
+    parser.add_argument(
+        "--modes", default=modes, help="trigger modes: spread, once, spread:RHO (spread:0.5: a busier pool)"
+    )
     parser.add_argument("--estimates", default=estimates, help=f"from {', '.join(ESTIMATES)}")
     parser.add_argument("--interval", type=float, default=60.0, help="controller interval, seconds")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")

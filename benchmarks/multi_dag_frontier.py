@@ -91,31 +91,68 @@ SEARCH_MAKESPAN_WEIGHT = 8.0
 
 @dataclasses.dataclass(frozen=True)
 class Member:
-    """One setting of the key family (see the module docstring)."""
+    """One setting of the key family (see the module docstring). Two variants, off by default:
+    ``cap`` (seconds) caps the stretch, ``due = T + min(s * W, CP + cap)``; ``inherit`` gives a GPU task
+    the earlier key of a GPU task it follows (a stage's train keeps its init's key)."""
 
     stretch: float
     chain: float
     reservation: str
+    cap: float = math.inf
+    inherit: bool = False
 
     @property
     def name(self) -> str:
-        return f"s={self.stretch:g} chain={self.chain:g} {self.reservation}"
+        extra = (f" cap={self.cap / 3600:g}h" if math.isfinite(self.cap) else "") + (
+            " inherit" if self.inherit else ""
+        )
+        return f"s={self.stretch:g} chain={self.chain:g} {self.reservation}{extra}"
 
 
-def members(stretches: Sequence[float], chains: Sequence[float], reservations: Sequence[str]) -> list[Member]:
-    return [Member(s, c, r) for s in stretches for c in chains for r in reservations]
+def members(
+    stretches: Sequence[float],
+    chains: Sequence[float],
+    reservations: Sequence[str],
+    caps: Sequence[float] = (math.inf,),
+    inherit: Sequence[bool] = (False,),
+) -> list[Member]:
+    return [
+        Member(s, c, r, x, i)
+        for s in stretches
+        for c in chains
+        for r in reservations
+        for x in caps
+        for i in inherit
+    ]
+
+
+def inherited_keys(graph: TaskGraph, keys: Mapping[str, float]) -> dict[str, float]:
+    """``keys`` with every GPU task's key at most that of the GPU tasks it follows."""
+    out = dict(keys)
+    for task_id in graph.topological_order():
+        if graph.nodes[task_id].gpu is None:
+            continue
+        for up in graph.upstream(task_id):
+            if graph.nodes[up].gpu is not None:
+                out[task_id] = min(out[task_id], out[up])
+    return out
 
 
 def member_priority(member: Member, shapes: Mapping[str, Any]) -> RunPriority:
     """The weights of ``member`` for every run: the objective's keys, the trigger moved earlier by
-    ``chain * max(0, CP - W)``; ``shapes`` by DAG id, of the estimated graphs."""
+    ``chain * max(0, CP - W)`` (and the member's variants); ``shapes`` by DAG id, of the estimated
+    graphs."""
     objective = Objective(member.name, member.stretch, 0.0, 0.0)
 
     def weights(graph: TaskGraph, trigger: float) -> dict[str, int]:
         shape = shapes[graph.dag_id]
         chain = max(shape.remaining.values(), default=0.0)
         moved = trigger - member.chain * max(0.0, chain - shape.work)
-        return {t: key_weight(k, SIMULATION_EPOCH) for t, k in task_keys(shape, moved, objective).items()}
+        moved -= max(0.0, member.stretch * shape.work - (chain + member.cap))  # 0 unless capped
+        keys = task_keys(shape, moved, objective)
+        if member.inherit:
+            keys = inherited_keys(graph, keys)
+        return {t: key_weight(k, SIMULATION_EPOCH) for t, k in keys.items()}
 
     return weights
 
@@ -371,6 +408,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--chains", default=",".join(f"{c:g}" for c in CHAINS), help="values of chain")
     parser.add_argument("--reservations", default=",".join(RESERVATIONS), help="always, gated")
     parser.add_argument(
+        "--stretch-caps", default="inf", help="hours X of the cap due = T + min(s W, CP + X); inf: none"
+    )
+    parser.add_argument("--inherit", default="no", help="no, yes: GPU tasks keep their GPU parents' keys")
+    parser.add_argument(
         "--oracle",
         action="store_true",
         help="also the whole-mix plans (slow: plans every mix) and stock-due (stock's completion times)",
@@ -388,10 +429,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"reservations: use {', '.join(RESERVATIONS)}")
     if args.search < 0:
         parser.error("--search: a number of simulations per mix, 0 (off) or more")
+    inherit = [i for i in args.inherit.split(",") if i]
+    if set(inherit) - {"no", "yes"}:
+        parser.error("--inherit: use no, yes")
+    try:
+        caps = [float(x) * 3600.0 for x in args.stretch_caps.split(",")]
+    except ValueError:
+        parser.error("--stretch-caps: hours, e.g. inf,2,4")
+    if any(not x > 0 for x in caps):
+        parser.error("--stretch-caps: hours > 0 (inf: no cap)")
     settings = members(
         [float(s) for s in args.stretches.split(",")],
         [float(c) for c in args.chains.split(",")],
         reservations,
+        caps,
+        [i == "yes" for i in inherit],
     )
     jobs = mix_jobs(args, settings, args.oracle, args.search)
     started = time.time()

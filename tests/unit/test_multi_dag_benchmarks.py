@@ -40,6 +40,25 @@ def test_learned_multi_dag_recovers_most_of_the_exact_gain(capsys: pytest.Captur
     assert code == 0 and "| 8 | 4 |" in out and "recovered, mean completion" in out
 
 
+def test_spread_factor_squeezes_the_trigger_window() -> None:
+    """``spread:RHO`` triggers the same runs over RHO times the window of ``spread`` (a busier pool)."""
+    import mixes
+
+    for variant in ("A", "B"):
+        runs = mixes.make_mix(4, variant)
+        window = mixes.gpu_seconds(runs) / 8
+        full = mixes.triggers(runs, 8, "spread", 4, variant)
+        half = mixes.triggers(runs, 8, "spread:0.5", 4, variant)
+        assert max(full) > 0.2 * window and max(half) > 0
+        if variant == "A":  # the same uniform draws, scaled (to the second)
+            assert all(abs(h - f / 2) <= 1.0 for f, h in zip(full, half, strict=True))
+        assert max(half) <= 1.4 * 0.5 * window + 1.0
+    assert mixes.spread_factor("once") == 0.0 and mixes.spread_factor("spread") == 1.0
+    for bad in ("spread:0", "spread:-1", "spread:x", "burst", "spread:inf"):
+        with pytest.raises(ValueError, match="use once, spread or spread:RHO"):
+            mixes.spread_factor(bad)
+
+
 def test_makespan_target_below_the_lower_bound_is_marked_unreachable() -> None:
     import multi_dag
 
@@ -64,6 +83,41 @@ def test_frontier_member_with_the_shipped_settings_is_the_shipped_objective() ->
     ours = frontier.one_instance(job)["results"]["s=3 chain=0 gated"]
     shipped = multi_dag.one_instance(("A", 2, 8, "once", "exact", ["stock", "balanced"], 60.0))
     assert ours == shipped["results"]["balanced"]
+
+
+def test_frontier_variants_cap_the_stretch_and_keep_gpu_parents_keys() -> None:
+    import multi_dag_frontier as frontier
+
+    from airflow_gpu_dag.core.graph import TaskGraph
+    from airflow_gpu_dag.core.objective import key_of_weight, run_shape
+    from airflow_gpu_dag.core.resources import GpuRequest
+    from airflow_gpu_dag.core.runs import SIMULATION_EPOCH
+
+    # load (CPU 10 min) -> init (4 GPUs, 5 min) -> train (4 GPUs, 2 h) -> evaluate (1 GPU, 20 min)
+    g = TaskGraph("pipe")
+    for task_id, minutes, gpus in (("load", 10, 0), ("init", 5, 4), ("train", 120, 4), ("evaluate", 20, 1)):
+        node = g.add(task_id, minutes * 60.0, 0)
+        if gpus:
+            node.gpu, node.pool, node.pool_slots = GpuRequest(gpus), "gpu", gpus
+    for up, down in (("load", "init"), ("init", "train"), ("train", "evaluate")):
+        g.add_edge(up, down)
+    shapes = {"pipe": run_shape(g, {"gpu": 8})}
+    work, cp = shapes["pipe"].work, shapes["pipe"].remaining["load"]  # 65 min of 8 GPUs; 155 min
+
+    def keys(member: object) -> dict[str, float]:
+        weights = frontier.member_priority(member, shapes)(g, 1000.0)  # type: ignore[arg-type]
+        return {t: key_of_weight(w, SIMULATION_EPOCH) or 0.0 for t, w in weights.items()}
+
+    plain = keys(frontier.Member(3.0, 0.0, "gated"))
+    assert plain["load"] == pytest.approx(1000.0 + 3 * work - cp, abs=1)
+    assert plain["train"] > plain["init"]  # the train is due later than its init...
+    kept = keys(frontier.Member(3.0, 0.0, "gated", inherit=True))
+    assert kept["train"] == kept["evaluate"] == kept["init"] == plain["init"]  # ...unless it keeps its key
+    assert kept["load"] == plain["load"]  # a CPU task keeps its own
+    capped = keys(frontier.Member(3.0, 0.0, "gated", cap=1800.0))  # due = T + min(3 W, CP + 30 min)
+    assert capped["load"] == pytest.approx(1000.0 + 1800.0, abs=1)
+    assert keys(frontier.Member(3.0, 0.0, "gated", cap=10 * 3600.0)) == plain  # a cap above 3 W: no change
+    assert frontier.Member(3.0, 0.0, "gated", 7200.0, True).name == "s=3 chain=0 gated cap=2h inherit"
 
 
 def test_frontier_mix_graph_keeps_every_run_and_its_trigger() -> None:
