@@ -76,7 +76,10 @@ def client(cluster: AirflowCluster) -> Iterator[AirflowRestClient]:
 def _config(pool: str, **extra: Any) -> Any:
     lease = extra.pop("lease", {"lock_file": None, "variable": None})
     settings = {"source": 0, "floor": 1, "stale_intervals": 2, "source_timeout": 1.0, **extra}
-    return parse_config({"interval": 1, "pools": {pool: settings}, "lease": lease})
+    # claims of 10 min: the scheduler's watchdog must not fail a pool open between two ticks the test
+    # makes by hand (3 intervals of 1 s would lapse whenever a REST call is slow on a loaded machine)
+    config = {"interval": 1, "fail_open_after": 600, "pools": {pool: settings}, "lease": lease}
+    return parse_config(config)
 
 
 @pytest.mark.parametrize("mode", ["source_error", "crash", "garbage", "hang"])
