@@ -236,6 +236,7 @@ def test_cli_once_and_long_running_with_host_lock(cluster: AirflowCluster, tmp_p
         )
         assert "standing by" in standby.stdout, standby.stdout + standby.stderr[-2000:]
         capacity.unlink()  # the source fails: stale for 1 interval, then floor 0
+        deadline = time.monotonic() + 120  # its own wait: the standby's CLI boot above may take a while
         while cluster.get_pool("gpu_cli")["slots"] != 0:
             assert daemon.poll() is None and time.monotonic() < deadline, (
                 "controller did not fall to the floor"
