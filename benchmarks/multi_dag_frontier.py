@@ -17,8 +17,9 @@ gated). Each member runs with the controller reserving for every wide head (``al
 (:func:`~airflow_gpu_dag.core.planner.packing_weights_plan`) run on the *whole mix* as one graph
 (every run's trigger as its tasks' earliest start), its weights given to every run (``mix-plan``), and
 the same with every evaluation run ahead of everything (``mix-plan+evals``; the oracle knows the kinds);
-and ``stock-due``: ``balanced``'s keys with no run due later than stock completes it (the oracle knows
-stock's completion times).
+``stock-due``: ``balanced``'s keys with no run due later than stock completes it (the oracle knows
+stock's completion times); and ``pipelines s=0|1|2``: ``balanced``'s keys and gate, but the pipelines
+(the runs that end last) due at ``T + s * W`` (the oracle knows which runs are pipelines).
 
 ``--search N`` adds an oracle that sees the outcomes: per mix, a hill-climb over one offset per run
 (``key = offset - remaining(t)``; the shipped keys are ``offset = T + s * W``), starting from
@@ -84,7 +85,9 @@ STRETCHES = (0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0)
 CHAINS = (0.0, 1.0, 2.0)
 RESERVATIONS = ("always", "gated")
 PLAN_ORACLES = ("mix-plan", "mix-plan+evals")  # one whole-mix plan, two ways of giving it to the runs
-ORACLES = (*PLAN_ORACLES, "stock-due", "search")  # --oracle: all but "search" (--search N)
+#: ``pipelines s=X``: pipelines due at ``T + X * W``, every other run at ``balanced``'s (kinds known)
+PIPELINE_ORACLES = {f"pipelines s={x:g}": x for x in (0.0, 1.0, 2.0)}
+ORACLES = (*PLAN_ORACLES, "stock-due", *PIPELINE_ORACLES, "search")  # --oracle: all but "search" (--search N)
 #: The search oracle's score weighs a makespan above its target this many times more than other misses.
 SEARCH_MAKESPAN_WEIGHT = 8.0
 
@@ -306,6 +309,13 @@ def one_instance(job: tuple) -> dict[str, Any]:
                 "stock-due",
                 simulate_weights(priority, actual, estimated, trigger, capacity, interval, gate),
             )
+            for name, pipeline_stretch in PIPELINE_ORACLES.items():  # the makespan's runs first
+                due = [
+                    t + (pipeline_stretch if r.kind == "pipeline" else stretch) * shape.work
+                    for t, r, shape in zip(trigger, runs, shapes, strict=True)
+                ]
+                priority = offset_priority(due, shapes, actual)
+                yield name, simulate_weights(priority, actual, estimated, trigger, capacity, interval, gate)
         if search:
             kinds = [r.kind for r in runs]
             _, best = search_offsets(

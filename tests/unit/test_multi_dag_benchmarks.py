@@ -205,6 +205,17 @@ def test_frontier_oracles_stock_due_and_search_run_on_a_mix() -> None:
     job = ("A", 2, 16, "once", "exact", [frontier.Member(3.0, 0.0, "gated")], True, 5, 60.0)
     instance = frontier.one_instance(job)
     results = instance["results"]
-    assert {"stock-due", "search", "mix-plan", "mix-plan+evals"} <= set(results)
+    assert {"stock-due", "search", "mix-plan", "mix-plan+evals", "pipelines s=0", "pipelines s=2"} <= set(
+        results
+    )
+
+    def mean_of(name: str, kind: str) -> float:
+        times = [c for c, k in zip(results[name]["completion"], instance["kinds"], strict=True) if k == kind]
+        return sum(times) / len(times)
+
+    # the pipelines due earlier than balanced's finish earlier on this mix, and the sweeps pay for it
+    for name in ("pipelines s=0", "pipelines s=1"):
+        assert mean_of(name, "pipeline") < mean_of("s=3 chain=0 gated", "pipeline")
+        assert mean_of(name, "sweep") > mean_of("s=3 chain=0 gated", "sweep")
     runs = len(instance["kinds"])
     assert len(results["search"]["completion"]) == len(results["stock"]["completion"]) == runs
