@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from airflow_gpu_dag.core.estimates import EstimateSettings
 from airflow_gpu_dag.core.resources import EstimateError, parse_duration
+from airflow_gpu_dag.log_once import LogOnce
 
 if TYPE_CHECKING:
     from airflow_gpu_dag.core.objective import Objective
@@ -162,13 +163,11 @@ def watermark_watchdog_interval() -> float:
 
 
 # -- the cross-DAG policy and the planner (read by the priority strategy and the controller) ----------
-_warned: set[str] = set()
+_warned = LogOnce(log)
 
 
 def _warn_once(key: str, message: str, *args: object) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        log.warning(message, *args)
+    _warned.warning(key, message, *args)
 
 
 def objective_name() -> str:

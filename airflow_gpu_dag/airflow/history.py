@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import statistics
-import threading
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from airflow_gpu_dag.core.estimates import (
 )
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.validation import Finding
+from airflow_gpu_dag.log_once import LogOnce
 from airflow_gpu_dag.settings import estimate_settings
 
 log = logging.getLogger(__name__)
@@ -57,8 +57,7 @@ MAP_COUNT_RUNS = 5
 #: Extra rows read per task beyond the window, so dropped tries (zero-length, skew) leave enough.
 _SLACK = 2
 
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
+_warned = LogOnce(log)
 
 T = TypeVar("T")
 
@@ -171,13 +170,7 @@ def read_map_counts(
 
 
 def _once(message: str) -> None:
-    with _warned_lock:
-        first = message not in _warned
-        _warned.add(message)
-    if first:
-        log.warning("%s", message)
-    else:
-        log.debug("%s", message)
+    _warned.warning(message, "%s", message)
 
 
 def _guarded(what: str, dag_id: str, read: Callable[[], T]) -> tuple[T | None, str]:

@@ -21,12 +21,13 @@ from airflow_gpu_dag.airflow.graph import build_task_graph
 from airflow_gpu_dag.core.fingerprint import fingerprint
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.objective import RunShape, run_shape
+from airflow_gpu_dag.log_once import LogOnce
 
 __all__ = ["DagBasis", "build_basis", "fingerprint", "node_id"]
 
 log = logging.getLogger(__name__)
 #: Findings already logged (a basis is rebuilt when capacities change: say each problem once).
-_logged: set[str] = set()
+_logged = LogOnce(log)
 
 
 def node_id(basis_nodes: Mapping[str, Any], task_id: str, map_index: int) -> str | None:
@@ -80,11 +81,9 @@ def build_basis(
         graph, findings = build_task_graph(dag, expand_mapped=True)
         version = fingerprint(graph, {}, {})
         for finding in findings:  # the cluster policy refuses these; a DAG parsed without it gets here
-            if finding.is_error and str(finding) not in _logged:
-                if len(_logged) >= 10_000:
-                    _logged.clear()
-                _logged.add(str(finding))
-                log.warning("airflow-gpu-dag: %s (weighed with the default estimate or request)", finding)
+            if finding.is_error:
+                message = "airflow-gpu-dag: %s (weighed with the default estimate or request)"
+                _logged.warning(str(finding), message, finding)
     caps = {p: c for p, c in capacity.items() if c > 0}
     shape = run_shape(graph, caps)
     return DagBasis(

@@ -23,6 +23,7 @@ from airflow_gpu_dag.core.admission import PendingTask
 from airflow_gpu_dag.core.estimates import DurationEstimate, EstimateSettings, RunSample, estimate_duration
 from airflow_gpu_dag.hints import duration_hint, read_hints
 from airflow_gpu_dag.hooks.rest_client import parse_time
+from airflow_gpu_dag.log_once import LogOnce
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +74,11 @@ class ControllerHistory:
         self._samples: dict[tuple[str, str], tuple[float, list[RunSample]]] = {}
         self._mapped: dict[str, tuple[float, set[str]]] = {}
         self._counts: dict[tuple[str, str], tuple[float, int | None]] = {}
-        self._warned: set[str] = set()
+        self._warned = LogOnce(log)
 
     # -- reading, cached ----------------------------------------------------------------------------
     def _once(self, message: str) -> None:
-        if message not in self._warned:
-            self._warned.add(message)
-            log.warning("%s", message)
+        self._warned.warning(message, "%s", message)
 
     def _fresh(self, cache: Mapping[Any, tuple[float, Any]], key: Any) -> bool:
         entry = cache.get(key)

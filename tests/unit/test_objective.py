@@ -26,6 +26,7 @@ from airflow_gpu_dag.core.objective import (
 from airflow_gpu_dag.core.reservation import decide_pools
 from airflow_gpu_dag.core.rules import INT32_MAX, critical_path_weights, downstream_weights
 from airflow_gpu_dag.core.simulator import simulate
+from airflow_gpu_dag.log_once import LogOnce
 from tests.unit.graphs import draw_task_graph, gpu_graph
 
 HOUR = 3600.0
@@ -245,5 +246,5 @@ def test_key_epoch_setting(monkeypatch: pytest.MonkeyPatch, configured: str | No
         monkeypatch.delenv("AIRFLOW__GPU_DAG__KEY_EPOCH", raising=False)
     else:
         monkeypatch.setenv("AIRFLOW__GPU_DAG__KEY_EPOCH", configured)
-    monkeypatch.setattr(gpu_settings, "_warned", set())
+    monkeypatch.setattr(gpu_settings, "_warned", LogOnce(gpu_settings.log))
     assert gpu_settings.key_epoch() == expected

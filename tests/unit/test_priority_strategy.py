@@ -14,6 +14,7 @@ from airflow.serialization.serialized_objects import DagSerialization
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
 from airflow_gpu_dag.core.objective import DEFAULT_EPOCH, key_of_weight
 from airflow_gpu_dag.core.rules import INT32_MAX
+from airflow_gpu_dag.log_once import LogOnce
 from airflow_gpu_dag.priority.background import Background
 from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, clamp_weight
 
@@ -225,7 +226,7 @@ def test_unknown_objective_is_logged_once_and_the_default_used(
     import airflow_gpu_dag.settings as settings
 
     monkeypatch.setenv("AIRFLOW__GPU_DAG__OBJECTIVE", "fastest")
-    monkeypatch.setattr(settings, "_warned", set())
+    monkeypatch.setattr(settings, "_warned", LogOnce(settings.log))
     assert settings.objective().name == "balanced"
     assert settings.objective().name == "balanced"
     assert caplog.text.count("unknown objective 'fastest'") == 1
