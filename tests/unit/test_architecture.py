@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "hints": 1,
     "settings": 1,
     "metrics": 1,
+    "log_once": 1,
     "datasets": 1,
     "rendering": 1,
     "airflow": 2,
