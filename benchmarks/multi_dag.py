@@ -47,7 +47,7 @@ from mixes import GPU_POOL, KINDS, Run, actual_graphs, make_mix, triggers  # typ
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.objective import OBJECTIVES, ReservationGate, run_shape
 from airflow_gpu_dag.core.planner import packing_weights_plan
-from airflow_gpu_dag.core.runs import predict_runs
+from airflow_gpu_dag.core.runs import believed_durations, predict_runs
 from airflow_gpu_dag.core.schedule import SimulationResult
 from airflow_gpu_dag.core.simulator import RunPriority, simulate
 
@@ -90,16 +90,13 @@ def simulate_weights(
     """Simulate one mix with the weights ``run_priority(graph, trigger)`` gives each run and the watermark
     controller every ``interval`` seconds (``gate``: its reservation gate; None reserves for every wide
     head); the controller believes the ``estimated`` durations."""
-    believed = {
-        f"{i}:{g.dag_id}/{t}": node.duration for i, g in enumerate(estimated) for t, node in g.nodes.items()
-    }
     return simulate(
         list(actual),
         {GPU_POOL: capacity},
         "reservation",
         interval,
         triggers=trigger,
-        estimates=believed,
+        estimates=believed_durations(estimated),
         run_priority=run_priority,
         gate=gate,
     )

@@ -17,10 +17,18 @@ from airflow_gpu_dag.core.rules import downstream_weights
 from airflow_gpu_dag.core.schedule import SimulationResult
 from airflow_gpu_dag.core.simulator import RunPriority, simulate
 
-__all__ = ["SIMULATION_EPOCH", "cross_dag_priority", "predict_runs"]
+__all__ = ["SIMULATION_EPOCH", "believed_durations", "cross_dag_priority", "predict_runs"]
 
 #: The simulator's clock starts at 0; keys are counted from this epoch so every weight stays a key.
 SIMULATION_EPOCH = -10_000_000.0
+
+
+def believed_durations(graphs: Sequence[TaskGraph]) -> dict[str, float]:
+    """The durations the controller believes, keyed as :func:`~airflow_gpu_dag.core.simulator.simulate`
+    names the tasks: ``<run index>:<dag id>/<task id>`` for several runs, the task id for one."""
+    if len(graphs) == 1:
+        return {task_id: node.duration for task_id, node in graphs[0].nodes.items()}
+    return {f"{i}:{g.dag_id}/{t}": node.duration for i, g in enumerate(graphs) for t, node in g.nodes.items()}
 
 
 def cross_dag_priority(
@@ -66,12 +74,7 @@ def predict_runs(
     """
     believed_graphs = list(estimated) if estimated is not None else list(graphs)
     by_id = {g.dag_id: g for g in believed_graphs}
-    believed = {
-        f"{i}:{g.dag_id}/{t}": node.duration
-        for i, g in enumerate(believed_graphs)
-        for t, node in g.nodes.items()
-    }
-    estimates = believed if len(graphs) > 1 else {t: n.duration for t, n in believed_graphs[0].nodes.items()}
+    estimates = believed_durations(believed_graphs)
     if objective is None:
         return simulate(
             list(graphs),
