@@ -766,7 +766,7 @@ def run_round(
                     log(f"fault {name}: recovery {report.recovery_s} s, {report.detail}")
                     reports.append(report)
                     time.sleep(settings.between_faults)
-                trigger.release.set()  # no faults
+                trigger.release.set()  # already set unless there were no faults
                 triggered = trigger.join(timeout=settings.trigger_spread + 600)
                 log(f"triggered {len(triggered)} runs ({trigger.retries} retried triggers)")
                 # a held run has the whole timeout from its release

@@ -120,6 +120,15 @@ Simulations = Callable[
 ]
 
 
+def outcome(result: SimulationResult, start: float) -> dict[str, Any]:
+    """What the figures read of a simulation: every run's ``completion`` time and the ``makespan`` (last
+    end - ``start``, the first trigger)."""
+    return {
+        "completion": [r.completion for r in result.runs],
+        "makespan": max(r.end for r in result.runs) - start,
+    }
+
+
 def measure(
     variant: str, seed: int, capacity: int, mode: str, estimates: str, simulations: Simulations
 ) -> dict[str, Any]:
@@ -130,11 +139,7 @@ def measure(
     actual = actual_graphs(runs, ESTIMATES[estimates], seed, variant)
     trigger = triggers(runs, capacity, mode, seed, variant)
     out = {
-        name: {
-            "completion": [r.completion for r in result.runs],
-            "makespan": max(r.end for r in result.runs) - min(trigger),
-        }
-        for name, result in simulations(runs, estimated, actual, trigger)
+        name: outcome(result, min(trigger)) for name, result in simulations(runs, estimated, actual, trigger)
     }
     return {
         "variant": variant,

@@ -62,6 +62,7 @@ from multi_dag import (  # type: ignore[import-not-found]
     measure,
     misses,
     mix_jobs,
+    outcome,
     run_jobs,
     run_policy,
     simulate_weights,
@@ -224,14 +225,7 @@ def offset_priority(
 def mix_ratios(result: SimulationResult, stock: SimulationResult, kinds: Sequence[str]) -> dict[str, float]:
     """One mix's :func:`multi_dag.instance_ratios` from two simulations of it."""
     start = min(r.trigger for r in stock.runs)
-
-    def outcome(sim: SimulationResult) -> dict[str, Any]:
-        return {
-            "completion": [r.completion for r in sim.runs],
-            "makespan": max(r.end for r in sim.runs) - start,
-        }
-
-    return instance_ratios(outcome(result), outcome(stock), kinds)
+    return instance_ratios(outcome(result, start), outcome(stock, start), kinds)
 
 
 def target_excess(capacity: int, ratios: Mapping[str, float]) -> float:
@@ -311,8 +305,8 @@ def one_instance(job: tuple) -> dict[str, Any]:
             )
             for name, pipeline_stretch in PIPELINE_ORACLES.items():  # the makespan's runs first
                 due = [
-                    t + (pipeline_stretch if r.kind == "pipeline" else stretch) * shape.work
-                    for t, r, shape in zip(trigger, runs, shapes, strict=True)
+                    t + pipeline_stretch * shape.work if r.kind == "pipeline" else b
+                    for t, r, shape, b in zip(trigger, runs, shapes, balanced, strict=True)
                 ]
                 priority = offset_priority(due, shapes, actual)
                 yield name, simulate_weights(priority, actual, estimated, trigger, capacity, interval, gate)
