@@ -42,7 +42,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from multiprocessing import Pool
 from typing import Any
 
-from mixes import GPU_POOL, KINDS, Run, actual_graphs, make_mix, triggers  # type: ignore[import-not-found]
+from mixes import (  # type: ignore[import-not-found]
+    GPU_POOL,
+    KINDS,
+    Run,
+    actual_graphs,
+    make_mix,
+    spread_factor,
+    triggers,
+)
 
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.objective import OBJECTIVES, ReservationGate, run_shape
@@ -301,7 +309,12 @@ def add_mix_arguments(
 
 def mix_jobs(args: argparse.Namespace, *extra: Any) -> list[tuple]:
     """One job per mix the options of :func:`add_mix_arguments` name:
-    ``(variant, seed, capacity, mode, estimates, *extra, interval)``."""
+    ``(variant, seed, capacity, mode, estimates, *extra, interval)``; a bad trigger mode stops here."""
+    for mode in args.modes.split(","):
+        try:
+            spread_factor(mode)
+        except ValueError as err:
+            raise SystemExit(f"error: --modes: {err}") from None
     return [
         (variant, seed, int(cap), mode, estimates, *extra, args.interval)
         for variant in args.variant.split(",")

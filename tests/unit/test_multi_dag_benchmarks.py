@@ -57,6 +57,10 @@ def test_spread_factor_squeezes_the_trigger_window() -> None:
     for bad in ("spread:0", "spread:-1", "spread:x", "burst", "spread:inf"):
         with pytest.raises(ValueError, match="use once, spread or spread:RHO"):
             mixes.spread_factor(bad)
+    import multi_dag
+
+    with pytest.raises(SystemExit, match="--modes: trigger mode 'spread:x'"):  # before any job runs
+        multi_dag.main(["--seeds", "0", "--caps", "8", "--modes", "once,spread:x", "--jobs", "1"])
 
 
 def test_makespan_target_below_the_lower_bound_is_marked_unreachable() -> None:
