@@ -24,7 +24,7 @@ import logging
 import statistics
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from airflow_gpu_dag.airflow.graph import build_task_graph
@@ -225,15 +225,21 @@ def learned_task_graph(
     settings: EstimateSettings | None = None,
     default_duration: float | None = None,
     session: Any = None,
+    past_runs: bool = True,
 ) -> LearnedGraph:
     """The graph of ``dag`` (authoring or serialized) with durations learned from its past runs and,
     with ``expand_mapped``, its mapped tasks expanded (N from literal ``expand()`` arguments, the last
-    runs' map counts, or ``gpu_hints(map_length=N)``). Never raises because of the history."""
+    runs' map counts, or ``gpu_hints(map_length=N)``). Never raises because of the history.
+
+    ``past_runs=False``: the DAG as declared, the metadata database is not read (declared estimates,
+    map counts from literal arguments or ``map_length`` only)."""
     settings = settings or estimate_settings()
+    if not past_runs:
+        settings = replace(settings, enabled=False)
     dag_id = str(dag.dag_id)
     map_counts: dict[str, int] = {}
     note = ""
-    if expand_mapped:
+    if expand_mapped and past_runs:
         mapped = mapped_task_ids(dag)
         if mapped:
             counts, note = _guarded(
@@ -244,5 +250,7 @@ def learned_task_graph(
         dag, default_duration, expand_mapped=expand_mapped, map_counts=map_counts
     )
     estimates = learned_durations(dag_id, declared, settings, session=session)
+    if not past_runs:
+        note = "declared only, past runs not read"
     note = note or next((e.note for e in estimates.values() if e.note), "")
     return LearnedGraph(with_estimates(declared, estimates), declared, estimates, findings, map_counts, note)

@@ -90,7 +90,8 @@ ARG_FACTOR = Arg(
 ARG_DECLARED_ONLY = Arg(
     ("--declared-only",),
     action="store_true",
-    help="Use the declared estimates only (do not read the durations of past runs).",
+    help="Plan the DAG as declared: declared estimates, map counts from literal expand() arguments or "
+    "gpu_hints(map_length=N); past runs are not read.",
 )
 ARG_CRITICAL_ONLY = Arg(("--critical-only",), action="store_true", help="List only the critical tasks.")
 ARG_CAPACITY = Arg(

@@ -21,12 +21,12 @@ __all__ = ["history_note_line", "input_json", "input_notes", "mapped_tasks", "pl
 
 
 def planning_graph(dag: Any, *, declared_only: bool = False) -> LearnedGraph:
-    """The graph of ``dag`` with learned durations (not with ``declared_only``) and mapped tasks
-    expanded; never raises because of the history (an unreadable one is in ``.note``)."""
+    """The graph of ``dag`` with learned durations and mapped tasks expanded; never raises because of
+    the history (an unreadable one is in ``.note``). ``declared_only``: past runs are not read at all
+    (declared estimates; map counts from literal ``expand()`` arguments or ``map_length``)."""
     from airflow_gpu_dag.airflow.history import learned_task_graph
-    from airflow_gpu_dag.core.estimates import EstimateSettings
 
-    return learned_task_graph(dag, settings=EstimateSettings(enabled=False) if declared_only else None)
+    return learned_task_graph(dag, past_runs=not declared_only)
 
 
 def mapped_tasks(graph: TaskGraph) -> tuple[dict[str, int], list[str]]:

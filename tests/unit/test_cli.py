@@ -553,6 +553,43 @@ def test_simulate_several_runs_expand_mapped_tasks_too(
     assert "sweep_sim: Mapped tasks simulated as their instances: trial" in capsys.readouterr().out
 
 
+def test_declared_only_reads_no_past_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--declared-only plans the DAG as declared: neither durations nor map counts are read (before,
+    the map counts were, and a DB without tables printed a second, contradicting note)."""
+
+    def unreadable(*_a: object, **_k: object) -> None:
+        raise RuntimeError("no such table: task_instance")
+
+    monkeypatch.setattr("airflow_gpu_dag.airflow.history.read_map_counts", unreadable)
+    monkeypatch.setattr("airflow_gpu_dag.airflow.history.read_history", unreadable)
+    (tmp_path / "hinted.py").write_text(
+        "from airflow.sdk import DAG, task\n"
+        "from airflow_gpu_dag import gpu_hints\n"
+        "with DAG('sweep_hinted', schedule=None):\n"
+        "    hints = gpu_hints(duration='1h', gpus=2, map_length=3)\n"
+        "    @task(pool='gpu_default', pool_slots=2, executor_config=hints)\n"
+        "    def trial(lr): return lr\n"
+        "    @task\n"
+        "    def rates(): return [0.1, 0.01, 0.001]\n"
+        "    trial.expand(lr=rates())\n"
+    )
+    _write_sweep(tmp_path)
+    argv = ("simulate", "--folder", str(tmp_path), "--capacity", "gpu_default=4")
+    _, declared = run_json(capsys, *argv, "--declared-only")
+    notes = {d["history_note"] for d in declared["dags"].values()}
+    assert notes == {"declared only, past runs not read"}
+    assert declared["dags"]["sweep_hinted"]["mapped_tasks"] == {"trial": 3}
+    _, read = run_json(capsys, *argv)
+    assert {d["history_note"] for d in read["dags"].values()} == {
+        "history unreadable (RuntimeError: no such table: task_instance)"
+    }
+    assert run_cli(*argv, "--declared-only") == 0
+    out = capsys.readouterr().out
+    assert out.count("Note:") == 1 and "Note: declared only, past runs not read" in out
+
+
 def test_simulate_folder_keeps_every_dag_when_trigger_names_some(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
