@@ -171,7 +171,15 @@ class WatermarkController:
     def preflight(self) -> Preflight:
         """Before the first tick: refuse pools another controller group manages, create missing pools
         (see :func:`.lifecycle.preflight`; nothing is written in a dry run)."""
-        return preflight(self.client, self.specs, self.group, self._clock(), dry_run=self.dry_run)
+        return preflight(
+            self.client,
+            self.specs,
+            self.group,
+            self._clock(),
+            dry_run=self.dry_run,
+            holder=self.holder,
+            claim_for=self.config.fail_open_window(),
+        )
 
     def release(self, reason: str) -> list[str]:
         """Fail open: write the pools this controller claimed back to their capacity."""

@@ -3,8 +3,11 @@
 - :func:`preflight` (at start, before the lease is taken): every managed pool is read; a pool that
   carries a live claim of **another** controller group (another lease Variable, another host's lock
   file) is a clear error and nothing is written: two controllers would fight over its size. A missing
-  pool is created (size 0 until the first tick); when one cannot be created, the pools created by this
-  start are deleted again and the error names the pool and the fix.
+  pool is created (size 0 until the first tick, with this controller's claim: another group's
+  controller starting meanwhile is refused); when one cannot be created, the pools created by this
+  start are deleted again and the error names the pool and the fix. A controller that stops before
+  its first tick leaves such a pool at 0 (its capacity was never measured) and says so in the
+  description: :func:`release_pools` on a clean stop, the scheduler's watchdog once the claim lapses.
 - :func:`release_pools` (clean stop: SIGTERM/SIGINT, the end of ``--once``, a lost lease): every pool
   whose claim this process wrote goes back to its capacity and the claim is dropped, so the next
   controller (or another group) starts from an open pool. A pool another controller wrote since is
@@ -23,7 +26,13 @@ from urllib.parse import quote
 
 import airflow_gpu_dag.metrics as metrics
 from airflow_gpu_dag.watermark.config import PoolSpec
-from airflow_gpu_dag.watermark.pool_state import iso_time, parse_pool_state, with_state
+from airflow_gpu_dag.watermark.pool_state import (
+    PoolState,
+    iso_time,
+    parse_pool_state,
+    unsized_description,
+    with_state,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +77,12 @@ def preflight(
     group: str,
     now: float | None = None,
     dry_run: bool = False,
+    holder: str = "",
+    claim_for: float = 0.0,
 ) -> Preflight:
-    """Check the pools before the controller writes anything (see the module docstring).
+    """Check the pools before the controller writes anything (see the module docstring). A pool
+    created here carries the claim of ``holder`` (of ``group``) for ``claim_for`` seconds (none
+    without them).
 
     :raises PreflightError: a pool is unreadable, managed by another controller group, or missing and
         cannot be created.
@@ -107,9 +120,12 @@ def preflight(
     if dry_run:
         report.missing = missing
         return report
+    created = CREATED_DESCRIPTION
+    if holder and claim_for > 0:
+        created = with_state(created, PoolState(lease=group, holder=holder, expires=now + claim_for))
     for name in missing:
         try:
-            client.set_pool(name, 0, CREATED_DESCRIPTION, include_deferred=specs[name].include_deferred)
+            client.set_pool(name, 0, created, include_deferred=specs[name].include_deferred)
         except Exception as err:
             for done in report.created:
                 _delete(client, done)
@@ -135,7 +151,8 @@ def release_pools(
     """Write every pool whose claim ``holder`` wrote back to its capacity, without the claim.
 
     Best effort (a pool that cannot be read or written is logged; the watchdog opens it once the
-    claim lapses). Returns the pools written.
+    claim lapses). Returns the pools written. A pool ``holder`` created but never sized (no capacity
+    known) keeps its size; its claim is dropped and its description says so.
     """
     now = time.time() if now is None else now
     released = []
@@ -143,7 +160,17 @@ def release_pools(
         try:
             pool = client.get_pool(name)
             state = parse_pool_state(pool.get("description")) if isinstance(pool, dict) else None
-            if pool is None or state is None or state.holder != holder or state.capacity is None:
+            if pool is None or state is None or state.holder != holder:
+                continue
+            if state.capacity is None:
+                slots = pool.get("slots")
+                if isinstance(slots, int) and not isinstance(slots, bool):
+                    event = f"released at {iso_time(now)} ({reason})"
+                    text = unsized_description(name, slots, state, event)
+                    client.set_pool(name, slots, text, spec.include_deferred)
+                    log.warning(
+                        "pool %s: left at %d slots: the controller %s before sizing it", name, slots, reason
+                    )
                 continue
             capacity = state.capacity
             text = (

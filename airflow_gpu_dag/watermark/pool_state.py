@@ -36,6 +36,7 @@ __all__ = [
     "iso_time",
     "needs_write",
     "parse_pool_state",
+    "unsized_description",
     "with_state",
 ]
 
@@ -170,3 +171,16 @@ def iso_time(epoch: float) -> str:
         return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     except (OverflowError, OSError, ValueError):
         return f"epoch {epoch:g}"
+
+
+def unsized_description(pool: str, slots: object, state: PoolState, event: str) -> str:
+    """The description of a pool whose controller stopped (``event``: how it ended) before it learnt the
+    pool's capacity: nobody can open it to a size nobody measured, so it keeps its ``slots`` and says
+    how to size it. The state is kept without the claim."""
+    text = (
+        f"gpu-dag watermark: pool {slots}, capacity unknown | {event}: the watermark controller "
+        f"{state.holder or '?'} ({state.lease or '?'}) stopped before it measured the GPUs of this pool, "
+        f"which stays at {slots} slots until a controller sizes it (start one) or you do "
+        f"(airflow pools set {pool} <GPUs> <description>)"
+    )
+    return with_state(text, state.unclaimed())

@@ -14,6 +14,10 @@ A claim lapses ``fail_open_after`` intervals after the controller's last write (
 :mod:`.pool_state`), so a pool that a killed, frozen or credential-less controller left shrunk is
 open again at most ``fail_open_after x interval + watermark_watchdog_interval`` seconds later (plus
 the clock skew between the controller's host and the scheduler's).
+
+A pool whose controller created it and died before its first tick has no capacity to open to (its
+GPUs were never measured): the watchdog keeps its size, drops the lapsed claim and says so in the
+description and the scheduler's log.
 """
 
 from __future__ import annotations
@@ -27,7 +31,13 @@ from typing import Any
 
 from pluggy import HookimplMarker
 
-from airflow_gpu_dag.watermark.pool_state import PoolState, iso_time, parse_pool_state, with_state
+from airflow_gpu_dag.watermark.pool_state import (
+    PoolState,
+    iso_time,
+    parse_pool_state,
+    unsized_description,
+    with_state,
+)
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +58,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Restore:
-    """A pool whose claim lapsed while it was below its capacity."""
+    """A pool whose claim lapsed while it was below its capacity (``capacity``: the size written), or
+    one whose capacity is unknown (``state.capacity`` None: its size is kept, see :attr:`unsized`)."""
 
     pool: str
     slots: int
@@ -56,6 +67,11 @@ class Restore:
     state: PoolState
     old_description: str
     new_description: str
+
+    @property
+    def unsized(self) -> bool:
+        """The controller stopped before it measured the pool: the size stays, the claim goes."""
+        return self.state.capacity is None
 
 
 def failed_open_description(state: PoolState, now: float) -> str:
@@ -71,13 +87,30 @@ def failed_open_description(state: PoolState, now: float) -> str:
 
 
 def expired_pools(pools: Iterable[tuple[Any, Any, Any]], now: float) -> list[Restore]:
-    """The pools of ``(name, slots, description)`` to write back to their capacity at ``now``."""
+    """The pools of ``(name, slots, description)`` whose claim has lapsed at ``now``: those below their
+    capacity (written back to it) and those whose capacity is unknown (claim dropped, size kept)."""
     found = []
     for name, slots, description in pools:
         state = parse_pool_state(description)
-        if state is None or state.expires is None or state.expires > now or state.capacity is None:
+        if state is None or state.expires is None or state.expires > now:
             continue
-        if isinstance(slots, bool) or not isinstance(slots, int) or slots == state.capacity:
+        if isinstance(slots, bool) or not isinstance(slots, int):
+            continue
+        if state.capacity is None:
+            lapsed = iso_time(state.expires)
+            event = f"found by the scheduler's watchdog at {iso_time(now)}, claim lapsed at {lapsed}"
+            found.append(
+                Restore(
+                    str(name),
+                    slots,
+                    slots,
+                    state,
+                    str(description),
+                    unsized_description(name, slots, state, event),
+                )
+            )
+            continue
+        if slots == state.capacity:
             continue
         found.append(
             Restore(
@@ -117,6 +150,18 @@ def restore_expired(now: float | None = None) -> list[Restore]:
             if result.rowcount != 1:
                 continue
             done.append(restore)
+            if restore.unsized:
+                log.warning(
+                    "gpu-dag watchdog: pool %s stays at %d slots: the watermark controller (%s, %s) that "
+                    "created it stopped before it measured the pool's GPUs (claim lapsed %.0fs ago); start "
+                    "the controller or size the pool by hand",
+                    restore.pool,
+                    restore.slots,
+                    restore.state.lease,
+                    restore.state.holder,
+                    now - (restore.state.expires or now),
+                )
+                continue
             log.warning(
                 "gpu-dag watchdog: pool %s failed open %d -> %d slots: the watermark controller's claim "
                 "(%s, %s) lapsed %.0fs ago",
@@ -128,7 +173,8 @@ def restore_expired(now: float | None = None) -> list[Restore]:
                 now - (restore.state.expires or now),
             )
     for restore in done:
-        metrics.watermark_fail_open(restore.pool, "watchdog")
+        if not restore.unsized:
+            metrics.watermark_fail_open(restore.pool, "watchdog")
     return done
 
 

@@ -19,6 +19,7 @@ from airflow_gpu_dag.watermark.lifecycle import CREATED_DESCRIPTION, PreflightEr
 from airflow_gpu_dag.watermark.pool_state import (
     PoolState,
     comparable,
+    human_part,
     needs_write,
     parse_pool_state,
     with_state,
@@ -233,13 +234,62 @@ def test_a_pool_that_cannot_be_created_is_a_clear_error_and_leaves_nothing_behin
     assert rest.deleted == ["gpu_a"] and rest.pools == {} and rest.variables == {}
 
 
-def test_missing_pools_are_created_closed_until_the_first_tick() -> None:
+def test_missing_pools_are_created_closed_and_claimed_until_the_first_tick() -> None:
     rest, clock = FakeRest(), {"t": NOW}
     controller = make(rest, clock)
     assert controller.preflight().created == ["gpu"]
-    assert rest.pools["gpu"]["slots"] == 0 and rest.pools["gpu"]["description"] == CREATED_DESCRIPTION
+    assert rest.pools["gpu"]["slots"] == 0
+    assert human_part(rest.pools["gpu"]["description"]) == CREATED_DESCRIPTION
+    created = state(rest)
+    assert (created.lease, created.holder, created.capacity) == (controller.group, "me", None)
+    assert created.expires == NOW + 3 * INTERVAL
+    # another group's controller starting meanwhile is refused: two would fight over the new pool
+    other = make(rest, clock, lease={"lock_file": None, "variable": "lease_b"}, holder="b")
+    with pytest.raises(PreflightError, match="managed by another watermark controller"):
+        other.preflight()
     controller.tick()
-    assert rest.pools["gpu"]["slots"] == 4
+    assert rest.pools["gpu"]["slots"] == 4 and state(rest).capacity == 4
+
+
+def test_a_controller_that_dies_before_its_first_tick_leaves_a_closed_pool_that_says_so() -> None:
+    """Its capacity was never measured: nobody can open it, but the watchdog drops the lapsed claim
+    (the pool is free for any controller) and the description says what happened and the fix."""
+    rest, clock = FakeRest(), {"t": NOW}
+    make(rest, clock).preflight()  # then killed
+    pool = rest.pools["gpu"]
+    rows = [("gpu", pool["slots"], pool["description"])]
+    assert watchdog.expired_pools(rows, NOW + 29) == []
+    (found,) = watchdog.expired_pools(rows, NOW + 30)
+    assert found.unsized and (found.slots, found.capacity) == (0, 0)
+    assert (
+        "capacity unknown" in found.new_description and "stopped before it measured" in found.new_description
+    )
+    assert "airflow pools set gpu <GPUs>" in found.new_description
+    after = parse_pool_state(found.new_description)
+    assert after is not None and after.expires is None and after.capacity is None
+    assert watchdog.expired_pools([("gpu", 0, found.new_description)], NOW + 60) == []  # said once
+    # a controller of another group may start now
+    other = make(rest, clock, lease={"lock_file": None, "variable": "lease_b"}, holder="b")
+    rest.pools["gpu"]["description"] = found.new_description
+    clock["t"] = NOW + 60
+    assert other.preflight().created == [] and other.tick() and rest.pools["gpu"]["slots"] == 4
+
+
+def test_a_clean_stop_before_the_first_tick_drops_the_claim_of_the_pool_it_created() -> None:
+    rest, clock = FakeRest(), {"t": NOW}
+    controller = make(rest, clock)
+    controller.preflight()
+    rest.ti_error = RestError("GET /api/v2/dags/~/dagRuns/~/taskInstances: HTTP 503", 503)
+    (outcome,) = controller.tick()  # the first tick cannot size it: nothing written
+    assert not outcome.written and rest.writes == [("gpu", 0)] and state(rest).holder == "me"
+    controller.shutdown("stopped by SIGTERM")
+    assert controller.released == [] and rest.pools["gpu"]["slots"] == 0
+    after = state(rest)
+    assert after.expires is None and after.holder is None
+    assert (
+        "released at" in rest.pools["gpu"]["description"]
+        and "stopped by SIGTERM" in rest.pools["gpu"]["description"]
+    )
 
 
 # -- the watchdog --------------------------------------------------------------------------------------------
