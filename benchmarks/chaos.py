@@ -892,6 +892,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--rounds", choices=("both", "chaos", "baseline"), default="both")
     parser.add_argument("--baseline-json", type=Path, help="a fault-free round's JSON to compare with")
+    parser.add_argument(
+        "--trigger-spread",
+        type=float,
+        default=0.0,
+        help="trigger the runs over this many seconds (0: at once)",
+    )
+    parser.add_argument(
+        "--hold-for-last-fault",
+        type=int,
+        default=0,
+        help="the last N runs wait until the last fault begins (work in flight through every fault)",
+    )
+    parser.add_argument(
+        "--retries",
+        type=int,
+        default=None,
+        help="retries of every task of the DAG copies (default: theirs, 1)",
+    )
     parser.add_argument("--sqlite", action="store_true", help="the harness's SQLite instead of PostgreSQL")
     parser.add_argument("--json", type=Path, help="write the (last) round's result as JSON here")
     args = parser.parse_args(argv)
@@ -908,6 +926,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sqlite=args.sqlite,
         parallelism=args.parallelism,
         objective=args.objective,
+        trigger_spread=args.trigger_spread,
+        hold_for_last_fault=args.hold_for_last_fault,
+        retries=args.retries,
     )
     baseline = _result_from_json(json.loads(args.baseline_json.read_text())) if args.baseline_json else None
     results = []

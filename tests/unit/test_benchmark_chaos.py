@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.scripts import load_script
 
 chaos = load_script("benchmarks/chaos.py", "gpu_dag_benchmark_chaos_unit")
@@ -80,3 +82,36 @@ def test_dag_copies_take_the_rounds_retries(tmp_path: Path) -> None:
         assert '"retries": 1}' in (tmp_path / "own" / "dags" / name).read_text()
         more = (tmp_path / "more" / "dags" / name).read_text()
         assert '"retries": 3}' in more and '"retries": 1}' not in more
+
+
+def test_the_command_line_can_run_the_ci_rounds_shape(monkeypatch: Any) -> None:
+    """--trigger-spread, --hold-for-last-fault and --retries reach the round (the CI round's settings
+    at full size; docs/benchmarks/chaos.md#the-ci-round)."""
+    seen: list[Any] = []
+
+    class _Stop(Exception):
+        pass
+
+    def fake_round(settings: Any, *_a: Any, **_k: Any) -> Any:
+        seen.append(settings)
+        raise _Stop
+
+    monkeypatch.setattr(chaos, "run_round", fake_round)
+    monkeypatch.setattr(chaos, "database", lambda _sqlite: _NoDatabase())
+    argv = ["--rounds", "chaos", "--trigger-spread", "75", "--hold-for-last-fault", "1", "--retries", "3"]
+    with pytest.raises(_Stop):
+        chaos.main(argv)
+    (settings,) = seen
+    assert (settings.trigger_spread, settings.hold_for_last_fault, settings.retries) == (75.0, 1, 3)
+    seen.clear()
+    with pytest.raises(_Stop):
+        chaos.main(["--rounds", "chaos"])
+    assert (seen[0].trigger_spread, seen[0].hold_for_last_fault, seen[0].retries) == (0.0, 0, None)
+
+
+class _NoDatabase:
+    def __enter__(self) -> str:
+        return "sqlite://"
+
+    def __exit__(self, *_: object) -> None:
+        return None
