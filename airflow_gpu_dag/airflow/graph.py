@@ -131,6 +131,7 @@ def _plan_rungs(hints: dict[str, Any], duration: float, attrs: dict[str, object]
         "assumed_rung": fallback.get("assumed_rung", fallback.get("rung") if index == 0 else None),
         "expected_duration": duration,
         "start_within_s": fallback.get("start_within_s"),
+        "watched": fallback.get("watched"),
     }
     return planned
 

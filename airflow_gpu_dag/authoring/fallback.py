@@ -73,6 +73,7 @@ from airflow_gpu_dag.core.pools import pool_for_gpu_type
 from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_duration, parse_estimate
 from airflow_gpu_dag.hints import HINTS_KEY, gpu_hints, read_hints
 from airflow_gpu_dag.operators.fallback import FallbackDecision, FallbackResult
+from airflow_gpu_dag.operators.gpu_spec import building_rung
 from airflow_gpu_dag.sensors.start_deadline import StartDeadlineSensor
 
 if TYPE_CHECKING:
@@ -202,12 +203,18 @@ class FallbackLadder(DependencyMixin):
 
 
 def _apply_rung_defaults(
-    ladder_id: str, rung: Rung, task: BaseOperator, index: int, rungs: Sequence[Rung], assumed: int
+    ladder_id: str,
+    rung: Rung,
+    task: BaseOperator,
+    index: int,
+    rungs: Sequence[Rung],
+    assumed: int,
+    watched: bool,
 ) -> None:
     """Pool, pool slots, GPU hints and (Kubernetes) the schedule timeout of a rung's task. The hints
-    record the rung's place in the ladder and the rung the plan assumes (``plan_rung``): the plan
-    counts that rung's estimate, the ``start_within`` of the rungs before it, and 0 for the rungs
-    after it (they run only when it could not start)."""
+    record the rung's place in the ladder, whether a watcher skips it (``watched``) and the rung the
+    plan assumes (``plan_rung``): the plan counts that rung's estimate, the ``start_within`` of the
+    rungs before it, and 0 for the rungs after it (they run only when it could not start)."""
     from airflow.sdk.bases.operator import DEFAULT_POOL_NAME
 
     if rung.gpus and task.pool == DEFAULT_POOL_NAME:
@@ -230,6 +237,7 @@ def _apply_rung_defaults(
             "assumed_index": assumed,
             "assumed_rung": rungs[assumed].name,
             "start_within_s": rung.start_within_seconds,
+            "watched": watched,
         },
     }
     task.executor_config = config
@@ -306,7 +314,15 @@ def fallback_ladder(
         group_id, tooltip=tooltip or f"fallback ladder: {' -> '.join(r.name for r in rungs)}"
     ) as group:
         for index, rung in enumerate(rungs):
-            task = factory(rung)
+            place = {
+                "ladder": group_id,
+                "rung": rung.name,
+                "index": index,
+                "rungs": len(rungs),
+                "start_within_s": rung.start_within_seconds,
+            }
+            with building_rung(place):  # a rung that can never start only warns: the ladder moves on
+                task = factory(rung)
             if not isinstance(task, BaseOperator):
                 raise FallbackError(
                     f"{where}, rung {rung.name!r}: the factory returned {type(task).__name__}; it must "
@@ -318,13 +334,13 @@ def fallback_ladder(
                     f"{where}: the factory built task {task.task_id!r} for rung {rung.name!r}; create it "
                     f"with task_id=rung.name inside the factory"
                 )
-            _apply_rung_defaults(group_id, rung, task, index, rungs, assumed)
             detects_itself = bool(getattr(task, "reports_not_started", False))
             watch = (
                 rung.watch
                 if rung.watch is not None
                 else (rung.start_within is not None and not detects_itself)
             )
+            _apply_rung_defaults(group_id, rung, task, index, rungs, assumed, watch)
             if watch and rung.start_within is None:
                 raise FallbackError(f"{where}, rung {rung.name!r}: watch=True needs start_within, e.g. '20m'")
             if index < len(rungs) - 1 and rung.start_within is None and not detects_itself:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from airflow_gpu_dag.airflow.history import LearnedGraph
     from airflow_gpu_dag.core.estimates import DurationEstimate
     from airflow_gpu_dag.core.graph import TaskGraph
+    from airflow_gpu_dag.core.ladders import UnfitRung
 
 __all__ = ["history_note_line", "input_json", "input_notes", "mapped_tasks", "planning_graph"]
 
@@ -61,9 +62,11 @@ def input_notes(
     *,
     verb: str = "shown",
     label: str = "",
+    capacity: Mapping[str, int] | None = None,
 ) -> list[str]:
     """Lines saying what ``graph`` assumed; ``verb``: what was done with a mapped task's instances
-    (``shown``, ``simulated``); ``label``: a prefix naming the DAG when several are reported."""
+    (``shown``, ``simulated``); ``label``: a prefix naming the DAG when several are reported;
+    ``capacity``: the pools simulated (fallback rungs too large for them are named)."""
     lines = []
     learned = _learned(estimates)
     if learned:
@@ -82,10 +85,17 @@ def input_notes(
             f"Mapped tasks with an unknown number of instances ({verb} once): {', '.join(unknown)}; "
             "declare one with gpu_hints(map_length=N)."
         )
+    lines += [f"{rung.describe()}." for rung in _unfit(graph, capacity)]
     return [f"{label}{line}" for line in lines]
 
 
-def input_json(learned: LearnedGraph) -> dict[str, Any]:
+def _unfit(graph: TaskGraph, capacity: Mapping[str, int] | None) -> list[UnfitRung]:
+    from airflow_gpu_dag.core.ladders import unfit_rungs
+
+    return unfit_rungs(graph, capacity) if capacity else []
+
+
+def input_json(learned: LearnedGraph, capacity: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The same as :func:`input_notes`, for ``-o json``."""
     counts, unknown = mapped_tasks(learned.graph)
     return {
@@ -93,4 +103,5 @@ def input_json(learned: LearnedGraph) -> dict[str, Any]:
         "history_note": learned.note,
         "mapped_tasks": counts,
         "mapped_unknown": unknown,
+        "unfit_rungs": [rung.describe() for rung in _unfit(learned.graph, capacity)],
     }

@@ -185,9 +185,9 @@ def simulate(args: argparse.Namespace) -> None:
     gantt_path = render.write_schedules_gantt(args.gantt, title, results, critical) if args.gantt else None
     if json_output:
         data = _json_result(graph, capacity, critical, gantt_path, results)
-        render.print_json({**data, **input_json(learned)})
+        render.print_json({**data, **input_json(learned, capacity)})
         return
     _print_tables(results, critical, capacity, args.policy, gantt_path)
     out = render.console()
-    for line in input_notes(graph, learned.estimates, learned.note, verb="simulated"):
+    for line in input_notes(graph, learned.estimates, learned.note, verb="simulated", capacity=capacity):
         out.print(line, markup=False)

@@ -155,7 +155,7 @@ def _json(outcome: _Outcome) -> dict:
     runs, capacity, results, objective = outcome.runs, outcome.capacity, outcome.results, outcome.objective
     return {
         "capacity": capacity,
-        "dags": {dag_id: input_json(learned) for dag_id, learned in outcome.graphs.items()},
+        "dags": {dag_id: input_json(learned, capacity) for dag_id, learned in outcome.graphs.items()},
         "objective": {
             "name": objective.name,
             "stretch": objective.stretch,
@@ -222,7 +222,10 @@ def _print(outcome: _Outcome) -> None:
         markup=False,
     )
     for dag_id, g in outcome.graphs.items():
-        for line in input_notes(g.graph, g.estimates, "", verb="simulated", label=f"{dag_id}: "):
+        notes = input_notes(
+            g.graph, g.estimates, "", verb="simulated", label=f"{dag_id}: ", capacity=capacity
+        )
+        for line in notes:
             out.print(line, markup=False)
     for note in dict.fromkeys(g.note for g in outcome.graphs.values() if g.note):  # once, not per DAG
         out.print(history_note_line(note), markup=False)

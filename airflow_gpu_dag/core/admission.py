@@ -32,7 +32,9 @@ class ReadyTask:
     ``key`` is unique (e.g. ``"dag_id/run_id/task_id/map_index"``); ``priority`` is the task's
     ``priority_weight``; ``duration`` the estimated run time in seconds; ``order`` the tie-break after
     ``-priority``, like Airflow's ``(logical_date, map_index)`` (any tuple of comparable values);
-    ``run`` (keyword only) identifies its DAG run (``"dag_id/run_id"``; empty: unknown).
+    ``run`` (keyword only) identifies its DAG run (``"dag_id/run_id"``; empty: unknown);
+    ``falls_back`` (keyword only): a fallback rung whose ladder moves on when it cannot start
+    (:func:`airflow_gpu_dag.core.ladders.can_fall_back`).
     """
 
     key: str
@@ -42,6 +44,7 @@ class ReadyTask:
     duration: float
     order: tuple = ()
     run: str = field(default="", kw_only=True)
+    falls_back: bool = field(default=False, kw_only=True)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, RunningTask
 from airflow_gpu_dag.core.bounds import lower_bound
 from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.ladders import fit_ladders
 from airflow_gpu_dag.core.objective import ReservationGate
 from airflow_gpu_dag.core.pools import task_pool, task_slots
 from airflow_gpu_dag.core.reservation import decide_pool, decide_pools
@@ -480,8 +481,8 @@ def simulate(
         raise ValueError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
     if not 0 <= controller_interval < math.inf:  # also NaN
         raise ValueError(f"controller_interval must be finite seconds >= 0, got {controller_interval!r}")
-    graphs = _as_graphs(graph)
     caps = {p: int(c) for p, c in capacity.items()}
+    graphs = [fit_ladders(g, caps) for g in _as_graphs(graph)]  # a rung that never fits falls back
     _check_capacity(graphs, caps)
     times = [0.0] * len(graphs) if triggers is None else [float(t) for t in triggers]
     if len(times) != len(graphs) or any(not math.isfinite(t) or t < 0 for t in times):

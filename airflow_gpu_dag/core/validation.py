@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from airflow_gpu_dag.core.findings import ERROR, WARNING, Finding
 from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.ladders import as_rung_findings
 from airflow_gpu_dag.core.pools import DEFAULT_POOL, task_pool
 from airflow_gpu_dag.core.requests import InventorySummary, RequestLimits, check_gpu_request
 from airflow_gpu_dag.core.resources import format_duration
@@ -146,7 +147,8 @@ def _check_resources(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Fin
                 f"create it (airflow pools set {shlex.quote(pool)} <slots> '<description>') "
                 "or use a known pool.",
             )
-        yield from check_gpu_request(graph.dag_id, node.task_id, node.gpu, pool, node.pool_slots, limits)
+        found = check_gpu_request(graph.dag_id, node.task_id, node.gpu, pool, node.pool_slots, limits)
+        yield from as_rung_findings(found, node.attrs.get("fallback"))
 
 
 def _check_estimates(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Finding]:

@@ -11,10 +11,14 @@ from the findings of :func:`airflow_gpu_dag.core.requests.check_gpu_request` aga
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_gpu_dag.core.ladders import as_rung_findings
 from airflow_gpu_dag.core.pools import pool_for_gpu_type
 from airflow_gpu_dag.core.requests import RequestLimits, check_gpu_request
 from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_duration, parse_estimate
@@ -29,9 +33,12 @@ from airflow_gpu_dag.gpu.inventory import (
 from airflow_gpu_dag.hints import HINTS_KEY, gpu_hints, read_hints
 from airflow_gpu_dag.settings import max_gpus_per_host, pool_capacities
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "GpuTaskError",
     "GpuTaskSpec",
+    "building_rung",
     "current_dag_id",
     "gpu_scheduling_kwargs",
     "parse_time_inventory",
@@ -42,6 +49,21 @@ __all__ = [
 
 class GpuTaskError(ValueError):
     """A GPU task is declared wrongly; raised when the DAG file is parsed."""
+
+
+#: The fallback rung being built (its ``fallback`` hints, see :func:`building_rung`), else None.
+_rung: ContextVar[Mapping[str, Any] | None] = ContextVar("gpu_dag_fallback_rung", default=None)
+
+
+@contextmanager
+def building_rung(fallback: Mapping[str, Any]) -> Iterator[None]:
+    """While a fallback ladder's factory builds a rung: a request that can never be met is a warning,
+    not an error, when the rung can fall back (:func:`airflow_gpu_dag.core.ladders.as_rung_findings`)."""
+    token = _rung.set(fallback)
+    try:
+        yield
+    finally:
+        _rung.reset(token)
 
 
 @dataclass(frozen=True)
@@ -141,10 +163,14 @@ def resolve_gpu_task(
         max_gpus_per_host=max_gpus_per_host(),
         inventory=inventory.summary() if inventory is not None else None,
     )
-    findings = check_gpu_request(dag_id or "", task_id, request, pool, request.count, limits)
+    findings = as_rung_findings(
+        check_gpu_request(dag_id or "", task_id, request, pool, request.count, limits), _rung.get()
+    )
     errors = [f"{where}: {f.message} Fix: {f.fix}" for f in findings if f.is_error]
     if errors:
         raise GpuTaskError("\n".join(errors))
+    for finding in findings:
+        log.warning("%s: %s Fix: %s", where, finding.message, finding.fix)
 
     config = gpu_hints(
         duration=duration,

@@ -32,6 +32,7 @@ from typing import Any
 
 import airflow_gpu_dag.metrics as metrics
 from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, RunningTask
+from airflow_gpu_dag.core.ladders import can_fall_back
 from airflow_gpu_dag.core.objective import ReservationGate
 from airflow_gpu_dag.core.reservation import PoolDecision, decide_pools
 from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
@@ -230,6 +231,9 @@ class WatermarkController:
                             self._duration(ti),
                             rest_values.order(ti),
                             run=_run(ti),
+                            falls_back=can_fall_back(
+                                rest_values.hints(ti.get("executor_config")).get("fallback")
+                            ),
                         )
                     )
                 else:

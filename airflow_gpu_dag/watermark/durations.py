@@ -21,9 +21,10 @@ from typing import Any
 
 from airflow_gpu_dag.core.admission import PendingTask
 from airflow_gpu_dag.core.estimates import DurationEstimate, EstimateSettings, RunSample, estimate_duration
-from airflow_gpu_dag.hints import duration_hint, read_hints
+from airflow_gpu_dag.hints import duration_hint
 from airflow_gpu_dag.hooks.rest_client import parse_time
 from airflow_gpu_dag.log_once import LogOnce
+from airflow_gpu_dag.watermark import rest_values
 
 log = logging.getLogger(__name__)
 
@@ -32,17 +33,6 @@ __all__ = ["DEFAULT_REFRESH", "ControllerHistory"]
 #: Seconds a task's learned duration (and a mapped task's count) is kept before it is read again.
 DEFAULT_REFRESH = 600.0
 _MAP_COUNT_RUNS = 5
-
-
-def _hints(executor_config: object) -> dict[str, Any]:
-    if isinstance(executor_config, str):
-        import ast
-
-        try:
-            executor_config = ast.literal_eval(executor_config) if executor_config.strip() else {}
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            return {}
-    return read_hints(executor_config)
 
 
 class ControllerHistory:
@@ -168,7 +158,7 @@ class ControllerHistory:
         except Exception as err:
             self._once(f"watermark: cannot read mapped task counts over REST ({type(err).__name__}: {err})")
         if count is None:
-            hint = _hints(ti.get("executor_config")).get("map_length")
+            hint = rest_values.hints(ti.get("executor_config")).get("map_length")
             count = hint if isinstance(hint, int) and not isinstance(hint, bool) and hint >= 0 else None
         with self._lock:
             self._counts[key] = (self._clock(), count)

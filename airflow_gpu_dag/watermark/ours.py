@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from airflow_gpu_dag.core.pools import is_gpu_pool
-from airflow_gpu_dag.hints import read_hints
+from airflow_gpu_dag.watermark import rest_values
 
 log = logging.getLogger(__name__)
 
@@ -39,21 +39,10 @@ def normalize_host(name: object) -> str:
         return text.split(".", 1)[0]
 
 
-def _executor_config(value: object) -> Any:
-    if isinstance(value, str):
-        import ast
-
-        try:
-            return ast.literal_eval(value) if value.strip() else {}
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            return {}
-    return value
-
-
 def gpus_of_task_instance(ti: Mapping[str, Any]) -> int:
     """GPUs a task instance (as the REST API returns it) holds: its ``gpus`` hint, else its pool slots
     when it sits in a GPU pool, else 0."""
-    hints = read_hints(_executor_config(ti.get("executor_config")))
+    hints = rest_values.hints(ti.get("executor_config"))
     if "gpus" in hints:
         try:
             return max(0, int(hints["gpus"]))

@@ -14,6 +14,11 @@ task instances. A task whose pool slots exceed its pool's capacity (while the ca
 * ``keep``: it keeps waiting, and the pool description (so the UI's pool table), the controller log and
   the Critical path page say why.
 
+A fallback rung that can fall back (:func:`airflow_gpu_dag.core.ladders.can_fall_back`) is never
+failed, whatever the action: its start-deadline watcher skips it after its ``start_within`` and the
+ladder runs the next rung, which failing it would prevent (a rung that *failed* ends the ladder). It is
+flagged like ``keep``.
+
 A task that fits again (capacity came back) is forgotten. The counts live in the controller's memory:
 a restarted controller counts again from zero, which only delays the verdict.
 """
@@ -53,6 +58,7 @@ class TooLarge:
     limit_what: str
     intervals: int
     failed: bool = False
+    rung: bool = False
 
     @property
     def task(self) -> str:
@@ -61,6 +67,13 @@ class TooLarge:
         return f"{dag_id}.{task_id}{index} (run {run_id})"
 
     def message(self, needed: int) -> str:
+        if self.rung:
+            return (
+                f"{self.task} needs {self.slots} slots of pool {self.pool!r} but {self.limit_what} is "
+                f"{self.limit}, for {self.intervals} controller intervals in a row: a fallback rung, left to "
+                "its ladder (its watcher skips it after start_within and the next rung runs). Fix: drop the "
+                f"rung or grow pool {self.pool!r} if every run falls back."
+            )
         return (
             f"{self.task} needs {self.slots} slots of pool {self.pool!r} but {self.limit_what} is "
             f"{self.limit}, for {self.intervals} controller intervals in a row: it can never start. Fix: "
@@ -122,8 +135,13 @@ class TooLargeWatch:
             seen.add(task.key)
             count = self._counts.get(task.key, 0) + 1
             self._counts[task.key] = count
-            entry = TooLarge(task.key, task.pool, task.slots, found[0], found[1], count)
-            if count >= self.intervals and self.action == "fail" and self._fail(entry):
+            entry = TooLarge(task.key, task.pool, task.slots, found[0], found[1], count, rung=task.falls_back)
+            if (
+                count >= self.intervals
+                and self.action == "fail"
+                and not task.falls_back
+                and self._fail(entry)
+            ):
                 entry = TooLarge(task.key, task.pool, task.slots, found[0], found[1], count, failed=True)
                 failed.add(task.key)
             elif count >= self.intervals:
@@ -150,7 +168,15 @@ class TooLargeWatch:
             return description
         parts = []
         for e in entries[:3]:
-            verdict = "failed" if e.failed else f"waiting {e.intervals}/{self.intervals} intervals"
+            verdict = (
+                "failed"
+                if e.failed
+                else (
+                    "a fallback rung: left to its ladder"
+                    if e.rung
+                    else f"waiting {e.intervals}/{self.intervals} intervals"
+                )
+            )
             parts.append(f"{e.task} needs {e.slots} > {e.limit} ({verdict})")
         more = f" and {len(entries) - 3} more" if len(entries) > 3 else ""
         note = " | too large: " + "; ".join(parts) + more

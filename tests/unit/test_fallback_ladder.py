@@ -102,6 +102,7 @@ class TestStructure:
             "assumed_index": 0,
             "assumed_rung": "8x_a100",
             "start_within_s": 1200.0,
+            "watched": True,
         }
         assert t["train.result"].executor_config["gpu_dag"]["duration_s"] == 0
         watcher = t["train.8x_a100_start_deadline"]
