@@ -2,14 +2,23 @@
 
 Rung 1 needs 4 slots of a 4-slot pool while another task holds 2: it cannot get its slots, its
 start-deadline watcher skips it, and rung 2 (2 slots) runs; downstream gets rung 2's result. A second
-DAG whose rungs can never fit shows the exhausted ladder failing the run.
+DAG whose rungs can never fit shows the exhausted ladder failing the run. A third runs with the
+watermark controller managing the pool: its first rung is larger than the live capacity, and the
+controller's too-large check flags it but leaves it to its watcher, so the ladder falls back.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
+
+from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
+from airflow_gpu_dag.watermark.config import parse_config
+from airflow_gpu_dag.watermark.controller import build_controller
+from airflow_gpu_dag.watermark.sources import CapacityReading
+from airflow_gpu_dag.watermark.too_large import TooLargeWatch
 
 pytestmark = pytest.mark.airflow_real
 
@@ -63,3 +72,54 @@ def test_exhausted_ladder_fails_the_run(airflow_cluster):
     assert states["train.fallback_to_6x"] == "success"
     assert states["train.exhausted"] == "failed"
     assert states["train.result"] == "skipped" and states["evaluate"] == "skipped"
+
+
+class _FourGpus:
+    kind = "fake"
+
+    def read(self) -> CapacityReading:
+        return CapacityReading(4, "fake 4")
+
+
+def test_the_controller_leaves_a_rung_larger_than_the_live_capacity_to_its_ladder(airflow_cluster):
+    """Before, the too-large check failed rung 6x after its intervals: a failed rung ends the ladder (it
+    did not "not start"), so the run failed. Now the check flags it and the watcher skips it after 20 s."""
+    airflow_cluster.wait_for_dag("fallback_real_shrunk")
+    client = AirflowRestClient(airflow_cluster.api_url, airflow_cluster.USERNAME, airflow_cluster.PASSWORD)
+    pool = {"source": 0, "backfill": True}
+    config = parse_config(
+        {
+            "interval": 1,
+            "fail_open_after": 600,  # no fail-open between ticks on a loaded machine
+            "pools": {"fallback_gpus": pool},
+            "lease": {"lock_file": None, "variable": None},
+        }
+    )
+    controller = build_controller(config, client, "fallback-test", {"fallback_gpus": _FourGpus()})
+    controller.too_large = TooLargeWatch(client, intervals=1, action="fail", max_gpus_per_host=None)
+    stop = threading.Event()
+    flagged: list[str] = []
+
+    def tick() -> None:
+        while not stop.is_set():
+            controller.tick()
+            description = str((client.get_pool("fallback_gpus") or {}).get("description"))
+            if "too large" in description:
+                flagged.append(description)
+            stop.wait(1.0)
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    try:
+        run_id = airflow_cluster.trigger("fallback_real_shrunk")
+        ticker.start()
+        state = airflow_cluster.wait_for_run("fallback_real_shrunk", run_id, timeout=300)
+    finally:
+        stop.set()
+        ticker.join(timeout=60)
+        controller.shutdown("test over")
+        client.close()
+    tis = _by_task(airflow_cluster, "fallback_real_shrunk", run_id)
+    states = {t: ti["state"] for t, ti in tis.items()}
+    assert state == "success", (states, flagged[-1:])
+    assert states["train.6x"] == "skipped" and states["train.2x"] == "success", states
+    assert flagged and "train.6x (run" in flagged[0] and "a fallback rung: left to its ladder" in flagged[0]

@@ -7,6 +7,9 @@ runs. ``evaluate`` receives rung 2's result.
 
 ``fallback_real_exhausted``: both rungs need more slots than the pool has; neither can start, the
 ladder is exhausted and the run fails.
+
+``fallback_real_shrunk``: rung 1 needs 6 GPUs of the 4-slot pool, rung 2 fits; run with the watermark
+controller managing the pool (its too-large check must leave the rung to its ladder).
 """
 
 from __future__ import annotations
@@ -78,6 +81,21 @@ with DAG("fallback_real_exhausted", schedule=None, catchup=False, tags=["gpu-dag
         [
             Rung("8x", gpus=8, pool=POOL, start_within=5, params={"batch_size": 64, "grad_accum": 1}),
             Rung("6x", gpus=6, pool=POOL, start_within=5, params={"batch_size": 48, "grad_accum": 1}),
+        ],
+        _rung_task,
+        poke_interval=2,
+    )
+    ev = PythonOperator(task_id="evaluate", python_callable=evaluate, op_args=[ladder.output])
+
+
+with DAG("fallback_real_shrunk", schedule=None, catchup=False, tags=["gpu-dag-test"]):
+    # the first rung needs more than the pool's live capacity (4): the watermark controller must leave it
+    # to its watcher (tests/integration/test_fallback_real.py), not fail it and with it the ladder
+    ladder = fallback_ladder(
+        "train",
+        [
+            Rung("6x", gpus=6, pool=POOL, start_within=20, params={"batch_size": 64, "grad_accum": 1}),
+            Rung("2x", gpus=2, pool=POOL, start_within=60, params={"batch_size": 32, "grad_accum": 2}),
         ],
         _rung_task,
         poke_interval=2,
