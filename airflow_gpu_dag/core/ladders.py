@@ -157,13 +157,13 @@ def _planned(node: TaskNode, role: str) -> TaskNode:
         attrs.setdefault("contingent_duration", expected)
         wait = float(fallback.get("start_within_s") or 0.0)
         return replace(node, duration=wait, gpu=None, pool=None, pool_slots=1, attrs=attrs)
-    if role == "assumed" and previous != "assumed":
-        attrs.pop("contingent_duration", None)
-        return replace(node, duration=expected, attrs=attrs)
-    if role == "contingent" and previous != "contingent":
-        attrs["contingent_duration"] = expected
-        return replace(node, duration=0.0, attrs=attrs)
-    return replace(node, attrs=attrs)
+    if role == "assumed":
+        if previous != "assumed":
+            attrs.pop("contingent_duration", None)
+        return replace(node, duration=expected if previous != "assumed" else node.duration, attrs=attrs)
+    # contingent: the decision skips it when the assumed rung runs, so it never enters its pool
+    attrs["contingent_duration"] = expected
+    return replace(node, duration=0.0, gpu=None, pool=None, pool_slots=1, attrs=attrs)
 
 
 def unfit_rungs(graph: TaskGraph, capacity: Mapping[str, int]) -> list[UnfitRung]:
@@ -194,16 +194,21 @@ def unfit_rungs(graph: TaskGraph, capacity: Mapping[str, int]) -> list[UnfitRung
 
 def fit_ladders(graph: TaskGraph, capacity: Mapping[str, int]) -> TaskGraph:
     """``graph`` planned for pools of ``capacity``: in a ladder whose assumed rung needs more slots than
-    its pool has, the first later rung that fits is assumed (see the module docstring). The same graph
-    when nothing changes; the input is never modified."""
+    its pool has, the first later rung that fits is assumed (see the module docstring), and in every
+    ladder the rungs that do not run hold no pool slots (one that fell back only waited; the others are
+    skipped). The same graph when nothing changes; the input is never modified."""
     changed: dict[str, TaskNode] = {}
     for rungs in _ladders(graph).values():
         chosen = _choice(rungs, capacity)
-        if chosen is None:
+        if chosen is not None:
+            for index, node in enumerate(rungs):
+                role = "fell back" if index < chosen else ("assumed" if index == chosen else "contingent")
+                changed[node.task_id] = _planned(node, role)
             continue
-        for index, node in enumerate(rungs):
-            role = "fell back" if index < chosen else ("assumed" if index == chosen else "contingent")
-            changed[node.task_id] = _planned(node, role)
+        for node in rungs:  # as planned; a rung that does not run holds no slots
+            role = str(_fb(node).get("role"))
+            if role in ("fell back", "contingent") and (node.gpu is not None or node.pool is not None):
+                changed[node.task_id] = _planned(node, role)
     if not changed:
         return graph
     copy = TaskGraph(graph.dag_id, priority_rule=graph.priority_rule)

@@ -10,6 +10,7 @@ the simulator plans the first rung that fits, and the controller leaves the rung
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,9 @@ def _ladder_graph(first_gpus: int = 2, last_gpus: int = 1) -> TaskGraph:
 
 def test_the_simulator_plans_the_first_rung_that_fits() -> None:
     graph = _ladder_graph()
-    assert fit_ladders(graph, {"gpu": 2}) is graph  # the assumed rung fits: nothing changes
+    as_planned = fit_ladders(graph, {"gpu": 2})  # the assumed rung fits: it stays assumed
+    assert as_planned.nodes["train.big"] is graph.nodes["train.big"]
+    assert as_planned.nodes["train.small"].gpu is None  # skipped when big runs: it never takes slots
     assert simulate(graph, {"gpu": 2}, policy="stock").makespan == pytest.approx(600 + H)
     fitted = fit_ladders(graph, {"gpu": 1})
     big, small = fitted.nodes["train.big"], fitted.nodes["train.small"]
@@ -94,6 +97,24 @@ def test_the_simulator_plans_the_first_rung_that_fits() -> None:
     (unfit,) = unfit_rungs(graph, {"gpu": 1})
     assert (unfit.task_id, unfit.slots, unfit.capacity, unfit.assumed) == ("train.big", 2, 1, "train.small")
     assert "simulated as waiting its start_within (1200s), then train.small runs" in unfit.describe()
+
+
+def test_a_rung_that_fell_back_by_plan_rung_holds_no_gpus_while_it_waits() -> None:
+    """plan_rung='small': big only waits its 20 minutes (in its pool's queue, holding nothing) while
+    another 2-GPU task runs; small starts when that task frees a GPU, at 1 h."""
+    graph = _ladder_graph()
+    big, small = graph.nodes["train.big"], graph.nodes["train.small"]
+    graph.add_task(
+        replace(big, duration=1200.0, attrs={"fallback": {**big.attrs["fallback"], "role": "fell back"}})
+    )  # type: ignore[dict-item]
+    small_fallback = {**small.attrs["fallback"], "role": "assumed"}  # type: ignore[dict-item]
+    graph.add_task(replace(small, duration=1.5 * H, attrs={"fallback": small_fallback}))
+    graph.add_task(TaskNode("other", H, GpuRequest(2), "gpu", 2))
+    result = simulate(graph, {"gpu": 2}, policy="stock")
+    assert fit_ladders(graph, {"gpu": 2}).nodes["train.big"].gpu is None
+    assert result.by_id()["train.small"].start == pytest.approx(H)
+    assert result.makespan == pytest.approx(2.5 * H)  # 2h50m when big held the 2 GPUs while it waited
+    assert fit_ladders(_plain := TaskGraph("plain"), {"gpu": 2}) is _plain  # no ladder: the same graph
 
 
 def test_a_ladder_no_rung_of_which_fits_is_still_refused() -> None:
