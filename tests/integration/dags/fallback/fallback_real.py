@@ -75,29 +75,29 @@ with DAG("fallback_real", schedule=None, catchup=False, tags=["gpu-dag-test"]):
     prep >> ladder
 
 
-with DAG("fallback_real_exhausted", schedule=None, catchup=False, tags=["gpu-dag-test"]):
-    ladder = fallback_ladder(
-        "train",
-        [
-            Rung("8x", gpus=8, pool=POOL, start_within=5, params={"batch_size": 64, "grad_accum": 1}),
-            Rung("6x", gpus=6, pool=POOL, start_within=5, params={"batch_size": 48, "grad_accum": 1}),
-        ],
-        _rung_task,
-        poke_interval=2,
-    )
-    ev = PythonOperator(task_id="evaluate", python_callable=evaluate, op_args=[ladder.output])
+def _ladder_dag(dag_id, rungs):
+    """A DAG of one ladder ``train`` of ``(name, gpus, start_within, batch_size)`` rungs and ``evaluate``."""
+    with DAG(dag_id, schedule=None, catchup=False, tags=["gpu-dag-test"]) as dag:
+        ladder = fallback_ladder(
+            "train",
+            [
+                Rung(
+                    name,
+                    gpus=gpus,
+                    pool=POOL,
+                    start_within=within,
+                    params={"batch_size": bs, "grad_accum": 1},
+                )
+                for name, gpus, within, bs in rungs
+            ],
+            _rung_task,
+            poke_interval=2,
+        )
+        PythonOperator(task_id="evaluate", python_callable=evaluate, op_args=[ladder.output])
+    return dag
 
 
-with DAG("fallback_real_shrunk", schedule=None, catchup=False, tags=["gpu-dag-test"]):
-    # the first rung needs more than the pool's live capacity (4): the watermark controller must leave it
-    # to its watcher (tests/integration/test_fallback_real.py), not fail it and with it the ladder
-    ladder = fallback_ladder(
-        "train",
-        [
-            Rung("6x", gpus=6, pool=POOL, start_within=20, params={"batch_size": 64, "grad_accum": 1}),
-            Rung("2x", gpus=2, pool=POOL, start_within=60, params={"batch_size": 32, "grad_accum": 2}),
-        ],
-        _rung_task,
-        poke_interval=2,
-    )
-    ev = PythonOperator(task_id="evaluate", python_callable=evaluate, op_args=[ladder.output])
+exhausted = _ladder_dag("fallback_real_exhausted", [("8x", 8, 5, 64), ("6x", 6, 5, 48)])
+# the first rung needs more than the pool's live capacity (4): the watermark controller must leave it
+# to its watcher (tests/integration/test_fallback_real.py), not fail it and with it the ladder
+shrunk = _ladder_dag("fallback_real_shrunk", [("6x", 6, 20, 64), ("2x", 2, 60, 32)])
