@@ -6,7 +6,9 @@ request larger than the live capacity of a GPU pool waits forever when no ``[gpu
 
 Every tick the controller hands :class:`TooLargeWatch` the live capacities and the waiting (SCHEDULED)
 task instances. A task whose pool slots exceed its pool's capacity (while the capacity source reads
-``ok``: a failing source's floor says nothing about the hardware), or whose GPU count exceeds
+``ok``: a failing source's floor says nothing about the hardware; nor does a capacity of 0, which is a
+drain or an outage, not a request too large: every task of the pool waits for it, visibly, as
+``pool 0 of capacity 0``), or whose GPU count exceeds
 ``[gpu_dag] max_gpus_per_host``, is counted; after ``[gpu_dag] too_large_intervals`` ticks in a row:
 
 * ``too_large_action = fail`` (default): the task instance is set to ``failed`` over REST with a note
@@ -117,8 +119,9 @@ class TooLargeWatch:
         host = self.max_gpus_per_host
         if host is not None and slots > host:
             return host, "the largest host has (gpu_dag.max_gpus_per_host)"
-        if getattr(capacity, "status", "ok") == "ok" and slots > int(capacity.gpus):
-            return int(capacity.gpus), "its live capacity"
+        gpus = int(capacity.gpus)
+        if getattr(capacity, "status", "ok") == "ok" and 0 < gpus < slots:  # 0: an outage, see the docstring
+            return gpus, "its live capacity"
         return None
 
     def check(self, capacities: Mapping[str, Any], ready: Sequence[ReadyTask]) -> list[ReadyTask]:

@@ -97,6 +97,23 @@ def test_a_task_that_fits_again_is_forgotten_and_failing_sources_do_not_count() 
     assert rest.failed == []
 
 
+def test_a_pool_with_no_gpus_left_fails_nothing() -> None:
+    """Live capacity 0 (every GPU node drained or down) is an outage, not a request too large: failing
+    every waiting task of the pool after a few minutes of maintenance would be the wrong verdict."""
+    rest = FailingRest()
+    rest.tis = [ti("one", "scheduled", slots=1), ti("wide", "scheduled", slots=4)]
+    source = Source(0)
+    ctl = controller(rest, source)
+    ctl.too_large = TooLargeWatch(rest, intervals=1, action="fail", max_gpus_per_host=None)
+    for _ in range(3):
+        ctl.tick()
+    assert rest.failed == [] and "too large" not in rest.pools["gpu"]["description"]
+    assert "pool 0 of capacity 0" in rest.pools["gpu"]["description"]
+    source.value = 2  # one node back: the 4-GPU task is now judged against it
+    ctl.tick()
+    assert [task for _, _, task, *_ in rest.failed] == ["wide"]
+
+
 def test_more_gpus_than_any_host_is_too_large_even_in_a_big_pool() -> None:
     watch = TooLargeWatch(FailingRest(), intervals=1, action="keep", max_gpus_per_host=8)
     ready = [ReadyTask("d/r/t/-1", "gpu", 12, 1, 60.0), ReadyTask("d/r/s/-1", "gpu", 8, 1, 60.0)]
