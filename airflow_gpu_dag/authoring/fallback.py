@@ -321,7 +321,9 @@ def fallback_ladder(
                 "rungs": len(rungs),
                 "start_within_s": rung.start_within_seconds,
             }
-            with building_rung(place):  # a rung that can never start only warns: the ladder moves on
+            with building_rung(
+                place
+            ) as never_starts:  # a rung that never starts only warns: the ladder moves on
                 task = factory(rung)
             if not isinstance(task, BaseOperator):
                 raise FallbackError(
@@ -343,6 +345,12 @@ def fallback_ladder(
             _apply_rung_defaults(group_id, rung, task, index, rungs, assumed, watch)
             if watch and rung.start_within is None:
                 raise FallbackError(f"{where}, rung {rung.name!r}: watch=True needs start_within, e.g. '20m'")
+            if never_starts and not watch:
+                raise FallbackError(
+                    f"{where}, rung {rung.name!r} can never start ({never_starts[0]}) and detects 'not "
+                    "started' only once it runs, so it would wait for its pool forever; set watch=True (a "
+                    "watcher skips it after start_within), or drop the rung"
+                )
             if index < len(rungs) - 1 and rung.start_within is None and not detects_itself:
                 raise FallbackError(
                     f"{where}, rung {rung.name!r} has no start_within, so the ladder could never fall back "

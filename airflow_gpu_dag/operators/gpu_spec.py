@@ -51,17 +51,22 @@ class GpuTaskError(ValueError):
     """A GPU task is declared wrongly; raised when the DAG file is parsed."""
 
 
-#: The fallback rung being built (its ``fallback`` hints, see :func:`building_rung`), else None.
-_rung: ContextVar[Mapping[str, Any] | None] = ContextVar("gpu_dag_fallback_rung", default=None)
+#: The fallback rung being built (its ``fallback`` hints, and where to list what it can never get; see
+#: :func:`building_rung`), else None.
+_rung: ContextVar[tuple[Mapping[str, Any], list[str]] | None] = ContextVar(
+    "gpu_dag_fallback_rung", default=None
+)
 
 
 @contextmanager
-def building_rung(fallback: Mapping[str, Any]) -> Iterator[None]:
+def building_rung(fallback: Mapping[str, Any]) -> Iterator[list[str]]:
     """While a fallback ladder's factory builds a rung: a request that can never be met is a warning,
-    not an error, when the rung can fall back (:func:`airflow_gpu_dag.core.ladders.as_rung_findings`)."""
-    token = _rung.set(fallback)
+    not an error, when the rung can fall back (:func:`airflow_gpu_dag.core.ladders.as_rung_findings`).
+    Yields the list those warnings are added to (the ladder checks that a watcher will skip the rung)."""
+    never_starts: list[str] = []
+    token = _rung.set((fallback, never_starts))
     try:
-        yield
+        yield never_starts
     finally:
         _rung.reset(token)
 
@@ -163,14 +168,16 @@ def resolve_gpu_task(
         max_gpus_per_host=max_gpus_per_host(),
         inventory=inventory.summary() if inventory is not None else None,
     )
-    findings = as_rung_findings(
-        check_gpu_request(dag_id or "", task_id, request, pool, request.count, limits), _rung.get()
-    )
+    rung = _rung.get()
+    raw = list(check_gpu_request(dag_id or "", task_id, request, pool, request.count, limits))
+    findings = as_rung_findings(raw, rung and rung[0])
     errors = [f"{where}: {f.message} Fix: {f.fix}" for f in findings if f.is_error]
     if errors:
         raise GpuTaskError("\n".join(errors))
-    for finding in findings:
+    for before, finding in zip(raw, findings, strict=True):  # what is left: a rung that never starts
         log.warning("%s: %s Fix: %s", where, finding.message, finding.fix)
+        if rung is not None:
+            rung[1].append(before.message.replace(" (it would wait forever)", ""))
 
     config = gpu_hints(
         duration=duration,

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from airflow.sdk import DAG
 
-from airflow_gpu_dag.authoring import Rung, fallback_ladder
+from airflow_gpu_dag.authoring import FallbackError, Rung, fallback_ladder
 from airflow_gpu_dag.core.graph import TaskGraph, TaskNode
 from airflow_gpu_dag.core.ladders import as_rung_findings, can_fall_back, fit_ladders, unfit_rungs
 from airflow_gpu_dag.core.requests import RequestLimits, check_gpu_request
@@ -141,6 +141,13 @@ def test_a_dag_with_a_rung_larger_than_its_pool_imports(
         ladder = fallback_ladder("train", rungs, _gpu_rung)
     assert ladder.rung_tasks[0].pool_slots == 2
     assert "rung 1 of 2 of fallback ladder 'train' it never starts" in caplog.text
+    # a rung nothing skips (watch=False) would wait for its pool forever: a clear error
+    unwatched = [Rung("two_gpus", gpus=2, start_within="20m", watch=False), Rung("one_gpu", gpus=1)]
+    with (
+        pytest.raises(FallbackError, match=r"can never start .*set watch=True"),
+        DAG("unwatched", schedule=None),
+    ):
+        fallback_ladder("train", unwatched, _gpu_rung)
     # outside a ladder (or as the last rung) the same request is still a parse-time error
     with pytest.raises(GpuTaskError, match="could never run"), DAG("plain", schedule=None):
         GpuPythonOperator(task_id="t", python_callable=lambda: None, gpus=2)
