@@ -321,9 +321,8 @@ def fallback_ladder(
                 "rungs": len(rungs),
                 "start_within_s": rung.start_within_seconds,
             }
-            with building_rung(
-                place
-            ) as never_starts:  # a rung that never starts only warns: the ladder moves on
+            # a rung that can never start only warns (the ladder moves on), if a watcher skips it
+            with building_rung(place) as never_starts:
                 task = factory(rung)
             if not isinstance(task, BaseOperator):
                 raise FallbackError(

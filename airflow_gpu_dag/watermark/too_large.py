@@ -119,8 +119,10 @@ class TooLargeWatch:
         host = self.max_gpus_per_host
         if host is not None and slots > host:
             return host, "the largest host has (gpu_dag.max_gpus_per_host)"
+        if getattr(capacity, "status", "ok") != "ok":
+            return None
         gpus = int(capacity.gpus)
-        if getattr(capacity, "status", "ok") == "ok" and 0 < gpus < slots:  # 0: an outage, see the docstring
+        if 0 < gpus < slots:  # 0 GPUs: an outage (see the module docstring)
             return gpus, "its live capacity"
         return None
 
