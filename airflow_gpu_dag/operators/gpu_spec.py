@@ -5,7 +5,9 @@ it parses the request (count, memory, type, duration, lease timeout), derives th
 or ``gpu_<type>``), ``pool_slots`` (one per GPU) and the hint-carrying ``executor_config``, and raises
 :class:`GpuTaskError` (naming the DAG, the task and the fix) for a request that could never run,
 from the findings of :func:`airflow_gpu_dag.core.requests.check_gpu_request` against ``[gpu_dag] pools``,
-``[gpu_dag] max_gpus_per_host`` and the parse-time inventory (:func:`parse_time_inventory`).
+``[gpu_dag] max_gpus_per_host`` and the parse-time inventory (:func:`parse_time_inventory`). A fallback
+rung its ladder can move on from only warns (:func:`building_rung`, set by the ladder while it builds
+the rung).
 """
 
 from __future__ import annotations
