@@ -117,7 +117,16 @@ def control_task_hints(executor_config: Mapping[str, Any] | None = None) -> dict
 
 
 def read_hints(executor_config: object) -> dict[str, Any]:
-    """The raw hints dict of a task's ``executor_config`` (empty when there are none)."""
+    """The raw hints dict of a task's ``executor_config`` (empty when there are none or it is unreadable).
+
+    The REST API returns ``executor_config`` as ``str(dict)``; that form is read with
+    ``ast.literal_eval`` (never ``eval``).
+    """
+    if isinstance(executor_config, str):
+        try:
+            executor_config = ast.literal_eval(executor_config) if executor_config.strip() else {}
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return {}
     if isinstance(executor_config, Mapping):
         hints = executor_config.get(HINTS_KEY)
         if isinstance(hints, Mapping):
@@ -126,24 +135,11 @@ def read_hints(executor_config: object) -> dict[str, Any]:
 
 
 def duration_hint(executor_config: object) -> float | None:
-    """The ``gpu_dag.duration_s`` hint from a task instance's ``executor_config``.
-
-    The REST API returns ``executor_config`` as ``str(dict)``; it is read with ``ast.literal_eval``
-    (never ``eval``). None when absent or unreadable.
+    """The ``gpu_dag.duration_s`` hint from a task instance's ``executor_config`` (a dict, or the REST
+    API's ``str(dict)``: :func:`read_hints`). None when absent or unreadable.
     """
-    config: object = executor_config
-    if isinstance(config, str):
-        try:
-            config = ast.literal_eval(config) if config.strip() else {}
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            return None
-    if not isinstance(config, Mapping):
-        return None
-    hints = config.get(HINTS_KEY)
-    if not isinstance(hints, Mapping):
-        return None
     try:
-        value = float(hints["duration_s"])
+        value = float(read_hints(executor_config)["duration_s"])
     except (KeyError, TypeError, ValueError):
         return None
     return value if value >= 0 else None

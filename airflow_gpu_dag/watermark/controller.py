@@ -35,6 +35,7 @@ from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, RunningTask
 from airflow_gpu_dag.core.ladders import can_fall_back
 from airflow_gpu_dag.core.objective import ReservationGate
 from airflow_gpu_dag.core.reservation import PoolDecision, decide_pools
+from airflow_gpu_dag.hints import read_hints
 from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
 from airflow_gpu_dag.watermark import rest_values
 from airflow_gpu_dag.watermark.config import ConfigError, PoolSpec, WatermarkConfig
@@ -231,9 +232,7 @@ class WatermarkController:
                             self._duration(ti),
                             rest_values.order(ti),
                             run=_run(ti),
-                            falls_back=can_fall_back(
-                                rest_values.hints(ti.get("executor_config")).get("fallback")
-                            ),
+                            falls_back=can_fall_back(read_hints(ti.get("executor_config")).get("fallback")),
                         )
                     )
                 else:

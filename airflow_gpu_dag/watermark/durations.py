@@ -21,10 +21,9 @@ from typing import Any
 
 from airflow_gpu_dag.core.admission import PendingTask
 from airflow_gpu_dag.core.estimates import DurationEstimate, EstimateSettings, RunSample, estimate_duration
-from airflow_gpu_dag.hints import duration_hint
+from airflow_gpu_dag.hints import duration_hint, read_hints
 from airflow_gpu_dag.hooks.rest_client import parse_time
 from airflow_gpu_dag.log_once import LogOnce
-from airflow_gpu_dag.watermark import rest_values
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +157,7 @@ class ControllerHistory:
         except Exception as err:
             self._once(f"watermark: cannot read mapped task counts over REST ({type(err).__name__}: {err})")
         if count is None:
-            hint = rest_values.hints(ti.get("executor_config")).get("map_length")
+            hint = read_hints(ti.get("executor_config")).get("map_length")
             count = hint if isinstance(hint, int) and not isinstance(hint, bool) and hint >= 0 else None
         with self._lock:
             self._counts[key] = (self._clock(), count)

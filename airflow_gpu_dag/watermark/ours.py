@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from airflow_gpu_dag.core.pools import is_gpu_pool
-from airflow_gpu_dag.watermark import rest_values
+from airflow_gpu_dag.hints import read_hints
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def normalize_host(name: object) -> str:
 def gpus_of_task_instance(ti: Mapping[str, Any]) -> int:
     """GPUs a task instance (as the REST API returns it) holds: its ``gpus`` hint, else its pool slots
     when it sits in a GPU pool, else 0."""
-    hints = rest_values.hints(ti.get("executor_config"))
+    hints = read_hints(ti.get("executor_config"))
     if "gpus" in hints:
         try:
             return max(0, int(hints["gpus"]))

@@ -11,7 +11,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_gpu_dag.hints import read_hints
 from airflow_gpu_dag.hooks.rest_client import parse_time
 
 __all__ = [
@@ -20,7 +19,6 @@ __all__ = [
     "MAX_SLOTS",
     "as_int",
     "duration",
-    "hints",
     "key",
     "order",
     "priority",
@@ -92,16 +90,3 @@ def duration(value: float | None, default: float) -> float:
     if not math.isfinite(seconds) or seconds < 0:
         return default
     return min(seconds, MAX_DURATION_S)
-
-
-def hints(executor_config: object) -> dict[str, Any]:
-    """The provider's hints in a task instance's ``executor_config`` (the REST API gives it as the
-    ``repr`` of a dict); empty when there are none or it cannot be read."""
-    if isinstance(executor_config, str):
-        import ast
-
-        try:
-            executor_config = ast.literal_eval(executor_config) if executor_config.strip() else {}
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            return {}
-    return read_hints(executor_config)
