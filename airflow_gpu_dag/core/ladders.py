@@ -28,7 +28,7 @@ from airflow_gpu_dag.core.findings import WARNING, Finding
 from airflow_gpu_dag.core.graph import TaskGraph, TaskNode
 from airflow_gpu_dag.core.pools import task_pool, task_slots
 
-__all__ = ["UnfitRung", "as_rung_findings", "can_fall_back", "fit_ladders", "unfit_rungs"]
+__all__ = ["UnfitRung", "as_rung_findings", "can_fall_back", "fit_ladders", "never_runs", "unfit_rungs"]
 
 #: The request findings (:func:`airflow_gpu_dag.core.requests.check_gpu_request`) a rung that can fall
 #: back turns into warnings: it never starts, but its ladder moves on.
@@ -54,6 +54,11 @@ def can_fall_back(fallback: object) -> bool:
     return fallback.get("start_within_s") is not None
 
 
+def never_runs(finding: Finding) -> str:
+    """What a request finding says the task can never get, without its "(it would wait forever)"."""
+    return finding.message.replace(" (it would wait forever)", "")
+
+
 def as_rung_findings(findings: Iterable[Finding], fallback: object) -> list[Finding]:
     """``findings`` of a task's GPU request, with those that say it can never start as warnings when
     the task is a rung that can fall back (:func:`can_fall_back`): each run waits its ``start_within``
@@ -74,7 +79,7 @@ def as_rung_findings(findings: Iterable[Finding], fallback: object) -> list[Find
             f,
             severity=WARNING,
             code="rung-never-starts",
-            message=f"{f.message.replace(' (it would wait forever)', '')} {place}",
+            message=f"{never_runs(f)} {place}",
             fix=f"drop the rung, or {f.fix}",
         )
         if f.is_error and f.code in _NEVER_STARTS
@@ -150,17 +155,14 @@ def _planned(node: TaskNode, role: str) -> TaskNode:
     attrs = dict(node.attrs)
     raw: Any = attrs.get("contingent_duration", fallback.get("expected_duration") or node.duration)
     expected = float(raw)
-    previous = fallback.get("role")
     fallback["role"] = role
     attrs["fallback"] = fallback
     if role == "fell back":  # it waited in its pool's queue, holding nothing, then was skipped
-        attrs.setdefault("contingent_duration", expected)
         wait = float(fallback.get("start_within_s") or 0.0)
         return replace(node, duration=wait, gpu=None, pool=None, pool_slots=1, attrs=attrs)
-    if role == "assumed":
-        if previous != "assumed":
-            attrs.pop("contingent_duration", None)
-        return replace(node, duration=expected if previous != "assumed" else node.duration, attrs=attrs)
+    if role == "assumed":  # a later rung than planned (the one planned never fits): it runs
+        attrs.pop("contingent_duration", None)
+        return replace(node, duration=expected, attrs=attrs)
     # contingent: the decision skips it when the assumed rung runs, so it never enters its pool
     attrs["contingent_duration"] = expected
     return replace(node, duration=0.0, gpu=None, pool=None, pool_slots=1, attrs=attrs)

@@ -20,7 +20,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_gpu_dag.core.ladders import as_rung_findings
+from airflow_gpu_dag.core.ladders import as_rung_findings, never_runs
 from airflow_gpu_dag.core.pools import pool_for_gpu_type
 from airflow_gpu_dag.core.requests import RequestLimits, check_gpu_request
 from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_duration, parse_estimate
@@ -179,7 +179,7 @@ def resolve_gpu_task(
     for before, finding in zip(raw, findings, strict=True):  # what is left: a rung that never starts
         log.warning("%s: %s Fix: %s", where, finding.message, finding.fix)
         if rung is not None:
-            rung[1].append(before.message.replace(" (it would wait forever)", ""))
+            rung[1].append(never_runs(before))
 
     config = gpu_hints(
         duration=duration,
