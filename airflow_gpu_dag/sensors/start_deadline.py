@@ -18,14 +18,20 @@ from airflow_gpu_dag.operators.fallback import FALLBACK_XCOM_KEY, NOT_STARTED_ST
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-__all__ = ["StartDeadlineSensor"]
+__all__ = ["ENDED_STATES", "StartDeadlineSensor"]
+
+#: States of a watched task that ended without telling whether it ever got its resources.
+ENDED_STATES = frozenset({"failed", "upstream_failed", "skipped", "removed"})
 
 
 class StartDeadlineSensor(BaseSensorOperator, SkipMixin):
     """Watch a task of the same run; if it has not started after ``start_within``, skip it.
 
     Succeeds with XCom ``{"outcome": "started", "state": ...}`` as soon as the watched task is
-    queued, running or finished. After the deadline it pushes ``{"outcome": "not_started", ...}``
+    queued, running or has succeeded, and with ``{"outcome": "ended", "state": ...}`` when it left
+    its pool's queue some other way (failed, skipped or removed: by hand, by an upstream failure, by
+    the controller): the sensor cannot tell whether it ever ran, and the ladder's decision reads the
+    rung's own state and marks. After the deadline it pushes ``{"outcome": "not_started", ...}``
     under :data:`FALLBACK_XCOM_KEY` and skips the watched task, which removes it from its pool's
     queue (a task instance that is already running or finished is left alone by the skip).
 
@@ -67,6 +73,14 @@ class StartDeadlineSensor(BaseSensorOperator, SkipMixin):
 
     def poke(self, context: Context) -> bool | PokeReturnValue:
         state = task_states(context, [self.watched_task_id])[self.watched_task_id]
+        if state in ENDED_STATES:
+            self.log.info(
+                "%s is %s: it left its pool's queue without this watcher (the ladder decides from its "
+                "outcome)",
+                self.watched_task_id,
+                state,
+            )
+            return PokeReturnValue(is_done=True, xcom_value={"outcome": "ended", "state": state})
         if state not in NOT_STARTED_STATES:
             self.log.info("%s is %s: it got its resources in time", self.watched_task_id, state)
             return PokeReturnValue(is_done=True, xcom_value={"outcome": "started", "state": state})

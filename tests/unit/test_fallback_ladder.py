@@ -235,13 +235,26 @@ class TestStartDeadlineSensor:
             )
         return rung, sensor
 
-    @pytest.mark.parametrize("state", ["queued", "running", "success", "failed", "up_for_retry", "deferred"])
+    @pytest.mark.parametrize("state", ["queued", "running", "success", "up_for_retry", "deferred"])
     def test_started_rung_ends_the_watch(self, state):
         _, sensor = self._sensor()
         ctx, pushed = _ctx({"rung": state}, waited=3600)
         result = sensor.poke(ctx)
         assert result.is_done and result.xcom_value == {"outcome": "started", "state": state}
         assert pushed == []
+
+    @pytest.mark.parametrize("state", ["failed", "upstream_failed", "skipped", "removed"])
+    def test_rung_that_ended_otherwise_is_not_reported_as_started(self, state, capsys):
+        # A rung failed or skipped while it waited (by hand, by an older controller) never got its
+        # resources: the watch ends, but neither the XCom nor the log claims it started.
+        _, sensor = self._sensor()
+        ctx, pushed = _ctx({"rung": state}, waited=10)
+        result = sensor.poke(ctx)
+        assert result.is_done and result.xcom_value == {"outcome": "ended", "state": state}
+        assert pushed == []
+        logged = capsys.readouterr().out  # the task logger writes through structlog to stdout
+        assert f"rung is {state}: it left its pool's queue" in logged
+        assert "got its resources" not in logged
 
     @pytest.mark.parametrize("state", [None, "scheduled"])
     def test_waiting_rung_within_deadline_keeps_waiting(self, state):
