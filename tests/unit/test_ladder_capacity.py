@@ -99,6 +99,28 @@ def test_the_simulator_plans_the_first_rung_that_fits() -> None:
     assert "simulated as waiting its start_within (1200s), then train.small runs" in unfit.describe()
 
 
+def test_the_critical_path_page_names_a_rung_it_planned_around() -> None:
+    # The page's predicted schedule plans around the rung as `simulate` does; it says so too.
+    from airflow_gpu_dag.core.plan import build_plan
+    from airflow_gpu_dag.plugins.critical_path_page.data import pool_views, predicted_schedules
+    from airflow_gpu_dag.plugins.critical_path_page.render import render_page
+
+    graph = _ladder_graph()
+    views = pool_views(
+        {"gpu": {"total": 1, "running": 0, "queued": 0, "open": 1}},
+        {"gpu": "gpu-dag watermark: pool 1 of capacity 1"},
+        {"gpu"},
+    )
+    schedules = predicted_schedules(graph, views)
+    (line,) = schedules.unfit_rungs
+    assert line.startswith("fallback ladder train: train.big needs 2 slots of pool 'gpu' (capacity 1)")
+    assert schedules.results["stock"].makespan == pytest.approx(600 + 1200 + 1.5 * H)
+    page = render_page(build_plan(graph), schedules, views, "s", "p")
+    assert '<p class="unfit-rung">fallback ladder train: train.big needs 2 slots' in page
+    roomy = pool_views({"gpu": {"total": 2, "running": 0, "queued": 0, "open": 2}}, {}, {"gpu"})
+    assert predicted_schedules(graph, roomy).unfit_rungs == []
+
+
 def test_a_rung_that_fell_back_by_plan_rung_holds_no_gpus_while_it_waits() -> None:
     """plan_rung='small': big only waits its 20 minutes (in its pool's queue, holding nothing) while
     another 2-GPU task runs; small starts when that task frees a GPU, at 1 h."""

@@ -147,6 +147,7 @@ def create_app() -> FastAPI:
             "predicted": {
                 "capacity": schedules.capacity,
                 "note": schedules.note,
+                "unfit_rungs": schedules.unfit_rungs,
                 "results": {
                     label: {
                         "makespan": r.makespan,

@@ -109,11 +109,15 @@ class ScheduleView:
     capacity: dict[str, int] = field(default_factory=dict)
     results: dict[str, Any] = field(default_factory=dict)
     note: str = ""
+    #: Fallback rungs too large for the live pools, planned as waiting their start_within (then the
+    #: next rung): :meth:`airflow_gpu_dag.core.ladders.UnfitRung.describe` of each.
+    unfit_rungs: list[str] = field(default_factory=list)
 
 
 def predicted_schedules(graph: TaskGraph, pools: Iterable[PoolView]) -> ScheduleView:
     """Simulate the DAG under stock admission and under reservation on the live pool capacities
     (the measured capacity when the watermark controller manages the pool, else its size)."""
+    from airflow_gpu_dag.core.ladders import unfit_rungs
     from airflow_gpu_dag.core.planner import predict
     from airflow_gpu_dag.core.pools import task_pool
 
@@ -130,6 +134,8 @@ def predicted_schedules(graph: TaskGraph, pools: Iterable[PoolView]) -> Schedule
     except ValueError as err:  # CapacityError: a request no pool can hold
         view.results.clear()
         view.note = f"No simulation: {err}"
+        return view
+    view.unfit_rungs = [rung.describe() for rung in unfit_rungs(graph, capacity)]
     return view
 
 

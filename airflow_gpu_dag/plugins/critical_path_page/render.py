@@ -146,6 +146,9 @@ def _gantt(plan: Plan, schedules: ScheduleView) -> tuple[str, str]:
             + "; ".join(parts)
             + ". Critical tasks in red.</p>"
         )
+        summary += "".join(
+            f'<p class="unfit-rung">{html.escape(line)}.</p>' for line in schedules.unfit_rungs
+        )
     else:
         charts = [GanttChart("unlimited GPUs (earliest starts)", bars_from_plan(plan))]
         summary = f'<p id="gantt-summary">{html.escape(schedules.note or "No pools to simulate on.")} '
