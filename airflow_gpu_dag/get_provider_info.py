@@ -231,8 +231,8 @@ def get_provider_info() -> dict[str, Any]:
                         "default": "fail",
                     },
                     "usage_ledger": {
-                        "description": "GPU-seconds ledger (JSONL) read by budget gates; default "
-                        "<lease_dir>/usage.jsonl.",
+                        "description": "GPU-seconds ledger (JSONL): ended leases are charged to it "
+                        "and budget gates read it; default <lease_dir>/usage.jsonl.",
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "/var/lib/airflow/gpu-leases/usage.jsonl",

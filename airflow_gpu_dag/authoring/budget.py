@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_gpu_dag.airflow.mapped import is_mapped
 from airflow_gpu_dag.authoring._wiring import as_operator, insert_before
 from airflow_gpu_dag.budget.charge import SettleBudgetClaim
 from airflow_gpu_dag.core.pools import is_gpu_pool
@@ -50,6 +51,22 @@ def budget_gate(
     dag = task.dag if task.has_dag() else None
     if dag is None:
         raise ValueError(f"task {task.task_id!r}: add it to a DAG before calling budget_gate().")
+    where = f"DAG {dag.dag_id!r}, task {task.task_id!r}"
+    if is_mapped(task):  # also a task inside a mapped task group
+        # One gate before a mapped task claims one instance's GPU-hours and lets every instance run.
+        raise ValueError(
+            f"{where}: budget_gate() cannot gate a mapped task: its gate runs once, before the number "
+            "of instances is known, so it would claim one instance's GPU-hours and let all of them "
+            "run. Fix: gate a task that is not mapped (e.g. one that runs the trials), or cap the "
+            "pool per day with a gate on another GPU task of the pool."
+        )
+    if pool is not None and gpu_hours_per_pool_day is not None and pool != task.pool:
+        # Usage is charged to the pool the task runs in (leases, pods, the settle callback).
+        raise ValueError(
+            f"{where}: budget_gate(pool={pool!r}) caps pool {pool!r}, but the task runs in pool "
+            f"{task.pool!r}, where its GPU-hours are charged: the cap would never see them. Fix: "
+            f"set the task's pool={pool!r}, or drop pool= (the task's own pool is capped)."
+        )
     gpus, gpu_seconds = expected_gpu_seconds(task)
     gate = BudgetGateOperator(
         task_id=task_id or f"{task.label}__budget",  # label: the id inside its task group
@@ -69,8 +86,14 @@ def budget_gate(
     gate.doc_md = "GPU-hour budget gate: defers while the budget is used up."
     insert_before(task, gate, label="budget")
     settle = SettleBudgetClaim(ledger=ledger, gpus=gpus, pool=task.pool)
-    for kind in ("on_success_callback", "on_failure_callback", "on_retry_callback", "on_skipped_callback"):
-        setattr(task, kind, [*list(getattr(task, kind, None) or []), settle])
+    keep = SettleBudgetClaim(ledger=ledger, gpus=gpus, pool=task.pool, close=False)
+    for kind, callback in (
+        ("on_success_callback", settle),
+        ("on_failure_callback", settle),
+        ("on_retry_callback", keep),  # the gate does not run again: the retry runs under its claim
+        ("on_skipped_callback", settle),
+    ):
+        setattr(task, kind, [*list(getattr(task, kind, None) or []), callback])
     return gate
 
 

@@ -4,7 +4,8 @@
   (success, failure, retry, skip). When the task's try ends it forwards this host's lease usage to a
   shared ledger, charges the try if nothing did yet (GPUs x the try's run time; leases and pods
   charge themselves), and closes the gate's claim, so from then on the actual usage counts instead
-  of the estimate.
+  of the estimate. After a try that will be retried (``close=False``) it charges the try but keeps
+  the claim: the gate does not run again, so the retry runs under the claim it made.
 * :func:`charge` records one finished lease, pod or task in the configured ledger, never raising
   (a ledger that cannot be written must not fail the GPU work that already ran).
 """
@@ -55,15 +56,17 @@ def _timestamp(value: Any) -> float | None:
 
 
 class SettleBudgetClaim:
-    """Task callback (see the module docstring); ``gpus`` and ``pool`` describe the gated task."""
+    """Task callback (see the module docstring); ``gpus`` and ``pool`` describe the gated task;
+    ``close``: close the gate's claim (False on retry: the next try still needs it)."""
 
-    def __init__(self, *, ledger: str | None, gpus: int, pool: str | None) -> None:
+    def __init__(self, *, ledger: str | None, gpus: int, pool: str | None, close: bool = True) -> None:
         self.ledger = ledger
         self.gpus = gpus
         self.pool = pool
+        self.close = close
 
     def __repr__(self) -> str:
-        return f"SettleBudgetClaim(gpus={self.gpus}, pool={self.pool!r})"
+        return f"SettleBudgetClaim(gpus={self.gpus}, pool={self.pool!r}, close={self.close})"
 
     def __call__(self, context: Any) -> None:
         ti = context.get("ti") or context.get("task_instance")
@@ -93,7 +96,12 @@ class SettleBudgetClaim:
                     lease_id=f"task:{claim_id(dag_id, run_id, task_id, map_index)}|{try_number}",
                     host=socket.gethostname(),
                 )
-            closed = book.settle(claim_id(dag_id, run_id, task_id, map_index), record)
+            if self.close:
+                closed = book.settle(claim_id(dag_id, run_id, task_id, map_index), record)
+            else:
+                closed = False
+                if record is not None:
+                    book.record(record)
         except Exception:
             log.exception(
                 "budget: could not settle the claim of %s.%s (it expires on its own)", dag_id, task_id
@@ -101,7 +109,7 @@ class SettleBudgetClaim:
             return
         log.info(
             "budget: %s claim of %s.%s%s",
-            "closed the" if closed else "no open",
+            "kept the (its retry runs under it)" if not self.close else "closed the" if closed else "no open",
             dag_id,
             task_id,
             f"; charged {record.gpu_seconds:.0f} GPU-seconds of run time" if record is not None else "",

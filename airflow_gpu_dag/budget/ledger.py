@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Protocol
 
 from airflow_gpu_dag.core.budget import BudgetCap, BudgetClaim, BudgetDecision, BudgetUsage, evaluate
-from airflow_gpu_dag.gpu.lease_settings import default_lease_dir
-from airflow_gpu_dag.gpu.usage import USAGE_FILE, UsageLedger, UsageRecord, gpu_seconds_by_pool_day
-from airflow_gpu_dag.settings import conf_get
+from airflow_gpu_dag.gpu.lease_settings import configured_usage_ledger
+from airflow_gpu_dag.gpu.usage import UsageLedger, UsageRecord, gpu_seconds_by_pool_day
 
 __all__ = [
     "BudgetLedger",
@@ -43,15 +42,11 @@ __all__ = [
 
 
 def usage_ledger_path(explicit: str | os.PathLike[str] | None = None) -> str:
-    """The ledger file: ``explicit``, ``[gpu_dag] usage_ledger``, or ``<lease dir>/usage.jsonl`` (the
-    lease directory the lease manager writes to: ``[gpu_dag] lease_dir`` or its default)."""
+    """The ledger file: ``explicit``, else the one the lease manager charges ended leases to
+    (``[gpu_dag] usage_ledger``, or ``usage.jsonl`` in ``[gpu_dag] lease_dir`` or its default)."""
     if explicit:
         return os.fspath(explicit)
-    configured = conf_get("usage_ledger", None)
-    if configured:
-        return configured
-    lease_dir = conf_get("lease_dir", None) or str(default_lease_dir())
-    return os.path.join(lease_dir, USAGE_FILE)
+    return os.fspath(configured_usage_ledger())
 
 
 def today(now: float | None = None) -> str:
@@ -68,7 +63,10 @@ def summarise(
     pool: str | None,
     now: float | None = None,
 ) -> BudgetUsage:
-    """Usage of ``(dag_id, run_id)`` and of ``pool`` on today's UTC day, with the open claims."""
+    """Usage of ``(dag_id, run_id)`` and of ``pool`` on today's UTC day, with the open claims.
+
+    Every open claim of the pool counts against today, whatever day it was made: its task may still
+    be running, and what it uses after midnight is charged to today."""
     day = today(now)
     records = list(records)
     run_used = sum(r.gpu_seconds for r in records if (r.dag_id, r.run_id) == (dag_id, run_id))
@@ -79,9 +77,7 @@ def summarise(
         pool_day_gpu_seconds=pool_used if pool else 0.0,
         day=day,
         run_claimed_seconds=sum(c.gpu_seconds for c in claims if (c.dag_id, c.run_id) == (dag_id, run_id)),
-        pool_day_claimed_seconds=sum(
-            c.gpu_seconds for c in claims if pool and c.pool == pool and c.day == day
-        ),
+        pool_day_claimed_seconds=sum(c.gpu_seconds for c in claims if pool and c.pool == pool),
     )
 
 

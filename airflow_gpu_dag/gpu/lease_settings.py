@@ -9,13 +9,40 @@ from pathlib import Path
 from typing import Any
 
 from airflow_gpu_dag.core.resources import EstimateError, parse_duration
+from airflow_gpu_dag.gpu.usage import USAGE_FILE
 
-__all__ = ["LeaseOwner", "LeaseSettings", "default_lease_dir"]
+__all__ = [
+    "LeaseOwner",
+    "LeaseSettings",
+    "configured_lease_dir",
+    "configured_usage_ledger",
+    "default_lease_dir",
+]
 
 
 def default_lease_dir() -> Path:
     """Host-wide default: ``<tmp>/airflow-gpu-dag/leases`` (shared by every worker of the host)."""
     return Path(tempfile.gettempdir()) / "airflow-gpu-dag" / "leases"
+
+
+def configured_lease_dir() -> Path:
+    """``[gpu_dag] lease_dir``, else :func:`default_lease_dir`."""
+    from airflow_gpu_dag.settings import conf_get
+
+    return Path(conf_get("lease_dir", None) or default_lease_dir())
+
+
+def configured_usage_ledger() -> Path:
+    """The usage ledger ended leases are charged to and budget gates read: ``[gpu_dag]
+    usage_ledger``, else ``usage.jsonl`` in :func:`configured_lease_dir`."""
+    return _usage_ledger_option() or configured_lease_dir() / USAGE_FILE
+
+
+def _usage_ledger_option() -> Path | None:
+    from airflow_gpu_dag.settings import conf_get
+
+    configured = conf_get("usage_ledger", None)
+    return Path(str(configured).strip()) if configured and str(configured).strip() else None
 
 
 @dataclass(frozen=True)
@@ -26,6 +53,7 @@ class LeaseSettings:
     lease can hold a GPU). ``heartbeat_s``: how often a holder renews (must be well below ``ttl_s``).
     ``poll_s``: how often a waiting task retries. ``wait_timeout_s``: how long a task waits for its
     devices before failing. ``kill_orphans``: kill a reclaimed lease's recorded work processes.
+    ``usage_ledger``: the file ended leases are charged to (None: ``<lease_dir>/usage.jsonl``).
     """
 
     lease_dir: Path = field(default_factory=default_lease_dir)
@@ -34,9 +62,12 @@ class LeaseSettings:
     poll_s: float = 2.0
     wait_timeout_s: float = 600.0
     kill_orphans: bool = True
+    usage_ledger: Path | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lease_dir", Path(self.lease_dir))
+        if self.usage_ledger is not None:
+            object.__setattr__(self, "usage_ledger", Path(self.usage_ledger))
         for name in ("ttl_s", "heartbeat_s", "poll_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"lease setting {name}={getattr(self, name)} must be > 0")
@@ -48,10 +79,15 @@ class LeaseSettings:
                 "or healthy leases are reclaimed; lower [gpu_dag] lease_heartbeat or raise lease_ttl"
             )
 
+    @property
+    def usage_file(self) -> Path:
+        """Where ended leases are charged: ``usage_ledger``, else ``<lease_dir>/usage.jsonl``."""
+        return self.usage_ledger if self.usage_ledger is not None else self.lease_dir / USAGE_FILE
+
     @classmethod
     def from_config(cls, **overrides: Any) -> LeaseSettings:
         """Settings from ``[gpu_dag]`` (``lease_dir``, ``lease_ttl``, ``lease_heartbeat``,
-        ``lease_poll_interval``, ``lease_wait_timeout``), then ``overrides``."""
+        ``lease_poll_interval``, ``lease_wait_timeout``, ``usage_ledger``), then ``overrides``."""
         from airflow_gpu_dag.settings import conf_get
 
         def seconds(key: str, default: float) -> float:
@@ -64,11 +100,12 @@ class LeaseSettings:
                 raise ValueError(f"[gpu_dag] {key}: {err}") from None
 
         values: dict[str, Any] = {
-            "lease_dir": Path(conf_get("lease_dir", None) or default_lease_dir()),
+            "lease_dir": configured_lease_dir(),
             "ttl_s": seconds("lease_ttl", 120.0),
             "heartbeat_s": seconds("lease_heartbeat", 10.0),
             "poll_s": seconds("lease_poll_interval", 2.0),
             "wait_timeout_s": seconds("lease_wait_timeout", 600.0),
+            "usage_ledger": _usage_ledger_option(),  # None: <lease_dir>/usage.jsonl
         }
         values.update(overrides)
         return cls(**values)

@@ -8,7 +8,8 @@ One directory per host (``[gpu_dag] lease_dir``) holds:
   ever replaced whole: written to a temporary file, fsynced, ``os.replace``-d over the old one and the
   directory fsynced. A crash leaves either the old or the new table, never a torn one; temporary files
   left by a crashed writer are removed by the next writer (only the lock holder writes them).
-* ``usage.jsonl``: the GPU-seconds ledger (:mod:`airflow_gpu_dag.gpu.usage`).
+* ``usage.jsonl``: the GPU-seconds ledger (:mod:`airflow_gpu_dag.gpu.usage`), unless ``[gpu_dag]
+  usage_ledger`` puts it elsewhere (the file budget gates read).
 
 A lease is stale when its holder process is gone (same host, boot and pid namespace), the host
 rebooted, or its heartbeat is older than its ttl. Reclaiming it kills its recorded work processes
@@ -33,7 +34,7 @@ import airflow_gpu_dag.metrics as metrics
 from airflow_gpu_dag.gpu.lease_errors import LeaseError, LeaseTableCorrupt
 from airflow_gpu_dag.gpu.lease_settings import LeaseOwner, LeaseSettings
 from airflow_gpu_dag.gpu.process import HostIdentity, process_alive
-from airflow_gpu_dag.gpu.usage import USAGE_FILE, UsageLedger, UsageRecord
+from airflow_gpu_dag.gpu.usage import UsageLedger, UsageRecord
 
 __all__ = ["LOCK_FILE", "TABLE_FILE", "LeaseTable"]
 
@@ -57,7 +58,7 @@ class LeaseTable:
         self.dir = settings.lease_dir
         self.table_path = self.dir / TABLE_FILE
         self.lock_path = self.dir / LOCK_FILE
-        self.ledger = UsageLedger(self.dir / USAGE_FILE)
+        self.ledger = UsageLedger(settings.usage_file)
         self.identity = identity or HostIdentity.current()
 
     # -- storage ------------------------------------------------------------------------------------

@@ -90,7 +90,7 @@ class UsageRecord:
 
 
 class UsageLedger:
-    """Append-only ledger file (``<lease_dir>/usage.jsonl``)."""
+    """Append-only ledger file (``<lease_dir>/usage.jsonl``, or ``[gpu_dag] usage_ledger``)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -98,6 +98,7 @@ class UsageLedger:
     def append(self, record: UsageRecord) -> None:
         """Append one record with a single ``write`` (callers hold the lease lock)."""
         line = (record.to_json() + "\n").encode()
+        self.path.parent.mkdir(parents=True, exist_ok=True)  # [gpu_dag] usage_ledger may be elsewhere
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o664)
         try:
             os.write(fd, line)
