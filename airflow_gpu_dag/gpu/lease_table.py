@@ -33,7 +33,7 @@ from typing import Any
 import airflow_gpu_dag.metrics as metrics
 from airflow_gpu_dag.gpu.lease_errors import LeaseError, LeaseTableCorrupt
 from airflow_gpu_dag.gpu.lease_settings import LeaseOwner, LeaseSettings
-from airflow_gpu_dag.gpu.process import HostIdentity, process_alive
+from airflow_gpu_dag.gpu.process import HostIdentity, process_alive, process_start_token
 from airflow_gpu_dag.gpu.usage import UsageLedger, UsageRecord
 
 __all__ = ["LOCK_FILE", "TABLE_FILE", "LeaseTable"]
@@ -153,10 +153,20 @@ class LeaseTable:
             return
         for proc in record.get("processes") or ():
             pid, start, pgid = int(proc["pid"]), proc.get("start"), proc.get("pgid")
-            if pid == os.getpid() or not process_alive(pid, start):
+            if pid == os.getpid():
+                continue
+            leader = process_start_token(pid)
+            if leader is not None and start is not None and leader != start:
+                continue  # the pid was reused by another process: not ours
+            if pgid == pid:
+                # Its own process group (a bash command's session): kill all of it, also when its leader
+                # has exited and left workers behind (a pgid is not reused while the group has members).
+                if leader is None and not _group_exists(pid):
+                    continue
+            elif leader is None:
                 continue
             try:
-                if pgid == pid:  # its own process group (a bash command's session): kill all of it
+                if pgid == pid:
                     os.killpg(pid, signal.SIGKILL)
                 else:
                     os.kill(pid, signal.SIGKILL)
@@ -211,3 +221,14 @@ class LeaseTable:
             log.exception("GPU usage ledger %s cannot be written", self.ledger.path)
         start = float(record.get("acquired_at", end))
         metrics.lease_used(len(record.get("devices", ())), start, end, outcome, owner.get("pool"))
+
+
+def _group_exists(pgid: int) -> bool:
+    """True while some process of process group ``pgid`` runs (signal 0 checks, sends nothing)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -37,6 +37,7 @@ import contextlib
 import functools
 import os
 import signal
+import subprocess
 import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -140,6 +141,9 @@ class GpuBashOperator(GpuLeaseMixin, BashOperator):
             env.update(self._gpu_lease.env())
         return env
 
+    #: Seconds the command gets to exit after SIGTERM (then SIGKILL) when execute ends while it runs.
+    command_stop_grace_s: float = 10.0
+
     def execute(self, context: Any) -> Any:
         self._acquire_gpu_lease(context)
         outcome = "failed"
@@ -155,7 +159,40 @@ class GpuBashOperator(GpuLeaseMixin, BashOperator):
             self._raise_if_lost()
             raise
         finally:
-            self._finish_gpu_lease(outcome)
+            # execute can end while the command still runs: Airflow raises execution_timeout's
+            # AirflowTaskTimeout in here and calls on_kill only after. Its GPUs are given back only
+            # once it is gone, or another task would be handed GPUs it still uses.
+            if self._stop_command():
+                self._finish_gpu_lease(outcome)
+            else:
+                self._leave_lease_to_reclaim()
+
+    def _stop_command(self) -> bool:
+        """True once the command's process group leader is gone: SIGTERM, then SIGKILL, to its
+        process group (it runs in its own session). False when it survives both."""
+        proc = self.subprocess_hook.sub_process
+        if proc is None or proc.poll() is not None:
+            return True
+        for sig, wait in ((signal.SIGTERM, self.command_stop_grace_s), (signal.SIGKILL, 5.0)):
+            self.log.warning("GPU task command %s still running; sending %s", proc.pid, sig.name)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=wait)
+                return True
+        return False
+
+    def _leave_lease_to_reclaim(self) -> None:
+        lease = self._gpu_lease
+        if lease is None:
+            return
+        lease.stop_heartbeat()
+        self.log.error(
+            "GPU task command still running after SIGKILL: lease %s on devices %s is kept and reclaimed "
+            "once this task process exits (the reclaim kills the command's process group)",
+            lease.lease_id,
+            list(lease.devices),
+        )
 
     def _on_lease_lost(self, lease: Lease) -> None:
         try:
@@ -170,9 +207,9 @@ class GpuBashOperator(GpuLeaseMixin, BashOperator):
         reclaimed and the command's process group killed.
         """
         self._gpu_cancelled = True
-        super().on_kill()
         proc = self.subprocess_hook.sub_process
-        if proc is not None:
+        if proc is not None and proc.poll() is None:  # after execution_timeout, execute stopped it
+            super().on_kill()
             try:
                 proc.wait(timeout=10)
             except Exception:

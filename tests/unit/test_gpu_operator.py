@@ -301,6 +301,47 @@ def test_on_kill_stops_the_command_and_releases(static_host: Path) -> None:
     assert [r.outcome for r in UsageLedger(static_host / "usage.jsonl").read()] == ["killed"]
 
 
+def test_execution_timeout_gives_the_gpus_back_only_once_the_command_is_gone(
+    static_host: Path, tmp_path: Path
+) -> None:
+    # Airflow raises AirflowTaskTimeout inside execute() and calls on_kill() only after it: before,
+    # execute's cleanup released the lease while a command that ignores SIGTERM still ran, and the
+    # next task was given GPUs it was using.
+    import datetime
+
+    from airflow.sdk.exceptions import AirflowTaskTimeout
+    from airflow.sdk.execution_time.task_runner import _run_execute_callable
+
+    pid_file = tmp_path / "cmd.pid"
+    op = GpuBashOperator(
+        task_id="stuck",
+        gpus=4,
+        execution_timeout=datetime.timedelta(seconds=1),
+        bash_command=f"trap '' TERM; echo $$ > {pid_file}; sleep 60",
+    )
+    op.command_stop_grace_s = 0.5
+    released_while_running: list[bool] = []
+    finish = op._finish_gpu_lease
+
+    def spy(outcome: str) -> None:
+        pid = int(pid_file.read_text())
+        released_while_running.append(Path(f"/proc/{pid}").exists())
+        finish(outcome)
+
+    op._finish_gpu_lease = spy  # type: ignore[method-assign]
+    ctx = context("stuck")
+    with pytest.raises(AirflowTaskTimeout):
+        _run_execute_callable(ctx, op.execute, op)  # type: ignore[arg-type]
+    pid = int(pid_file.read_text())
+    try:
+        assert released_while_running and not any(released_while_running)
+        assert not Path(f"/proc/{pid}").exists()
+        assert LeaseManager(LeaseSettings.from_config()).leases() == []
+    finally:
+        with __import__("contextlib").suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+
+
 def test_python_callable_gets_lease_env_and_context(static_host: Path) -> None:
     seen: dict[str, Any] = {}
 

@@ -231,6 +231,42 @@ def test_reclaim_kills_orphaned_work_processes(tmp_path: Path) -> None:
                 proc.wait()
 
 
+def test_reclaim_kills_the_workers_a_command_left_in_its_process_group(tmp_path: Path) -> None:
+    # The command's session leader exited and left a worker in its process group: before, reclaim
+    # checked the leader only and the worker kept using the GPU.
+    m = manager(tmp_path)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    command = subprocess.Popen(
+        ["bash", "-c", "sleep 60 & echo $!"], start_new_session=True, stdout=subprocess.PIPE, text=True
+    )
+    worker = int(command.stdout.readline())  # type: ignore[union-attr]
+    try:
+        lease = m.acquire(GpuRequest(1), owner("orphan"), holder_pid=holder.pid)
+        lease.register_process(command.pid)
+        command.wait(timeout=10)  # the leader is gone, its worker runs on
+        assert os.getpgid(worker) == command.pid
+        holder.kill()
+        holder.wait()
+        assert [r["lease_id"] for r in m.reclaim_stale()] == [lease.lease_id]
+        deadline = time.monotonic() + 10
+        while _running(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(worker)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        if _running(worker):
+            os.kill(worker, 9)
+
+
+def _running(pid: int) -> bool:
+    """``pid`` exists and is not a zombie (the worker is not our child: init reaps it)."""
+    from airflow_gpu_dag.gpu.process import process_start_token
+
+    return process_start_token(pid) is not None
+
+
 def test_corrupt_table_refuses_allocation(tmp_path: Path) -> None:
     m = manager(tmp_path)
     m.acquire(GpuRequest(1))
