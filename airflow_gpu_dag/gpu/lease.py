@@ -28,7 +28,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -254,12 +254,19 @@ class LeaseManager:
                 self.table.save(table)
             return reclaimed
 
-    def check_possible(self, request: GpuRequest, inventory: GpuInventory | None = None) -> None:
+    def check_possible(
+        self, request: GpuRequest, inventory: GpuInventory | None = None, owner: LeaseOwner | None = None
+    ) -> None:
         """Raise :class:`LeaseImpossible` when this host can never satisfy ``request``."""
         inventory = inventory or self.inventory()
         problem = inventory.why_impossible(request.count, request.memory_mib, request.gpu_type)
         if problem:
-            raise LeaseImpossible(f"{request.describe()} can never be leased on {self._host}: {problem}")
+            who = f"{owner.describe()}: " if owner is not None else ""
+            raise LeaseImpossible(
+                f"{who}{request.describe()} can never be leased on {self._host}: {problem}. Fix: route the "
+                "task to a queue whose hosts have such GPUs (pin_to_queue, [gpu_dag] queues), or change its "
+                "gpus / gpu_type / gpu_memory."
+            )
 
     def try_acquire(
         self, request: GpuRequest, owner: LeaseOwner | None = None, *, holder_pid: int | None = None
@@ -267,13 +274,13 @@ class LeaseManager:
         """Lease ``request`` now if the devices are free (after reclaiming stale leases), else None."""
         owner = owner or LeaseOwner()
         inventory = self.inventory()
-        self.check_possible(request, inventory)
+        self.check_possible(request, inventory, owner)
         pid = holder_pid if holder_pid is not None else os.getpid()
         with self.table.locked():
             table = self.table.load()
             now = time.time()
             changed = bool(self.table.reclaim(table, now))
-            held = {int(d) for record in table["leases"].values() for d in record.get("devices", ())}
+            held = _held_devices(inventory, table["leases"].values())
             chosen = self._choose(inventory, request, held)
             if chosen is None:
                 if changed:
@@ -358,13 +365,30 @@ class LeaseManager:
         except Exception as err:  # the message must not fail
             holders, inventory = [f"unknown ({err})"], "unknown"
         mem = f" with {format_memory(request.memory_mib)} free each" if request.memory_mib else ""
+        unhealthy = self._unhealthy_shortfall(request)
         return (
             f"{owner.describe()} waited {timeout:.0f}s for {request.count} GPU(s){mem} on {self._host} and "
             f"they did not become free. Held now: {'; '.join(holders) or 'nothing'}. Inventory: {inventory}. "
-            "Fix: make the GPU pool no larger than the host's GPUs so Airflow queues the task instead, "
-            "raise lease_timeout / [gpu_dag] lease_wait_timeout, or free the devices (other processes "
-            "using GPU memory count against free memory)."
+            + (
+                f"Only {unhealthy} such device(s) are healthy. Fix: repair or reset the unhealthy GPU(s), "
+                "or request fewer GPUs."
+                if unhealthy is not None
+                else "Fix: make the GPU pool no larger than the host's GPUs so Airflow queues the task "
+                "instead, raise lease_timeout / [gpu_dag] lease_wait_timeout, or free the devices (other "
+                "processes using GPU memory count against free memory)."
+            )
         )
+
+    def _unhealthy_shortfall(self, request: GpuRequest) -> int | None:
+        """The healthy devices that could hold ``request`` when unhealthy ones make it too few, else None."""
+        try:
+            devices = [
+                d for d in self.inventory().devices if d.could_ever_fit(request.memory_mib, request.gpu_type)
+            ]
+        except Exception:
+            return None
+        healthy = sum(1 for d in devices if d.healthy)
+        return healthy if healthy < request.count <= len(devices) else None
 
     def heartbeat(self, lease_id: str) -> bool:
         """Renew ``lease_id``; False when it is no longer in the table (reclaimed)."""
@@ -422,3 +446,25 @@ class LeaseManager:
             raise
         else:
             held.release("success")
+
+
+def _held_devices(inventory: GpuInventory, records: Iterable[Mapping[str, Any]]) -> set[int]:
+    """This inventory's indices of the devices the lease ``records`` hold.
+
+    A device leased with its UUID is matched by UUID: workers sharing one lease directory from
+    containers that see different GPUs number them differently (NVML counts from 0 in each), and the
+    same index would be two GPUs. A lease without UUIDs (a static inventory) is matched by index.
+    """
+    by_uuid = {d.uuid: d.index for d in inventory.devices if d.uuid}
+    held: set[int] = set()
+    for record in records:
+        indices = [int(i) for i in record.get("devices", ())]
+        uuids = list(record.get("uuids") or ())
+        for position, index in enumerate(indices):
+            device_uuid = uuids[position] if position < len(uuids) else None
+            if device_uuid:
+                if device_uuid in by_uuid:  # else a GPU this worker does not see
+                    held.add(by_uuid[device_uuid])
+            else:
+                held.add(index)
+    return held

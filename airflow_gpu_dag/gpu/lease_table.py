@@ -93,10 +93,19 @@ class LeaseTable:
             raw = self.table_path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return {"version": 1, "leases": {}}
+        except OSError as err:  # a directory in its place, no permission, an I/O error
+            raw = ""
+            problem: Exception | None = err
+        else:
+            problem = None
         try:
+            if problem is not None:
+                raise ValueError(str(problem))
             table = json.loads(raw)
             if not isinstance(table, dict) or not isinstance(table.get("leases"), dict):
                 raise ValueError("no 'leases' object")
+            for lease_id, record in table["leases"].items():
+                _check_record(lease_id, record)
         except ValueError as err:
             raise LeaseTableCorrupt(
                 f"GPU lease table {self.table_path} cannot be read ({err}). It is only ever replaced "
@@ -232,3 +241,21 @@ def _group_exists(pgid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _check_record(lease_id: str, record: Any) -> None:
+    """Raise ``ValueError`` unless ``record`` has the shape every reader of the table relies on."""
+    if not isinstance(record, dict):
+        raise ValueError(f"lease {lease_id!r} is not an object")
+    devices = record.get("devices")
+    if not isinstance(devices, list) or not all(type(d) is int for d in devices):
+        raise ValueError(f"lease {lease_id!r}: 'devices' is not a list of GPU indices")
+    for key in ("acquired_at", "heartbeat_at", "ttl_s"):
+        if record.get(key) is not None and type(record[key]) not in (int, float):
+            raise ValueError(f"lease {lease_id!r}: {key!r} is not a number")
+    holder = record.get("holder")
+    if not isinstance(holder, dict) or not isinstance(holder.get("pid"), int):
+        raise ValueError(f"lease {lease_id!r}: 'holder' has no pid")
+    for proc in record.get("processes") or ():
+        if not isinstance(proc, dict) or not isinstance(proc.get("pid"), int):
+            raise ValueError(f"lease {lease_id!r}: a recorded process has no pid")

@@ -112,9 +112,24 @@ def test_unhealthy_device_is_never_leased(tmp_path: Path) -> None:
 def test_impossible_request_fails_at_once(tmp_path: Path, request_: GpuRequest, fragment: str) -> None:
     m = manager(tmp_path, wait_timeout_s=600)
     started = time.monotonic()
-    with pytest.raises(LeaseImpossible, match=fragment):
+    with pytest.raises(LeaseImpossible, match=fragment) as err:
         m.acquire(request_, owner("x"))
     assert time.monotonic() - started < 60  # did not wait for the 600 s timeout
+    assert str(err.value).startswith(owner("x").describe()) and "Fix: route the task" in str(err.value)
+
+
+def test_a_request_only_unhealthy_gpus_could_complete_says_so(tmp_path: Path) -> None:
+    devices = [GpuDevice(i, "a100", 81920, uuid=f"GPU-{i}") for i in range(3)]
+    devices.append(
+        GpuDevice(3, "a100", None, uuid="GPU-3", healthy=False, health_reason="row remapping failed")
+    )
+    settings = LeaseSettings(lease_dir=tmp_path / "leases", poll_s=0.05, wait_timeout_s=0.2)
+    m = LeaseManager(settings, GpuInventory(tuple(devices)))
+    with pytest.raises(LeaseTimeout) as err:
+        m.acquire(GpuRequest(4), owner("train"))
+    message = str(err.value)
+    assert "Only 3 such device(s) are healthy" in message and "repair or reset the unhealthy GPU" in message
+    assert "row remapping failed" in message
 
 
 def test_timeout_names_holders_and_the_fix(tmp_path: Path) -> None:
@@ -267,12 +282,56 @@ def _running(pid: int) -> bool:
     return process_start_token(pid) is not None
 
 
+def test_workers_that_number_the_gpus_differently_never_share_one(tmp_path: Path) -> None:
+    # Two workers share the host's lease directory; B's container sees only host GPUs 2 and 3, which
+    # NVML numbers 0 and 1 there. Before, leases were compared by index: A was given GPU-host2 too.
+    full = GpuInventory(tuple(GpuDevice(i, "a100", 81920, uuid=f"GPU-host{i}") for i in range(4)))
+    subset = GpuInventory(tuple(GpuDevice(i, "a100", 81920, uuid=f"GPU-host{i + 2}") for i in range(2)))
+    settings = LeaseSettings(lease_dir=tmp_path / "leases", poll_s=0.05, wait_timeout_s=0.5)
+    worker_a, worker_b = LeaseManager(settings, full), LeaseManager(settings, subset)
+    b = worker_b.acquire(GpuRequest(1), owner("b"))
+    assert b.uuids == ("GPU-host2",)
+    a = worker_a.acquire(GpuRequest(3), owner("a"))
+    assert set(a.uuids) == {"GPU-host0", "GPU-host1", "GPU-host3"}
+    assert worker_a.try_acquire(GpuRequest(1), owner("a2")) is None  # GPU-host2 is B's
+    assert worker_b.try_acquire(GpuRequest(1), owner("b2")) is None  # its index 1 is GPU-host3: A's
+    a.release()
+    b2 = worker_b.try_acquire(GpuRequest(1), owner("b2"))
+    assert b2 is not None and (b2.devices, b2.uuids) == ((1,), ("GPU-host3",))
+
+
 def test_corrupt_table_refuses_allocation(tmp_path: Path) -> None:
     m = manager(tmp_path)
     m.acquire(GpuRequest(1))
     m.table_path.write_text('{"version": 1, "leases": {')
     with pytest.raises(LeaseTableCorrupt, match="remove or repair"):
         m.try_acquire(GpuRequest(1))
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        ({"x": "oops"}, "lease 'x' is not an object"),
+        ({"x": {"devices": [0], "holder": {"host": "h"}}}, "'holder' has no pid"),
+        ({"x": {"devices": "0,1", "holder": {"pid": 1}}}, "'devices' is not a list"),
+        ({"x": {"devices": [0], "holder": {"pid": 1}, "heartbeat_at": "soon"}}, "'heartbeat_at' is not"),
+        (None, "Is a directory"),
+    ],
+)
+def test_a_damaged_lease_record_is_a_corrupt_table_not_a_crash(
+    tmp_path: Path, damage: dict[str, Any] | None, reason: str
+) -> None:
+    # Before: AttributeError, KeyError, ValueError or IsADirectoryError, past the operators'
+    # `except LeaseError`, with no word on what to do.
+    m = manager(tmp_path)
+    m.dir.mkdir(parents=True)
+    if damage is None:
+        m.table_path.mkdir()
+    else:
+        m.table_path.write_text(json.dumps({"version": 1, "leases": damage}))
+    with pytest.raises(LeaseTableCorrupt, match="remove or repair") as err:
+        m.try_acquire(GpuRequest(1))
+    assert reason in str(err.value)
 
 
 def test_leftover_temp_file_of_a_crashed_writer_is_removed(tmp_path: Path) -> None:
