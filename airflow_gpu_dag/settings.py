@@ -80,6 +80,13 @@ def _pool_sizes(raw: str) -> dict[str, int] | str:
     return sizes
 
 
+def pools_problem() -> str | None:
+    """What is wrong with ``[gpu_dag] pools`` (``"is not JSON (...)"``); None when usable or unset."""
+    raw = conf_get("pools", None)
+    problem = _pool_sizes(raw) if raw else None
+    return problem if isinstance(problem, str) else None
+
+
 def pool_capacities() -> dict[str, int] | None:
     """Known GPU pools and their full size for parse-time validation.
 

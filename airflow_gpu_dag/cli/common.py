@@ -119,6 +119,46 @@ def configured_pools() -> dict[str, int]:
     return dict(pool_capacities() or {})
 
 
+def simulation_capacity(
+    gpu_pools: dict[str, str], used: set[str], given: dict[str, int], what: str
+) -> dict[str, int]:
+    """The pool capacities to simulate on: ``[gpu_dag] pools`` for the pools used, overridden by
+    ``--capacity`` (``given``), as ``lint --pool`` adds to the configured pools.
+
+    ``gpu_pools``: GPU pool -> the task that uses it first (named in the error); ``used``: every pool
+    the simulated tasks use; ``what``: the simulated DAGs, for the messages.
+
+    :raises ValueError: a ``--capacity`` pool nothing uses (a typo), or a GPU pool with no capacity;
+        the message says what ``[gpu_dag] pools`` holds, or what is wrong with it.
+    """
+    from airflow_gpu_dag.settings import pools_problem
+
+    unknown = sorted(set(given) - used)
+    if unknown:
+        raise ValueError(
+            f"pool(s) {', '.join(unknown)} not used by {what} "
+            f"(its pools: {', '.join(sorted(used)) or 'none'}); check the --capacity names."
+        )
+    configured = configured_pools()
+    capacity = {pool: slots for pool, slots in configured.items() if pool in used}
+    capacity.update(given)
+    missing = sorted(set(gpu_pools) - set(capacity))
+    if missing:
+        hints = " ".join(f"--capacity {p}=<GPUs>" for p in missing)
+        problem = pools_problem()
+        if problem:
+            setting = f"fix [gpu_dag] pools, which {problem} and is ignored"
+        elif configured:
+            setting = f"add {missing[0]!r} to [gpu_dag] pools (it has {', '.join(sorted(configured))})"
+        else:
+            setting = "set [gpu_dag] pools"
+        raise ValueError(
+            f"GPU pool(s) {', '.join(missing)} of {what} have no capacity (task {gpu_pools[missing[0]]!r} "
+            f"uses {missing[0]!r}); add {hints} or {setting}."
+        )
+    return capacity
+
+
 # -- watermark (fallback) --------------------------------------------------------------------------
 def watermark_unavailable(args: argparse.Namespace) -> None:
     """Stand-in for ``airflow gpu-dag watermark`` when its module is not installed."""

@@ -48,9 +48,24 @@ ARG_POOL = Arg(
     metavar="NAME=SLOTS",
     help="A pool and its total slots (repeatable); overrides the gpu_dag.pools option for this command.",
 )
+
+
+def _host_gpus(value: str) -> int:
+    """``--max-gpus-per-host``: a whole number >= 1 (0 made every GPU request "too large")."""
+    import argparse
+
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: give the GPUs of the largest host, a whole number >= 1")
+    return number
+
+
 ARG_MAX_GPUS_PER_HOST = Arg(
     ("--max-gpus-per-host",),
-    type=int,
+    type=_host_gpus,
     default=None,
     metavar="N",
     help="GPUs on the largest host; larger requests are errors "
@@ -100,7 +115,7 @@ ARG_CAPACITY = Arg(
     action="append",
     default=None,
     metavar="POOL=SLOTS",
-    help="Capacity of a pool for the simulation (repeatable; default: the gpu_dag.pools option).",
+    help="Capacity of a pool for the simulation (repeatable; updates the gpu_dag.pools option).",
 )
 ARG_POLICY = Arg(
     ("--policy",),

@@ -96,6 +96,7 @@ def load_dags(paths: Sequence[str | os.PathLike[str]]) -> LoadedDags:
     targets = [str(p) for p in paths] or [str(settings.DAGS_FOLDER)]
     result = LoadedDags(paths=targets)
     bag_class = _dagbag_class()
+    parsed: set[str] = set()  # files, once each however many of the paths name them
     for target in targets:
         path = Path(target)
         if not path.exists():
@@ -103,11 +104,30 @@ def load_dags(paths: Sequence[str | os.PathLike[str]]) -> LoadedDags:
         safe_mode = conf.getboolean("core", "dag_discovery_safe_mode") if path.is_dir() else False
         with _provider_policy_skipped():
             bag = bag_class(dag_folder=str(path), safe_mode=safe_mode, load_op_links=False)
-        result.dags.update(bag.dags)
+        for dag_id, dag in bag.dags.items():
+            earlier = result.dags.get(dag_id)
+            if earlier is not None and _same_file(earlier.fileloc, dag.fileloc) is False:
+                # What Airflow's own DagBag does within one folder; across the paths given, a later
+                # file must not silently replace (and so hide) a DAG already loaded.
+                result.import_errors[str(dag.fileloc)] = (
+                    f"AirflowDagDuplicatedIdException: Ignoring DAG {dag_id} from {dag.fileloc} - also "
+                    f"found in {earlier.fileloc}"
+                )
+                continue
+            result.dags[dag_id] = dag
         result.import_errors.update(bag.import_errors)
         result.cyclic.update(getattr(bag, "cyclic", set()))
-        result.files += len(getattr(bag, "dagbag_stats", []) or [])
+        for stat in getattr(bag, "dagbag_stats", []) or []:
+            parsed.add(os.path.realpath(path / stat.file if path.is_dir() else path))
+    result.files = len(parsed)
     return result
+
+
+def _same_file(a: Any, b: Any) -> bool | None:
+    """Whether two ``fileloc`` values name one file (None when either is unknown)."""
+    if not a or not b:
+        return None
+    return os.path.realpath(str(a)) == os.path.realpath(str(b))
 
 
 def find_dag(dag_id: str, file: str | None = None) -> Any:

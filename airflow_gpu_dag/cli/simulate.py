@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_gpu_dag.cli import render
-from airflow_gpu_dag.cli.common import configured_pools, parse_pool_args, quiet, status
+from airflow_gpu_dag.cli.common import parse_pool_args, quiet, simulation_capacity, status
 from airflow_gpu_dag.cli.inputs import input_json, input_notes, planning_graph
 from airflow_gpu_dag.cli.loading import find_dag
 from airflow_gpu_dag.core.pools import task_pool
@@ -26,33 +26,21 @@ __all__ = ["simulate"]
 
 
 # -- load and capacity -----------------------------------------------------------------------------
-def _simulation_capacity(graph: Any, given: Mapping[str, int]) -> dict[str, int]:
-    """Check ``given`` against the pools the DAG uses: every GPU pool needs a capacity, and every
+def _capacity(graph: TaskGraph, given: Mapping[str, int]) -> dict[str, int]:
+    """The capacities to simulate ``graph`` on: ``[gpu_dag] pools`` overridden by ``--capacity``
+    (:func:`~airflow_gpu_dag.cli.common.simulation_capacity`); every GPU pool needs one, and every
     pool named must be used by the DAG.
 
     :raises ValueError: naming the pool, the task and the fix.
     """
-    used: dict[str, str] = {}
+    used: set[str] = set()
     gpu_pools: dict[str, str] = {}
     for node in graph.nodes.values():
         pool = task_pool(node)
-        used.setdefault(pool, node.task_id)
+        used.add(pool)
         if node.gpu is not None:
             gpu_pools.setdefault(pool, node.task_id)
-    unknown = sorted(set(given) - set(used))
-    if unknown:
-        raise ValueError(
-            f"pool(s) {', '.join(unknown)} not used by DAG {graph.dag_id!r} "
-            f"(its pools: {', '.join(sorted(used)) or 'none'}); check the --capacity names."
-        )
-    missing = sorted(set(gpu_pools) - set(given))
-    if missing:
-        hints = " ".join(f"--capacity {p}=<GPUs>" for p in missing)
-        raise ValueError(
-            f"GPU pool(s) {', '.join(missing)} of DAG {graph.dag_id!r} have no capacity (task "
-            f"{gpu_pools[missing[0]]!r} uses {missing[0]!r}); add {hints} or set [gpu_dag] pools."
-        )
-    return dict(given)
+    return simulation_capacity(gpu_pools, used, dict(given), f"DAG {graph.dag_id!r}")
 
 
 def _load_graph(args: argparse.Namespace, err: Console, json_output: bool) -> LearnedGraph:
@@ -65,15 +53,6 @@ def _load_graph(args: argparse.Namespace, err: Console, json_output: bool) -> Le
     if bad:
         raise SystemExit("error: cannot simulate:\n" + "\n".join(str(f) for f in bad))
     return learned
-
-
-def _capacity(graph: TaskGraph, given: dict[str, int]) -> dict[str, int]:
-    """``--capacity`` values, else the configured sizes of the pools the DAG uses; checked."""
-    if not given:
-        configured = configured_pools()
-        used = {task_pool(node) for node in graph.nodes.values()}
-        given = {k: v for k, v in configured.items() if k in used}
-    return _simulation_capacity(graph, given)
 
 
 # -- run -------------------------------------------------------------------------------------------

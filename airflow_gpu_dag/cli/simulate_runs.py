@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_gpu_dag.cli import render
-from airflow_gpu_dag.cli.common import check_objective_setting, configured_pools, parse_pool_args, status
+from airflow_gpu_dag.cli.common import check_objective_setting, parse_pool_args, simulation_capacity, status
 from airflow_gpu_dag.cli.inputs import history_note_line, input_json, input_notes, planning_graph
 from airflow_gpu_dag.core.pools import task_pool
 from airflow_gpu_dag.core.resources import EstimateError, format_duration, parse_duration
@@ -75,7 +75,14 @@ def _runs(args: argparse.Namespace) -> tuple[list[RunSpec], dict[str, Any]]:
         if not dags:
             raise ValueError(f"no DAG in {folder!r}; point --folder at a folder of DAG files.")
     in_folder = sorted(dags)
-    named = list(dict.fromkeys([*(args.dag_ids or ()), *(r.dag_id for r in triggered)]))
+    ids = list(args.dag_ids or ())
+    twice = sorted({d for d in ids if ids.count(d) > 1})
+    if twice:
+        raise ValueError(
+            f"DAG id {twice[0]!r} given twice; a DAG id gives one run at 0. For several runs of one DAG, "
+            f"use --trigger {twice[0]}=0 --trigger {twice[0]}=<offset>."
+        )
+    named = list(dict.fromkeys([*ids, *(r.dag_id for r in triggered)]))
     for dag_id in named:
         if dag_id not in dags:
             dags[dag_id] = find_dag(dag_id, args.file or folder)
@@ -100,20 +107,15 @@ def _graphs(runs: Sequence[RunSpec], dags: dict[str, Any], declared_only: bool) 
 
 
 def _capacity(graphs: dict[str, TaskGraph], given: dict[str, int]) -> dict[str, int]:
-    used: dict[str, str] = {}
+    """``[gpu_dag] pools`` for the pools the DAGs use, overridden by ``--capacity``; checked."""
+    used: set[str] = set()
+    gpu_pools: dict[str, str] = {}
     for graph in graphs.values():
         for node in graph.nodes.values():
+            used.add(task_pool(node))
             if node.gpu is not None:
-                used.setdefault(task_pool(node), f"{graph.dag_id}.{node.task_id}")
-    capacity = dict(given) or {p: c for p, c in configured_pools().items() if p in used}
-    missing = sorted(set(used) - set(capacity))
-    if missing:
-        hints = " ".join(f"--capacity {p}=<GPUs>" for p in missing)
-        raise ValueError(
-            f"GPU pool(s) {', '.join(missing)} have no capacity (task {used[missing[0]]} uses "
-            f"{missing[0]!r}); add {hints} or set [gpu_dag] pools."
-        )
-    return capacity
+                gpu_pools.setdefault(task_pool(node), f"{graph.dag_id}.{node.task_id}")
+    return simulation_capacity(gpu_pools, used, given, "the simulated DAGs")
 
 
 def _predict(

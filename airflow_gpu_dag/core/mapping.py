@@ -89,6 +89,7 @@ def expand_mapped(
         attrs["map_count"] = count
         if count == 0:  # no instance runs (Airflow skips it): one node taking no time keeps the order
             ids[task_id] = [task_id]
+            attrs.setdefault("declared_duration", node.duration)  # what it declares, for the tables
             copy.add_task(replace(node, duration=0.0, attrs=attrs))
             continue
         ids[task_id] = []

@@ -57,7 +57,8 @@ def test_leases_are_charged_to_the_configured_usage_ledger(
     book = budget_ledger()
     assert isinstance(book, FileBudgetLedger) and book.path == ledger
     used = book.usage("d", "r", "gpu_default")
-    assert used.run_gpu_seconds > 0 and used.pool_day_gpu_seconds == pytest.approx(used.run_gpu_seconds, abs=1e-3)
+    assert used.run_gpu_seconds > 0
+    assert used.pool_day_gpu_seconds == pytest.approx(used.run_gpu_seconds, abs=1e-3)
 
 
 def test_without_the_option_leases_stay_in_the_lease_directory(tmp_path: Path) -> None:
