@@ -194,11 +194,11 @@ def check_manifest(fs: Any, path: str, rule: Manifest) -> CompletenessResult:
         entries = data["files"]
         if not isinstance(entries, list):
             raise TypeError("'files' is not a list")
+        listed = [_manifest_entry(number, entry) for number, entry in enumerate(entries, 1)]
     except (ValueError, KeyError, TypeError) as err:
         return CompletenessResult(False, f"manifest {manifest_path} is unreadable ({err})")
     total = 0
-    for entry in entries:
-        rel = str(entry["path"]) if isinstance(entry, Mapping) else str(entry)
+    for entry, rel in zip(entries, listed, strict=True):
         target = _join(path, rel)
         if not fs.exists(target):
             return CompletenessResult(False, f"{rel} listed in {rule.name} is missing")
@@ -217,6 +217,19 @@ def check_manifest(fs: Any, path: str, rule: Manifest) -> CompletenessResult:
                 if expected and _digest(fs, target, algorithm) != str(expected).lower():
                     return CompletenessResult(False, f"{rel} {algorithm} does not match {rule.name}")
     return CompletenessResult(True, f"all {len(entries)} files of {rule.name} present", len(entries), total)
+
+
+def _manifest_entry(number: int, entry: Any) -> str:
+    """The relative path of manifest entry ``number`` (a path, or an object with ``path`` and maybe
+    an integer ``size``); ``ValueError`` naming the entry when it is neither."""
+    if isinstance(entry, str) and entry:
+        return entry
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("path"), str) or not entry["path"]:
+        raise ValueError(f"entry {number} is not a path or an object with a 'path'")
+    size = entry.get("size")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+        raise ValueError(f"entry {number} ({entry['path']}) has size {size!r}, not a whole number of bytes")
+    return str(entry["path"])
 
 
 class StabilityTracker:
@@ -287,8 +300,16 @@ def write_marker(path: Any, name: str = "_SUCCESS", *, conn_id: str | None = Non
 def write_manifest(
     path: Any, name: str = "_MANIFEST.json", *, conn_id: str | None = None, checksums: bool = True
 ) -> dict[str, Any]:
-    """List every file under ``path`` (except markers/manifests) with size and sha256 into a manifest."""
+    """List every file under ``path`` (except markers/manifests) with size and sha256 into a manifest.
+
+    :raises FileNotFoundError: ``path`` does not exist (a manifest of nothing would read as complete).
+    """
     fs, inner = resolve(path, conn_id)
+    if not fs.exists(inner):
+        raise FileNotFoundError(
+            f"write_manifest: dataset {path} does not exist; write its files first (a manifest of no "
+            "files would mark a missing dataset complete)."
+        )
     files = []
     for rel, size in sorted(snapshot(fs, inner).items()):
         if rel in (name, "_SUCCESS"):

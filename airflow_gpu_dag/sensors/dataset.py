@@ -33,6 +33,8 @@ from airflow_gpu_dag.datasets.completeness import (
     StableSize,
     check_once,
     parse_completeness,
+    resolve,
+    snapshot,
 )
 from airflow_gpu_dag.hints import control_task_hints, merge_hints
 from airflow_gpu_dag.sensors._common import require_timeout, resume_race_retry
@@ -82,6 +84,14 @@ class DatasetCompleteSensor(BaseSensorOperator):
             rule = parse_completeness(completeness)
         except ValueError as err:
             raise ValueError(f"task {task_id!r}: {err}") from None
+        if isinstance(rule, StableSize) and not deferrable and kwargs.get("mode") == "reschedule":
+            # Each reschedule is a new process: the sizes seen last time are gone, so "unchanged for
+            # the period" could never be proven and the sensor would wait out its timeout.
+            raise ValueError(
+                f"task {task_id!r}: completeness='stable' cannot run in mode='reschedule' (each check "
+                "starts afresh and never sees the sizes stay unchanged). Fix: keep deferrable=True "
+                "(the default), or use mode='poke'."
+            )
         if fallback_to_last_good and (asset is None or not producer_task_id):
             raise ValueError(
                 f"task {task_id!r}: fallback_to_last_good needs asset= (where good artifacts are recorded) "
@@ -147,7 +157,7 @@ class DatasetCompleteSensor(BaseSensorOperator):
             if not path or path == self.path:
                 continue
             result = (
-                CompletenessResult(True, "exists")
+                _still_there(path, self.conn_id)
                 if isinstance(rule, StableSize)
                 else check_once(path, rule, conn_id=self.conn_id)
             )
@@ -209,3 +219,13 @@ class DatasetCompleteSensor(BaseSensorOperator):
         if event.get("status") == "complete":
             return self._done(context, self.path, str(event.get("reason", "")), False)
         raise AirflowSensorTimeout(self._timeout_message(str(event.get("reason", "unknown"))))
+
+
+def _still_there(path: str, conn_id: str | None) -> CompletenessResult:
+    """A stable-size artifact recorded complete earlier still counts while it has files (one check
+    cannot prove stability again; a deleted path must not be handed on as good data)."""
+    fs, inner = resolve(path, conn_id)
+    files = snapshot(fs, inner)
+    if not files:
+        return CompletenessResult(False, f"{path} is gone or empty")
+    return CompletenessResult(True, "recorded complete, still there", len(files), sum(files.values()))

@@ -195,3 +195,72 @@ def test_checkpoint_pattern_needs_step() -> None:
     assert checkpoint_regex("ckpt_{step}.d").match("ckpt_0012.d").group(1) == "0012"
     with pytest.raises(ValueError, match=r"must contain '\{step\}'"):
         checkpoint_regex("checkpoint")
+
+
+@pytest.mark.parametrize(
+    ("files", "reason"),
+    [
+        ([{"name": "a.bin", "size": 1}], "entry 1 is not a path or an object with a 'path'"),
+        ([{"path": "a.bin", "size": "1 byte"}], "entry 1 (a.bin) has size '1 byte'"),
+        (["a.bin", None], "entry 2 is not a path"),
+    ],
+)
+def test_a_malformed_manifest_entry_is_unreadable_not_a_crash(mem_dir: str, files: list, reason: str) -> None:
+    # Before: KeyError / ValueError out of check_once, a sensor failing with a bare KeyError('path').
+    _write(mem_dir + "/a.bin", b"x")
+    _write(mem_dir + "/_MANIFEST.json", json.dumps({"files": files}).encode())
+    result = check_once(mem_dir, "manifest")
+    assert not result.complete and "is unreadable" in result.reason and reason in result.reason
+
+
+def test_a_manifest_of_a_dataset_never_written_is_refused(mem_dir: str) -> None:
+    # Before: {"files": []} was written, and the missing dataset then read as complete.
+    with pytest.raises(FileNotFoundError, match="does not exist; write its files first"):
+        write_manifest(mem_dir + "/never")
+    assert not check_once(mem_dir + "/never", "manifest").complete
+
+
+def test_the_last_good_stable_artifact_must_still_exist(tmp_path) -> None:
+    # "stable" artifacts cannot be re-proven by one check: before, any recorded path was accepted,
+    # a deleted one too, and handed to the consumer as good data.
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from airflow.sdk import DAG, Asset
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_gpu_dag.sensors import DatasetCompleteSensor
+
+    clean = Asset("clean", uri="file:///lake/clean")
+    with DAG("d", schedule=None):
+        sensor = DatasetCompleteSensor(
+            task_id="wait_clean",
+            path=str(tmp_path / "run3"),
+            completeness="stable",
+            timeout=timedelta(hours=1),
+            asset=clean,
+            fallback_to_last_good=True,
+            producer_task_id="prep",
+        )
+    kept = tmp_path / "run2"
+    kept.mkdir()
+    (kept / "part-0").write_bytes(b"abc")
+    ti = SimpleNamespace(dag_id="d", run_id="run3", get_task_states=lambda **kw: {"run3": {"prep": "failed"}})
+    gone = SimpleNamespace(extra={"path": str(tmp_path / "run1_deleted")})
+    context = {"ti": ti, "inlet_events": {clean: [SimpleNamespace(extra={"path": str(kept)}), gone]}}
+    context["outlet_events"] = {}
+    result = sensor.execute(context)  # the newest event is gone: the one before it is taken
+    assert result["path"] == str(kept) and result["fallback"] is True
+    context["inlet_events"] = {clean: [gone]}
+    with pytest.raises(AirflowFailException, match="no earlier complete artifact"):
+        sensor.execute(context)
+
+
+def test_stable_completeness_cannot_run_in_reschedule_mode() -> None:
+    from airflow_gpu_dag.sensors import DatasetCompleteSensor
+
+    with pytest.raises(ValueError, match="cannot run in mode='reschedule'"):
+        DatasetCompleteSensor(
+            task_id="w", path="/x", completeness="stable", timeout=60, deferrable=False, mode="reschedule"
+        )
+    DatasetCompleteSensor(task_id="p", path="/x", completeness="stable", timeout=60, deferrable=False)
