@@ -32,6 +32,7 @@ from airflow_gpu_dag.gpu.usage import UsageLedger, UsageRecord, gpu_seconds_by_p
 
 __all__ = [
     "BudgetLedger",
+    "BudgetLedgerError",
     "BudgetUsage",
     "FileBudgetLedger",
     "read_usage",
@@ -79,6 +80,10 @@ def summarise(
         run_claimed_seconds=sum(c.gpu_seconds for c in claims if (c.dag_id, c.run_id) == (dag_id, run_id)),
         pool_day_claimed_seconds=sum(c.gpu_seconds for c in claims if pool and c.pool == pool),
     )
+
+
+class BudgetLedgerError(RuntimeError):
+    """The ledger's state cannot be read; the message says which file and the fix."""
 
 
 class BudgetLedger(Protocol):
@@ -129,11 +134,21 @@ class FileBudgetLedger:
             os.close(fd)
 
     def _claims(self, now: float | None) -> dict[str, BudgetClaim]:
-        """The claims on file that have not expired at ``now`` (all of them with ``now`` None)."""
+        """The claims on file that have not expired at ``now`` (all of them with ``now`` None).
+
+        :raises BudgetLedgerError: the claims file exists but cannot be read. It is only ever replaced
+            atomically; reading it as empty would let the next claim overwrite every open claim.
+        """
         try:
             raw = json.loads(self.claims_path.read_text(encoding="utf-8"))
-        except (FileNotFoundError, ValueError):
+        except FileNotFoundError:
             return {}
+        except (OSError, ValueError) as err:
+            raise BudgetLedgerError(
+                f"budget claims file {self.claims_path} cannot be read ({err}); gates wait rather than "
+                "overwrite the open claims in it. Fix: repair the file, or remove it (open claims are "
+                "then forgotten: their tasks' usage still counts once they end)."
+            ) from None
         claims = {}
         for key, value in (raw if isinstance(raw, dict) else {}).items():
             try:
@@ -162,7 +177,10 @@ class FileBudgetLedger:
     def claim(self, cap: BudgetCap, claim: BudgetClaim, now: float | None = None) -> BudgetDecision:
         moment = now if now is not None else datetime.now(UTC).timestamp()
         with self._locked():
-            claims = self._claims(moment)
+            try:
+                claims = self._claims(moment)
+            except BudgetLedgerError as err:
+                return BudgetDecision(False, str(err))
             if claim.claim_id in claims:
                 return BudgetDecision(
                     True, f"already claimed {claims[claim.claim_id].gpu_seconds / 3600:.3f} GPU-h"
@@ -179,12 +197,12 @@ class FileBudgetLedger:
         # the others are kept as they are (a claim's next write prunes expired ones): nothing here
         # depends on the wall clock.
         with self._locked():
-            claims = self._claims(None)
+            if record is not None:
+                self._append_once(record)
+            claims = self._claims(None)  # unreadable: raised after the usage is recorded
             held = claims.pop(claim_id, None) is not None
             if held:
                 self._write_claims(claims)
-            if record is not None:
-                self._append_once(record)
         return held
 
     def _append_once(self, record: UsageRecord) -> None:

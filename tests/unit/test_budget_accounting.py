@@ -152,3 +152,22 @@ def test_a_pool_cap_on_another_pool_than_the_tasks_is_refused(tmp_path: Path) ->
             inside, gpu_hours_per_pool_day=6, pool="gpu_a100", ledger=str(tmp_path / "u.jsonl")
         )
     assert gate.cap.pool == "gpu_a100"
+
+
+def test_an_unreadable_claims_file_makes_gates_wait_instead_of_dropping_its_claims(tmp_path: Path) -> None:
+    # Before: read as empty, so the next claim overwrote it and every open claim was forgotten.
+    book = FileBudgetLedger(tmp_path / "usage.jsonl")
+    cap = BudgetCap(gpu_hours_per_pool_day=10, pool="gpu")
+    now = datetime(2026, 11, 30, 12, tzinfo=UTC).timestamp()
+    held = BudgetClaim("d1", "r1", "fit", 8 * 3600, "gpu", today(now), now, now + 86400)
+    assert book.claim(cap, held, now).allowed
+    damaged = book.claims_path.read_text()[:-5]
+    book.claims_path.write_text(damaged)
+    other = BudgetClaim("d2", "r2", "fit", 1 * 3600, "gpu", today(now), now, now + 86400)
+    decision = book.claim(cap, other, now)
+    assert not decision.allowed and "cannot be read" in decision.reason and "Fix: repair" in decision.reason
+    assert book.claims_path.read_text() == damaged  # nothing overwritten
+    record = UsageRecord("d1", "r1", "fit", 1, (0,), now, now + 60, pool="gpu", lease_id="x")
+    with pytest.raises(RuntimeError, match="cannot be read"):
+        book.settle(held.claim_id, record)
+    assert [r.lease_id for r in book._records()] == ["x"]  # the usage is recorded all the same
