@@ -80,7 +80,7 @@ def check_heartbeat_file(
     path: str | Path, max_age: float | None = None, now: float | None = None
 ) -> tuple[bool, str]:
     """``(fresh, message)``: fresh when the last tick is younger than ``max_age`` seconds (default
-    ``3 x`` the controller's interval, from the file)."""
+    ``3 x`` the controller's interval, from the file) and not as far in the future (clock skew)."""
     try:
         beat = read_heartbeat_file(path)
     except ValueError as err:
@@ -89,6 +89,13 @@ def check_heartbeat_file(
     limit = float(max_age) if max_age is not None else STALE_AFTER_INTERVALS * float(beat["interval"])
     age = now - float(beat["last_tick"])
     role = "active" if beat.get("active") else "standby"
+    if age <= -limit:
+        # A tick "in the future": this check's clock is behind the controller's. Trusting it would
+        # read a controller that died as alive until the clocks meet.
+        return False, (
+            f"clock skew: last tick {-age:.1f}s in the future (limit {limit:g}s; {role}, pid "
+            f"{beat.get('pid')}): this host's clock and the controller's disagree; sync them (NTP)"
+        )
     if age < limit:
         return True, f"ok: last tick {age:.1f}s ago (limit {limit:g}s), {role}, pid {beat.get('pid')}"
     return False, (

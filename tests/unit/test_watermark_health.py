@@ -47,6 +47,10 @@ def test_heartbeat_file_is_written_after_each_tick_and_checked(tmp_path: Path) -
     assert check_heartbeat_file(path, max_age=60, now=1059.0)[0]
     assert not check_heartbeat_file(path, max_age=5, now=1006.0)[0]
     assert [p.name for p in path.parent.iterdir()] == ["heartbeat.json"]  # no temporary file left
+    # a tick from the future (the controller's clock ahead) is not "ok" forever
+    assert check_heartbeat_file(path, now=980.0)[0]  # within the limit: small skew is tolerated
+    fresh, message = check_heartbeat_file(path, now=900.0)
+    assert not fresh and "clock skew: last tick 100.0s in the future" in message
 
 
 @pytest.mark.parametrize(
