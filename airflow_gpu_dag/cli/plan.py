@@ -72,8 +72,16 @@ def _print_plan(
         out.print(render.findings_table(the_plan.findings, title="Problems reading the DAG"))
 
 
-def _json(the_plan: Plan, graph: TaskGraph, estimates: Mapping[str, DurationEstimate], note: str) -> Any:
+def _json(
+    the_plan: Plan,
+    graph: TaskGraph,
+    estimates: Mapping[str, DurationEstimate],
+    note: str,
+    critical_only: bool = False,
+) -> Any:
     data = the_plan.to_dict()
+    if critical_only:  # as in the table: only the critical tasks
+        data["tasks"] = [task for task in data["tasks"] if task["critical"]]
     for task in data["tasks"]:
         attrs = graph.nodes[task["task_id"]].attrs
         task["duration_source"] = attrs.get("duration_source")
@@ -103,7 +111,7 @@ def plan(args: argparse.Namespace) -> None:
     estimates = {} if declared_only else learned.estimates
     render.emit(
         output,
-        _json(the_plan, learned.graph, estimates, learned.note),
+        _json(the_plan, learned.graph, estimates, learned.note, bool(args.critical_only)),
         rows=lambda: render.plan_rows(the_plan, args.critical_only),
         table=lambda: _print_plan(the_plan, learned.graph, args.critical_only, estimates, learned.note),
     )

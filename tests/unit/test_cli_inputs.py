@@ -138,3 +138,16 @@ with DAG("zero", schedule=None, default_args={"weight_rule": CRITICAL_PATH_WEIGH
     assert code == 0
     (trial,) = [t for t in plan["tasks"] if t["task_id"] == "trial"]
     assert (trial["duration"], trial["declared_duration"]) == (0.0, 900.0)
+
+
+def test_plan_critical_only_holds_in_json_too(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.unit.test_cli import GOOD, PIPELINE
+
+    _, whole = run_json(capsys, "plan", PIPELINE, "--file", str(GOOD))
+    _, critical = run_json(capsys, "plan", PIPELINE, "--file", str(GOOD), "--critical-only")
+    assert [t["task_id"] for t in critical["tasks"]] == [
+        t["task_id"] for t in whole["tasks"] if t["critical"]
+    ]
+    assert (
+        len(critical["tasks"]) < len(whole["tasks"]) and critical["critical_path"] == whole["critical_path"]
+    )
