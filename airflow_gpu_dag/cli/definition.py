@@ -155,7 +155,8 @@ ARG_OBJECTIVE = Arg(
     ("--objective",),
     choices=("throughput", "balanced", "latency"),
     default=None,
-    help="Cross-DAG objective of our policy when several runs are simulated (default: gpu_dag.objective).",
+    help="Cross-DAG objective of our policy (default: gpu_dag.objective); given with one DAG id, that "
+    "DAG is simulated as one run of the cross-DAG policy.",
 )
 ARG_GANTT = Arg(
     ("--gantt",),

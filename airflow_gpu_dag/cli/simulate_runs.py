@@ -36,9 +36,10 @@ class RunSpec:
 
 
 def wants_several_runs(args: argparse.Namespace) -> bool:
-    """Several DAG ids, a folder or trigger offsets: the multi-run simulation."""
+    """Several DAG ids, a folder, trigger offsets or an ``--objective`` (the cross-DAG policy's: one
+    DAG with it is one run of that policy; before, the option was ignored): the multi-run simulation."""
     return len(args.dag_ids or ()) > 1 or bool(
-        getattr(args, "folder", None) or getattr(args, "triggers", None)
+        getattr(args, "folder", None) or getattr(args, "triggers", None) or getattr(args, "objective", None)
     )
 
 

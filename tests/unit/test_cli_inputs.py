@@ -151,3 +151,21 @@ def test_plan_critical_only_holds_in_json_too(capsys: pytest.CaptureFixture[str]
     assert (
         len(critical["tasks"]) < len(whole["tasks"]) and critical["critical_path"] == whole["critical_path"]
     )
+
+
+def test_an_objective_with_one_dag_simulates_it_as_one_run(capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: --objective was ignored for one DAG (the single-DAG report, no word on the objective).
+    from tests.unit.test_cli import GOOD, PIPELINE
+
+    argv = [
+        "simulate",
+        PIPELINE,
+        "--file",
+        str(GOOD),
+        "--capacity",
+        "gpu_default=4",
+        "--objective",
+        "latency",
+    ]
+    code, result = run_json(capsys, *argv)
+    assert code == 0 and result["objective"]["name"] == "latency" and len(result["runs"]) == 1
