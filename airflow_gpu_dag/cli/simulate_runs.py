@@ -29,7 +29,7 @@ __all__ = ["RunSpec", "parse_triggers", "simulate_runs", "wants_several_runs"]
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One DAG run to simulate: its DAG and its trigger offset (seconds from the start of the simulation, time 0)."""
+    """One DAG run to simulate: its DAG and its trigger offset (seconds from the simulation's start)."""
 
     dag_id: str
     offset: float
