@@ -269,14 +269,23 @@ class LeaseManager:
             )
 
     def try_acquire(
-        self, request: GpuRequest, owner: LeaseOwner | None = None, *, holder_pid: int | None = None
+        self,
+        request: GpuRequest,
+        owner: LeaseOwner | None = None,
+        *,
+        holder_pid: int | None = None,
+        lock_timeout: float | None = None,
     ) -> Lease | None:
-        """Lease ``request`` now if the devices are free (after reclaiming stale leases), else None."""
+        """Lease ``request`` now if the devices are free (after reclaiming stale leases), else None.
+
+        ``lock_timeout``: seconds to wait for the table lock (None: as long as it takes), then
+        :class:`LeaseTimeout`.
+        """
         owner = owner or LeaseOwner()
         inventory = self.inventory()
         self.check_possible(request, inventory, owner)
         pid = holder_pid if holder_pid is not None else os.getpid()
-        with self.table.locked():
+        with self.table.locked(lock_timeout):
             table = self.table.load()
             now = time.time()
             changed = bool(self.table.reclaim(table, now))
@@ -340,7 +349,8 @@ class LeaseManager:
         deadline = asked + timeout
         waited_logged = False
         while True:
-            lease = self.try_acquire(request, owner, holder_pid=holder_pid)
+            lock_timeout = max(1.0, deadline - time.monotonic())  # brief contention is normal
+            lease = self.try_acquire(request, owner, holder_pid=holder_pid, lock_timeout=lock_timeout)
             if lease is not None:
                 metrics.lease_waited(time.monotonic() - asked, owner.pool)
                 return lease

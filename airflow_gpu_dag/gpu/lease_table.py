@@ -27,11 +27,12 @@ import os
 import signal
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import airflow_gpu_dag.metrics as metrics
-from airflow_gpu_dag.gpu.lease_errors import LeaseError, LeaseTableCorrupt
+from airflow_gpu_dag.gpu.lease_errors import LeaseError, LeaseTableCorrupt, LeaseTimeout
 from airflow_gpu_dag.gpu.lease_settings import LeaseOwner, LeaseSettings
 from airflow_gpu_dag.gpu.process import HostIdentity, process_alive, process_start_token
 from airflow_gpu_dag.gpu.usage import UsageLedger, UsageRecord
@@ -60,11 +61,19 @@ class LeaseTable:
         self.lock_path = self.dir / LOCK_FILE
         self.ledger = UsageLedger(settings.usage_file)
         self.identity = identity or HostIdentity.current()
+        #: Seconds the last :meth:`locked` waited for the lock.
+        self.lock_waited = 0.0
 
     # -- storage ------------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """Hold the table lock (not reentrant: a second lock by this thread is a :class:`LeaseError`)."""
+    def locked(self, timeout: float | None = None) -> Iterator[None]:
+        """Hold the table lock (not reentrant: a second lock by this thread is a :class:`LeaseError`).
+
+        ``timeout``: seconds to wait for it (None: as long as it takes); then :class:`LeaseTimeout`
+        naming the lock (a holder stopped or hung inside the table). :attr:`lock_waited` says how
+        long this took: no holder could renew its heartbeat meanwhile, which :meth:`stale_reason`
+        does not count against them.
+        """
         held: set[str] = _held.__dict__.setdefault("paths", set())
         key = str(self.lock_path.absolute())
         if key in held:
@@ -72,7 +81,7 @@ class LeaseTable:
         self.dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            self.lock_waited = self._take(fd, timeout)
             held.add(key)
             try:
                 yield
@@ -83,6 +92,27 @@ class LeaseTable:
                 fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
                 os.close(fd)
+
+    def _take(self, fd: int, timeout: float | None) -> float:
+        """Lock ``fd``; the seconds it took."""
+        started = time.monotonic()
+        if timeout is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            return time.monotonic() - started
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return time.monotonic() - started
+            except BlockingIOError:
+                waited = time.monotonic() - started
+                if waited >= timeout:
+                    raise LeaseTimeout(
+                        f"the GPU lease table lock {self.lock_path} was held by another process for "
+                        f"{waited:.0f}s (a task stopped or hung while it held it?). Fix: find it with "
+                        f"`fuser {self.lock_path}` and resume or kill it; the kernel frees the lock when "
+                        "its holder dies."
+                    ) from None
+                time.sleep(min(0.05, max(0.0, timeout - waited)))
 
     def load(self) -> dict[str, Any]:
         """The table (an empty one when there is no file). Call with the lock held.
@@ -148,7 +178,8 @@ class LeaseTable:
             if holder.get("pidns") == me.pidns and not process_alive(int(holder["pid"]), holder.get("start")):
                 return f"holder process {holder['pid']} is gone"
         ttl = float(record.get("ttl_s") or self.settings.ttl_s)
-        age = now - float(record.get("heartbeat_at", 0.0))
+        # time spent waiting for the lock is time no holder could renew: not held against them
+        age = now - float(record.get("heartbeat_at", 0.0)) - self.lock_waited
         if age > ttl:
             return f"no heartbeat for {age:.0f}s (lease_ttl {ttl:.0f}s)"
         return None

@@ -300,6 +300,48 @@ def test_workers_that_number_the_gpus_differently_never_share_one(tmp_path: Path
     assert b2 is not None and (b2.devices, b2.uuids) == ((1,), ("GPU-host3",))
 
 
+def _hold_the_lock(m: LeaseManager, seconds: float) -> subprocess.Popen[str]:
+    """A process that holds the table lock for ``seconds`` (as a stopped or hung task would)."""
+    m.dir.mkdir(parents=True, exist_ok=True)
+    code = (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({str(m.table.lock_path)!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\n"
+        f"time.sleep({seconds})\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_lock_held_too_long_ends_the_wait_with_the_lock_named(tmp_path: Path) -> None:
+    # Before: flock without a timeout, so acquire(timeout=...) hung as long as the holder did.
+    m = manager(tmp_path, poll_s=0.05)
+    holder = _hold_the_lock(m, 30)
+    try:
+        started = time.monotonic()
+        with pytest.raises(LeaseTimeout, match=r"lease table lock .* was held by another process"):
+            m.acquire(GpuRequest(1), owner("waiting"), timeout=1.0)
+        assert time.monotonic() - started < 20
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_waiting_for_the_lock_is_not_held_against_healthy_leases(tmp_path: Path) -> None:
+    # While the lock was held nobody could renew: before, the next allocation reclaimed every live
+    # lease whose heartbeat had passed its ttl meanwhile, and killed its work.
+    m = manager(tmp_path, ttl_s=1.0, heartbeat_s=0.2)
+    healthy = m.acquire(GpuRequest(1), owner("healthy"))  # held by this (live) process; no heartbeat
+    holder = _hold_the_lock(m, 2.5)
+    try:
+        m.acquire(GpuRequest(1), owner("newcomer"), timeout=30)  # waits ~2.5 s for the lock
+    finally:
+        holder.kill()
+        holder.wait()
+    assert healthy.lease_id in {r["lease_id"] for r in m.leases()}
+
+
 def test_corrupt_table_refuses_allocation(tmp_path: Path) -> None:
     m = manager(tmp_path)
     m.acquire(GpuRequest(1))
