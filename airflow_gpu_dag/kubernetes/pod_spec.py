@@ -22,6 +22,7 @@ the DAG and task id.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -283,7 +284,9 @@ def merge_affinity(
     """
     if not required and not preferred:
         return existing or None
-    affinity = existing or k8s.V1Affinity()
+    # a copy: one V1Affinity object is often shared by several tasks (a module constant, default_args);
+    # writing into it gave every task the GPU rules of all of them
+    affinity = copy.deepcopy(existing) if existing is not None else k8s.V1Affinity()
     node = affinity.node_affinity or k8s.V1NodeAffinity()
     if required:
         selector = node.required_during_scheduling_ignored_during_execution

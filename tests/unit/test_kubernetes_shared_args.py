@@ -1,0 +1,52 @@
+"""Arguments a GPU pod shares with other tasks or takes from elsewhere, each a case it got wrong.
+
+* one ``V1Affinity`` object shared by two tasks (a module constant) was written into: both pods then
+  required every GPU type of both tasks and could never be scheduled.
+"""
+
+from __future__ import annotations
+
+from kubernetes.client import models as k8s
+
+from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator
+from tests.unit.test_kubernetes_operator import _build, _dag, _validate
+
+
+def _on_demand() -> k8s.V1Affinity:
+    term = k8s.V1NodeSelectorTerm(
+        match_expressions=[k8s.V1NodeSelectorRequirement(key="capacity", operator="In", values=["on-demand"])]
+    )
+    return k8s.V1Affinity(
+        node_affinity=k8s.V1NodeAffinity(
+            required_during_scheduling_ignored_during_execution=k8s.V1NodeSelector(node_selector_terms=[term])
+        )
+    )
+
+
+def _required(pod: dict) -> list[tuple[str, tuple[str, ...]]]:
+    (term,) = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    return [(e["key"], tuple(e.get("values") or ())) for e in term["matchExpressions"]]
+
+
+def test_a_shared_affinity_object_is_not_written_into() -> None:
+    shared = _on_demand()
+    dag = _dag()
+    with dag:
+        a = GpuKubernetesPodOperator(task_id="a", image="x", gpus=1, gpu_type="a100", affinity=shared)
+        b = GpuKubernetesPodOperator(task_id="b", image="x", gpus=1, gpu_type="h100", affinity=shared)
+    pod_a, pod_b = _build(a, dag), _build(b, dag)
+    for pod in (pod_a, pod_b):
+        _validate(pod)
+    products_a = [v for k, v in _required(pod_a) if k == "nvidia.com/gpu.product"]
+    products_b = [v for k, v in _required(pod_b) if k == "nvidia.com/gpu.product"]
+    assert len(products_a) == 1 and all("A100" in p for p in products_a[0])
+    assert len(products_b) == 1 and all("H100" in p for p in products_b[0])
+    assert ("capacity", ("on-demand",)) in _required(pod_a) and ("capacity", ("on-demand",)) in _required(
+        pod_b
+    )
+    shared_terms = (
+        shared.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+    )
+    assert [e.key for e in shared_terms[0].match_expressions] == ["capacity"]  # the user's object unchanged
