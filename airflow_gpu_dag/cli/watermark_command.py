@@ -13,7 +13,6 @@ import logging
 import signal
 import sys
 import threading
-from dataclasses import replace
 from typing import Any
 
 from airflow.cli.cli_config import ARG_VERBOSE, ActionCommand, Arg, lazy_load_command
@@ -244,7 +243,7 @@ def watermark(args: argparse.Namespace) -> None:
     import airflow_gpu_dag.metrics as metrics
     from airflow_gpu_dag.cli import render
     from airflow_gpu_dag.hooks.airflow_api import AirflowApiHook
-    from airflow_gpu_dag.watermark.config import ConfigError, load_config
+    from airflow_gpu_dag.watermark.config import ConfigError, load_config, with_interval
     from airflow_gpu_dag.watermark.controller import build_controller
     from airflow_gpu_dag.watermark.health import Heartbeat
     from airflow_gpu_dag.watermark.lifecycle import PreflightError
@@ -261,7 +260,10 @@ def watermark(args: argparse.Namespace) -> None:
         raise _fail(str(err)) from None
     interval = getattr(args, "interval", None)
     if interval:
-        config = replace(config, interval=float(interval))
+        try:
+            config = with_interval(config, float(interval))
+        except ConfigError as err:
+            raise _fail(f"--interval {interval:g}: {err}") from None
     client = _client(AirflowApiHook, getattr(args, "conn_id", None) or "gpu_dag_api")
     server = None
     try:

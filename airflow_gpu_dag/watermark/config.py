@@ -34,7 +34,7 @@ import json
 import math
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -350,14 +350,8 @@ def parse_config(raw: Mapping[str, Any]) -> WatermarkConfig:
     if unknown:
         raise ConfigError(f"watermark config: unknown keys {sorted(unknown)} (known: {sorted(_TOP_KEYS)})")
     interval = _duration(raw.get("interval", DEFAULT_INTERVAL), "interval")
-    if interval > MAX_INTERVAL:
-        raise ConfigError(f"interval: at most 1 day ({MAX_INTERVAL:.0f} s), got {_show(raw.get('interval'))}")
     fail_open_after = _int(raw.get("fail_open_after", DEFAULT_FAIL_OPEN_AFTER), "fail_open_after", 2)
-    if fail_open_after * interval > MAX_CLAIM:
-        raise ConfigError(
-            f"fail_open_after: {fail_open_after} intervals of {interval:g} s is more than 30 days without "
-            "failing the pools open; use fewer intervals"
-        )
+    _check_interval(interval, fail_open_after, _show(raw.get("interval")))
     lease_raw = raw.get("lease")
     if lease_raw is None:  # left out, or an empty "lease:" key: the defaults
         lease_raw = {}
@@ -370,12 +364,7 @@ def parse_config(raw: Mapping[str, Any]) -> WatermarkConfig:
     if unknown:
         raise ConfigError(f"lease: unknown keys {sorted(unknown)} (known: {sorted(_LEASE_KEYS)})")
     ttl = _duration(lease_raw["ttl"], "lease.ttl") if lease_raw.get("ttl") is not None else None
-    if ttl is not None and not interval < ttl <= MAX_CLAIM:
-        raise ConfigError(
-            f"lease.ttl: {ttl:g} s must be longer than the interval ({interval:g} s; a holder renews it "
-            f"once per tick, so a shorter lease lapses between ticks and two controllers act) and at most "
-            f"30 days; e.g. {3 * interval:g}s, or leave it out (3 x interval)"
-        )
+    _check_ttl(ttl, interval)
     lease = LeaderLockSpec(
         lock_file=_optional_str(lease_raw.get("lock_file", DEFAULT_LOCK_FILE), "lease.lock_file"),
         variable=_optional_str(lease_raw.get("variable", DEFAULT_LEASE_VARIABLE), "lease.variable"),
@@ -387,6 +376,38 @@ def parse_config(raw: Mapping[str, Any]) -> WatermarkConfig:
         raise ConfigError(f"pools: {', '.join(map(repr, twice))} defined twice; give each pool one entry")
     pools = tuple(_pool(name, spec) for name, spec in zip(names, pools_raw.values(), strict=True))
     return WatermarkConfig(pools=pools, interval=interval, lease=lease, fail_open_after=fail_open_after)
+
+
+def _check_interval(interval: float, fail_open_after: int, shown: str) -> None:
+    if interval > MAX_INTERVAL:
+        raise ConfigError(f"interval: at most 1 day ({MAX_INTERVAL:.0f} s), got {shown}")
+    if fail_open_after * interval > MAX_CLAIM:
+        raise ConfigError(
+            f"fail_open_after: {fail_open_after} intervals of {interval:g} s is more than 30 days without "
+            "failing the pools open; use fewer intervals"
+        )
+
+
+def _check_ttl(ttl: float | None, interval: float) -> None:
+    if ttl is not None and not interval < ttl <= MAX_CLAIM:
+        raise ConfigError(
+            f"lease.ttl: {ttl:g} s must be longer than the interval ({interval:g} s; a holder renews it "
+            f"once per tick, so a shorter lease lapses between ticks and two controllers act) and at most "
+            f"30 days; e.g. {3 * interval:g}s, or leave it out (3 x interval)"
+        )
+
+
+def with_interval(config: WatermarkConfig, interval: float) -> WatermarkConfig:
+    """``config`` ticking every ``interval`` seconds (``--interval``), checked as the file's own
+    interval is: a lease shorter than the interval would let two controllers act.
+
+    :raises ConfigError: naming the setting and the fix.
+    """
+    if not interval > 0:
+        raise ConfigError(f"interval: expected seconds > 0, got {interval!r}")
+    _check_interval(float(interval), config.fail_open_after, f"{interval:g} s")
+    _check_ttl(config.lease.ttl, float(interval))
+    return replace(config, interval=float(interval))
 
 
 def load_config(path: str | Path | None) -> WatermarkConfig:

@@ -341,8 +341,8 @@ class WatermarkController:
         if not self.active:
             self._restore(current)
             self.active = True
-        now = self._clock()
         capacities = {name: tracker.read() for name, tracker in self.trackers.items()}
+        now = self._clock()  # after the sources: reading them can take up to their timeouts
         try:
             running, ready = self._tasks(now)
         except Exception as err:
@@ -399,6 +399,7 @@ class WatermarkController:
         """Write one pool's size and description (with a renewed claim) when something changed."""
         spec = self.specs[name]
         size = decision.pool_size if decision is not None else capacity.gpus
+        now = max(now, self._clock())  # the claim runs from the write, not from the tick's start
         claim = (self.group, self.holder, now + self.config.fail_open_window())
         description = self.too_large.annotate(name, describe(capacity, decision, size, claim))
         slots = pool.get("slots") if isinstance(pool, dict) else None

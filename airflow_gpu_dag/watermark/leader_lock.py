@@ -133,6 +133,8 @@ class VariableLeaderLock:
         self.ttl = float(ttl)
         self._clock = clock
         self.current_holder: str | None = None
+        #: Until when our lease runs (epoch), as last written and read back; None when not ours.
+        self.held_until: float | None = None
 
     def _read(self) -> tuple[str | None, float]:
         raw = self.store.get_variable(self.key)
@@ -155,10 +157,20 @@ class VariableLeaderLock:
         value = json.dumps({"holder": self.holder, "expires": now + self.ttl})
         if holder is None:
             if not self.store.create_variable(self.key, value, self.DESCRIPTION):
-                return self.acquire_after_race()
+                return self._ours_until(now + self.ttl)
         else:
             self.store.put_variable(self.key, value, self.DESCRIPTION)
-        return self.acquire_after_race()
+        return self._ours_until(now + self.ttl)
+
+    def _ours_until(self, expires: float) -> bool:
+        ours = self.acquire_after_race()
+        self.held_until = expires if ours else None
+        return ours
+
+    def still_ours(self) -> bool:
+        """True while the lease we last took has not expired: nobody else may take it before then,
+        so a controller that cannot read the Variable (a REST blip) may keep acting until it does."""
+        return self.held_until is not None and self._clock() < self.held_until
 
     def acquire_after_race(self) -> bool:
         """Read the lease back: ours only if our write is the one that stuck."""
@@ -168,6 +180,7 @@ class VariableLeaderLock:
 
     def release(self) -> None:
         """Expire our lease now so a standby takes over at once (no-op if not ours)."""
+        self.held_until = None
         try:
             holder, _ = self._read()
             if holder == self.holder:
@@ -192,6 +205,15 @@ class CombinedLeaderLock:
             try:
                 return self.variable_lease.acquire()
             except Exception as err:
+                if self.variable_lease.still_ours():
+                    # Not "lost": our lease runs until its expiry and nobody may take it before then.
+                    # Releasing the pools for one failed read would drop every reservation.
+                    log.warning(
+                        "lease variable unreachable (%s); our lease runs until %.0f: acting this tick",
+                        err,
+                        self.variable_lease.held_until,
+                    )
+                    return True
                 log.warning("lease variable unreachable (%s); standing by this tick", err)
                 return False
         return True

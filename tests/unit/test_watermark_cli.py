@@ -117,6 +117,18 @@ def test_bad_config_is_one_line(
     assert "interval: expected seconds > 0 or a duration" in err and "Traceback" not in err
 
 
+def test_interval_option_is_checked_like_the_files_interval(
+    rest: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: --interval replaced the file's interval unchecked; a 300 s interval with a 180 s lease
+    # let a second controller take the lapsed lease between ticks, and both acted.
+    path = config(tmp_path, lease={"lock_file": None, "variable": None, "ttl": "3m"})
+    assert run_cli("watermark", "--config", path, "--once", "--interval", "300") == 1
+    err = capsys.readouterr().err
+    assert "--interval 300: lease.ttl: 180 s must be longer than the interval (300 s" in err
+    assert "Traceback" not in err and rest.writes == []
+
+
 def test_bad_source_options_are_a_config_error(
     rest: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,0 +1,81 @@
+"""The watermark controller under faults it got wrong before, each with the state it must keep.
+
+* one failed read of the lease Variable (a REST blip) counted as "lease lost": every pool was
+  released to its capacity and the reservation dropped for an interval;
+* the pools' claim was dated from the tick's start, before the sources were read: a slow source
+  left a claim already expired when written, and the scheduler's watchdog reopened a reserved pool.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_gpu_dag.watermark.config import parse_config
+from airflow_gpu_dag.watermark.controller import WatermarkController, build_controller
+from airflow_gpu_dag.watermark.pool_state import parse_pool_state
+from airflow_gpu_dag.watermark.sources import CapacityReading
+from tests.unit.test_watermark_controller import NOW, FakeRest, Source, ti
+
+
+def _reserving_rest(rest: FakeRest) -> FakeRest:
+    rest.tis = [
+        ti("small_running", "running", started=NOW - 10, duration=600),
+        ti("wide", "scheduled", slots=4, priority=100, duration=600),
+        ti("small_waiting", "scheduled", slots=1, duration=600),
+    ]
+    return rest
+
+
+class FlakyVariables(FakeRest):
+    failing = False
+
+    def get_variable(self, key: str) -> str | None:
+        if self.failing:
+            raise RuntimeError("503 Service Unavailable on GET /variables")
+        return super().get_variable(key)
+
+
+def test_one_failed_lease_read_keeps_the_reservation_until_the_lease_runs_out() -> None:
+    rest = _reserving_rest(FlakyVariables())
+    clock = {"t": NOW}
+    config = parse_config(
+        {"pools": {"gpu": {"source": 0}}, "lease": {"lock_file": None, "variable": "lease", "ttl": "3m"}}
+    )
+    ctl = build_controller(config, rest, holder="h1", sources={"gpu": Source(4)}, clock=lambda: clock["t"])
+    ctl.preflight()
+    ctl.tick()
+    assert rest.pools["gpu"]["slots"] == 0  # 0 of 4 free: held back for the 4-slot task
+    rest.failing = True
+    clock["t"] += 60
+    ctl.tick()
+    assert ctl.active and rest.pools["gpu"]["slots"] == 0  # not released for one failed read
+    clock["t"] += 200  # past our lease's 3 minutes: no longer ours for sure
+    ctl.tick()
+    assert not ctl.active and rest.pools["gpu"]["slots"] == 4  # released to its capacity
+
+
+class SlowSource:
+    """A source whose read takes ``seconds`` of the controller's clock."""
+
+    kind = "fake"
+
+    def __init__(self, clock: dict[str, float], seconds: float) -> None:
+        self.clock, self.seconds = clock, seconds
+
+    def read(self) -> CapacityReading:
+        self.clock["t"] += self.seconds
+        return CapacityReading(4, "fake 4")
+
+
+def test_the_claim_runs_from_the_write_not_from_the_start_of_the_tick() -> None:
+    rest = _reserving_rest(FakeRest())
+    clock = {"t": NOW}
+    config = parse_config(
+        {"interval": 10, "pools": {"gpu": {"source": 0}}, "lease": {"lock_file": None, "variable": None}}
+    )
+    source: Any = SlowSource(clock, 25.0)  # e.g. an overloaded Prometheus, under its 30 s timeout
+    ctl = WatermarkController(config, rest, {"gpu": source}, default_duration=60.0, clock=lambda: clock["t"])
+    ctl.tick()
+    state = parse_pool_state(rest.pools["gpu"]["description"])
+    assert rest.pools["gpu"]["slots"] == 0
+    assert state.expires is not None and state.expires >= clock["t"] + config.fail_open_window() - 1e-6
