@@ -25,8 +25,26 @@ def labelled(upstream: Any, downstream: Any, label: str) -> None:
 
 
 def insert_before(task: Any, new: Any, label: str | None = None) -> None:
-    """Move every upstream edge of ``task`` onto ``new`` and add ``new >> task`` (labelled)."""
+    """Move every upstream edge of ``task`` onto ``new`` and add ``new >> task`` (labelled).
+
+    ``new`` becomes the task's entrance, so it takes the task's trigger rule (a join after a branch,
+    ``all_done``, an alert on ``one_failed``: judged on the same upstream tasks as before), and the
+    task then runs when ``new`` succeeded (``all_success``; skipped or failed with it otherwise).
+
+    :raises ValueError: ``task`` is a teardown (its rule is about its setups; gate the work instead).
+    """
+    from airflow.sdk import TriggerRule
+
     dag = require_dag(task, "insert_before")
+    if getattr(task, "is_teardown", False):
+        raise ValueError(
+            f"DAG {dag.dag_id!r}, task {task.task_id!r} is a teardown: nothing can be inserted before it "
+            "(its trigger rule is about its setups). Fix: put the gate before the work it cleans up after."
+        )
+    rule = getattr(task, "trigger_rule", TriggerRule.ALL_SUCCESS)
+    if str(getattr(rule, "value", rule)) != TriggerRule.ALL_SUCCESS.value:
+        new.trigger_rule = rule
+        task.trigger_rule = TriggerRule.ALL_SUCCESS
     for up_id in sorted(task.upstream_task_ids):
         up = dag.get_task(up_id)
         old = (dag.edge_info.get(up_id) or {}).get(task.task_id)
