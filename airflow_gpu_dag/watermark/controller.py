@@ -160,7 +160,7 @@ class WatermarkController:
         self.trackers: dict[str, CapacityTracker] = {}
         for spec in config.pools:
             try:
-                source = given.get(spec.name) or build_source(spec.source, client)
+                source = given.get(spec.name) or build_source(spec.source, client, pool=spec.name)
             except ValueError as err:
                 raise ConfigError(f"pools.{spec.name}.source: {err}") from None
             self.trackers[spec.name] = CapacityTracker(spec, source)

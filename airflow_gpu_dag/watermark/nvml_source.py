@@ -59,6 +59,7 @@ class NvmlSource:
         nvml: Any = None,
         lease_dir: str | None = None,
         leases: bool = True,
+        pool: str | None = None,
     ) -> None:
         self.min_free_mib = int(min_free_memory)
         self.max_utilization = int(max_utilization)
@@ -66,6 +67,9 @@ class NvmlSource:
         self._nvml = nvml
         self.lease_dir = lease_dir
         self.leases = leases
+        #: The pool measured: a GPU leased by a task of another pool is held, not free (None: every
+        #: lease counts as this pool's, as for a source used outside the controller).
+        self.pool = pool
 
     def _module(self) -> Any:
         if self._nvml is None:
@@ -104,9 +108,11 @@ class NvmlSource:
             if absent:  # a typo in devices must not read as "ok, 0 GPUs"
                 raise SourceError(f"devices {absent} are not on this host (NVML sees {count} GPU(s))")
             indices = [i for i in range(count) if self.devices is None or i in self.devices]
+            mine = [d for d in held if self.pool is None or d.owner.pool in (None, self.pool)]
+            others = [d for d in held if d not in mine]
             usable, ours, reasons = 0, 0, []
             for index in indices:
-                reason, leased = self._excluded(nvml, index, held)
+                reason, leased = self._excluded(nvml, index, mine, others)
                 if reason is None:
                     usable += 1
                     ours += leased
@@ -162,14 +168,24 @@ class NvmlSource:
                 found[pid] = _Process(pid, int(used) // MIB if isinstance(used, int) else 0)
         return list(found.values()) if listed else None
 
-    def _excluded(self, nvml: Any, index: int, held: list[Any]) -> tuple[str | None, int]:
-        """(why GPU ``index`` is not usable or None, 1 when it counts because our task holds it)."""
+    def _excluded(
+        self,
+        nvml: Any,
+        index: int,
+        held: list[Any],
+        others: list[Any] = (),  # type: ignore[assignment]
+    ) -> tuple[str | None, int]:
+        """(why GPU ``index`` is not usable or None, 1 when it counts because our task holds it);
+        ``held``: leases of this pool's tasks, ``others``: leases of other pools' tasks."""
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             memory = nvml.nvmlDeviceGetMemoryInfo(handle)
             utilization = nvml.nvmlDeviceGetUtilizationRates(handle)
         except Exception as err:
             return f"unhealthy ({err})", 0
+        other = self._lease_of(nvml, handle, index, list(others))
+        if other is not None:  # Airflow does not count it in this pool: it is not free here
+            return f"held by {other.owner.describe()} of pool {other.owner.pool}", 0
         try:
             ecc = nvml.nvmlDeviceGetTotalEccErrors(
                 handle,

@@ -79,19 +79,25 @@ class RunningTaskGpus:
         self.ttl = ttl
         self._clock = clock
         self._lock = threading.Lock()
-        self._cached: tuple[float, dict[str, int]] | None = None
+        self._cached: tuple[float, list[Mapping[str, Any]]] | None = None
 
-    def by_host(self) -> dict[str, int]:
-        """``host -> GPUs`` our running task instances hold there (raises what the REST call raises)."""
+    def by_host(self, pool: str | None = None) -> dict[str, int]:
+        """``host -> GPUs`` our running task instances hold there (raises what the REST call raises).
+
+        ``pool``: only the task instances of that pool. Airflow subtracts a running task's slots from
+        its own pool only: a GPU held by a task of another pool is not free for this one.
+        """
         with self._lock:
             now = self._clock()
-            if self._cached is not None and now - self._cached[0] < self.ttl:
-                return dict(self._cached[1])
-            held: dict[str, int] = {}
-            for ti in self._list():
-                host = normalize_host(ti.get("hostname"))
-                gpus = gpus_of_task_instance(ti)
-                if host and gpus:
-                    held[host] = held.get(host, 0) + gpus
-            self._cached = (now, held)
-            return dict(held)
+            if self._cached is None or now - self._cached[0] >= self.ttl:
+                self._cached = (now, list(self._list()))
+            running = self._cached[1]
+        held: dict[str, int] = {}
+        for ti in running:
+            if pool is not None and ti.get("pool") != pool:
+                continue
+            host = normalize_host(ti.get("hostname"))
+            gpus = gpus_of_task_instance(ti)
+            if host and gpus:
+                held[host] = held.get(host, 0) + gpus
+        return held

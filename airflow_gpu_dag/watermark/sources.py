@@ -31,6 +31,7 @@ pool slots of our own running tasks itself.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -114,11 +115,13 @@ class FileSource:
         return CapacityReading(gpus, f"file {gpus}")
 
 
-def build_source(spec: SourceSpec, client: Any = None) -> CapacitySource:
+def build_source(spec: SourceSpec, client: Any = None, pool: str | None = None) -> CapacitySource:
     """Instantiate the source a pool's configuration names.
 
     :param client: the controller's REST client; a ``prometheus`` source uses it to tell GPUs busy
         with our running task instances (per worker host) from GPUs busy with foreign work.
+    :param pool: the pool the source measures: only its own tasks' GPUs count as "ours" (Airflow
+        subtracts their slots); a GPU held by a task of another pool is not free for this one.
     """
     options = dict(spec.options)
     try:
@@ -127,12 +130,12 @@ def build_source(spec: SourceSpec, client: Any = None) -> CapacitySource:
         if spec.type == "file":
             return FileSource(str(options["path"]), max_age=options.get("max_age"))
         if spec.type == "nvml":
-            return NvmlSource(**options)
+            return NvmlSource(**options, pool=pool)
         if spec.type == "kubernetes":
             return KubernetesSource(**options)
         if spec.type == "prometheus":
             if client is not None and "our_work" not in options:
-                options["our_work"] = RunningTaskGpus(client).by_host
+                options["our_work"] = functools.partial(RunningTaskGpus(client).by_host, pool)
             return PrometheusSource(**options)
     except TypeError as err:
         raise ValueError(f"source type {spec.type!r}: bad options {sorted(options)} ({err})") from None
