@@ -28,7 +28,12 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, task_decorator_factory
+import attr
+from airflow.sdk.bases.decorator import (
+    DecoratedOperator,
+    TaskDecorator,
+    _TaskDecorator,
+)
 
 from airflow_gpu_dag.operators.gpu import GpuPythonOperator, gpu_scheduling_kwargs
 from airflow_gpu_dag.operators.gpu_spec import GpuTaskError, current_dag_id
@@ -104,6 +109,23 @@ def check_keywords(kwargs: Mapping[str, Any], task_id: str | None) -> None:
     )
 
 
+class _GpuTaskDecorator(_TaskDecorator):  # type: ignore[type-arg]
+    """What ``@task.gpu`` returns. ``.override(gpus=4)`` checks the keywords and derives the pool,
+    ``pool_slots`` and hints again: for a mapped task (``.override(...).expand(...)``) no operator is
+    built at parse time, so the scheduler, the pool and the weights would keep the old ones while the
+    worker leases the new request."""
+
+    gpu_keywords: dict[str, Any] = {}
+
+    def override(self, **kwargs: Any) -> Any:
+        raw = {**self.gpu_keywords, **kwargs}
+        task_id = raw.get("task_id") or self.function.__name__
+        check_keywords(raw, task_id)
+        result: Any = super().override(**gpu_scheduling_kwargs(raw, task_id=task_id))
+        result.gpu_keywords = raw
+        return result
+
+
 def gpu_task(
     python_callable: Callable | None = None,
     multiple_outputs: bool | None = None,
@@ -130,13 +152,17 @@ def gpu_task(
     """
 
     def factory(function: Callable) -> TaskDecorator:
-        check_keywords(kwargs, kwargs.get("task_id") or function.__name__)
-        return task_decorator_factory(
-            python_callable=function,
-            multiple_outputs=multiple_outputs,
-            decorated_operator_class=_GpuDecoratedOperator,
-            **gpu_scheduling_kwargs(kwargs, task_id=kwargs.get("task_id") or function.__name__),
+        task_id = kwargs.get("task_id") or function.__name__
+        check_keywords(kwargs, task_id)
+        # what task_decorator_factory builds, as the subclass whose .override() derives again
+        decorator: Any = _GpuTaskDecorator(
+            function=function,
+            multiple_outputs=attr.NOTHING if multiple_outputs is None else multiple_outputs,  # type: ignore[arg-type]
+            operator_class=_GpuDecoratedOperator,
+            kwargs=gpu_scheduling_kwargs(kwargs, task_id=task_id),
         )
+        decorator.gpu_keywords = dict(kwargs)
+        return decorator  # type: ignore[no-any-return]
 
     if python_callable is not None:
         return factory(python_callable)

@@ -228,6 +228,28 @@ def test_mapped_tasks_carry_pool_slots_and_hints() -> None:
     assert (bash.pool, bash.pool_slots) == ("gpu_default", 3)
 
 
+def test_override_of_a_mapped_task_derives_pool_slots_and_hints_again() -> None:
+    # No operator is built at parse time for a mapped task: before, .override(gpus=4) left the pool
+    # at 2 slots and the hints at 2 GPUs while the worker leased 4, and a typo passed parse time.
+    from airflow.sdk import task
+
+    with make_dag() as dag:
+
+        @task.gpu(gpus=2, duration="1h")
+        def train(lr: float) -> float:
+            return lr
+
+        train.override(task_id="wide", gpus=4, gpu_type="a100", duration="3h").expand(lr=[0.1, 0.01])
+        with pytest.raises(GpuTaskError, match="does not take 'gpu'"):
+            train.override(task_id="typo", gpu=4).expand(lr=[0.1])
+        train.expand(lr=[0.1])  # the decorator itself is unchanged
+    wide = dag.get_task("wide")
+    hints = read_hints(wide.partial_kwargs["executor_config"])
+    assert (wide.pool, wide.pool_slots, hints["gpus"], hints["duration_s"]) == ("gpu_a100", 4, 4, 10800.0)
+    plain = dag.get_task("train")
+    assert (plain.pool, plain.pool_slots) == ("gpu_default", 2)
+
+
 def test_hints_pool_and_slots_survive_serialization() -> None:
     from airflow.serialization.serialized_objects import DagSerialization
 
