@@ -99,6 +99,21 @@ class GpuPodConfigError(ValueError):
     """Bad GPU pod arguments, raised when the DAG file is parsed; names the DAG, the task and the fix."""
 
 
+#: The GPU arguments of :func:`gpu_pod_kwargs` (the rest are the operator's own).
+_GPU_ARGS = (
+    "gpus",
+    "gpu_memory",
+    "gpu_type",
+    "duration",
+    "datasets",
+    "data_affinity",
+    "gpu_products",
+    "gpu_memory_affinity",
+    "inputs",
+    "outputs",
+)
+
+
 class GpuPodNotScheduled(NotStartedInTime):
     """The GPU pod was not scheduled within ``schedule_timeout_seconds`` (it never started)."""
 
@@ -316,6 +331,40 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
         self.kueue_queue = kueue_queue
         self._not_scheduled: str | None = None
 
+    @classmethod
+    def partial(cls, **kwargs: Any) -> Any:  # type: ignore[override]
+        """``GpuKubernetesPodOperator.partial(task_id=..., gpus=4, ...).expand(...)``: checked, and with
+        its pool, slots and hints, at parse time (no operator is built then for a mapped task, so
+        without this it ran in ``default_pool`` with one slot and no hints)."""
+        import inspect
+
+        from airflow.sdk.bases.operator import partial as sdk_partial
+
+        where = _where(kwargs)
+        if "gpus" not in kwargs:
+            raise GpuPodConfigError(
+                f"{where}: give gpus= in .partial(): a mapped task's GPUs (its pool slots) are the same "
+                "for every instance and must be known when the DAG is parsed"
+            )
+        parameters = inspect.signature(cls.__init__).parameters
+        modes = {
+            name: kwargs.get(name, parameters[name].default)
+            for name in parameters
+            if name.startswith(("volcano", "kueue"))
+        }
+        cls._check_modes(where, **modes, schedulername=kwargs.get("schedulername"))
+        gpu_args = {name: kwargs[name] for name in _GPU_ARGS if name in kwargs}
+        merged = gpu_pod_kwargs(
+            **gpu_args,
+            task_id=kwargs.get("task_id"),
+            dag=kwargs.get("dag"),
+            pool=kwargs.get("pool"),
+            pool_slots=kwargs.get("pool_slots"),
+            executor_config=kwargs.get("executor_config"),
+        )
+        scheduling = {key: merged[key] for key in ("pool", "pool_slots", "executor_config")}
+        return sdk_partial(cls, **{**kwargs, **scheduling})
+
     @staticmethod
     def _check_modes(where: str, **m: Any) -> None:
         def fail(msg: str) -> None:
@@ -326,12 +375,16 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
                 "volcano=True and kueue=True: a pod has one batch scheduler; choose Volcano (gang "
                 "scheduling, queues) or Kueue (quota admission), not both"
             )
-        if not m["volcano"] and any(
-            m[k] is not None for k in ("volcano_queue", "volcano_gang", "volcano_pod_group")
+        if not m["volcano"] and (
+            any(m[k] is not None for k in ("volcano_queue", "volcano_gang", "volcano_pod_group"))
+            or m["volcano_gang_size"] != 1
         ):
             fail(
-                "volcano_queue/volcano_gang/volcano_pod_group only apply with volcano=True; add volcano=True"
+                "volcano_queue/volcano_gang/volcano_gang_size/volcano_pod_group only apply with "
+                "volcano=True; add volcano=True"
             )
+        if m["kueue_pod_group_size"] is not None and not m["kueue_pod_group"]:
+            fail("kueue_pod_group_size needs kueue_pod_group='<name shared by the group's pods>'")
         if not m["kueue"] and any(
             m[k] is not None
             for k in ("kueue_queue", "kueue_pod_group", "kueue_pod_group_size", "kueue_priority_class")

@@ -50,3 +50,40 @@ def test_a_shared_affinity_object_is_not_written_into() -> None:
         shared.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
     )
     assert [e.key for e in shared_terms[0].match_expressions] == ["capacity"]  # the user's object unchanged
+
+
+def test_a_mapped_gpu_pod_is_scheduled_in_its_gpu_pool_and_checked_at_parse_time() -> None:
+    # Before: .partial() was KubernetesPodOperator's: default_pool, one slot, no hints, no checks.
+    import pytest
+
+    from airflow_gpu_dag.hints import read_hints
+    from airflow_gpu_dag.operators.kubernetes import GpuPodConfigError
+
+    dag = _dag()
+    with dag:
+        GpuKubernetesPodOperator.partial(
+            task_id="sweep", image="x", gpus=4, gpu_type="a100", duration="1h"
+        ).expand(arguments=[["--lr", "0.1"], ["--lr", "0.01"]])
+        with pytest.raises(GpuPodConfigError, match=r"k8s_gpu\.bad: unknown gpu_type 'b300'"):
+            GpuKubernetesPodOperator.partial(task_id="bad", image="x", gpus=1, gpu_type="b300")
+        with pytest.raises(GpuPodConfigError, match="volcano=True needs volcano_queue"):
+            GpuKubernetesPodOperator.partial(task_id="v", image="x", gpus=1, volcano=True)
+        with pytest.raises(GpuPodConfigError, match=r"give gpus= in \.partial"):
+            GpuKubernetesPodOperator.partial(task_id="g", image="x")
+    sweep = dag.get_task("sweep")
+    hints = read_hints(sweep.partial_kwargs["executor_config"])
+    assert (sweep.pool, sweep.pool_slots, hints["gpus"], hints["gpu_type"]) == ("gpu_a100", 4, 4, "a100")
+
+
+def test_sizes_of_a_mode_not_asked_for_are_refused() -> None:
+    import pytest
+
+    from airflow_gpu_dag.operators.kubernetes import GpuPodConfigError
+
+    with _dag():
+        with pytest.raises(GpuPodConfigError, match="only apply with volcano=True"):
+            GpuKubernetesPodOperator(task_id="a", image="x", gpus=1, volcano_gang_size=4)
+        with pytest.raises(GpuPodConfigError, match="kueue_pod_group_size needs kueue_pod_group"):
+            GpuKubernetesPodOperator(
+                task_id="b", image="x", gpus=1, kueue=True, kueue_queue="q", kueue_pod_group_size=2
+            )
