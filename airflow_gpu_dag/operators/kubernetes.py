@@ -99,6 +99,29 @@ class GpuPodConfigError(ValueError):
     """Bad GPU pod arguments, raised when the DAG file is parsed; names the DAG, the task and the fix."""
 
 
+#: Operator arguments the GPU parts are merged into: read from ``default_args`` too, as Airflow would
+#: fill them for an argument not given (it does not for ``**kwargs``). Not ``pool``/``pool_slots``: a
+#: GPU pod's pool and slots follow its GPU request unless the task itself names them (as for the other
+#: GPU operators); a DAG-wide pool is usually the CPU tasks'.
+_MERGED_ARGS = (
+    "tolerations",
+    "affinity",
+    "container_resources",
+    "executor_config",
+    "labels",
+    "annotations",
+)
+
+
+def _with_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with :data:`_MERGED_ARGS` taken from ``default_args`` where not given: Airflow fills
+    defaults only for the arguments it sees, and these go through ``**kwargs`` here and are then given
+    explicitly to the base class, so DAG-wide tolerations, affinity or labels were silently replaced."""
+    defaults = kwargs.get("default_args") or {}
+    missing = {key: defaults[key] for key in _MERGED_ARGS if key not in kwargs and key in defaults}
+    return {**kwargs, **missing} if missing else kwargs
+
+
 #: The GPU arguments of :func:`gpu_pod_kwargs` (the rest are the operator's own).
 _GPU_ARGS = (
     "gpus",
@@ -269,6 +292,7 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
         **kwargs: Any,
     ) -> None:
         where = _where(kwargs)
+        kwargs = _with_defaults(kwargs)
         self._check_modes(
             where,
             volcano=volcano,

@@ -87,3 +87,38 @@ def test_sizes_of_a_mode_not_asked_for_are_refused() -> None:
             GpuKubernetesPodOperator(
                 task_id="b", image="x", gpus=1, kueue=True, kueue_queue="q", kueue_pod_group_size=2
             )
+
+
+def test_default_args_are_merged_with_the_gpu_parts_not_replaced() -> None:
+    # Before: the operator gave the base class its own tolerations, affinity, resources, hints, labels
+    # and annotations, so Airflow never filled them from default_args: all of them were lost.
+    defaults = {
+        "pool": "team_cpu",  # a DAG-wide pool: the GPU pod keeps its GPU pool
+        "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["eu-1"]}]}
+                    ]
+                }
+            }
+        },
+        "container_resources": {"limits": {"memory": "64Gi"}, "requests": {"memory": "64Gi", "cpu": "8"}},
+        "labels": {"team": "nlp"},
+        "annotations": {"owner": "me"},
+    }
+    dag = _dag()
+    dag.default_args = defaults
+    with dag:
+        op = GpuKubernetesPodOperator(task_id="train", image="x", gpus=4, gpu_type="a100")
+    pod = _build(op, dag)
+    _validate(pod)
+    assert (op.pool, op.pool_slots) == ("gpu_a100", 4)
+    assert {t["key"] for t in pod["spec"]["tolerations"]} == {"spot", "nvidia.com/gpu"}
+    required = dict(_required(pod))
+    assert required["zone"] == ("eu-1",) and "nvidia.com/gpu.product" in required
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources["limits"] == {"memory": "64Gi", "nvidia.com/gpu": "4"}
+    assert resources["requests"]["cpu"] == "8" and resources["requests"]["nvidia.com/gpu"] == "4"
+    assert pod["metadata"]["labels"]["team"] == "nlp" and pod["metadata"]["annotations"]["owner"] == "me"
