@@ -55,26 +55,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.cncf.kubernetes.backcompat.backwards_compat_converters import (
-    convert_affinity,
-    convert_toleration,
-)
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from airflow.providers.cncf.kubernetes.utils.pod_manager import PodLaunchTimeoutException
 from airflow.sdk.exceptions import AirflowException
 from kubernetes.client import models as k8s
 
-from airflow_gpu_dag.core.pools import pool_for_gpu_type
-from airflow_gpu_dag.core.resources import EstimateError
-from airflow_gpu_dag.hints import gpu_hints
 from airflow_gpu_dag.kubernetes.kueue import KueueError, kueue_pod_metadata
-from airflow_gpu_dag.kubernetes.pod_spec import (
-    GpuPodSpec,
-    GpuPodSpecError,
-    merge_affinity,
-    merge_resources,
-    merge_tolerations,
+from airflow_gpu_dag.kubernetes.pod_kwargs import (
+    GPU_ARGS,
+    GpuPodConfigError,
+    gpu_pod_kwargs,
+    pod_where,
+    with_defaults,
 )
+from airflow_gpu_dag.kubernetes.pod_spec import GpuPodSpec, merge_affinity, merge_resources, merge_tolerations
 from airflow_gpu_dag.kubernetes.usage import charge_finished_pod
 from airflow_gpu_dag.kubernetes.volcano import (
     GROUP_NAME_ANNOTATION,
@@ -95,130 +89,8 @@ log = logging.getLogger(__name__)
 __all__ = ["GpuKubernetesPodOperator", "GpuPodConfigError", "GpuPodNotScheduled", "gpu_pod_kwargs"]
 
 
-class GpuPodConfigError(ValueError):
-    """Bad GPU pod arguments, raised when the DAG file is parsed; names the DAG, the task and the fix."""
-
-
-#: Operator arguments the GPU parts are merged into: read from ``default_args`` too, as Airflow would
-#: fill them for an argument not given (it does not for ``**kwargs``). Not ``pool``/``pool_slots``: a
-#: GPU pod's pool and slots follow its GPU request unless the task itself names them (as for the other
-#: GPU operators); a DAG-wide pool is usually the CPU tasks'.
-_MERGED_ARGS = (
-    "tolerations",
-    "affinity",
-    "container_resources",
-    "executor_config",
-    "labels",
-    "annotations",
-)
-
-
-def _with_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` with :data:`_MERGED_ARGS` taken from ``default_args`` where not given: Airflow fills
-    defaults only for the arguments it sees, and these go through ``**kwargs`` here and are then given
-    explicitly to the base class, so DAG-wide tolerations, affinity or labels were silently replaced."""
-    defaults = kwargs.get("default_args") or {}
-    missing = {key: defaults[key] for key in _MERGED_ARGS if key not in kwargs and key in defaults}
-    return {**kwargs, **missing} if missing else kwargs
-
-
-#: The GPU arguments of :func:`gpu_pod_kwargs` (the rest are the operator's own).
-_GPU_ARGS = (
-    "gpus",
-    "gpu_memory",
-    "gpu_type",
-    "duration",
-    "datasets",
-    "data_affinity",
-    "gpu_products",
-    "gpu_memory_affinity",
-    "inputs",
-    "outputs",
-)
-
-
 class GpuPodNotScheduled(NotStartedInTime):
     """The GPU pod was not scheduled within ``schedule_timeout_seconds`` (it never started)."""
-
-
-def _where(kwargs: Mapping[str, Any]) -> str:
-    dag = kwargs.get("dag")
-    if dag is None:
-        with suppress(Exception):
-            from airflow.sdk.definitions._internal.contextmanager import DagContext
-
-            dag = DagContext.get_current()
-    dag_id = getattr(dag, "dag_id", None) or "<no dag>"
-    return f"GpuKubernetesPodOperator {dag_id}.{kwargs.get('task_id', '<no task_id>')}"
-
-
-def gpu_pod_kwargs(
-    *,
-    gpus: int,
-    gpu_memory: object = None,
-    gpu_type: str | None = None,
-    duration: object = None,
-    datasets: Iterable[str] | str = (),
-    data_affinity: str = "prefer",
-    gpu_products: Mapping[str, Sequence[str]] | None = None,
-    gpu_memory_affinity: bool = True,
-    inputs: Iterable[str] = (),
-    outputs: Iterable[str] = (),
-    **kwargs: Any,
-) -> dict[str, Any]:
-    """Keyword arguments for any ``KubernetesPodOperator`` subclass, with the GPU parts merged in.
-
-    Use it with operators of the provider that build on ``KubernetesPodOperator``, e.g. Kueue Jobs::
-
-        KubernetesStartKueueJobOperator(
-            queue_name="team-a", wait_until_job_complete=True,
-            **gpu_pod_kwargs(task_id="train", image="...", gpus=4, gpu_type="a100", duration="2h"),
-        )
-
-    ``kwargs`` are the operator's own arguments (``container_resources``, ``affinity``,
-    ``tolerations``, ``pool``, ``executor_config``...); GPU values are merged into them.
-    :raises GpuPodConfigError: naming the DAG/task and the fix.
-    """
-    try:
-        spec = GpuPodSpec.parse(
-            gpus,
-            gpu_memory,
-            gpu_type,
-            datasets=datasets,
-            data_affinity=data_affinity,
-            gpu_products=gpu_products,
-            gpu_memory_affinity=gpu_memory_affinity,
-        )
-        hints = gpu_hints(
-            duration=duration,
-            gpus=spec.gpus,
-            gpu_memory=spec.memory_mib,
-            gpu_type=spec.gpu_type,
-            inputs=inputs,
-            outputs=outputs,
-            executor_config=kwargs.get("executor_config"),
-        )
-        resources = merge_resources(kwargs.get("container_resources"), spec.gpus)
-        affinity_in = kwargs.get("affinity")
-        affinity = merge_affinity(
-            convert_affinity(affinity_in) if affinity_in else None,
-            spec.required_node_requirements(),
-            spec.preferred_terms(),
-        )
-        tolerations = merge_tolerations([convert_toleration(t) for t in kwargs.get("tolerations") or []])
-    except (GpuPodSpecError, EstimateError, TypeError) as err:
-        raise GpuPodConfigError(f"{_where(kwargs)}: {err}") from None
-    out = dict(kwargs)
-    out["container_resources"] = resources
-    if affinity is not None:
-        out["affinity"] = affinity
-    out["tolerations"] = tolerations
-    out["executor_config"] = hints
-    if out.get("pool") is None:
-        out["pool"] = pool_for_gpu_type(spec.gpu_type)
-    if out.get("pool_slots") is None:
-        out["pool_slots"] = spec.gpus
-    return out
 
 
 def _pod_scheduled(pod: Any) -> bool:
@@ -291,8 +163,8 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
         kueue_priority_class: str | None = None,
         **kwargs: Any,
     ) -> None:
-        where = _where(kwargs)
-        kwargs = _with_defaults(kwargs)
+        where = pod_where(kwargs)
+        kwargs = with_defaults(kwargs)
         self._check_modes(
             where,
             volcano=volcano,
@@ -354,6 +226,13 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
         self.kueue = kueue
         self.kueue_queue = kueue_queue
         self._not_scheduled: str | None = None
+        # for a pod template: the GPU parts to merge into the fields the task itself does not give
+        self._gpu_pod_spec = GpuPodSpec.parse(
+            gpus, gpu_memory, gpu_type, datasets, data_affinity, gpu_products, gpu_memory_affinity
+        )
+        self._template_kept = tuple(
+            f for f in ("tolerations", "affinity", "container_resources") if not kwargs.get(f)
+        )
 
     @classmethod
     def partial(cls, **kwargs: Any) -> Any:  # type: ignore[override]
@@ -364,7 +243,7 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
 
         from airflow.sdk.bases.operator import partial as sdk_partial
 
-        where = _where(kwargs)
+        where = pod_where(kwargs)
         if "gpus" not in kwargs:
             raise GpuPodConfigError(
                 f"{where}: give gpus= in .partial(): a mapped task's GPUs (its pool slots) are the same "
@@ -377,7 +256,7 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
             if name.startswith(("volcano", "kueue"))
         }
         cls._check_modes(where, **modes, schedulername=kwargs.get("schedulername"))
-        gpu_args = {name: kwargs[name] for name in _GPU_ARGS if name in kwargs}
+        gpu_args = {name: kwargs[name] for name in GPU_ARGS if name in kwargs}
         merged = gpu_pod_kwargs(
             **gpu_args,
             task_id=kwargs.get("task_id"),
@@ -488,6 +367,7 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
     def build_pod_request_obj(self, context: Context | None = None, *, dry_run: bool = False) -> k8s.V1Pod:
         """The provider's pod, plus the derived priority class and the PodGroup annotation."""
         pod = super().build_pod_request_obj(context, dry_run=dry_run)
+        self._merge_into_template_fields(pod)
         if not pod.spec.priority_class_name:
             derived = self._critical_priority_class()
             if derived:
@@ -496,6 +376,39 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
         if group:
             pod.metadata.annotations = {**(pod.metadata.annotations or {}), GROUP_NAME_ANNOTATION: group}
         return pod
+
+    def _merge_into_template_fields(self, pod: k8s.V1Pod) -> None:
+        """Keep a pod template's tolerations, affinity and base container resources, with the GPU parts
+        merged in. The provider lets the operator's values replace the template's, and this operator
+        always has its own (the GPU toleration, node affinity and GPU count): without this a template's
+        toleration of a tainted node pool or its memory request was silently dropped."""
+        from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
+
+        if self.pod_template_file:
+            template = PodGenerator.deserialize_model_file(self.pod_template_file)
+        elif self.pod_template_dict:
+            template = PodGenerator.deserialize_model_dict(self.pod_template_dict)
+        else:
+            template = self.full_pod_spec
+        spec = getattr(template, "spec", None)
+        if spec is None or pod.spec is None:
+            return
+        kept = getattr(self, "_template_kept", ())
+        gpu = self._gpu_pod_spec
+        if "tolerations" in kept and spec.tolerations:
+            pod.spec.tolerations = merge_tolerations(
+                [*spec.tolerations, *(t for t in pod.spec.tolerations or () if t not in spec.tolerations)]
+            )
+        if "affinity" in kept and spec.affinity:
+            pod.spec.affinity = merge_affinity(
+                spec.affinity, gpu.required_node_requirements(), gpu.preferred_terms()
+            )
+        if "container_resources" in kept:
+            name = self.base_container_name
+            given = next((c for c in spec.containers or () if c.name == name), None)
+            final = next((c for c in pod.spec.containers or () if c.name == name), None)
+            if given is not None and given.resources is not None and final is not None:
+                final.resources = merge_resources(given.resources, self.gpus)
 
     def get_or_create_pod(self, pod_request_obj: k8s.V1Pod, context: Context) -> k8s.V1Pod:
         """Create the gang's PodGroup (idempotent) before the provider creates the pod."""

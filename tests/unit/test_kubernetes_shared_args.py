@@ -122,3 +122,54 @@ def test_default_args_are_merged_with_the_gpu_parts_not_replaced() -> None:
     assert resources["limits"] == {"memory": "64Gi", "nvidia.com/gpu": "4"}
     assert resources["requests"]["cpu"] == "8" and resources["requests"]["nvidia.com/gpu"] == "4"
     assert pod["metadata"]["labels"]["team"] == "nlp" and pod["metadata"]["annotations"]["owner"] == "me"
+
+
+TEMPLATE = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "tpl"},
+    "spec": {
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["ml"]}]}
+                    ]
+                }
+            }
+        },
+        "containers": [
+            {
+                "name": "base",
+                "image": "x",
+                "resources": {"requests": {"memory": "200Gi", "cpu": "32"}, "limits": {"memory": "200Gi"}},
+            }
+        ],
+    },
+}
+
+
+def test_a_pod_templates_tolerations_affinity_and_resources_are_kept() -> None:
+    # Before: the operator's own tolerations, affinity and resources replaced the template's, so the pod
+    # lost its toleration of the tainted ML nodes and its 200Gi memory request.
+    dag = _dag()
+    with dag:
+        op = GpuKubernetesPodOperator(task_id="gpu", gpus=8, gpu_type="h100", pod_template_dict=TEMPLATE)
+        explicit = GpuKubernetesPodOperator(
+            task_id="explicit",
+            gpus=1,
+            pod_template_dict=TEMPLATE,
+            tolerations=[k8s.V1Toleration(key="spot", operator="Exists", effect="NoSchedule")],
+        )
+    pod = _build(op, dag)
+    _validate(pod)
+    assert {t["key"] for t in pod["spec"]["tolerations"]} == {"dedicated", "nvidia.com/gpu"}
+    required = dict(_required(pod))
+    assert required["pool"] == ("ml",) and "nvidia.com/gpu.product" in required
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources["requests"] == {"memory": "200Gi", "cpu": "32", "nvidia.com/gpu": "8"}
+    assert resources["limits"] == {"memory": "200Gi", "nvidia.com/gpu": "8"}
+    # what the task gives itself still wins over the template, as in the provider
+    given = _build(explicit, dag)
+    assert {t["key"] for t in given["spec"]["tolerations"]} == {"spot", "nvidia.com/gpu"}
