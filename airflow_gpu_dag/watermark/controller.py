@@ -400,6 +400,9 @@ class WatermarkController:
         spec = self.specs[name]
         size = decision.pool_size if decision is not None else capacity.gpus
         now = max(now, self._clock())  # the claim runs from the write, not from the tick's start
+        other = self._claimed_by_another_group(name, pool, now)
+        if other is not None:
+            return PoolOutcome(name, capacity, decision, None, False, other)
         claim = (self.group, self.holder, now + self.config.fail_open_window())
         description = self.too_large.annotate(name, describe(capacity, decision, size, claim))
         slots = pool.get("slots") if isinstance(pool, dict) else None
@@ -421,6 +424,20 @@ class WatermarkController:
         else:
             log.info("pool %s: %s -> %d slots (%s)", name, previous, size, description)
         return PoolOutcome(name, capacity, decision, size, True, previous=previous)
+
+    def _claimed_by_another_group(self, name: str, pool: Any, now: float) -> str | None:
+        """Why not to write ``pool``: another controller group's live claim (it took the pool over while
+        this one was frozen, or both started at once); two groups would flip it between their sizes."""
+        state = parse_pool_state(pool.get("description")) if isinstance(pool, dict) else None
+        if state is None or state.lease in (None, self.group) or not state.claimed(now):
+            return None
+        message = (
+            f"pool {name} is managed by another watermark controller ({state.lease}, controller "
+            f"{state.holder}); this one ({self.group}) leaves it alone while that claim holds. Fix: manage "
+            "each pool from one controller configuration, or give both the same lease (lease.variable)"
+        )
+        log.error("%s", message)
+        return message
 
     def run(
         self,

@@ -79,3 +79,41 @@ def test_the_claim_runs_from_the_write_not_from_the_start_of_the_tick() -> None:
     state = parse_pool_state(rest.pools["gpu"]["description"])
     assert rest.pools["gpu"]["slots"] == 0
     assert state.expires is not None and state.expires >= clock["t"] + config.fail_open_window() - 1e-6
+
+
+def test_a_controller_back_from_a_freeze_leaves_a_pool_another_group_took_over() -> None:
+    # A freezes past its claim, B (another lease, another size) takes the pool over at its start;
+    # before, A came back and both wrote every tick: the pool flipped between 4 and 8.
+    rest = FakeRest()
+    clock = {"t": NOW}
+
+    def config(variable: str, gpus: int) -> Any:
+        return parse_config(
+            {
+                "interval": 60,
+                "lease": {"lock_file": None, "variable": variable},
+                "pools": {"gpu": {"source": gpus}},
+            }
+        )
+
+    a = build_controller(
+        config("team_a", 4), rest, holder="A", sources={"gpu": Source(4)}, clock=lambda: clock["t"]
+    )
+    a.preflight()
+    a.tick()
+    assert rest.pools["gpu"]["slots"] == 4
+    clock["t"] += 400  # longer than A's claim (3 x 60 s)
+    b = build_controller(
+        config("team_b", 8), rest, holder="B", sources={"gpu": Source(8)}, clock=lambda: clock["t"]
+    )
+    assert b.preflight().taken_over == ["gpu"]
+    sizes = []
+    for _ in range(3):
+        b.tick()
+        (outcome,) = a.tick()
+        sizes.append(rest.pools["gpu"]["slots"])
+        clock["t"] += 60
+    assert sizes == [8, 8, 8]
+    assert not outcome.written and "managed by another watermark controller (variable:team_b" in (
+        outcome.error or ""
+    )
