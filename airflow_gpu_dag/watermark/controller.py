@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, replace
 from typing import Any
 
 import airflow_gpu_dag.metrics as metrics
@@ -82,7 +82,7 @@ def describe(
         parts.append(decision.reason)
     lease, holder, expires = claim if claim is not None else (None, None, None)
     state = PoolState(capacity.last_good, capacity.failures, capacity.gpus, lease, holder, expires)
-    return with_state(" | ".join(parts), state)
+    return with_state(" | ".join(parts), replace(state, source=capacity.source))
 
 
 def parse_state(description: str | None) -> tuple[int | None, int] | None:
@@ -203,10 +203,9 @@ class WatermarkController:
     def _restore(self, pools: Mapping[str, dict[str, Any] | None]) -> None:
         for name, tracker in self.trackers.items():
             pool = pools.get(name)
-            state = parse_state(pool.get("description") if isinstance(pool, dict) else None)
-            if state is not None:
-                tracker.restore(*state)
-                log.info("pool %s: restored last good %s, %d failed intervals", name, state[0], state[1])
+            state = parse_pool_state(pool.get("description") if isinstance(pool, dict) else None)
+            if state is not None and tracker.restore(state.last_good, state.failures, state.source):
+                log.info("pool %s: restored last good %s, %d failed intervals", name, *astuple(state)[:2])
 
     # -- task instances ---------------------------------------------------------------------------
     def _tasks(self, now: float) -> tuple[list[RunningTask], list[ReadyTask]]:

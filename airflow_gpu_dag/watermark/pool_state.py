@@ -76,6 +76,7 @@ class PoolState:
     lease: str | None = None
     holder: str | None = None
     expires: float | None = None
+    source: str | None = None  # fingerprint of the source configuration that measured last_good
 
     def claimed(self, now: float) -> bool:
         """A live claim: a controller has written within its fail-open window."""
@@ -112,6 +113,7 @@ def parse_pool_state(description: object) -> PoolState | None:
         lease=_str_or_none(raw.get("lease")),
         holder=_str_or_none(raw.get("holder")),
         expires=_float_or_none(raw.get("expires")),
+        source=_str_or_none(raw.get("source")),
     )
 
 

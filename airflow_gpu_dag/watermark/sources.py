@@ -32,6 +32,7 @@ pool slots of our own running tasks itself.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import threading
@@ -154,6 +155,15 @@ class PoolCapacity:
     detail: str
     failures: int
     last_good: int | None
+    #: :func:`source_fingerprint` of the source that measured ``last_good`` (kept in the pool state).
+    source: str | None = None
+
+
+def source_fingerprint(spec: SourceSpec) -> str:
+    """A short id of a source configuration (type and options), saved with the pool's last good value:
+    after a configuration change, a value measured by the old source is not restored."""
+    raw = json.dumps({"type": spec.type, "options": dict(spec.options)}, sort_keys=True, default=str)
+    return hashlib.sha256(raw.encode()).hexdigest()[:12]
 
 
 class CapacityTracker:
@@ -165,6 +175,7 @@ class CapacityTracker:
         self.last_good: int | None = None
         self.failures = 0
         self._hung: threading.Thread | None = None
+        self.fingerprint = source_fingerprint(spec.source)
 
     def _call(self) -> CapacityReading:
         """``source.read()`` bounded by ``spec.source_timeout``; a hung read counts as a failure."""
@@ -197,10 +208,21 @@ class CapacityTracker:
             raise SourceError(f"invalid GPU count {gpus!r}")
         return reading
 
-    def restore(self, last_good: int | None, failures: int) -> None:
-        """Continue from state saved in the pool description by a previous controller."""
+    def restore(self, last_good: int | None, failures: int, source: str | None = None) -> bool:
+        """Continue from state saved in the pool description by a previous controller; a last good
+        value another source configuration measured (``source``: its fingerprint) is not taken: a
+        source that now fails must not keep a capacity the old one saw. True when restored."""
+        if source is not None and source != self.fingerprint:
+            log.warning(
+                "pool %s: its source configuration changed; not restoring last good %s",
+                self.spec.name,
+                last_good,
+            )
+            self.last_good, self.failures = None, 0
+            return False
         self.last_good = last_good
         self.failures = max(0, int(failures))
+        return True
 
     def read(self) -> PoolCapacity:
         """Read the source once and apply the ladder."""
@@ -226,6 +248,7 @@ class CapacityTracker:
                     f"last good {self.last_good} kept",
                     self.failures,
                     self.last_good,
+                    self.fingerprint,
                 )
             log.error(
                 "pool %s: %s source failed (%s) for %d intervals; falling to floor %d",
@@ -241,7 +264,8 @@ class CapacityTracker:
                 f"{self.source.kind} failed {self.failures} intervals: {reason}; floor {self.spec.floor}",
                 self.failures,
                 self.last_good,
+                self.fingerprint,
             )
         self.failures = 0
         self.last_good = max(0, int(reading.gpus))
-        return PoolCapacity(self.last_good, "ok", reading.detail, 0, self.last_good)
+        return PoolCapacity(self.last_good, "ok", reading.detail, 0, self.last_good, self.fingerprint)

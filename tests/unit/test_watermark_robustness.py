@@ -117,3 +117,35 @@ def test_a_controller_back_from_a_freeze_leaves_a_pool_another_group_took_over()
     assert not outcome.written and "managed by another watermark controller (variable:team_b" in (
         outcome.error or ""
     )
+
+
+def test_a_last_good_value_of_another_source_configuration_is_not_restored() -> None:
+    # The pool moves to another source (config v2), which fails at start: before, the 8 GPUs the old
+    # source measured were restored from the pool description and kept for stale_intervals ticks.
+    from airflow_gpu_dag.watermark.sources import SourceError
+
+    rest = FakeRest()
+
+    def run(source_config: Any, source: Source) -> WatermarkController:
+        config = parse_config(
+            {
+                "pools": {"gpu": {"source": source_config, "stale_intervals": 3, "floor": 0}},
+                "lease": {"lock_file": None, "variable": None},
+            }
+        )
+        return WatermarkController(config, rest, {"gpu": source}, default_duration=60.0, clock=lambda: NOW)  # type: ignore[dict-item]
+
+    old = run({"type": "file", "path": "/run/gpus-v1"}, Source(8))
+    old.tick()
+    old.shutdown()
+    assert "last_good" in rest.pools["gpu"]["description"]
+    (outcome,) = run(
+        {"type": "file", "path": "/run/gpus-v2"}, Source(SourceError("connection refused"))
+    ).tick()
+    assert (outcome.capacity.status, rest.pools["gpu"]["slots"]) == ("floor", 0)
+    # the same configuration restarted does continue from its saved value
+    same = run({"type": "file", "path": "/run/gpus-v2"}, Source(4))
+    same.tick()
+    same.shutdown()
+    (again,) = run({"type": "file", "path": "/run/gpus-v2"}, Source(SourceError("connection refused"))).tick()
+    assert (again.capacity.status, rest.pools["gpu"]["slots"]) == ("stale", 4)
