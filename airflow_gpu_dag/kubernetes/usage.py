@@ -8,6 +8,8 @@ never started (unschedulable, image pull failure) used no GPU time and gives no 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import suppress
 from datetime import UTC, datetime
 from typing import Any
 
@@ -90,12 +92,26 @@ def pod_usage_record(
 
 
 def charge_finished_pod(
-    pod: Any, *, gpus: int, context: Any, pool: str | None, container: str = "base"
+    pod: Any,
+    *,
+    gpus: int,
+    context: Any,
+    pool: str | None,
+    container: str = "base",
+    reread: Callable[[Any], Any] | None = None,
 ) -> bool:
     """Charge a finished pod's GPU time to the budget ledger (never raises); False when nothing was
-    charged (the pod never ran, or the ledger could not be written)."""
+    charged (the pod never ran, or the ledger could not be written).
+
+    ``reread``: reads the pod again from the API when ``pod`` does not show its container ended: the
+    pod an operator holds can be the snapshot taken when it was created (still Pending), when the task
+    ended by an exception or a kill while the container ran (hours of GPU time charged as none).
+    """
     from airflow_gpu_dag.budget.charge import charge
 
+    if reread is not None and not _ended(pod, container):
+        with suppress(Exception):
+            pod = reread(pod) or pod
     ti = (context or {}).get("ti")
     map_index = getattr(ti, "map_index", -1)
     labels = getattr(getattr(pod, "metadata", None), "labels", None) or {}
@@ -117,3 +133,10 @@ def charge_finished_pod(
         logging.getLogger(__name__).exception("budget: cannot read the run time of a finished pod")
         return False
     return record is not None and charge(record)
+
+
+def _ended(pod: Any, container: str) -> bool:
+    """True when ``pod``'s status shows ``container`` terminated."""
+    statuses = getattr(getattr(pod, "status", None), "container_statuses", None) or []
+    main = next((s for s in statuses if getattr(s, "name", None) == container), None)
+    return getattr(getattr(main, "state", None), "terminated", None) is not None

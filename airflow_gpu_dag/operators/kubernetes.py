@@ -460,13 +460,7 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
         time to the budget ledger (GPUs x its container's run time) and run the provider's cleanup."""
         if self._not_scheduled is None:
             if remote_pod is not None and not self._killed:
-                charge_finished_pod(
-                    remote_pod,
-                    gpus=self.gpus,
-                    context=context,
-                    pool=self.pool,
-                    container=self.base_container_name,
-                )
+                self._charge(remote_pod, context)
             super().cleanup(pod, remote_pod, xcom_result=xcom_result, context=context)
             return
         target = remote_pod or pod
@@ -476,6 +470,23 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
                 self.pod_manager.delete_pod(target)
             except Exception:
                 self.log.exception("Could not delete unscheduled pod %s", target.metadata.name)
+
+    def _charge(self, pod: k8s.V1Pod, context: Context | None) -> None:
+        charge_finished_pod(
+            pod,
+            gpus=self.gpus,
+            context=context,
+            pool=self.pool,
+            container=self.base_container_name,
+            reread=self.pod_manager.read_pod,
+        )
+
+    def on_kill(self) -> None:
+        """Charge the pod's GPU time so far, then the provider's kill (it deletes the pod, after
+        which its run time could no longer be read: a killed pod was charged nothing)."""
+        if self.pod is not None and not self._killed:
+            self._charge(self.pod, None)  # ids from the pod's labels
+        super().on_kill()
 
     def execute(self, context: Context) -> Any:
         try:

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kubernetes.client import models as k8s
 
 from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator
@@ -173,3 +175,67 @@ def test_a_pod_templates_tolerations_affinity_and_resources_are_kept() -> None:
     # what the task gives itself still wins over the template, as in the provider
     given = _build(explicit, dag)
     assert {t["key"] for t in given["spec"]["tolerations"]} == {"spot", "nvidia.com/gpu"}
+
+
+def _pod(phase: str, state: k8s.V1ContainerState | None = None) -> k8s.V1Pod:
+    import datetime as dt
+
+    start = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
+    statuses = (
+        [
+            k8s.V1ContainerStatus(
+                name="base", image="i", image_id="", ready=False, restart_count=0, state=state
+            )
+        ]
+        if state
+        else None
+    )
+    return k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(
+            name="train-abc",
+            namespace="ml",
+            uid="u1",
+            labels={"dag_id": "k8s_gpu", "run_id": "r", "task_id": "train"},
+        ),
+        spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="base", image="i")], node_name="n1"),
+        status=k8s.V1PodStatus(phase=phase, start_time=start, container_statuses=statuses),
+    )
+
+
+def test_a_pod_ended_by_timeout_or_kill_is_charged_from_its_current_status() -> None:
+    # The pod the operator holds can be the snapshot taken at creation (Pending, no container status):
+    # before, a task ended by execution_timeout or killed while its container ran was charged nothing.
+    import datetime as dt
+    from unittest import mock
+
+    running = _pod(
+        "Running",
+        k8s.V1ContainerState(
+            running=k8s.V1ContainerStateRunning(started_at=dt.datetime(2026, 11, 30, tzinfo=dt.UTC))
+        ),
+    )
+    dag = _dag()
+    with dag:
+        op = GpuKubernetesPodOperator(task_id="train", image="i", namespace="ml", gpus=8)
+    manager = mock.Mock()
+    manager.read_pod.return_value = running
+    op.__dict__["pod_manager"] = manager
+    op.__dict__["client"] = mock.Mock()
+    charged: list[Any] = []
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    def record(usage: Any) -> bool:
+        charged.append(usage)
+        return True
+
+    with (
+        mock.patch("airflow_gpu_dag.budget.charge.charge", side_effect=record),
+        mock.patch.object(KubernetesPodOperator, "cleanup"),  # the provider's part (raises: pod failed)
+        mock.patch.object(KubernetesPodOperator, "on_kill"),
+    ):
+        op.cleanup(_pod("Pending"), _pod("Pending"), context={"ti": None})  # an exception mid-run
+        assert len(charged) == 1 and charged[0].gpu_seconds > 0 and len(charged[0].devices) == 8
+        op.pod = _pod("Pending")
+        op.on_kill()  # killed: charged before the provider deletes the pod
+    assert len(charged) == 2 and charged[1].task_id == "train" and charged[1].gpu_seconds > 0
+    assert manager.read_pod.call_count == 2
