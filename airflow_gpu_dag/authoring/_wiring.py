@@ -6,7 +6,7 @@ from typing import Any
 
 from airflow.sdk import Label
 
-__all__ = ["as_operator", "insert_before", "labelled", "require_dag"]
+__all__ = ["as_operator", "check_gatable", "insert_before", "labelled", "require_dag"]
 
 
 def require_dag(task: Any, helper: str) -> Any:
@@ -24,6 +24,28 @@ def labelled(upstream: Any, downstream: Any, label: str) -> None:
     upstream >> Label(label) >> downstream
 
 
+def check_gatable(task: Any) -> Any:
+    """The task's DAG, when a gate can be inserted before ``task`` (:func:`insert_before`).
+
+    :raises ValueError: the task is mapped (the gate would run once for all instances) or a teardown
+        (its trigger rule is about its setups); the message names the DAG, the task and the fix.
+    """
+    from airflow_gpu_dag.airflow.mapped import is_mapped
+
+    dag = require_dag(task, "insert_before")
+    if is_mapped(task):
+        raise ValueError(
+            f"DAG {dag.dag_id!r}, task {task.task_id!r} is mapped (.expand()): a gate cannot be inserted "
+            "before it (the gate would run once for every instance). Fix: gate a task that is not mapped."
+        )
+    if getattr(task, "is_teardown", False):
+        raise ValueError(
+            f"DAG {dag.dag_id!r}, task {task.task_id!r} is a teardown: nothing can be inserted before it "
+            "(its trigger rule is about its setups). Fix: put the gate before the work it cleans up after."
+        )
+    return dag
+
+
 def insert_before(task: Any, new: Any, label: str | None = None) -> None:
     """Move every upstream edge of ``task`` onto ``new`` and add ``new >> task`` (labelled).
 
@@ -35,12 +57,7 @@ def insert_before(task: Any, new: Any, label: str | None = None) -> None:
     """
     from airflow.sdk import TriggerRule
 
-    dag = require_dag(task, "insert_before")
-    if getattr(task, "is_teardown", False):
-        raise ValueError(
-            f"DAG {dag.dag_id!r}, task {task.task_id!r} is a teardown: nothing can be inserted before it "
-            "(its trigger rule is about its setups). Fix: put the gate before the work it cleans up after."
-        )
+    dag = check_gatable(task)
     rule = getattr(task, "trigger_rule", TriggerRule.ALL_SUCCESS)
     if str(getattr(rule, "value", rule)) != TriggerRule.ALL_SUCCESS.value:
         new.trigger_rule = rule

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from airflow_gpu_dag.authoring._wiring import labelled, require_dag
+from airflow_gpu_dag.authoring._wiring import as_operator, labelled, require_dag
 
 __all__ = ["CLEANUP", "cleanup"]
 
@@ -37,12 +37,25 @@ def cleanup(
     :param setups: optional setup task(s) that create what is cleaned (scratch space, a lease).
     :param fail_run_on_cleanup_failure: a failed cleanup fails the run even if the work succeeded.
     """
-    require_dag(task, "cleanup")
-    after_list = [after] if hasattr(after, "task_id") else list(after)
+    task = as_operator(task)  # an @task call's result: its operator
+    dag = require_dag(task, "cleanup")
+    where = f"DAG {dag.dag_id!r}, task {task.task_id!r}"
+    after_list = _tasks(after)
     if not after_list:
-        raise ValueError(f"task {task.task_id!r}: cleanup() needs after= the task(s) it cleans up after.")
-    setup_list = None if setups is None else ([setups] if hasattr(setups, "task_id") else list(setups))
+        raise ValueError(f"{where}: cleanup() needs after= the task(s) it cleans up after.")
+    if any(t.task_id == task.task_id for t in after_list):
+        raise ValueError(
+            f"{where}: cleanup() lists the task in its own after=. Fix: list the work it cleans up."
+        )
+    setup_list = None if setups is None else _tasks(setups)
     task.as_teardown(setups=setup_list, on_failure_fail_dagrun=fail_run_on_cleanup_failure)
     for upstream in after_list:
         labelled(upstream, task, CLEANUP)
     return task
+
+
+def _tasks(value: Any) -> list[Any]:
+    """One task (an operator or an ``@task`` call's result) or several, as operators."""
+    if hasattr(value, "task_id") or hasattr(value, "operator"):
+        return [as_operator(value)]
+    return [as_operator(v) for v in value]

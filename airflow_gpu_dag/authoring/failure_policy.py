@@ -138,7 +138,17 @@ def failure_policy(task: Any, policy: object = "retry", **overrides: Any) -> lis
     ``overrides`` are fields of the policy when it is given by name, e.g.
     ``failure_policy(t, "retry", retries=5, delay="5m")``.
     """
-    where = f"task {task.task_id!r}"
+    from airflow_gpu_dag.airflow.mapped import is_mapped
+    from airflow_gpu_dag.authoring._wiring import as_operator
+
+    task = as_operator(task)  # an @task call's result: its operator
+    dag = task.dag if task.has_dag() else None
+    where = f"DAG {dag.dag_id!r}, task {task.task_id!r}" if dag is not None else f"task {task.task_id!r}"
+    if is_mapped(task):
+        raise ValueError(
+            f"{where}: failure_policy() takes plain tasks, not mapped ones (.expand()). Fix: give the "
+            "mapped task retries/retry_delay in .partial() (skip and abort need a plain task)."
+        )
     parsed = parse_policy(policy, where)
     if overrides:
         try:

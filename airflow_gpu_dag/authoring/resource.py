@@ -43,7 +43,9 @@ def _check_pool(pool: str, pool_size: int, helper: str) -> None:
 
 
 def _reject_mapped(task: Any, helper: str) -> None:
-    if not hasattr(task, "pool_slots") or type(task).__name__ == "MappedOperator":
+    from airflow_gpu_dag.airflow.mapped import is_mapped
+
+    if not hasattr(task, "pool_slots") or is_mapped(task):
         raise ValueError(
             f"{_where(task) if hasattr(task, 'has_dag') else repr(task)}: {helper}() takes plain tasks, not "
             "mapped ones (.expand()); give the mapped task its pool and GPUs in .partial()."
@@ -136,6 +138,9 @@ def share(
     ``shares`` is a mapping, or ``(task, fraction)`` pairs (an ``@task`` call's result is not
     hashable). Each task gets ``max(1, floor(f * pool_size))`` slots (a GPU task: that many GPUs).
     Returns task_id -> slots.
+
+    :raises ValueError: a fraction outside (0, 1], fractions summing over 1, or slots (after the
+        rounding up to one slot each) more than the pool has.
     """
     _check_pool(pool, pool_size, "share")
     total = 0.0
@@ -156,6 +161,13 @@ def share(
         raise ValueError(
             f"share(): fractions sum to {total:g} > 1 for pool {pool!r}; they cannot all run at once. "
             "Lower them or use exclusive()."
+        )
+    slots_in_all = sum(slots for _, slots in planned)
+    if slots_in_all > pool_size:  # small fractions round up to one slot each
+        raise ValueError(
+            f"share(): {len(planned)} tasks need {slots_in_all} slots of pool {pool!r} ({pool_size} in all): "
+            "each gets at least one slot, so they cannot all run at once although the fractions sum to "
+            f"{total:g}. Fix: a larger pool, fewer tasks in the share, or exclusive()."
         )
     for task, slots in planned:
         _set_gpus(task, slots, pool, "share")

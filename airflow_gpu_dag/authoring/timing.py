@@ -19,7 +19,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from airflow_gpu_dag.authoring._wiring import as_operator, insert_before, labelled, require_dag
+from airflow_gpu_dag.airflow.mapped import is_mapped
+from airflow_gpu_dag.authoring._wiring import as_operator, check_gatable, insert_before, labelled, require_dag
 from airflow_gpu_dag.core.windows import parse_window
 from airflow_gpu_dag.hints import merge_hints
 from airflow_gpu_dag.sensors._common import RESUME_RACE_RETRIES, RESUME_RACE_RETRY_DELAY
@@ -53,6 +54,7 @@ def start_window(
     task = as_operator(task)
     dag = require_dag(task, "start_window")
     where = f"DAG {dag.dag_id!r}, task {task.task_id!r}"
+    check_gatable(task)  # before anything is added
     check_on_missed(on_missed, where)
     window = None if templated(opens) or templated(closes) else parse_window(opens, closes, tz, where=where)
     sensor = StartWindowSensor(
@@ -93,12 +95,35 @@ def stage_dependency(
     conn_id: str | None = None,
     task_id: str | None = None,
 ) -> CheckpointSensor:
-    """``downstream`` starts once ``upstream`` wrote checkpoint ``step`` (upstream keeps running)."""
+    """``downstream`` starts once ``upstream`` wrote checkpoint ``step`` (upstream keeps running).
+
+    :raises ValueError: ``downstream`` already waits for ``upstream`` to finish (an edge or a path:
+        the checkpoint would change nothing), or ``upstream`` waits for ``downstream`` (a cycle); the
+        message names the DAG, both tasks and the path.
+    """
+    upstream, downstream = as_operator(upstream), as_operator(downstream)
     dag = require_dag(upstream, "stage_dependency")
-    if downstream.task_id in upstream.downstream_task_ids:
+    for task in (upstream, downstream):
+        if is_mapped(task):
+            raise ValueError(
+                f"DAG {dag.dag_id!r}, task {task.task_id!r}: stage_dependency() takes plain tasks, not "
+                "mapped ones (.expand()): a checkpoint belongs to one training run."
+            )
+    after = {t.task_id for t in upstream.get_flat_relatives(upstream=False)}
+    before = {t.task_id for t in upstream.get_flat_relatives(upstream=True)}
+    if downstream.task_id in after:
+        edge = f"{upstream.task_id} >> {downstream.task_id}"
+        how = edge if downstream.task_id in upstream.downstream_task_ids else f"the path from {edge}"
         raise ValueError(
-            f"task {downstream.task_id!r} already waits for {upstream.task_id!r} to finish; remove "
-            f"{upstream.task_id} >> {downstream.task_id} to start it at checkpoint {step} instead."
+            f"DAG {dag.dag_id!r}: task {downstream.task_id!r} already waits for {upstream.task_id!r} to "
+            f"finish, so a checkpoint could not start it earlier. Fix: remove {how} to start it at "
+            f"checkpoint {step}."
+        )
+    if downstream.task_id in before:
+        raise ValueError(
+            f"DAG {dag.dag_id!r}: task {upstream.task_id!r} runs after {downstream.task_id!r}, so "
+            f"{downstream.task_id} cannot wait for its checkpoint {step} (a cycle). Fix: swap the two "
+            "tasks, or remove the path between them."
         )
     sensor = CheckpointSensor(
         task_id=task_id or f"wait_{upstream.task_id}_ckpt_{step}",

@@ -478,7 +478,7 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
             context=context,
             pool=self.pool,
             container=self.base_container_name,
-            reread=self.pod_manager.read_pod,
+            reread=lambda stale: self.pod_manager.read_pod(stale),  # the client only when needed
         )
 
     def on_kill(self) -> None:

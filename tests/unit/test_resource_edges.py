@@ -72,6 +72,18 @@ def test_share_gives_gpu_tasks_their_fraction_as_gpus() -> None:
     assert validate_dag(dag).errors == []
 
 
+def test_share_refuses_more_slots_than_the_pool_after_rounding_up() -> None:
+    # 6 tasks x 0.1 of a 4-slot pool: one slot each (6 > 4) although the fractions sum to 0.6.
+    with DAG("shr_round", schedule=None):
+        tasks = [EmptyOperator(task_id=f"t{i}") for i in range(6)]
+    with pytest.raises(ValueError, match=r"6 tasks need 6 slots of pool 'gpu_node1' \(4 in all\)"):
+        share([(t, 0.1) for t in tasks], pool="gpu_node1", pool_size=4)
+    assert all(t.pool == "default_pool" for t in tasks)  # nothing changed
+    assert share([(t, 0.1) for t in tasks[:4]], pool="gpu_node1", pool_size=4) == {
+        f"t{i}": 1 for i in range(4)
+    }
+
+
 def test_resource_edges_on_a_gpu_pod_change_its_gpu_limits() -> None:
     with DAG("pods", schedule=None):
         a = GpuKubernetesPodOperator(task_id="a", image="i", gpus=1)
