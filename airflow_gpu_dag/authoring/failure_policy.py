@@ -144,11 +144,6 @@ def failure_policy(task: Any, policy: object = "retry", **overrides: Any) -> lis
     task = as_operator(task)  # an @task call's result: its operator
     dag = task.dag if task.has_dag() else None
     where = f"DAG {dag.dag_id!r}, task {task.task_id!r}" if dag is not None else f"task {task.task_id!r}"
-    if is_mapped(task):
-        raise ValueError(
-            f"{where}: failure_policy() takes plain tasks, not mapped ones (.expand()). Fix: give the "
-            "mapped task retries/retry_delay in .partial() (skip and abort need a plain task)."
-        )
     parsed = parse_policy(policy, where)
     if overrides:
         try:
@@ -165,6 +160,11 @@ def failure_policy(task: Any, policy: object = "retry", **overrides: Any) -> lis
             task.max_retry_delay = timedelta(seconds=_seconds(parsed.max_delay, "max_delay", where))
         return []
     if isinstance(parsed, Skip):
+        if is_mapped(task):  # its instances' execute is not this object's: it cannot be wrapped
+            raise ValueError(
+                f"{where}: the 'skip' policy needs a task that is not mapped (.expand()). Fix: catch the "
+                "failure in the mapped task itself (raise AirflowSkipException), or use 'retry'/'abort'."
+            )
         task.retries = _check_retries(parsed.retries, where)
         _skip_on_failure(task)
         return []

@@ -62,15 +62,17 @@ def test_mapped_tasks_are_refused_before_anything_changes() -> None:
         trials = trial.expand(x=[1, 2])
         up >> trials
         with pytest.raises(
-            ValueError, match=r"DAG 'mapped', task 'trial': failure_policy\(\) takes plain tasks"
+            ValueError, match=r"DAG 'mapped', task 'trial': the 'skip' policy needs a task that is not mapped"
         ):
             failure_policy(trials, "skip", retries=1)
+        failure_policy(trials, "retry", retries=3, delay="1m")  # retry works on a mapped task
         with pytest.raises(
             ValueError, match=r"task 'trial' is mapped \(\.expand\(\)\): a gate cannot be inserted"
         ):
             start_window(trials, opens="00:00", closes="06:00")
     mapped = dag.get_task("trial")
     assert mapped.upstream_task_ids == {"up"} and len(dag.tasks) == 2  # no sensor, edges untouched
+    assert mapped.retries == 3 and mapped.retry_delay.total_seconds() == 60
 
 
 def test_cleanup_after_itself_is_an_error() -> None:
