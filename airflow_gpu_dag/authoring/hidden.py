@@ -107,15 +107,28 @@ def _refuse(dag_id: str, dep: HiddenDependency, edge: tuple[str, str], closes: l
 def _plan(
     dag_id: str, graph: TaskGraph, pairs: list[HiddenDependency], mode: str
 ) -> list[HiddenDependencyFix]:
-    """The repairs, checked on ``graph`` (which they are added to); raises before anything changes."""
+    """The repairs, checked on ``graph`` (which they are added to); raises before anything changes.
+
+    ``graph`` also gets the order a sensor gives (its reader after the data), for the cycle checks;
+    whether two tasks are already *ordered* is judged on the real edges only (``real``): a sensor does
+    not order its writer before anything, so two writers ordered only through one still race.
+    """
+    real = TaskGraph(graph.dag_id)
+    for node in graph.nodes.values():
+        real.add_task(node)
+    for up, down, kind in graph.edges():
+        real.add_edge(up, down, kind)
     fixes: list[HiddenDependencyFix] = []
     for dep in pairs:
         writer, other = dep.writer, dep.other
         if dep.other_writes:  # two writers: any order stops the race; take one that keeps it acyclic
-            if writer in graph.descendants(other) or other in graph.descendants(writer):
+            if writer in real.descendants(other) or other in real.descendants(writer):
                 fixes.append(HiddenDependencyFix(writer, other, dep.writer_path, "ordered"))
                 continue
+            if writer in graph.descendants(other):  # only a sensor orders them that way: keep it
+                writer, other = other, writer
             graph.add_edge(writer, other, "data")
+            real.add_edge(writer, other, "data")
             fixes.append(HiddenDependencyFix(writer, other, dep.writer_path, "edge"))
             continue
         back = _path_between(graph, other, writer)
@@ -130,10 +143,12 @@ def _plan(
                 [writer, other],
                 f"{writer!r} also reads {reverse[1]!r}, which {other!r} writes to {reverse[0]!r}",
             )
-        if other in graph.descendants(writer):
+        if other in real.descendants(writer):
             fixes.append(HiddenDependencyFix(writer, other, dep.writer_path, "ordered"))
             continue
         graph.add_edge(writer, other, "data")  # a sensor also orders the reader after the data
+        if mode == "edge":
+            real.add_edge(writer, other, "data")
         fixes.append(HiddenDependencyFix(writer, other, dep.writer_path, mode))
     return fixes
 

@@ -82,3 +82,32 @@ def test_cleanup_after_itself_is_an_error() -> None:
             ValueError, match=r"DAG 'self', task 'b': cleanup\(\) lists the task in its own after="
         ):
             cleanup(b, after=[a, b])
+
+
+def test_sensor_mode_still_orders_two_writers_of_one_path() -> None:
+    # w1 and w2 write /lake/p, reader reads it, reader >> w2. The sensor for (w1, reader) does not
+    # order w1 before anything; before, the planning copy's w1 -> reader edge made (w1, w2) look
+    # ordered, no edge was added, and the two writers still raced (lint warned after the fix).
+    from airflow.providers.standard.operators.bash import BashOperator
+
+    from airflow_gpu_dag import gpu_hints
+    from airflow_gpu_dag.airflow.graph import build_task_graph
+    from airflow_gpu_dag.authoring import fix_hidden_dependencies
+    from airflow_gpu_dag.core.validation import hidden_dependency_pairs
+
+    def bash(task_id: str, inputs: tuple[str, ...] = (), outputs: tuple[str, ...] = ()) -> BashOperator:
+        return BashOperator(
+            task_id=task_id, bash_command="true", executor_config=gpu_hints(inputs=inputs, outputs=outputs)
+        )
+
+    with DAG("race", schedule=None) as dag:
+        w1 = bash("w1", outputs=("/lake/p",))
+        reader = bash("reader", inputs=("/lake/p",))
+        w2 = bash("w2", outputs=("/lake/p",))
+        reader >> w2
+    fixes = fix_hidden_dependencies(dag, mode="sensor", timeout=60)
+    graph, _ = build_task_graph(dag)
+    assert "w2" in graph.descendants("w1") or "w1" in graph.descendants("w2"), fixes
+    assert [(f.writer, f.other) for f in fixes if f.how == "edge"] == [("w1", "w2")]
+    assert hidden_dependency_pairs(graph) == []  # nothing left racing
+    assert w1.downstream_task_ids >= {"w2"}
