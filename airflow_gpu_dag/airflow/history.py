@@ -21,7 +21,6 @@ logged once per process and message, not once per task.
 from __future__ import annotations
 
 import logging
-import statistics
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -37,6 +36,7 @@ from airflow_gpu_dag.core.estimates import (
     with_estimates,
 )
 from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.mapping import typical_map_count
 from airflow_gpu_dag.core.validation import Finding
 from airflow_gpu_dag.log_once import LogOnce
 from airflow_gpu_dag.settings import estimate_settings
@@ -166,7 +166,7 @@ def read_map_counts(
     per_task: dict[str, list[int]] = {}
     for task_id, _run_id, count in rows:
         per_task.setdefault(str(task_id), []).append(int(count))
-    return {task_id: int(-(-statistics.median(counts) // 1)) for task_id, counts in per_task.items()}
+    return {task_id: typical_map_count(counts) or 0 for task_id, counts in per_task.items() if counts}
 
 
 def _once(message: str) -> None:

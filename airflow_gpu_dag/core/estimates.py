@@ -9,10 +9,16 @@ metadata database, :mod:`airflow_gpu_dag.watermark.durations` over REST) as :cla
    (``clock_skew``), and so is a try shorter than :data:`MIN_RUN_SECONDS` (``zero_length``: a no-op
    run, a task that found its output already there);
 3. the last ``window`` remaining tries are kept (most recent first);
-4. outliers are dropped (``outlier``): a try whose log-duration is more than ``outlier_mads`` robust
-   standard deviations (1.4826 x the median absolute deviation, at least 0.1) from the median
-   log-duration; a handful of outliers cannot move the median, this keeps them out of the quantile;
-5. with at least ``min_runs`` tries left, the learned duration is the mean of their log-durations
+4. a change of level is followed (``before_change``): when the newest tries (at least
+   :data:`SHIFT_RUNS` and ``min_runs``) all lie on one side of the window's median beyond the outlier
+   limit and agree with each other, the task's duration changed (new data, a new model, a new DAG
+   version): the older tries are dropped instead of the new ones;
+5. outliers are dropped (``outlier``): a try whose log-duration is more than ``outlier_mads`` robust
+   standard deviations (1.4826 x the median absolute deviation, at least 0.1, and at least
+   :data:`FEW_RUNS_SPREAD` with fewer than :data:`FEW_RUNS` tries, whose spread says little) from the
+   median log-duration; a handful of outliers cannot move the median, this keeps them out of the
+   quantile;
+6. with at least ``min_runs`` tries left, the learned duration is the mean of their log-durations
    (a geometric mean: with the outliers out it is the more precise location, 2.6 % instead of 3.1 %
    error from five tries within +/- 10 %, which the packing planner notices), shrunk towards the
    declared estimate (the prior) by precision: the prior counts as one observation
@@ -21,7 +27,7 @@ metadata database, :mod:`airflow_gpu_dag.watermark.durations` over REST) as :cla
    completely; two wildly scattered ones do not. A declaration more than :data:`PRIOR_CONFLICT`
    standard deviations from the tries is plainly wrong and is not averaged in. The high quantile
    (``quantile``, default 0.9) is read from the kept tries;
-6. below ``min_runs`` tries (or with learning off) the declared estimate is used, else the default.
+7. below ``min_runs`` tries (or with learning off) the declared estimate is used, else the default.
 
 :meth:`DurationEstimate.expected_remaining` answers the controller's question "this task has run for
 ``t`` seconds, how much longer?": the median of the kept tries longer than ``t``, minus ``t``; without
@@ -71,6 +77,14 @@ PRIOR_CONFLICT = 3.0
 OVERRUN_FRACTION = 0.1
 #: Lower bound of the robust log-scale spread (identical tries would otherwise reject any deviation).
 _MIN_SPREAD = 0.1
+#: Below this many tries their spread is a poor measure: two similar tries would make a third one
+#: 1.5x away an outlier and throw the history away. The spread is then taken as at least
+#: :data:`FEW_RUNS_SPREAD` (3.5 of them: about x/÷2.9).
+FEW_RUNS = 8
+FEW_RUNS_SPREAD = 0.3
+#: Fewest newest tries that, all beyond the outlier limit on one side and agreeing, are a change of
+#: level rather than outliers (one or two such tries may be a bad night).
+SHIFT_RUNS = 3
 #: Spread assumed when there is a single try (nothing to measure it from).
 _SINGLE_SPREAD = 0.25
 _STATES_OK = frozenset({"success"})
@@ -281,10 +295,12 @@ def estimate_duration(
             kept.append(value)
     if not kept:
         return DurationEstimate(task_id, declared, fallback, dropped=dropped)
+    since = _since_change(kept, settings, max(SHIFT_RUNS, settings.min_runs))
+    if since < len(kept):
+        dropped["before_change"] = len(kept) - since
+        kept = kept[:since]
+    centre, limit = _centre_and_limit(kept, settings)
     logs = [math.log(v) for v in kept]
-    centre = statistics.median(logs)
-    spread = 1.4826 * statistics.median(abs(x - centre) for x in logs)
-    limit = settings.outlier_mads * max(spread, _MIN_SPREAD)
     inliers = [v for v, x in zip(kept, logs, strict=True) if abs(x - centre) <= limit]
     if len(inliers) < len(kept):
         dropped["outlier"] = len(kept) - len(inliers)
@@ -320,6 +336,39 @@ def estimate_duration(
         samples=tuple(inliers),
         spread=spread,
     )
+
+
+def _centre_and_limit(kept: list[float], settings: EstimateSettings) -> tuple[float, float]:
+    """Median log-duration of ``kept`` and the outlier limit around it (see the module docstring)."""
+    logs = [math.log(v) for v in kept]
+    centre = statistics.median(logs)
+    spread = 1.4826 * statistics.median(abs(x - centre) for x in logs)
+    floor = FEW_RUNS_SPREAD if len(logs) < FEW_RUNS else _MIN_SPREAD
+    return centre, settings.outlier_mads * max(spread, floor)
+
+
+def _since_change(kept: list[float], settings: EstimateSettings, runs: int) -> int:
+    """How many of the newest tries (``kept`` is newest first) came after a change of level: all of
+    them when there was none. A change: at least ``runs`` newest tries beyond the outlier limit on one
+    side of the older tries' median (all but the newest ``runs``: with the new level half the window
+    the window's own median would sit between the two), and within that limit of their own median
+    (one new level, not scatter)."""
+    if len(kept) <= runs:
+        return len(kept)
+    centre, limit = _centre_and_limit(kept[runs:], settings)
+    side = 0
+    count = 0
+    for value in kept:
+        offset = math.log(value) - centre
+        here = 1 if offset > limit else -1 if offset < -limit else 0
+        if here == 0 or (side and here != side):
+            break
+        side, count = here, count + 1
+    if count < runs or count == len(kept):
+        return len(kept)
+    newest = [math.log(v) for v in kept[:count]]
+    level = statistics.median(newest)
+    return count if all(abs(x - level) <= limit for x in newest) else len(kept)
 
 
 def estimate_durations(
@@ -358,8 +407,9 @@ def with_estimates(graph: TaskGraph, estimates: Mapping[str, DurationEstimate]) 
     ``attrs["learned_duration"]`` and ``attrs["learned_error"]`` (:attr:`DurationEstimate.error`, read by
     :func:`planning_error`); nodes of an expanded mapped
     task use their task's estimate (``attrs["map_of"]``). Two kinds of nodes keep a duration of 0: a
-    contingent fallback rung (its estimate goes to ``attrs["contingent_duration"]``) and a task that
-    declares 0 (a marker or control task the plan must not pad). The input graph is not changed.
+    contingent fallback rung (its estimate goes to ``attrs["contingent_duration"]``), a task that
+    declares 0 (a marker or control task the plan must not pad) and a mapped task with no instance
+    (``attrs["map_count"] == 0``). The input graph is not changed.
     """
     copy = TaskGraph(graph.dag_id, priority_rule=graph.priority_rule)
     for node in graph.nodes.values():
@@ -368,7 +418,9 @@ def with_estimates(graph: TaskGraph, estimates: Mapping[str, DurationEstimate]) 
         attrs.setdefault("declared_duration", attrs.get("contingent_duration", node.duration))
         duration = node.duration
         if estimate is not None:
-            marker = node.duration_declared and node.duration == 0 and "contingent_duration" not in attrs
+            marker = (  # a marker or control task declaring 0, or a mapped task with no instance
+                node.duration_declared and node.duration == 0 and "contingent_duration" not in attrs
+            ) or attrs.get("map_count") == 0
             attrs["duration_source"] = "declared" if marker else estimate.source
             if estimate.learned is not None:
                 attrs["learned_duration"] = estimate.learned

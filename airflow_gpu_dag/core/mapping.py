@@ -16,12 +16,23 @@ schedule and the controller's lookahead must see N tasks competing for the pool,
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Collection, Mapping
 from dataclasses import replace
 
 from airflow_gpu_dag.core.graph import TaskGraph
 
-__all__ = ["expand_mapped", "expanded_id", "node_for", "task_of", "weights_by_task"]
+__all__ = ["expand_mapped", "expanded_id", "node_for", "task_of", "typical_map_count", "weights_by_task"]
+
+
+def typical_map_count(counts: Collection[int]) -> int | None:
+    """The number of instances to plan a mapped task with from its last runs' counts: the median,
+    rounded up (the planner and the controller's lookahead must expand it the same way); None
+    without counts."""
+    if not counts:
+        return None
+    return math.ceil(statistics.median(counts))
 
 
 def expanded_id(task_id: str, index: int) -> str:

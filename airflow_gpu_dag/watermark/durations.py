@@ -21,6 +21,7 @@ from typing import Any
 
 from airflow_gpu_dag.core.admission import PendingTask
 from airflow_gpu_dag.core.estimates import DurationEstimate, EstimateSettings, RunSample, estimate_duration
+from airflow_gpu_dag.core.mapping import typical_map_count
 from airflow_gpu_dag.hints import duration_hint, read_hints
 from airflow_gpu_dag.hooks.rest_client import parse_time
 from airflow_gpu_dag.log_once import LogOnce
@@ -151,9 +152,7 @@ class ControllerHistory:
                 return self._counts[key][1]
         count: int | None = None
         try:
-            counts = sorted(self.client.map_counts(dag_id, task_id, _MAP_COUNT_RUNS))
-            if counts:
-                count = counts[len(counts) // 2]
+            count = typical_map_count(list(self.client.map_counts(dag_id, task_id, _MAP_COUNT_RUNS)))
         except Exception as err:
             self._once(f"watermark: cannot read mapped task counts over REST ({type(err).__name__}: {err})")
         if count is None:

@@ -107,6 +107,40 @@ def test_a_handful_of_outliers_are_dropped_from_the_quantile() -> None:
     assert est.high is not None and est.high < 120
 
 
+@pytest.mark.parametrize("new", [3, 5, 9, 10, 11])
+@pytest.mark.parametrize("new_duration", [3000.0, 120.0])
+def test_a_change_of_level_is_followed_not_dropped_as_outliers(new: int, new_duration: float) -> None:
+    # 20 tries at 600 s, then the task changes (new data, a new model): the newest `new` tries take
+    # `new_duration`. Before, they were dropped as outliers until they were half the window (10 runs
+    # at the default window of 20), and the new declaration with them.
+    samples = [RunSample(new_duration, end=1000.0 + i) for i in range(new)]
+    samples += [RunSample(600.0, end=float(i)) for i in range(20)]
+    estimate = estimate_duration("train", samples, declared=new_duration, fallback=600.0)
+    assert estimate.learned == pytest.approx(new_duration) and estimate.runs == new
+    assert estimate.dropped == {"before_change": 20 - new}
+
+
+def test_one_or_two_slow_tries_are_still_outliers_not_a_change() -> None:
+    samples = [RunSample(30000.0, end=1000.0 + i) for i in range(2)]
+    samples += [RunSample(600.0, end=float(i)) for i in range(10)]
+    estimate = estimate_duration("train", samples, declared=600.0, fallback=600.0)
+    assert estimate.learned == pytest.approx(600.0) and estimate.dropped == {"outlier": 2}
+
+
+@pytest.mark.parametrize("durations", [[600.0, 600.0, 900.0], [600.0, 610.0, 900.0], [3.0, 3.0, 5.0]])
+def test_a_try_1_5x_off_among_three_is_not_an_outlier(durations: list[float]) -> None:
+    # Two similar tries made the spread ~0: the third, 1.5x away, was an outlier, fewer than min_runs
+    # were left and the plan went back to a declaration every try disagreed with.
+    estimate = estimate_duration("train", runs(*durations), declared=3600.0, fallback=3600.0)
+    assert estimate.runs == 3 and not estimate.dropped
+    assert min(durations) <= estimate.learned <= max(durations)  # type: ignore[operator]
+
+
+def test_a_100x_try_among_three_is_still_an_outlier() -> None:
+    estimate = estimate_duration("train", runs(600.0, 610.0, 60000.0), declared=3600.0, fallback=3600.0)
+    assert estimate.dropped == {"outlier": 1} and estimate.learned is None  # 2 < min_runs: declared
+
+
 def test_window_keeps_the_most_recent_tries() -> None:
     old = runs(*([500] * 10), start=0)
     new = runs(*([100] * 5), start=100_000)
