@@ -29,6 +29,9 @@ _OURS = "GPU_DAG_TESTS_HOME"
 if "AIRFLOW_HOME" not in os.environ or os.environ.get("AIRFLOW_HOME") == os.environ.get(_OURS):
     os.environ["AIRFLOW_HOME"] = os.environ[_OURS] = tempfile.mkdtemp(prefix="gpu-dag-tests-home-")
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+# The tests describe their hosts' GPUs (static inventories): a CUDA_VISIBLE_DEVICES of the machine that
+# runs them (a GPU box) would narrow what a worker may lease (airflow_gpu_dag.gpu.inventory.visible_to).
+os.environ.pop("CUDA_VISIBLE_DEVICES", None)
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
 
 

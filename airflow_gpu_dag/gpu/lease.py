@@ -34,7 +34,7 @@ from typing import Any
 
 import airflow_gpu_dag.metrics as metrics
 from airflow_gpu_dag.core.resources import GpuRequest, format_memory
-from airflow_gpu_dag.gpu.inventory import GpuInventory, load_inventory
+from airflow_gpu_dag.gpu.inventory import GpuInventory, load_inventory, visible_to
 from airflow_gpu_dag.gpu.lease_errors import (
     LeaseError,
     LeaseImpossible,
@@ -237,7 +237,8 @@ class LeaseManager:
             return self._inventory
         if callable(self._inventory):
             return self._inventory()
-        return load_inventory()
+        # this worker's GPUs: a worker started with CUDA_VISIBLE_DEVICES leases only those
+        return visible_to(load_inventory(), os.environ.get("CUDA_VISIBLE_DEVICES"))
 
     # -- public API ---------------------------------------------------------------------------------
     def leases(self) -> list[dict[str, Any]]:

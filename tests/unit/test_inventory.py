@@ -6,6 +6,7 @@ import json
 import sys
 import types
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -288,3 +289,32 @@ def test_ledger_skips_torn_lines_and_duplicate_leases(tmp_path) -> None:
     assert len(records) == 1
     assert records[0].outcome == "success" and records[0].gpu_seconds == 60.0
     assert json.loads(path.read_text().splitlines()[0])["gpu_seconds"] == 60.0
+
+
+def test_a_worker_started_with_cuda_visible_devices_leases_only_those(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # NVML lists every GPU of the host; before, a worker started with CUDA_VISIBLE_DEVICES=2,3 leased
+    # GPUs 0 and 1 (another worker's) and replaced its own restriction in the task's environment.
+    from airflow_gpu_dag.core.resources import GpuRequest
+    from airflow_gpu_dag.gpu.inventory import GpuDevice, GpuInventory, InventoryError, visible_to
+    from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseSettings
+
+    host = GpuInventory(tuple(GpuDevice(i, "a100", 81920, uuid=f"GPU-{i}aaa-{i}") for i in range(4)), "nvml")
+    assert visible_to(host, None) is host
+    assert visible_to(host, "2,3").indices == [2, 3]
+    assert visible_to(host, "GPU-3aaa,1").indices == [3, 1]  # a unique UUID prefix, any order
+    assert visible_to(host, "").indices == []
+    for bad, message in (
+        ("MIG-1234", "names a MIG device"),
+        ("7", "names no GPU"),
+        ("GPU-", "more than one"),
+    ):
+        with pytest.raises(InventoryError, match=message):
+            visible_to(host, bad)
+    monkeypatch.setattr("airflow_gpu_dag.gpu.lease.load_inventory", lambda: host)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    manager = LeaseManager(LeaseSettings(lease_dir=tmp_path))
+    lease = manager.acquire(GpuRequest(2))
+    assert lease.devices == (2, 3) and lease.env()["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert manager.try_acquire(GpuRequest(1)) is None  # 0 and 1 are not this worker's
