@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -197,3 +198,57 @@ def test_plugin_registers_the_page(key: str) -> None:
     else:
         assert entries[0]["destination"] == "dag"
         assert entries[0]["href"] == "/gpu-dag/critical-path/{DAG_ID}"
+
+
+def test_the_pool_table_shows_only_the_pools_the_user_may_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    # With [core] multi_team, Airflow's pools API shows a team its own pools; the page showed every
+    # pool, and another team's DAG and task ids in its description.
+    from types import SimpleNamespace
+
+    from airflow.models.pool import Pool
+
+    from airflow_gpu_dag.plugins.critical_path_page import app
+
+    stats = {
+        name: {"total": slots, "running": 0, "queued": 0, "open": slots}
+        for name, slots in (("default_pool", 128), ("gpu_team_a", 4), ("gpu_team_b", 8))
+    }
+    descriptions = [
+        ("default_pool", "Default pool"),
+        ("gpu_team_a", "gpu-dag watermark: pool 4 of capacity 4"),
+        (
+            "gpu_team_b",
+            "gpu-dag watermark: pool 8 of capacity 8 | reserving 8 slots for secret/r/task/-1: 0 of 8 free",
+        ),
+    ]
+    monkeypatch.setattr(Pool, "slots_stats", staticmethod(lambda session: stats))
+    asked: list[Any] = []
+
+    class AuthManager:
+        def get_authorized_pools(self, *, user: Any, method: str, session: Any) -> set[str]:
+            asked.append((user, method))
+            return {"default_pool", "gpu_team_a"}
+
+    monkeypatch.setattr("airflow.api_fastapi.app.get_auth_manager", lambda: AuthManager())
+    session = SimpleNamespace(execute=lambda query: SimpleNamespace(all=lambda: descriptions))
+    views = app._pools(session, {"gpu_team_a"}, user="viewer_a")
+    assert [v.name for v in views] == ["gpu_team_a", "default_pool"]
+    assert asked == [("viewer_a", "GET")]
+
+
+def test_a_persons_description_is_not_read_as_the_controllers() -> None:
+    # "4 of capacity 16" in a hand-written description made the page simulate on 16 GPUs.
+    text = "A100 node pool (4 of capacity 16 lent to us by team ML) - jobs too large: ask infra"
+    assert parse_pool_description(text) == (None, 0, None)
+    views = pool_views(
+        {"gpu_default": {"total": 4, "running": 0, "queued": 0, "open": 4}}, {"gpu_default": text}
+    )
+    assert views[0].capacity is None and views[0].too_large is None
+    assert predicted_schedules(_graph(), views).capacity == {"gpu_default": 4}
+
+
+def test_no_makespan_is_predicted_for_gpu_tasks_in_a_pool_that_does_not_exist() -> None:
+    # Airflow never runs them; before, the missing pool counted as unlimited and a makespan was shown.
+    views = pool_views({"default_pool": {"total": 128, "running": 0, "queued": 0, "open": 128}}, {})
+    schedules = predicted_schedules(_graph(), views)
+    assert schedules.results == {} and "pool(s) gpu_default do not exist" in schedules.note

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag, requires_access_pool
-from fastapi import Depends, FastAPI, HTTPException
+from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy import select
@@ -66,10 +67,15 @@ def _load(dag_id: str, session: Any) -> tuple[Any, Plan, Any]:
     return graph, replace(plan_of(graph, learned.findings), policy=policy_text(graph)), learned
 
 
-def _pools(session: Any, dag_pools: set[str]) -> list[PoolView]:
+def _pools(session: Any, dag_pools: set[str], user: Any) -> list[PoolView]:
+    """The pools ``user`` may read, as Airflow's own pools API filters them (per team with
+    ``[core] multi_team``: another team's pools, and the DAG and task ids in their descriptions, are
+    not shown)."""
+    from airflow.api_fastapi.app import get_auth_manager
     from airflow.models.pool import Pool
 
-    stats = {name: dict(stat) for name, stat in Pool.slots_stats(session=session).items()}
+    readable = get_auth_manager().get_authorized_pools(user=user, method="GET", session=session)
+    stats = {name: dict(stat) for name, stat in Pool.slots_stats(session=session).items() if name in readable}
     descriptions = dict(session.execute(select(Pool.pool, Pool.description)).all())
     return pool_views(stats, descriptions, dag_pools)
 
@@ -116,13 +122,13 @@ def create_app() -> FastAPI:
 
         graph, plan, learned = _load(dag_id, session)
         dag_pools = {task_pool(node) for node in graph.nodes.values()}
-        pools = _pools(session, dag_pools) if _may_read_pools(user) else None
+        pools = _pools(session, dag_pools, user) if _may_read_pools(user) else None
         body = render_page(
             plan,
             _schedules(graph, pools),
             pools,
             "../static",
-            "../api/pools",
+            "../api/pools?" + urlencode([("pool", name) for name in sorted(dag_pools)]),
             estimates=learned.estimates,
             flag_factor=_flag_factor(),
             history_note=learned.note,
@@ -133,7 +139,7 @@ def create_app() -> FastAPI:
     def plan_data(dag_id: str, session: SessionDep, user: GetUserDep) -> dict[str, Any]:
         graph, plan, learned = _load(dag_id, session)
         dag_pools = {task_pool(node) for node in graph.nodes.values()}
-        pools = _pools(session, dag_pools) if _may_read_pools(user) else None
+        pools = _pools(session, dag_pools, user) if _may_read_pools(user) else None
         schedules = _schedules(graph, pools)
         factor = _flag_factor()
         return {
@@ -163,7 +169,10 @@ def create_app() -> FastAPI:
         }
 
     @app.get("/api/pools", dependencies=[Depends(requires_access_pool(method="GET"))])
-    def pools_data(session: SessionDep) -> dict[str, Any]:
-        return {"pools": [p.to_dict() for p in _pools(session, set())]}
+    def pools_data(
+        session: SessionDep, user: GetUserDep, pool: Annotated[list[str] | None, Query()] = None
+    ) -> dict[str, Any]:
+        """``?pool=a&pool=b``: the pools a DAG uses, listed first (as on the page)."""
+        return {"pools": [p.to_dict() for p in _pools(session, set(pool or ()), user)]}
 
     return app

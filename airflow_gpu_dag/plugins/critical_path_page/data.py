@@ -21,6 +21,7 @@ __all__ = [
     "too_large_of",
 ]
 
+_CONTROLLER_PREFIX = "gpu-dag watermark:"
 _CAPACITY = re.compile(r"of capacity (\d+)")
 _RESERVING = re.compile(r"reserving (\d+) slots for (.+?): -?\d+ of \d+ free")
 _TOO_LARGE = re.compile(r"too large: (.+?)(?: \| | \[gpu-dag-state |$)")
@@ -30,7 +31,7 @@ def parse_pool_description(description: str | None) -> tuple[int | None, int, st
     """``(capacity, reserved_slots, reserved_for)`` from a description written by the watermark
     controller (``gpu-dag watermark: pool 6 of capacity 8 | ... | reserving 4 slots for dag/task: ...``);
     ``(None, 0, None)`` for any other description."""
-    if not description:
+    if description is None or not _by_the_controller(description):  # a person's text may say it too
         return None, 0, None
     capacity_match = _CAPACITY.search(description)
     capacity = int(capacity_match.group(1)) if capacity_match else None
@@ -42,8 +43,13 @@ def parse_pool_description(description: str | None) -> tuple[int | None, int, st
 
 def too_large_of(description: str | None) -> str | None:
     """The waiting tasks the watermark controller found larger than the pool (``too large: ...``)."""
-    match = _TOO_LARGE.search(description or "")
+    match = _TOO_LARGE.search(description or "") if _by_the_controller(description) else None
     return match.group(1) if match else None
+
+
+def _by_the_controller(description: str | None) -> bool:
+    """True for a description the watermark controller wrote (it starts with its prefix)."""
+    return bool(description) and str(description).startswith(_CONTROLLER_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,7 @@ def predicted_schedules(graph: TaskGraph, pools: Iterable[PoolView]) -> Schedule
     from airflow_gpu_dag.core.planner import predict
     from airflow_gpu_dag.core.pools import task_pool
 
+    pools = list(pools)
     used = {task_pool(node) for node in graph.nodes.values()}
     capacity = {
         p.name: (p.capacity if p.capacity is not None else p.slots)
@@ -128,6 +135,15 @@ def predicted_schedules(graph: TaskGraph, pools: Iterable[PoolView]) -> Schedule
         if p.name in used and p.slots >= 0
     }
     view = ScheduleView(capacity=capacity)
+    missing = sorted(
+        {task_pool(n) for n in graph.nodes.values() if n.gpu is not None} - {p.name for p in pools}
+    )
+    if missing:  # Airflow never runs a task in a pool that does not exist: no makespan to predict
+        view.note = (
+            f"No simulation: pool(s) {', '.join(missing)} do not exist, so their tasks would never run. "
+            "Create them (airflow pools set NAME SLOTS ...) or start the watermark controller."
+        )
+        return view
     try:
         view.results["stock"] = predict(graph, capacity, policy="stock")
         view.results["reservation"] = predict(graph, capacity, policy="reservation")

@@ -44,9 +44,16 @@
       var body = document.querySelector("#pools tbody");
       body.textContent = "";
       data.pools.forEach(function (p) {
+        // the same row as the server renders: "unlimited" for an unlimited pool, a pool with a
+        // too-large waiting task highlighted with the reason
         var tr = document.createElement("tr");
         tr.dataset.pool = p.name;
-        [p.name, p.slots, p.capacity, p.used, p.running, p.queued, p.open, p.reserved, p.reserved_for,
+        if (p.too_large) {
+          tr.className = "too-large";
+          tr.setAttribute("title", "too large: " + p.too_large);
+        }
+        [p.name, p.slots < 0 ? "unlimited" : p.slots, p.capacity, p.used, p.running, p.queued,
+         p.open < 0 ? "unlimited" : p.open, p.reserved, p.reserved_for,
          p.description].forEach(function (v) { tr.appendChild(cell(v)); });
         body.appendChild(tr);
       });
