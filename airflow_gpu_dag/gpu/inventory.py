@@ -47,7 +47,6 @@ __all__ = [
     "nvml_inventory",
     "parse_inventory",
     "parse_time_inventory_summary",
-    "visible_to",
 ]
 
 AUTO = "auto"
@@ -240,6 +239,20 @@ def _memory(value: object, where: str) -> int | None:
         raise InventoryError(f"{where}: {err}") from None
 
 
+def _is_memory(word: str) -> bool:
+    try:
+        return any(c.isdigit() for c in word) and parse_memory_mib(word) > 0
+    except EstimateError:
+        return False
+
+
+def _gpu_type(raw: str, where: str) -> str:
+    try:
+        return normalize_gpu_type(raw)
+    except ValueError as err:
+        raise InventoryError(f"{where}: {err}") from None
+
+
 def _parse_shorthand(text: str) -> list[GpuDevice]:
     devices: list[GpuDevice] = []
     for part in text.split(","):
@@ -251,7 +264,13 @@ def _parse_shorthand(text: str) -> list[GpuDevice]:
         count = int(match.group(1)) if match.group(1) else 1
         if count <= 0:
             raise InventoryError(f"inventory part {part.strip()!r} has a GPU count of 0; {_INVENTORY_HELP}")
-        gpu_type = normalize_gpu_type(match.group(2))
+        words = match.group(2).split()
+        if len(words) > 1 and _is_memory(words[-1]):  # "4xa100 80GiB": the memory without its colon
+            raise InventoryError(
+                f"inventory part {part.strip()!r}: {words[-1]!r} reads as part of the GPU type; put a colon "
+                f"before the memory: '{match.group(1) or 1}x{' '.join(words[:-1])}:{words[-1]}'"
+            )
+        gpu_type = _gpu_type(match.group(2), f"inventory part {part.strip()!r}")
         memory = _memory(match.group(3), f"inventory part {part.strip()!r}")
         for _ in range(count):
             devices.append(GpuDevice(index=len(devices), gpu_type=gpu_type, memory_total_mib=memory))
@@ -281,7 +300,7 @@ def _device_from_mapping(item: Mapping[str, Any], position: int) -> GpuDevice:
     raw_type = item.get("type", item.get("gpu_type"))
     name = item.get("name")
     if raw_type:
-        gpu_type = normalize_gpu_type(str(raw_type))
+        gpu_type = _gpu_type(str(raw_type), where)
     elif name:
         gpu_type = gpu_type_from_name(str(name))
     else:
@@ -289,6 +308,11 @@ def _device_from_mapping(item: Mapping[str, Any], position: int) -> GpuDevice:
     total = _memory(item.get("memory", item.get("memory_total")), where)
     free = _memory(item.get("free_memory", item.get("memory_free")), where)
     util = item.get("utilization")
+    healthy = item.get("healthy", True)
+    if not isinstance(healthy, bool):  # "false" would be truthy: the GPU would still be leased
+        raise InventoryError(f"{where}: healthy={healthy!r} must be true or false (JSON booleans)")
+    if util is not None and (isinstance(util, bool) or not isinstance(util, int | float)):
+        raise InventoryError(f"{where}: utilization={util!r} must be a number (percent)")
     return GpuDevice(
         index=index,
         gpu_type=gpu_type,
@@ -297,8 +321,8 @@ def _device_from_mapping(item: Mapping[str, Any], position: int) -> GpuDevice:
         uuid=str(item["uuid"]) if item.get("uuid") else None,
         name=str(name) if name else None,
         utilization_pct=float(util) if util is not None else None,
-        healthy=bool(item.get("healthy", True)),
-        health_reason=None if item.get("healthy", True) else "marked unhealthy in the static inventory",
+        healthy=healthy,
+        health_reason=None if healthy else "marked unhealthy in the static inventory",
     )
 
 
@@ -443,44 +467,6 @@ def load_inventory(source: str | None = None, spec: str | None = None) -> GpuInv
     import socket
 
     return parse_inventory(spec, host=socket.gethostname())
-
-
-def visible_to(inventory: GpuInventory, visible: str | None) -> GpuInventory:
-    """The devices of ``inventory`` a process started with ``CUDA_VISIBLE_DEVICES=visible`` was given.
-
-    NVML lists every GPU of the host whatever ``CUDA_VISIBLE_DEVICES`` says: a worker started with a
-    share of the GPUs would otherwise lease (and hand its tasks) GPUs another worker was given.
-    Entries: NVML indices (the PCI bus order the leases use), ``GPU-<uuid>`` (a unique prefix is
-    enough); an empty value gives no GPU; None (unset) keeps them all.
-
-    :raises InventoryError: a MIG device, or an entry that names no device here (the fix in the message).
-    """
-    if visible is None:
-        return inventory
-    kept: list[GpuDevice] = []
-    for entry in (e.strip() for e in visible.split(",")):
-        if not entry:
-            continue
-        if entry.upper().startswith("MIG-"):
-            raise InventoryError(
-                f"CUDA_VISIBLE_DEVICES={visible!r} names a MIG device ({entry}); GPU leases hand out whole "
-                "GPUs. Fix: start the worker with whole GPUs (indices or GPU-<uuid>) or without the variable."
-            )
-        if entry.isdigit():
-            found = [d for d in inventory.devices if d.index == int(entry)]
-        else:
-            found = [d for d in inventory.devices if d.uuid and d.uuid.lower().startswith(entry.lower())]
-        if len(found) != 1:
-            raise InventoryError(
-                f"CUDA_VISIBLE_DEVICES={visible!r}: {entry!r} names {'no' if not found else 'more than one'} "
-                f"GPU of this host ({inventory.describe()}). Fix: give the worker NVML indices or GPU UUIDs "
-                "of this host, or unset the variable to lease from all of its GPUs."
-            )
-        if found[0] not in kept:
-            kept.append(found[0])
-    return GpuInventory(
-        tuple(kept), inventory.source, inventory.host, {**inventory.extra, "cuda_visible_devices": visible}
-    )
 
 
 @functools.lru_cache(maxsize=8)

@@ -297,8 +297,9 @@ def test_a_worker_started_with_cuda_visible_devices_leases_only_those(
     # NVML lists every GPU of the host; before, a worker started with CUDA_VISIBLE_DEVICES=2,3 leased
     # GPUs 0 and 1 (another worker's) and replaced its own restriction in the task's environment.
     from airflow_gpu_dag.core.resources import GpuRequest
-    from airflow_gpu_dag.gpu.inventory import GpuDevice, GpuInventory, InventoryError, visible_to
+    from airflow_gpu_dag.gpu.inventory import GpuDevice, GpuInventory, InventoryError
     from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseSettings
+    from airflow_gpu_dag.gpu.visible import visible_to
 
     host = GpuInventory(tuple(GpuDevice(i, "a100", 81920, uuid=f"GPU-{i}aaa-{i}") for i in range(4)), "nvml")
     assert visible_to(host, None) is host
@@ -318,3 +319,24 @@ def test_a_worker_started_with_cuda_visible_devices_leases_only_those(
     lease = manager.acquire(GpuRequest(2))
     assert lease.devices == (2, 3) and lease.env()["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert manager.try_acquire(GpuRequest(1)) is None  # 0 and 1 are not this worker's
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("4xa100 80GiB", "put a colon before the memory: '4xa100:80GiB'"),  # was type 'a100_80gib', no memory
+        (
+            '{"gpus": [{"index": 0, "type": "a100", "healthy": "false"}]}',
+            "must be true or false",
+        ),  # was healthy
+        ('{"gpus": [{"index": 0, "type": "a100", "utilization": "high"}]}', "must be a number"),  # ValueError
+        ('{"gpus": [{"index": 0, "type": "!!"}]}', "has no letters or digits"),  # ValueError past the policy
+    ],
+)
+def test_a_static_inventory_typo_is_an_inventory_error(spec: str, message: str) -> None:
+    with pytest.raises(inv.InventoryError, match=message):
+        parse_inventory(spec)
+
+
+def test_a_gpu_type_of_several_words_still_parses() -> None:
+    assert parse_inventory("2x rtx 4090:24GiB").describe() == "#0 rtx_4090 24GiB, #1 rtx_4090 24GiB"
