@@ -52,8 +52,10 @@ __all__ = [
     "read_map_counts",
 ]
 
-#: Map counts are taken from this many of the DAG's latest runs (the median, rounded up).
+#: Map counts are taken from this many of the DAG's latest runs where the task was expanded (the
+#: median, rounded up), looked for among MAP_COUNT_SCAN times as many of the DAG's latest runs.
 MAP_COUNT_RUNS = 5
+MAP_COUNT_SCAN = 4
 #: Extra rows read per task beyond the window, so dropped tries (zero-length, skew) leave enough.
 _SLACK = 2
 
@@ -143,29 +145,36 @@ def read_map_counts(
     from airflow.models.taskinstance import TaskInstance as TI
     from sqlalchemy import func, select
 
-    latest = (
+    # the runs looked at: more than `runs`, as the newest ones may not have expanded the task yet
+    # (queued, running, failed before it): they hold no instance and are skipped, not counted as none
+    recent = (
         select(DagRun.run_id)
         .where(DagRun.dag_id == dag_id)
         .order_by(DagRun.run_after.desc())
-        .limit(max(1, runs))
+        .limit(max(1, runs) * MAP_COUNT_SCAN)
         .scalar_subquery()
     )
+    newest = func.max(DagRun.run_after)
     query = (
-        select(TI.task_id, TI.run_id, func.count())
+        select(TI.task_id, TI.run_id, func.count(), newest)
+        .join(DagRun, (DagRun.dag_id == TI.dag_id) & (DagRun.run_id == TI.run_id))
         .where(
             TI.dag_id == dag_id,
             TI.map_index >= 0,
             TI.task_id.in_(list(task_ids)),
-            TI.run_id.in_(latest),
+            TI.run_id.in_(recent),
             (TI.state.is_(None)) | (TI.state != "removed"),
         )
         .group_by(TI.task_id, TI.run_id)
+        .order_by(newest.desc())
     )
     with _session(session) as active:
         rows = active.execute(query).all()
     per_task: dict[str, list[int]] = {}
-    for task_id, _run_id, count in rows:
-        per_task.setdefault(str(task_id), []).append(int(count))
+    for task_id, _run_id, count, _after in rows:
+        counts = per_task.setdefault(str(task_id), [])
+        if len(counts) < max(1, runs):  # the latest `runs` runs where it was expanded
+            counts.append(int(count))
     return {task_id: typical_map_count(counts) or 0 for task_id, counts in per_task.items() if counts}
 
 

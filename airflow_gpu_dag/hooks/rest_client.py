@@ -286,13 +286,16 @@ class AirflowRestClient:
         """How many instances the mapped task ``task_id`` had in each of the DAG's latest ``runs``
         runs where it was expanded (newest first; instances marked ``removed`` do not count)."""
         counts: list[int] = []
-        for run in self.recent_runs(dag_id, runs):
+        # more runs than asked: the newest may not have expanded the task yet (queued, running)
+        for run in self.recent_runs(dag_id, runs * 4):
             run_id = str(run.get("dag_run_id"))
             path = f"/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}/taskInstances"
             tis = self._task_instance_pages(path, [("task_id", task_id)])
             count = sum(1 for ti in tis if int(ti.get("map_index", -1)) >= 0 and ti.get("state") != "removed")
             if count:
                 counts.append(count)
+                if len(counts) >= runs:
+                    break
         return counts
 
     def set_task_instance_state(

@@ -124,6 +124,26 @@ def test_read_map_counts_takes_the_median_of_the_latest_runs(db: History) -> Non
         assert read_map_counts("learn", [], session=session) == {}
 
 
+def test_map_counts_skip_the_newest_runs_that_have_not_expanded_the_task_yet(db: History) -> None:
+    # Before: the 5 latest runs were taken first; queued or running ones, with only the task's
+    # placeholder row, left nothing, and the plan fell back to one node.
+
+    for _ in range(6):
+        db.run("learn", {"mtrain": [("success", 60.0)] * 8})
+    for k in range(5):
+        with db.engine.begin() as connection:
+            after = _ts(T0 + timedelta(days=1, hours=k))
+            connection.execute(
+                text("insert into dag_run values ('learn', :r, :a)"), {"r": f"new{k}", "a": after}
+            )
+            connection.execute(
+                text("insert into task_instance values ('learn', 'mtrain', :r, -1, NULL, NULL, NULL, NULL)"),
+                {"r": f"new{k}"},
+            )
+    with db.session() as session:
+        assert read_map_counts("learn", ["mtrain"], session=session) == {"mtrain": 8}
+
+
 def test_learned_task_graph_follows_the_history(db: History) -> None:
     for _ in range(4):
         db.run("learn", {"prep": [("success", 30.0)], "mtrain": [("success", 600.0)] * 3})
