@@ -395,8 +395,17 @@ def _declared_of(node: TaskNode) -> tuple[float | None, float]:
     """``(declared, fallback)`` of a node: its own estimate (for a contingent fallback rung, the
     duration it would have), or None and the default the graph reader filled in."""
     raw = node.attrs.get("declared_duration", node.attrs.get("contingent_duration", node.duration))
+    fallback = node.attrs.get("fallback")
+    if _fell_back(node) and isinstance(fallback, Mapping):  # planned as its start_within wait
+        raw = fallback.get("expected_duration", raw)
     value = float(raw) if isinstance(raw, int | float) else node.duration
     return (value if node.duration_declared else None), value
+
+
+def _fell_back(node: TaskNode) -> bool:
+    """A fallback rung before the planned one: planned as waiting its ``start_within``."""
+    fallback = node.attrs.get("fallback")
+    return isinstance(fallback, Mapping) and fallback.get("role") == "fell back"
 
 
 def with_estimates(graph: TaskGraph, estimates: Mapping[str, DurationEstimate]) -> TaskGraph:
@@ -406,9 +415,10 @@ def with_estimates(graph: TaskGraph, estimates: Mapping[str, DurationEstimate]) 
     ``attrs["duration_source"]`` (``learned``/``declared``/``default``), and with a learned value
     ``attrs["learned_duration"]`` and ``attrs["learned_error"]`` (:attr:`DurationEstimate.error`, read by
     :func:`planning_error`); nodes of an expanded mapped
-    task use their task's estimate (``attrs["map_of"]``). Two kinds of nodes keep a duration of 0: a
-    contingent fallback rung (its estimate goes to ``attrs["contingent_duration"]``), a task that
-    declares 0 (a marker or control task the plan must not pad) and a mapped task with no instance
+    task use their task's estimate (``attrs["map_of"]``). A fallback rung before the planned one keeps
+    its ``start_within`` (its estimate goes to ``attrs["fallback"]["expected_duration"]``). These keep
+    a duration of 0: a contingent fallback rung (its estimate goes to ``attrs["contingent_duration"]``),
+    a task that declares 0 (a marker or control task the plan must not pad) and a mapped task with no instance
     (``attrs["map_count"] == 0``). The input graph is not changed.
     """
     copy = TaskGraph(graph.dag_id, priority_rule=graph.priority_rule)
@@ -428,6 +438,9 @@ def with_estimates(graph: TaskGraph, estimates: Mapping[str, DurationEstimate]) 
                     attrs["learned_error"] = estimate.error
             if "contingent_duration" in attrs:
                 attrs["contingent_duration"] = estimate.duration
+            elif _fell_back(node):  # it waits its start_within, then the ladder moves on
+                rung: Mapping[str, Any] = node.attrs["fallback"]  # type: ignore[assignment]
+                attrs["fallback"] = {**rung, "expected_duration": estimate.duration}
             elif not marker:
                 duration = estimate.duration
         copy.add_task(replace(node, duration=duration, attrs=attrs))

@@ -321,3 +321,20 @@ def test_learned_error_is_the_standard_error_and_the_planner_hedges_by_it() -> N
     wild.add_task(TaskNode("a", 10.0, attrs={"learned_error": 5.0}))
     wild.add_task(TaskNode("b", 10.0, attrs={"learned_error": float("nan")}))
     assert planning_error(wild) == MAX_PLANNING_ERROR
+
+
+def test_a_rung_that_fell_back_keeps_its_wait_and_learns_its_own_estimate() -> None:
+    # A rung before the planned one is planned as its start_within wait (20 min). Before, its wait was
+    # taken as its declared estimate (flagged as off next to its 2 h runs) and, with history, its plan
+    # became its full 2 h run.
+    graph = TaskGraph("ladder")
+    fallback = {"ladder": "train", "rung": "big", "role": "fell back", "start_within_s": 1200.0}
+    graph.add_task(
+        TaskNode("train.big", 1200.0, attrs={"fallback": {**fallback, "expected_duration": 7200.0}})
+    )
+    estimates = estimate_durations(graph, {"train.big": runs(7200.0, 7100.0, 7300.0)})
+    estimate = estimates["train.big"]
+    assert estimate.declared == 7200.0 and not estimate.off_by(1.5)
+    planned = with_estimates(graph, estimates).nodes["train.big"]
+    assert planned.duration == 1200.0
+    assert planned.attrs["fallback"]["expected_duration"] == pytest.approx(7200.0, rel=0.02)
