@@ -48,7 +48,7 @@ from airflow_gpu_dag.watermark.leader_lock import (
 )
 from airflow_gpu_dag.watermark.lifecycle import Preflight, preflight, release_pools
 from airflow_gpu_dag.watermark.pool_state import PoolState, needs_write, parse_pool_state, with_state
-from airflow_gpu_dag.watermark.sources import CapacitySource, CapacityTracker, PoolCapacity, build_source
+from airflow_gpu_dag.watermark.sources import CapacitySource, CapacityTracker, PoolCapacity, build_sources
 from airflow_gpu_dag.watermark.too_large import TooLargeWatch
 
 log = logging.getLogger(__name__)
@@ -157,13 +157,8 @@ class WatermarkController:
         self.history = ControllerHistory(client, self.default_duration)
         self.too_large = TooLargeWatch(client)  # never pending forever (watermark/too_large.py)
         given = dict(sources or {})
-        self.trackers: dict[str, CapacityTracker] = {}
-        for spec in config.pools:
-            try:
-                source = given.get(spec.name) or build_source(spec.source, client, pool=spec.name)
-            except ValueError as err:
-                raise ConfigError(f"pools.{spec.name}.source: {err}") from None
-            self.trackers[spec.name] = CapacityTracker(spec, source)
+        by_pool = {**build_sources([s for s in config.pools if s.name not in given], client), **given}
+        self.trackers = {spec.name: CapacityTracker(spec, by_pool[spec.name]) for spec in config.pools}
         self.specs: dict[str, PoolSpec] = {spec.name: spec for spec in config.pools}
         self.active = False
         self.ticks = 0

@@ -173,7 +173,7 @@ class NvmlSource:
         nvml: Any,
         index: int,
         held: list[Any],
-        others: list[Any] = (),  # type: ignore[assignment]
+        others: list[Any],
     ) -> tuple[str | None, int]:
         """(why GPU ``index`` is not usable or None, 1 when it counts because our task holds it);
         ``held``: leases of this pool's tasks, ``others``: leases of other pools' tasks."""
@@ -183,7 +183,7 @@ class NvmlSource:
             utilization = nvml.nvmlDeviceGetUtilizationRates(handle)
         except Exception as err:
             return f"unhealthy ({err})", 0
-        other = self._lease_of(nvml, handle, index, list(others))
+        other = self._lease_of(nvml, handle, index, others)
         if other is not None:  # Airflow does not count it in this pool: it is not free here
             return f"held by {other.owner.describe()} of pool {other.owner.pool}", 0
         try:

@@ -37,13 +37,13 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from airflow_gpu_dag.watermark.capacity import CapacityReading, CapacitySource, SourceError
-from airflow_gpu_dag.watermark.config import PoolSpec, SourceSpec
+from airflow_gpu_dag.watermark.config import ConfigError, PoolSpec, SourceSpec
 from airflow_gpu_dag.watermark.kubernetes_source import (
     DEFAULT_AIRFLOW_POD_LABELS,
     GPU_RESOURCE,
@@ -116,13 +116,33 @@ class FileSource:
         return CapacityReading(gpus, f"file {gpus}")
 
 
-def build_source(spec: SourceSpec, client: Any = None, pool: str | None = None) -> CapacitySource:
+def build_sources(specs: Iterable[PoolSpec], client: Any = None) -> dict[str, CapacitySource]:
+    """Each pool's source (:func:`build_source`), by pool name. The ``prometheus`` sources share one
+    :class:`RunningTaskGpus`: one REST read of the running task instances per tick, not one per pool.
+
+    :raises ConfigError: naming the pool whose source cannot be built.
+    """
+    running = RunningTaskGpus(client) if client is not None else None
+    sources: dict[str, CapacitySource] = {}
+    for spec in specs:
+        try:
+            sources[spec.name] = build_source(spec.source, client, pool=spec.name, running=running)
+        except ValueError as err:
+            raise ConfigError(f"pools.{spec.name}.source: {err}") from None
+    return sources
+
+
+def build_source(
+    spec: SourceSpec, client: Any = None, pool: str | None = None, running: RunningTaskGpus | None = None
+) -> CapacitySource:
     """Instantiate the source a pool's configuration names.
 
     :param client: the controller's REST client; a ``prometheus`` source uses it to tell GPUs busy
         with our running task instances (per worker host) from GPUs busy with foreign work.
     :param pool: the pool the source measures: only its own tasks' GPUs count as "ours" (Airflow
         subtracts their slots); a GPU held by a task of another pool is not free for this one.
+    :param running: the running task instances' GPUs to use (shared by the pools; default: read with
+        ``client``).
     """
     options = dict(spec.options)
     try:
@@ -135,8 +155,8 @@ def build_source(spec: SourceSpec, client: Any = None, pool: str | None = None) 
         if spec.type == "kubernetes":
             return KubernetesSource(**options)
         if spec.type == "prometheus":
-            if client is not None and "our_work" not in options:
-                options["our_work"] = functools.partial(RunningTaskGpus(client).by_host, pool)
+            if "our_work" not in options and (running is not None or client is not None):
+                options["our_work"] = functools.partial((running or RunningTaskGpus(client)).by_host, pool)
             return PrometheusSource(**options)
     except TypeError as err:
         raise ValueError(f"source type {spec.type!r}: bad options {sorted(options)} ({err})") from None

@@ -92,3 +92,23 @@ def test_prometheus_counts_only_its_own_pools_running_tasks() -> None:
 
     source: Any = build_source(spec, Client(), pool="gpu_t4")
     assert source.our_work() == {"h1": 1}
+
+
+def test_the_pools_prometheus_sources_share_one_read_of_the_running_tasks() -> None:
+    from airflow_gpu_dag.watermark.config import PoolSpec
+    from airflow_gpu_dag.watermark.sources import build_sources
+
+    calls: list[int] = []
+
+    class Client:
+        def task_instances(self, pools: Any, states: Any) -> list[dict[str, Any]]:
+            calls.append(1)
+            return [
+                {"hostname": "h1", "pool": "gpu_a100", "pool_slots": 2, "executor_config": "{}"},
+                {"hostname": "h1", "pool": "gpu_t4", "pool_slots": 1, "executor_config": "{}"},
+            ]
+
+    spec = SourceSpec("prometheus", {"url": "http://prom:9090"})
+    sources: Any = build_sources([PoolSpec("gpu_a100", spec), PoolSpec("gpu_t4", spec)], Client())
+    assert sources["gpu_a100"].our_work() == {"h1": 2} and sources["gpu_t4"].our_work() == {"h1": 1}
+    assert len(calls) == 1  # one REST read for both pools in a tick
