@@ -6,7 +6,13 @@ from typing import Any
 
 from airflow.sdk import Label
 
-__all__ = ["as_operator", "check_gatable", "insert_before", "labelled", "require_dag"]
+__all__ = ["as_operator", "check_gatable", "insert_before", "labelled", "require_dag", "where_of"]
+
+
+def where_of(task: Any) -> str:
+    """``DAG 'd', task 't'`` (``task 't'`` when it is in no DAG yet): how messages name a task."""
+    dag = task.dag if task.has_dag() else None
+    return f"DAG {dag.dag_id!r}, task {task.task_id!r}" if dag is not None else f"task {task.task_id!r}"
 
 
 def require_dag(task: Any, helper: str) -> Any:

@@ -26,16 +26,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_gpu_dag.authoring._wiring import as_operator
+from airflow_gpu_dag.authoring._wiring import as_operator, where_of
 from airflow_gpu_dag.hints import read_hints
 from airflow_gpu_dag.settings import queue_sites
 
 __all__ = ["data_affinity", "pin_to_queue"]
-
-
-def _where(task: Any) -> str:
-    dag = task.dag if task.has_dag() else None
-    return f"DAG {dag.dag_id!r}, task {task.task_id!r}" if dag is not None else f"task {task.task_id!r}"
 
 
 def _is_pod(task: Any) -> bool:
@@ -80,7 +75,7 @@ def pin_to_queue(
         the DAG, the task and the fix.
     """
     task = as_operator(task)
-    where = _where(task)
+    where = where_of(task)
     if not queue or not isinstance(queue, str):
         raise ValueError(f"{where}: queue={queue!r} must be a non-empty queue name.")
     sites = queue_sites()
@@ -137,6 +132,8 @@ def data_affinity(
             best = prefix
     if not best:
         known = ", ".join(sorted(locations)) or "none"
-        raise ValueError(f"{_where(task)}: no location holds {path!r} (known: {known}); add it to locations.")
+        raise ValueError(
+            f"{where_of(task)}: no location holds {path!r} (known: {known}); add it to locations."
+        )
     pin_to_queue(task, locations[best], pool=pool, node_labels=node_labels)
     return locations[best]

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_gpu_dag.airflow.mapped import is_mapped
-from airflow_gpu_dag.authoring._wiring import as_operator, insert_before
+from airflow_gpu_dag.authoring._wiring import as_operator, insert_before, where_of
 from airflow_gpu_dag.budget.charge import SettleBudgetClaim
 from airflow_gpu_dag.core.pools import is_gpu_pool
 from airflow_gpu_dag.core.resources import EstimateError, parse_duration
@@ -51,7 +51,7 @@ def budget_gate(
     dag = task.dag if task.has_dag() else None
     if dag is None:
         raise ValueError(f"task {task.task_id!r}: add it to a DAG before calling budget_gate().")
-    where = f"DAG {dag.dag_id!r}, task {task.task_id!r}"
+    where = where_of(task)
     if is_mapped(task):  # also a task inside a mapped task group
         # One gate before a mapped task claims one instance's GPU-hours and lets every instance run.
         raise ValueError(

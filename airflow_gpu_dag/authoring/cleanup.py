@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from airflow_gpu_dag.authoring._wiring import as_operator, labelled, require_dag
+from airflow_gpu_dag.authoring._wiring import as_operator, labelled, require_dag, where_of
 
 __all__ = ["CLEANUP", "cleanup"]
 
@@ -38,8 +38,8 @@ def cleanup(
     :param fail_run_on_cleanup_failure: a failed cleanup fails the run even if the work succeeded.
     """
     task = as_operator(task)  # an @task call's result: its operator
-    dag = require_dag(task, "cleanup")
-    where = f"DAG {dag.dag_id!r}, task {task.task_id!r}"
+    require_dag(task, "cleanup")
+    where = where_of(task)
     after_list = _tasks(after)
     if not after_list:
         raise ValueError(f"{where}: cleanup() needs after= the task(s) it cleans up after.")

@@ -139,11 +139,10 @@ def failure_policy(task: Any, policy: object = "retry", **overrides: Any) -> lis
     ``failure_policy(t, "retry", retries=5, delay="5m")``.
     """
     from airflow_gpu_dag.airflow.mapped import is_mapped
-    from airflow_gpu_dag.authoring._wiring import as_operator
+    from airflow_gpu_dag.authoring._wiring import as_operator, where_of
 
     task = as_operator(task)  # an @task call's result: its operator
-    dag = task.dag if task.has_dag() else None
-    where = f"DAG {dag.dag_id!r}, task {task.task_id!r}" if dag is not None else f"task {task.task_id!r}"
+    where = where_of(task)
     parsed = parse_policy(policy, where)
     if overrides:
         try:

@@ -23,16 +23,11 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from airflow_gpu_dag.authoring._wiring import as_operator
+from airflow_gpu_dag.authoring._wiring import as_operator, where_of
 from airflow_gpu_dag.authoring.affinity import data_affinity, pin_to_queue
 from airflow_gpu_dag.hints import HINTS_KEY, read_hints
 
 __all__ = ["data_affinity", "exclusive", "pin_to_queue", "share"]
-
-
-def _where(task: Any) -> str:
-    dag = task.dag if task.has_dag() else None
-    return f"DAG {dag.dag_id!r}, task {task.task_id!r}" if dag is not None else f"task {task.task_id!r}"
 
 
 def _check_pool(pool: str, pool_size: int, helper: str) -> None:
@@ -47,8 +42,8 @@ def _reject_mapped(task: Any, helper: str) -> None:
 
     if not hasattr(task, "pool_slots") or is_mapped(task):
         raise ValueError(
-            f"{_where(task) if hasattr(task, 'has_dag') else repr(task)}: {helper}() takes plain tasks, not "
-            "mapped ones (.expand()); give the mapped task its pool and GPUs in .partial()."
+            f"{where_of(task) if hasattr(task, 'has_dag') else repr(task)}: {helper}() takes plain tasks, "
+            "not mapped ones (.expand()); give the mapped task its pool and GPUs in .partial()."
         )
 
 
@@ -59,7 +54,7 @@ def _set_gpus(task: Any, gpus: int, pool: str, helper: str) -> None:
         task.pool = pool
         task.pool_slots = gpus
         return
-    where = _where(task)
+    where = where_of(task)
     if hasattr(task, "container_resources") and hasattr(task, "gpus"):  # a GPU pod: no local lease
         from airflow_gpu_dag.hints import gpu_hints
         from airflow_gpu_dag.kubernetes.pod_spec import GPU_RESOURCE, merge_resources
@@ -115,7 +110,7 @@ def exclusive(tasks: Iterable[Any], *, pool: str, pool_size: int) -> dict[str, i
         _reject_mapped(task, "exclusive")
         if task.task_id in seen:
             raise ValueError(
-                f"{_where(task)}: exclusive() lists it twice; a task cannot exclude itself. Fix: list each "
+                f"{where_of(task)}: exclusive() lists it twice; a task cannot exclude itself. Fix: list each "
                 "task once."
             )
         seen.add(task.task_id)
@@ -151,10 +146,11 @@ def share(
         _reject_mapped(task, "share")
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
             raise ValueError(
-                f"{_where(task)}: share {fraction!r} must be a fraction of the pool in (0, 1]. Fix: e.g. 0.5."
+                f"{where_of(task)}: share {fraction!r} must be a fraction of the pool in (0, 1]. "
+                "Fix: e.g. 0.5."
             )
         if any(t.task_id == task.task_id for t, _ in planned):
-            raise ValueError(f"{_where(task)}: share() lists it twice. Fix: list each task once.")
+            raise ValueError(f"{where_of(task)}: share() lists it twice. Fix: list each task once.")
         total += fraction
         planned.append((task, max(1, math.floor(fraction * pool_size + 1e-9))))
     if total > 1 + 1e-9:

@@ -20,7 +20,14 @@ from datetime import timedelta
 from typing import Any
 
 from airflow_gpu_dag.airflow.mapped import is_mapped
-from airflow_gpu_dag.authoring._wiring import as_operator, check_gatable, insert_before, labelled, require_dag
+from airflow_gpu_dag.authoring._wiring import (
+    as_operator,
+    check_gatable,
+    insert_before,
+    labelled,
+    require_dag,
+    where_of,
+)
 from airflow_gpu_dag.core.windows import parse_window
 from airflow_gpu_dag.hints import merge_hints
 from airflow_gpu_dag.sensors._common import RESUME_RACE_RETRIES, RESUME_RACE_RETRY_DELAY
@@ -53,7 +60,7 @@ def start_window(
     """
     task = as_operator(task)
     dag = require_dag(task, "start_window")
-    where = f"DAG {dag.dag_id!r}, task {task.task_id!r}"
+    where = where_of(task)
     check_gatable(task)  # before anything is added
     check_on_missed(on_missed, where)
     window = None if templated(opens) or templated(closes) else parse_window(opens, closes, tz, where=where)
