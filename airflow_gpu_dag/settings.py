@@ -134,9 +134,8 @@ def config_problems() -> list[tuple[str, str]]:
     errors (``bad-config``) so they are found when DAGs are parsed, not by reading scheduler logs.
     """
     problems: list[tuple[str, str]] = []
-    raw = conf_get("pools", None)
-    if raw and isinstance(sizes := _pool_sizes(raw), str):
-        problems.append(("pools", f"{raw!r} {sizes}"))
+    if pools := pools_problem():
+        problems.append(("pools", f"{conf_get('pools', None)!r} {pools}"))
     raw = conf_get("max_gpus_per_host", None)
     if raw and isinstance(size := _host_size(raw), str):
         problems.append(("max_gpus_per_host", f"{raw!r} {size}"))

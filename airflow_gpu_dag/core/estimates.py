@@ -10,8 +10,8 @@ metadata database, :mod:`airflow_gpu_dag.watermark.durations` over REST) as :cla
    run, a task that found its output already there);
 3. the last ``window`` remaining tries are kept (most recent first);
 4. a change of level is followed (``before_change``): when the newest tries (at least
-   :data:`SHIFT_RUNS` and ``min_runs``) all lie on one side of the window's median beyond the outlier
-   limit and agree with each other, the task's duration changed (new data, a new model, a new DAG
+   :data:`SHIFT_RUNS` and ``min_runs``) all lie on one side of the older tries' median beyond the
+   outlier limit and agree with each other, the task's duration changed (new data, a new model, a new DAG
    version): the older tries are dropped instead of the new ones;
 5. outliers are dropped (``outlier``): a try whose log-duration is more than ``outlier_mads`` robust
    standard deviations (1.4826 x the median absolute deviation, at least 0.1, and at least
@@ -299,8 +299,8 @@ def estimate_duration(
     if since < len(kept):
         dropped["before_change"] = len(kept) - since
         kept = kept[:since]
-    centre, limit = _centre_and_limit(kept, settings)
     logs = [math.log(v) for v in kept]
+    centre, limit = _centre_and_limit(logs, settings)
     inliers = [v for v, x in zip(kept, logs, strict=True) if abs(x - centre) <= limit]
     if len(inliers) < len(kept):
         dropped["outlier"] = len(kept) - len(inliers)
@@ -338,9 +338,8 @@ def estimate_duration(
     )
 
 
-def _centre_and_limit(kept: list[float], settings: EstimateSettings) -> tuple[float, float]:
-    """Median log-duration of ``kept`` and the outlier limit around it (see the module docstring)."""
-    logs = [math.log(v) for v in kept]
+def _centre_and_limit(logs: list[float], settings: EstimateSettings) -> tuple[float, float]:
+    """Median of the log-durations ``logs`` and the outlier limit around it (see the module docstring)."""
     centre = statistics.median(logs)
     spread = 1.4826 * statistics.median(abs(x - centre) for x in logs)
     floor = FEW_RUNS_SPREAD if len(logs) < FEW_RUNS else _MIN_SPREAD
@@ -355,18 +354,19 @@ def _since_change(kept: list[float], settings: EstimateSettings, runs: int) -> i
     (one new level, not scatter)."""
     if len(kept) <= runs:
         return len(kept)
-    centre, limit = _centre_and_limit(kept[runs:], settings)
+    logs = [math.log(v) for v in kept]
+    centre, limit = _centre_and_limit(logs[runs:], settings)
     side = 0
     count = 0
-    for value in kept:
-        offset = math.log(value) - centre
+    for x in logs:
+        offset = x - centre
         here = 1 if offset > limit else -1 if offset < -limit else 0
         if here == 0 or (side and here != side):
             break
         side, count = here, count + 1
     if count < runs or count == len(kept):
         return len(kept)
-    newest = [math.log(v) for v in kept[:count]]
+    newest = logs[:count]
     level = statistics.median(newest)
     return count if all(abs(x - level) <= limit for x in newest) else len(kept)
 
