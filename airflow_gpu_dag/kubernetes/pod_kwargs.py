@@ -27,7 +27,16 @@ from airflow_gpu_dag.kubernetes.pod_spec import (
     merge_tolerations,
 )
 
-__all__ = ["GPU_ARGS", "MERGED_ARGS", "GpuPodConfigError", "gpu_pod_kwargs", "pod_where", "with_defaults"]
+__all__ = [
+    "GPU_ARGS",
+    "MERGED_ARGS",
+    "GpuPodConfigError",
+    "gpu_pod_kwargs",
+    "parse_pod_spec",
+    "pod_where",
+    "with_defaults",
+    "with_gpu_parts",
+]
 
 
 class GpuPodConfigError(ValueError):
@@ -110,8 +119,28 @@ def gpu_pod_kwargs(
     ``tolerations``, ``pool``, ``executor_config``...); GPU values are merged into them.
     :raises GpuPodConfigError: naming the DAG/task and the fix.
     """
+    spec = parse_pod_spec(
+        kwargs, gpus, gpu_memory, gpu_type, datasets, data_affinity, gpu_products, gpu_memory_affinity
+    )
+    return with_gpu_parts(spec, kwargs, duration=duration, inputs=inputs, outputs=outputs)
+
+
+def parse_pod_spec(
+    kwargs: Mapping[str, Any],
+    gpus: int,
+    gpu_memory: object = None,
+    gpu_type: str | None = None,
+    datasets: Iterable[str] | str = (),
+    data_affinity: str = "prefer",
+    gpu_products: Mapping[str, Sequence[str]] | None = None,
+    gpu_memory_affinity: bool = True,
+) -> GpuPodSpec:
+    """The :class:`GpuPodSpec` of the GPU arguments; ``kwargs`` (the operator's) name the task.
+
+    :raises GpuPodConfigError: naming the DAG/task and the fix.
+    """
     try:
-        spec = GpuPodSpec.parse(
+        return GpuPodSpec.parse(
             gpus,
             gpu_memory,
             gpu_type,
@@ -120,6 +149,24 @@ def gpu_pod_kwargs(
             gpu_products=gpu_products,
             gpu_memory_affinity=gpu_memory_affinity,
         )
+    except (GpuPodSpecError, EstimateError, TypeError) as err:
+        raise GpuPodConfigError(f"{pod_where(kwargs)}: {err}") from None
+
+
+def with_gpu_parts(
+    spec: GpuPodSpec,
+    kwargs: Mapping[str, Any],
+    *,
+    duration: object = None,
+    inputs: Iterable[str] = (),
+    outputs: Iterable[str] = (),
+) -> dict[str, Any]:
+    """``kwargs`` (the operator's own arguments) with the GPU parts of ``spec`` merged in: resources,
+    node affinity, the GPU toleration, the hints, and the GPU pool and slots unless given.
+
+    :raises GpuPodConfigError: naming the DAG/task and the fix.
+    """
+    try:
         hints = gpu_hints(
             duration=duration,
             gpus=spec.gpus,

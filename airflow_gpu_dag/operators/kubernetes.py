@@ -65,10 +65,12 @@ from airflow_gpu_dag.kubernetes.pod_kwargs import (
     GPU_ARGS,
     GpuPodConfigError,
     gpu_pod_kwargs,
+    parse_pod_spec,
     pod_where,
     with_defaults,
+    with_gpu_parts,
 )
-from airflow_gpu_dag.kubernetes.pod_spec import GpuPodSpec, merge_affinity, merge_resources, merge_tolerations
+from airflow_gpu_dag.kubernetes.pod_spec import merge_affinity, merge_resources, merge_tolerations
 from airflow_gpu_dag.kubernetes.usage import charge_finished_pod
 from airflow_gpu_dag.kubernetes.volcano import (
     GROUP_NAME_ANNOTATION,
@@ -179,19 +181,10 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
             kueue_priority_class=kueue_priority_class,
             schedulername=kwargs.get("schedulername"),
         )
-        merged = gpu_pod_kwargs(
-            gpus=gpus,
-            gpu_memory=gpu_memory,
-            gpu_type=gpu_type,
-            duration=duration,
-            datasets=datasets,
-            data_affinity=data_affinity,
-            gpu_products=gpu_products,
-            gpu_memory_affinity=gpu_memory_affinity,
-            inputs=inputs,
-            outputs=outputs,
-            **kwargs,
+        spec = parse_pod_spec(
+            kwargs, gpus, gpu_memory, gpu_type, datasets, data_affinity, gpu_products, gpu_memory_affinity
         )
+        merged = with_gpu_parts(spec, kwargs, duration=duration, inputs=inputs, outputs=outputs)
         labels = dict(merged.get("labels") or {})
         annotations = dict(merged.get("annotations") or {})
         if kueue:
@@ -226,10 +219,7 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
         self.kueue = kueue
         self.kueue_queue = kueue_queue
         self._not_scheduled: str | None = None
-        # for a pod template: the GPU parts to merge into the fields the task itself does not give
-        self._gpu_pod_spec = GpuPodSpec.parse(
-            gpus, gpu_memory, gpu_type, datasets, data_affinity, gpu_products, gpu_memory_affinity
-        )
+        self._gpu_pod_spec = spec  # for a pod template: merged into the fields the task does not give
         self._template_kept = tuple(
             f for f in ("tolerations", "affinity", "container_resources") if not kwargs.get(f)
         )
