@@ -9,10 +9,8 @@ tests/integration/test_fallback_real.py.
 from __future__ import annotations
 
 import datetime
-import importlib.util
-import sys
 import textwrap
-from pathlib import Path
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 from unittest import mock
@@ -26,6 +24,7 @@ from airflow_gpu_dag.authoring.fallback import FallbackError, Rung, fallback_lad
 from airflow_gpu_dag.operators.fallback import FALLBACK_XCOM_KEY, FallbackDecision
 from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator
 from airflow_gpu_dag.sensors.start_deadline import StartDeadlineSensor
+from tests.unit.dag_files import dag_module
 
 RUN_ID = "manual__2026-11-30T00:00:00+00:00"
 
@@ -390,22 +389,9 @@ SCENARIO_DAGS = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def scenario_module():
-    from airflow.configuration import conf
-    from airflow.utils import db
-
-    db.initdb()
-    folder = Path(conf.get("core", "dags_folder"))
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "gpu_dag_fallback_scenarios.py"
-    path.write_text(SCENARIO_DAGS)
-    spec = importlib.util.spec_from_file_location("gpu_dag_fallback_scenarios", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
-    path.unlink(missing_ok=True)
+def scenario_module() -> Iterator[Any]:
+    with dag_module("gpu_dag_fallback_scenarios", SCENARIO_DAGS) as module:
+        yield module
 
 
 def _run(module: Any, dag_id: str) -> tuple[str, dict[str, str | None], Any]:

@@ -8,8 +8,6 @@ part here).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +18,7 @@ from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, TriggerRule
 
 from airflow_gpu_dag.authoring import budget_gate, start_window
+from tests.unit.dag_files import dag_module
 
 BRANCH_DAGS = textwrap.dedent(
     """
@@ -44,22 +43,8 @@ BRANCH_DAGS = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def branch_dags() -> Iterator[Any]:
-    from airflow.configuration import conf
-    from airflow.utils import db
-
-    db.initdb()
-    folder = Path(conf.get("core", "dags_folder"))
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "gpu_dag_gate_rules.py"
-    path.write_text(BRANCH_DAGS)
-    spec = importlib.util.spec_from_file_location("gpu_dag_gate_rules", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
-    path.unlink(missing_ok=True)
+    with dag_module("gpu_dag_gate_rules", BRANCH_DAGS) as module:
+        yield module
 
 
 def _states(dag: Any) -> tuple[str, dict[str, str]]:
