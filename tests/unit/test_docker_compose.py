@@ -285,9 +285,10 @@ def test_init_migrates_writes_admin_and_creates_pools(compose: dict[str, Any]) -
         assert spec["description"], name  # `airflow pools import` skips entries without one
     declared = json.loads(env_of(init)["AIRFLOW__GPU_DAG__POOLS"])
     assert declared == {name: spec["slots"] for name, spec in pools.items()}
-    # The api-server reads the password file the init container wrote.
+    # The api-server reads the password file the init container wrote, and must be able to write
+    # it: Airflow's SimpleAuthManager opens it with "a+" at start, and a read-only mount stops it.
     api_volumes = compose["services"]["airflow-api-server"]["volumes"]
-    assert any(v.startswith("airflow-auth:/opt/airflow/auth") for v in api_volumes)
+    assert "airflow-auth:/opt/airflow/auth" in api_volumes
 
 
 def test_celery_profile_has_one_queue_per_gpu_host(compose: dict[str, Any]) -> None:
@@ -314,6 +315,23 @@ def test_celery_profile_has_one_queue_per_gpu_host(compose: dict[str, Any]) -> N
     pools = json.loads((DOCKER / "pools.json").read_text())
     for queue_name in queues:
         assert queue_name.replace("-", "_") in pools, f"no pool for host queue {queue_name}"
+    # ... sized to the GPUs its worker gets by default, in every place that sizes it: a bigger pool
+    # admits tasks the worker can never lease.
+    env_example = dict(
+        line.split("=", 1)
+        for line in (DOCKER / ".env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    declared = json.loads(env_of(services["airflow-init"])["AIRFLOW__GPU_DAG__POOLS"])
+    watermark = yaml.safe_load((DOCKER / "watermark.yaml").read_text())["pools"]
+    for name, svc in workers.items():
+        pool = svc["hostname"].replace("-", "_")
+        (device,) = svc["deploy"]["resources"]["reservations"]["devices"]
+        (ids,) = device["device_ids"]
+        variable, default = re.fullmatch(r"\$\{(\w+):-([\d,]+)\}", ids).groups()  # type: ignore[union-attr]
+        assert env_example[variable] == default, f"{name}: .env.example and the compose default differ"
+        gpus = len(default.split(","))
+        assert pools[pool]["slots"] == declared[pool] == watermark[pool]["source"]["gpus"] == gpus, name
     # The default (single box) profile does not start Celery pieces.
     assert all("profiles" not in services[n] for n in AIRFLOW_CORE_SERVICES | {"postgres"})
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -53,6 +54,19 @@ def test_installs_the_provider_with_the_constraints() -> None:
 def test_build_context_excludes_local_state() -> None:
     ignored = set((ROOT / "docker" / "Dockerfile.dockerignore").read_text().split())
     assert {".git", ".venv", "**/__pycache__"} <= ignored
+
+
+def test_secrets_file_stays_out_of_the_image_and_git() -> None:
+    """docker/.env (passwords, Fernet key) must not be copied by ``COPY .`` nor committed."""
+    ignored = (ROOT / "docker" / "Dockerfile.dockerignore").read_text().split()
+    assert "**/.env" in ignored
+    assert "**/.env.example" not in ignored and not any(p.startswith("!") for p in ignored)
+    check = subprocess.run(["git", "check-ignore", "-q", "docker/.env"], cwd=ROOT, check=False)
+    assert check.returncode == 0, "docker/.env is not ignored by git"
+    assert (
+        subprocess.run(["git", "check-ignore", "-q", "docker/.env.example"], cwd=ROOT, check=False).returncode
+        == 1
+    ), "docker/.env.example (the template) must stay tracked"
 
 
 def test_every_copied_path_exists() -> None:
