@@ -116,13 +116,6 @@ class GpuBashOperator(GpuLeaseMixin, BashOperator):
         self.gpu_request = spec.request
         self.lease_timeout = spec.lease_timeout_s
 
-    @classmethod
-    def partial(cls, **kwargs: Any) -> Any:  # type: ignore[override]
-        """``GpuBashOperator.partial(task_id=..., gpus=2).expand(...)``: pool, slots and hints included."""
-        from airflow.sdk.bases.operator import partial as sdk_partial
-
-        return sdk_partial(cls, **gpu_scheduling_kwargs(kwargs))
-
     @functools.cached_property
     def subprocess_hook(self) -> SubprocessHook:
         """A SubprocessHook that records the command's process in the lease when it starts."""

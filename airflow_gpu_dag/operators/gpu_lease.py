@@ -16,7 +16,14 @@ from airflow.sdk.exceptions import AirflowException
 from airflow_gpu_dag.budget.check import forward_this_host
 from airflow_gpu_dag.core.resources import GpuRequest
 from airflow_gpu_dag.gpu.lease import Lease, LeaseError, LeaseLost, LeaseManager, LeaseOwner, LeaseSettings
-from airflow_gpu_dag.operators.gpu_spec import GpuTaskSpec, current_dag_id, request_from, resolve_gpu_task
+from airflow_gpu_dag.operators.gpu_partial import check_unmapped_request, from_mapped, gpu_partial
+from airflow_gpu_dag.operators.gpu_spec import (
+    GpuTaskSpec,
+    current_dag_id,
+    gpu_scheduling_kwargs,
+    request_from,
+    resolve_gpu_task,
+)
 
 __all__ = ["GpuLeaseMixin"]
 
@@ -30,20 +37,30 @@ class GpuLeaseMixin:
     _gpu_lease: Lease | None = None
     _gpu_cancelled: bool = False
 
-    @staticmethod
-    def _resolve_gpu_kwargs(kwargs: dict[str, Any], **gpu: Any) -> GpuTaskSpec:
+    def _resolve_gpu_kwargs(self, kwargs: dict[str, Any], **gpu: Any) -> GpuTaskSpec:
         """Check the GPU arguments (parse-time errors name the DAG and the task) and put the
         resolved ``pool``, ``pool_slots`` and hint-carrying ``executor_config`` into ``kwargs``."""
+        hinted = kwargs.pop("executor_config", None)
         spec = resolve_gpu_task(
             kwargs.get("task_id"),
             pool=kwargs.pop("pool", None),
             pool_slots=kwargs.pop("pool_slots", None),
-            executor_config=kwargs.pop("executor_config", None),
+            executor_config=hinted,
             dag_id=current_dag_id(kwargs),
             **gpu,
         )
+        request = spec.request
+        check_unmapped_request(
+            {**kwargs, "executor_config": hinted}, request.count, request.gpu_type, mapped=from_mapped(self)
+        )
         kwargs.update(pool=spec.pool, pool_slots=spec.pool_slots, executor_config=spec.executor_config)
         return spec
+
+    @classmethod
+    def partial(cls, **kwargs: Any) -> Any:
+        """``.partial(task_id=..., gpus=2).expand(...)``: pool, slots and hints set at parse time, and
+        the GPU request refused as a mapped argument (see :mod:`~airflow_gpu_dag.operators.gpu_partial`)."""
+        return gpu_partial(cls, gpu_scheduling_kwargs(kwargs))
 
     def _lease_manager(self) -> LeaseManager:
         return LeaseManager(LeaseSettings.from_config())

@@ -82,6 +82,7 @@ from airflow_gpu_dag.kubernetes.volcano import (
     podgroup_manifest,
 )
 from airflow_gpu_dag.operators.fallback import NotStartedInTime, mark_not_started
+from airflow_gpu_dag.operators.gpu_partial import check_unmapped_request, from_mapped, gpu_partial
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -184,6 +185,7 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
         spec = parse_pod_spec(
             kwargs, gpus, gpu_memory, gpu_type, datasets, data_affinity, gpu_products, gpu_memory_affinity
         )
+        check_unmapped_request(kwargs, spec.gpus, spec.gpu_type, mapped=from_mapped(self))
         merged = with_gpu_parts(spec, kwargs, duration=duration, inputs=inputs, outputs=outputs)
         labels = dict(merged.get("labels") or {})
         annotations = dict(merged.get("annotations") or {})
@@ -231,8 +233,6 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
         without this it ran in ``default_pool`` with one slot and no hints)."""
         import inspect
 
-        from airflow.sdk.bases.operator import partial as sdk_partial
-
         where = pod_where(kwargs)
         if "gpus" not in kwargs:
             raise GpuPodConfigError(
@@ -256,7 +256,7 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
             executor_config=kwargs.get("executor_config"),
         )
         scheduling = {key: merged[key] for key in ("pool", "pool_slots", "executor_config")}
-        return sdk_partial(cls, **{**kwargs, **scheduling})
+        return gpu_partial(cls, {**kwargs, **scheduling})
 
     @staticmethod
     def _check_modes(where: str, **m: Any) -> None:
