@@ -29,7 +29,6 @@ import bisect
 import heapq
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 
 from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, RunningTask
 from airflow_gpu_dag.core.bounds import lower_bound
@@ -40,6 +39,7 @@ from airflow_gpu_dag.core.pools import task_pool, task_slots
 from airflow_gpu_dag.core.reservation import decide_pool, decide_pools
 from airflow_gpu_dag.core.rules import PriorityRule, clamp_int32, resolve_priority
 from airflow_gpu_dag.core.schedule import RunResult, ScheduledTask, SimulationResult
+from airflow_gpu_dag.core.ticks import ControllerOptions, next_multiple
 
 __all__ = [
     "POLICIES",
@@ -251,7 +251,7 @@ class _Simulation:
                     uid, pool, self.slots[uid], -negp, self.believed[uid], (order,), run=str(self.run_of[uid])
                 )
 
-    def tick(self, now: float, options: _Options) -> None:
+    def tick(self, now: float, options: ControllerOptions) -> None:
         """One controller tick: :func:`decide_pool` for every capacity pool."""
         self.ticks += 1
         reserving = False
@@ -275,7 +275,7 @@ class _Simulation:
         if reserving:
             self.reservation_ticks += 1
 
-    def check_against_full_decision(self, now: float, options: _Options) -> None:
+    def check_against_full_decision(self, now: float, options: ControllerOptions) -> None:
         """The decision from every waiting task, built as the watermark controller builds it (lists,
         not the lazy reading of :meth:`waiting`), must equal what :meth:`tick` set."""
         busy = [task for pool in self.capacity for task in self.holding[pool].values()]
@@ -374,7 +374,7 @@ class _Simulation:
                 if self.waiting_on[down] == 0:
                     self.upstream_done(down, now, lookahead)
 
-    def run(self, reserve: bool, options: _Options) -> None:
+    def run(self, reserve: bool, options: ControllerOptions) -> None:
         """The event loop: controller tick (when due), admission, then on to the next event or tick."""
         for uid, count in self.waiting_on.items():
             if count == 0:
@@ -389,7 +389,7 @@ class _Simulation:
                 if options.verify:
                     self.check_against_full_decision(now, options)
                 if interval > 0:
-                    next_tick = (math.floor(now / interval) + 1) * interval
+                    next_tick = next_multiple(now, interval)
             self.admit(now)
             candidates = [self.events[0][0]] if self.events else []
             if self.timers:
@@ -404,24 +404,6 @@ class _Simulation:
             stuck = sorted(uid for lst in self.ready_lists.values() for _p, _o, uid in lst)[:5]
             left = len(self.durations) - len(self.schedule)
             raise RuntimeError(f"simulation stalled with {left} tasks left, e.g. {stuck}")
-
-
-@dataclass(frozen=True)
-class _Options:
-    """The controller's settings in a simulation (see :func:`simulate`)."""
-
-    interval: float
-    backfill: bool
-    lookahead: bool
-    strict_backfill: bool
-    verify: bool
-    gate: ReservationGate | None = None
-
-    def next_decision(self, now: float) -> float | None:
-        """When the controller decides next (None: at the next event, interval 0)."""
-        if self.interval <= 0:
-            return None
-        return (math.floor(now / self.interval) + 1) * self.interval
 
 
 def simulate(
@@ -493,7 +475,7 @@ def simulate(
     else:
         rule, rule_name = _resolve(policy, priority, graphs, caps)
     reserve = policy == "reservation"
-    options = _Options(
+    options = ControllerOptions(
         controller_interval,
         backfill,
         reserve and lookahead,
