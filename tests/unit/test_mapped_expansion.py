@@ -184,3 +184,28 @@ def test_node_for_and_weights_by_task() -> None:
     assert node_for(graph, "m", 1) == "m[1]" and node_for(graph, "a") == "a"
     assert node_for(graph, "m", 7) is None and node_for(graph, "zzz") is None
     assert weights_by_task(graph, {"a": 11, "m[0]": 10, "m[1]": 12}) == {"a": 11, "m": 12}
+
+
+def test_a_task_mapped_over_nothing_holds_no_gpus_in_predictions() -> None:
+    # Airflow skips a mapped task with 0 instances at once. Before, its node kept its 4 GPUs at
+    # duration 0: it waited until all 4 were free together and held back everything after it.
+    from airflow_gpu_dag.core.simulator import simulate
+
+    graph = TaskGraph("zero_map")
+    graph.add("long", 3600.0, 1, pool="gpu")  # an unrelated 1-GPU job of an hour
+    graph.add("split", 10.0)
+    graph.add("train", 1800.0, 4, pool="gpu")  # mapped over split's (empty) output
+    graph.add("report", 60.0)
+    graph.add_edge("split", "train")
+    graph.add_edge("train", "report")
+    expanded = expand_mapped(graph, {"train": 0})
+    node = expanded.nodes["train"]
+    assert (node.duration, node.gpus, node.attrs["declared_duration"], node.attrs["map_count"]) == (
+        0.0,
+        0,
+        1800.0,
+        0,
+    )
+    for policy, priority in (("stock", None), ("critical_path", None), ("reservation", "critical_path")):
+        report = simulate(expanded, {"gpu": 4}, policy, priority=priority).by_id()["report"]
+        assert report.end == pytest.approx(70.0), policy
