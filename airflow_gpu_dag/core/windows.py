@@ -106,7 +106,7 @@ class TimeWindow:
         local = anchor.astimezone(self.tz)
         for offset in (-1, 0, 1):
             start, end = self._occurrence(local.date() + timedelta(days=offset))
-            if end > anchor:
+            if end.astimezone(UTC) > anchor.astimezone(UTC):  # instants: the same zone compares wall times
                 return start, end
         raise AssertionError("unreachable: a daily window recurs every day")  # pragma: no cover
 
@@ -147,9 +147,10 @@ Window = TimeWindow | FixedWindow
 
 
 def _state(start: datetime, end: datetime, now: datetime) -> tuple[str, datetime, datetime]:
-    if now < start:
+    instant = now.astimezone(UTC)
+    if instant < start.astimezone(UTC):
         return "before", start, end
-    if now < end:
+    if instant < end.astimezone(UTC):
         return "open", start, end
     return "missed", start, end
 
@@ -214,4 +215,5 @@ def window_from_hint(hint: object) -> Window | None:
 def seconds_until_open(window: Window, run_start: datetime) -> float:
     """Seconds from ``run_start`` until the run's window opens (0 when it is already open or missed)."""
     start, _ = window.occurrence(run_start)
-    return max(0.0, (start - run_start).total_seconds())
+    # in UTC: Python subtracts two datetimes of one zone by wall clock, an hour off across a DST change
+    return max(0.0, (start.astimezone(UTC) - run_start.astimezone(UTC)).total_seconds())

@@ -198,3 +198,28 @@ def test_bad_window_names_dag_task_and_fix() -> None:
             ValueError, match=r"DAG 'bad_window', task 'train': impossible start window.*Fix: swap"
         ):
             start_window(train, opens="2026-11-11T06:00+00:00", closes="2026-11-10T22:00+00:00")
+
+
+@pytest.mark.parametrize(
+    ("run_local", "hours"),
+    [
+        # DST starts 2026-03-29 02:00 in Berlin: 23:00 CET -> 04:00 CEST is 4 hours, not 5
+        (datetime(2026, 3, 28, 23, 0), 4.0),
+        # DST ends 2026-10-25 03:00: 23:00 CEST -> 04:00 CET is 6 hours, not 5
+        (datetime(2026, 10, 24, 23, 0), 6.0),
+    ],
+)
+def test_seconds_until_open_across_a_dst_change_whatever_the_zone_of_the_run(
+    run_local: datetime, hours: float
+) -> None:
+    from zoneinfo import ZoneInfo
+
+    berlin = ZoneInfo("Europe/Berlin")
+    window = parse_window("04:00", "06:00", "Europe/Berlin")
+    in_berlin = run_local.replace(tzinfo=berlin)
+    assert seconds_until_open(window, in_berlin) == pytest.approx(hours * 3600)
+    assert seconds_until_open(window, in_berlin.astimezone(UTC)) == pytest.approx(hours * 3600)
+    # state() at one minute before the window opens, asked in the window's own zone
+    opens = in_berlin.astimezone(UTC) + timedelta(hours=hours)
+    state, start, _ = window.state(in_berlin, (opens - timedelta(minutes=1)).astimezone(berlin))
+    assert state == "before" and start.astimezone(UTC) == opens
