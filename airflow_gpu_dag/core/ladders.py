@@ -20,6 +20,7 @@ Pure: no Airflow.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -28,7 +29,15 @@ from airflow_gpu_dag.core.findings import WARNING, Finding
 from airflow_gpu_dag.core.graph import TaskGraph, TaskNode
 from airflow_gpu_dag.core.pools import task_pool, task_slots
 
-__all__ = ["UnfitRung", "as_rung_findings", "can_fall_back", "fit_ladders", "never_runs", "unfit_rungs"]
+__all__ = [
+    "UnfitRung",
+    "as_rung_findings",
+    "can_fall_back",
+    "fit_ladders",
+    "fitted_once",
+    "never_runs",
+    "unfit_rungs",
+]
 
 #: The request findings (:func:`airflow_gpu_dag.core.requests.check_gpu_request`) a rung that can fall
 #: back turns into warnings: it never starts, but its ladder moves on.
@@ -219,3 +228,16 @@ def fit_ladders(graph: TaskGraph, capacity: Mapping[str, int]) -> TaskGraph:
     for up, down, kind in graph.edges():
         copy.add_edge(up, down, kind)
     return copy
+
+
+_FITTED: weakref.WeakKeyDictionary[TaskGraph, dict[tuple, TaskGraph]] = weakref.WeakKeyDictionary()
+
+
+def fitted_once(graph: TaskGraph, capacity: Mapping[str, int]) -> TaskGraph:
+    """:func:`fit_ladders`, made once per graph object and capacity (do not change a graph after
+    planning it): the planner's caches are keyed by graph object, and a changed ladder is a new copy."""
+    key = tuple(sorted((pool, int(slots)) for pool, slots in capacity.items()))
+    per_graph = _FITTED.setdefault(graph, {})
+    if key not in per_graph:
+        per_graph[key] = fit_ladders(graph, dict(key))
+    return per_graph[key]

@@ -22,6 +22,7 @@ from airflow_gpu_dag.core.estimates import planning_error
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.hedging import FINAL_WORLDS, FINALISTS, final_choice, perturbed, worlds
 from airflow_gpu_dag.core.justification import justify, ordered_schedule, priority_serial_schedule
+from airflow_gpu_dag.core.ladders import fitted_once
 from airflow_gpu_dag.core.rules import (
     PriorityRule,
     clamp_int32,
@@ -244,6 +245,7 @@ def packing_weights_plan(
     """
 
     policy = "reservation" if policy == "reservation" else "critical_path"
+    graph = fitted_once(graph, capacity)  # the rungs a simulation assumes, as simulate() does
 
     believed = {t: n.duration for t, n in graph.nodes.items()}
     if estimate_error is None:
@@ -509,4 +511,7 @@ def planned_remaining(
     )
     if not plan.schedule:
         return {t: timing.remaining for t, timing in analyze(graph).timings.items()}
-    return {t: plan.makespan - start for t, start in plan.schedule.items()}
+    # the plan's own end: plan.makespan is a score, averaged over worlds when durations are learned
+    nodes = fitted_once(graph, capacity).nodes
+    end = max(start + nodes[t].duration for t, start in plan.schedule.items())
+    return {t: end - start for t, start in plan.schedule.items()}

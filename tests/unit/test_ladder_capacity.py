@@ -99,6 +99,44 @@ def test_the_simulator_plans_the_first_rung_that_fits() -> None:
     assert "simulated as waiting its start_within (1200s), then train.small runs" in unfit.describe()
 
 
+@pytest.mark.parametrize("policy", ["critical_path", "reservation"])
+def test_the_packing_plan_plans_the_first_rung_that_fits_too(policy: str) -> None:
+    # Before: the planner scored schedules of the fitted graph (simulate fits ladders) against the
+    # original one: KeyError 'train.small' or "2 slots can never fit a pool of capacity 1", and the
+    # scheduler quietly kept critical-path weights for the DAG.
+    from airflow_gpu_dag.core.planner import packing_weights_plan, planned_remaining, predict
+
+    graph = _ladder_graph()
+    plan = packing_weights_plan(graph, {"gpu": 1}, policy)
+    expected = 600 + 1200 + 1.5 * H  # prep, the big rung's wait (start_within), the small rung
+    assert plan.makespan == pytest.approx(expected)
+    assert simulate(graph, {"gpu": 1}, policy, priority="critical_path").makespan == pytest.approx(expected)
+    assert set(plan.weights) == set(graph.nodes)
+    remaining = planned_remaining(graph, {"gpu": 1}, policy)
+    assert remaining["prep"] == pytest.approx(expected)
+    assert remaining["train.small"] == pytest.approx(1.5 * H)
+    assert predict(graph, {"gpu": 1}, policy, priority="packing").makespan == pytest.approx(expected)
+
+
+def test_planned_remaining_times_end_where_the_planned_schedule_ends() -> None:
+    # With learned durations the plan's makespan is a score averaged over perturbed worlds; the
+    # remaining times were taken from it: a 5-s task got 4.54 s, others negative ones.
+    from airflow_gpu_dag.core.planner import packing_weights_plan, planned_remaining
+
+    graph = TaskGraph("hedged")
+    graph.add("a", 5.0, 1, pool="gpu")
+    graph.add("b", 600.0, 2, pool="gpu")
+    graph.add("c", 300.0, 1, pool="gpu")
+    graph.add_edge("a", "c")
+    for node in graph.nodes.values():
+        node.attrs["learned_error"] = 0.2
+    plan = packing_weights_plan(graph, {"gpu": 2}, "reservation")
+    end = max(plan.schedule[t] + graph.nodes[t].duration for t in graph.nodes)
+    remaining = planned_remaining(graph, {"gpu": 2}, "reservation")
+    assert remaining == {t: pytest.approx(end - start) for t, start in plan.schedule.items()}
+    assert all(remaining[t] >= graph.nodes[t].duration for t in graph.nodes)
+
+
 def test_the_critical_path_page_names_a_rung_it_planned_around() -> None:
     # The page's predicted schedule plans around the rung as `simulate` does; it says so too.
     from airflow_gpu_dag.core.plan import build_plan
