@@ -163,25 +163,29 @@ def _check_estimates(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Fin
                 'declare one, e.g. executor_config=gpu_hints(duration="30m").',
             )
             continue
-        if not policy.check_granularity or node.duration == 0:
+        rung = node.attrs.get("fallback")
+        # a fallback rung: its own estimate, not what the plan counts for it (the wait of one that
+        # falls back, 0 for one skipped)
+        duration = float(rung.get("expected_duration") or 0.0) if isinstance(rung, dict) else node.duration
+        if not policy.check_granularity or duration == 0:
             continue
-        if node.duration < policy.min_task_seconds:
+        if duration < policy.min_task_seconds:
             yield Finding(
                 WARNING,
                 "granularity-too-fine",
                 graph.dag_id,
                 node.task_id,
-                f"estimated {format_duration(node.duration)}, under "
+                f"estimated {format_duration(duration)}, under "
                 f"{format_duration(policy.min_task_seconds)}: scheduling overhead dominates.",
                 "merge it with a neighbouring step.",
             )
-        elif node.duration > policy.max_task_seconds:
+        elif duration > policy.max_task_seconds:
             yield Finding(
                 WARNING,
                 "granularity-too-coarse",
                 graph.dag_id,
                 node.task_id,
-                f"estimated {format_duration(node.duration)}, over "
+                f"estimated {format_duration(duration)}, over "
                 f"{format_duration(policy.max_task_seconds)}: the scheduler loses flexibility.",
                 "split it into atomic steps (load, preprocess, init, train, checkpoint, evaluate).",
             )

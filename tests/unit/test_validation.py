@@ -129,3 +129,32 @@ def test_unknown_pool_fix_is_a_command_that_runs_as_written() -> None:
     graph.add_task(TaskNode("train", duration=60, gpu=GpuRequest(1), pool="gpu pool", pool_slots=1))
     (finding,) = validate_graph(graph, ValidationPolicy(pool_slots={"gpu_default": 8})).errors
     assert finding.code == "unknown-pool" and "airflow pools set 'gpu pool' <slots>" in finding.fix
+
+
+def test_granularity_of_a_fallback_rung_is_judged_on_its_own_estimate() -> None:
+    # Before: the plan's count was judged: a 1-hour rung that falls back (plan_rung) counts only its
+    # start_within (5 min) and was told to merge; a skipped rung (0) was never checked.
+    from airflow.sdk import DAG
+
+    from airflow_gpu_dag.airflow.graph import build_task_graph
+    from airflow_gpu_dag.authoring import Rung, fallback_ladder
+    from airflow_gpu_dag.operators import GpuPythonOperator
+
+    def rung(r: Rung) -> GpuPythonOperator:
+        return GpuPythonOperator(task_id=r.name, python_callable=print, gpus=r.gpus, duration=r.duration)
+
+    with DAG("gran", schedule=None) as dag:
+        fallback_ladder(
+            "train",
+            [
+                Rung("big", gpus=4, start_within="5m", duration="1h"),
+                Rung("tiny", gpus=2, start_within="5m", duration="2m"),
+                Rung("small", gpus=1, duration="1h30m"),
+            ],
+            rung,
+            plan_rung="small",
+        )
+    graph, extra = build_task_graph(dag)
+    found = {(f.code, f.task_id) for f in validate_graph(graph, extra=extra).findings}
+    assert ("granularity-too-fine", "train.big") not in found
+    assert ("granularity-too-fine", "train.tiny") in found  # its own 2 minutes
