@@ -17,6 +17,8 @@ slots:
   ``W`` is waiting for, however many scheduler loops run between two controller ticks; when running
   tasks drain so that ``C - used >= w`` it opens and ``W`` (the highest priority) takes the slots.
   Otherwise the pool size is ``used + admitted + k``: exactly the admitted tasks and the backfill start.
+  A slot they or running tasks free before the next tick is open to whatever fits it (Airflow's greedy
+  admission), a task of lower priority than ``W`` too: the reservation is exact only at interval 0.
 * **lookahead**: ``W`` is *pending*, not scheduled yet but every upstream task has started, so it is
   expected ready at ``ready_at`` (``pending`` tasks; the planned priority puts a task that the plan
   starts early ahead of ready work that can wait). The reservation holds ``w`` slots for it from its
