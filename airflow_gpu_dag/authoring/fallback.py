@@ -49,10 +49,14 @@ Tasks of the group ``train`` (rung *i* = ``train.<name>``):
 
 - **waiting for an Airflow pool** (local hosts, Celery): the ``_start_deadline`` watcher above;
 - **inside the task**: the task itself gives up waiting (e.g. Kubernetes: the pod was not scheduled
-  within ``schedule_timeout_seconds``; a lease that could not be taken) and raises
+  within ``schedule_timeout_seconds``) and raises
   :class:`NotStartedInTime` after :func:`mark_not_started`. :class:`GpuKubernetesPodOperator
   <airflow_gpu_dag.operators.kubernetes.GpuKubernetesPodOperator>` does this, and the ladder sets
   its ``schedule_timeout_seconds`` to the rung's ``start_within``.
+
+A GPU operator on a local host (``GpuBashOperator``, ``@task.gpu``) that has left its pool is started:
+if it then waits for its device lease (devices held outside the pool) and the lease times out
+(``lease_timeout``), that is a failure with retries, not "not started".
 
 Only the "not started" outcome moves down the ladder: a rung that started and then crashed is a
 real failure (its retries apply) and is not hidden by running a smaller variant.
