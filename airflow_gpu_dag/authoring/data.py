@@ -32,6 +32,7 @@ from typing import Any
 from airflow.sdk import Asset
 
 from airflow_gpu_dag.authoring._wiring import as_operator, labelled, require_dag
+from airflow_gpu_dag.datasets.completeness import storage_url
 from airflow_gpu_dag.sensors._common import RESUME_RACE_RETRIES, RESUME_RACE_RETRY_DELAY
 from airflow_gpu_dag.sensors.dataset import DatasetCompleteSensor
 
@@ -96,7 +97,7 @@ def data_edge(
 
 def _static_uri(path: Any) -> str | None:
     """The URI of the part of ``path`` before any template (``/lake/clean/{{ ds }}`` -> ``file:///lake/clean``)."""
-    text = str(path).split("{{", 1)[0].rstrip("/")
+    text = storage_url(path)[0].split("{{", 1)[0].rstrip("/")  # an ObjectStoragePath: no conn@ in it
     if not text or text.endswith(":/") or text.endswith(":"):
         return None
     return text if "://" in text else "file://" + text

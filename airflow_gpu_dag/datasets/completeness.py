@@ -34,8 +34,10 @@ __all__ = [
     "StableSize",
     "check_once",
     "parse_completeness",
+    "permanent_error",
     "resolve",
     "snapshot",
+    "storage_url",
     "write_manifest",
     "write_marker",
 ]
@@ -141,6 +143,48 @@ def resolve(path: Any, conn_id: str | None = None) -> tuple[Any, str]:
 
     fs, inner = fsspec.core.url_to_fs(text)
     return fs, str(inner)
+
+
+def storage_url(path: Any) -> tuple[str, str | None]:
+    """``(url, conn_id)`` of a path as a sensor stores it: an ``ObjectStoragePath`` gives
+    ``protocol://path`` and its own connection id (``str()`` of one with a connection puts the id into
+    the URL, ``s3://conn@bucket/key``, which no filesystem reads back); anything else its string and
+    None."""
+    conn_id = getattr(path, "conn_id", None)
+    protocol = getattr(path, "protocol", None)
+    inner = getattr(path, "path", None)
+    if conn_id and isinstance(inner, str) and isinstance(protocol, str):
+        url = f"{protocol}://{inner}" if protocol else inner
+        return url, str(conn_id)
+    return (os.fspath(path) if isinstance(path, os.PathLike) else str(path)), None
+
+
+def permanent_error(err: BaseException) -> str | None:
+    """What to fix when ``err`` (raised by a check) cannot go away by checking again: a missing
+    package (``ImportError``, e.g. ``Install s3fs to access S3``), a connection that is not defined
+    (Airflow's ``AirflowNotFoundException``), or no filesystem for the path's scheme. None for
+    anything else (a flaky object store, a timeout): worth checking again."""
+    what = f"{type(err).__name__}: {err}"
+    if isinstance(err, ImportError):
+        return (
+            f"{what}. Fix: install the package for this storage (the Airflow provider of the scheme, "
+            "e.g. apache-airflow-providers-amazon, or the fsspec implementation, e.g. s3fs) where "
+            "the check runs: the workers and the triggerer"
+        )
+    if any(cls.__name__ == "AirflowNotFoundException" for cls in type(err).__mro__):
+        return (
+            f"{what}. Fix: define the connection where the workers and the triggerer can read it "
+            "(airflow connections add, AIRFLOW_CONN_<ID>, or a secrets backend), or pass the right conn_id="
+        )
+    text = str(err)
+    if isinstance(err, ValueError) and (
+        text.startswith("No filesystem registered for scheme") or text.startswith("Protocol not known")
+    ):
+        return (
+            f"{what}. Fix: install the Airflow provider (or fsspec implementation) for this scheme "
+            "on the workers and the triggerer, or check the path's scheme"
+        )
+    return None
 
 
 def _join(base: str, rel: str) -> str:

@@ -4,7 +4,8 @@ The watermark controller (``airflow gpu-dag watermark``) reads the api-server UR
 from the connection ``gpu_dag_api`` (the default; ``--conn-id`` picks another):
 
 - ``host``: the api-server base URL, ``http://airflow-api-server:8080`` (a bare host name gets
-  ``http://`` and the connection's ``port``);
+  ``http://`` and the connection's ``port``), with the path prefix of a reverse proxy if any
+  (``https://gw.example.com/airflow``; a trailing ``/api/v2`` is dropped: the client adds it);
 - ``login``/``password``: exchanged for a bearer token via ``POST /auth/token``;
 - extra ``token``: a ready bearer token instead of a login; extra ``timeout``: seconds per call.
 
@@ -24,6 +25,7 @@ keep working for the controller; the typed connection adds the form in the UI an
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from airflow.sdk import BaseHook
 
@@ -47,22 +49,35 @@ def base_url_of(
 ) -> str:
     """The api-server base URL from a connection's fields.
 
-    ``host`` may be a full URL (``https://airflow.example.com``; ``port`` is added when the URL has
-    none) or a bare host name (``http://`` unless the connection type or ``schema`` is ``https``).
+    ``host`` may be a full URL (``https://airflow.example.com``) or a bare host name (``http://``
+    unless the connection type or ``schema`` is ``https``), either with a path prefix
+    (``https://gw.example.com/airflow``: an api-server behind a reverse proxy). ``port`` goes into
+    the URL's network location (``https://gw.example.com:8443/airflow``) when the host names none.
+    A trailing ``/api/v2`` is dropped: the client puts it before every call.
 
-    :raises ValueError: the connection has no host.
+    :raises ValueError: the connection has no host, or a port that is not a number.
     """
-    if not host:
+    if not host or not host.strip():
         raise ValueError(
             "the connection has no host: set it to the api-server URL, e.g. http://localhost:8080"
         )
-    if "://" in host:
-        url = host.rstrip("/")
-        if port and url.count(":") == 1:
-            url = f"{url}:{port}"
-        return url
-    scheme = "https" if (conn_type or "").lower() == "https" or schema == "https" else "http"
-    return f"{scheme}://{host}:{port}" if port else f"{scheme}://{host}"
+    host = host.strip()
+    if "://" not in host:
+        scheme = "https" if (conn_type or "").lower() == "https" or schema == "https" else "http"
+        host = f"{scheme}://{host}"
+    parts = urlsplit(host)
+    try:
+        has_port = parts.port is not None
+    except ValueError:
+        raise ValueError(
+            f"the connection's host {host!r} has a port that is not a number; set the api-server URL, "
+            "e.g. http://localhost:8080"
+        ) from None
+    netloc = f"{parts.netloc}:{int(port)}" if port and not has_port else parts.netloc
+    path = parts.path.rstrip("/")
+    if path.endswith("/api/v2"):
+        path = path[: -len("/api/v2")].rstrip("/")
+    return urlunsplit((parts.scheme, netloc, path, parts.query, parts.fragment))
 
 
 def _extra_field(extra: dict[str, Any], name: str) -> Any:

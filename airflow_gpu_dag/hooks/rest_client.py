@@ -89,6 +89,8 @@ class AirflowRestClient:
         self._username = username
         self._password = password
         self._token = token
+        #: True while the token is one this client got from ``POST /auth/token`` (it can get another).
+        self._token_from_login = False
         _mask(password)
         _mask(token)
         self._get_retries = max(0, int(get_retries))
@@ -121,6 +123,7 @@ class AirflowRestClient:
             raise RestError("POST /auth/token: no access_token in the answer")
         _mask(token)
         self._token = str(token)
+        self._token_from_login = True
         return self._token
 
     def token(self, refresh: bool = False) -> str:
@@ -140,8 +143,10 @@ class AirflowRestClient:
         **kwargs: Any,
     ) -> httpx.Response:
         """Call ``url``: a path under the base URL (``/api/v2/pools``, ``/execution/health``, a plugin's
-        path) or a full URL. With ``authenticate``, sends the bearer token and logs in (again on 401)
-        as needed. GETs are retried after transport errors (``get_retries``), unless ``retry`` is
+        path) or a full URL. With ``authenticate``, sends the bearer token and logs in as needed: again
+        on 401 (an expired token), and on 403 when the token came from a login (``Invalid JWT token``:
+        the api-server restarted with another JWT secret); a 403 that persists after the new login is
+        the answer. GETs are retried after transport errors (``get_retries``), unless ``retry`` is
         False. Other keyword arguments go to ``httpx`` (``json=``, ``params=``, ``timeout=``).
         Raises :class:`RestError` on a transport error, never on an HTTP status."""
         attempts = 1 + (self._get_retries if retry and method.upper() == "GET" else 0)
@@ -164,14 +169,23 @@ class AirflowRestClient:
                 response = self._http.request(method, url, headers=headers, **kwargs)
             except httpx.HTTPError as err:
                 raise RestError(f"{method} {url}: {type(err).__name__}") from None
-            if authenticate and response.status_code == 401 and attempt == 1 and self._username is not None:
+            if authenticate and attempt == 1 and self._username is not None and self._stale(response):
                 self._token = None
                 continue
             return response
         raise AssertionError("unreachable")
 
+    def _stale(self, response: httpx.Response) -> bool:
+        """Whether ``response`` says the token is no longer good and a new login may help: 401 (expired,
+        or none), or 403 for a token from a login (Airflow answers ``403 Invalid JWT token`` for a token
+        signed with another secret, e.g. after an api-server restart with a new ``jwt_secret``)."""
+        if response.status_code == 401:
+            return True
+        return response.status_code == 403 and self._token_from_login
+
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """Call ``/api/v2{path}``; logs in (again on 401) as needed. Raises :class:`RestError`."""
+        """Call ``/api/v2{path}``; logs in (again on 401, or 403 for a token from a login) as needed.
+        Raises :class:`RestError`."""
         return self.send(method, f"/api/v2{path}", **kwargs)
 
     def _json(self, method: str, path: str, ok: Iterable[int] = (200,), **kwargs: Any) -> Any:
@@ -215,7 +229,8 @@ class AirflowRestClient:
         self, path: str, key: str, params: Iterable[tuple[str, str | int]] = ()
     ) -> list[dict[str, Any]]:
         """Every item of a paginated list endpoint ``/api/v2{path}`` (the items are under ``key``),
-        page by page."""
+        page by page: until ``total_entries`` items were read (or a page is empty), or, when the answer
+        has no ``total_entries``, until a page shorter than asked for."""
         found: list[dict[str, Any]] = []
         offset = 0
         while True:
@@ -228,7 +243,14 @@ class AirflowRestClient:
                 raise RestError(f"GET /api/v2{path}: more than {MAX_ITEMS} items; refusing to page further")
             offset += len(items)
             total = page.get("total_entries")
-            if not items or len(items) < PAGE or (isinstance(total, int) and offset >= total):
+            if not items:
+                return found
+            if isinstance(total, int) and not isinstance(total, bool):
+                # The server may cap the page below PAGE ([api] maximum_page_limit, 50 say): a short
+                # page is not the last one while the total says more are left.
+                if offset >= total:
+                    return found
+            elif len(items) < PAGE:
                 return found
 
     # -- task instances -----------------------------------------------------------------------

@@ -16,9 +16,9 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
-from airflow.sdk.exceptions import AirflowSensorTimeout
+from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
-from airflow_gpu_dag.datasets.completeness import StableSize, parse_completeness
+from airflow_gpu_dag.datasets.completeness import StableSize, parse_completeness, permanent_error, storage_url
 from airflow_gpu_dag.hints import control_task_hints
 from airflow_gpu_dag.sensors._common import require_timeout, resume_race_retry
 from airflow_gpu_dag.triggers.checkpoint import checkpoint_regex, find_checkpoint
@@ -29,11 +29,14 @@ __all__ = ["CheckpointSensor"]
 class CheckpointSensor(BaseSensorOperator):
     """Succeeds once a complete checkpoint with step >= ``step`` exists under ``checkpoint_dir``.
 
-    :param checkpoint_dir: directory holding one sub-directory per checkpoint; templated.
+    :param checkpoint_dir: directory holding one sub-directory per checkpoint: a path, a URL or an
+        ``ObjectStoragePath`` (kept as ``protocol://path``; its ``conn_id`` is used unless ``conn_id``
+        is given); templated.
     :param step: the checkpoint number N to wait for (>= 0).
     :param pattern: sub-directory name with ``{step}``, e.g. ``"checkpoint-{step}"``.
     :param completeness: ``"marker"`` or ``"manifest"`` (a checkpoint is written once, then marked).
     :param timeout: required.
+    :param conn_id: Airflow connection for object storage (default: the ``ObjectStoragePath``'s).
     """
 
     template_fields: Sequence[str] = ("checkpoint_dir",)
@@ -68,11 +71,12 @@ class CheckpointSensor(BaseSensorOperator):
             )
         kwargs["executor_config"] = control_task_hints(kwargs.get("executor_config"))
         super().__init__(timeout=seconds, poke_interval=poke_interval, **resume_race_retry(kwargs))
-        self.checkpoint_dir = checkpoint_dir if isinstance(checkpoint_dir, str) else str(checkpoint_dir)
+        url, path_conn_id = storage_url(checkpoint_dir)
+        self.checkpoint_dir = url
         self.step = step
         self.pattern = pattern
         self.completeness = rule.to_dict()
-        self.conn_id = conn_id
+        self.conn_id = conn_id if conn_id is not None else path_conn_id
         self.deferrable = deferrable
         self._reason = "not checked yet"
 
@@ -83,10 +87,23 @@ class CheckpointSensor(BaseSensorOperator):
             f"'{self.pattern}' directories with a completeness marker, or raise timeout=."
         )
 
+    def _error_message(self, reason: str) -> str:
+        return f"task {self.task_id!r}: cannot check checkpoint directory {self.checkpoint_dir}: {reason}."
+
     def _find(self) -> tuple[str | None, int | None, str]:
-        path, step, reason = find_checkpoint(
-            self.checkpoint_dir, self.pattern, self.step, self.completeness, self.conn_id
-        )
+        """One look. An error no later look can cure (a missing package or connection) fails the
+        task at once; any other (a flaky object store) is logged and counts as "not there yet", as
+        in the trigger: the timeout still bounds the wait."""
+        try:
+            path, step, reason = find_checkpoint(
+                self.checkpoint_dir, self.pattern, self.step, self.completeness, self.conn_id
+            )
+        except Exception as err:
+            fix = permanent_error(err)
+            if fix is not None:
+                raise AirflowFailException(self._error_message(fix)) from err
+            path, step, reason = None, None, f"check failed: {type(err).__name__}: {err}"
+            self.log.warning("checkpoint directory %s: %s; checking again", self.checkpoint_dir, reason)
         self._reason = reason
         return path, step, reason
 
@@ -127,4 +144,6 @@ class CheckpointSensor(BaseSensorOperator):
         event = event or {}
         if event.get("status") == "complete":
             return {"path": event["path"], "step": event["step"]}
+        if event.get("status") == "error":
+            raise AirflowFailException(self._error_message(str(event.get("reason", "unknown error"))))
         raise AirflowSensorTimeout(self._message(str(event.get("reason", "unknown"))))

@@ -33,8 +33,10 @@ from airflow_gpu_dag.datasets.completeness import (
     StableSize,
     check_once,
     parse_completeness,
+    permanent_error,
     resolve,
     snapshot,
+    storage_url,
 )
 from airflow_gpu_dag.hints import control_task_hints, merge_hints
 from airflow_gpu_dag.sensors._common import require_timeout, resume_race_retry
@@ -49,11 +51,12 @@ class DatasetCompleteSensor(BaseSensorOperator):
     """Succeeds when ``path`` is complete under ``completeness``; fails with the missing part after
     ``timeout``.
 
-    :param path: local path or URL (``file://``, ``s3://``, ``memory://``); templated.
+    :param path: local path, URL (``file://``, ``s3://``, ``memory://``) or ``ObjectStoragePath``
+        (kept as ``protocol://path``; its ``conn_id`` is used unless ``conn_id`` is given); templated.
     :param completeness: ``"marker"`` (``_SUCCESS``), ``"manifest"``, ``"stable"`` or a rule object
         (:class:`~airflow_gpu_dag.datasets.completeness.Marker`, ``Manifest``, ``StableSize(period=...)``).
     :param timeout: required: seconds or timedelta to wait before failing with a clear message.
-    :param conn_id: Airflow connection for object storage.
+    :param conn_id: Airflow connection for object storage (default: the ``ObjectStoragePath``'s).
     :param asset: the Asset this dataset is; emitted (with the path) when it is complete.
     :param fallback_to_last_good: when the producer failed, continue on the newest complete
         artifact recorded in ``asset``'s events.
@@ -102,13 +105,14 @@ class DatasetCompleteSensor(BaseSensorOperator):
         if asset is not None:
             kwargs["outlets"] = [*list(kwargs.get("outlets") or []), asset]
             kwargs["inlets"] = [*list(kwargs.get("inlets") or []), asset]
+        url, path_conn_id = storage_url(path)
         # Declared for the lint: readers downstream of this sensor wait for a complete dataset.
         config = control_task_hints(kwargs.get("executor_config"))
-        kwargs["executor_config"] = merge_hints(config, {"awaits": [str(path)]})
+        kwargs["executor_config"] = merge_hints(config, {"awaits": [url]})
         super().__init__(timeout=seconds, poke_interval=poke_interval, **resume_race_retry(kwargs))
-        self.path = path if isinstance(path, str) else str(path)
+        self.path = url
         self.completeness = rule.to_dict()
-        self.conn_id = conn_id
+        self.conn_id = conn_id if conn_id is not None else path_conn_id
         self.asset = asset
         self.fallback_to_last_good = fallback_to_last_good
         self.producer_task_id = producer_task_id
@@ -118,11 +122,24 @@ class DatasetCompleteSensor(BaseSensorOperator):
 
     # -- shared ------------------------------------------------------------------------------------
     def _check(self) -> CompletenessResult:
+        """One check. An error no later check can cure (a missing package or connection) fails the
+        task at once; any other (a flaky object store) is logged and counts as "not complete yet",
+        as in the trigger: the timeout still bounds the wait."""
         rule = parse_completeness(self.completeness)
         if isinstance(rule, StableSize) and self._tracker is None:
             self._tracker = StabilityTracker(rule)
-        self._last = check_once(self.path, rule, conn_id=self.conn_id, tracker=self._tracker)
+        try:
+            self._last = check_once(self.path, rule, conn_id=self.conn_id, tracker=self._tracker)
+        except Exception as err:
+            fix = permanent_error(err)
+            if fix is not None:
+                raise AirflowFailException(self._error_message(fix)) from err
+            self._last = CompletenessResult(False, f"check failed: {type(err).__name__}: {err}")
+            self.log.warning("dataset %s: %s; checking again", self.path, self._last.reason)
         return self._last
+
+    def _error_message(self, reason: str) -> str:
+        return f"task {self.task_id!r}: cannot check dataset {self.path}: {reason}."
 
     def _timeout_message(self, reason: str) -> str:
         rule = parse_completeness(self.completeness)
@@ -218,6 +235,8 @@ class DatasetCompleteSensor(BaseSensorOperator):
         event = event or {}
         if event.get("status") == "complete":
             return self._done(context, self.path, str(event.get("reason", "")), False)
+        if event.get("status") == "error":
+            raise AirflowFailException(self._error_message(str(event.get("reason", "unknown error"))))
         raise AirflowSensorTimeout(self._timeout_message(str(event.get("reason", "unknown"))))
 
 

@@ -3,8 +3,11 @@
     StartWindowSensor(task_id="train__window", opens="22:00", closes="06:00", on_missed="skip")
 
 The window that applies to a DAG run is the first occurrence whose end lies after the run's
-anchor (its logical date, else ``run_after``): a run created at 09:00 for a 22:00-06:00 window waits
-for 22:00 that evening; a run created at 03:00 is already inside the window that opened at 22:00.
+anchor, the moment the run is due (its ``run_after``, else its logical date): a run created at 09:00
+for a 22:00-06:00 window waits for 22:00 that evening; a run created at 03:00 is already inside the
+window that opened at 22:00. Not the logical date: with a data-interval timetable the run for the
+interval [D-1, D) is due at D but its logical date is D-1, and a daily window chosen from D-1 is
+usually over before the run is even created.
 Before the window the sensor defers (no worker held) until it opens; inside it succeeds; after the
 window closed it skips (``on_missed="skip"``: the gated chain is skipped) or fails
 (``on_missed="fail"``) with a message giving the window. Two date-times (``"2026-12-01T22:00+00:00"``)
@@ -60,9 +63,10 @@ def check_on_missed(on_missed: object, where: str) -> None:
 
 
 def _anchor(context: Any) -> datetime:
-    """The moment the run's window is chosen from: its logical date, else ``run_after``, else now."""
+    """The moment the run's window is chosen from: when the run is due (``run_after``), else its
+    logical date, else now. The sensor and the task's own check (:class:`WindowGuard`) share it."""
     dag_run = context.get("dag_run")
-    for attr in ("logical_date", "run_after"):
+    for attr in ("run_after", "logical_date"):
         value = getattr(dag_run, attr, None) if dag_run is not None else None
         if isinstance(value, datetime):
             return value

@@ -10,7 +10,13 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_gpu_dag.datasets.completeness import CompletenessResult, check_once, parse_completeness, resolve
+from airflow_gpu_dag.datasets.completeness import (
+    CompletenessResult,
+    check_once,
+    parse_completeness,
+    permanent_error,
+    resolve,
+)
 
 __all__ = ["CheckpointTrigger", "checkpoint_regex", "find_checkpoint"]
 
@@ -59,7 +65,10 @@ def find_checkpoint(
 class CheckpointTrigger(BaseTrigger):
     """Poll ``directory`` until a complete checkpoint with step >= ``min_step`` exists.
 
-    Fires ``{"status": "complete", "path", "step"}`` or ``{"status": "timeout", "reason"}``.
+    Fires ``{"status": "complete", "path", "step", "reason"}``, ``{"status": "timeout", "path",
+    "reason"}``, or ``{"status": "error", "path", "reason"}`` at once on an error no later check can
+    cure (a missing package, an undefined connection), with the fix in ``reason``. Other errors of a
+    check (a flaky object store) count as "not there yet" and are logged until the deadline.
     Stable-size completeness is not supported here (checkpoints are written once and marked).
     """
 
@@ -107,8 +116,14 @@ class CheckpointTrigger(BaseTrigger):
                     self.completeness,
                     self.conn_id,
                 )
-            except Exception as err:
+            except Exception as err:  # a flaky object store must not kill the wait...
+                fix = permanent_error(err)
+                if fix is not None:  # ...but no wait cures a missing package or connection
+                    self.log.error("checkpoint directory %s cannot be checked: %s", self.directory, fix)
+                    yield TriggerEvent({"status": "error", "path": self.directory, "reason": fix})
+                    return
                 path, step, reason = None, None, f"check failed: {type(err).__name__}: {err}"
+                self.log.warning("checkpoint directory %s: %s; checking again", self.directory, reason)
             if path is not None:
                 yield TriggerEvent({"status": "complete", "path": path, "step": step, "reason": reason})
                 return

@@ -15,6 +15,7 @@ from airflow_gpu_dag.datasets.completeness import (
     StableSize,
     check_once,
     parse_completeness,
+    permanent_error,
 )
 
 __all__ = ["DatasetCompleteTrigger"]
@@ -23,8 +24,13 @@ __all__ = ["DatasetCompleteTrigger"]
 class DatasetCompleteTrigger(BaseTrigger):
     """Poll ``path`` every ``poke_interval`` seconds until it is complete or ``deadline`` passes.
 
-    Fires exactly one event: ``{"status": "complete", "path", "reason", "files", "bytes"}`` or
-    ``{"status": "timeout", "path", "reason"}`` where ``reason`` says what was still missing.
+    Fires exactly one event: ``{"status": "complete", "path", "reason", "files", "bytes"}``,
+    ``{"status": "timeout", "path", "reason"}`` where ``reason`` says what was still missing, or
+    ``{"status": "error", "path", "reason"}`` at once on an error no later check can cure (a missing
+    package such as s3fs, an undefined connection; see
+    :func:`~airflow_gpu_dag.datasets.completeness.permanent_error`), with the fix in ``reason``. Any
+    other error of a check (a flaky object store) counts as "not complete yet" and is logged; the
+    deadline still bounds the wait.
 
     :param path: local path or fsspec URL (``file://``, ``s3://``, ...).
     :param completeness: a rule dict (``Marker().to_dict()``, ...).
@@ -68,7 +74,12 @@ class DatasetCompleteTrigger(BaseTrigger):
                 result = await asyncio.to_thread(
                     check_once, self.path, rule, conn_id=self.conn_id, tracker=tracker
                 )
-            except Exception as err:  # a flaky object store must not kill the wait
+            except Exception as err:  # a flaky object store must not kill the wait...
+                fix = permanent_error(err)
+                if fix is not None:  # ...but no wait cures a missing package or connection
+                    self.log.error("dataset %s cannot be checked: %s", self.path, fix)
+                    yield TriggerEvent({"status": "error", "path": self.path, "reason": fix})
+                    return
                 result = CompletenessResult(False, f"check failed: {type(err).__name__}: {err}")
             if result.complete:
                 yield TriggerEvent(

@@ -32,6 +32,8 @@ class FakeApiServer:
         self.health_status = 200
         self.pools_status = 200
         self.unreachable = False
+        #: The path a reverse proxy serves the api-server under (``/airflow``); "" for none.
+        self.prefix = ""
         self.seen: list[tuple[str, str, str | None]] = []
 
     def handler(self, request: httpx.Request) -> httpx.Response:
@@ -40,6 +42,10 @@ class FakeApiServer:
         if self.unreachable:
             raise httpx.ConnectError("connection refused", request=request)
         path = request.url.path
+        if self.prefix:
+            if not path.startswith(self.prefix + "/"):
+                return httpx.Response(404, json={"detail": "Not Found"})
+            path = path[len(self.prefix) :]
         if path == airflow_api.HEALTH_PATH:
             if isinstance(self.health, str):
                 return httpx.Response(self.health_status, text=self.health)
@@ -178,6 +184,47 @@ def test_a_typed_connection_round_trips_through_its_uri(monkeypatch: pytest.Monk
     again = hook.get_connection("roundtrip")
     assert (again.conn_type, again.login, again.password) == (CONN_TYPE, "admin", PASSWORD)
     assert hook.get_client().base_url == "https://airflow.example.com:8443"
+
+
+@pytest.mark.parametrize(
+    "conn",
+    [
+        {"conn_type": CONN_TYPE, "host": "https://gw.example.com/airflow", "port": 8443},
+        {"conn_type": CONN_TYPE, "host": "https://gw.example.com/airflow/api/v2/", "port": 8443},
+        {"conn_type": CONN_TYPE, "host": "https://gw.example.com:8443/airflow"},
+        "gpu-dag-api://https://admin:{pw}@gw.example.com%2Fairflow:8443",
+    ],
+)
+def test_an_api_server_behind_a_path_prefix(
+    monkeypatch: pytest.MonkeyPatch, api: FakeApiServer, conn: str | dict[str, Any]
+) -> None:
+    # Before: host "https://gw.example.com/airflow" with port 8443 gave "https://gw.example.com/airflow:8443"
+    # (a connection error), and a host ending in /api/v2 got every path twice (/api/v2/api/v2/...).
+    api.prefix = "/airflow"
+    if isinstance(conn, dict):
+        conn = {**conn, "login": "admin", "password": PASSWORD}
+    else:
+        conn = conn.format(pw=PASSWORD)
+    _set_conn(monkeypatch, "proxied", conn)
+    hook = AirflowApiHook("proxied")
+    assert hook.get_client().base_url == "https://gw.example.com:8443/airflow"
+    ok, message = hook.test_connection()
+    assert ok, message
+    assert [httpx.URL(u).path for _, u, _ in api.seen] == [
+        "/airflow/api/v2/monitor/health",
+        "/airflow/auth/token",
+        "/airflow/api/v2/pools",
+    ]
+
+
+def test_a_prefixed_connection_round_trips_through_its_uri(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.models.connection import Connection
+
+    conn = Connection(
+        conn_id="x", conn_type=CONN_TYPE, host="https://gw.example.com/airflow", port=8443, login="admin"
+    )
+    _set_conn(monkeypatch, "roundtrip", conn.get_uri())
+    assert AirflowApiHook("roundtrip").get_client().base_url == "https://gw.example.com:8443/airflow"
 
 
 def test_token_and_timeout_from_extra(monkeypatch: pytest.MonkeyPatch, api: FakeApiServer) -> None:

@@ -264,3 +264,200 @@ def test_stable_completeness_cannot_run_in_reschedule_mode() -> None:
             task_id="w", path="/x", completeness="stable", timeout=60, deferrable=False, mode="reschedule"
         )
     DatasetCompleteSensor(task_id="p", path="/x", completeness="stable", timeout=60, deferrable=False)
+
+
+# -- object storage paths, and errors of a check -----------------------------------------------------
+def test_an_object_storage_path_keeps_its_connection(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: str(path) put the conn_id into the URL (file://local_fs@/tmp/...), which no filesystem
+    # reads back: a complete dataset was never seen complete and the sensor timed out.
+    from airflow.sdk import ObjectStoragePath
+
+    from airflow_gpu_dag.sensors import CheckpointSensor, DatasetCompleteSensor
+
+    monkeypatch.setenv("AIRFLOW_CONN_LOCAL_FS", json.dumps({"conn_type": "fs"}))
+    write_marker(str(tmp_path))
+    (tmp_path / "checkpoint-10").mkdir()
+    write_marker(str(tmp_path / "checkpoint-10"))
+    path = ObjectStoragePath(f"file://{tmp_path}", conn_id="local_fs")
+    sensor = DatasetCompleteSensor(task_id="wait_clean", path=path, timeout=5, deferrable=False)
+    assert (sensor.path, sensor.conn_id) == (f"file://{tmp_path}", "local_fs")
+    assert sensor.executor_config["gpu_dag"]["awaits"] == [f"file://{tmp_path}"]
+    assert sensor._check().complete
+    assert sensor.execute({})["path"] == f"file://{tmp_path}"
+    ckpt = CheckpointSensor(task_id="wait_ckpt", checkpoint_dir=path, step=10, timeout=5, deferrable=False)
+    assert (ckpt.checkpoint_dir, ckpt.conn_id) == (f"file://{tmp_path}", "local_fs")
+    assert ckpt.execute({}) == {"path": f"file://{tmp_path}/checkpoint-10", "step": 10}
+    # object storage: the URL without the connection; the sensor's own conn_id wins over the path's
+    lake = ObjectStoragePath("s3://bucket/clean/{{ ds }}", conn_id="lake")
+    s3 = DatasetCompleteSensor(task_id="w", path=lake, timeout=5)
+    assert (s3.path, s3.conn_id) == ("s3://bucket/clean/{{ ds }}", "lake")
+    assert DatasetCompleteSensor(task_id="w2", path=lake, timeout=5, conn_id="other").conn_id == "other"
+    assert DatasetCompleteSensor(task_id="w3", path=str(tmp_path), timeout=5).conn_id is None
+
+
+def _flaky(real, error: Exception, times: int = 1):
+    calls = {"n": 0}
+
+    def check(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] <= times:
+            raise error
+        return real(*args, **kwargs)
+
+    return check
+
+
+def test_a_transient_storage_error_in_the_worker_is_not_complete_yet(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: the trigger kept waiting through a flaky object store, but the worker-side check (the
+    # first check of a deferrable sensor, every poke) raised it and failed the try.
+    from airflow.sdk.exceptions import TaskDeferred
+
+    import airflow_gpu_dag.sensors.checkpoint as sensor_checkpoint
+    import airflow_gpu_dag.sensors.dataset as sensor_dataset
+    from airflow_gpu_dag.sensors import CheckpointSensor, DatasetCompleteSensor
+
+    write_marker(str(tmp_path))
+    (tmp_path / "checkpoint-3").mkdir()
+    write_marker(str(tmp_path / "checkpoint-3"))
+    slow_down = OSError("S3 503 SlowDown (transient)")
+    monkeypatch.setattr(sensor_dataset, "check_once", _flaky(check_once, slow_down))
+    poke = DatasetCompleteSensor(
+        task_id="wait", path=str(tmp_path), timeout=10, deferrable=False, poke_interval=0.1
+    )
+    assert poke.execute({})["path"] == str(tmp_path)
+    monkeypatch.setattr(sensor_dataset, "check_once", _flaky(check_once, slow_down))
+    deferring = DatasetCompleteSensor(task_id="wait", path=str(tmp_path), timeout=10)
+    with pytest.raises(TaskDeferred):
+        deferring.execute({})
+    assert "check failed: OSError: S3 503 SlowDown" in deferring._last.reason
+    monkeypatch.setattr(sensor_checkpoint, "find_checkpoint", _flaky(find_checkpoint, slow_down))
+    ckpt = CheckpointSensor(
+        task_id="wait_ckpt",
+        checkpoint_dir=str(tmp_path),
+        step=3,
+        timeout=10,
+        deferrable=False,
+        poke_interval=0.1,
+    )
+    assert ckpt.execute({})["step"] == 3
+    # the timeout still bounds the wait, and its message gives the error
+    monkeypatch.setattr(sensor_dataset, "check_once", _flaky(check_once, slow_down, times=1000))
+    from airflow.sdk.exceptions import AirflowSensorTimeout
+
+    never = DatasetCompleteSensor(
+        task_id="wait", path=str(tmp_path), timeout=0.3, deferrable=False, poke_interval=0.1
+    )
+    with pytest.raises(AirflowSensorTimeout, match=r"task 'wait': .*check failed: OSError: S3 503"):
+        never.execute({})
+
+
+def test_permanent_errors_are_told_apart_from_transient_ones() -> None:
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    from airflow_gpu_dag.datasets.completeness import permanent_error
+
+    assert permanent_error(OSError("503 SlowDown")) is None
+    assert permanent_error(TimeoutError()) is None
+    assert permanent_error(ValueError("bad")) is None
+    assert "Fix: install" in (permanent_error(ImportError("Install s3fs to access S3")) or "")
+    assert "Fix: define the connection" in (
+        permanent_error(AirflowNotFoundException("The conn_id `x` isn't defined")) or ""
+    )
+    assert "Fix: install the Airflow provider" in (
+        permanent_error(ValueError("No filesystem registered for scheme s3")) or ""
+    )
+
+
+MISSING_S3FS = "s3://nonexistent-bucket-gpu-dag/ds"  # s3fs is not installed here: ImportError
+
+
+def test_the_triggers_fail_at_once_on_a_missing_package() -> None:
+    # Before: "check failed: ImportError: Install s3fs" was retried until the deadline (hours), then
+    # reported as a timeout.
+    started = time.monotonic()
+    payload = _first_event(DatasetCompleteTrigger(MISSING_S3FS, Marker().to_dict(), time.time() + 3, 0.1))
+    assert payload["status"] == "error" and payload["path"] == MISSING_S3FS
+    assert "Install s3fs" in payload["reason"] and "Fix: install" in payload["reason"]
+    payload = _first_event(
+        CheckpointTrigger(MISSING_S3FS, "step-{step}", 1, Marker().to_dict(), time.time() + 3, 0.1)
+    )
+    assert payload["status"] == "error" and "Install s3fs" in payload["reason"]
+    assert time.monotonic() - started < 2.5
+
+
+def test_the_triggers_fail_at_once_on_a_missing_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    import airflow_gpu_dag.triggers.checkpoint as trigger_checkpoint
+    import airflow_gpu_dag.triggers.dataset as trigger_dataset
+
+    def undefined(*args, **kwargs):
+        raise AirflowNotFoundException("The conn_id `lake` isn't defined")
+
+    monkeypatch.setattr(trigger_dataset, "check_once", undefined)
+    monkeypatch.setattr(trigger_checkpoint, "resolve", undefined)
+    payload = _first_event(
+        DatasetCompleteTrigger("s3://b/k", Marker().to_dict(), time.time() + 3, 0.1, "lake")
+    )
+    assert payload["status"] == "error" and "`lake` isn't defined" in payload["reason"]
+    payload = _first_event(
+        CheckpointTrigger("s3://b/c", "step-{step}", 1, Marker().to_dict(), time.time() + 3, 0.1, "lake")
+    )
+    assert payload["status"] == "error" and "Fix: define the connection" in payload["reason"]
+
+
+def test_the_triggers_keep_waiting_through_a_transient_error(
+    mem_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import airflow_gpu_dag.triggers.dataset as trigger_dataset
+
+    write_marker(mem_dir)
+    monkeypatch.setattr(trigger_dataset, "check_once", _flaky(check_once, OSError("503 SlowDown"), times=2))
+    payload = _first_event(DatasetCompleteTrigger(mem_dir, Marker().to_dict(), time.time() + 10, 0.1))
+    assert payload["status"] == "complete"
+
+
+def test_the_sensors_fail_on_a_permanent_error_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
+
+    import airflow_gpu_dag.sensors.dataset as sensor_dataset
+    from airflow_gpu_dag.sensors import CheckpointSensor, DatasetCompleteSensor
+
+    # in the worker: the first check (deferrable) and every poke
+    for deferrable in (True, False):
+        sensor = DatasetCompleteSensor(
+            task_id="wait_raw", path=MISSING_S3FS, timeout=60, deferrable=deferrable
+        )
+        with pytest.raises(
+            AirflowFailException,
+            match=r"task 'wait_raw': cannot check dataset s3://.*Install s3fs.*Fix: install",
+        ):
+            sensor.execute({})
+        ckpt = CheckpointSensor(
+            task_id="wait_ckpt", checkpoint_dir=MISSING_S3FS, step=1, timeout=60, deferrable=deferrable
+        )
+        with pytest.raises(
+            AirflowFailException, match=r"task 'wait_ckpt': cannot check checkpoint directory .*Install s3fs"
+        ):
+            ckpt.execute({})
+
+    def undefined(*args, **kwargs):
+        raise AirflowNotFoundException("The conn_id `lake` isn't defined")
+
+    monkeypatch.setattr(sensor_dataset, "check_once", undefined)
+    with pytest.raises(AirflowFailException, match=r"`lake` isn't defined\. Fix: define the connection"):
+        DatasetCompleteSensor(task_id="w", path="s3://b/k", conn_id="lake", timeout=60).execute({})
+    # resumed from the trigger's error event
+    event = {"status": "error", "path": "s3://b/k", "reason": "ImportError: Install s3fs. Fix: install s3fs"}
+    sensor = DatasetCompleteSensor(task_id="wait_raw", path="s3://b/k", timeout=60)
+    with pytest.raises(
+        AirflowFailException, match=r"task 'wait_raw': cannot check dataset s3://b/k: ImportError"
+    ):
+        sensor.execute_complete({}, event)
+    ckpt = CheckpointSensor(task_id="wait_ckpt", checkpoint_dir="s3://b/c", step=1, timeout=60)
+    with pytest.raises(
+        AirflowFailException, match=r"task 'wait_ckpt': cannot check checkpoint directory s3://b/c"
+    ):
+        ckpt.execute_complete({}, {**event, "path": "s3://b/c"})

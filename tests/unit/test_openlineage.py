@@ -70,6 +70,19 @@ def test_data_edge_without_asset_uses_the_paths_static_part() -> None:
     assert _lineage(s3_produce)[1] == _lineage(s3_consume)[0] == [("s3://bucket", "feats")]
 
 
+def test_data_edge_on_an_object_storage_path_with_a_connection() -> None:
+    # str() of such a path is s3://lake@bucket/...: the lineage namespace was "s3://lake@bucket".
+    from airflow.sdk import ObjectStoragePath
+
+    with DAG("ol_osp", schedule=None):
+        produce = BashOperator(task_id="produce", bash_command="true")
+        consume = BashOperator(task_id="consume", bash_command="true")
+        path = ObjectStoragePath("s3://bucket/feats/{{ ds }}", conn_id="lake")
+        sensor = data_edge(produce, consume, path=path, timeout=60, task_id="wait_osp")
+    assert _lineage(produce)[1] == _lineage(consume)[0] == [("s3://bucket", "feats")]
+    assert (sensor.path, sensor.conn_id) == ("s3://bucket/feats/{{ ds }}", "lake")
+
+
 def test_producer_outlet_is_not_an_airflow_asset() -> None:
     """An asset outlet on the producer would emit asset events before the data is known complete."""
     with DAG("ol_events", schedule=None):

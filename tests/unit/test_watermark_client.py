@@ -29,6 +29,9 @@ class FakeApi:
         self.expire_next = False
         self.requests: list[httpx.Request] = []
         self.fail_pools = False
+        #: ``[api] maximum_page_limit``: the server answers at most this many items per page.
+        self.max_limit: int | None = None
+        self.send_total = True
 
     def handler(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
@@ -61,8 +64,12 @@ class FakeApi:
         if path == "/api/v2/dags/~/dagRuns/~/taskInstances":
             offset = int(request.url.params["offset"])
             limit = int(request.url.params["limit"])
-            page = self.tis[offset : offset + limit]
-            return httpx.Response(200, json={"task_instances": page, "total_entries": len(self.tis)})
+            if self.max_limit is not None:
+                limit = min(limit, self.max_limit)  # Airflow's LimitFilter caps the limit asked for
+            answer: dict[str, Any] = {"task_instances": self.tis[offset : offset + limit]}
+            if self.send_total:
+                answer["total_entries"] = len(self.tis)
+            return httpx.Response(200, json=answer)
         return httpx.Response(404)
 
 
@@ -99,6 +106,78 @@ def test_task_instances_are_paginated() -> None:
     assert [t["task_id"] for t in found] == [f"t{i}" for i in range(230)]
     params = api.requests[-1].url.params
     assert params.get_list("pool") == ["gpu", "cpu"] and params.get_list("state") == ["scheduled", "running"]
+
+
+def test_pagination_follows_total_entries_past_pages_the_server_capped() -> None:
+    # Before: a server with [api] maximum_page_limit=50 answered 50 of the 100 asked for, and the
+    # client took the short page for the last one: 50 of 230 task instances, silently.
+    api = FakeApi()
+    api.max_limit = 50
+    api.tis = [{"task_id": f"t{i}"} for i in range(230)]
+    found = client(api).task_instances(["gpu"], ["scheduled"])
+    assert [t["task_id"] for t in found] == [f"t{i}" for i in range(230)]
+    offsets = [int(r.url.params["offset"]) for r in api.requests if "offset" in r.url.params]
+    assert offsets == [0, 50, 100, 150, 200]
+
+
+def test_pagination_without_total_entries_stops_at_a_short_page() -> None:
+    api = FakeApi()
+    api.send_total = False
+    api.tis = [{"task_id": f"t{i}"} for i in range(130)]
+    found = client(api).task_instances(["gpu"], ["scheduled"])
+    assert len(found) == 130
+    assert [int(r.url.params["offset"]) for r in api.requests if "offset" in r.url.params] == [0, 100]
+    api.tis = [{"task_id": f"t{i}"} for i in range(200)]  # a full last page: one more, empty, page
+    api.requests.clear()
+    assert len(client(api).task_instances(["gpu"], ["scheduled"])) == 200
+    assert [int(r.url.params["offset"]) for r in api.requests if "offset" in r.url.params] == [0, 100, 200]
+
+
+class _RestartingApi:
+    """An api-server that restarts with a new JWT secret: tokens signed before are refused with
+    ``403 Invalid JWT token`` (Airflow answers 401 only for an expired or missing token)."""
+
+    def __init__(self) -> None:
+        self.secret = "s1"
+        self.logins = 0
+        self.forbidden = False  # the user may not read pools: 403 whatever the token
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/auth/token":
+            self.logins += 1
+            return httpx.Response(201, json={"access_token": f"tok-{self.secret}-{self.logins}"})
+        auth = request.headers.get("Authorization", "")
+        if not auth:
+            return httpx.Response(401, json={"detail": "Not authenticated"})
+        if f"tok-{self.secret}-" not in auth:
+            return httpx.Response(403, json={"detail": "Invalid JWT token"})
+        if self.forbidden:
+            return httpx.Response(403, json={"detail": "Forbidden"})
+        return httpx.Response(200, json={"name": "gpu", "slots": 4})
+
+
+def test_a_token_refused_as_invalid_after_a_restart_is_renewed_once() -> None:
+    # Before: every call after the restart failed with HTTP 403 until the controller restarted.
+    api = _RestartingApi()
+    rest = AirflowRestClient("http://api:8080", "ctrl", PASSWORD, transport=httpx.MockTransport(api.handler))
+    assert rest.get_pool("gpu") == {"name": "gpu", "slots": 4}
+    api.secret = "s2"
+    assert rest.get_pool("gpu") == {"name": "gpu", "slots": 4}
+    assert rest.get_pool("gpu") == {"name": "gpu", "slots": 4}
+    assert api.logins == 2
+    # a 403 that a new login does not cure (no permission) is the answer: one more login, no loop
+    api.forbidden = True
+    with pytest.raises(RestError, match=r"GET /api/v2/pools/gpu: HTTP 403"):
+        rest.get_pool("gpu")
+    assert api.logins == 3
+
+
+def test_a_ready_token_is_not_replaced_on_403() -> None:
+    api = _RestartingApi()
+    rest = AirflowRestClient("http://api:8080", token="tok-old-1", transport=httpx.MockTransport(api.handler))
+    with pytest.raises(RestError, match="HTTP 403"):
+        rest.get_pool("gpu")
+    assert api.logins == 0
 
 
 def test_bad_password_is_a_clear_error_without_the_password() -> None:
@@ -155,7 +234,20 @@ def test_hook_builds_client_from_connection(monkeypatch: pytest.MonkeyPatch) -> 
         ("https://api.example.com", 8443, "https://api.example.com:8443"),
         ("api", 8080, "http://api:8080"),
         ("api", None, "http://api"),
+        # a reverse proxy's path prefix: the port goes into the network location, not after the path
+        ("https://gw.example.com/airflow", 8443, "https://gw.example.com:8443/airflow"),
+        ("https://gw.example.com:9443/airflow/", 8443, "https://gw.example.com:9443/airflow"),
+        ("gw.example.com/airflow", 8080, "http://gw.example.com:8080/airflow"),
+        ("http://[::1]", 8080, "http://[::1]:8080"),
+        # the REST API root given as the host: the client adds /api/v2 itself
+        ("http://127.0.0.1:8080/api/v2/", None, "http://127.0.0.1:8080"),
+        ("https://gw.example.com/airflow/api/v2", 8443, "https://gw.example.com:8443/airflow"),
     ],
 )
 def test_base_url_of(host: str, port: int | None, expected: str) -> None:
     assert base_url_of(host, port) == expected
+
+
+def test_base_url_of_a_host_with_a_bad_port() -> None:
+    with pytest.raises(ValueError, match="has a port that is not a number"):
+        base_url_of("http://api:80x", None)

@@ -223,3 +223,33 @@ def test_seconds_until_open_across_a_dst_change_whatever_the_zone_of_the_run(
     opens = in_berlin.astimezone(UTC) + timedelta(hours=hours)
     state, start, _ = window.state(in_berlin, (opens - timedelta(minutes=1)).astimezone(berlin))
     assert state == "before" and start.astimezone(UTC) == opens
+
+
+def test_the_window_is_chosen_from_when_the_run_is_due_not_its_logical_date() -> None:
+    """A data-interval timetable (CronDataIntervalTimetable, DeltaDataIntervalTimetable) creates the
+    run for [D-1, D) at D with logical_date D-1. Before, the window was chosen from the logical date:
+    the one of the day before, long closed, and the run was skipped although it was due inside its
+    window; the task's own check (WindowGuard) did the same."""
+    from airflow_gpu_dag.sensors.window import StartWindowSensor
+
+    now = datetime.now(UTC)
+    opens = (now - timedelta(hours=1)).strftime("%H:%M")
+    closes = (now + timedelta(hours=1)).strftime("%H:%M")
+    run_after = now - timedelta(minutes=5)
+    dag_run = SimpleNamespace(
+        logical_date=run_after - timedelta(days=1),
+        run_after=run_after,
+        data_interval_start=run_after - timedelta(days=1),
+        data_interval_end=run_after,
+    )
+    context = {**_context(run_after), "dag_run": dag_run}
+    sensor = StartWindowSensor(task_id="train__window", opens=opens, closes=closes, on_missed="skip")
+    answer = sensor.execute(context)
+    assert (
+        datetime.fromisoformat(answer["window_start"]) <= now < datetime.fromisoformat(answer["window_end"])
+    )
+    WindowGuard(opens=opens, closes=closes, on_missed="fail")(context)  # starts: no exception
+    # a run without run_after (an older context) is still chosen from its logical date
+    old = {**context, "dag_run": SimpleNamespace(logical_date=run_after - timedelta(days=1), run_after=None)}
+    with pytest.raises(AirflowSkipException, match="was missed"):
+        sensor.execute(old)
