@@ -153,20 +153,20 @@ def _check_resources(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Fin
 
 def _check_estimates(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Finding]:
     for node in graph.nodes.values():
+        rung = node.attrs.get("fallback")
+        # a fallback rung: its own estimate, not what the plan counts for it (the wait of one that
+        # falls back, 0 for one skipped)
+        duration = float(rung.get("expected_duration") or 0.0) if isinstance(rung, dict) else node.duration
         if not node.duration_declared:
             yield Finding(
                 WARNING,
                 "missing-estimate",
                 graph.dag_id,
                 node.task_id,
-                f"no duration estimate; assuming {format_duration(node.duration)}.",
+                f"no duration estimate; assuming {format_duration(duration)}.",
                 'declare one, e.g. executor_config=gpu_hints(duration="30m").',
             )
             continue
-        rung = node.attrs.get("fallback")
-        # a fallback rung: its own estimate, not what the plan counts for it (the wait of one that
-        # falls back, 0 for one skipped)
-        duration = float(rung.get("expected_duration") or 0.0) if isinstance(rung, dict) else node.duration
         if not policy.check_granularity or duration == 0:
             continue
         if duration < policy.min_task_seconds:

@@ -158,3 +158,28 @@ def test_granularity_of_a_fallback_rung_is_judged_on_its_own_estimate() -> None:
     found = {(f.code, f.task_id) for f in validate_graph(graph, extra=extra).findings}
     assert ("granularity-too-fine", "train.big") not in found
     assert ("granularity-too-fine", "train.tiny") in found  # its own 2 minutes
+
+
+def test_a_rung_without_an_estimate_is_said_to_assume_the_default() -> None:
+    # Before: the message gave what the plan counts (the start_within wait, or 0 s for a skipped rung).
+    from airflow.providers.standard.operators.bash import BashOperator
+    from airflow.sdk import DAG
+
+    from airflow_gpu_dag.airflow.graph import build_task_graph
+    from airflow_gpu_dag.authoring import Rung, fallback_ladder
+
+    with DAG("ladder_default", schedule=None) as dag:
+        fallback_ladder(
+            "train",
+            [Rung("big", gpus=2, start_within="20m"), Rung("mid", gpus=1, start_within="20m"), Rung("small")],
+            lambda r: BashOperator(task_id=r.name, bash_command="true"),
+            plan_rung="mid",
+        )
+    graph, extra = build_task_graph(dag, default_duration=1800.0)
+    messages = {
+        f.task_id: f.message
+        for f in validate_graph(graph, extra=extra).findings
+        if f.code == "missing-estimate"
+    }
+    assert set(messages) == {"train.big", "train.mid", "train.small"}
+    assert all(m == "no duration estimate; assuming 30m." for m in messages.values()), messages
