@@ -81,7 +81,8 @@ def get_provider_info() -> dict[str, Any]:
                     "plan_policy": {
                         "description": "How PackingPriorityStrategy plans its weights: reservation (the "
                         "watermark controller reserves slots for wide tasks) or greedy (stock pool "
-                        "admission).",
+                        "admission). Another value is reported by lint and the cluster policy (bad-config) "
+                        "and reservation used.",
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "greedy",
@@ -128,8 +129,14 @@ def get_provider_info() -> dict[str, Any]:
                         "default": None,
                     },
                     "key_epoch": {
-                        "description": "Epoch of the cross-DAG keys (epoch seconds or an ISO date); every "
-                        "scheduler, api-server and watermark controller must use the same value.",
+                        "description": "Epoch of the cross-DAG keys (epoch seconds, not milliseconds, or an "
+                        "ISO date); every scheduler, api-server and watermark controller must use the same "
+                        "value. A weight is 2147483647 - (key - epoch) seconds, a key being about a run's "
+                        "trigger time, so the epoch must lie in the past (a key before it gets the top "
+                        "weight, 2147483647: best a date some weeks before the first run, as the default) "
+                        "and less than 34 years (2^30 s) ago (older, the watermark controller no longer "
+                        "reads weights as keys). Another value is reported by lint and the cluster policy "
+                        "(bad-config) and the default used.",
                         "version_added": "0.2.0",
                         "type": "string",
                         "example": "2025-01-01T00:00:00+00:00",
@@ -138,7 +145,9 @@ def get_provider_info() -> dict[str, Any]:
                     "plan_in_background": {
                         "description": "Make packing plans off the scheduler loop, in a subprocess (the "
                         "DAG uses critical-path keys until its plan is ready). false plans inline, which "
-                        "blocks the scheduler for seconds on large DAGs.",
+                        "blocks the scheduler for seconds on large DAGs. Booleans are read as Airflow reads "
+                        "them (true/t/1, false/f/0, any case; yes/no and on/off too); another value is "
+                        "reported by lint and the cluster policy (bad-config) and the default used.",
                         "version_added": "0.2.0",
                         "type": "boolean",
                         "example": "false",
@@ -156,7 +165,8 @@ def get_provider_info() -> dict[str, Any]:
                     },
                     "plan_backfill": {
                         "description": "The watermark controller's backfill the packing planner plans "
-                        "for: easy (the default, 'backfill: true') or strict ('backfill: strict').",
+                        "for: easy (the default, 'backfill: true') or strict ('backfill: strict'). Another "
+                        "value is reported by lint and the cluster policy (bad-config) and easy used.",
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "strict",
@@ -166,7 +176,7 @@ def get_provider_info() -> dict[str, Any]:
                         "description": "Learn task durations from their recent successful tries (median "
                         "and a high quantile, the declared estimate as prior and fallback) for the plan, "
                         "the UI, the watermark controller and the priority strategy. false: use the "
-                        "declared estimates only.",
+                        "declared estimates only. A boolean, read as plan_in_background.",
                         "version_added": "0.1.0",
                         "type": "boolean",
                         "example": "false",
@@ -206,7 +216,9 @@ def get_provider_info() -> dict[str, Any]:
                     "learned_refresh": {
                         "description": "How old the learned durations behind the priority weights may get: "
                         "every scheduler and api-server re-reads a DAG's recent task durations this often, "
-                        "off the scheduler loop (a new DAG version is read at once). A duration.",
+                        "off the scheduler loop (a new DAG version is read at once). A duration of at least "
+                        "1s; a shorter one, or one that does not parse, is reported by lint and the cluster "
+                        "policy (bad-config) and the default used.",
                         "version_added": "0.2.0",
                         "type": "string",
                         "example": "2m",

@@ -19,6 +19,7 @@ the DAG, the task and the fix, and ``airflow gpu-dag lint`` reports the same.
 from __future__ import annotations
 
 import ast
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -35,9 +36,9 @@ def gpu_hints(
     gpus: object = None,
     gpu_memory: object = None,
     gpu_type: str | None = None,
-    inputs: Iterable[str] = (),
-    outputs: Iterable[str] = (),
-    awaits: Iterable[str] = (),
+    inputs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str] = (),
+    outputs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str] = (),
+    awaits: Iterable[str | os.PathLike[str]] | str | os.PathLike[str] = (),
     executor_config: Mapping[str, Any] | None = None,
     map_length: object = None,
 ) -> dict[str, Any]:
@@ -47,9 +48,11 @@ def gpu_hints(
     :param gpus: whole GPUs the task needs (>= 1); omit for a CPU task.
     :param gpu_memory: free memory needed on each GPU: ``"80GiB"``, ``"80G"``, or an int of MiB.
     :param gpu_type: GPU family (``"a100"``, ``"h100"``); None = any.
-    :param inputs: dataset paths/URIs the task reads (used to find hidden dependencies).
-    :param outputs: dataset paths/URIs the task writes.
-    :param awaits: dataset paths/URIs whose completeness the task waits for (completeness sensors).
+    :param inputs: dataset paths/URIs the task reads (used to find hidden dependencies): a list, or one
+        path (a string or ``os.PathLike``).
+    :param outputs: dataset paths/URIs the task writes (a list, or one path).
+    :param awaits: dataset paths/URIs whose completeness the task waits for (completeness sensors; a
+        list, or one path).
     :param executor_config: an existing executor_config (e.g. with ``pod_override``) to merge into.
     :param map_length: for a task mapped over another task's output (``.expand(x=up.output)``), the
         number of instances expected; the plan, the UI and the controller's lookahead then show that
@@ -77,15 +80,29 @@ def gpu_hints(
                 hints["gpu_memory_mib"] = request.memory_mib
             if request.gpu_type:
                 hints["gpu_type"] = request.gpu_type
-    if inputs:
-        hints["inputs"] = [str(p) for p in inputs]
-    if outputs:
-        hints["outputs"] = [str(p) for p in outputs]
-    if awaits:
-        hints["awaits"] = [str(p) for p in awaits]
+    for key, paths in (("inputs", inputs), ("outputs", outputs), ("awaits", awaits)):
+        listed = _paths(paths)
+        if listed:
+            hints[key] = listed
     if map_length is not None:
         hints["map_length"] = _primitive(map_length)  # checked (naming DAG and task) by the policy
     return merge_hints(executor_config, hints)
+
+
+def _paths(paths: object) -> list[str]:
+    """Dataset paths as a list of strings. One path (a string, ``bytes`` or an ``os.PathLike`` such as a
+    ``pathlib.Path`` or an ``ObjectStoragePath``) is a list of one, not a list of its characters; a path
+    is kept as ``str()`` writes it (an object storage path keeps its ``s3://``; one with a connection
+    id is ``protocol://path``, without the ``conn@`` its ``str()`` puts in)."""
+    from airflow_gpu_dag.datasets.completeness import storage_url
+
+    if paths is None or (isinstance(paths, str | bytes) and not paths):
+        return []
+    if isinstance(paths, str | bytes | os.PathLike):
+        paths = [paths]
+    if not isinstance(paths, Iterable):
+        return [storage_url(paths)[0]]  # kept as written: one path
+    return [os.fsdecode(p) if isinstance(p, bytes) else storage_url(p)[0] for p in paths]
 
 
 def _primitive(value: object) -> object:

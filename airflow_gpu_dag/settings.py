@@ -132,6 +132,7 @@ def config_problems() -> list[tuple[str, str]]:
     Where an option is read, such a value is ignored (its default used) with a logged warning: the
     scheduler must not stop on it. The cluster policy and ``airflow gpu-dag lint`` report these as
     errors (``bad-config``) so they are found when DAGs are parsed, not by reading scheduler logs.
+    Never raises.
     """
     problems: list[tuple[str, str]] = []
     if pools := pools_problem():
@@ -139,17 +140,90 @@ def config_problems() -> list[tuple[str, str]]:
     raw = conf_get("max_gpus_per_host", None)
     if raw and isinstance(size := _host_size(raw), str):
         problems.append(("max_gpus_per_host", f"{raw!r} {size}"))
-    for key in ("default_duration", "reservation_gap", "reservation_overdue", "watermark_watchdog_interval"):
+    for key in _DURATIONS:
         raw = conf_get(key, None)
         if raw:
             try:
-                parse_duration(raw)
+                seconds = parse_duration(raw)
             except EstimateError as err:
                 problems.append((key, f"{raw!r}: {err}"))
+                continue
+            if key == "learned_refresh" and seconds < MIN_LEARNED_REFRESH_S:
+                problems.append((key, f"{raw!r} is under 1s, the shortest refresh"))
     raw = conf_get("key_epoch", None)
-    if raw and not math.isfinite(_epoch(raw)):
-        problems.append(("key_epoch", f"{raw!r} is neither epoch seconds nor an ISO date"))
+    if raw and (problem := _epoch_problem(raw)):
+        problems.append(("key_epoch", problem))
+    for key, known in _CHOICES.items():
+        if problem := _choice(key, known)[1]:
+            problems.append((key, problem))
+    for key in _BOOLEANS:
+        if problem := _boolean(key)[1]:
+            problems.append((key, problem))
+    for key in ("plan_search_budget", "planner_nice"):
+        raw = (conf_get(key, None) or "").strip()
+        try:
+            int(raw or "0")
+        except ValueError:
+            problems.append((key, f"{raw!r} is not a whole number"))
     return problems
+
+
+#: Options that are durations (``parse_duration``): where read, one that does not parse is ignored.
+_DURATIONS = (
+    "default_duration",
+    "reservation_gap",
+    "reservation_overdue",
+    "watermark_watchdog_interval",
+    "learned_refresh",
+    "budget_claim_ttl",
+)
+#: Options with a fixed set of values: the values, each with the one it means (the first: the default).
+_CHOICES: dict[str, dict[str, str]] = {
+    "plan_policy": {
+        "reservation": "reservation",
+        "greedy": "critical_path",
+        "stock": "critical_path",
+        "critical_path": "critical_path",
+    },
+    "plan_backfill": {"easy": "easy", "strict": "strict"},
+}
+#: Boolean options and their defaults.
+_BOOLEANS = {"plan_in_background": True, "learned_durations": True}
+#: Boolean values: those of Airflow's ``conf.getboolean`` (t, true, 1 / f, false, 0; any case, an inline
+#: ``# comment`` dropped) and the yes/no, on/off the provider has always accepted.
+_TRUE = frozenset({"t", "true", "1", "y", "yes", "on"})
+_FALSE = frozenset({"f", "false", "0", "n", "no", "off"})
+
+
+def _choice(key: str, known: dict[str, str]) -> tuple[str, str | None]:
+    """``[gpu_dag] key`` as what it means in ``known`` (unset or empty: the default, ``known``'s first),
+    and what is wrong with it (None: nothing; else the default is used)."""
+    default = next(iter(known))
+    raw = conf_get(key, None)
+    value = (raw or "").split("#", 1)[0].strip().lower() or default
+    if value in known:
+        return known[value], None
+    return known[default], f"{raw!r} is not one of {', '.join(known)}"
+
+
+def _boolean(key: str) -> tuple[bool, str | None]:
+    """``[gpu_dag] key`` as a boolean (unset or empty: its default in :data:`_BOOLEANS`) and what is
+    wrong with it (None: nothing; else the default is used). Never raises."""
+    default = _BOOLEANS[key]
+    raw = conf_get(key, None)
+    value = (raw or "").split("#", 1)[0].strip().lower()
+    if not value:
+        return default, None
+    if value in _TRUE or value in _FALSE:
+        return value in _TRUE, None
+    return default, f"{raw!r} is not a boolean (true or false)"
+
+
+def _read_boolean(key: str) -> bool:
+    value, problem = _boolean(key)
+    if problem:
+        _warn_once(key, "airflow-gpu-dag: [gpu_dag] %s %s; using %s", key, problem, str(value).lower())
+    return value
 
 
 WATCHDOG_INTERVAL = "10s"
@@ -225,26 +299,57 @@ def _epoch(raw: str) -> float:
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
+def _epoch_problem(raw: str, now: float | None = None) -> str | None:
+    """What is wrong with ``raw`` as ``[gpu_dag] key_epoch`` at ``now`` (epoch seconds; None: the clock).
+
+    A weight is ``2**31 - 1 - round(key - epoch)`` with a key about the trigger time: an epoch after now
+    (a date ahead, epoch milliseconds) puts every key before it, so every weight is the int32 maximum
+    and no order is left; keys more than 2**30 s (34 years) after it make weights under
+    ``KEY_WEIGHT_FLOOR``, which the watermark controller no longer reads as keys."""
+    import time
+
+    from airflow_gpu_dag.core.objective import KEY_WEIGHT_FLOOR
+
+    epoch = _epoch(raw)
+    if not math.isfinite(epoch):  # "nan" and "inf" parse as floats: every key would be NaN or infinite
+        return f"{raw!r} is neither epoch seconds nor an ISO date"
+    now = time.time() if now is None else now
+    if epoch > now:
+        unit = " (epoch milliseconds? give seconds)" if epoch > 1e11 else ""
+        return (
+            f"{raw!r} is in the future{unit}: every key would be before it and every weight "
+            "2147483647; use a past date such as 2025-01-01"
+        )
+    if epoch < now - KEY_WEIGHT_FLOOR:
+        return f"{raw!r} is more than 34 years (2**30 s) ago: weights would no longer be read as keys"
+    return None
+
+
 def key_epoch() -> float:
     """``[gpu_dag] key_epoch``: the epoch of cross-DAG keys, epoch seconds or an ISO date (default
-    2025-01-01T00:00:00Z). Every scheduler, api-server and controller must use the same value."""
+    2025-01-01T00:00:00Z), in the past and less than 34 years ago (:func:`_epoch_problem`); any other
+    value is logged once and the default used. Every scheduler, api-server and controller must use the
+    same value."""
     from airflow_gpu_dag.core.objective import DEFAULT_EPOCH
 
     raw = conf_get("key_epoch", None)
     if not raw:
         return DEFAULT_EPOCH
-    epoch = _epoch(raw)
-    if math.isfinite(epoch):  # "nan" and "inf" parse as floats: every key would be NaN or infinite
-        return epoch
-    _warn_once("key_epoch", "airflow-gpu-dag: [gpu_dag] key_epoch %r is invalid; using 2025-01-01", raw)
+    problem = _epoch_problem(raw)
+    if problem is None:
+        return _epoch(raw)
+    _warn_once("key_epoch", "airflow-gpu-dag: [gpu_dag] key_epoch %s; using 2025-01-01", problem)
     return DEFAULT_EPOCH
 
 
 def plan_policy() -> str:
     """``[gpu_dag] plan_policy``: ``reservation`` (default: the watermark controller reserves) or
-    ``greedy`` (stock pool admission); as the simulator's policy name."""
-    raw = conf_get("plan_policy", "reservation") or "reservation"
-    return "critical_path" if raw.strip().lower() in ("greedy", "stock", "critical_path") else "reservation"
+    ``greedy`` (stock pool admission); as the simulator's policy name. Another value is logged once and
+    ``reservation`` used."""
+    value, problem = _choice("plan_policy", _CHOICES["plan_policy"])
+    if problem:
+        _warn_once("plan_policy", "airflow-gpu-dag: [gpu_dag] plan_policy %s; using reservation", problem)
+    return value
 
 
 def plan_search_budget() -> int:
@@ -260,14 +365,19 @@ def plan_search_budget() -> int:
 
 def plan_strict_backfill() -> bool:
     """``[gpu_dag] plan_backfill``: ``strict`` when the watermark controller's pools use
-    ``backfill: strict`` (the plan is made for that controller); anything else plans for the default."""
-    return (conf_get("plan_backfill", "easy") or "easy").strip().lower() == "strict"
+    ``backfill: strict`` (the plan is made for that controller), ``easy`` (default) otherwise; another
+    value is logged once and ``easy`` used."""
+    value, problem = _choice("plan_backfill", _CHOICES["plan_backfill"])
+    if problem:
+        _warn_once("plan_backfill", "airflow-gpu-dag: [gpu_dag] plan_backfill %s; using easy", problem)
+    return value == "strict"
 
 
 def plan_in_background() -> bool:
     """``[gpu_dag] plan_in_background`` (default true): plans are made off the scheduler loop, in a
-    subprocess; false plans inline (tests, or a scheduler that must not start processes)."""
-    return (conf_get("plan_in_background", "true") or "true").strip().lower() not in ("false", "0", "no")
+    subprocess; false plans inline (tests, or a scheduler that must not start processes). A boolean
+    as Airflow reads them (:data:`_TRUE`, :data:`_FALSE`); another value is logged once, true used."""
+    return _read_boolean("plan_in_background")
 
 
 #: Default of ``[gpu_dag] planner_nice``.
@@ -288,17 +398,24 @@ def planner_nice() -> int:
 
 
 LEARNED_REFRESH = "10m"
+#: The shortest ``[gpu_dag] learned_refresh``, seconds.
+MIN_LEARNED_REFRESH_S = 1.0
 
 
 def learned_refresh() -> float:
     """``[gpu_dag] learned_refresh`` in seconds (default 10m): how old the learned durations behind the
-    priority weights may get. An invalid value is logged once and the default used."""
+    priority weights may get. An invalid value (one that does not parse, or under 1 s) is logged once
+    and the default used."""
     raw = conf_get("learned_refresh", LEARNED_REFRESH) or LEARNED_REFRESH
     try:
-        return parse_duration(raw)
+        seconds = parse_duration(raw)
     except EstimateError as err:
         _warn_once("learned_refresh", "[gpu_dag] learned_refresh %r is invalid (%s); using 10m", raw, err)
         return parse_duration(LEARNED_REFRESH)
+    if seconds < MIN_LEARNED_REFRESH_S:
+        _warn_once("learned_refresh", "[gpu_dag] learned_refresh %r is under 1s; using 10m", raw)
+        return parse_duration(LEARNED_REFRESH)
+    return seconds
 
 
 def queue_sites() -> dict[str, dict[str, object]] | None:
@@ -339,16 +456,11 @@ def _conf_number(key: str, default: float, kind: type = float) -> float:
 
 
 def estimate_settings() -> EstimateSettings:
-    """How durations are learned from past runs: ``[gpu_dag] learned_durations`` (true/false, default
-    true), ``learned_window`` (last N successful tries, 20), ``learned_quantile`` (0.9),
-    ``learned_min_runs`` (3) and ``learned_flag_factor`` (1.5). An invalid value is logged and the
-    default used."""
-    enabled = (conf_get("learned_durations", "true") or "true").strip().lower() not in (
-        "false",
-        "0",
-        "off",
-        "no",
-    )
+    """How durations are learned from past runs: ``[gpu_dag] learned_durations`` (a boolean, default
+    true, read as :func:`plan_in_background`), ``learned_window`` (last N successful tries, 20),
+    ``learned_quantile`` (0.9), ``learned_min_runs`` (3) and ``learned_flag_factor`` (1.5). An invalid
+    value is logged and the default used."""
+    enabled = _read_boolean("learned_durations")
     default = EstimateSettings()
     values = {
         "window": int(_conf_number("learned_window", default.window, int)),

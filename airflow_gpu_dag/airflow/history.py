@@ -146,23 +146,24 @@ def read_map_counts(
     from sqlalchemy import func, select
 
     # the runs looked at: more than `runs`, as the newest ones may not have expanded the task yet
-    # (queued, running, failed before it): they hold no instance and are skipped, not counted as none
+    # (queued, running, failed before it): they hold no instance and are skipped, not counted as none.
+    # A derived table joined on, not `run_id IN (SELECT ... LIMIT n)`: MySQL and MariaDB refuse LIMIT
+    # inside an IN subquery (error 1235); every database Airflow supports takes it in a FROM.
     recent = (
-        select(DagRun.run_id)
+        select(DagRun.run_id.label("run_id"), DagRun.run_after.label("run_after"))
         .where(DagRun.dag_id == dag_id)
         .order_by(DagRun.run_after.desc())
         .limit(max(1, runs) * MAP_COUNT_SCAN)
-        .scalar_subquery()
+        .subquery("recent_runs")
     )
-    newest = func.max(DagRun.run_after)
+    newest = func.max(recent.c.run_after)
     query = (
         select(TI.task_id, TI.run_id, func.count(), newest)
-        .join(DagRun, (DagRun.dag_id == TI.dag_id) & (DagRun.run_id == TI.run_id))
+        .join(recent, recent.c.run_id == TI.run_id)
         .where(
             TI.dag_id == dag_id,
             TI.map_index >= 0,
             TI.task_id.in_(list(task_ids)),
-            TI.run_id.in_(recent),
             (TI.state.is_(None)) | (TI.state != "removed"),
         )
         .group_by(TI.task_id, TI.run_id)

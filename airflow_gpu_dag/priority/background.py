@@ -8,6 +8,8 @@ declared estimates (same unit, so nothing jumps when the plan arrives). A failin
 logged once and not retried for that DAG version. With ``[gpu_dag] plan_in_background = false`` the
 work runs inline (tests). The subprocess runs at ``[gpu_dag] planner_nice`` (default 19): the kernel
 gives the scheduler the CPU first, so a busy machine delays plans, never the scheduler loop.
+:meth:`Background.close` ends the thread and the subprocess once the queued jobs are done (the weights
+call it when new settings replace the object).
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ PLAN_TIMEOUT_S = 300.0
 #: Plans kept per process (by fingerprint).
 MAX_PLANS = 512
 
+#: The key of the job that ends the worker (:meth:`Background.close`).
+_CLOSE = "\0close"
+
 PlanRequest = tuple[str, TaskGraph, dict[str, int], str, int, bool]  # fingerprint, graph, caps, policy, ...
 
 
@@ -61,6 +66,7 @@ class Background:
         self._jobs: queue.Queue[tuple[str, Callable[[], None]]] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._pool: ProcessPoolExecutor | None = None
+        self._closed = False
         self.plan_seconds: list[float] = []  # how long each plan took (metrics, tests)
 
     # -- plans ----------------------------------------------------------------------------------
@@ -137,6 +143,8 @@ class Background:
             return
         self._jobs.put((key, job))
         with self._lock:
+            if self._closed:  # replaced: the job runs in the closing worker if it is still draining
+                return
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._work, name="gpu-dag-weights", daemon=True)
                 self._thread.start()
@@ -147,11 +155,33 @@ class Background:
 
     def _work(self) -> None:
         while True:
-            _key, job = self._jobs.get()
+            key, job = self._jobs.get()
+            if key == _CLOSE:
+                self._reset_executor()
+                return
             try:
                 job()
             except Exception:  # never let the worker die
                 log.exception("airflow-gpu-dag: background job failed")
+
+    def close(self) -> None:
+        """Let the worker thread finish the queued jobs, then end it and its planning subprocess; no
+        thread is started again (the object was replaced). Returns at once."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            running = self._thread is not None and self._thread.is_alive()
+        if running:
+            self._jobs.put((_CLOSE, lambda: None))
+        else:
+            self._reset_executor()
+
+    @property
+    def running(self) -> bool:
+        """Whether the worker thread is alive (tests)."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
 
     def wait_idle(self, timeout: float = 60.0) -> bool:
         """Wait until no job is queued or running (tests, benchmarks); True when idle."""

@@ -13,7 +13,9 @@ thread per process:
   ago.
 
 At most :data:`MAX_VERSIONS` DAG versions are kept, the least recently asked for dropped first. With
-``inline=True`` (``[gpu_dag] plan_in_background = false``: tests) the read happens in the caller.
+``inline=True`` (``[gpu_dag] plan_in_background = false``: tests) the read happens in the caller. The
+refresh bound is at least :data:`MIN_REFRESH_S`; :meth:`LearnedDurations.stop` ends the thread (the
+weights call it when new settings replace the object).
 """
 
 from __future__ import annotations
@@ -27,13 +29,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.settings import MIN_LEARNED_REFRESH_S
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LEARNED_REFRESH_S", "MAX_VERSIONS", "Learned", "LearnedDurations"]
+__all__ = [
+    "LEARNED_REFRESH_S",
+    "MAX_VERSIONS",
+    "MIN_REFRESH_S",
+    "Learned",
+    "LearnedDurations",
+    "refresh_bound",
+]
 
 #: Default of ``[gpu_dag] learned_refresh``: how old a DAG's learned durations may get, seconds.
 LEARNED_REFRESH_S = 600.0
+#: The shortest refresh bound: a shorter ``refresh_s`` is raised to it (``[gpu_dag] learned_refresh``
+#: under it is refused where it is read and reported by ``settings.config_problems``).
+MIN_REFRESH_S = MIN_LEARNED_REFRESH_S
 #: DAG versions whose learned durations are kept per process.
 MAX_VERSIONS = 1024
 #: After each read the thread sleeps this many times as long as the read took (at most YIELD_MAX_S).
@@ -54,6 +67,12 @@ class Learned:
     def changes_nothing(self) -> bool:
         """Nothing was learned: no history, or no task with a learned duration or a past map count."""
         return self.graph is None or self.learned_tasks == 0
+
+
+def refresh_bound(refresh_s: float) -> float:
+    """The refresh bound a :class:`LearnedDurations` made with ``refresh_s`` uses (at least
+    :data:`MIN_REFRESH_S`): what to compare its ``refresh_s`` with to tell whether settings changed."""
+    return max(MIN_REFRESH_S, refresh_s)
 
 
 def read_learned(dag: Any) -> tuple[TaskGraph | None, int]:
@@ -88,7 +107,7 @@ class LearnedDurations:
         clock: Callable[[], float] = time.monotonic,
         prepare: Callable[[str, Any, Learned], None] | None = None,
     ) -> None:
-        self.refresh_s = max(1.0, refresh_s)
+        self.refresh_s = refresh_bound(refresh_s)
         self.inline = inline
         self._read = read
         self._clock = clock
@@ -98,6 +117,7 @@ class LearnedDurations:
         self._wanted: set[str] = set()  # asked for, not read yet
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self.reads = 0  # DAG versions read (tests, metrics)
 
@@ -112,7 +132,12 @@ class LearnedDurations:
                 self._entries.pop(old, None)
                 self._wanted.discard(old)
             entry = self._entries.get(version)
-            queue = entry is None and not self.inline and version not in self._wanted
+            queue = (
+                entry is None
+                and not self.inline
+                and version not in self._wanted
+                and not self._stopped.is_set()
+            )
             if queue:
                 self._wanted.add(version)
                 self._start()
@@ -150,7 +175,21 @@ class LearnedDurations:
         return entry
 
     # -- the refresh thread -------------------------------------------------------------------------
+    def stop(self) -> None:
+        """End the refresh thread (after the read in progress, if any) and start no other: the object
+        was replaced. Entries already read stay readable; new versions are no longer read."""
+        self._stopped.set()
+        self._wake.set()
+
+    @property
+    def running(self) -> bool:
+        """Whether the refresh thread is alive (tests)."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
     def _start(self) -> None:
+        if self._stopped.is_set():
+            return
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._loop, name="gpu-dag-learned", daemon=True)
             self._thread.start()
@@ -166,10 +205,12 @@ class LearnedDurations:
             ]
 
     def _loop(self) -> None:
-        while True:
+        while not self._stopped.is_set():
             self._wake.wait(timeout=self.refresh_s / 4)
             self._wake.clear()
             for version, dag in self._due():
+                if self._stopped.is_set():
+                    return
                 started = time.monotonic()
                 try:
                     self._refresh(version, dag)
@@ -177,7 +218,7 @@ class LearnedDurations:
                     log.exception("airflow-gpu-dag: refreshing learned durations failed")
                 # Building a large DAG's learned graph is Python work that holds the GIL: rest twice as
                 # long as it took, so the scheduler's own thread keeps at least two thirds of the time.
-                time.sleep(min(YIELD_MAX_S, YIELD_FACTOR * (time.monotonic() - started)))
+                self._stopped.wait(min(YIELD_MAX_S, YIELD_FACTOR * (time.monotonic() - started)))
 
     def wait_for(self, version: str, timeout: float = 30.0) -> Learned | None:
         """Wait until DAG version ``version`` has been read (tests, benchmarks)."""

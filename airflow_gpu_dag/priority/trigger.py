@@ -1,10 +1,11 @@
 """When a DAG run was triggered, as seen by ``get_weight`` (which gets a task instance, not its run).
 
 In order: the run's ``run_after`` (or ``queued_at``) when the task instance carries its loaded run; the
-timestamp in the run id of a manual or asset-triggered run (``manual__2026-11-30T12:00:00+00:00``: the
-moment it was triggered); otherwise the first moment this process saw the run (scheduled runs are
-created when they are due, by the scheduler that creates their task instances). Never touches the
-database: a lazy load inside the scheduler's transaction is exactly what ``get_weight`` must not do.
+timestamp in the run id of a manual, operator-triggered, asset-triggered or asset-materialization run
+(``manual__2026-11-30T12:00:00+00:00``: the moment it was triggered), with whatever Airflow 3 appends
+after it (:func:`parse_run_id_time`); otherwise the first moment this process saw the run (scheduled
+runs are created when they are due, by the scheduler that creates their task instances). Never touches
+the database: a lazy load inside the scheduler's transaction is exactly what ``get_weight`` must not do.
 
 A time more than :data:`CLOCK_SKEW` in the future is taken as now, and one more than
 :data:`MAX_RUN_AGE` before now as that: a run id is user-settable over REST
@@ -34,14 +35,31 @@ MAX_RUN_AGE = 30 * 86400.0
 #: named the run and of this scheduler may differ a little); beyond it, the run is weighed as of now.
 CLOCK_SKEW = 600.0
 
-#: Run types whose run id carries the moment the run was created (Airflow 3: run_after for a manual
-#: run without a logical date). Scheduled and backfill run ids carry the logical date instead.
-_CREATED_AT_ID = ("manual", "asset_triggered", "dataset_triggered")
-_RUN_ID = re.compile(r"^(?P<type>[a-z_]+)__(?P<when>\d{4}-\d\d-\d\dT[^ ]+)$")
+#: Run types whose run id carries the moment the run was created: its ``run_after``, which for these
+#: runs is when it was triggered (Airflow 2: ``dataset_triggered``). Scheduled and backfill run ids carry
+#: the moment they were due by the schedule (long ago for a catch-up or a backfill): first seen instead.
+_CREATED_AT_ID = (
+    "manual",
+    "operator_triggered",
+    "asset_triggered",
+    "asset_materialization",
+    "dataset_triggered",
+)
+#: ``<type>__<run_after.isoformat()>`` and what Airflow 3.3 may append after it (``DagRunType``'s
+#: ``generate_run_id``): ``_<8 random letters>`` (``DagRun.generate_run_id`` without a logical date:
+#: asset-triggered runs, ``TriggerDagRunOperator``), ``__<8 random letters>`` or
+#: ``__<partition key>__<8 random letters>`` (``CronPartitionTimetable``).
+_RUN_ID = re.compile(
+    r"^(?P<type>[a-z_]+?)__"
+    r"(?P<when>\d{4}-\d\d-\d\dT\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?(?:Z|[+-]\d\d(?::?\d\d)?)?)"
+    r"(?:_.*)?$",
+    re.DOTALL,
+)
 
 
 def parse_run_id_time(run_id: str) -> float | None:
-    """Epoch seconds in a manual / asset-triggered run id, else None."""
+    """Epoch seconds in a manual, operator-triggered, asset-triggered or asset-materialization run id
+    (a random or partition suffix after the time ignored), else None."""
     match = _RUN_ID.match(run_id or "")
     if not match or match.group("type") not in _CREATED_AT_ID:
         return None

@@ -7,13 +7,15 @@ triggered at ``T``::
 
 (:mod:`airflow_gpu_dag.core.objective`): ``remaining`` is the critical path from the task to the end of
 the run (``critical_path`` rule) or the packing plan's planned end - planned start (``packing`` rule,
-once the plan is ready; the critical path until then), ``W`` the DAG's GPU work over the pool capacity,
-``s`` the objective's stretch, ``E`` ``[gpu_dag] key_epoch``. Work per call: dictionary lookups, plus,
-once per DAG object, the O(V + E) basis (:mod:`.basis`): made off the scheduler loop when the task
-carries the critical path the dag-processor computed (:mod:`airflow_gpu_dag.airflow.parse_time`, written
-by the cluster policy; the weights use it until the basis is ready), else inline. Plans come from
-:class:`~.background.Background`, durations learned from past runs from :class:`~.learned.LearnedDurations`
-(both off the scheduler loop). Settings are re-read at most every :data:`SETTINGS_TTL_S` seconds.
+once the plan is ready; the critical path until then; for a DAG of more than
+:data:`PACKING_PLAN_MAX_TASKS` tasks, which is not planned, the ``width_aware`` critical path), ``W``
+the DAG's GPU work over the pool capacity, ``s`` the objective's stretch, ``E`` ``[gpu_dag] key_epoch``.
+Work per call: dictionary lookups, plus, once per DAG object, the O(V + E) basis (:mod:`.basis`): made
+off the scheduler loop when the task carries the critical path the dag-processor computed
+(:mod:`airflow_gpu_dag.airflow.parse_time`, written by the cluster policy; the weights use it until the
+basis is ready), else inline. Plans come from :class:`~.background.Background`, durations learned from
+past runs from :class:`~.learned.LearnedDurations` (both off the scheduler loop). Settings are re-read
+at most every :data:`SETTINGS_TTL_S` seconds.
 """
 
 from __future__ import annotations
@@ -35,10 +37,10 @@ from airflow_gpu_dag.core.estimates import planning_error
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.objective import Objective, key_weight, run_shape, work_of
 from airflow_gpu_dag.core.resources import format_duration
-from airflow_gpu_dag.core.rules import clamp_int32
+from airflow_gpu_dag.core.rules import clamp_int32, width_aware_weights
 from airflow_gpu_dag.priority.background import Background
 from airflow_gpu_dag.priority.basis import DagBasis, build_basis
-from airflow_gpu_dag.priority.learned import LEARNED_REFRESH_S, Learned, LearnedDurations
+from airflow_gpu_dag.priority.learned import LEARNED_REFRESH_S, Learned, LearnedDurations, refresh_bound
 from airflow_gpu_dag.priority.trigger import TriggerTimes
 
 log = logging.getLogger(__name__)
@@ -52,7 +54,7 @@ __all__ = [
     "policy_text",
 ]
 
-#: Above this many tasks no packing plan is made (the critical path is used).
+#: Above this many tasks no packing plan is made: the ``width_aware`` critical path is used instead.
 PACKING_PLAN_MAX_TASKS = 3000
 SETTINGS_TTL_S = 30.0
 #: DAG versions whose latest basis is kept per process (shared by the objects of a version).
@@ -143,15 +145,33 @@ class CrossDagWeights:
             self._settings_at = now
             background = (not self._settings.plan_in_background, self._settings.planner_nice)
             if self.background is None or (self.background.inline, self.background.nice) != background:
-                self.background = Background(inline=background[0], label=self.rule, nice=background[1])
-            inline, refresh = not self._settings.plan_in_background, self._settings.learned_refresh
+                old_background, self.background = (
+                    self.background,
+                    Background(inline=background[0], label=self.rule, nice=background[1]),
+                )
+                if old_background is not None:
+                    old_background.close()  # its thread and subprocess end once its queued jobs are done
+            # compared as LearnedDurations keeps it (at least 1 s): else every re-read makes a new one
+            inline, refresh = (
+                not self._settings.plan_in_background,
+                refresh_bound(self._settings.learned_refresh),
+            )
             if self.learned is None or (self.learned.inline, self.learned.refresh_s) != (inline, refresh):
-                self.learned = LearnedDurations(refresh, inline=inline, prepare=self._prepare_learned)
+                old_learned, self.learned = (
+                    self.learned,
+                    LearnedDurations(refresh, inline=inline, prepare=self._prepare_learned),
+                )
+                if old_learned is not None:
+                    old_learned.stop()  # else its refresh thread re-reads every DAG's history for ever
         return self._settings
 
     def reset(self) -> None:
-        """Forget settings, bases and plans (tests)."""
+        """Forget settings, bases and plans (tests); the threads of the forgotten objects end."""
         with self._lock:
+            if self.background is not None:
+                self.background.close()
+            if self.learned is not None:
+                self.learned.stop()
             self._settings = None
             self._bases = weakref.WeakKeyDictionary()
             self._failed = weakref.WeakKeyDictionary()
@@ -311,8 +331,19 @@ class CrossDagWeights:
             raise
 
     def _apply_plan(self, basis: DagBasis, current: WeightSettings) -> None:
-        if not basis.capacity or len(basis.graph) > PACKING_PLAN_MAX_TASKS:
-            basis.planned = True  # nothing to plan against / too large: the critical path it is
+        if not basis.capacity:
+            basis.planned = True  # nothing to plan against: the critical path it is
+            return
+        if len(basis.graph) > PACKING_PLAN_MAX_TASKS:
+            # too large to plan: the width_aware rule (O(V + E)), the critical path in which a wide task
+            # also pays for the drain it needs; its weights are tenths of a second
+            basis.planned = True
+            try:
+                widths = width_aware_weights(basis.graph, basis.capacity)
+            except Exception:  # the critical path stands
+                log.exception("airflow-gpu-dag: width_aware weights of DAG %r failed", basis.dag_id)
+                return
+            basis.shape = replace(basis.critical, remaining={t: w / 10.0 for t, w in widths.items()})
             return
         assert self.background is not None
         remaining = self.background.plan(

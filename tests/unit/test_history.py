@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from airflow.providers.standard.operators.bash import BashOperator
@@ -188,3 +190,41 @@ def test_learning_off_reads_nothing() -> None:
     graph, _ = build_task_graph(_dag())
     estimates = learned_durations("learn", graph, EstimateSettings(enabled=False), session=NoSession())
     assert {e.source for e in estimates.values()} == {"declared", "default"}
+
+
+def _subquery_after_in(sql: str) -> list[str]:
+    """The text inside every ``IN (SELECT ...)`` of ``sql`` (up to its closing parenthesis)."""
+    import re
+
+    found = []
+    for match in re.finditer(r"\bIN\s*\(\s*SELECT\b", sql, re.IGNORECASE):
+        depth, start = 0, match.end() - len("SELECT")
+        for index in range(match.end() - len("SELECT") - 1, len(sql)):
+            depth += {"(": 1, ")": -1}.get(sql[index], 0)
+            if depth == 0:
+                found.append(sql[start:index])
+                break
+    return found
+
+
+def test_map_counts_query_has_no_limit_inside_an_in_subquery_on_mysql() -> None:
+    """``run_id IN (SELECT ... ORDER BY ... LIMIT 20)``: MySQL and MariaDB (Airflow metadata databases)
+    refuse LIMIT inside an IN subquery (error 1235), so on them the map counts were never read."""
+    from sqlalchemy.dialects import mysql, postgresql
+
+    captured: list[Any] = []
+
+    class Capture:
+        def execute(self, query: Any) -> Any:
+            captured.append(query)
+            return SimpleNamespace(all=list)
+
+    assert read_map_counts("d", ["train"], session=Capture()) == {}
+    (query,) = captured
+    for dialect in (mysql.dialect(), postgresql.dialect()):
+        sql = str(query.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
+        assert "LIMIT 20" in sql  # the recent runs are still bounded...
+        assert all("LIMIT" not in inner.upper() for inner in _subquery_after_in(sql)), sql  # ...not in an IN
+    assert _subquery_after_in("x IN (SELECT a FROM t ORDER BY a LIMIT 3) AND y") == [
+        "SELECT a FROM t ORDER BY a LIMIT 3"
+    ]

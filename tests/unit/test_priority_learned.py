@@ -267,3 +267,98 @@ def test_policy_text_says_the_packing_plan_hedges_by_the_learned_error() -> None
         TaskNode("train", 3600.0, GpuRequest(4), pool="gpu", pool_slots=4, attrs={"learned_error": 0.026})
     )
     assert "off by" not in policy_text(critical, read)  # no plan to hedge
+
+
+def _live(name: str) -> int:
+    return sum(1 for t in threading.enumerate() if t.name == name and t.is_alive())
+
+
+def _until(condition: Any, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return bool(condition())
+
+
+def test_a_refresh_under_one_second_keeps_one_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``[gpu_dag] learned_refresh`` under 1 s: the weights compared the raw setting with the reader's
+    refresh bound (raised to 1 s), so every settings re-read (each 30 s) built a new LearnedDurations,
+    and the old one's thread re-read every DAG's history each second for the life of the scheduler."""
+    from airflow_gpu_dag.core.objective import get_objective
+    from airflow_gpu_dag.priority.weights import CrossDagWeights, WeightSettings
+
+    def read() -> WeightSettings:
+        return WeightSettings(
+            get_objective("balanced"),
+            DEFAULT_EPOCH,
+            {},
+            "reservation",
+            0,
+            False,
+            plan_in_background=True,
+            learned=True,
+            learned_refresh=0.0,
+        )
+
+    weights = CrossDagWeights("critical_path", read_settings=read)
+    weights.settings()
+    first = weights.learned
+    assert first is not None and first.refresh_s == 1.0
+    for _ in range(3):
+        weights._settings_at -= 31  # the settings' TTL has passed: re-read
+        weights.settings()
+        assert weights.learned is first
+    weights.reset()
+
+
+def test_a_replaced_reader_stops_its_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """New settings (another refresh bound) replace the LearnedDurations: the old one's thread ends."""
+    sdag = _pipeline()
+    history = FakeHistory(train_s=1200.0)
+    _use(monkeypatch, history, inline=False, refresh="1s")
+    weights = CriticalPathPriorityStrategy._weights
+    before = _live("gpu-dag-learned")
+    _remaining(sdag, "prep")  # queues the read: the refresh thread starts
+    old = weights.learned
+    assert old is not None and _until(lambda: old.running)
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_REFRESH", "2s")
+    weights._settings_at -= 31
+    weights.settings()
+    assert weights.learned is not old and weights.learned is not None and weights.learned.refresh_s == 2.0
+    assert _until(lambda: not old.running), "the replaced reader's thread still runs"
+    reads = len(history.threads)
+    time.sleep(1.5)  # longer than the old refresh bound: it reads nothing more
+    assert len(history.threads) == reads
+    assert _live("gpu-dag-learned") <= before + 1
+
+
+def test_a_stopped_reader_reads_nothing_new() -> None:
+    history = FakeHistory(train_s=1200.0)
+    learned = LearnedDurations(1.0, read=history)
+    assert learned.get("wrong:v1", _pipeline()) is None
+    assert learned.wait_for("wrong:v1") is not None and learned.running
+    learned.stop()
+    assert _until(lambda: not learned.running)
+    assert learned.get("wrong:v1", _pipeline()) is not None  # what was read stays readable
+    assert learned.get("wrong:v2", _pipeline()) is None and not learned.running
+    assert history.threads == ["gpu-dag-learned"]
+
+
+def test_a_replaced_background_ends_its_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """New settings (another planner_nice) replace the background worker: the old thread ends once its
+    queued jobs are done."""
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "true")
+    weights = CriticalPathPriorityStrategy._weights
+    weights.reset()
+    weights.settings()
+    old = weights.background
+    assert old is not None and not old.inline
+    done: list[str] = []
+    old.run("job", lambda: done.append(threading.current_thread().name))
+    assert old.wait_idle(10) and old.running
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLANNER_NICE", "5")
+    weights._settings_at -= 31
+    weights.settings()
+    assert weights.background is not old and weights.background is not None and weights.background.nice == 5
+    assert _until(lambda: not old.running), "the replaced worker still runs"
+    assert done == ["gpu-dag-weights"]

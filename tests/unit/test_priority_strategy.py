@@ -260,6 +260,51 @@ def test_packing_keys_follow_the_plan_and_start_from_the_critical_path(
         assert _key(_weight(sdag, task_id, strategy=strategy)) == TRIGGER + 3 * work - round(rest)
 
 
+def test_packing_dags_above_the_planning_limit_use_the_width_aware_weights(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Above ``PACKING_PLAN_MAX_TASKS`` no plan is made and, as docs/priority.md says, the keys follow the
+    ``width_aware`` rule (critical path in which a wide task pays for the drain it needs), not the plain
+    critical path, which put four 50-minute narrow tasks ahead of the 4-GPU task they starve. The limit is
+    patched to 3 so a 5-task DAG takes the branch a 3,001-task DAG takes."""
+    import airflow_gpu_dag.priority.weights as weights_module
+    from airflow_gpu_dag import PACKING_WEIGHT_RULE
+    from airflow_gpu_dag.airflow.graph import build_task_graph
+    from airflow_gpu_dag.core.rules import width_aware_weights
+    from airflow_gpu_dag.priority_strategy import PackingPriorityStrategy
+
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu": 4}')
+    monkeypatch.setattr(weights_module, "PACKING_PLAN_MAX_TASKS", 3)
+    planned: list[object] = []
+    monkeypatch.setattr(Background, "plan", lambda self, request: planned.append(request))
+    with DAG("big", default_args={"weight_rule": PACKING_WEIGHT_RULE}) as dag:
+        BashOperator(
+            task_id="wide",
+            bash_command="true",
+            pool="gpu",
+            pool_slots=4,
+            executor_config=gpu_hints(duration="40m", gpus=4),
+        )
+        for i in range(4):
+            BashOperator(
+                task_id=f"narrow{i}",
+                bash_command="true",
+                pool="gpu",
+                pool_slots=1,
+                executor_config=gpu_hints(duration="50m", gpus=1),
+            )
+    sdag = _serialized(dag)
+    strategy = PackingPriorityStrategy()
+    keys = {t: _key(_weight(sdag, t, strategy=strategy)) for t in sdag.task_dict}
+    assert planned == []  # over the limit: never planned
+    widths = width_aware_weights(build_task_graph(sdag)[0], {"gpu": 4})
+    work = (40 * 60 * 4 + 4 * 50 * 60) / 4
+    assert keys == {t: TRIGGER + 3 * work - round(w / 10) for t, w in widths.items()}
+    assert min(keys, key=keys.__getitem__) == "wide"  # the plain critical path started the narrow ones first
+    # the critical-path rule is unchanged by the limit
+    assert _key(_weight(sdag, "wide")) > _key(_weight(sdag, "narrow0"))
+
+
 def test_a_plan_in_the_background_does_not_block_get_weight(monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow_gpu_dag import PACKING_WEIGHT_RULE
     from airflow_gpu_dag.priority_strategy import PackingPriorityStrategy

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
+import pendulum
 import pytest
 
 from airflow_gpu_dag.priority import trigger
@@ -43,3 +45,124 @@ def test_run_ids_within_the_bound_keep_their_time(times: trigger.TriggerTimes) -
     assert times.of(_ti("manual__2026-11-01T12:00:00+00:00")) == NOW - 29 * 86400.0
     assert times.of(_ti("scheduled__2020-01-01T00:00:00+00:00")) == NOW  # a logical date: first seen
     assert times.of(_ti("manual__2026-11-30T12:05:00+00:00")) == NOW + 300.0  # another host's clock, ahead
+
+
+def _airflow_run_ids(at: datetime) -> dict[str, str]:
+    """The run ids Airflow 3.3 makes for runs whose run id carries the moment they were triggered
+    (``DagRunType.generate_run_id``: ``<type>__<run_after>`` and, since 3.x, a random suffix)."""
+    from airflow.models.dagrun import DagRun
+    from airflow.timetables.base import DataInterval
+    from airflow.timetables.simple import AssetTriggeredTimetable, NullTimetable
+    from airflow.timetables.trigger import CronPartitionTimetable, CronTriggerTimetable
+    from airflow.utils.types import DagRunType
+
+    when = pendulum.instance(at)
+    cron = CronTriggerTimetable("0 * * * *", timezone="UTC")
+    partitioned = CronPartitionTimetable("0 * * * *", timezone="UTC")
+    interval = DataInterval(when.subtract(hours=1), when)
+    return {
+        # the scheduler's asset-triggered runs, and TriggerDagRunOperator without a logical date
+        "asset-triggered (scheduler)": DagRun.generate_run_id(
+            run_type=DagRunType.ASSET_TRIGGERED, logical_date=None, run_after=when
+        ),
+        "TriggerDagRunOperator": DagRun.generate_run_id(
+            run_type=DagRunType.MANUAL, logical_date=None, run_after=when
+        ),
+        "manual, with a logical date": DagRun.generate_run_id(
+            run_type=DagRunType.MANUAL, logical_date=when, run_after=when
+        ),
+        # REST / UI triggers go through the DAG's timetable
+        "REST, schedule=None": NullTimetable().generate_run_id(
+            run_type=DagRunType.MANUAL, run_after=when, data_interval=None
+        ),
+        "REST, cron trigger": cron.generate_run_id(
+            run_type=DagRunType.MANUAL, run_after=when, data_interval=None
+        ),
+        "REST, partitioned cron": partitioned.generate_run_id(
+            run_type=DagRunType.MANUAL, run_after=when, data_interval=None
+        ),
+        "REST, partitioned cron with a key": partitioned.generate_run_id(
+            run_type=DagRunType.MANUAL,
+            run_after=when,
+            data_interval=None,
+            partition_key="2026-11-30T00:00:00",
+        ),
+        "asset materialization": AssetTriggeredTimetable([]).generate_run_id(
+            run_type=DagRunType.ASSET_MATERIALIZATION, run_after=when, data_interval=interval
+        ),
+        "operator-triggered (execution API)": cron.generate_run_id(
+            run_type=DagRunType.OPERATOR_TRIGGERED, run_after=when, data_interval=None
+        ),
+        "microseconds": DagRun.generate_run_id(
+            run_type=DagRunType.ASSET_TRIGGERED, logical_date=None, run_after=when.add(microseconds=250_000)
+        ),
+    }
+
+
+def test_every_run_id_airflow_makes_for_a_triggered_run_gives_its_trigger_time() -> None:
+    """Airflow 3.3 appends a random suffix (``asset_triggered__2026-11-30T12:00:00+00:00_Jcy2ixpR``):
+    the time was not read, so each process weighed the run from the moment *it* first saw it."""
+    at = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    ids = _airflow_run_ids(at)
+    suffixed = ids["asset-triggered (scheduler)"]
+    assert suffixed.startswith("asset_triggered__2026-11-30T12:00:00+00:00_") and len(suffixed) > 43
+    got = {what: trigger.parse_run_id_time(run_id) for what, run_id in ids.items()}
+    expected = {what: NOW + (0.25 if what == "microseconds" else 0.0) for what in ids}
+    assert got == expected, ids
+
+
+@pytest.mark.parametrize(
+    "run_id",
+    [
+        "asset_triggered__2026-11-30T12:00:00+00:00_Jcy2ixpR",
+        "manual__2026-11-30T12:00:00+00:00_aB3dE6gH",
+        "manual__2026-11-30T12:00:00+00:00__aB3dE6gH",
+        "manual__2026-11-30T12:00:00+00:00__2026-11-30__aB3dE6gH",
+        "manual__2026-11-30T17:30:00+05:30",
+        "manual__2026-11-30T12:00:00Z",
+        "dataset_triggered__2026-11-30T12:00:00+00:00",  # Airflow 2
+    ],
+)
+def test_suffixed_run_ids_parse(run_id: str) -> None:
+    assert trigger.parse_run_id_time(run_id) == NOW
+
+
+@pytest.mark.parametrize(
+    "run_id",
+    [
+        "scheduled__2026-11-30T12:00:00+00:00",  # when due by the schedule: long ago for a catch-up
+        "backfill__2026-11-30T12:00:00+00:00",
+        "manual__2026-11-30T12:00:00+00:00x",  # not a suffix Airflow makes
+        "manual__2026-13-30T12:00:00+00:00_Jcy2ixpR",
+        "my own run",
+        "",
+    ],
+)
+def test_other_run_ids_carry_no_trigger_time(run_id: str) -> None:
+    assert trigger.parse_run_id_time(run_id) is None
+
+
+def test_two_processes_weigh_a_suffixed_run_from_the_same_moment() -> None:
+    """The api-server creates the run's task instances at 12:00; the scheduler expands its mapped task
+    two hours later (or restarts): both must use the run's trigger time, not when each first saw it."""
+    run_id = "asset_triggered__2026-11-30T12:00:00+00:00_Jcy2ixpR"
+    creator = trigger.TriggerTimes(clock=lambda: NOW)
+    expander = trigger.TriggerTimes(clock=lambda: NOW + 7200)
+    assert creator.of(_ti(run_id)) == expander.of(_ti(run_id)) == NOW
+
+
+def test_a_loaded_run_comes_first_and_nothing_is_loaded_lazily() -> None:
+    run = SimpleNamespace(run_after=datetime(2026, 11, 30, 11, 0, tzinfo=UTC), queued_at=None)
+    loaded = SimpleNamespace(dag_id="d", run_id="asset_triggered__2026-11-30T12:00:00+00:00_Jcy2ixpR")
+    loaded.__dict__["dag_run"] = run
+    assert trigger.TriggerTimes(clock=lambda: NOW).of(loaded) == NOW - 3600
+
+    class Lazy:  # a relationship not loaded yet: reading it would query the database
+        dag_id = "d"
+        run_id = "asset_triggered__2026-11-30T12:00:00+00:00_Jcy2ixpR"
+
+        @property
+        def dag_run(self) -> object:
+            raise AssertionError("lazy load inside get_weight")
+
+    assert trigger.TriggerTimes(clock=lambda: NOW + 7200).of(Lazy()) == NOW
