@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_gpu_dag.core.estimates import EstimateSettings
 from airflow_gpu_dag.core.resources import EstimateError, parse_duration
@@ -159,13 +159,32 @@ def config_problems() -> list[tuple[str, str]]:
     for key in _BOOLEANS:
         if problem := _boolean(key)[1]:
             problems.append((key, problem))
-    for key in ("plan_search_budget", "planner_nice"):
-        raw = (conf_get(key, None) or "").strip()
-        try:
-            int(raw or "0")
-        except ValueError:
-            problems.append((key, f"{raw!r} is not a whole number"))
+    numbers: dict[str, Any] = {}
+    for key, kind in _NUMBERS.items():
+        if raw := (conf_get(key, None) or "").strip():
+            try:
+                numbers[key] = kind(raw)
+            except ValueError:
+                problems.append((key, f"{raw!r} is not a {'whole ' if kind is int else ''}number"))
+    try:  # the learned_* options' ranges, as EstimateSettings checks them
+        EstimateSettings(**{k.removeprefix("learned_"): v for k, v in numbers.items() if "learned_" in k})
+    except ValueError as err:
+        problems.append((str(err).split()[0], str(err).split(" ", 1)[1]))
+    if numbers.get("too_large_intervals", 1) < 1:
+        problems.append(("too_large_intervals", f"{numbers['too_large_intervals']:g} must be >= 1"))
     return problems
+
+
+#: Options that are numbers: where read, one that is not is ignored (its default used).
+_NUMBERS: dict[str, type] = {
+    "plan_search_budget": int,
+    "planner_nice": int,
+    "learned_window": int,
+    "learned_quantile": float,
+    "learned_min_runs": int,
+    "learned_flag_factor": float,
+    "too_large_intervals": int,
+}
 
 
 #: Options that are durations (``parse_duration``): where read, one that does not parse is ignored.
@@ -186,6 +205,7 @@ _CHOICES: dict[str, dict[str, str]] = {
         "critical_path": "critical_path",
     },
     "plan_backfill": {"easy": "easy", "strict": "strict"},
+    "too_large_action": {"fail": "fail", "keep": "keep"},
 }
 #: Boolean options and their defaults.
 _BOOLEANS = {"plan_in_background": True, "learned_durations": True}
@@ -489,8 +509,7 @@ def too_large_policy() -> tuple[int, str]:
     if intervals < 1:
         log.warning("[gpu_dag] too_large_intervals %r must be >= 1; using 3", intervals)
         intervals = 3
-    action = (conf_get("too_large_action", "fail") or "fail").strip().lower()
-    if action not in TOO_LARGE_ACTIONS:
-        log.warning("[gpu_dag] too_large_action %r must be fail or keep; using fail", action)
-        action = "fail"
+    action, problem = _choice("too_large_action", _CHOICES["too_large_action"])
+    if problem:
+        log.warning("[gpu_dag] too_large_action %s; using fail", problem)
     return intervals, action

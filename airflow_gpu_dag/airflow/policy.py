@@ -117,6 +117,18 @@ def weight_rule_findings(dag: Any, bad: dict[str, list[str]] | None = None) -> l
     return findings
 
 
+def _lease_problem() -> str | None:
+    """What makes ``[gpu_dag]``'s lease options unusable (the GPU operators read them when a task
+    starts, and fail on them), or None."""
+    from airflow_gpu_dag.gpu.lease_settings import LeaseSettings
+
+    try:
+        LeaseSettings.from_config()
+    except ValueError as err:
+        return str(err)
+    return None
+
+
 def priority_findings(dag: Any) -> list[Finding]:
     """The cross-DAG policy's parse-time checks: ``[gpu_dag] objective`` is known, and the DAG's GPU
     tasks use a weight rule whose weights compare with other DAGs' (our rules give every task instance
@@ -143,6 +155,18 @@ def priority_findings(dag: Any) -> list[Finding]:
                 f"[gpu_dag] {option} {problem}; it is ignored where it is read (its default applies).",
                 f"fix or unset [gpu_dag] {option} (env AIRFLOW__GPU_DAG__{option.upper()}); "
                 "docs/configuration.md gives its format.",
+            )
+        )
+    if lease := _lease_problem():
+        findings.append(
+            Finding(
+                ERROR,
+                "bad-config",
+                dag_id,
+                None,
+                f"{lease}: every GPU task fails when it starts (its device lease cannot be taken).",
+                "fix [gpu_dag] lease_ttl, lease_heartbeat (at most half the ttl), lease_poll_interval and "
+                "lease_wait_timeout; docs/configuration.md gives their format.",
             )
         )
     gpu_tasks = [

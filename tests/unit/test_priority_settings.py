@@ -29,6 +29,14 @@ def _fresh(monkeypatch: pytest.MonkeyPatch) -> None:
         "KEY_EPOCH",
         "PLAN_SEARCH_BUDGET",
         "PLANNER_NICE",
+        "LEARNED_WINDOW",
+        "LEARNED_QUANTILE",
+        "LEARNED_MIN_RUNS",
+        "LEARNED_FLAG_FACTOR",
+        "TOO_LARGE_ACTION",
+        "TOO_LARGE_INTERVALS",
+        "LEASE_TTL",
+        "LEASE_HEARTBEAT",
     ):
         monkeypatch.delenv(f"AIRFLOW__GPU_DAG__{key}", raising=False)
     monkeypatch.setattr(settings, "_warned", LogOnce(settings.log))
@@ -275,6 +283,49 @@ def test_bad_config_names_each_option_at_parse_time(monkeypatch: pytest.MonkeyPa
         "plan_policy",
     ]
     assert all(f.is_error for f in found)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "problem"),
+    [
+        ("learned_window", "0", "must be >= 1, got 0"),
+        ("learned_window", "twenty", "'twenty' is not a whole number"),
+        ("learned_quantile", "1.5", "must be between 0 and 1 (exclusive), got 1.5"),
+        ("learned_min_runs", "0", "must be >= 1, got 0"),
+        ("learned_flag_factor", "0.5", "must be a finite number > 1, got 0.5"),
+        ("too_large_action", "kept", "'kept' is not one of fail, keep"),
+        ("too_large_intervals", "0", "0 must be >= 1"),
+    ],
+)
+def test_learned_and_too_large_options_are_reported(
+    monkeypatch: pytest.MonkeyPatch, option: str, value: str, problem: str
+) -> None:
+    """Before: replaced by their defaults with a log line only; ``too_large_action = kept`` (for keep)
+    made the controller *fail* the tasks the user meant to keep waiting."""
+    _set(monkeypatch, option, value)
+    assert _problem(option) == problem
+    if option == "too_large_action":
+        assert settings.too_large_policy() == (3, "fail")  # where it is read: the default, logged
+
+
+def test_unusable_lease_options_are_reported_at_parse_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: lint said OK and every GPU task failed when it started (LeaseSettings refused them)."""
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    from airflow_gpu_dag.airflow.policy import priority_findings
+
+    with DAG("lease_cfg", schedule=None) as dag:
+        EmptyOperator(task_id="train")
+    assert not [f for f in priority_findings(dag) if f.code == "bad-config"]
+    _set(monkeypatch, "lease_heartbeat", "90s")  # over half the default ttl of 120 s
+    (found,) = [f for f in priority_findings(dag) if f.code == "bad-config"]
+    assert found.is_error and "lease heartbeat (90.0s) must be at most half the lease ttl" in found.message
+    assert "every GPU task fails when it starts" in found.message and "lease_heartbeat" in found.fix
+    _set(monkeypatch, "lease_heartbeat", "10s")
+    _set(monkeypatch, "lease_ttl", "soon")
+    (found,) = [f for f in priority_findings(dag) if f.code == "bad-config"]
+    assert "[gpu_dag] lease_ttl" in found.message
 
 
 def test_config_problems_never_raises_when_the_configuration_cannot_be_read(
