@@ -145,30 +145,23 @@ def priority_findings(dag: Any) -> list[Finding]:
         findings.append(
             Finding(ERROR, "bad-objective", dag_id, None, f"{err}.", "set [gpu_dag] objective to balanced.")
         )
-    for option, problem in config_problems():
-        findings.append(
-            Finding(
-                ERROR,
-                "bad-config",
-                dag_id,
-                None,
-                f"[gpu_dag] {option} {problem}; it is ignored where it is read (its default applies).",
-                f"fix or unset [gpu_dag] {option} (env AIRFLOW__GPU_DAG__{option.upper()}); "
-                "docs/configuration.md gives its format.",
-            )
+    bad_config = [
+        (
+            f"[gpu_dag] {option} {problem}; it is ignored where it is read (its default applies).",
+            f"fix or unset [gpu_dag] {option} (env AIRFLOW__GPU_DAG__{option.upper()}); "
+            "docs/configuration.md gives its format.",
         )
+        for option, problem in config_problems()
+    ]
     if lease := _lease_problem():
-        findings.append(
-            Finding(
-                ERROR,
-                "bad-config",
-                dag_id,
-                None,
+        bad_config.append(
+            (
                 f"{lease}: every GPU task fails when it starts (its device lease cannot be taken).",
                 "fix [gpu_dag] lease_ttl, lease_heartbeat (at most half the ttl), lease_poll_interval and "
                 "lease_wait_timeout; docs/configuration.md gives their format.",
             )
         )
+    findings.extend(Finding(ERROR, "bad-config", dag_id, None, message, fix) for message, fix in bad_config)
     gpu_tasks = [
         task
         for task in dag.task_dict.values()
