@@ -4,7 +4,7 @@ Two kinds, both with ``occurrence(anchor)``, ``state(anchor, now)`` and ``to_hin
 
 * :class:`TimeWindow`, a daily window between two times of day (``22:00``-``06:00`` spans midnight).
   The window that applies to a run is the first occurrence whose end lies after the run's anchor
-  (when it is due: its ``run_after``, else its logical date).
+  (the end of its data interval, else its ``run_after``, else its logical date).
 * :class:`FixedWindow`, one window between two instants (``2026-12-01T22:00+00:00`` -
   ``2026-12-02T06:00+00:00``); it must close after it opens.
 

@@ -3,11 +3,12 @@
     StartWindowSensor(task_id="train__window", opens="22:00", closes="06:00", on_missed="skip")
 
 The window that applies to a DAG run is the first occurrence whose end lies after the run's
-anchor, the moment the run is due (its ``run_after``, else its logical date): a run created at 09:00
-for a 22:00-06:00 window waits for 22:00 that evening; a run created at 03:00 is already inside the
-window that opened at 22:00. Not the logical date: with a data-interval timetable the run for the
-interval [D-1, D) is due at D but its logical date is D-1, and a daily window chosen from D-1 is
-usually over before the run is even created.
+anchor, the end of its data interval (else its ``run_after``, else its logical date): a run created at
+09:00 for a 22:00-06:00 window waits for 22:00 that evening; a run created at 03:00 is already inside
+the window that opened at 22:00. With a data-interval timetable the run for the interval [D-1, D) is
+due at D but its logical date is D-1: a daily window chosen from D-1 is usually over before the run is
+even created, so the anchor is D. A manual run given a logical date L has the interval [L, L): its
+window is the one of L, even when it is triggered later.
 Before the window the sensor defers (no worker held) until it opens; inside it succeeds; after the
 window closed it skips (``on_missed="skip"``: the gated chain is skipped) or fails
 (``on_missed="fail"``) with a message giving the window. Two date-times (``"2026-12-01T22:00+00:00"``)
@@ -63,10 +64,12 @@ def check_on_missed(on_missed: object, where: str) -> None:
 
 
 def _anchor(context: Any) -> datetime:
-    """The moment the run's window is chosen from: when the run is due (``run_after``), else its
-    logical date, else now. The sensor and the task's own check (:class:`WindowGuard`) share it."""
+    """The moment the run's window is chosen from: the end of its data interval (when a scheduled run is
+    due; a manual run's logical date), else ``run_after`` (runs without a logical date: asset-triggered,
+    or triggered without one), else its logical date, else now. The sensor and the task's own check
+    (:class:`WindowGuard`) share it."""
     dag_run = context.get("dag_run")
-    for attr in ("run_after", "logical_date"):
+    for attr in ("data_interval_end", "run_after", "logical_date"):
         value = getattr(dag_run, attr, None) if dag_run is not None else None
         if isinstance(value, datetime):
             return value

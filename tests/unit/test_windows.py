@@ -253,3 +253,12 @@ def test_the_window_is_chosen_from_when_the_run_is_due_not_its_logical_date() ->
     old = {**context, "dag_run": SimpleNamespace(logical_date=run_after - timedelta(days=1), run_after=None)}
     with pytest.raises(AirflowSkipException, match="was missed"):
         sensor.execute(old)
+    # a manual run given a past logical date L (interval [L, L)) takes L's window, though due now
+    backdated = SimpleNamespace(
+        logical_date=now - timedelta(days=1), data_interval_end=now - timedelta(days=1), run_after=now
+    )
+    with pytest.raises(AirflowSkipException, match="was missed"):
+        sensor.execute({**context, "dag_run": backdated})
+    # an asset-triggered run (no logical date, no interval) is chosen from run_after
+    asset_run = SimpleNamespace(logical_date=None, data_interval_end=None, run_after=run_after)
+    sensor.execute({**context, "dag_run": asset_run})
