@@ -16,7 +16,7 @@ Stock Airflow uses no estimates. The gain of a variant is ``stock - ours`` in me
 (trigger -> the run's last task ends, averaged over the mix's runs) and in makespan; ``recovered`` is the
 gain of ``learned`` (or ``declared``) over the gain of ``exact``, summed over instances.
 
-    .venv/bin/python benchmarks/learned_multi_dag.py                     # A and B, seeds 100-129 (~2 min)
+    .venv/bin/python benchmarks/learned_multi_dag.py                     # A and B, seeds 100-129 (~30 s)
     .venv/bin/python benchmarks/learned_multi_dag.py --seeds 0-9 --caps 8
 """
 

@@ -24,7 +24,7 @@ lower bound / stock's makespan: no schedule of the mixes, ours or any other, has
 below it. The targets of issue #11 are checked per group; a makespan target below ``best makespan`` is
 marked unreachable.
 
-    .venv/bin/python benchmarks/multi_dag.py                       # 30 mixes, A generator, ~10 min
+    .venv/bin/python benchmarks/multi_dag.py                       # 30 mixes, A generator, about a minute
     .venv/bin/python benchmarks/multi_dag.py --seeds 100-129 --variant B --json out.json
     .venv/bin/python benchmarks/multi_dag.py --seeds 0-4 --caps 8 --policies v0.1,balanced   # quick
 """
