@@ -22,7 +22,7 @@ from airflow_gpu_dag.core.windows import seconds_until_open, window_from_hint
 from airflow_gpu_dag.hints import read_hints
 from airflow_gpu_dag.settings import default_duration_seconds
 
-__all__ = ["build_task_graph", "plan_dag", "priority_rule_of"]
+__all__ = ["build_task_graph", "plan_dag", "priority_rule_of", "windows_from"]
 
 #: Our weight-rule classes and the simulator's name for the rule each applies.
 _RULES = {"CriticalPathPriorityStrategy": "critical_path", "PackingPriorityStrategy": "packing"}
@@ -134,6 +134,30 @@ def _plan_rungs(hints: dict[str, Any], duration: float, attrs: dict[str, object]
         "watched": fallback.get("watched"),
     }
     return planned
+
+
+def windows_from(dag: Any, graph: TaskGraph, run_start: datetime) -> TaskGraph:
+    """``graph`` (built from ``dag``) for a run starting at ``run_start``: every task with a start window
+    gets its ``not_before`` from that moment (:func:`build_task_graph` measures it from when the graph is
+    built). The same graph when no task has a window; the input is never changed."""
+    from dataclasses import replace
+
+    windows = {}
+    for task_id, task in getattr(dag, "task_dict", {}).items():
+        window = window_from_hint(read_hints(getattr(task, "executor_config", None)).get("window"))
+        if window is not None:
+            windows[task_id] = window
+    if not windows:
+        return graph
+    copy = TaskGraph(graph.dag_id, priority_rule=graph.priority_rule)
+    for node in graph.nodes.values():
+        window = windows.get(str(node.attrs.get("map_of", node.task_id)))
+        copy.add_task(
+            node if window is None else replace(node, not_before=seconds_until_open(window, run_start))
+        )
+    for up, down, kind in graph.edges():
+        copy.add_edge(up, down, kind)
+    return copy
 
 
 def _not_before(hints: dict[str, Any], run_start: datetime) -> float:

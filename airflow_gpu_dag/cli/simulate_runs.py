@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_gpu_dag.cli import render
@@ -72,11 +73,23 @@ def _runs(args: argparse.Namespace) -> tuple[list[RunSpec], dict[str, Any]]:
     dags: dict[str, Any] = {}
     folder = getattr(args, "folder", None)
     if folder:
-        dags.update(load_dags([folder]).dags)
+        loaded = load_dags([folder])
+        if loaded.import_errors:  # a run left out would change every other run's prediction
+            failed = ", ".join(sorted(loaded.import_errors)[:5])
+            raise ValueError(
+                f"{len(loaded.import_errors)} file(s) in {folder!r} failed to import ({failed}): their DAGs "
+                "cannot be simulated with the others; run `airflow gpu-dag lint` on the folder and fix them."
+            )
+        dags.update(loaded.dags)
         if not dags:
             raise ValueError(f"no DAG in {folder!r}; point --folder at a folder of DAG files.")
     in_folder = sorted(dags)
     ids = list(args.dag_ids or ())
+    if looks_like := next((d for d in ids if "=" in d), None):
+        raise ValueError(
+            f"{looks_like!r} looks like DAG_ID=OFFSET: --trigger takes one each, so repeat it "
+            f"(--trigger A=0 --trigger {looks_like})."
+        )
     twice = sorted({d for d in ids if ids.count(d) > 1})
     if twice:
         raise ValueError(
@@ -125,7 +138,9 @@ def _predict(
     capacity: dict[str, int],
     objective: Objective,
     interval: float,
+    dags: dict[str, Any],
 ) -> dict[str, SimulationResult]:
+    from airflow_gpu_dag.airflow.graph import windows_from
     from airflow_gpu_dag.core.planner import planned_remaining
     from airflow_gpu_dag.core.runs import predict_runs
 
@@ -134,7 +149,10 @@ def _predict(
         for dag_id, graph in graphs.items()
         if graph.priority_rule == "packing" and capacity
     }
-    ordered = [graphs[r.dag_id] for r in runs]
+    now = datetime.now(UTC)  # each run's start windows from its own trigger, not from now
+    ordered = [
+        windows_from(dags[r.dag_id], graphs[r.dag_id], now + timedelta(seconds=r.offset)) for r in runs
+    ]
     offsets = [r.offset for r in runs]
     return {
         "stock": predict_runs(ordered, offsets, capacity, None),
@@ -257,7 +275,7 @@ def simulate_runs(args: argparse.Namespace, err: Console) -> None:
     graphs = {dag_id: g.graph for dag_id, g in learned.items()}
     capacity = _capacity(graphs, given)
     with status(err, f"Simulating {len(runs)} runs...", json_output):
-        results = _predict(runs, graphs, capacity, objective, args.controller_interval)
+        results = _predict(runs, graphs, capacity, objective, args.controller_interval, dags)
     outcome = _Outcome(runs, capacity, results, objective, learned)
     gantt = None
     if getattr(args, "gantt", None):

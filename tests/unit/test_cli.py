@@ -620,6 +620,52 @@ def test_simulate_folder_keeps_every_dag_when_trigger_names_some(
         ]
 
 
+def test_simulate_measures_each_runs_start_window_from_its_own_trigger(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, every run of a DAG got the window wait of a run starting now: a run triggered inside its
+    window still waited for an opening already past, one triggered after it closed was not moved to
+    the next day's window."""
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime.now(UTC)
+    opens, closes = (now + timedelta(hours=2)), (now + timedelta(hours=3))
+    (tmp_path / "windowed.py").write_text(
+        "from airflow.sdk import DAG\n"
+        "from airflow_gpu_dag.authoring import start_window\n"
+        "from airflow_gpu_dag.operators import GpuBashOperator\n"
+        "with DAG('windowed', schedule=None):\n"
+        "    train = GpuBashOperator(task_id='train', bash_command='true', gpus=1, duration='30m')\n"
+        f"    start_window(train, opens='{opens:%H:%M:%S}', closes='{closes:%H:%M:%S}')\n"
+    )
+    argv = ("simulate", "--folder", str(tmp_path), "--capacity", "gpu_default=4", "--declared-only")
+    triggers = ("--trigger", "windowed=0", "--trigger", "windowed=2h15m", "--trigger", "windowed=22h")
+    _, out = run_json(capsys, *argv, *triggers)
+    hours = [round(r["stock_completion_s"] / 3600, 2) for r in out["runs"]]
+    assert hours == pytest.approx([2.5, 0.5, 4.5], abs=0.05)  # waits 2 h; inside it; the next day's
+
+
+def test_simulate_folder_refuses_files_that_fail_to_import(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, a DAG whose file failed to import was left out of the simulation without a word."""
+    _write_sweep(tmp_path)
+    (tmp_path / "broken.py").write_text("from airflow.sdk import DAG\nraise RuntimeError('boom')\n")
+    assert run_cli("simulate", "--folder", str(tmp_path), "--capacity", "gpu_default=4") == 1
+    err = capsys.readouterr().err
+    assert "1 file(s)" in err and "broken.py" in err and "airflow gpu-dag lint" in err
+
+
+def test_simulate_says_how_to_give_several_trigger_offsets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write_sweep(tmp_path)
+    argv = ("simulate", "--folder", str(tmp_path), "--trigger", "sweep_sim=0", "sweep_sim=10m")
+    assert run_cli(*argv) == 1
+    err = capsys.readouterr().err
+    assert "'sweep_sim=10m' looks like DAG_ID=OFFSET" in err and "--trigger sweep_sim=10m" in err
+
+
 # -- an unknown [gpu_dag] objective ------------------------------------------------------------------------
 def test_lint_table_keeps_the_setting_name_in_brackets(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
