@@ -142,22 +142,17 @@ def windows_from(dag: Any, graph: TaskGraph, run_start: datetime) -> TaskGraph:
     built). The same graph when no task has a window; the input is never changed."""
     from dataclasses import replace
 
-    windows = {}
-    for task_id, task in getattr(dag, "task_dict", {}).items():
-        window = window_from_hint(read_hints(getattr(task, "executor_config", None)).get("window"))
-        if window is not None:
-            windows[task_id] = window
-    if not windows:
-        return graph
-    copy = TaskGraph(graph.dag_id, priority_rule=graph.priority_rule)
-    for node in graph.nodes.values():
-        window = windows.get(str(node.attrs.get("map_of", node.task_id)))
-        copy.add_task(
-            node if window is None else replace(node, not_before=seconds_until_open(window, run_start))
-        )
-    for up, down, kind in graph.edges():
-        copy.add_edge(up, down, kind)
-    return copy
+    offsets = {
+        task_id: _not_before(hints, run_start)
+        for task_id, task in getattr(dag, "task_dict", {}).items()
+        if "window" in (hints := read_hints(getattr(task, "executor_config", None)))
+    }
+    changed = {
+        node.task_id: replace(node, not_before=offsets[task_id])
+        for node in graph.nodes.values()
+        if (task_id := str(node.attrs.get("map_of", node.task_id))) in offsets
+    }
+    return graph.with_nodes(changed)
 
 
 def _not_before(hints: dict[str, Any], run_start: datetime) -> float:

@@ -7,7 +7,7 @@ simulator) only ever sees this model.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from airflow_gpu_dag.core.resources import GpuRequest
@@ -96,6 +96,18 @@ class TaskGraph:
                 raise KeyError(f"DAG {self.dag_id!r}: edge refers to unknown task {task_id!r}")
         self._down[upstream][downstream] = kind
         self._up[downstream][upstream] = kind
+
+    def with_nodes(self, changed: Mapping[str, TaskNode]) -> TaskGraph:
+        """A copy with the nodes in ``changed`` (by task id, ids unchanged) put in place of this graph's,
+        same edges and rule; this graph itself when nothing changes. This graph is never modified."""
+        if not changed:
+            return self
+        copy = TaskGraph(self.dag_id, priority_rule=self.priority_rule)
+        for node in self.nodes.values():
+            copy.add_task(changed.get(node.task_id, node))
+        for up, down, kind in self.edges():
+            copy.add_edge(up, down, kind)
+        return copy
 
     # -- reading --------------------------------------------------------------------------------
     def __len__(self) -> int:

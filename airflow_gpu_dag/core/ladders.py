@@ -220,14 +220,7 @@ def fit_ladders(graph: TaskGraph, capacity: Mapping[str, int]) -> TaskGraph:
             role = str(_fb(node).get("role"))
             if role in ("fell back", "contingent") and (node.gpu is not None or node.pool is not None):
                 changed[node.task_id] = _planned(node, role)
-    if not changed:
-        return graph
-    copy = TaskGraph(graph.dag_id, priority_rule=graph.priority_rule)
-    for node in graph.nodes.values():
-        copy.add_task(changed.get(node.task_id, node))
-    for up, down, kind in graph.edges():
-        copy.add_edge(up, down, kind)
-    return copy
+    return graph.with_nodes(changed)
 
 
 _FITTED: weakref.WeakKeyDictionary[TaskGraph, dict[tuple, TaskGraph]] = weakref.WeakKeyDictionary()
