@@ -495,10 +495,6 @@ def estimate_settings() -> EstimateSettings:
         return EstimateSettings(enabled=enabled)
 
 
-#: What the watermark controller does with a waiting task larger than its pool's capacity.
-TOO_LARGE_ACTIONS = ("fail", "keep")
-
-
 def too_large_policy() -> tuple[int, str]:
     """``([gpu_dag] too_large_intervals, [gpu_dag] too_large_action)``: after how many controller
     intervals (default 3) a waiting task whose request exceeds its pool's capacity (or every host's GPU

@@ -32,6 +32,7 @@ __all__ = [
     "Marker",
     "StabilityTracker",
     "StableSize",
+    "check_failed",
     "check_once",
     "parse_completeness",
     "permanent_error",
@@ -157,6 +158,12 @@ def storage_url(path: Any) -> tuple[str, str | None]:
         url = f"{protocol}://{inner}" if protocol else inner
         return url, str(conn_id)
     return (os.fspath(path) if isinstance(path, os.PathLike) else str(path)), None
+
+
+def check_failed(err: BaseException) -> str:
+    """The reason a check that raised ``err`` gives (worth checking again: see :func:`permanent_error`),
+    the same in the worker and the triggerer."""
+    return f"check failed: {type(err).__name__}: {err}"
 
 
 def permanent_error(err: BaseException) -> str | None:

@@ -18,7 +18,13 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
-from airflow_gpu_dag.datasets.completeness import StableSize, parse_completeness, permanent_error, storage_url
+from airflow_gpu_dag.datasets.completeness import (
+    StableSize,
+    check_failed,
+    parse_completeness,
+    permanent_error,
+    storage_url,
+)
 from airflow_gpu_dag.hints import control_task_hints
 from airflow_gpu_dag.sensors._common import require_timeout, resume_race_retry
 from airflow_gpu_dag.triggers.checkpoint import checkpoint_regex, find_checkpoint
@@ -102,7 +108,7 @@ class CheckpointSensor(BaseSensorOperator):
             fix = permanent_error(err)
             if fix is not None:
                 raise AirflowFailException(self._error_message(fix)) from err
-            path, step, reason = None, None, f"check failed: {type(err).__name__}: {err}"
+            path, step, reason = None, None, check_failed(err)
             self.log.warning("checkpoint directory %s: %s; checking again", self.checkpoint_dir, reason)
         self._reason = reason
         return path, step, reason

@@ -31,6 +31,7 @@ from airflow_gpu_dag.datasets.completeness import (
     CompletenessResult,
     StabilityTracker,
     StableSize,
+    check_failed,
     check_once,
     parse_completeness,
     permanent_error,
@@ -134,7 +135,7 @@ class DatasetCompleteSensor(BaseSensorOperator):
             fix = permanent_error(err)
             if fix is not None:
                 raise AirflowFailException(self._error_message(fix)) from err
-            self._last = CompletenessResult(False, f"check failed: {type(err).__name__}: {err}")
+            self._last = CompletenessResult(False, check_failed(err))
             self.log.warning("dataset %s: %s; checking again", self.path, self._last.reason)
         return self._last
 

@@ -12,6 +12,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_gpu_dag.datasets.completeness import (
     CompletenessResult,
+    check_failed,
     check_once,
     parse_completeness,
     permanent_error,
@@ -122,7 +123,7 @@ class CheckpointTrigger(BaseTrigger):
                     self.log.error("checkpoint directory %s cannot be checked: %s", self.directory, fix)
                     yield TriggerEvent({"status": "error", "path": self.directory, "reason": fix})
                     return
-                path, step, reason = None, None, f"check failed: {type(err).__name__}: {err}"
+                path, step, reason = None, None, check_failed(err)
                 self.log.warning("checkpoint directory %s: %s; checking again", self.directory, reason)
             if path is not None:
                 yield TriggerEvent({"status": "complete", "path": path, "step": step, "reason": reason})

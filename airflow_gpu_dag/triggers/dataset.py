@@ -13,6 +13,7 @@ from airflow_gpu_dag.datasets.completeness import (
     CompletenessResult,
     StabilityTracker,
     StableSize,
+    check_failed,
     check_once,
     parse_completeness,
     permanent_error,
@@ -80,7 +81,7 @@ class DatasetCompleteTrigger(BaseTrigger):
                     self.log.error("dataset %s cannot be checked: %s", self.path, fix)
                     yield TriggerEvent({"status": "error", "path": self.path, "reason": fix})
                     return
-                result = CompletenessResult(False, f"check failed: {type(err).__name__}: {err}")
+                result = CompletenessResult(False, check_failed(err))
             if result.complete:
                 yield TriggerEvent(
                     {
