@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -223,3 +224,26 @@ def test_frontier_oracles_stock_due_and_search_run_on_a_mix() -> None:
         assert mean_of(name, "sweep") > mean_of("s=3 chain=0 gated", "sweep")
     runs = len(instance["kinds"])
     assert len(results["search"]["completion"]) == len(results["stock"]["completion"]) == runs
+
+
+def test_wait_bound_holds_when_the_controller_decides_at_every_event(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """At interval 0 the wide task waits within the stated bound and stock Airflow's greedy admission
+    keeps it waiting longer; the script prints the interval-60 row next to it (the leak it measures)."""
+    import wait_bound
+
+    parsed = argparse.Namespace(
+        gap_mean=4.0,
+        long=0.008,
+        horizon=8000.0,
+        interval=60.0,
+        reservation_gap=600.0,
+        reservation_overdue=1800.0,
+    )
+    row = wait_bound.one(1, parsed)
+    assert row["wait_0"] <= row["bound_0"]
+    assert row["stock"] > row["wait_0"]
+    assert wait_bound.main(["--seeds", "1", "--horizon", "8000"]) == 0
+    out = capsys.readouterr().out
+    assert "| 1 |" in out and "over the bound in" in out
