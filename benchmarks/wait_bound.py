@@ -28,23 +28,19 @@ import statistics
 import sys
 from collections.abc import Sequence
 
+from multi_dag import parse_seeds  # type: ignore[import-not-found]
+from workloads import GPU_POOL, graph_from_tasks  # type: ignore[import-not-found]
+
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.objective import ReservationGate, get_objective, key_of_weight, run_weights
 from airflow_gpu_dag.core.simulator import simulate
 
 EPOCH = -10_000_000.0  # keys are seconds after it; any epoch before the simulation's clock works
-CAPACITY = {"gpu": 4}
+CAPACITY = {GPU_POOL: 4}
 
 
-def _dag(
-    dag_id: str, tasks: dict[str, tuple[float, int]], edges: Sequence[tuple[str, str]] = ()
-) -> TaskGraph:
-    graph = TaskGraph(dag_id)
-    for task_id, (duration, gpus) in tasks.items():
-        graph.add(task_id, duration, gpus).pool = "gpu" if gpus else None
-    for up, down in edges:
-        graph.add_edge(up, down)
-    return graph
+def _eval(dag_id: str, seconds: float) -> TaskGraph:
+    return graph_from_tasks(dag_id, [{"id": "eval", "d": seconds, "gpus": 1}])
 
 
 def stream(
@@ -52,15 +48,16 @@ def stream(
 ) -> tuple[list[TaskGraph], list[float]]:
     """The DAGs of one instance and their trigger times (the pipeline first)."""
     rng = random.Random(seed)
-    graphs = [_dag("pipeline", {"train": (300.0, 4), "tail": (20_000.0, 0)}, [("train", "tail")])]
+    pipeline = [{"id": "train", "d": 300.0, "gpus": 4}, {"id": "tail", "d": 20_000.0, "parents": ["train"]}]
+    graphs = [graph_from_tasks("pipeline", pipeline)]
     triggers = [100.0]
     for i in range(2):
-        graphs.append(_dag(f"busy{i}", {"eval": (2000.0, 1)}))
+        graphs.append(_eval(f"busy{i}", 2000.0))
         triggers.append(0.0)
     t = 150.0
     while t < horizon:
         duration = 2000.0 if rng.random() < long_share else 10.0
-        graphs.append(_dag(f"eval{len(graphs)}", {"eval": (duration, 1)}))
+        graphs.append(_eval(f"eval{len(graphs)}", duration))
         triggers.append(t)
         t += rng.expovariate(1 / gap_mean)
     return graphs, triggers
@@ -79,27 +76,29 @@ def one(seed: int, args: argparse.Namespace) -> dict[str, float]:
     row: dict[str, float] = {}
     stock = simulate(graphs, CAPACITY, "stock", triggers=triggers).by_id()["0:pipeline/train"]
     row["stock"] = stock.wait
+    for g, t in zip(graphs, triggers, strict=True):
+        keys(g, t)  # every run's weights (the same in every simulation): the bound's K and A
+    own = weights["pipeline"]["train"]
+    key = key_of_weight(own, EPOCH)
+    assert key is not None
+    earlier = sum(1 for dag, w in weights.items() if dag != "pipeline" and w["eval"] >= own)
+    longest = max(node.duration for g in graphs for node in g.nodes.values() if node.pool == GPU_POOL)
     for interval in (0.0, args.interval):
         result = simulate(
             graphs, CAPACITY, "reservation", interval, run_priority=keys, gate=gate, triggers=triggers
         )
         train = result.by_id()["0:pipeline/train"]
-        key = key_of_weight(weights["pipeline"]["train"], EPOCH)
-        assert key is not None
-        own = weights["pipeline"]["train"]
-        earlier = sum(1 for dag, w in weights.items() if dag != "pipeline" and w["eval"] >= own)
-        longest = max(node.duration for g in graphs for node in g.nodes.values() if node.pool == "gpu")
         bound = max(0.0, key + gate.overdue - train.ready) + (earlier + 1) * (longest + interval)
         row[f"wait_{interval:g}"] = train.wait
         row[f"bound_{interval:g}"] = bound
     return row
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--seeds", default="0-11", help="stream seeds, e.g. 0-11")
+    parser.add_argument("--seeds", default="0-11", help="stream seeds, e.g. 0-11 or 0-3,7")
     parser.add_argument(
         "--gap-mean", type=float, default=4.0, help="mean seconds between evaluation triggers"
     )
@@ -108,14 +107,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=60.0, help="controller interval, seconds")
     parser.add_argument("--reservation-gap", type=float, default=600.0, help="gate gap, seconds")
     parser.add_argument("--reservation-overdue", type=float, default=1800.0, help="gate overdue, seconds")
-    args = parser.parse_args(argv)
-    first, _, last = args.seeds.partition("-")
-    seeds = range(int(first), int(last or first) + 1)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
     d = f"{args.interval:g}"
     print(f"| seed | stock wait | Δ=0 wait / bound | Δ={d} wait / bound | Δ={d} wait ÷ bound |")
     print("|---|---|---|---|---|")
     ratios = []
-    for seed in seeds:
+    for seed in parse_seeds(args.seeds):
         r = one(seed, args)
         ratio = r[f"wait_{d}"] / r[f"bound_{d}"]
         ratios.append(ratio)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -233,14 +232,7 @@ def test_wait_bound_holds_when_the_controller_decides_at_every_event(
     keeps it waiting longer; the script prints the interval-60 row next to it (the leak it measures)."""
     import wait_bound
 
-    parsed = argparse.Namespace(
-        gap_mean=4.0,
-        long=0.008,
-        horizon=8000.0,
-        interval=60.0,
-        reservation_gap=600.0,
-        reservation_overdue=1800.0,
-    )
+    parsed = wait_bound.parse_args(["--horizon", "8000"])
     row = wait_bound.one(1, parsed)
     assert row["wait_0"] <= row["bound_0"]
     assert row["stock"] > row["wait_0"]
