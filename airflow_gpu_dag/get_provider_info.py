@@ -122,7 +122,9 @@ def get_provider_info() -> dict[str, Any]:
                     },
                     "reservation_overdue": {
                         "description": "Override of the objective's overdue bound: a wide task this long "
-                        "past its key is always reserved for, which bounds its wait. A duration, e.g. 8h.",
+                        "past its key is always reserved for, and a task that has waited this long since "
+                        "it turned ready (and since its key) starves: nothing behind it is backfilled, "
+                        "which bounds every wait. A duration, e.g. 8h.",
                         "version_added": "0.2.0",
                         "type": "string",
                         "example": "2h",

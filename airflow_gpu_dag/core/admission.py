@@ -34,7 +34,8 @@ class ReadyTask:
     ``-priority``, like Airflow's ``(logical_date, map_index)`` (any tuple of comparable values);
     ``run`` (keyword only) identifies its DAG run (``"dag_id/run_id"``; empty: unknown);
     ``falls_back`` (keyword only): a fallback rung whose ladder moves on when it cannot start
-    (:func:`airflow_gpu_dag.core.ladders.can_fall_back`).
+    (:func:`airflow_gpu_dag.core.ladders.can_fall_back`); ``since`` (keyword only): when it turned
+    ready (SCHEDULED), same clock as the controller's ``now``; None: unknown.
     """
 
     key: str
@@ -45,6 +46,7 @@ class ReadyTask:
     order: tuple = ()
     run: str = field(default="", kw_only=True)
     falls_back: bool = field(default=False, kw_only=True)
+    since: float | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True)

@@ -28,11 +28,12 @@ default), ``latency`` (mean completion time and small DAGs first). Pure and dete
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 
-from airflow_gpu_dag.core.admission import ReadyTask
+from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, admission_order
 from airflow_gpu_dag.core.critical_path import analyze
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.pools import task_pool, task_slots
@@ -46,6 +47,7 @@ __all__ = [
     "Objective",
     "ReservationGate",
     "RunShape",
+    "StarvingWatch",
     "get_objective",
     "key_of_weight",
     "key_weight",
@@ -72,7 +74,9 @@ class Objective:
     (:class:`ReservationGate`): slots are held for a wide head ``W``
     only when ``W``'s key is earlier than the next waiting task's by at least ``gap``, or ``W`` is
     ``overdue`` seconds past its key; ``gap = 0`` reserves for every wide head, as the controller
-    always did.
+    always did. A task that has waited ``overdue`` seconds since it turned ready (or since its key,
+    when that is later) is *starving*: the head is then reserved for, with only work ahead of the
+    starving task backfilled.
     """
 
     name: str
@@ -88,7 +92,7 @@ class Objective:
 _HOUR = 3600.0
 #: The objectives ``[gpu_dag] objective`` accepts (figures in docs/benchmarks/multi_dag.md).
 OBJECTIVES: dict[str, Objective] = {
-    "throughput": Objective("throughput", stretch=2.0, gap=0.0, overdue=0.0),
+    "throughput": Objective("throughput", stretch=2.0, gap=0.0, overdue=8 * _HOUR),
     "balanced": Objective("balanced", stretch=3.0, gap=4 * _HOUR, overdue=8 * _HOUR),
     "latency": Objective("latency", stretch=6.0, gap=4 * _HOUR, overdue=8 * _HOUR),
 }
@@ -189,11 +193,18 @@ class ReservationGate:
       critical path or the plan, has already ordered the work), or
     * ``W``'s key is earlier than that of the next waiting ready task of another run by at least
       ``gap`` seconds: ``W`` is clearly more urgent than the work the held slots would run, or
-    * ``W`` is ``overdue`` seconds past its key: from then on it is always reserved for, which bounds
-      its wait (docs/priority.md states the bound).
+    * ``W`` is ``overdue`` seconds past its key: from then on it is always reserved for.
 
     Otherwise the pool stays at its capacity and Airflow's own admission runs. A head or competitor
     whose weight is not a key (a DAG on a stock weight rule) is always reserved for, as before.
+
+    **Starving** (:meth:`starving`): a ready task that has waited ``overdue`` seconds since
+    ``max(its key, when it turned ready)``. While one waits, the head is reserved for whatever the gate
+    says and only work ahead of the starving task is backfilled
+    (:func:`~airflow_gpu_dag.core.reservation.decide_pool`): slots that free between two controller
+    ticks then go to later work only after a tick that admitted earlier work, which bounds every wait
+    (docs/priority.md states the bound and proves it). Measured from the ready time, not the key, so
+    a long pipeline whose key lies hours before its trigger is not starving the moment it is ready.
     """
 
     gap: float
@@ -201,17 +212,42 @@ class ReservationGate:
     epoch: float = DEFAULT_EPOCH
 
     @classmethod
-    def for_objective(cls, objective: Objective, epoch: float = DEFAULT_EPOCH) -> ReservationGate | None:
-        """The gate of ``objective``; None when it reserves for every wide head (``gap`` 0)."""
-        if objective.always_reserves:
-            return None
+    def for_objective(cls, objective: Objective, epoch: float = DEFAULT_EPOCH) -> ReservationGate:
+        """The gate of ``objective`` (``gap`` 0: it holds slots for every wide head)."""
         return cls(objective.gap, objective.overdue, epoch)
 
-    def holds_for(self, now: float, head: ReadyTask, competitor: ReadyTask | None) -> tuple[bool, str]:
+    def waiting_since(self, task: ReadyTask) -> float | None:
+        """``max(key, ready time)`` of ``task``: what its starving is measured from (None when its weight
+        is not a key or its ready time is unknown, as for a pending task)."""
+        key = key_of_weight(task.priority, self.epoch)
+        if key is None or task.since is None or isinstance(task, PendingTask):
+            return None
+        return max(key, task.since)
+
+    def starving(self, now: float, tasks: Iterable[ReadyTask]) -> ReadyTask | None:
+        """The first, in admission order, of the ready tasks of ``tasks`` that have waited ``overdue``
+        (:meth:`waiting_since`); None when none has. Backfill is limited to work ahead of it, so ahead of
+        every starving task."""
+        first: ReadyTask | None = None
+        for task in tasks:
+            since = self.waiting_since(task)
+            if since is None or now - since < self.overdue:
+                continue
+            if first is None or admission_order(task) < admission_order(first):
+                first = task
+        return first
+
+    def holds_for(
+        self, now: float, head: ReadyTask, competitor: ReadyTask | None, starving: ReadyTask | None = None
+    ) -> tuple[bool, str]:
         """(hold slots for ``head``?, why), ``competitor`` being the next ready task of another run after
-        it (None: there is none)."""
+        it (None: there is none), ``starving`` a starving task (:meth:`starving`; always held for)."""
+        if starving is not None:
+            since = self.waiting_since(starving)
+            waited = 0.0 if since is None else now - since
+            return True, f"; {starving.key} starving ({waited:.0f}s waited): nothing behind it backfilled"
         head_key = key_of_weight(head.priority, self.epoch)
-        if head_key is None or competitor is None:
+        if head_key is None or competitor is None or self.gap <= 0:
             return True, ""
         if now - head_key >= self.overdue:
             return True, f"; {now - head_key:.0f}s past its key: overdue"
@@ -223,3 +259,32 @@ class ReservationGate:
             f"{other - head_key:.0f}s before {competitor.key}'s (gap {self.gap:.0f}s) and "
             f"{max(0.0, now - head_key):.0f}s past (overdue after {self.overdue:.0f}s); pool = capacity"
         )
+
+
+class StarvingWatch:
+    """:meth:`ReservationGate.starving` kept up to date as tasks turn ready and start (the simulator's
+    way; the controller reads every waiting task at each tick instead). A task enters a heap of waits
+    when it turns ready, moves to a heap in admission order once it has waited ``overdue``, and leaves
+    when it has started."""
+
+    def __init__(self, gate: ReservationGate) -> None:
+        self.gate = gate
+        self._aging: list[tuple[float, str, ReadyTask]] = []
+        self._starving: list[tuple[tuple, ReadyTask]] = []
+
+    def add(self, task: ReadyTask) -> None:
+        """``task`` turned ready (ignored when it can never starve: no key or no ready time)."""
+        since = self.gate.waiting_since(task)
+        if since is not None:
+            heapq.heappush(self._aging, (since, task.key, task))
+
+    def first(self, now: float, started: Container[str]) -> ReadyTask | None:
+        """The first starving task in admission order at ``now`` (tasks whose key is in ``started`` have
+        left the queue)."""
+        while self._aging and now - self._aging[0][0] >= self.gate.overdue:
+            task = heapq.heappop(self._aging)[2]
+            if task.key not in started:
+                heapq.heappush(self._starving, (admission_order(task), task))
+        while self._starving and self._starving[0][1].key in started:
+            heapq.heappop(self._starving)
+        return self._starving[0][1] if self._starving else None

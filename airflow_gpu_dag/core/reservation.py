@@ -42,6 +42,11 @@ slots:
   the tasks planned after ``W`` start on, so a plan is followed exactly when the estimates are right.
 * A pending task whose expected ready time has passed (its upstream tasks overran their estimates) is
   not reserved for: when it turns ready is unknown.
+* **starving**: while a waiting task has waited the gate's ``overdue`` since it turned ready (or since
+  its key, if later; :meth:`ReservationGate.starving`), ``W`` is reserved for, only work ahead of the
+  starving task in admission order is backfilled, and the pool is ``min(used, C - w)`` whenever nothing
+  starts: only a tick that admits work ahead of the starving task leaves slots open to later work,
+  which bounds every wait (docs/priority.md).
 
 With plan-order priorities (:func:`airflow_gpu_dag.core.rules.plan_order_weights`) the walk makes
 Airflow start the tasks of a planned schedule in its order: the task the plan starts next is either
@@ -321,13 +326,18 @@ def _backfill(
     remaining: int,
     others: Sequence[ReadyTask],
     strict: bool,
+    starving: ReadyTask | None = None,
 ) -> list[ReadyTask]:
     """The largest safe backfill: what Airflow's greedy admission picks from ``others`` with the most
-    open slots (at most ``remaining``) for which no picked task delays ``W``."""
+    open slots (at most ``remaining``) for which no picked task delays ``W``; with a ``starving`` task,
+    only picks of tasks ahead of it in admission order."""
     if shadow is None or remaining <= 0:
         return []
+    limit = None if starving is None else admission_order(starving)
     for open_slots in range(remaining, 0, -1):
         candidate = _greedy_pick(others, open_slots)
+        if limit is not None and any(admission_order(t) >= limit for t in candidate):
+            continue
         if _is_safe(now, shadow, extra, candidate, strict):
             return candidate
     return []
@@ -343,6 +353,7 @@ def decide_pool(
     strict_backfill: bool = False,
     next_decision: float | None = None,
     gate: ReservationGate | None = None,
+    starving: ReadyTask | None = None,
 ) -> PoolDecision:
     """Decide one pool's size: the reservation walk (see the module docstring).
 
@@ -350,7 +361,9 @@ def decide_pool(
     tasks **in admission order** (:func:`~airflow_gpu_dag.core.admission.admission_order`; a pending
     task with an unknown ready time is left out by the caller). ``waiting`` is read lazily and only as
     far as the decision needs, so a caller may pass a generator over a long queue. ``gate``: hold
-    slots for a wide head only when it passes (:class:`ReservationGate`; None: always).
+    slots for a wide head only when it passes (:class:`ReservationGate`; None: always). ``starving``:
+    a waiting task of the pool that has waited too long (:meth:`ReservationGate.starving`, found by the
+    caller over every waiting task): the head is then reserved for and only work ahead of it backfilled.
     """
     used = sum(r.slots for r in running)
     free = capacity - used
@@ -369,7 +382,7 @@ def decide_pool(
         return PoolDecision(pool, capacity, capacity, None, 0, 0, None, reason, used, (), admitted)
     gated = ""
     if gate is not None:
-        hold, gated = gate.holds_for(now, head, queue.peek_ready(capacity, other_run=head.run))
+        hold, gated = gate.holds_for(now, head, queue.peek_ready(capacity, other_run=head.run), starving)
         if not hold:
             return PoolDecision(pool, capacity, capacity, None, 0, 0, None, gated, used, (), admitted)
 
@@ -380,11 +393,15 @@ def decide_pool(
         shadow = max(shadow, walk.head_ready)  # not before it is expected ready
     # a pending head: what would take the slots freed before it is ready is judged with up to C of them
     others, more = queue.ready_after(capacity, capacity if is_pending else remaining)
-    picked = _backfill(now, shadow, extra, remaining, others, strict_backfill) if backfill else []
+    # starving: only work ahead of the starving task is backfilled, and with nothing starting the pool
+    # closes to min(used, C - w) below: the wait bound
+    starved = starving is not None
+    picked = _backfill(now, shadow, extra, remaining, others, strict_backfill, starving) if backfill else []
     backfill_open = sum(t.slots for t in picked)
     started = free - remaining
     left = [t for t in others if t not in picked]
-    if is_pending and not left and not more:
+    nothing_else = is_pending and not left and not more and not starved
+    if nothing_else:
         # nothing else waits that could take W's slots: keep them open, W starts the moment it is
         # ready instead of at the next tick
         size = capacity
@@ -396,6 +413,7 @@ def decide_pool(
         and backfill_open == 0
         and (
             not backfill
+            or starved
             or _leak_delays(
                 now,
                 running,
@@ -424,7 +442,7 @@ def decide_pool(
         f"reserving {wide} slots for {head.key}: {max(free, 0)} of {capacity} free"
         + (f", {started} starting first" if started else "")
         + f", {what} at {when}; backfill {backfill_open} slot(s) for work that cannot delay it"
-        + ("; nothing else waiting: pool = capacity" if is_pending and not left and not more else "")
+        + ("; nothing else waiting: pool = capacity" if nothing_else else "")
         + gated
     )
     return PoolDecision(
@@ -462,8 +480,9 @@ def decide_pools(
     ``capacity`` are ignored. With ``backfill=False`` a reservation lets nothing through but the tasks
     ahead of ``W``. ``next_decision``: when the controller decides next (``now + interval``; None: at
     the next event), against which slots left open between two decisions are weighed. ``gate``: the
-    objective's :class:`ReservationGate` (None: reserve for every wide head). The returned pool sizes
-    are never negative and never above ``C``.
+    objective's :class:`ReservationGate` (None: reserve for every wide head), which also finds a
+    pool's starving task among its ready tasks. The returned pool sizes are never negative and never
+    above ``C``.
     """
     running_by_pool: dict[str, list[RunningTask]] = defaultdict(list)
     for r in running:
@@ -485,6 +504,7 @@ def decide_pools(
             strict_backfill,
             next_decision,
             gate,
+            None if gate is None else gate.starving(now, waiting_by_pool.get(pool, [])),
         )
         for pool, cap in capacity.items()
     }

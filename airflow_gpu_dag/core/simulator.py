@@ -34,7 +34,7 @@ from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, RunningTask
 from airflow_gpu_dag.core.bounds import lower_bound
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.ladders import fit_ladders
-from airflow_gpu_dag.core.objective import ReservationGate
+from airflow_gpu_dag.core.objective import ReservationGate, StarvingWatch
 from airflow_gpu_dag.core.pools import task_pool, task_slots
 from airflow_gpu_dag.core.reservation import decide_pool, decide_pools
 from airflow_gpu_dag.core.rules import PriorityRule, clamp_int32, resolve_priority
@@ -168,6 +168,8 @@ class _Simulation:
         self.pending_set: set[str] = set()
         self.ready_lists: dict[str, list[tuple[int, int, str]]] = {}
         self.ready_at: dict[str, float] = {}
+        self.gate: ReservationGate | None = None  # set by run()
+        self.starving: dict[str, StarvingWatch] = {}  # pool -> its starving tasks (with a gate)
         self.pool_size: dict[str, int] = dict(capacity)
         self.used: dict[str, int] = dict.fromkeys(capacity, 0)
         self.max_usage: dict[str, int] = dict.fromkeys(capacity, 0)
@@ -196,6 +198,8 @@ class _Simulation:
     def make_ready(self, uid: str, now: float, lookahead: bool) -> None:
         self.ready_at[uid] = now
         pool = self.pools[uid]
+        if self.gate is not None:
+            self.starving.setdefault(pool, StarvingWatch(self.gate)).add(self._ready_task(uid, pool))
         item = (-self.prio[uid], self.order[uid], uid)
         if uid in self.pending_set:
             self.pending_set.discard(uid)
@@ -243,13 +247,23 @@ class _Simulation:
         """The pool's ready and pending tasks in admission order, built only as far as they are read."""
         ready = self.ready_lists.get(pool) or []
         pending = (self.pending_lists.get(pool) or []) if lookahead else []
-        for negp, order, uid in heapq.merge(ready, pending) if pending else ready:
+        for _p, _o, uid in heapq.merge(ready, pending) if pending else ready:
             if uid in self.pending_set:
                 yield self._pending_task(uid, pool, now)
             else:
-                yield ReadyTask(
-                    uid, pool, self.slots[uid], -negp, self.believed[uid], (order,), run=str(self.run_of[uid])
-                )
+                yield self._ready_task(uid, pool)
+
+    def _ready_task(self, uid: str, pool: str) -> ReadyTask:
+        return ReadyTask(
+            uid,
+            pool,
+            self.slots[uid],
+            self.prio[uid],
+            self.believed[uid],
+            (self.order[uid],),
+            run=str(self.run_of[uid]),
+            since=self.ready_at[uid],
+        )
 
     def tick(self, now: float, options: ControllerOptions) -> None:
         """One controller tick: :func:`decide_pool` for every capacity pool."""
@@ -269,6 +283,7 @@ class _Simulation:
                 options.strict_backfill,
                 options.next_decision(now),
                 options.gate,
+                self.starving[pool].first(now, self.started) if pool in self.starving else None,
             )
             self.pool_size[pool] = decision.pool_size
             reserving = reserving or decision.reserved_for is not None
@@ -280,15 +295,7 @@ class _Simulation:
         not the lazy reading of :meth:`waiting`), must equal what :meth:`tick` set."""
         busy = [task for pool in self.capacity for task in self.holding[pool].values()]
         ready = [
-            ReadyTask(
-                uid,
-                pool,
-                self.slots[uid],
-                self.prio[uid],
-                self.believed[uid],
-                (self.order[uid],),
-                run=str(self.run_of[uid]),
-            )
+            self._ready_task(uid, pool)
             for pool, lst in self.ready_lists.items()
             if pool in self.capacity
             for _p, _o, uid in lst
@@ -376,6 +383,7 @@ class _Simulation:
 
     def run(self, reserve: bool, options: ControllerOptions) -> None:
         """The event loop: controller tick (when due), admission, then on to the next event or tick."""
+        self.gate = options.gate if reserve else None
         for uid, count in self.waiting_on.items():
             if count == 0:
                 self.upstream_done(uid, 0.0, options.lookahead)

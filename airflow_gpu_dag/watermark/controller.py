@@ -227,6 +227,7 @@ class WatermarkController:
                             rest_values.order(ti),
                             run=_run(ti),
                             falls_back=can_fall_back(read_hints(ti.get("executor_config")).get("fallback")),
+                            since=rest_values.scheduled_time(ti),
                         )
                     )
                 else:

@@ -72,8 +72,18 @@ def order(ti: Mapping[str, Any]) -> tuple[str, int]:
 
 def start_time(ti: Mapping[str, Any]) -> float | None:
     """``start_date`` as epoch seconds (None when absent or unreadable)."""
+    return _epoch_seconds(ti, "start_date")
+
+
+def scheduled_time(ti: Mapping[str, Any]) -> float | None:
+    """``scheduled_when`` (Airflow 3: when the task instance turned SCHEDULED, i.e. ready) as epoch
+    seconds (None when absent or unreadable)."""
+    return _epoch_seconds(ti, "scheduled_when")
+
+
+def _epoch_seconds(ti: Mapping[str, Any], field: str) -> float | None:
     try:
-        value = parse_time(ti.get("start_date"))
+        value = parse_time(ti.get(field))
     except (TypeError, ValueError, OverflowError):
         return None
     return value if value is not None and math.isfinite(value) else None

@@ -8,9 +8,11 @@ to a few typical training durations). Checked from the task instances the REST A
 
 * every run succeeds, the pool never holds more than 4 GPUs;
 * ``wide`` is not starved by the stream: it starts within its bound
-  ``max(0, key + overdue - ready) + (|A| + 1) * (D + interval)``, ``A`` the task instances with an
+  ``max(0, key - ready) + overdue + (|A| + 1) * (D + 2 * interval)``, ``A`` the task instances with an
   earlier key still waiting when it turned ready, ``D`` the longest task;
-* the probe, triggered while the reservation was pending, completes within its own bound.
+* the probe, triggered while the reservation was pending, completes within its own bound;
+* every task instance's ``scheduled_when``, the ready time the controller measures starving from, is
+  set and lies between its upstream task's end and its own start.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import pytest
 from airflow_gpu_dag.core.objective import key_of_weight
 from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, parse_time
 from airflow_gpu_dag.testing import AirflowCluster
+from airflow_gpu_dag.watermark import rest_values
 from airflow_gpu_dag.watermark.config import parse_config
 from airflow_gpu_dag.watermark.controller import WatermarkController
 
@@ -123,9 +126,9 @@ def _scheduler_view(tis: list[dict[str, Any]], origin: float) -> str:
     return "\n".join(rows)
 
 
-def _bound(tis: list[dict[str, Any]], task: dict[str, Any], ready: float, wide: bool) -> float:
-    """``max(0, key + overdue - ready) + (|A| + 1) * (D + interval)`` (overdue term for wide tasks only),
-    ``A`` the task instances with an earlier key (higher weight) not started yet at ``ready``."""
+def _bound(tis: list[dict[str, Any]], task: dict[str, Any], ready: float) -> float:
+    """``max(0, key - ready) + overdue + (|A| + 1) * (D + 2 * interval)``, ``A`` the task instances with
+    an earlier key (higher weight) not started yet at ``ready``."""
     ahead = [
         ti
         for ti in tis
@@ -133,8 +136,8 @@ def _bound(tis: list[dict[str, Any]], task: dict[str, Any], ready: float, wide: 
     ]
     key = key_of_weight(task["priority_weight"])
     assert key is not None, task
-    first = max(0.0, key + OVERDUE - ready) if wide else 0.0
-    return first + (len(ahead) + 1) * (LONGEST + TASK_OVERHEAD + INTERVAL) + SLACK
+    first = max(0.0, key - ready) + OVERDUE
+    return first + (len(ahead) + 1) * (LONGEST + TASK_OVERHEAD + 2 * INTERVAL) + SLACK
 
 
 def test_every_run_succeeds_and_the_pool_is_never_oversubscribed(mix: dict[str, Any]) -> None:
@@ -165,7 +168,7 @@ def test_the_wide_task_is_not_starved_by_the_stream(mix: dict[str, Any]) -> None
     origin = mix["triggered"]["md_pipeline"]
     ready = _span(by[("md_pipeline", "prep")])[1]
     waited = _span(by[("md_pipeline", "wide")])[0] - ready
-    bound = _bound(tis, by[("md_pipeline", "wide")], ready, wide=True)
+    bound = _bound(tis, by[("md_pipeline", "wide")], ready)
     print(f"\nwide waited {waited:.1f}s after prep ended; bound {bound:.1f}s")
     print(_scheduler_view(tis, origin))
     assert waited <= bound, _scheduler_view(tis, origin)
@@ -181,7 +184,21 @@ def test_a_small_dag_triggered_while_the_reservation_is_pending_completes_within
     probe = next(ti for ti in tis if ti["dag_id"] == "md_probe")
     at = mix["triggered"]["md_probe"]
     completion = _span(probe)[1] - at
-    bound = _bound(tis, probe, at, wide=False) + 2.0  # + its own 2 s
+    bound = _bound(tis, probe, at) + 2.0  # + its own 2 s
     origin = mix["triggered"]["md_pipeline"]
     print(f"\nprobe completed {completion:.1f}s after its trigger; bound {bound:.1f}s")
     assert completion <= bound, _scheduler_view(tis, origin)
+
+
+def test_scheduled_when_is_the_ready_time_the_controller_reads(mix: dict[str, Any]) -> None:
+    """The controller measures starving from ``scheduled_when`` (Airflow 3's ``scheduled_dttm``): the
+    REST API returns it for every task instance, after its upstream task ended and before it started."""
+    tis = mix["tis"]
+    by = {(ti["dag_id"], ti["task_id"]): ti for ti in tis}
+    origin = mix["triggered"]["md_pipeline"]
+    for ti in tis:
+        scheduled = rest_values.scheduled_time(ti)
+        assert scheduled is not None, f"{ti['dag_id']}.{ti['task_id']}: {ti.get('scheduled_when')!r}"
+        assert scheduled <= _span(ti)[0] + 0.5, _scheduler_view(tis, origin)
+    wide = rest_values.scheduled_time(by[("md_pipeline", "wide")])
+    assert wide is not None and wide >= _span(by[("md_pipeline", "prep")])[1] - 0.5

@@ -122,6 +122,52 @@ def test_gate_holds_slots_only_for_a_clearly_more_urgent_or_overdue_head() -> No
     assert decide_pools(NOW, {"gpu": 8}, running, [wide, _ready("s", 1, 7)], gate=gate)["gpu"].reserved_for
 
 
+def _waiting(key: str, slots: int, key_at: float, since: float | None, duration: float = 600.0) -> ReadyTask:
+    return ReadyTask(key, "gpu", slots, key_weight(key_at), duration, (0,), since=since)
+
+
+def test_starving_is_measured_from_the_ready_time_or_the_key_whichever_is_later() -> None:
+    gate = ReservationGate(gap=4 * HOUR, overdue=8 * HOUR)
+    # key 10 h ago but ready only an hour ago (a long pipeline's task): not starving
+    assert gate.starving(NOW, [_waiting("late", 4, NOW - 10 * HOUR, NOW - HOUR)]) is None
+    # ready 9 h ago, key 10 h ago: starving; ready 9 h ago but key 7 h ago: not yet
+    old = _waiting("old", 1, NOW - 10 * HOUR, NOW - 9 * HOUR)
+    assert gate.starving(NOW, [old]) == old
+    assert gate.starving(NOW, [_waiting("young", 1, NOW - 7 * HOUR, NOW - 9 * HOUR)]) is None
+    # the one waiting since longest wins; unknown ready time, stock weight or pending: never starving
+    older = _waiting("older", 1, NOW - 12 * HOUR, NOW - 11 * HOUR)
+    assert gate.starving(NOW, [old, older]) == older
+    unknown = _waiting("unknown", 1, NOW - 12 * HOUR, None)
+    stock = ReadyTask("stock", "gpu", 1, 5, 600.0, (0,), since=NOW - 20 * HOUR)
+    pending = PendingTask(
+        "pending", "gpu", 1, key_weight(NOW - 12 * HOUR), 600.0, (0,), NOW, since=NOW - 20 * HOUR
+    )
+    assert gate.starving(NOW, [unknown, stock, pending]) is None
+
+
+def test_a_starving_task_stops_backfill_of_later_work() -> None:
+    """The leak between ticks: a backfilled or freed slot goes to later work. While a task starves only
+    work ahead of it is backfilled, and with nothing starting the pool closes to min(used, C - w)."""
+    gate = ReservationGate(gap=4 * HOUR, overdue=8 * HOUR)
+    running = [RunningTask("busy", "gpu", 3, NOW + 2 * HOUR)]
+    head = _waiting("wide", 4, NOW - 10 * HOUR, NOW - 60)  # overdue past its key: always held for
+    # behind it: a 2-GPU task ready for 7 h (its key 9 h ago; it does not fit), and a 60-s task
+    waiting_long = _waiting("waiting", 2, NOW - 9 * HOUR, NOW - 7 * HOUR, duration=3600.0)
+    quick = ReadyTask("quick", "gpu", 1, key_weight(NOW), 60.0, (0,), run="other", since=NOW)
+    d = decide_pools(NOW, {"gpu": 4}, running, [head, waiting_long, quick], gate=gate)["gpu"]
+    assert d.reserved_for == "wide" and d.backfill_tasks == ("quick",) and d.pool_size == 4
+    # an hour later the 2-GPU task has waited 8 h since it turned ready: "quick" (behind it) is not
+    # backfilled, and the pool closes to min(used, C - w) = 0 until "wide" fits
+    later = NOW + HOUR
+    d = decide_pools(later, {"gpu": 4}, running, [head, waiting_long, quick], gate=gate)["gpu"]
+    assert d.reserved_for == "wide" and d.backfill_tasks == () and d.pool_size == 0
+    assert "waiting starving (28800s waited): nothing behind it backfilled" in d.reason
+    # work ahead of the starving task is still backfilled
+    ahead = ReadyTask("ahead", "gpu", 1, key_weight(NOW - 9.5 * HOUR), 60.0, (0,), since=later)
+    d = decide_pools(later, {"gpu": 4}, running, [head, ahead, waiting_long, quick], gate=gate)["gpu"]
+    assert d.backfill_tasks == ("ahead",) and d.pool_size == 4
+
+
 def test_gate_applies_to_pending_heads_too() -> None:
     gate = ReservationGate(gap=4 * HOUR, overdue=8 * HOUR)
     soon = PendingTask("next", "gpu", 4, key_weight(NOW - HOUR), 3600.0, (0,), ready_at=NOW + 60)
@@ -133,7 +179,12 @@ def test_gate_applies_to_pending_heads_too() -> None:
 
 
 def test_throughput_reserves_for_every_wide_head() -> None:
-    assert ReservationGate.for_objective(get_objective("throughput")) is None
+    gate = ReservationGate.for_objective(get_objective("throughput"))
+    assert gate == ReservationGate(0.0, 8 * HOUR, DEFAULT_EPOCH)
+    wide = _ready("wide", 4, key_weight(NOW - HOUR))
+    close = _ready("eval", 1, key_weight(NOW - HOUR + 60))  # due a minute later: balanced would not hold
+    running = [RunningTask("busy", "gpu", 6, NOW + 3600)]
+    assert decide_pools(NOW, {"gpu": 8}, running, [wide, close], gate=gate)["gpu"].reserved_for == "wide"
     assert ReservationGate.for_objective(get_objective("balanced"), 5.0) == ReservationGate(
         4 * HOUR, 8 * HOUR, 5.0
     )
@@ -204,8 +255,8 @@ def test_the_lazy_walk_with_a_gate_decides_what_decide_pools_decides() -> None:
     def keys(graph: TaskGraph, trigger: float) -> dict[str, int]:
         return run_weights(graph, trigger, caps, objective, epoch)
 
-    gate = ReservationGate(gap=600.0, overdue=1800.0, epoch=epoch)
-    for interval in (0.0, 60.0):
+    for overdue, interval in ((1800.0, 0.0), (1800.0, 60.0), (300.0, 60.0)):  # 300 s: tasks starve
+        gate = ReservationGate(gap=600.0, overdue=overdue, epoch=epoch)
         r = simulate(
             graphs,
             caps,

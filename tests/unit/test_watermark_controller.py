@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from airflow_gpu_dag.core.objective import key_weight
 from airflow_gpu_dag.hints import duration_hint
 from airflow_gpu_dag.hooks.rest_client import RestError
 from airflow_gpu_dag.watermark.config import LeaderLockSpec, parse_config
@@ -80,6 +81,7 @@ def ti(
     duration: float | None = 60.0,
     started: float | None = None,
     pool: str = "gpu",
+    scheduled: float | None = None,
 ) -> dict[str, Any]:
     config = {"gpu_dag": {"duration_s": duration}} if duration is not None else {}
     return {
@@ -94,6 +96,9 @@ def ti(
         "executor_config": str(config),
         "logical_date": "2026-11-30T00:00:00Z",
         "start_date": datetime.fromtimestamp(started, UTC).isoformat() if started is not None else None,
+        "scheduled_when": datetime.fromtimestamp(scheduled, UTC).isoformat()
+        if scheduled is not None
+        else None,
     }
 
 
@@ -269,6 +274,25 @@ def test_backfill_with_nothing_to_backfill_keeps_the_reservation_closed() -> Non
     rest.tis = [ti("a", "running", started=NOW, duration=100), ti("wide", "scheduled", slots=4, priority=9)]
     controller(rest, Source(4)).tick()
     assert rest.pools["gpu"]["slots"] == 0
+
+
+def test_a_task_scheduled_long_ago_starves_and_stops_backfill_behind_it() -> None:
+    """``scheduled_when`` (when a task instance turned SCHEDULED) is its ready time: a task waiting the
+    objective's ``overdue`` (8 h) since then, and since its key, lets no later work backfill."""
+    hour = 3600.0
+    rest = FakeRest()
+    rest.tis = [
+        ti("busy", "running", slots=3, started=NOW - 10, duration=2 * hour),
+        ti("wide", "scheduled", slots=4, priority=key_weight(NOW - 10 * hour), scheduled=NOW - 60),
+        ti("waiting", "scheduled", slots=2, priority=key_weight(NOW - 9 * hour), duration=hour),
+        ti("quick", "scheduled", slots=1, priority=key_weight(NOW), duration=60, scheduled=NOW),
+    ]
+    controller(rest, Source(4)).tick()
+    assert rest.pools["gpu"]["slots"] == 4  # "quick" backfills the free slot: its end cannot delay "wide"
+    rest.tis[2]["scheduled_when"] = datetime.fromtimestamp(NOW - 8 * hour, UTC).isoformat()
+    controller(rest, Source(4)).tick()
+    assert rest.pools["gpu"]["slots"] == 0
+    assert "d/r/waiting/-1 starving" in rest.pools["gpu"]["description"]
 
 
 def _lookahead_state(rest: FakeRest) -> None:
