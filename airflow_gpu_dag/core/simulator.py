@@ -231,17 +231,8 @@ class _Simulation:
                 known.append(now + self.believed[u])
             else:
                 after.append(u)
-        return PendingTask(
-            uid,
-            pool,
-            self.slots[uid],
-            self.prio[uid],
-            self.believed[uid],
-            (self.order[uid],),
-            max(known, default=-math.inf),
-            tuple(after),
-            run=str(self.run_of[uid]),
-        )
+        fields = self._fields(uid, pool)
+        return PendingTask(*fields, max(known, default=-math.inf), tuple(after), run=str(self.run_of[uid]))
 
     def waiting(self, pool: str, now: float, lookahead: bool) -> Iterator[ReadyTask]:
         """The pool's ready and pending tasks in admission order, built only as far as they are read."""
@@ -253,17 +244,12 @@ class _Simulation:
             else:
                 yield self._ready_task(uid, pool)
 
+    def _fields(self, uid: str, pool: str) -> tuple[str, str, int, int, float, tuple[int]]:
+        """A waiting task as the controller sees it: key, pool, slots, weight, estimate, tie-break."""
+        return uid, pool, self.slots[uid], self.prio[uid], self.believed[uid], (self.order[uid],)
+
     def _ready_task(self, uid: str, pool: str) -> ReadyTask:
-        return ReadyTask(
-            uid,
-            pool,
-            self.slots[uid],
-            self.prio[uid],
-            self.believed[uid],
-            (self.order[uid],),
-            run=str(self.run_of[uid]),
-            since=self.ready_at[uid],
-        )
+        return ReadyTask(*self._fields(uid, pool), run=str(self.run_of[uid]), since=self.ready_at[uid])
 
     def tick(self, now: float, options: ControllerOptions) -> None:
         """One controller tick: :func:`decide_pool` for every capacity pool."""
