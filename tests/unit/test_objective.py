@@ -16,6 +16,7 @@ from airflow_gpu_dag.core.objective import (
     KEY_WEIGHT_FLOOR,
     OBJECTIVES,
     ReservationGate,
+    StarvingWatch,
     get_objective,
     key_of_weight,
     key_weight,
@@ -143,6 +144,27 @@ def test_starving_is_measured_from_the_ready_time_or_the_key_whichever_is_later(
         "pending", "gpu", 1, key_weight(NOW - 12 * HOUR), 600.0, (0,), NOW, since=NOW - 20 * HOUR
     )
     assert gate.starving(NOW, [unknown, stock, pending]) is None
+
+
+def test_starving_watch_is_the_gates_choice_kept_as_tasks_turn_ready_and_start() -> None:
+    """The first starving task in admission order (not the one waiting longest): backfill stops ahead of
+    every starving task. The simulator's incremental copy agrees with the gate over a list."""
+    gate = ReservationGate(gap=4 * HOUR, overdue=8 * HOUR)
+    longest = _waiting("longest", 1, NOW - 11 * HOUR, NOW - 11 * HOUR)  # later key, waiting longest
+    first = _waiting("first", 1, NOW - 12 * HOUR, NOW - 9 * HOUR)  # earlier key: ahead in the order
+    young = _waiting("young", 1, NOW - 13 * HOUR, NOW - HOUR)  # earliest key, ready an hour ago
+    watch = StarvingWatch(gate)
+    for task in (longest, first, young):
+        watch.add(task)
+    assert (
+        watch.first(NOW - 2.5 * HOUR, set())
+        == longest
+        == gate.starving(NOW - 2.5 * HOUR, [longest, first, young])
+    )
+    assert watch.first(NOW, set()) == first == gate.starving(NOW, [longest, first, young])
+    assert watch.first(NOW, {"first"}) == longest == gate.starving(NOW, [longest, young])
+    assert watch.first(NOW, {"first", "longest"}) is None
+    assert watch.first(NOW + 7 * HOUR, {"first", "longest"}) == young
 
 
 def test_a_starving_task_stops_backfill_of_later_work() -> None:
