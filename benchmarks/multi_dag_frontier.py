@@ -161,11 +161,12 @@ def member_priority(member: Member, shapes: Mapping[str, Any]) -> RunPriority:
     return weights
 
 
-def member_gate(member: Member) -> ReservationGate | None:
-    if member.reservation == "always":
-        return None
+def member_gate(member: Member) -> ReservationGate:
+    """``always``: every wide head reserved for (gap 0, as ``throughput``); ``gated``: ``balanced``'s
+    gate. Both with the objectives' ``overdue``, after which a waiting task starves."""
     balanced = OBJECTIVES["balanced"]
-    return ReservationGate(balanced.gap, balanced.overdue, SIMULATION_EPOCH)
+    gap = 0.0 if member.reservation == "always" else balanced.gap
+    return ReservationGate(gap, balanced.overdue, SIMULATION_EPOCH)
 
 
 def mix_graph(graphs: Sequence[TaskGraph], trigger: Sequence[float]) -> TaskGraph:
