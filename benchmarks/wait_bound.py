@@ -90,12 +90,8 @@ def one(seed: int, args: argparse.Namespace) -> dict[str, float]:
             graphs, CAPACITY, "reservation", interval, run_priority=keys, gate=gate, triggers=triggers
         )
         train = result.by_id()["0:pipeline/train"]
-        if interval == 0:
-            bound = max(0.0, key + gate.overdue - train.ready) + (earlier + 1) * longest
-        else:
-            bound = max(0.0, key - train.ready) + gate.overdue + (earlier + 1) * (longest + 2 * interval)
         row[f"wait_{interval:g}"] = train.wait
-        row[f"bound_{interval:g}"] = bound
+        row[f"bound_{interval:g}"] = gate.wait_bound(key, train.ready, earlier, longest, interval)
     return row
 
 

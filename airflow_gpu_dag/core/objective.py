@@ -237,6 +237,16 @@ class ReservationGate:
                 first = task
         return first
 
+    def wait_bound(self, key: float, ready: float, ahead: int, longest: float, interval: float) -> float:
+        """The most a task with key ``key``, ready at ``ready``, waits with the controller running every
+        ``interval`` seconds (docs/priority.md proves it), ``ahead`` task instances of its pool having an
+        earlier key and ``longest`` being the pool's longest task: ``max(0, key - ready) + overdue +
+        (ahead + 1) * (longest + 2 * interval)``; at interval 0 the tighter ``max(0, key + overdue -
+        ready) + (ahead + 1) * longest``."""
+        if interval <= 0:
+            return max(0.0, key + self.overdue - ready) + (ahead + 1) * longest
+        return max(0.0, key - ready) + self.overdue + (ahead + 1) * (longest + 2 * interval)
+
     def holds_for(
         self, now: float, head: ReadyTask, competitor: ReadyTask | None, starving: ReadyTask | None = None
     ) -> tuple[bool, str]:

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from airflow_gpu_dag.core.objective import key_of_weight
+from airflow_gpu_dag.core.objective import ReservationGate, key_of_weight
 from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, parse_time
 from airflow_gpu_dag.testing import AirflowCluster
 from airflow_gpu_dag.watermark import rest_values
@@ -136,8 +136,8 @@ def _bound(tis: list[dict[str, Any]], task: dict[str, Any], ready: float) -> flo
     ]
     key = key_of_weight(task["priority_weight"])
     assert key is not None, task
-    first = max(0.0, key - ready) + OVERDUE
-    return first + (len(ahead) + 1) * (LONGEST + TASK_OVERHEAD + 2 * INTERVAL) + SLACK
+    gate = ReservationGate(GAP, OVERDUE)
+    return gate.wait_bound(key, ready, len(ahead), LONGEST + TASK_OVERHEAD, INTERVAL) + SLACK
 
 
 def test_every_run_succeeds_and_the_pool_is_never_oversubscribed(mix: dict[str, Any]) -> None:

@@ -46,13 +46,14 @@ def test_every_gpu_task_starts_within_the_wait_bound(seed: int) -> None:
     gap = 0.0 if objective.name == "throughput" else rng.choice([300.0, 600.0, 3600.0])
     overdue = rng.choice([120.0, 600.0, 1800.0])
     interval = rng.choice([0.0, 10.0, 30.0, 60.0, 120.0])
+    gate = ReservationGate(gap, overdue, EPOCH)
     result = simulate(
         graphs,
         caps,
         "reservation",
         interval,
         run_priority=lambda g, t: run_weights(g, t, caps, objective, EPOCH),
-        gate=ReservationGate(gap, overdue, EPOCH),
+        gate=gate,
         triggers=triggers,
         verify_controller=True,
     )
@@ -62,9 +63,7 @@ def test_every_gpu_task_starts_within_the_wait_bound(seed: int) -> None:
         key = key_of_weight(task.priority, EPOCH)
         assert key is not None
         ahead = sum(1 for other in pool if other.priority >= task.priority) - 1  # earlier keys (and ties)
-        bound = max(0.0, key - task.ready) + overdue + (ahead + 1) * (longest + 2 * interval)
-        if interval == 0:
-            bound = min(bound, max(0.0, key + overdue - task.ready) + (ahead + 1) * longest)
+        bound = gate.wait_bound(key, task.ready, ahead, longest, interval)
         assert task.wait <= bound, (
             f"{task.task_id} waited {task.wait:.0f}s > bound {bound:.0f}s "
             f"(|A|={ahead}, D={longest:.0f}s, Δ={interval:g}s, C={capacity}, {objective.name})"
