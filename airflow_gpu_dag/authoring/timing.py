@@ -104,6 +104,9 @@ def stage_dependency(
 ) -> CheckpointSensor:
     """``downstream`` starts once ``upstream`` wrote checkpoint ``step`` (upstream keeps running).
 
+    The checkpoint sensor watches ``upstream``: if it ends without writing the checkpoint (failed, or
+    succeeded too early), the sensor fails at once, naming it, instead of waiting out ``timeout``.
+
     :raises ValueError: ``downstream`` already waits for ``upstream`` to finish (an edge or a path:
         the checkpoint would change nothing), or ``upstream`` waits for ``downstream`` (a cycle); the
         message names the DAG, both tasks and the path.
@@ -141,6 +144,7 @@ def stage_dependency(
         timeout=timeout,
         poke_interval=poke_interval,
         conn_id=conn_id,
+        training_task_id=upstream.task_id,
         dag=dag,
         retries=RESUME_RACE_RETRIES,
         retry_delay=RESUME_RACE_RETRY_DELAY,

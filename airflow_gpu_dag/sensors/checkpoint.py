@@ -5,7 +5,9 @@
 
 Succeeds on the first checkpoint directory named by ``pattern`` with step >= ``step`` that is
 complete (marker ``_SUCCESS`` by default), and returns ``{"path", "step"}`` as XCom. Unlike an
-ordinary edge it does not wait for the training task to finish.
+ordinary edge it does not wait for the training task to finish. Given ``training_task_id`` (as
+:func:`~airflow_gpu_dag.authoring.stage_dependency` does), it fails as soon as that task has ended
+(failed, or succeeded without the checkpoint) instead of waiting out its timeout.
 """
 
 from __future__ import annotations
@@ -27,7 +29,13 @@ from airflow_gpu_dag.datasets.completeness import (
 )
 from airflow_gpu_dag.hints import control_task_hints
 from airflow_gpu_dag.sensors._common import require_timeout, resume_race_retry
-from airflow_gpu_dag.triggers.checkpoint import checkpoint_regex, find_checkpoint
+from airflow_gpu_dag.triggers.checkpoint import (
+    TRAINING_OVER,
+    checkpoint_regex,
+    find_checkpoint,
+    training_over_message,
+    training_state,
+)
 
 __all__ = ["CheckpointSensor"]
 
@@ -43,6 +51,9 @@ class CheckpointSensor(BaseSensorOperator):
     :param completeness: ``"marker"`` or ``"manifest"`` (a checkpoint is written once, then marked).
     :param timeout: required.
     :param conn_id: Airflow connection for object storage (default: the ``ObjectStoragePath``'s).
+    :param training_task_id: the task of this DAG that writes the checkpoints. Once it has ended
+        (``failed``, ``upstream_failed``, ``skipped``, ``removed``, or ``success`` without the
+        checkpoint) the sensor fails at once, naming it, instead of waiting out ``timeout``.
     """
 
     template_fields: Sequence[str] = ("checkpoint_dir",)
@@ -59,6 +70,7 @@ class CheckpointSensor(BaseSensorOperator):
         poke_interval: float = 10.0,
         conn_id: str | None = None,
         deferrable: bool = True,
+        training_task_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         task_id = kwargs.get("task_id", "?")
@@ -84,6 +96,7 @@ class CheckpointSensor(BaseSensorOperator):
         self.completeness = rule.to_dict()
         self.conn_id = conn_id if conn_id is not None else path_conn_id
         self.deferrable = deferrable
+        self.training_task_id = training_task_id
         self._reason = "not checked yet"
 
     def _message(self, reason: str) -> str:
@@ -113,10 +126,53 @@ class CheckpointSensor(BaseSensorOperator):
         self._reason = reason
         return path, step, reason
 
+    def _training_over(self, context: Any) -> str | None:
+        """The training task's state once it has ended, else None (also when it cannot be read: the
+        timeout still bounds the wait)."""
+        if not self.training_task_id:
+            return None
+        ti = context["ti"]
+        try:
+            state = training_state(ti.dag_id, ti.run_id, self.training_task_id)
+        except Exception as err:
+            self.log.warning("cannot read the state of training task %r: %s", self.training_task_id, err)
+            return None
+        return state if state in TRAINING_OVER else None
+
+    def _fail_if_training_over(self, context: Any) -> dict[str, Any] | None:
+        """None while training may still write the checkpoint; the checkpoint if it landed just before
+        training ended; raises once training has ended without it."""
+        over = self._training_over(context)
+        if over is None:
+            return None
+        path, step, _ = self._find()  # it may have landed since the last look
+        if path is not None:
+            return {"path": path, "step": step}
+        raise AirflowFailException(self._training_message(over))
+
+    def _training_message(self, state: str) -> str:
+        return training_over_message(
+            self.task_id, self.training_task_id or "?", state, self.checkpoint_dir, self.step, self.pattern
+        )
+
+    def _check_training_task(self) -> None:
+        if not self.training_task_id or not self.has_dag():
+            return
+        dag = self.dag
+        if not dag.has_task(self.training_task_id):
+            raise AirflowFailException(
+                f"task {self.task_id!r}: training_task_id={self.training_task_id!r} is not a task of DAG "
+                f"{dag.dag_id!r}. Fix: pass the task_id of the task that writes the checkpoints."
+            )
+
     def execute(self, context: Any) -> Any:
+        self._check_training_task()
         path, step, reason = self._find()
         if path is not None:
             return {"path": path, "step": step}
+        found = self._fail_if_training_over(context)
+        if found is not None:
+            return found
         if not self.deferrable:
             try:
                 return super().execute(context)
@@ -134,6 +190,9 @@ class CheckpointSensor(BaseSensorOperator):
                 deadline=time.time() + self.timeout,
                 poke_interval=self.poke_interval,
                 conn_id=self.conn_id,
+                training_task_id=self.training_task_id,
+                dag_id=context["ti"].dag_id if self.training_task_id else None,
+                run_id=context["ti"].run_id if self.training_task_id else None,
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout + 120),
@@ -144,6 +203,9 @@ class CheckpointSensor(BaseSensorOperator):
         self.log.info("%s", reason)
         if path is not None:
             return PokeReturnValue(True, {"path": path, "step": step})
+        found = self._fail_if_training_over(context)
+        if found is not None:
+            return PokeReturnValue(True, found)
         return PokeReturnValue(False)
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -152,4 +214,6 @@ class CheckpointSensor(BaseSensorOperator):
             return {"path": event["path"], "step": event["step"]}
         if event.get("status") == "error":
             raise AirflowFailException(self._error_message(str(event.get("reason", "unknown error"))))
+        if event.get("status") == "training_over":
+            raise AirflowFailException(self._training_message(str(event.get("state", "ended"))))
         raise AirflowSensorTimeout(self._message(str(event.get("reason", "unknown"))))

@@ -19,7 +19,18 @@ from airflow_gpu_dag.datasets.completeness import (
     resolve,
 )
 
-__all__ = ["CheckpointTrigger", "checkpoint_regex", "find_checkpoint"]
+__all__ = [
+    "TRAINING_OVER",
+    "CheckpointTrigger",
+    "checkpoint_regex",
+    "find_checkpoint",
+    "training_over_message",
+    "training_state",
+]
+
+#: States of the training task after which no checkpoint will come. ``up_for_retry`` is not one:
+#: the next try may still write it.
+TRAINING_OVER = frozenset({"success", "failed", "upstream_failed", "skipped", "removed"})
 
 
 def checkpoint_regex(pattern: str) -> re.Pattern[str]:
@@ -63,6 +74,28 @@ def find_checkpoint(
     return None, None, f"checkpoint(s) >= {min_step} exist but none is complete: {last.reason}"
 
 
+def training_state(dag_id: str, run_id: str, task_id: str) -> str | None:
+    """The state of ``task_id`` in the run ``run_id`` of ``dag_id`` (None: no task instance yet), read
+    through the Task SDK (a worker or the triggerer; Airflow's ``GetTaskStates``)."""
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    states = RuntimeTaskInstance.get_task_states(dag_id=dag_id, task_ids=[task_id], run_ids=[run_id])
+    state = (states.get(run_id) or {}).get(task_id)
+    return None if state is None else str(getattr(state, "value", state))
+
+
+def training_over_message(
+    sensor_id: str, training_task_id: str, state: str, directory: str, min_step: int, pattern: str
+) -> str:
+    """Why a checkpoint sensor gave up before its timeout: the task that writes the checkpoints ended."""
+    return (
+        f"task {sensor_id!r}: training task {training_task_id!r} ended {state} without a complete "
+        f"checkpoint with step >= {min_step} in {directory}, so none will come and the tasks waiting "
+        f"for it cannot start. Fix: make {training_task_id!r} save '{pattern}' directories with a "
+        f"completeness marker up to step {min_step}, then clear {training_task_id!r} and {sensor_id!r}."
+    )
+
+
 class CheckpointTrigger(BaseTrigger):
     """Poll ``directory`` until a complete checkpoint with step >= ``min_step`` exists.
 
@@ -71,6 +104,11 @@ class CheckpointTrigger(BaseTrigger):
     cure (a missing package, an undefined connection), with the fix in ``reason``. Other errors of a
     check (a flaky object store) count as "not there yet" and are logged until the deadline.
     Stable-size completeness is not supported here (checkpoints are written once and marked).
+
+    With ``training_task_id`` (and the run's ``dag_id`` / ``run_id``) it also watches the task that
+    writes the checkpoints: once that task has ended (:data:`TRAINING_OVER`) and one more look finds
+    no checkpoint, it fires ``{"status": "training_over", "state", "path", "reason"}`` instead of
+    waiting out the deadline. A failed look at the task's state is logged and the wait goes on.
     """
 
     def __init__(
@@ -82,6 +120,9 @@ class CheckpointTrigger(BaseTrigger):
         deadline: float,
         poke_interval: float = 10.0,
         conn_id: str | None = None,
+        training_task_id: str | None = None,
+        dag_id: str | None = None,
+        run_id: str | None = None,
     ) -> None:
         super().__init__()
         self.directory = directory
@@ -91,6 +132,9 @@ class CheckpointTrigger(BaseTrigger):
         self.deadline = float(deadline)
         self.poke_interval = float(poke_interval)
         self.conn_id = conn_id
+        self.training_task_id = training_task_id
+        self.dag_id = dag_id
+        self.run_id = run_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -103,30 +147,58 @@ class CheckpointTrigger(BaseTrigger):
                 "deadline": self.deadline,
                 "poke_interval": self.poke_interval,
                 "conn_id": self.conn_id,
+                "training_task_id": self.training_task_id,
+                "dag_id": self.dag_id,
+                "run_id": self.run_id,
             },
         )
 
+    async def _find(self) -> tuple[str | None, int | None, str, str | None]:
+        """One look: ``(path, step, reason, fix)``; ``fix`` is set for an error no later look cures."""
+        try:
+            path, step, reason = await asyncio.to_thread(
+                find_checkpoint, self.directory, self.pattern, self.min_step, self.completeness, self.conn_id
+            )
+        except Exception as err:  # a flaky object store must not kill the wait...
+            fix = permanent_error(err)
+            if fix is not None:  # ...but no wait cures a missing package or connection
+                self.log.error("checkpoint directory %s cannot be checked: %s", self.directory, fix)
+                return None, None, fix, fix
+            path, step, reason = None, None, check_failed(err)
+            self.log.warning("checkpoint directory %s: %s; checking again", self.directory, reason)
+        return path, step, reason, None
+
+    async def _training_over(self) -> str | None:
+        """The training task's state once it has ended, else None (also when it cannot be read)."""
+        if not (self.training_task_id and self.dag_id and self.run_id):
+            return None
+        try:
+            state = await asyncio.to_thread(training_state, self.dag_id, self.run_id, self.training_task_id)
+        except Exception as err:  # the API is down: keep the safe state (waiting), bounded by the deadline
+            self.log.warning("cannot read the state of training task %r: %s", self.training_task_id, err)
+            return None
+        return state if state in TRAINING_OVER else None
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:
-            try:
-                path, step, reason = await asyncio.to_thread(
-                    find_checkpoint,
-                    self.directory,
-                    self.pattern,
-                    self.min_step,
-                    self.completeness,
-                    self.conn_id,
-                )
-            except Exception as err:  # a flaky object store must not kill the wait...
-                fix = permanent_error(err)
-                if fix is not None:  # ...but no wait cures a missing package or connection
-                    self.log.error("checkpoint directory %s cannot be checked: %s", self.directory, fix)
-                    yield TriggerEvent({"status": "error", "path": self.directory, "reason": fix})
-                    return
-                path, step, reason = None, None, check_failed(err)
-                self.log.warning("checkpoint directory %s: %s; checking again", self.directory, reason)
+            path, step, reason, fix = await self._find()
+            if fix is not None:
+                yield TriggerEvent({"status": "error", "path": self.directory, "reason": fix})
+                return
             if path is not None:
                 yield TriggerEvent({"status": "complete", "path": path, "step": step, "reason": reason})
+                return
+            over = await self._training_over()
+            if over is not None:
+                # the last checkpoint may have landed between the look above and the task's end
+                path, step, reason, fix = await self._find()
+                if path is not None:
+                    yield TriggerEvent({"status": "complete", "path": path, "step": step, "reason": reason})
+                    return
+                self.log.error("training task %r ended %s: %s", self.training_task_id, over, reason)
+                yield TriggerEvent(
+                    {"status": "training_over", "state": over, "path": self.directory, "reason": reason}
+                )
                 return
             if time.time() >= self.deadline:
                 yield TriggerEvent({"status": "timeout", "path": self.directory, "reason": reason})

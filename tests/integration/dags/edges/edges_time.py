@@ -28,9 +28,11 @@ with DAG("edges_window", schedule=None, start_date=START, catchup=False, tags=["
 
 # train writes checkpoint-1..3 (marker last) and keeps running until evaluate has used checkpoint 2:
 # it succeeds only if evaluate ran while it was still running. The waits are generous (a loaded 2-core CI
-# machine starts each task process slowly); a passing run ends as soon as evaluate is done.
+# machine starts each task process slowly); a passing run ends as soon as evaluate is done. With
+# conf {"fail": true} it fails before writing any checkpoint (the sensor must give up, not time out).
 TRAIN = f"""
 set -e; d={BASE}/ckpt/{{{{ run_id }}}}; mkdir -p $d
+{{% if dag_run.conf.get('fail') %}}echo 'training diverged'; exit 3{{% endif %}}
 for i in 1 2 3; do
   mkdir -p $d/checkpoint-$i; echo w > $d/checkpoint-$i/weights; touch $d/checkpoint-$i/_SUCCESS; sleep 1
 done
