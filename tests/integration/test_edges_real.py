@@ -41,6 +41,7 @@ class Env:
     cluster: AirflowCluster
     base: Path
     runs: dict[str, tuple[str, str]] = field(default_factory=dict)
+    window_opens: datetime | None = None
 
     def states(self, name: str) -> dict[str, str | None]:
         dag_id, run_id = self.runs[name]
@@ -81,6 +82,11 @@ class Env:
         return value
 
 
+#: Seconds from the window run's trigger to its window opening: under load (2 cores, 16 runs in flight)
+#: the sensor may take a while to start, and it must start while the window is still closed.
+WINDOW_LEAD_S = 120
+
+
 def _hms(moment: datetime) -> str:
     return moment.strftime("%H:%M:%S")
 
@@ -105,6 +111,16 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         cluster.wait_for_dags(DAG_IDS)
         now_dt = datetime.now(UTC)
         e = Env(cluster, base)
+        # first, so its sensor starts while the window is still closed; checked last, so the wait for the
+        # window to open overlaps the other tests
+        e.window_opens = (datetime.now(UTC) + timedelta(seconds=WINDOW_LEAD_S)).replace(microsecond=0)
+        opens = e.window_opens
+        e.runs["window_wait"] = (
+            "edges_window",
+            cluster.trigger(
+                "edges_window", {"opens": _hms(opens), "closes": _hms(opens + timedelta(hours=1))}
+            ),
+        )
 
         def trigger(
             name: str, dag_id: str, conf: dict | None = None, logical_date: str | None = None
@@ -128,27 +144,10 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             logical_date=(now_dt - timedelta(hours=3)).isoformat(),
         )
         trigger("stage", "edges_stage")
+        trigger("stage_train_fails", "edges_stage", {"fail": True})
         trigger("budget", "edges_budget")
         trigger("rollback", "edges_rollback")
         yield e
-
-
-# -- time (first: its wait overlaps the runs triggered by the fixture) --------------------------------
-WINDOW_LEAD_S = 120  # under load (2 cores, 15 runs in flight) the sensor may take a while to start
-
-
-def test_start_window_waits_until_it_opens(env: Env) -> None:
-    # triggered here (not up front) so the window is still closed when the sensor first runs; it must
-    # be seen deferred well before the window opens (a 1 s poll could miss a deferral of a second)
-    opens = (datetime.now(UTC) + timedelta(seconds=WINDOW_LEAD_S)).replace(microsecond=0)
-    window = {"opens": _hms(opens), "closes": _hms(opens + timedelta(hours=1))}
-    env.runs["window_wait"] = ("edges_window", env.cluster.trigger("edges_window", window))
-    env.wait_state("window_wait", "skip_task__window", "deferred", timeout=WINDOW_LEAD_S - 15)
-    assert env.states("window_wait")["skip_task"] in (None, "none", "scheduled")
-    assert env.finish("window_wait") == "success"
-    for task_id in ("skip_task", "fail_task"):
-        started = datetime.fromisoformat(env.ti("window_wait", task_id)["start_date"].replace("Z", "+00:00"))
-        assert started >= opens, (task_id, started, opens)
 
 
 # -- data edges ---------------------------------------------------------------------------------------
@@ -280,6 +279,19 @@ def test_stage_dependency_starts_downstream_while_upstream_runs(env: Env) -> Non
     assert evaluate_end < train_end
 
 
+def test_checkpoint_sensor_gives_up_when_training_fails(env: Env) -> None:
+    # train fails before writing a checkpoint: the sensor (timeout 420 s) fails on the training task's
+    # state, in the triggerer or before deferring, with a message naming train and the fix
+    assert env.finish("stage_train_fails", timeout=400) == "failed"
+    states = env.states("stage_train_fails")
+    assert states["train"] == "failed", states
+    assert states["wait_train_ckpt_2"] == "failed", states
+    assert states["evaluate"] == "upstream_failed", states
+    log = env.log("stage_train_fails", "wait_train_ckpt_2")
+    assert "training task 'train' ended failed without a complete checkpoint" in log, log[-2000:]
+    assert env.ti("stage_train_fails", "wait_train_ckpt_2")["try_number"] == 1  # not retried
+
+
 # -- budget ----------------------------------------------------------------------------------------------
 def test_budget_cap_pauses_gpu_task_until_raised(env: Env) -> None:
     env.wait_state("budget", "fit__budget", "deferred")
@@ -306,3 +318,18 @@ def test_failure_policies_retry_skip_abort(env: Env) -> None:
     assert states["sft"] == "upstream_failed"
     assert states["report"] == "upstream_failed"  # all_done would have run it
     assert states["free"] == "success"  # cleanup still runs
+
+
+# -- time, checked last (the window opens WINDOW_LEAD_S after the module's runs were triggered) ---------
+def test_start_window_waits_until_it_opens(env: Env) -> None:
+    opens = env.window_opens
+    assert opens is not None
+    assert env.finish("window_wait") == "success"
+    sensor_log = env.log("window_wait", "skip_task__window")
+    assert "deferring until then" in sensor_log, (
+        "the window sensor must start while the window is closed and defer (a very slow machine?)\n"
+        + sensor_log[-2000:]
+    )
+    for task_id in ("skip_task", "fail_task"):
+        started = datetime.fromisoformat(env.ti("window_wait", task_id)["start_date"].replace("Z", "+00:00"))
+        assert started >= opens, (task_id, started, opens)
