@@ -53,7 +53,9 @@ def base_url_of(
     unless the connection type or ``schema`` is ``https``), either with a path prefix
     (``https://gw.example.com/airflow``: an api-server behind a reverse proxy). ``port`` goes into
     the URL's network location (``https://gw.example.com:8443/airflow``) when the host names none.
-    A trailing ``/api/v2`` is dropped: the client puts it before every call.
+    A trailing ``/api/v2`` is dropped: the client puts it before every call. ``schema`` other than
+    ``http``/``https`` is a path prefix when ``host`` has none: a URI
+    ``gpu-dag-api://user:pass@gw.example.com:8443/airflow`` puts ``airflow`` there.
 
     :raises ValueError: the connection has no host, or a port that is not a number.
     """
@@ -75,6 +77,9 @@ def base_url_of(
         ) from None
     netloc = f"{parts.netloc}:{int(port)}" if port and not has_port else parts.netloc
     path = parts.path.rstrip("/")
+    prefix = (schema or "").strip().strip("/")
+    if not path and prefix and prefix.lower() not in ("http", "https"):
+        path = "/" + prefix
     if path.endswith("/api/v2"):
         path = path[: -len("/api/v2")].rstrip("/")
     return urlunsplit((parts.scheme, netloc, path, parts.query, parts.fragment))

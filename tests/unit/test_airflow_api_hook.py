@@ -193,6 +193,9 @@ def test_a_typed_connection_round_trips_through_its_uri(monkeypatch: pytest.Monk
         {"conn_type": CONN_TYPE, "host": "https://gw.example.com/airflow/api/v2/", "port": 8443},
         {"conn_type": CONN_TYPE, "host": "https://gw.example.com:8443/airflow"},
         "gpu-dag-api://https://admin:{pw}@gw.example.com%2Fairflow:8443",
+        # the prefix as the URI's path (Airflow's "schema"); before, it was dropped
+        "gpu-dag-api://https://admin:{pw}@gw.example.com:8443/airflow",
+        "gpu-dag-api://https://admin:{pw}@gw.example.com:8443/airflow/api/v2",
     ],
 )
 def test_an_api_server_behind_a_path_prefix(
