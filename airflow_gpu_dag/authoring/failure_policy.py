@@ -13,9 +13,11 @@
   error). Downstream tasks then do what their trigger rule says: ``all_success`` tasks are skipped,
   ``none_failed``/``all_done`` tasks continue. The run does not fail because of this task.
 - **abort**: no retries; every downstream task whose trigger rule would still run after a failed
-  upstream (``all_done``, ``one_success``, ``one_failed``, ``always``, ...) is switched to
-  ``none_failed``, so the whole chain below ends ``upstream_failed``. Teardown (cleanup) tasks keep
-  their rule and still run. The tasks changed are returned and logged.
+  upstream (``all_done``, ``one_success``, ``always``, ...) is switched to ``none_failed``, so the
+  whole chain below ends ``upstream_failed``. Teardown (cleanup) tasks keep their rule and still run,
+  and so do failure handlers (``one_failed``, ``all_failed``: an alert): switched to ``none_failed``
+  they would run only when nothing failed, alerting on success and never on the abort. The tasks
+  changed are returned and logged.
 
 A data producer's failure with a previous good artifact is handled on the data edge
 (``data_edge(..., fallback_to_last_good=True)``), not here.
@@ -51,6 +53,10 @@ RUNS_AFTER_FAILURE = frozenset(
         "always",
     }
 )
+
+#: Trigger rules of failure handlers (an alert, a rollback): they exist to run after a failure, so the
+#: abort policy leaves them alone.
+FAILURE_HANDLERS = frozenset({"one_failed", "all_failed"})
 
 
 def _seconds(value: object, what: str, where: str) -> float:
@@ -176,7 +182,8 @@ def failure_policy(task: Any, policy: object = "retry", **overrides: Any) -> lis
     for down in task.get_flat_relatives(upstream=False):
         if getattr(down, "is_teardown", False):
             continue
-        if str(getattr(down.trigger_rule, "value", down.trigger_rule)) in RUNS_AFTER_FAILURE:
+        rule = str(getattr(down.trigger_rule, "value", down.trigger_rule))
+        if rule in RUNS_AFTER_FAILURE and rule not in FAILURE_HANDLERS:
             down.trigger_rule = TriggerRule.NONE_FAILED
             changed.append(down.task_id)
     if changed:

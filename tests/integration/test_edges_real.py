@@ -317,6 +317,7 @@ def test_failure_policies_retry_skip_abort(env: Env) -> None:
     assert pretrain["state"] == "failed" and pretrain["try_number"] == 1  # abort: no retries
     assert states["sft"] == "upstream_failed"
     assert states["report"] == "upstream_failed"  # all_done would have run it
+    assert states["alert"] == "success"  # a failure handler (one_failed) still fires on the abort
     assert states["free"] == "success"  # cleanup still runs
 
 

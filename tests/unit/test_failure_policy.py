@@ -60,7 +60,7 @@ def test_skip_policy_turns_last_failure_into_skip() -> None:
     assert t.execute is wrapped
 
 
-def test_abort_policy_blocks_failure_tolerant_descendants_but_not_cleanup() -> None:
+def test_abort_policy_blocks_failure_tolerant_descendants_but_not_cleanup_or_alerts() -> None:
     with DAG("a", schedule=None):
         pre = EmptyOperator(task_id="pretrain", retries=3)
         report = EmptyOperator(task_id="report", trigger_rule="all_done")
@@ -71,10 +71,14 @@ def test_abort_policy_blocks_failure_tolerant_descendants_but_not_cleanup() -> N
         pre >> sft >> report
         pre >> alert
         cleanup(free, after=sft)
+        notify = EmptyOperator(task_id="notify", trigger_rule="all_failed")
+        sft >> notify
     changed = failure_policy(pre, "abort")
-    assert changed == ["alert", "report"]
+    assert changed == ["report"]
     assert pre.retries == 0
-    assert report.trigger_rule == "none_failed" and alert.trigger_rule == "none_failed"
+    assert report.trigger_rule == "none_failed"
+    # failure handlers keep their rule: under none_failed the alert would fire when nothing failed
+    assert alert.trigger_rule == "one_failed" and notify.trigger_rule == "all_failed"
     assert sft.trigger_rule == "all_success"
     assert free.trigger_rule == "all_done_setup_success"  # cleanup still runs
     assert other.trigger_rule == "all_done"  # not downstream: untouched

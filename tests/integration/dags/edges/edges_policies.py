@@ -37,6 +37,8 @@ with DAG("edges_rollback", schedule=None, start_date=START, catchup=False, tags=
     sft = BashOperator(task_id="sft", bash_command="true")
     report = BashOperator(task_id="report", bash_command="true", trigger_rule="all_done")
     free = BashOperator(task_id="free", bash_command="true")
+    alert = BashOperator(task_id="alert", bash_command="echo pretrain failed", trigger_rule="one_failed")
     pretrain >> sft >> report
+    pretrain >> alert
     cleanup(free, after=sft)
     failure_policy(pretrain, "abort")
