@@ -15,10 +15,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
-from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
+from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, AirflowSkipException
 
 from airflow_gpu_dag.datasets.completeness import (
     StableSize,
@@ -52,8 +52,9 @@ class CheckpointSensor(BaseSensorOperator):
     :param timeout: required.
     :param conn_id: Airflow connection for object storage (default: the ``ObjectStoragePath``'s).
     :param training_task_id: the task of this DAG that writes the checkpoints. Once it has ended
-        (``failed``, ``upstream_failed``, ``skipped``, ``removed``, or ``success`` without the
-        checkpoint) the sensor fails at once, naming it, instead of waiting out ``timeout``.
+        (``failed``, ``upstream_failed``, ``removed``, or ``success`` without the checkpoint) the
+        sensor fails at once, naming it, instead of waiting out ``timeout``; once it was
+        ``skipped``, the sensor is skipped (what follows is skipped, as after an ordinary edge).
     """
 
     template_fields: Sequence[str] = ("checkpoint_dir",)
@@ -148,7 +149,16 @@ class CheckpointSensor(BaseSensorOperator):
         path, step, _ = self._find()  # it may have landed since the last look
         if path is not None:
             return {"path": path, "step": step}
-        raise AirflowFailException(self._training_message(over))
+        self._give_up(over)
+
+    def _give_up(self, state: str) -> NoReturn:
+        """Training ended without the checkpoint: skip when it was skipped (as an ordinary edge would
+        skip what follows), else fail naming it."""
+        if state == "skipped":
+            raise AirflowSkipException(
+                f"training task {self.training_task_id!r} was skipped: no checkpoint {self.step} will come"
+            )
+        raise AirflowFailException(self._training_message(state))
 
     def _training_message(self, state: str) -> str:
         return training_over_message(
@@ -215,5 +225,5 @@ class CheckpointSensor(BaseSensorOperator):
         if event.get("status") == "error":
             raise AirflowFailException(self._error_message(str(event.get("reason", "unknown error"))))
         if event.get("status") == "training_over":
-            raise AirflowFailException(self._training_message(str(event.get("state", "ended"))))
+            self._give_up(str(event.get("state", "ended")))
         raise AirflowSensorTimeout(self._message(str(event.get("reason", "unknown"))))

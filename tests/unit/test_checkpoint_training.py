@@ -13,7 +13,7 @@ import fsspec
 import pytest
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG
-from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, TaskDeferred
 
 import airflow_gpu_dag.sensors.checkpoint as sensor_module
 import airflow_gpu_dag.triggers.checkpoint as trigger_module
@@ -186,6 +186,16 @@ def test_the_sensor_defers_with_the_run_to_watch(ckpt_dir: str, monkeypatch: pyt
 def test_the_trigger_event_fails_the_sensor_with_the_fix(ckpt_dir: str) -> None:
     event = {"status": "training_over", "state": "success", "path": ckpt_dir, "reason": "no checkpoint"}
     with pytest.raises(AirflowFailException, match=r"training task 'train' ended success without"):
+        _sensor(ckpt_dir).execute_complete(_context(), event)
+
+
+def test_a_skipped_training_skips_the_sensor(ckpt_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # as an ordinary edge would: what waits for the checkpoint is skipped, the run does not fail
+    monkeypatch.setattr(sensor_module, "training_state", _states("skipped"))
+    with pytest.raises(AirflowSkipException, match=r"training task 'train' was skipped"):
+        _sensor(ckpt_dir).execute(_context())
+    event = {"status": "training_over", "state": "skipped", "path": ckpt_dir, "reason": "none"}
+    with pytest.raises(AirflowSkipException):
         _sensor(ckpt_dir).execute_complete(_context(), event)
 
 
