@@ -6,7 +6,15 @@ from typing import Any
 
 from airflow.sdk import Label
 
-__all__ = ["as_operator", "check_gatable", "insert_before", "labelled", "require_dag", "where_of"]
+__all__ = [
+    "as_operator",
+    "check_gatable",
+    "follow_gate",
+    "insert_before",
+    "labelled",
+    "require_dag",
+    "where_of",
+]
 
 
 def where_of(task: Any) -> str:
@@ -52,12 +60,48 @@ def check_gatable(task: Any) -> Any:
     return dag
 
 
+#: Where a branching task keeps the gates it must follow along with the tasks they were put before.
+_GATES_ATTR = "_gpu_dag_gates_of"
+
+
+def follow_gate(branch: Any, task_id: str, gate_id: str) -> None:
+    """Make ``branch`` (a branching task: ``BranchPythonOperator``, ``@task.branch``, ``branch_edge``'s
+    gate, any ``SkipMixin``) follow ``gate_id`` whenever it follows ``task_id``.
+
+    A branch skips every task directly downstream of it that it does not follow; once a gate sits
+    between the branch and ``task_id``, the branch still returns ``task_id``, so without this it would
+    skip the gate, and with it the task it chose. Its ``skip_all_except`` is wrapped once (on the
+    instance, as DAG files are parsed again where tasks run); the wrapper runs the original on the task
+    that runs (Airflow runs a rendered copy of the operator).
+    """
+    gates = branch.__dict__.get(_GATES_ATTR)
+    if gates is None:
+        gates = {}
+        original = branch.skip_all_except
+        function = getattr(original, "__func__", None)
+
+        def skip_all_except(ti: Any, branch_task_ids: Any) -> Any:
+            if branch_task_ids is not None:
+                chosen = [branch_task_ids] if isinstance(branch_task_ids, str) else list(branch_task_ids)
+                more = [gates[t] for t in chosen if isinstance(t, str) and t in gates]
+                branch_task_ids = chosen + [g for g in more if g not in chosen]
+            if function is None:
+                return original(ti, branch_task_ids)
+            runs = getattr(ti, "task", None)
+            return function(runs if isinstance(runs, type(branch)) else branch, ti, branch_task_ids)
+
+        branch.skip_all_except = skip_all_except
+        setattr(branch, _GATES_ATTR, gates)
+    gates[task_id] = gate_id
+
+
 def insert_before(task: Any, new: Any, label: str | None = None) -> None:
     """Move every upstream edge of ``task`` onto ``new`` and add ``new >> task`` (labelled).
 
     ``new`` becomes the task's entrance, so it takes the task's trigger rule (a join after a branch,
     ``all_done``, an alert on ``one_failed``: judged on the same upstream tasks as before), and the
-    task then runs when ``new`` succeeded (``all_success``; skipped or failed with it otherwise).
+    task then runs when ``new`` succeeded (``all_success``; skipped or failed with it otherwise). A
+    branching upstream that chooses ``task`` now follows ``new`` too (:func:`follow_gate`).
 
     :raises ValueError: ``task`` is a teardown (its rule is about its setups; gate the work instead).
     """
@@ -73,6 +117,10 @@ def insert_before(task: Any, new: Any, label: str | None = None) -> None:
         old = (dag.edge_info.get(up_id) or {}).get(task.task_id)
         up.downstream_task_ids.discard(task.task_id)
         task.upstream_task_ids.discard(up_id)
+        if old is not None:  # the moved edge's label goes with it, not left on a missing edge
+            dag.edge_info.get(up_id, {}).pop(task.task_id, None)
+        if callable(getattr(up, "skip_all_except", None)):
+            follow_gate(up, task.task_id, new.task_id)
         if old and old.get("label"):
             up >> Label(str(old["label"])) >> new
         else:

@@ -10,14 +10,19 @@
   waits (``up_for_retry`` is not a final state), and is blocked (``upstream_failed``) only when the
   last try failed.
 - **skip**: after the last try the failure is turned into ``skipped`` (the task's log keeps the
-  error). Downstream tasks then do what their trigger rule says: ``all_success`` tasks are skipped,
+  error); a failure Airflow never retries (``AirflowFailException``, a sensor timeout) at once.
+  Downstream tasks then do what their trigger rule says: ``all_success`` tasks are skipped,
   ``none_failed``/``all_done`` tasks continue. The run does not fail because of this task.
 - **abort**: no retries; every downstream task whose trigger rule would still run after a failed
   upstream (``all_done``, ``one_success``, ``always``, ...) is switched to ``none_failed``, so the
   whole chain below ends ``upstream_failed``. Teardown (cleanup) tasks keep their rule and still run,
   and so do failure handlers (``one_failed``, ``all_failed``: an alert): switched to ``none_failed``
-  they would run only when nothing failed, alerting on success and never on the abort. The tasks
-  changed are returned and logged.
+  they would run only when nothing failed, alerting on success and never on the abort. So do the
+  control tasks of a :func:`~airflow_gpu_dag.authoring.fallback_ladder` below it: they already stop
+  the ladder when its rung never became ready, and under ``none_failed`` a rung that did not start in
+  time (a failure by design) would stop it too. The tasks changed are returned and logged.
+
+A task keeps the policy given last: ``"skip"`` followed by ``"retry"`` no longer skips.
 
 A data producer's failure with a previous good artifact is handled on the data edge
 (``data_edge(..., fallback_to_last_good=True)``), not here.
@@ -113,23 +118,49 @@ def _check_retries(value: object, where: str) -> int:
     return value
 
 
+#: The policy a task was given last; the 'skip' wrapper acts only while it is 'skip' (a later
+#: ``failure_policy(task, "retry")`` or ``"abort"`` replaces it).
+POLICY_ATTR = "_gpu_dag_failure_policy"
+
+
+def _tries_left(ti: Any, task: Any) -> bool:
+    """Whether Airflow will retry this failure: ``try_number <= max_tries`` (``max_tries`` grows when
+    the task is cleared), else the task's ``retries``."""
+    try_number = int(getattr(ti, "try_number", 1) or 1)
+    max_tries = getattr(ti, "max_tries", None)
+    if isinstance(max_tries, int) and not isinstance(max_tries, bool):
+        return try_number <= max_tries
+    return try_number <= int(getattr(task, "retries", 0) or 0)
+
+
 def _skip_on_failure(task: Any) -> None:
-    from airflow.sdk.exceptions import AirflowSkipException
+    from airflow.sdk.exceptions import (
+        AirflowFailException,
+        AirflowSensorTimeout,
+        AirflowSkipException,
+        AirflowTaskTimeout,
+    )
 
     original = task.execute
     if getattr(original, "_gpu_dag_skip_policy", False):
         return
+    function = getattr(original, "__func__", None)  # the class's execute, to run on the task that runs
 
     @functools.wraps(original)
     def execute(context: Any) -> Any:
+        # Airflow runs a rendered copy of the operator (context["task"]): run execute on it, not on
+        # the parsed object, whose templated fields were never rendered
+        runs = context.get("task") if isinstance(context, dict) else None
+        runs = runs if isinstance(runs, type(task)) else task
         try:
-            return original(context)
+            return function(runs, context) if function is not None else original(context)
         except AirflowSkipException:
             raise
-        except Exception as err:
-            ti = context.get("ti")
-            try_number = int(getattr(ti, "try_number", 1) or 1)
-            if try_number <= int(task.retries or 0):
+        except (Exception, AirflowTaskTimeout) as err:
+            if getattr(runs, POLICY_ATTR, "skip") != "skip":  # a later failure_policy() replaced it
+                raise
+            never_retried = isinstance(err, (AirflowFailException, AirflowSensorTimeout))
+            if not never_retried and _tries_left(context.get("ti"), runs):
                 raise  # tries left: let Airflow retry first
             log.warning("task %s failed (%s); skipping it (failure policy 'skip')", task.task_id, err)
             raise AirflowSkipException(f"failure policy 'skip': {type(err).__name__}: {err}") from err
@@ -157,6 +188,7 @@ def failure_policy(task: Any, policy: object = "retry", **overrides: Any) -> lis
             raise ValueError(
                 f"{where}: bad options for failure policy {type(parsed).__name__}: {err}"
             ) from None
+    setattr(task, POLICY_ATTR, type(parsed).__name__.lower())
     if isinstance(parsed, Retry):
         task.retries = _check_retries(parsed.retries, where)
         task.retry_delay = timedelta(seconds=_seconds(parsed.delay, "delay", where))
@@ -179,9 +211,13 @@ def failure_policy(task: Any, policy: object = "retry", **overrides: Any) -> lis
     changed: list[str] = []
     if task.dag is None:
         raise ValueError(f"{where}: add the task to a DAG before applying the 'abort' policy.")
+    from airflow_gpu_dag.operators.fallback import FallbackDecision, FallbackResult
+
     for down in task.get_flat_relatives(upstream=False):
         if getattr(down, "is_teardown", False):
             continue
+        if isinstance(down, (FallbackDecision, FallbackResult)):
+            continue  # a ladder's own control tasks judge an upstream failure themselves
         rule = str(getattr(down.trigger_rule, "value", down.trigger_rule))
         if rule in RUNS_AFTER_FAILURE and rule not in FAILURE_HANDLERS:
             down.trigger_rule = TriggerRule.NONE_FAILED
