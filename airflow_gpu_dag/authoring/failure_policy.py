@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -150,7 +151,7 @@ def _skip_on_failure(task: Any) -> None:
     def execute(context: Any) -> Any:
         # Airflow runs a rendered copy of the operator (context["task"]): run execute on it, not on
         # the parsed object, whose templated fields were never rendered
-        runs = context.get("task") if isinstance(context, dict) else None
+        runs = context.get("task") if isinstance(context, Mapping) else None
         runs = runs if isinstance(runs, type(task)) else task
         try:
             return function(runs, context) if function is not None else original(context)

@@ -105,3 +105,39 @@ def test_abort_above_a_fallback_ladder_leaves_the_ladder_alone() -> None:
     assert changed == ["report"]
     assert {t.task_id: _rule(t) for t in dag.tasks if t.task_id.startswith("train.")} == rules
     assert rules["train.fallback_to_b"] == "all_done" and rules["train.result"] == "one_success"
+
+
+SKIP_DAG = """
+from pathlib import Path
+
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow.sdk import DAG
+
+from airflow_gpu_dag.authoring import failure_policy
+
+
+def record_then_fail(value, where):
+    Path(where).write_text(value)
+    raise RuntimeError("disk full")
+
+
+with DAG("fp_templated_skip", schedule=None) as fp_templated_skip:
+    t = PythonOperator(task_id="t", python_callable=record_then_fail, op_args=["{{ run_id }}", "WHERE"])
+    after = PythonOperator(task_id="after", python_callable=lambda: 1, trigger_rule="none_failed")
+    t >> after
+    failure_policy(t, "skip")
+"""
+
+
+def test_under_dag_test_the_skipped_task_ran_with_its_templates_rendered(tmp_path) -> None:
+    from airflow.utils.session import create_session
+
+    from tests.unit.dag_files import dag_module
+
+    where = tmp_path / "seen.txt"
+    with dag_module("gpu_dag_fp_templated_skip", SKIP_DAG.replace("WHERE", str(where))) as module:
+        run = module.fp_templated_skip.test()
+        with create_session() as session:
+            states = {ti.task_id: str(ti.state) for ti in run.get_task_instances(session=session)}
+    assert states == {"t": "skipped", "after": "success"}
+    assert where.read_text() == run.run_id  # rendered, not "{{ run_id }}"
