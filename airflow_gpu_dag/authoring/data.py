@@ -30,6 +30,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import Asset
+from airflow.sdk.exceptions import DuplicateTaskIdFound
 
 from airflow_gpu_dag.authoring._wiring import as_operator, labelled, require_dag
 from airflow_gpu_dag.datasets.completeness import storage_url
@@ -42,8 +43,45 @@ __all__ = ["DATA", "data_edge", "dataset_path"]
 DATA = "data"
 
 
+#: A Jinja expression, statement or comment.
+_TEMPLATE = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\{#.*?#\}")
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]+", "_", text).strip("_")[:60] or "dataset"
+
+
+def _path_name(path: Any) -> str:
+    """What the sensor of ``path`` is named after: its last segment, or, when that is only a template
+    (``/lake/clean/{{ run_id }}``), the last segment with static text (``clean``). A last segment with
+    static text (``part_{{ ds }}``), a trailing ``/`` or a path with nothing static name it as before."""
+    text = str(path)
+    last = text.rsplit("/", 1)[-1]
+    if last and not re.search(r"[A-Za-z0-9]", _TEMPLATE.sub("", last)):
+        for segment in reversed(text.split("/")[:-1]):
+            if re.search(r"[A-Za-z0-9]", _TEMPLATE.sub("", segment)) and not segment.endswith(":"):
+                return _slug(segment)
+    return _slug(last or text)
+
+
+def _taken(dag: Any, producer: Any, consumer: Any, task_id: str, name: str, asset: Asset | None) -> str:
+    """The error for a sensor id ``task_id`` the DAG already has: the DAG, both tasks, the fix."""
+    same = [t for t in dag.task_dict if t == task_id or t.endswith("." + task_id)]  # or in a TaskGroup
+    task_id = same[0] if len(same) == 1 else task_id
+    existing = dag.task_dict.get(task_id)
+    what = f"a task {task_id!r}"
+    if isinstance(existing, DatasetCompleteSensor):
+        ups = ", ".join(sorted(map(repr, existing.upstream_task_ids))) or "nothing"
+        downs = ", ".join(sorted(map(repr, existing.downstream_task_ids))) or "nothing"
+        what = f"the sensor {task_id!r} of {existing.path!r} (between {ups} and {downs})"
+    cause = f"asset {asset.name!r}" if asset is not None else "the same path segment"
+    suggestion = f"wait_{name}_for_{_slug(consumer.task_id)}"
+    return (
+        f"DAG {dag.dag_id!r}: data_edge({producer.task_id!r} -> {consumer.task_id!r}) names its "
+        f"completeness sensor {task_id!r}, but the DAG already has {what}: two data edges with {cause} "
+        f"get the same sensor name. Fix: pass task_id={suggestion!r} (any id unique in the DAG) to this "
+        "data_edge, or a distinct asset= (the sensor is named wait_<asset name>)."
+    )
 
 
 def data_edge(
@@ -63,29 +101,40 @@ def data_edge(
     """Wire ``producer -data-> <completeness sensor> -data-> consumer`` and return the sensor.
 
     :param path: where the producer writes the dataset (templated, e.g. per run with ``{{ ds }}``).
+        The sensor is named ``wait_<asset name>``, else ``wait_<last segment of path>``; a last
+        segment that is only a template is skipped (``/lake/clean/{{ run_id }}`` -> ``wait_clean``).
     :param timeout: required: how long the consumer may wait for a complete dataset.
     :param asset: the Asset to record complete versions in (required for the fallback).
     :param fallback_to_last_good: opt-in: continue on the newest earlier complete artifact when
         the producer failed; the sensor's XCom says ``fallback: true``.
+    :param task_id: the sensor's task id instead (needed when that name is taken in the DAG).
+    :raises ValueError: the sensor's name is already taken in the DAG (the message names the DAG,
+        the producer, the consumer and the fix: pass ``task_id=`` or a distinct ``asset=``).
     """
     producer, consumer = as_operator(producer), as_operator(consumer)
     dag = require_dag(producer, "data_edge")
-    name = asset.name if asset is not None else _slug(str(path).rsplit("/", 1)[-1] or str(path))
-    sensor = DatasetCompleteSensor(
-        task_id=task_id or f"wait_{_slug(name)}",
-        path=path,
-        completeness=completeness,
-        timeout=timeout,
-        poke_interval=poke_interval,
-        conn_id=conn_id,
-        asset=asset,
-        fallback_to_last_good=fallback_to_last_good,
-        producer_task_id=producer.task_id if fallback_to_last_good else None,
-        deferrable=deferrable,
-        dag=dag,
-        retries=RESUME_RACE_RETRIES,
-        retry_delay=RESUME_RACE_RETRY_DELAY,
-    )
+    name = _slug(asset.name if asset is not None else _path_name(path))  # slugged twice, as before
+    sensor_id = task_id or f"wait_{name}"
+    if sensor_id in dag.task_dict:  # checked before Airflow's DuplicateTaskIdFound, with the fix
+        raise ValueError(_taken(dag, producer, consumer, sensor_id, name, asset))
+    try:
+        sensor = DatasetCompleteSensor(
+            task_id=sensor_id,
+            path=path,
+            completeness=completeness,
+            timeout=timeout,
+            poke_interval=poke_interval,
+            conn_id=conn_id,
+            asset=asset,
+            fallback_to_last_good=fallback_to_last_good,
+            producer_task_id=producer.task_id if fallback_to_last_good else None,
+            deferrable=deferrable,
+            dag=dag,
+            retries=RESUME_RACE_RETRIES,
+            retry_delay=RESUME_RACE_RETRY_DELAY,
+        )
+    except DuplicateTaskIdFound as err:  # inside a TaskGroup: the id gets the group's prefix
+        raise ValueError(_taken(dag, producer, consumer, sensor_id, name, asset)) from err
     labelled(producer, sensor, DATA)
     labelled(sensor, consumer, DATA)
     dataset = lineage_dataset(asset.uri if asset is not None else _static_uri(path))

@@ -10,10 +10,16 @@
 overlapping paths that are not ordered. This opt-in helper repairs each one, visibly:
 
 - ``mode="edge"``: adds ``writer -data-> reader``.
-- ``mode="sensor"``: adds a completeness sensor ``wait_<writer>_for_<reader>`` on the writer's path
-  before the reader (``sensor -data-> reader``): the reader waits for a *complete* dataset but not for
-  the writer task to end (useful when the writer keeps running). Two writers of one path always get
-  an edge: a sensor cannot stop a write race.
+- ``mode="sensor"``: adds a completeness sensor on the writer's path before the reader
+  (``sensor -data-> reader``): the reader waits for a *complete* dataset but not for the writer task
+  to end (useful when the writer keeps running). A reader sharing several of the writer's paths gets
+  one sensor per path, all awaited before it starts: ``wait_<writer>_for_<reader>`` for a single path,
+  ``wait_<writer>_for_<reader>__<path>`` (the path as an id, e.g. ``__lake_a``) for each of several.
+  Two writers of one path always get an edge: a sensor cannot stop a write race (nor when the reader
+  also writes a path the writer writes).
+
+Calling it again is a no-op: a path a sensor already awaits, or a pair already ordered, is not
+reported again, so nothing new is added (a path an earlier sensor left out gets its own sensor).
 
 It never creates a cycle. Every repair is planned on a copy of the graph first, and nothing is
 changed unless all of them can be made:
@@ -29,7 +35,8 @@ changed unless all of them can be made:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -57,7 +64,8 @@ class HiddenDependencyCycle(ValueError):
 @dataclass(frozen=True)
 class HiddenDependencyFix:
     """One repair: ``how`` is ``"edge"``, ``"sensor"`` or ``"ordered"`` (earlier repairs already
-    ordered the pair; nothing added); ``added`` is the new task (sensor mode)."""
+    ordered the pair, or already await its paths before the reader; nothing added); ``added`` is the
+    new task (sensor mode: one fix, and one sensor, per shared path)."""
 
     writer: str
     other: str
@@ -91,6 +99,29 @@ def _reverse_need(graph: TaskGraph, writer: str, other: str) -> tuple[str, str] 
             if paths_overlap(normalise_path(out), normalise_path(read)):
                 return out, read
     return None
+
+
+def _write_race(graph: TaskGraph, writer: str, other: str) -> str | None:
+    """A path both tasks write (overlapping), or None: a sensor cannot order two writers."""
+    for out in graph.nodes[writer].outputs:
+        if any(paths_overlap(normalise_path(out), normalise_path(o)) for o in graph.nodes[other].outputs):
+            return out
+    return None
+
+
+def _unguarded_paths(graph: TaskGraph, writer: str, reader: str) -> list[str]:
+    """The writer's paths (normalised, in declaration order) that overlap a path ``reader`` reads and
+    that neither the reader nor a task upstream of it already awaits (a completeness sensor): the
+    paths to put a sensor on. Judged like :func:`hidden_dependency_pairs` judges a guarded reader."""
+    awaited = [normalise_path(p) for t in (reader, *graph.ancestors(reader)) for p in graph.nodes[t].awaits]
+    reads = [normalise_path(p) for p in graph.nodes[reader].inputs]
+    paths: list[str] = []
+    for out in (normalise_path(p) for p in graph.nodes[writer].outputs):
+        if out in paths or not any(paths_overlap(out, r) for r in reads):
+            continue
+        if not any(paths_overlap(out, a) for a in awaited):
+            paths.append(out)
+    return paths
 
 
 def _refuse(dag_id: str, dep: HiddenDependency, edge: tuple[str, str], closes: list[str], why: str) -> None:
@@ -146,11 +177,49 @@ def _plan(
         if other in real.descendants(writer):
             fixes.append(HiddenDependencyFix(writer, other, dep.writer_path, "ordered"))
             continue
+        race = _write_race(graph, writer, other) is not None  # then an edge, whatever the mode
+        paths = _unguarded_paths(real, writer, other) if mode == "sensor" and not race else []
+        if mode == "sensor" and not race and not paths:  # an earlier repair put a sensor before it
+            fixes.append(HiddenDependencyFix(writer, other, dep.writer_path, "ordered"))
+            continue
         graph.add_edge(writer, other, "data")  # a sensor also orders the reader after the data
-        if mode == "edge":
+        if mode == "edge" or race:
             real.add_edge(writer, other, "data")
-        fixes.append(HiddenDependencyFix(writer, other, dep.writer_path, mode))
+            fixes.append(HiddenDependencyFix(writer, other, dep.writer_path, "edge"))
+            continue
+        fixes.extend(HiddenDependencyFix(writer, other, path, "sensor") for path in paths)
     return fixes
+
+
+def _path_id(path: str) -> str:
+    """``path`` as a task-id suffix (``/lake/a`` -> ``lake_a``; its last 60 characters)."""
+    return re.sub(r"[^A-Za-z0-9_]+", "_", path).strip("_")[-60:].strip("_") or "path"
+
+
+def _name_sensors(dag: Any, fixes: list[HiddenDependencyFix]) -> list[HiddenDependencyFix]:
+    """``fixes`` with the task id of each planned sensor in ``added``: ``wait_<writer>_for_<reader>``
+    when the pair needs one sensor and that id is free, else ``wait_<writer>_for_<reader>__<path>``
+    (``_2``, ``_3``, ... appended should that be taken too), so a DAG keeps its ids from parse to parse."""
+    per_pair: dict[tuple[str, str], int] = {}
+    for fix in fixes:
+        if fix.how == "sensor":
+            per_pair[(fix.writer, fix.other)] = per_pair.get((fix.writer, fix.other), 0) + 1
+    taken = set(dag.task_dict)
+    named: list[HiddenDependencyFix] = []
+    for fix in fixes:
+        if fix.how != "sensor":
+            named.append(fix)
+            continue
+        task_id = base = f"wait_{fix.writer}_for_{fix.other}"
+        if per_pair[(fix.writer, fix.other)] > 1 or task_id in taken:
+            task_id = base = f"{base}__{_path_id(fix.path)}"
+            count = 1
+            while task_id in taken:
+                count += 1
+                task_id = f"{base}_{count}"
+        taken.add(task_id)
+        named.append(replace(fix, added=task_id))
+    return named
 
 
 def fix_hidden_dependencies(
@@ -173,12 +242,11 @@ def fix_hidden_dependencies(
             f"DAG {dag.dag_id!r}: fix_hidden_dependencies(mode={mode!r}) is unknown; use 'edge' or 'sensor'."
         )
     graph, _ = build_task_graph(dag)
-    fixes = _plan(str(dag.dag_id), graph, hidden_dependency_pairs(graph), mode)
+    fixes = _name_sensors(dag, _plan(str(dag.dag_id), graph, hidden_dependency_pairs(graph), mode))
     first_sensor = next((f for f in fixes if f.how == "sensor"), None)
     if first_sensor is not None:  # checked before any edge is added
-        require_timeout(
-            f"wait_{first_sensor.writer}_for_{first_sensor.other}", "DatasetCompleteSensor", timeout
-        )
+        require_timeout(str(first_sensor.added), "DatasetCompleteSensor", timeout)
+    added = {f.added for f in fixes if f.added}
     done: list[HiddenDependencyFix] = []
     for fix in fixes:
         writer = dag.get_task(fix.writer)
@@ -189,7 +257,7 @@ def fix_hidden_dependencies(
             done.append(fix)
             continue
         sensor = DatasetCompleteSensor(
-            task_id=f"wait_{fix.writer}_for_{fix.other}",
+            task_id=str(fix.added),
             path=fix.path,
             completeness=completeness,
             timeout=timeout,
@@ -199,8 +267,8 @@ def fix_hidden_dependencies(
             retry_delay=RESUME_RACE_RETRY_DELAY,
         )
         sensor.doc_md = f"Hidden dependency: {fix.other} reads {fix.path} written by {fix.writer}."
-        for up_id in sorted(other.upstream_task_ids):
+        for up_id in sorted(other.upstream_task_ids - added):  # the reader's sensors wait side by side
             dag.get_task(up_id) >> sensor
         labelled(sensor, other, "data")
-        done.append(HiddenDependencyFix(fix.writer, fix.other, fix.path, "sensor", sensor.task_id))
+        done.append(replace(fix, added=sensor.task_id))
     return done
