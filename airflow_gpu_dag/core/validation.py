@@ -136,7 +136,9 @@ def _check_resources(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Fin
     limits = policy.request_limits()
     for node in graph.nodes.values():
         pool = task_pool(node)
-        if pools is not None and pool not in pools and pool != DEFAULT_POOL:
+        # the known pools are the GPU pools ([gpu_dag] pools, lint --pool): a CPU task's pool is not
+        # among them and may well exist in Airflow
+        if pools is not None and node.gpus > 0 and pool not in pools and pool != DEFAULT_POOL:
             known = ", ".join(sorted(pools)) or "none"
             yield Finding(
                 ERROR,

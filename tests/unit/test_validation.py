@@ -123,6 +123,16 @@ def test_completeness_sensor_upstream_guards_the_reader() -> None:
     }
 
 
+def test_the_pool_of_a_cpu_task_is_not_checked_against_the_gpu_pools() -> None:
+    # the known pools are GPU pools ([gpu_dag] pools, lint --pool): before, a CPU task on an existing
+    # Airflow pool 'etl' was an unknown-pool error, an import error under the cluster policy
+    graph = TaskGraph("mixed")
+    graph.add_task(TaskNode("extract", duration=600, pool="etl"))
+    graph.add_task(TaskNode("train", duration=3600, gpu=GpuRequest(2), pool="gpu_h100", pool_slots=2))
+    report = validate_graph(graph, ValidationPolicy(pool_slots={"gpu_default": 8}))
+    assert _codes(report) == [("unknown-pool", "train")]
+
+
 def test_unknown_pool_fix_is_a_command_that_runs_as_written() -> None:
     """A pool name with a space was pasted unquoted into ``airflow pools set``."""
     graph = TaskGraph("spaces")
