@@ -65,12 +65,13 @@ def start_window(
     check_on_missed(on_missed, where)
     window = None if templated(opens) or templated(closes) else parse_window(opens, closes, tz, where=where)
     sensor = StartWindowSensor(
-        task_id=task_id or f"{task.task_id}__window",
+        task_id=task_id or f"{task.label}__window",  # label: the id inside its task group
         opens=opens,
         closes=closes,
         tz=tz,
         on_missed=on_missed,
         dag=dag,
+        task_group=getattr(task, "task_group", None),
         retries=RESUME_RACE_RETRIES,
         retry_delay=RESUME_RACE_RETRY_DELAY,
     )
@@ -136,7 +137,7 @@ def stage_dependency(
             "tasks, or remove the path between them."
         )
     sensor = CheckpointSensor(
-        task_id=task_id or f"wait_{upstream.task_id}_ckpt_{step}",
+        task_id=task_id or f"wait_{upstream.label}_ckpt_{step}",  # in upstream's task group
         checkpoint_dir=checkpoint_dir,
         step=step,
         pattern=pattern,
@@ -146,6 +147,7 @@ def stage_dependency(
         conn_id=conn_id,
         training_task_id=upstream.task_id,
         dag=dag,
+        task_group=getattr(upstream, "task_group", None),
         retries=RESUME_RACE_RETRIES,
         retry_delay=RESUME_RACE_RETRY_DELAY,
     )
