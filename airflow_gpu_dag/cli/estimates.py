@@ -12,7 +12,24 @@ from airflow_gpu_dag.cli.common import quiet, status
 from airflow_gpu_dag.cli.loading import find_dag
 from airflow_gpu_dag.core.estimates import DurationEstimate, EstimateSettings
 
-__all__ = ["estimates", "estimates_report", "estimates_table"]
+__all__ = ["ESTIMATE_COLUMNS", "estimates", "estimates_report", "estimates_table"]
+
+#: The keys of a task in :func:`estimates_report` (``DurationEstimate.to_dict`` and ``flagged``): the
+#: header of ``estimates -o plain``, printed also for a DAG with no task.
+ESTIMATE_COLUMNS = (
+    "task_id",
+    "declared",
+    "fallback",
+    "learned",
+    "high",
+    "duration",
+    "source",
+    "runs",
+    "dropped",
+    "ratio",
+    "note",
+    "flagged",
+)
 
 
 def _hours(value: float | None) -> str:
@@ -119,4 +136,4 @@ def estimates(args: argparse.Namespace) -> None:
             markup=False,
         )
 
-    render.emit(output, report, rows=report["tasks"], table=table)
+    render.emit(output, report, rows=report["tasks"], columns=ESTIMATE_COLUMNS, table=table)

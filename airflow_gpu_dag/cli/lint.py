@@ -15,10 +15,14 @@ from rich.markup import escape
 
 from airflow_gpu_dag.cli import render
 from airflow_gpu_dag.cli.common import configured_pools, parse_pool_args, quiet, status
-from airflow_gpu_dag.cli.loading import LoadedDags, load_dags
+from airflow_gpu_dag.cli.loading import DagLoadError, LoadedDags, load_dags
 from airflow_gpu_dag.core.validation import Finding, ValidationPolicy, cycle_finding, validate_graph
 
-__all__ = ["LintReport", "lint", "lint_dags"]
+__all__ = ["LINT_COLUMNS", "LintReport", "lint", "lint_dags"]
+
+
+#: The columns of ``lint -o plain`` (one row per problem; the header is printed also with none).
+LINT_COLUMNS = ("severity", "code", "dag_id", "task_id", "message", "fix")
 
 
 @dataclass
@@ -42,7 +46,7 @@ class LintReport:
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per problem (``-o plain``): import errors, then the findings."""
-        columns = ("severity", "code", "dag_id", "task_id", "message", "fix")
+        columns = LINT_COLUMNS
         errors = [
             {
                 "severity": "error",
@@ -136,6 +140,21 @@ def _print_report(
     )
 
 
+def _refuse_empty(loaded: LoadedDags) -> None:
+    """A path that holds no DAG file is a mistake (a typo, the wrong folder), not a clean lint.
+
+    :raises DagLoadError: naming the path(s) (:func:`~airflow_gpu_dag.cli.common.quiet`: exit code 1).
+    """
+    if not loaded.empty:
+        return
+    names = ", ".join(repr(path) for path in loaded.empty)
+    holds = f"path {names} holds" if len(loaded.empty) == 1 else f"paths {names} hold"
+    raise DagLoadError(
+        f"{holds} no DAG file (a .py file defining a DAG, not excluded by .airflowignore); "
+        "give a DAG file or a folder of DAG files."
+    )
+
+
 @contextlib.contextmanager
 def _limits_while_importing(args: argparse.Namespace, pools: dict[str, int]) -> Iterator[None]:
     """``--pool`` / ``--max-gpus-per-host`` also for the checks that run while the DAG files are imported
@@ -160,12 +179,14 @@ def lint(args: argparse.Namespace) -> None:
     with status(render.error_console(), "Parsing DAG files...", output != "table"):
         with _limits_while_importing(args, pools):
             loaded = load_dags(args.paths)
+        _refuse_empty(loaded)
         report = lint_dags(loaded, policy)
     failed = report.errors > 0 or (args.strict and report.warnings > 0)
     render.emit(
         output,
         {**report.to_dict(), "ok": not failed},
         rows=report.rows,
+        columns=LINT_COLUMNS,
         table=lambda: _print_report(report, pools, failed, policy),
     )
     if failed:

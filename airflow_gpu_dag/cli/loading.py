@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,16 @@ class LoadedDags:
     import_errors: dict[str, str] = field(default_factory=dict)
     cyclic: set[str] = field(default_factory=set)
     files: int = 0
+    #: dag_id -> every file defining it, the one kept first (as Airflow's ``DagBag`` keeps it)
+    duplicates: dict[str, list[str]] = field(default_factory=dict)
+    #: the paths given that hold no DAG file (no DAG and no file that failed to import)
+    empty: list[str] = field(default_factory=list)
+
+    def add_duplicate(self, dag_id: str, kept: Any, ignored: Any) -> None:
+        """Record that ``ignored`` also defines ``dag_id``, which is kept from ``kept``."""
+        files = self.duplicates.setdefault(dag_id, [str(kept)])
+        if str(ignored) not in files:
+            files.append(str(ignored))
 
 
 @contextlib.contextmanager
@@ -63,12 +74,15 @@ def _provider_policy_skipped() -> Iterator[None]:
 
 def _dagbag_class() -> type:
     from airflow.dag_processing.dagbag import DagBag
+    from airflow.exceptions import AirflowDagDuplicatedIdException
     from airflow.sdk.exceptions import AirflowDagCycleException
 
     class LintDagBag(DagBag):
-        """A DagBag that keeps cyclic DAGs (in ``cyclic``) instead of dropping them."""
+        """A DagBag that keeps cyclic DAGs (in ``cyclic``) instead of dropping them, and records the
+        DAG ids two files define (``duplicated``: (dag_id, kept file, ignored file))."""
 
         cyclic: set[str]
+        duplicated: list[tuple[str, Any, Any]]
 
         def bag_dag(self, dag: Any) -> None:
             try:
@@ -78,6 +92,11 @@ def _dagbag_class() -> type:
                     self.cyclic = set()
                 self.cyclic.add(dag.dag_id)
                 self.dags[dag.dag_id] = dag
+            except AirflowDagDuplicatedIdException:
+                if not hasattr(self, "duplicated"):
+                    self.duplicated = []
+                self.duplicated.append((dag.dag_id, self.dags[dag.dag_id].fileloc, dag.fileloc))
+                raise
 
     return LintDagBag
 
@@ -104,6 +123,8 @@ def load_dags(paths: Sequence[str | os.PathLike[str]]) -> LoadedDags:
         safe_mode = conf.getboolean("core", "dag_discovery_safe_mode") if path.is_dir() else False
         with _provider_policy_skipped():
             bag = bag_class(dag_folder=str(path), safe_mode=safe_mode, load_op_links=False)
+        for dag_id, kept, ignored in getattr(bag, "duplicated", []):
+            result.add_duplicate(dag_id, kept, ignored)
         for dag_id, dag in bag.dags.items():
             earlier = result.dags.get(dag_id)
             if earlier is not None and _same_file(earlier.fileloc, dag.fileloc) is False:
@@ -113,8 +134,11 @@ def load_dags(paths: Sequence[str | os.PathLike[str]]) -> LoadedDags:
                     f"AirflowDagDuplicatedIdException: Ignoring DAG {dag_id} from {dag.fileloc} - also "
                     f"found in {earlier.fileloc}"
                 )
+                result.add_duplicate(dag_id, earlier.fileloc, dag.fileloc)
                 continue
             result.dags[dag_id] = dag
+        if not bag.dags and not bag.import_errors:
+            result.empty.append(target)
         result.import_errors.update(bag.import_errors)
         result.cyclic.update(getattr(bag, "cyclic", set()))
         for stat in getattr(bag, "dagbag_stats", []) or []:
@@ -148,6 +172,8 @@ def find_dag(dag_id: str, file: str | None = None) -> Any:
     with parsing:
         loaded = load_dags([where])
     if dag_id in loaded.dags:
+        if dag_id in loaded.duplicates:
+            _warn_duplicate(dag_id, loaded.duplicates[dag_id])
         return loaded.dags[dag_id]
     found = sorted(loaded.dags)
     listing = ", ".join(found[:20]) + (f", ... ({len(found)} in all)" if len(found) > 20 else "")
@@ -159,3 +185,15 @@ def find_dag(dag_id: str, file: str | None = None) -> Any:
         )
     message += " Check the DAG id, or point at its file with --file PATH."
     raise DagLoadError(message)
+
+
+def _warn_duplicate(dag_id: str, files: Sequence[str]) -> None:
+    """Say on stderr that several files define ``dag_id`` and which one the command reads (the one
+    Airflow's ``DagBag`` kept); the output itself (stdout) stays as it is."""
+    kept, *ignored = files
+    sys.stderr.write(
+        f"warning: DAG {dag_id!r} is defined in {len(files)} files: using {kept}, ignoring "
+        f"{', '.join(ignored)} (AirflowDagDuplicatedIdException); give each DAG its own id "
+        "(`airflow gpu-dag lint` reports it as an import error).\n"
+    )
+    sys.stderr.flush()

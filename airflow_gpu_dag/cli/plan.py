@@ -113,5 +113,6 @@ def plan(args: argparse.Namespace) -> None:
         output,
         _json(the_plan, learned.graph, estimates, learned.note, bool(args.critical_only)),
         rows=lambda: render.plan_rows(the_plan, args.critical_only),
+        columns=render.PLAN_COLUMNS,
         table=lambda: _print_plan(the_plan, learned.graph, args.critical_only, estimates, learned.note),
     )

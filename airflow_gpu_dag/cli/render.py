@@ -21,6 +21,7 @@ from airflow_gpu_dag.core.validation import Finding
 
 __all__ = [
     "OUTPUT_FORMATS",
+    "PLAN_COLUMNS",
     "PlainTable",
     "console",
     "emit",
@@ -79,12 +80,21 @@ def _cell(value: Any) -> str:
     return " ".join(str(value).split())  # one line, no tabs
 
 
-def print_plain(rows: Sequence[Mapping[str, Any]], file: IO[str] | None = None) -> None:
-    """Print ``rows`` for ``cut``/``awk``: a header line, then one tab-separated line per row."""
+def print_plain(
+    rows: Sequence[Mapping[str, Any]],
+    file: IO[str] | None = None,
+    columns: Sequence[str] | None = None,
+) -> None:
+    """Print ``rows`` for ``cut``/``awk``: a header line, then one tab-separated line per row.
+
+    ``columns``: the header (default: the first row's keys); give it so that the header is printed
+    also when there is no row (without it and without rows, nothing is printed).
+    """
     out = file or sys.stdout
-    if not rows:
-        return
-    columns = list(rows[0])
+    if columns is None:
+        if not rows:
+            return
+        columns = list(rows[0])
     out.write("\t".join(columns) + "\n")
     for row in rows:
         out.write("\t".join(_cell(row.get(c)) for c in columns) + "\n")
@@ -97,6 +107,7 @@ def emit(
     rows: Sequence[Mapping[str, Any]] | Callable[[], Sequence[Mapping[str, Any]]] = (),
     table: Callable[[], None] | None = None,
     file: IO[str] | None = None,
+    columns: Sequence[str] | None = None,
 ) -> None:
     """Print a command's result in the ``-o/--output`` format.
 
@@ -105,13 +116,15 @@ def emit(
     :param rows: the listing for ``plain`` (a row per item, same keys in every row), or a callable
         returning it.
     :param table: prints the human output for ``table`` (default: the ``plain`` rows).
+    :param columns: the ``plain`` header, printed even when there is no row (default: the first row's
+        keys, and no header without rows).
     """
     if output == "json":
         print_json(data, file)
     elif output == "yaml":
         print_yaml(data, file)
     elif output == "plain" or table is None:
-        print_plain(rows() if callable(rows) else rows, file)
+        print_plain(rows() if callable(rows) else rows, file, columns)
     else:
         table()
 
@@ -207,8 +220,14 @@ def findings_table(findings: Sequence[Finding], title: str = "Findings") -> Tabl
 
 def plan_table(plan: Plan, critical_only: bool = False) -> PlainTable:
     """The per-task plan: ES/EF/LS/LF, slack, priority and GPU request, critical tasks marked."""
+    total = len(plan.tasks)
+    if critical_only:
+        shown = sum(1 for task in plan.tasks if task.critical)
+        counted = f"{shown} of {total} tasks, critical path only"
+    else:
+        counted = f"{total} tasks"
     table = PlainTable(
-        f"Plan of DAG {plan.dag_id!r} ({len(plan.tasks)} tasks)",
+        f"Plan of DAG {plan.dag_id!r} ({counted})",
         [
             ("Task", "left"),
             ("Crit", "left"),
@@ -243,6 +262,25 @@ def plan_table(plan: Plan, critical_only: bool = False) -> PlainTable:
             highlight=task.critical,
         )
     return table
+
+
+#: The keys of :func:`plan_rows`, in order: the header of ``plan -o plain``.
+PLAN_COLUMNS = (
+    "task_id",
+    "critical",
+    "duration_s",
+    "duration_declared",
+    "earliest_start_s",
+    "earliest_finish_s",
+    "latest_start_s",
+    "latest_finish_s",
+    "slack_s",
+    "priority",
+    "gpu",
+    "pool",
+    "pool_slots",
+    "gpu_hours",
+)
 
 
 def plan_rows(plan: Plan, critical_only: bool = False) -> list[dict[str, Any]]:

@@ -140,6 +140,7 @@ def simulate(args: argparse.Namespace) -> None:
     """``airflow gpu-dag simulate DAG_ID --capacity POOL=N ... [--gantt out.html]``."""
     from airflow_gpu_dag.cli.simulate_runs import simulate_runs, wants_several_runs
     from airflow_gpu_dag.core.critical_path import analyze
+    from airflow_gpu_dag.rendering.gantt import check_gantt_path
 
     json_output = args.output == "json"
     err = render.error_console()
@@ -148,6 +149,8 @@ def simulate(args: argparse.Namespace) -> None:
         raise ValueError(
             f"--controller-interval {interval:g}: expected finite seconds >= 0 (0: at every event)"
         )
+    if args.gantt:  # before the work: an unwritable chart must not cost the simulation's output
+        check_gantt_path(args.gantt)
     if wants_several_runs(args):
         simulate_runs(args, err)
         return

@@ -27,6 +27,7 @@ __all__ = [
     "ARG_WATERMARK_INTERVAL",
     "ARG_WATERMARK_ONCE",
     "ARG_WATERMARK_OUTPUT",
+    "OUTCOME_COLUMNS",
     "WATERMARK_ARGS",
     "WATERMARK_COMMAND",
     "WATERMARK_HEALTH_COMMAND",
@@ -164,6 +165,26 @@ WATERMARK_HEALTH_COMMAND = ActionCommand(
 )
 
 
+#: The keys of :func:`outcome_row`, in order: the header of ``-o plain`` (printed also with no pool).
+OUTCOME_COLUMNS = (
+    "pool",
+    "capacity",
+    "source_status",
+    "source_detail",
+    "failed_intervals",
+    "previous_size",
+    "size",
+    "action",
+    "error",
+    "reserved_for",
+    "reserved_slots",
+    "backfill_slots",
+    "shadow_time",
+    "lookahead",
+    "reason",
+)
+
+
 def outcome_row(outcome: Any) -> dict[str, Any]:
     """One pool's outcome as a JSON-ready row (``-o json|yaml|plain``)."""
     decision = outcome.decision
@@ -195,7 +216,19 @@ def outcome_row(outcome: Any) -> dict[str, Any]:
     }
 
 
-def _print_table(outcomes: list[Any], released: list[str], dry_run: bool) -> None:
+def _print_table(
+    outcomes: list[Any],
+    released: list[str],
+    dry_run: bool,
+    missing: list[str] | None = None,
+    created: list[str] | None = None,
+) -> None:
+    """The human form of ``--once``: the pools the start-up check created (or, in a dry run, found
+    missing), a line per pool, then the pools written back to their capacity."""
+    for pool in missing or ():
+        print(f"pool {pool} does not exist (dry run: would be created)")
+    for pool in created or ():
+        print(f"created pool {pool} (size 0 until the first tick)")
     if not outcomes:
         print("standing by: another watermark controller holds the lease")
         return
@@ -301,7 +334,8 @@ def watermark(args: argparse.Namespace) -> None:
                 output,
                 data,
                 rows=rows,
-                table=lambda: _print_table(outcomes, released, dry_run),
+                columns=OUTCOME_COLUMNS,
+                table=lambda: _print_table(outcomes, released, dry_run, report.missing, report.created),
             )
             return
         _run_forever(controller, config, heartbeat)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import math
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +20,10 @@ from airflow_gpu_dag.core.resources import format_duration
 __all__ = [
     "GanttBar",
     "GanttChart",
+    "GanttWriteError",
     "bars_from_plan",
     "bars_from_schedule",
+    "check_gantt_path",
     "render_html",
     "render_svg",
     "write_gantt",
@@ -188,12 +191,53 @@ def render_html(charts: Sequence[GanttChart], title: str, summary_rows: Sequence
     )
 
 
+class GanttWriteError(OSError, ValueError):
+    """The chart's file cannot be written: an ``OSError`` (what failed), and a ``ValueError`` so the CLI
+    prints it as its one-line ``error: --gantt PATH: cannot write (...)``."""
+
+
+def _suffix_error(path: str | Path) -> ValueError:
+    return ValueError(f"--gantt {str(path)!r}: use a file name ending in .html or .svg")
+
+
+def _cannot_write(path: str | Path, reason: str) -> GanttWriteError:
+    return GanttWriteError(f"--gantt {str(path)!r}: cannot write ({reason})")
+
+
+def check_gantt_path(path: str | Path) -> Path:
+    """Check, before any work, that :func:`write_gantt` can write ``path``: an ``.html``/``.htm``/``.svg``
+    name, not a folder, in a folder that exists or can be made and that is writable. Nothing is
+    created. Returns ``path`` as a ``Path``.
+
+    :raises ValueError: another suffix.
+    :raises GanttWriteError: why the file cannot be written.
+    """
+    target = Path(path)
+    if target.suffix.lower() not in (".html", ".htm", ".svg"):
+        raise _suffix_error(path)
+    if target.is_dir():
+        raise _cannot_write(path, "it is a directory")
+    if target.exists():
+        if not os.access(target, os.W_OK):
+            raise _cannot_write(path, "permission denied")
+        return target
+    folder = target.absolute().parent
+    while not folder.exists() and folder != folder.parent:  # the folders write_gantt would make
+        folder = folder.parent
+    if not folder.is_dir():
+        raise _cannot_write(path, f"{str(folder)!r} is not a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise _cannot_write(path, f"permission denied in {str(folder)!r}")
+    return target
+
+
 def write_gantt(
     path: str | Path, charts: Sequence[GanttChart], title: str, summary_rows: Sequence[Sequence[str]] = ()
 ) -> Path:
-    """Write ``path`` as HTML (``.html``/``.htm``) or SVG (``.svg``).
+    """Write ``path`` as HTML (``.html``/``.htm``) or SVG (``.svg``), making its folder if needed.
 
     :raises ValueError: another suffix.
+    :raises GanttWriteError: the file cannot be written (the ``OSError``'s reason in the message).
     """
     target = Path(path)
     suffix = target.suffix.lower()
@@ -202,7 +246,10 @@ def write_gantt(
     elif suffix == ".svg":
         text = render_svg(charts)
     else:
-        raise ValueError(f"--gantt {str(path)!r}: use a file name ending in .html or .svg")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text, encoding="utf-8")
+        raise _suffix_error(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise _cannot_write(path, err.strerror or str(err)) from err
     return target
