@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from airflow_gpu_dag.cli import render
 from airflow_gpu_dag.cli.estimates import ESTIMATE_COLUMNS, estimates_report
@@ -26,7 +25,8 @@ from airflow_gpu_dag.core.estimates import DurationEstimate, EstimateSettings
 from airflow_gpu_dag.hooks.airflow_api import AirflowApiHook
 from airflow_gpu_dag.rendering.gantt import GanttChart, GanttWriteError, check_gantt_path, write_gantt
 from tests.unit.test_cli import GOOD, PIPELINE, ROOT, run_cli
-from tests.unit.test_watermark_controller import NOW, FakeRest, ti
+from tests.unit.test_watermark_cli import ClosingRest, config
+from tests.unit.test_watermark_controller import NOW, ti
 
 CAPACITY = ("--capacity", "gpu_default=4")
 
@@ -170,47 +170,31 @@ def test_no_duplicate_warning_for_a_dag_defined_once(capsys: pytest.CaptureFixtu
 
 
 # -- 4. watermark --once: pools created / missing in the table ----------------------------------------------
-class _ClosingRest(FakeRest):
-    def close(self) -> None:
-        self.closed = True
-
-
 @pytest.fixture
-def rest(monkeypatch: pytest.MonkeyPatch) -> _ClosingRest:
+def rest(monkeypatch: pytest.MonkeyPatch) -> ClosingRest:
     """An in-memory REST API with no pool yet (as in ``tests/unit/test_watermark_cli.py``)."""
-    api = _ClosingRest()
+    api = ClosingRest()
     monkeypatch.setattr(AirflowApiHook, "get_client", lambda self: api)
     monkeypatch.setattr("airflow_gpu_dag.metrics.configure", lambda force=False: None)
     api.tis = [ti("hold", "running", started=NOW - 10, duration=100)]
     return api
 
 
-def _watermark_config(tmp_path: Path) -> str:
-    path = tmp_path / "watermark.yaml"
-    body = {
-        "interval": "30s",
-        "lease": {"lock_file": None, "variable": None},
-        "pools": {"gpu_a100": {"source": 4, "backfill": False, "lookahead": False}},
-    }
-    path.write_text(yaml.safe_dump(body))
-    return str(path)
-
-
 def test_watermark_once_table_names_the_missing_pool_in_a_dry_run(
-    rest: _ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    rest: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run_cli("watermark", "--config", _watermark_config(tmp_path), "--once", "--dry-run") == 0
+    assert run_cli("watermark", "--config", config(tmp_path), "--once", "--dry-run") == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "pool gpu_a100 does not exist (dry run: would be created)"
+    assert lines[0] == "pool gpu does not exist (dry run: would be created)"
     assert rest.pools == {}
 
 
 def test_watermark_once_table_names_the_created_pool(
-    rest: _ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    rest: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run_cli("watermark", "--config", _watermark_config(tmp_path), "--once") == 0
+    assert run_cli("watermark", "--config", config(tmp_path), "--once") == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "created pool gpu_a100 (size 0 until the first tick)"
+    assert lines[0] == "created pool gpu (size 0 until the first tick)"
     assert "does not exist" not in "\n".join(lines)
 
 
@@ -232,15 +216,12 @@ def test_print_plain_with_columns_and_no_rows() -> None:
 
 
 def test_plain_headers_are_the_keys_of_the_rows(
-    rest: _ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    rest: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The fixed headers match the rows each command prints (so they cannot drift apart)."""
     assert run_cli("plan", PIPELINE, "--file", str(GOOD), "-o", "plain") == 0
     assert capsys.readouterr().out.splitlines()[0].split("\t") == list(render.PLAN_COLUMNS)
-    assert (
-        run_cli("watermark", "--config", _watermark_config(tmp_path), "--once", "--dry-run", "-o", "json")
-        == 0
-    )
+    assert run_cli("watermark", "--config", config(tmp_path), "--once", "--dry-run", "-o", "json") == 0
     assert list(json.loads(capsys.readouterr().out)["pools"][0]) == list(OUTCOME_COLUMNS)
     estimate = DurationEstimate("t", declared=60.0, fallback=60.0)
     report = estimates_report("d", {"t": estimate}, EstimateSettings(), 1.5)
