@@ -232,6 +232,12 @@ class GpuRequest:
             raise EstimateError(f"GPU memory {self.memory_mib} MiB must be >= 0")
         if self.gpu_type is not None and not str(self.gpu_type).strip():
             raise EstimateError("GPU type must be a non-empty name such as 'a100', or None for any")
+        if self.gpu_type is not None and any(c in str(self.gpu_type) for c in "[]{}()'\","):
+            # a list or tuple of types, kept as written (repr) by gpu_hints for the policy to report
+            raise EstimateError(
+                f"GPU type {self.gpu_type!r} is not one GPU type name such as 'a100'; a task runs on one "
+                "type: for alternatives, use a fallback ladder with one rung per type"
+            )
 
     @classmethod
     def parse(cls, count: object, memory: object = None, gpu_type: str | None = None) -> GpuRequest:
@@ -241,7 +247,12 @@ class GpuRequest:
         if isinstance(count, float) and count.is_integer():
             count = int(count)
         memory_mib = None if memory in (None, "", 0) else parse_memory_mib(memory)
-        gtype = gpu_type.strip().lower() if isinstance(gpu_type, str) and gpu_type.strip() else None
+        if gpu_type is not None and not isinstance(gpu_type, str):  # a list would mean "any" silently
+            raise EstimateError(
+                f"GPU type {gpu_type!r} must be one GPU type name such as 'a100' (or None for any); "
+                "a task runs on one type: for alternatives, use a fallback ladder with one rung per type"
+            )
+        gtype = gpu_type.strip().lower() if gpu_type is not None and gpu_type.strip() else None
         return cls(count=count, memory_mib=memory_mib, gpu_type=gtype)  # type: ignore[arg-type]
 
     def describe(self) -> str:

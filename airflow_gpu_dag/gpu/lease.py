@@ -465,7 +465,10 @@ def _held_devices(inventory: GpuInventory, records: Iterable[Mapping[str, Any]])
 
     A device leased with its UUID is matched by UUID: workers sharing one lease directory from
     containers that see different GPUs number them differently (NVML counts from 0 in each), and the
-    same index would be two GPUs. A lease without UUIDs (a static inventory) is matched by index.
+    same index would be two GPUs. A lease without UUIDs (a static inventory) is matched by index, and
+    so is every lease when this inventory knows no UUIDs (a static inventory on a host whose other
+    workers read NVML): it cannot tell the GPUs apart otherwise, and skipping the lease would hand
+    out its devices twice.
     """
     by_uuid = {d.uuid: d.index for d in inventory.devices if d.uuid}
     held: set[int] = set()
@@ -474,7 +477,7 @@ def _held_devices(inventory: GpuInventory, records: Iterable[Mapping[str, Any]])
         uuids = list(record.get("uuids") or ())
         for position, index in enumerate(indices):
             device_uuid = uuids[position] if position < len(uuids) else None
-            if device_uuid:
+            if device_uuid and by_uuid:
                 if device_uuid in by_uuid:  # else a GPU this worker does not see
                     held.add(by_uuid[device_uuid])
             else:

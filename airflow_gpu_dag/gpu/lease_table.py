@@ -78,8 +78,15 @@ class LeaseTable:
         key = str(self.lock_path.absolute())
         if key in held:
             raise LeaseError(f"the GPU lease table {self.table_path} is already locked by this thread")
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as err:  # a file in the way, no permission, a read-only mount
+            raise LeaseError(
+                f"cannot use the GPU lease directory {self.dir} ([gpu_dag] lease_dir): "
+                f"{err.strerror or err}. Fix: set [gpu_dag] lease_dir to a directory every worker of "
+                "this host can create and write (a local path, the same for all of them)"
+            ) from err
         try:
             self.lock_waited = self._take(fd, timeout)
             held.add(key)

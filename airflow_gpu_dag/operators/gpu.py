@@ -37,8 +37,8 @@ import contextlib
 import functools
 import os
 import signal
-import subprocess
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -127,8 +127,13 @@ class GpuBashOperator(GpuLeaseMixin, BashOperator):
                 self._gpu_lease.register_process(pid)
             except Exception:
                 self.log.exception("GPU lease: cannot record process %s", pid)
+        if self._gpu_cancelled:  # SIGTERM came between get_env and the start: stop it at once
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGTERM)
 
     def get_env(self, context: Any) -> dict:
+        if self._gpu_cancelled:  # SIGTERM between the lease and the command: do not start it
+            raise AirflowException(f"task {self.task_id!r} was killed before its GPU command started")
         env = super().get_env(context)
         if self._gpu_lease is not None:
             env.update(self._gpu_lease.env())
@@ -161,17 +166,20 @@ class GpuBashOperator(GpuLeaseMixin, BashOperator):
                 self._leave_lease_to_reclaim()
 
     def _stop_command(self) -> bool:
-        """True once the command's process group leader is gone: SIGTERM, then SIGKILL, to its
-        process group (it runs in its own session). False when it survives both."""
+        """True once the command's whole process group is gone: SIGTERM, then SIGKILL, to the group
+        (the command runs in its own session, so its pid is the group's id). Not only its leader: a
+        shell that has exited can leave a child still writing a checkpoint on the GPUs. False when the
+        group survives both signals."""
         proc = self.subprocess_hook.sub_process
-        if proc is None or proc.poll() is not None:
+        if proc is None or _group_gone(proc, 0.0):
             return True
         for sig, wait in ((signal.SIGTERM, self.command_stop_grace_s), (signal.SIGKILL, 5.0)):
-            self.log.warning("GPU task command %s still running; sending %s", proc.pid, sig.name)
+            self.log.warning(
+                "GPU task command %s (process group) still running; sending %s", proc.pid, sig.name
+            )
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=wait)
+            if _group_gone(proc, wait):
                 return True
         return False
 
@@ -201,14 +209,14 @@ class GpuBashOperator(GpuLeaseMixin, BashOperator):
         """
         self._gpu_cancelled = True
         proc = self.subprocess_hook.sub_process
-        if proc is not None and proc.poll() is None:  # after execution_timeout, execute stopped it
-            super().on_kill()
-            try:
-                proc.wait(timeout=10)
-            except Exception:
-                self.log.warning("GPU task command still running after SIGTERM; lease kept until it dies")
-                return
-        self._finish_gpu_lease("killed")
+        if proc is None:
+            # no command yet: it will not start (get_env, the hook), and execute gives the lease back;
+            # released here, its devices could go to another task while this one starts its command
+            return
+        if self._stop_command():
+            self._finish_gpu_lease("killed")
+        else:
+            self._leave_lease_to_reclaim()
 
 
 class _LeasedSubprocessHook(SubprocessHook):
@@ -228,6 +236,29 @@ class _LeasedSubprocessHook(SubprocessHook):
         self._proc = value
         if value is not None and getattr(value, "pid", None):
             self._on_start(value.pid)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` is left (a zombie counts until it is reaped)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _group_gone(proc: Any, wait: float) -> bool:
+    """Wait up to ``wait`` seconds for the command's leader to exit (reaping it) and its process group
+    to be empty; True once both are."""
+    deadline = time.monotonic() + wait
+    while True:
+        if proc.poll() is not None and not _group_alive(proc.pid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 @contextlib.contextmanager
