@@ -12,7 +12,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from airflow_gpu_dag.core.estimates import EstimateSettings
-from airflow_gpu_dag.core.resources import EstimateError, parse_duration
+from airflow_gpu_dag.core.resources import EstimateError, parse_duration, parse_estimate
 from airflow_gpu_dag.log_once import LogOnce
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def default_duration_seconds() -> float:
     """Estimate used for tasks that declare none (``[gpu_dag] default_duration``, default 30m)."""
     raw = conf_get("default_duration", DEFAULT_DURATION) or DEFAULT_DURATION
     try:
-        return parse_duration(raw)
+        return parse_estimate(raw)  # capped as a declared estimate is: weights stay in int32
     except EstimateError as err:
         log.warning("[gpu_dag] default_duration %r is invalid (%s); using %s", raw, err, DEFAULT_DURATION)
         return parse_duration(DEFAULT_DURATION)
@@ -70,7 +70,7 @@ def _pool_sizes(raw: str) -> dict[str, int] | str:
         return "is not a JSON object of pool -> slots"
     sizes: dict[str, int] = {}
     for name, slots in value.items():
-        if isinstance(slots, str) and slots.strip().isdigit():
+        if isinstance(slots, str) and slots.strip().isdecimal():  # "²" is a digit int() refuses
             slots = int(slots)
         elif isinstance(slots, float) and slots.is_integer():
             slots = int(slots)  # 8.0: a whole number written as a float
@@ -144,7 +144,7 @@ def config_problems() -> list[tuple[str, str]]:
         raw = conf_get(key, None)
         if raw:
             try:
-                seconds = parse_duration(raw)
+                seconds = (parse_estimate if key == "default_duration" else parse_duration)(raw)
             except EstimateError as err:
                 problems.append((key, f"{raw!r}: {err}"))
                 continue
@@ -170,11 +170,15 @@ def config_problems() -> list[tuple[str, str]]:
         EstimateSettings(**{k.removeprefix("learned_"): v for k, v in numbers.items() if "learned_" in k})
     except ValueError as err:
         problems.append((str(err).split()[0], str(err).split(" ", 1)[1]))
-    if numbers.get("too_large_intervals", 1) < 1:
-        problems.append(("too_large_intervals", f"{numbers['too_large_intervals']:g} must be >= 1"))
+    for key, (low, high) in _RANGES.items():
+        if key in numbers and not low <= numbers[key] <= high:
+            bound = f"must be >= {low}" + (f" and <= {high}" if math.isfinite(high) else "")
+            problems.append((key, f"{numbers[key]:g} {bound}"))
     return problems
 
 
+#: Whole-number options with a range (``config_problems`` reports a value outside it).
+_RANGES = {"too_large_intervals": (1, math.inf), "planner_nice": (0, 19), "plan_search_budget": (0, math.inf)}
 #: Options that are numbers: where read, one that is not is ignored (its default used).
 _NUMBERS: dict[str, type] = {
     "plan_search_budget": int,
@@ -376,11 +380,10 @@ def plan_search_budget() -> int:
     """``[gpu_dag] plan_search_budget``: simulated tasks the planner's local search may spend (0, the
     default, turns it off; ``core.planner.SEARCH_BUDGET`` = 60000 is the measured setting)."""
     raw = conf_get("plan_search_budget", "0") or "0"
-    try:
-        return max(0, int(raw))
-    except ValueError:
-        _warn_once("plan_search_budget", "[gpu_dag] plan_search_budget %r is not an integer; search off", raw)
-        return 0
+    budget = int(raw) if raw.strip().removeprefix("-").isdecimal() else -1
+    if budget < 0:
+        _warn_once("plan_search_budget", "[gpu_dag] plan_search_budget %r is not a count >= 0; 0 used", raw)
+    return max(0, budget)
 
 
 def plan_strict_backfill() -> bool:
@@ -409,12 +412,11 @@ def planner_nice() -> int:
     kernel gives the scheduler (and the api-server) the CPU first and plans use what is left; 0 plans
     at the scheduler's own priority. An invalid value is logged once and the default used."""
     raw = (conf_get("planner_nice", str(PLANNER_NICE)) or str(PLANNER_NICE)).strip()
-    try:
-        value = int(raw)
-    except ValueError:
-        _warn_once("planner_nice", "[gpu_dag] planner_nice %r is not an integer; using %d", raw, PLANNER_NICE)
+    value = int(raw) if raw.removeprefix("-").isdecimal() else -1
+    if not 0 <= value <= 19:
+        _warn_once("planner_nice", "[gpu_dag] planner_nice %r is not 0-19; using %d", raw, PLANNER_NICE)
         return PLANNER_NICE
-    return max(0, min(19, value))
+    return value
 
 
 LEARNED_REFRESH = "10m"
@@ -455,6 +457,11 @@ def queue_sites() -> dict[str, dict[str, object]] | None:
             unknown = set(entry) - {"pool", "cpu_pool", "node_labels"}
             if unknown:
                 raise TypeError(f"queue {queue!r} has unknown keys {sorted(unknown)}")
+            labels = entry.get("node_labels", {})
+            if not all(isinstance(entry.get(k, ""), str) for k in ("pool", "cpu_pool")) or not (
+                isinstance(labels, dict) and all(isinstance(v, str) for v in [*labels, *labels.values()])
+            ):
+                raise TypeError(f"queue {queue!r}: pools must be names, node_labels an object of strings")
             sites[str(queue)] = entry
     except (ValueError, TypeError, AttributeError) as err:
         raise ValueError(
