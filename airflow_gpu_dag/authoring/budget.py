@@ -24,7 +24,6 @@ from airflow_gpu_dag.core.pools import is_gpu_pool
 from airflow_gpu_dag.core.resources import EstimateError, parse_duration
 from airflow_gpu_dag.hints import read_hints
 from airflow_gpu_dag.operators.budget import BudgetGateOperator
-from airflow_gpu_dag.sensors._common import RESUME_RACE_RETRIES, RESUME_RACE_RETRY_DELAY
 
 __all__ = ["budget_gate"]
 
@@ -77,8 +76,6 @@ def budget_gate(
         poke_interval=poke_interval,
         dag=dag,
         task_group=getattr(task, "task_group", None),
-        retries=RESUME_RACE_RETRIES,
-        retry_delay=RESUME_RACE_RETRY_DELAY,
         execution_timeout=None,
         gated_task_id=task.task_id,
         claim_gpu_seconds=gpu_seconds,

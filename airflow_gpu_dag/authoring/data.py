@@ -34,7 +34,6 @@ from airflow.sdk.exceptions import DuplicateTaskIdFound
 
 from airflow_gpu_dag.authoring._wiring import as_operator, labelled, require_dag
 from airflow_gpu_dag.datasets.completeness import storage_url
-from airflow_gpu_dag.sensors._common import RESUME_RACE_RETRIES, RESUME_RACE_RETRY_DELAY
 from airflow_gpu_dag.sensors.dataset import DatasetCompleteSensor
 
 __all__ = ["DATA", "data_edge", "dataset_path"]
@@ -130,8 +129,6 @@ def data_edge(
             producer_task_id=producer.task_id if fallback_to_last_good else None,
             deferrable=deferrable,
             dag=dag,
-            retries=RESUME_RACE_RETRIES,
-            retry_delay=RESUME_RACE_RETRY_DELAY,
         )
     except DuplicateTaskIdFound as err:  # inside a TaskGroup: the id gets the group's prefix
         raise ValueError(_taken(dag, producer, consumer, sensor_id, name, asset)) from err

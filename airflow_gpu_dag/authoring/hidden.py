@@ -49,7 +49,7 @@ from airflow_gpu_dag.core.validation import (
     normalise_path,
     paths_overlap,
 )
-from airflow_gpu_dag.sensors._common import RESUME_RACE_RETRIES, RESUME_RACE_RETRY_DELAY, require_timeout
+from airflow_gpu_dag.sensors._common import require_timeout
 from airflow_gpu_dag.sensors.dataset import DatasetCompleteSensor
 
 __all__ = ["HiddenDependencyCycle", "HiddenDependencyFix", "fix_hidden_dependencies"]
@@ -263,8 +263,6 @@ def fix_hidden_dependencies(
             timeout=timeout,
             poke_interval=poke_interval,
             dag=dag,
-            retries=RESUME_RACE_RETRIES,
-            retry_delay=RESUME_RACE_RETRY_DELAY,
         )
         sensor.doc_md = f"Hidden dependency: {fix.other} reads {fix.path} written by {fix.writer}."
         for up_id in sorted(other.upstream_task_ids - added):  # the reader's sensors wait side by side

@@ -30,7 +30,6 @@ from airflow_gpu_dag.authoring._wiring import (
 )
 from airflow_gpu_dag.core.windows import parse_window
 from airflow_gpu_dag.hints import merge_hints
-from airflow_gpu_dag.sensors._common import RESUME_RACE_RETRIES, RESUME_RACE_RETRY_DELAY
 from airflow_gpu_dag.sensors.checkpoint import CheckpointSensor
 from airflow_gpu_dag.sensors.window import StartWindowSensor, WindowGuard, check_on_missed, templated
 
@@ -72,8 +71,6 @@ def start_window(
         on_missed=on_missed,
         dag=dag,
         task_group=getattr(task, "task_group", None),
-        retries=RESUME_RACE_RETRIES,
-        retry_delay=RESUME_RACE_RETRY_DELAY,
     )
     insert_before(task, sensor, label=TIME)
     hint = {**(window.to_hint() if window is not None else {"templated": True}), "on_missed": on_missed}
@@ -148,8 +145,6 @@ def stage_dependency(
         training_task_id=upstream.task_id,
         dag=dag,
         task_group=getattr(upstream, "task_group", None),
-        retries=RESUME_RACE_RETRIES,
-        retry_delay=RESUME_RACE_RETRY_DELAY,
     )
     sensor.doc_md = (
         f"Stage dependency: {downstream.task_id} starts at checkpoint {step} of {upstream.task_id}."

@@ -36,8 +36,30 @@ def require_timeout(task_id: str, sensor: str, timeout: float | timedelta | None
     return float(seconds)
 
 
+def _default_args(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The ``default_args`` the task would get: its DAG's, its task group's, then its own."""
+    from airflow.sdk.definitions._internal.contextmanager import DagContext, TaskGroupContext
+
+    dag = kwargs.get("dag") or DagContext.get_current()
+    merged = dict(getattr(dag, "default_args", None) or {})
+    group = kwargs.get("task_group") or (TaskGroupContext.get_current(dag) if dag is not None else None)
+    merged.update(getattr(group, "default_args", None) or {})
+    merged.update(kwargs.get("default_args") or {})
+    return merged
+
+
 def resume_race_retry(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` with ``retries``/``retry_delay`` defaulted for the resume race (author's values win)."""
+    """``kwargs`` with ``retries``/``retry_delay`` defaulted for the resume race.
+
+    The task's own values win. Else ``retries`` is the ``default_args`` one of its DAG or task group,
+    at least :data:`RESUME_RACE_RETRIES` (set here, it is an explicit argument, which Airflow prefers
+    to ``default_args``: before, ``default_args={"retries": 3}`` gave every other task 3 retries and
+    these sensors 1), and ``retry_delay`` stays :data:`RESUME_RACE_RETRY_DELAY`: a retried sensor
+    only checks again, and a DAG's 5- or 10-minute delay would hold the whole chain back.
+    """
+    retries = _default_args(kwargs).get("retries")
+    if isinstance(retries, int) and not isinstance(retries, bool):
+        kwargs.setdefault("retries", max(retries, RESUME_RACE_RETRIES))
     kwargs.setdefault("retries", RESUME_RACE_RETRIES)
     kwargs.setdefault("retry_delay", RESUME_RACE_RETRY_DELAY)
     return kwargs

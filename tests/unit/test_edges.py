@@ -347,7 +347,8 @@ def test_wiring_tasks_declare_a_zero_estimate() -> None:
 
 def test_deferring_tasks_get_one_quick_retry_for_the_resume_race() -> None:
     """apache/airflow#72716: a trigger that fires at once can have the resumed try failed as a "state
-    mismatch"; every deferring task the helpers add retries once, quickly, whatever default_args say."""
+    mismatch"; every deferring task the helpers add retries at least once, quickly (5 s, whatever
+    default_args say), and as often as the DAG's default_args ask (tests/unit/test_sensor_retries.py)."""
     from airflow_gpu_dag.authoring import budget_gate
 
     slow = {"retries": 4, "retry_delay": timedelta(minutes=10)}
@@ -363,7 +364,7 @@ def test_deferring_tasks_get_one_quick_retry_for_the_resume_race() -> None:
             budget_gate(train, gpu_hours_per_pool_day=10),
         ]
     for task in added:
-        assert (task.retries, task.retry_delay) == (1, timedelta(seconds=5)), task.task_id
+        assert (task.retries, task.retry_delay) == (4, timedelta(seconds=5)), task.task_id
     assert (dag.get_task("train").retries, dag.get_task("prep").retry_delay) == (4, timedelta(minutes=10))
     # built directly, a sensor takes the same default and the author's own values win
     with DAG("direct", schedule=None):
