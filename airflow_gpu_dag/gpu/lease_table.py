@@ -37,7 +37,7 @@ from airflow_gpu_dag.gpu.lease_settings import LeaseOwner, LeaseSettings
 from airflow_gpu_dag.gpu.process import HostIdentity, process_alive, process_start_token
 from airflow_gpu_dag.gpu.usage import UsageLedger, UsageRecord
 
-__all__ = ["LOCK_FILE", "TABLE_FILE", "LeaseTable"]
+__all__ = ["LOCK_FILE", "TABLE_FILE", "LeaseTable", "group_exists"]
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +208,7 @@ class LeaseTable:
             if pgid == pid:
                 # Its own process group (a bash command's session): kill all of it, also when its leader
                 # has exited and left workers behind (a pgid is not reused while the group has members).
-                if leader is None and not _group_exists(pid):
+                if leader is None and not group_exists(pid):
                     continue
             elif leader is None:
                 continue
@@ -270,8 +270,9 @@ class LeaseTable:
         metrics.lease_used(len(record.get("devices", ())), start, end, outcome, owner.get("pool"))
 
 
-def _group_exists(pgid: int) -> bool:
-    """True while some process of process group ``pgid`` runs (signal 0 checks, sends nothing)."""
+def group_exists(pgid: int) -> bool:
+    """True while some process of process group ``pgid`` is left (signal 0 checks, sends nothing; a
+    zombie counts until it is reaped)."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:

@@ -48,6 +48,7 @@ from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_gpu_dag.gpu.lease import Lease
+from airflow_gpu_dag.gpu.lease_table import group_exists
 from airflow_gpu_dag.operators.gpu_lease import GpuLeaseMixin
 from airflow_gpu_dag.operators.gpu_spec import (
     GpuTaskError,
@@ -238,23 +239,12 @@ class _LeasedSubprocessHook(SubprocessHook):
             self._on_start(value.pid)
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether any process of group ``pgid`` is left (a zombie counts until it is reaped)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _group_gone(proc: Any, wait: float) -> bool:
     """Wait up to ``wait`` seconds for the command's leader to exit (reaping it) and its process group
     to be empty; True once both are."""
     deadline = time.monotonic() + wait
     while True:
-        if proc.poll() is not None and not _group_alive(proc.pid):
+        if proc.poll() is not None and not group_exists(proc.pid):
             return True
         if time.monotonic() >= deadline:
             return False
