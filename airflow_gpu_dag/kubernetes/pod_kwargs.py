@@ -8,7 +8,6 @@ arguments from ``default_args`` too. The pod pieces themselves are :mod:`.pod_sp
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import suppress
 from typing import Any
 
 from airflow.providers.cncf.kubernetes.backcompat.backwards_compat_converters import (
@@ -82,13 +81,9 @@ GPU_ARGS = (
 
 
 def pod_where(kwargs: Mapping[str, Any]) -> str:
-    dag = kwargs.get("dag")
-    if dag is None:
-        with suppress(Exception):
-            from airflow.sdk.definitions._internal.contextmanager import DagContext
+    from airflow_gpu_dag.airflow.declaring import declaring_dag
 
-            dag = DagContext.get_current()
-    dag_id = getattr(dag, "dag_id", None) or "<no dag>"
+    dag_id = getattr(declaring_dag(kwargs), "dag_id", None) or "<no dag>"
     return f"GpuKubernetesPodOperator {dag_id}.{kwargs.get('task_id', '<no task_id>')}"
 
 

@@ -199,16 +199,10 @@ def resolve_gpu_task(
 
 
 def current_dag_id(kwargs: Mapping[str, Any]) -> str | None:
-    """The DAG a task is being declared in: ``kwargs["dag"]``, else the ``with DAG(...)`` context."""
-    dag = kwargs.get("dag")
-    if dag is None:
-        try:
-            from airflow.sdk.definitions._internal.contextmanager import DagContext
+    """The id of the DAG a task is being declared in (``declaring_dag``: ``kwargs["dag"]`` or the context)."""
+    from airflow_gpu_dag.airflow.declaring import declaring_dag
 
-            dag = DagContext.get_current()
-        except Exception:
-            dag = None
-    return getattr(dag, "dag_id", None)
+    return getattr(declaring_dag(kwargs), "dag_id", None)
 
 
 def gpu_scheduling_kwargs(kwargs: Mapping[str, Any], task_id: str | None = None) -> dict[str, Any]:

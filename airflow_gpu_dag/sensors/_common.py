@@ -38,9 +38,11 @@ def require_timeout(task_id: str, sensor: str, timeout: float | timedelta | None
 
 def _default_args(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The ``default_args`` the task would get: its DAG's, its task group's, then its own."""
-    from airflow.sdk.definitions._internal.contextmanager import DagContext, TaskGroupContext
+    from airflow.sdk.definitions._internal.contextmanager import TaskGroupContext
 
-    dag = kwargs.get("dag") or DagContext.get_current()
+    from airflow_gpu_dag.airflow.declaring import declaring_dag
+
+    dag = declaring_dag(kwargs)
     merged = dict(getattr(dag, "default_args", None) or {})
     group = kwargs.get("task_group") or (TaskGroupContext.get_current(dag) if dag is not None else None)
     merged.update(getattr(group, "default_args", None) or {})
