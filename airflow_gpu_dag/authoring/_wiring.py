@@ -13,6 +13,7 @@ __all__ = [
     "insert_before",
     "labelled",
     "require_dag",
+    "run_original",
     "where_of",
 ]
 
@@ -60,6 +61,16 @@ def check_gatable(task: Any) -> Any:
     return dag
 
 
+def run_original(parsed: Any, original: Any, runs: Any, *args: Any) -> Any:
+    """Call ``original`` (a method of the parsed operator ``parsed``, saved before a helper wrapped it on
+    the instance) on ``runs``, the copy of the operator Airflow runs with its templates rendered, when
+    ``runs`` is one (else on ``parsed``); a plain function is called as it is."""
+    function = getattr(original, "__func__", None)
+    if function is None:
+        return original(*args)
+    return function(runs if isinstance(runs, type(parsed)) else parsed, *args)
+
+
 #: Where a branching task keeps the gates it must follow along with the tasks they were put before.
 _GATES_ATTR = "_gpu_dag_gates_of"
 
@@ -78,17 +89,13 @@ def follow_gate(branch: Any, task_id: str, gate_id: str) -> None:
     if gates is None:
         gates = {}
         original = branch.skip_all_except
-        function = getattr(original, "__func__", None)
 
         def skip_all_except(ti: Any, branch_task_ids: Any) -> Any:
             if branch_task_ids is not None:
                 chosen = [branch_task_ids] if isinstance(branch_task_ids, str) else list(branch_task_ids)
                 more = [gates[t] for t in chosen if isinstance(t, str) and t in gates]
                 branch_task_ids = chosen + [g for g in more if g not in chosen]
-            if function is None:
-                return original(ti, branch_task_ids)
-            runs = getattr(ti, "task", None)
-            return function(runs if isinstance(runs, type(branch)) else branch, ti, branch_task_ids)
+            return run_original(branch, original, getattr(ti, "task", None), ti, branch_task_ids)
 
         branch.skip_all_except = skip_all_except
         setattr(branch, _GATES_ATTR, gates)

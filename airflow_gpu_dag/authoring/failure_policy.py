@@ -142,10 +142,11 @@ def _skip_on_failure(task: Any) -> None:
         AirflowTaskTimeout,
     )
 
+    from airflow_gpu_dag.authoring._wiring import run_original
+
     original = task.execute
     if getattr(original, "_gpu_dag_skip_policy", False):
         return
-    function = getattr(original, "__func__", None)  # the class's execute, to run on the task that runs
 
     @functools.wraps(original)
     def execute(context: Any) -> Any:
@@ -154,7 +155,7 @@ def _skip_on_failure(task: Any) -> None:
         runs = context.get("task") if isinstance(context, Mapping) else None
         runs = runs if isinstance(runs, type(task)) else task
         try:
-            return function(runs, context) if function is not None else original(context)
+            return run_original(task, original, runs, context)
         except AirflowSkipException:
             raise
         except (Exception, AirflowTaskTimeout) as err:
