@@ -30,11 +30,10 @@ from airflow_gpu_dag.datasets.completeness import (
 from airflow_gpu_dag.hints import control_task_hints
 from airflow_gpu_dag.sensors._common import require_timeout, resume_race_retry
 from airflow_gpu_dag.triggers.checkpoint import (
-    TRAINING_OVER,
     checkpoint_regex,
+    ended_training_state,
     find_checkpoint,
     training_over_message,
-    training_state,
 )
 
 __all__ = ["CheckpointSensor"]
@@ -133,12 +132,7 @@ class CheckpointSensor(BaseSensorOperator):
         if not self.training_task_id:
             return None
         ti = context["ti"]
-        try:
-            state = training_state(ti.dag_id, ti.run_id, self.training_task_id)
-        except Exception as err:
-            self.log.warning("cannot read the state of training task %r: %s", self.training_task_id, err)
-            return None
-        return state if state in TRAINING_OVER else None
+        return ended_training_state(ti.dag_id, ti.run_id, self.training_task_id, self.log)
 
     def _fail_if_training_over(self, context: Any) -> dict[str, Any] | None:
         """None while training may still write the checkpoint; the checkpoint if it landed just before

@@ -23,6 +23,7 @@ __all__ = [
     "TRAINING_OVER",
     "CheckpointTrigger",
     "checkpoint_regex",
+    "ended_training_state",
     "find_checkpoint",
     "training_over_message",
     "training_state",
@@ -82,6 +83,18 @@ def training_state(dag_id: str, run_id: str, task_id: str) -> str | None:
     states = RuntimeTaskInstance.get_task_states(dag_id=dag_id, task_ids=[task_id], run_ids=[run_id])
     state = (states.get(run_id) or {}).get(task_id)
     return None if state is None else str(getattr(state, "value", state))
+
+
+def ended_training_state(dag_id: str, run_id: str, task_id: str, log: Any) -> str | None:
+    """The training task's state once it has ended (:data:`TRAINING_OVER`), else None, also when it
+    cannot be read (the api-server is down): the wait goes on, bounded by its timeout, and ``log``
+    says why."""
+    try:
+        state = training_state(dag_id, run_id, task_id)
+    except Exception as err:
+        log.warning("cannot read the state of training task %r: %s", task_id, err)
+        return None
+    return state if state in TRAINING_OVER else None
 
 
 def training_over_message(
@@ -172,12 +185,9 @@ class CheckpointTrigger(BaseTrigger):
         """The training task's state once it has ended, else None (also when it cannot be read)."""
         if not (self.training_task_id and self.dag_id and self.run_id):
             return None
-        try:
-            state = await asyncio.to_thread(training_state, self.dag_id, self.run_id, self.training_task_id)
-        except Exception as err:  # the API is down: keep the safe state (waiting), bounded by the deadline
-            self.log.warning("cannot read the state of training task %r: %s", self.training_task_id, err)
-            return None
-        return state if state in TRAINING_OVER else None
+        return await asyncio.to_thread(
+            ended_training_state, self.dag_id, self.run_id, self.training_task_id, self.log
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:

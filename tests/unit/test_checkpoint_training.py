@@ -15,7 +15,6 @@ from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, TaskDeferred
 
-import airflow_gpu_dag.sensors.checkpoint as sensor_module
 import airflow_gpu_dag.triggers.checkpoint as trigger_module
 from airflow_gpu_dag.authoring import stage_dependency
 from airflow_gpu_dag.datasets.completeness import Marker, write_marker
@@ -166,7 +165,7 @@ def _sensor(directory: str, **kwargs: Any) -> CheckpointSensor:
 def test_the_sensor_fails_at_once_when_training_already_failed(
     ckpt_dir: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sensor_module, "training_state", _states("failed"))
+    monkeypatch.setattr(trigger_module, "training_state", _states("failed"))
     with pytest.raises(AirflowFailException) as err:
         _sensor(ckpt_dir).execute(_context())
     message = str(err.value)
@@ -175,7 +174,7 @@ def test_the_sensor_fails_at_once_when_training_already_failed(
 
 
 def test_the_sensor_defers_with_the_run_to_watch(ckpt_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sensor_module, "training_state", _states("running"))
+    monkeypatch.setattr(trigger_module, "training_state", _states("running"))
     with pytest.raises(TaskDeferred) as deferred:
         _sensor(ckpt_dir).execute(_context())
     trigger = deferred.value.trigger
@@ -191,7 +190,7 @@ def test_the_trigger_event_fails_the_sensor_with_the_fix(ckpt_dir: str) -> None:
 
 def test_a_skipped_training_skips_the_sensor(ckpt_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # as an ordinary edge would: what waits for the checkpoint is skipped, the run does not fail
-    monkeypatch.setattr(sensor_module, "training_state", _states("skipped"))
+    monkeypatch.setattr(trigger_module, "training_state", _states("skipped"))
     with pytest.raises(AirflowSkipException, match=r"training task 'train' was skipped"):
         _sensor(ckpt_dir).execute(_context())
     event = {"status": "training_over", "state": "skipped", "path": ckpt_dir, "reason": "none"}
@@ -201,9 +200,9 @@ def test_a_skipped_training_skips_the_sensor(ckpt_dir: str, monkeypatch: pytest.
 
 def test_the_poking_sensor_watches_training_too(ckpt_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
     sensor = _sensor(ckpt_dir, deferrable=False)
-    monkeypatch.setattr(sensor_module, "training_state", _states("running"))
+    monkeypatch.setattr(trigger_module, "training_state", _states("running"))
     assert not sensor.poke(_context()).is_done
-    monkeypatch.setattr(sensor_module, "training_state", _states("upstream_failed"))
+    monkeypatch.setattr(trigger_module, "training_state", _states("upstream_failed"))
     with pytest.raises(AirflowFailException, match=r"ended upstream_failed"):
         sensor.poke(_context())
     _write_checkpoint(ckpt_dir, 3)  # once there, the checkpoint wins over the state
@@ -211,7 +210,7 @@ def test_the_poking_sensor_watches_training_too(ckpt_dir: str, monkeypatch: pyte
 
 
 def test_an_unreadable_state_does_not_fail_the_sensor(ckpt_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sensor_module, "training_state", _states(RuntimeError("no supervisor")))
+    monkeypatch.setattr(trigger_module, "training_state", _states(RuntimeError("no supervisor")))
     assert not _sensor(ckpt_dir, deferrable=False).poke(_context()).is_done
 
 
