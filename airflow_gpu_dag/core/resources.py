@@ -232,11 +232,12 @@ class GpuRequest:
             raise EstimateError(f"GPU memory {self.memory_mib} MiB must be >= 0")
         if self.gpu_type is not None and not str(self.gpu_type).strip():
             raise EstimateError("GPU type must be a non-empty name such as 'a100', or None for any")
-        if self.gpu_type is not None and any(c in str(self.gpu_type) for c in "[]{}()'\","):
-            # a list or tuple of types, kept as written (repr) by gpu_hints for the policy to report
+        if self.gpu_type is not None and (
+            not isinstance(self.gpu_type, str) or any(c in self.gpu_type for c in "[]{}()'\",")
+        ):  # a list would mean "any" silently; gpu_hints keeps one as written (repr) for the policy
             raise EstimateError(
-                f"GPU type {self.gpu_type!r} is not one GPU type name such as 'a100'; a task runs on one "
-                "type: for alternatives, use a fallback ladder with one rung per type"
+                f"GPU type {self.gpu_type!r} is not one GPU type name such as 'a100' (or None for any); "
+                "a task runs on one type: for alternatives, use a fallback ladder with one rung per type"
             )
 
     @classmethod
@@ -247,13 +248,9 @@ class GpuRequest:
         if isinstance(count, float) and count.is_integer():
             count = int(count)
         memory_mib = None if memory in (None, "", 0) else parse_memory_mib(memory)
-        if gpu_type is not None and not isinstance(gpu_type, str):  # a list would mean "any" silently
-            raise EstimateError(
-                f"GPU type {gpu_type!r} must be one GPU type name such as 'a100' (or None for any); "
-                "a task runs on one type: for alternatives, use a fallback ladder with one rung per type"
-            )
-        gtype = gpu_type.strip().lower() if gpu_type is not None and gpu_type.strip() else None
-        return cls(count=count, memory_mib=memory_mib, gpu_type=gtype)  # type: ignore[arg-type]
+        if isinstance(gpu_type, str):  # another type is refused by __post_init__, naming it
+            gpu_type = gpu_type.strip().lower() or None
+        return cls(count=count, memory_mib=memory_mib, gpu_type=gpu_type)  # type: ignore[arg-type]
 
     def describe(self) -> str:
         """Short human form: ``4x a100 (80GiB each)``."""
