@@ -55,7 +55,7 @@ class Env:
         dag_id, run_id = self.runs[name]
         return self.cluster.wait_for_run(dag_id, run_id, timeout=timeout)
 
-    def wait_state(self, name: str, task_id: str, state: str, timeout: float = 120) -> None:
+    def wait_state(self, name: str, task_id: str, state: str, timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.states(name).get(task_id) == state:
