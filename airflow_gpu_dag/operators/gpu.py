@@ -128,13 +128,15 @@ class GpuBashOperator(GpuLeaseMixin, BashOperator):
                 self._gpu_lease.register_process(pid)
             except Exception:
                 self.log.exception("GPU lease: cannot record process %s", pid)
-        if self._gpu_cancelled:  # SIGTERM came between get_env and the start: stop it at once
+        lost = self._gpu_lease is not None and self._gpu_lease.lost
+        if self._gpu_cancelled or lost:  # SIGTERM or a reclaim between get_env and the start: stop it
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGTERM)
 
     def get_env(self, context: Any) -> dict:
         if self._gpu_cancelled:  # SIGTERM between the lease and the command: do not start it
             raise AirflowException(f"task {self.task_id!r} was killed before its GPU command started")
+        self._raise_if_lost()  # reclaimed before the command started: its GPUs may be another task's now
         env = super().get_env(context)
         if self._gpu_lease is not None:
             env.update(self._gpu_lease.env())
@@ -320,8 +322,9 @@ class GpuPythonOperator(GpuLeaseMixin, PythonOperator):
         try:
             with _sigint_raises() as interruptible:
                 self._gpu_interruptible = interruptible
-                self._gpu_running = True
+                self._gpu_running = True  # from here a lost lease interrupts the callable ...
                 try:
+                    self._raise_if_lost()  # ... and one lost before does not start it
                     result = super().execute(context)
                 finally:
                     self._gpu_running = False

@@ -462,3 +462,58 @@ def test_bash_task_that_loses_its_lease_is_stopped(
     finally:
         stop.set()
         thread.join(5)
+
+
+def _lost_once_leased(op: Any, *, after_get_env: bool = False) -> None:
+    """The heartbeat finds the lease reclaimed (state ``lost``, ``on_lost`` called) right after it is
+    taken, or right after the command's environment is built: before the GPU work starts either way."""
+    from airflow_gpu_dag.gpu.lease import Lease
+
+    def lose(lease: Lease) -> None:
+        lease.state = "lost"
+        op._on_lease_lost(lease)
+
+    if after_get_env:
+        get_env = op.get_env
+
+        def env_then_lost(ctx: Any) -> dict:
+            env = get_env(ctx)
+            lose(op._gpu_lease)
+            return env
+
+        op.get_env = env_then_lost
+        return
+    acquire = op._acquire_gpu_lease
+
+    def acquire_then_lost(ctx: Any) -> Lease:
+        lease = acquire(ctx)
+        lose(lease)
+        return lease
+
+    op._acquire_gpu_lease = acquire_then_lost
+
+
+@pytest.mark.parametrize("after_get_env", [False, True], ids=["before_get_env", "before_popen"])
+def test_bash_command_does_not_run_on_a_lease_lost_before_it_started(
+    tmp_path: Path, after_get_env: bool
+) -> None:
+    from airflow_gpu_dag.gpu.lease import LeaseLost
+
+    marker = tmp_path / "ran"
+    op = GpuBashOperator(task_id="victim", bash_command=f"sleep 1; touch {marker}", gpus=1)
+    _lost_once_leased(op, after_get_env=after_get_env)
+    with pytest.raises(LeaseLost):
+        op.execute(context("victim"))
+    time.sleep(1.5)
+    assert not marker.exists(), "the command ran on GPUs its lease no longer held"
+
+
+def test_python_callable_does_not_run_on_a_lease_lost_before_it_started() -> None:
+    from airflow_gpu_dag.gpu.lease import LeaseLost
+
+    ran: list[bool] = []
+    op = GpuPythonOperator(task_id="victim", python_callable=lambda: ran.append(True), gpus=1)
+    _lost_once_leased(op)
+    with pytest.raises(LeaseLost):
+        op.execute(context("victim"))
+    assert not ran, "the callable ran on GPUs its lease no longer held"
