@@ -125,7 +125,7 @@ def predicted_schedules(graph: TaskGraph, pools: Iterable[PoolView]) -> Schedule
     (the measured capacity when the watermark controller manages the pool, else its size)."""
     from airflow_gpu_dag.core.ladders import unfit_rungs
     from airflow_gpu_dag.core.planner import predict
-    from airflow_gpu_dag.core.pools import task_pool
+    from airflow_gpu_dag.core.pools import is_gpu_pool, task_pool
 
     pools = list(pools)
     used = {task_pool(node) for node in graph.nodes.values()}
@@ -135,9 +135,9 @@ def predicted_schedules(graph: TaskGraph, pools: Iterable[PoolView]) -> Schedule
         if p.name in used and p.slots >= 0
     }
     view = ScheduleView(capacity=capacity)
-    missing = sorted(
-        {task_pool(n) for n in graph.nodes.values() if n.gpu is not None} - {p.name for p in pools}
-    )
+    # GPU tasks: a GPU request, or slots of a GPU pool (the plan counts those slots as GPUs)
+    gpu_pools = {task_pool(n) for n in graph.nodes.values() if n.gpu is not None or is_gpu_pool(n.pool)}
+    missing = sorted(gpu_pools - {p.name for p in pools})
     if missing:  # Airflow never runs a task in a pool that does not exist: no makespan to predict
         view.note = (
             f"No simulation: pool(s) {', '.join(missing)} do not exist, so their tasks would never run. "
