@@ -68,7 +68,7 @@ MAX_POOL_NAME = 256
 _TOP_KEYS = {"interval", "fail_open_after", "lease", "pools"}
 _LEASE_KEYS = {"lock_file", "variable", "ttl"}
 #: Options given in seconds (or a duration string) per source type.
-_DURATION_OPTIONS = {"file": ("max_age",), "prometheus": ("timeout",)}
+_DURATION_OPTIONS = {"file": ("max_age",), "prometheus": ("timeout",), "kubernetes": ("timeout",)}
 #: The options of the sources that ignore unknown ones (the others reject them when built).
 _KNOWN_OPTIONS = {"static": {"gpus"}, "file": {"path", "max_age"}}
 DEFAULT_LOCK_FILE = "/tmp/airflow-gpu-dag-watermark.lock"
@@ -261,13 +261,13 @@ def _source(pool: str, raw: object) -> SourceSpec:
         options["leases"] = _bool(options["leases"], f"{where}.leases")
     if "lease_dir" in options and options["lease_dir"] is not None:
         options["lease_dir"] = _optional_str(options["lease_dir"], f"{where}.lease_dir")
-    if "headers" in options and not (
-        isinstance(options["headers"], Mapping)
-        and all(isinstance(k, str) and isinstance(v, str) for k, v in options["headers"].items())
+    if "headers" in options and not (  # the error names keys, never values: they often hold a token
+        isinstance(h := options["headers"], Mapping)
+        and all({type(k), type(v)} == {str} for k, v in h.items())
     ):
         raise ConfigError(
-            f"{where}.headers: expected a mapping of header name to text, e.g. "
-            f"{{X-Scope-OrgID: team-a}}, got {_show(options['headers'])}"
+            f"{where}.headers: expected a mapping of header name to text, e.g. {{X-Scope-OrgID: team-a}}, "
+            f"got {f'a non-text entry among {list(h)}' if isinstance(h, Mapping) else type(h).__name__}"
         )
     if kind == "file" and not (isinstance(options.get("path"), str) and options["path"]):
         raise ConfigError(f"{where}.path: a file source needs the path of a file holding the GPU count")

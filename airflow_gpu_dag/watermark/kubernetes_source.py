@@ -68,6 +68,8 @@ class KubernetesSource:
     :param context: kubeconfig context (the hook's ``cluster_context``); None: the connection's.
     :param api: a ``kubernetes.client.CoreV1Api`` (or a fake with ``list_node`` and
         ``list_pod_for_all_namespaces``); None: the hook's ``core_v1_client``.
+    :param timeout: seconds each API request may take (the client has no limit of its own: a hung
+        connection would keep the source failed until the controller restarts).
     """
 
     kind = "kubernetes"
@@ -80,13 +82,17 @@ class KubernetesSource:
         context: str | None = None,
         kubernetes_conn_id: str = "kubernetes_default",
         api: Any = None,
+        timeout: float = 10.0,
     ) -> None:
+        if isinstance(airflow_pod_labels, str):
+            raise ValueError(f"airflow_pod_labels must be a list like [{airflow_pod_labels}], not a string")
         self.label_selector = label_selector
         self.airflow_pod_labels = tuple(airflow_pod_labels)
         self.resource = resource
         self.context = context
         self.kubernetes_conn_id = kubernetes_conn_id
         self._api = api
+        self.timeout = timeout
 
     def _client(self) -> Any:
         if self._api is None:
@@ -99,9 +105,11 @@ class KubernetesSource:
     def read(self) -> CapacityReading:
         try:
             api = self._client()
-            nodes = api.list_node(label_selector=self.label_selector or None).items
+            nodes = api.list_node(
+                label_selector=self.label_selector or None, _request_timeout=self.timeout
+            ).items
             pods = api.list_pod_for_all_namespaces(
-                field_selector="status.phase!=Succeeded,status.phase!=Failed"
+                field_selector="status.phase!=Succeeded,status.phase!=Failed", _request_timeout=self.timeout
             ).items
         except Exception as err:
             raise SourceError(

@@ -22,9 +22,11 @@ controller's configuration file.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from airflow_gpu_dag.watermark.capacity import CapacityReading, SourceError
 from airflow_gpu_dag.watermark.ours import normalize_host
@@ -79,6 +81,23 @@ def prometheus_connection(conn_id: str) -> tuple[str, dict[str, str], tuple[str,
     return url, headers, auth
 
 
+def _split_userinfo(url: str) -> tuple[str, tuple[str, str] | None]:
+    """``(URL without user:password@, (user, password) or None)``; the password is masked in logs."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    user, _, password = userinfo.partition(":")
+    if password:
+        try:
+            from airflow.sdk.log import mask_secret
+
+            mask_secret(unquote(password))
+        except Exception:
+            log.debug("secrets masker not available")
+    return urlunsplit(parts._replace(netloc=host)), (unquote(user), unquote(password))
+
+
 class PrometheusSource:
     """GPUs from DCGM exporter metrics over the Prometheus HTTP API (``/api/v1/query``); GPUs busy
     with our work still count (see the module docstring).
@@ -111,6 +130,11 @@ class PrometheusSource:
             )
         if not url and not conn_id:
             raise ValueError("a prometheus source needs url or conn_id (an Airflow connection)")
+        if isinstance(airflow_namespaces, str):
+            raise ValueError(f"airflow_namespaces must be a list like [{airflow_namespaces}], not a string")
+        self.auth: tuple[str, str] | None = None
+        if url:  # user:password@ in the URL: sent as basic auth, kept out of errors and request logs
+            url, self.auth = _split_userinfo(url)
         self.url = url.rstrip("/") if url else None
         self.conn_id = conn_id
         self.selector = selector
@@ -118,7 +142,6 @@ class PrometheusSource:
         self.max_utilization = int(max_utilization)
         self.timeout = timeout
         self.headers = dict(headers or {})
-        self.auth: tuple[str, str] | None = None
         self.airflow_namespaces = frozenset(airflow_namespaces)
         self.airflow_pod_pattern = re.compile(airflow_pod_pattern) if airflow_pod_pattern else None
         self.host_label = host_label
@@ -163,9 +186,11 @@ class PrometheusSource:
                 labels.get("namespace") or labels.get("exported_namespace") or None,
             )
             try:
-                series[key] = (float(item["value"][1]), gpu)
+                value = float(item["value"][1])
             except (KeyError, IndexError, TypeError, ValueError):
                 continue
+            if math.isfinite(value):  # NaN / +Inf: no reading of this GPU
+                series[key] = (value, gpu)
         return series
 
     def _pod_is_ours(self, gpu: _Gpu) -> bool:
@@ -178,8 +203,11 @@ class PrometheusSource:
     def read(self) -> CapacityReading:
         free = self._query(self.FREE_METRIC)
         util = self._query(self.UTIL_METRIC)
-        if not free:
-            raise SourceError(f"prometheus: no {self.FREE_METRIC}{self.selector} series (exporter down?)")
+        for metric, found in ((self.FREE_METRIC, free), (self.UTIL_METRIC, util)):
+            if not found:  # a metric missing altogether is a failure, not "0 usable"
+                raise SourceError(
+                    f"prometheus: no {metric}{self.selector} series (exporter down or metric not exported?)"
+                )
         usable = 0
         busy: list[_Gpu] = []
         pods: list[_Gpu] = []

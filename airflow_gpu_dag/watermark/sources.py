@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_gpu_dag.watermark.capacity import CapacityReading, CapacitySource, SourceError
-from airflow_gpu_dag.watermark.config import ConfigError, PoolSpec, SourceSpec
+from airflow_gpu_dag.watermark.config import MAX_POOL_SLOTS, ConfigError, PoolSpec, SourceSpec
 from airflow_gpu_dag.watermark.kubernetes_source import (
     DEFAULT_AIRFLOW_POD_LABELS,
     GPU_RESOURCE,
@@ -108,8 +108,11 @@ class FileSource:
             raise SourceError(f"{self.path} is older than {self.max_age:g}s")
         try:
             value = json.loads(text)
-            gpus = int(value["gpus"] if isinstance(value, dict) else value)
-        except (ValueError, KeyError, TypeError):
+            value = value["gpus"] if isinstance(value, dict) else value
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError(value)  # true / 2.5: not a GPU count
+            gpus = int(value)
+        except (ValueError, KeyError, TypeError, OverflowError):
             raise SourceError(f"{self.path} does not hold a GPU count: {text[:40]!r}") from None
         if gpus < 0:
             raise SourceError(f"{self.path} holds a negative GPU count {gpus}")
@@ -224,8 +227,8 @@ class CapacityTracker:
                 raise box["error"]
             reading = box["reading"]
         gpus = getattr(reading, "gpus", None)
-        if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
-            raise SourceError(f"invalid GPU count {gpus!r}")
+        if not isinstance(gpus, int) or isinstance(gpus, bool) or not 0 <= gpus <= MAX_POOL_SLOTS:
+            raise SourceError(f"invalid GPU count {gpus!r} (expected 0 to {MAX_POOL_SLOTS:,})")
         return reading
 
     def restore(self, last_good: int | None, failures: int, source: str | None = None) -> bool:

@@ -183,13 +183,15 @@ class FakeCoreV1:
         self.nodes, self.pods, self.fail = nodes, pods, fail
         self.calls: list[tuple[str, Any]] = []
 
-    def list_node(self, label_selector: str | None = None) -> V1NodeList:
+    def list_node(self, label_selector: str | None = None, _request_timeout: Any = None) -> V1NodeList:
         self.calls.append(("list_node", label_selector))
         if self.fail:
             raise self.fail
         return V1NodeList(items=self.nodes)
 
-    def list_pod_for_all_namespaces(self, field_selector: str | None = None) -> V1PodList:
+    def list_pod_for_all_namespaces(
+        self, field_selector: str | None = None, _request_timeout: Any = None
+    ) -> V1PodList:
         self.calls.append(("list_pod", field_selector))
         return V1PodList(items=self.pods)
 

@@ -403,8 +403,10 @@ def test_kubernetes_source_uses_the_kubernetes_hook(monkeypatch: pytest.MonkeyPa
         spec=V1PodSpec(node_name="n1", containers=[_c("a", "1")], init_containers=[_c("i", "3")]),
     )
     api = SimpleNamespace(
-        list_node=lambda label_selector=None: V1NodeList(items=[node]),
-        list_pod_for_all_namespaces=lambda field_selector=None: V1PodList(items=[foreign]),
+        list_node=lambda label_selector=None, _request_timeout=None: V1NodeList(items=[node]),
+        list_pod_for_all_namespaces=lambda field_selector=None, _request_timeout=None: V1PodList(
+            items=[foreign]
+        ),
     )
     built: list[dict[str, Any]] = []
 
