@@ -15,6 +15,7 @@ ends (callbacks added here: :class:`~airflow_gpu_dag.budget.charge.SettleBudgetC
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from airflow_gpu_dag.airflow.mapped import is_mapped
@@ -71,7 +72,9 @@ def budget_gate(
         task_id=task_id or f"{task.label}__budget",  # label: the id inside its task group
         gpu_hours_per_run=gpu_hours_per_run,
         gpu_hours_per_pool_day=gpu_hours_per_pool_day,
-        pool_to_cap=pool or (task.pool if gpu_hours_per_pool_day is not None else None),
+        # the task's pool also for a per-run cap: its claim then counts against that pool's day
+        # (where its usage is charged) for gates with a pool cap while it runs
+        pool_to_cap=task.pool or pool,
         ledger=ledger,
         poke_interval=poke_interval,
         dag=dag,
@@ -82,8 +85,9 @@ def budget_gate(
     )
     gate.doc_md = "GPU-hour budget gate: defers while the budget is used up."
     insert_before(task, gate, label="budget")
-    settle = SettleBudgetClaim(ledger=ledger, gpus=gpus, pool=task.pool)
-    keep = SettleBudgetClaim(ledger=ledger, gpus=gpus, pool=task.pool, close=False)
+    charged_by = _charged_by(task)
+    settle = SettleBudgetClaim(ledger=ledger, gpus=gpus, pool=task.pool, charged_by=charged_by)
+    keep = SettleBudgetClaim(ledger=ledger, gpus=gpus, pool=task.pool, close=False, charged_by=charged_by)
     for kind, callback in (
         ("on_success_callback", settle),
         ("on_failure_callback", settle),
@@ -92,6 +96,18 @@ def budget_gate(
     ):
         setattr(task, kind, [*list(getattr(task, kind, None) or []), callback])
     return gate
+
+
+def _charged_by(task: Any) -> str | None:
+    """``"lease"``/``"pod"`` when ``task`` charges its own GPU time (GPU operators, GPU pods)."""
+    from airflow_gpu_dag.operators.gpu_lease import GpuLeaseMixin
+
+    if isinstance(task, GpuLeaseMixin):
+        return "lease"
+    pods = sys.modules.get("airflow_gpu_dag.operators.kubernetes")  # not imported: not a GPU pod
+    if pods is not None and isinstance(task, pods.GpuKubernetesPodOperator):
+        return "pod"
+    return None
 
 
 def expected_gpu_seconds(task: Any) -> tuple[int, float]:

@@ -3,9 +3,10 @@
 * :class:`SettleBudgetClaim` is a task callback the ``budget_gate`` helper puts on the gated task
   (success, failure, retry, skip). When the task's try ends it forwards this host's lease usage to a
   shared ledger, charges the try if nothing did yet (GPUs x the try's run time; leases and pods
-  charge themselves), and closes the gate's claim, so from then on the actual usage counts instead
-  of the estimate. After a try that will be retried (``close=False``) it charges the try but keeps
-  the claim: the gate does not run again, so the retry runs under the claim it made.
+  charge themselves, so a GPU operator or pod that never got its GPUs is charged nothing), and
+  closes the gate's claim, so from then on the actual usage counts instead of the estimate. After
+  a try that will be retried (``close=False``) it charges the try but keeps the claim: the gate
+  does not run again, so the retry runs under the claim it made.
 * :func:`charge` records one finished lease, pod or task in the configured ledger, never raising
   (a ledger that cannot be written must not fail the GPU work that already ran).
 """
@@ -13,11 +14,13 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_gpu_dag.budget.check import budget_ledger, forward_host_usage
+from airflow_gpu_dag.budget.check import budget_ledger, forward_host_usage, shared_conn_id
+from airflow_gpu_dag.budget.ledger import usage_ledger_path
 from airflow_gpu_dag.core.budget import claim_id
 from airflow_gpu_dag.gpu.usage import UsageRecord
 
@@ -57,16 +60,41 @@ def _timestamp(value: Any) -> float | None:
 
 class SettleBudgetClaim:
     """Task callback (see the module docstring); ``gpus`` and ``pool`` describe the gated task;
-    ``close``: close the gate's claim (False on retry: the next try still needs it)."""
+    ``close``: close the gate's claim (False on retry: the next try still needs it); ``charged_by``:
+    ``"lease"`` or ``"pod"`` when the task charges its GPU time itself (GPU operators, GPU pods).
 
-    def __init__(self, *, ledger: str | None, gpus: int, pool: str | None, close: bool = True) -> None:
+    A task that charges itself is not charged its run time in a ledger its own records reach: no
+    record there means it held no GPU (it failed waiting for its lease, its pod never started), or
+    its lease is still to be reclaimed (and charged then)."""
+
+    def __init__(
+        self,
+        *,
+        ledger: str | None,
+        gpus: int,
+        pool: str | None,
+        close: bool = True,
+        charged_by: str | None = None,
+    ) -> None:
         self.ledger = ledger
         self.gpus = gpus
         self.pool = pool
         self.close = close
+        self.charged_by = charged_by
 
     def __repr__(self) -> str:
         return f"SettleBudgetClaim(gpus={self.gpus}, pool={self.pool!r}, close={self.close})"
+
+    def _charges_itself(self) -> bool:
+        """True when the task's own lease or pod records reach the ledger this callback uses."""
+        if self.charged_by is None:
+            return False
+        if not self.ledger:
+            return True
+        # an explicit ledger file: leases are charged to the configured usage ledger, pods to the
+        # configured ledger (the shared one when set)
+        same_file = os.path.abspath(self.ledger) == os.path.abspath(usage_ledger_path())
+        return same_file and (self.charged_by == "lease" or not shared_conn_id())
 
     def __call__(self, context: Any) -> None:
         ti = context.get("ti") or context.get("task_instance")
@@ -79,7 +107,11 @@ class SettleBudgetClaim:
             book = budget_ledger(self.ledger)
             forward_host_usage(book)
             record = None
-            if self.gpus and not book.charged(dag_id, run_id, task_id, map_index, try_number):
+            if (
+                self.gpus
+                and not self._charges_itself()
+                and not book.charged(dag_id, run_id, task_id, map_index, try_number)
+            ):
                 end = datetime.now(UTC).timestamp()
                 start = _timestamp(getattr(ti, "start_date", None)) or end
                 record = UsageRecord(

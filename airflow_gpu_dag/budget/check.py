@@ -9,6 +9,7 @@ the code that charges tasks (:mod:`airflow_gpu_dag.budget.charge`).
 from __future__ import annotations
 
 import logging
+import math
 import os
 from datetime import UTC, datetime
 
@@ -60,10 +61,14 @@ def claim_ttl_seconds() -> float:
     """``[gpu_dag] budget_claim_ttl``: how long a claim whose task never reported counts (default 24h)."""
     raw = conf_get("budget_claim_ttl", DEFAULT_CLAIM_TTL) or DEFAULT_CLAIM_TTL
     try:
-        return parse_duration(raw)
+        ttl = parse_duration(raw)
     except EstimateError as err:
         log.warning("[gpu_dag] budget_claim_ttl %r is invalid (%s); using %s", raw, err, DEFAULT_CLAIM_TTL)
         return parse_duration(DEFAULT_CLAIM_TTL)
+    if ttl <= 0:  # claims would expire as they are made: every gate would pass, whatever was claimed
+        log.warning("[gpu_dag] budget_claim_ttl %r is not > 0; using %s", raw, DEFAULT_CLAIM_TTL)
+        return parse_duration(DEFAULT_CLAIM_TTL)
+    return ttl
 
 
 def budget_ledger(explicit: str | os.PathLike[str] | None = None) -> BudgetLedger:
@@ -90,8 +95,16 @@ def _variable_float(key: str) -> float | None:
     try:
         value = float(raw)
     except (TypeError, ValueError):
+        value = math.nan
+    if not value >= 0:  # not a number, or negative: the DAG's cap stays (0 pauses gated tasks on purpose)
+        log.warning(
+            "budget: Variable %s = %r is not a number of GPU-hours >= 0; it is ignored (the DAG's cap "
+            "applies). Fix: set it to a number, e.g. 300.",
+            key,
+            raw,
+        )
         return None
-    return value if value >= 0 else None  # 0 at run time pauses every gated task on purpose
+    return value
 
 
 def effective_cap(cap: BudgetCap, dag_id: str) -> BudgetCap:

@@ -87,7 +87,9 @@ class BudgetGateOperator(BaseOperator):
             "(Variable %s / %s), the day resets or claims are settled.",
             reason,
             run_variable(dag_id),
-            pool_variable(self.cap.pool) if self.cap.pool else "-",
+            pool_variable(self.cap.pool)
+            if self.cap.pool and self.cap.gpu_hours_per_pool_day is not None
+            else "-",
         )
         self.defer(
             trigger=BudgetTrigger(
