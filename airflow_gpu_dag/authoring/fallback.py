@@ -70,7 +70,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator, TaskGroup
+from airflow.sdk import BaseOperator, TaskGroup, TriggerRule
 from airflow.sdk.definitions._internal.mixins import DependencyMixin
 
 from airflow_gpu_dag.core.pools import pool_for_gpu_type
@@ -317,9 +317,10 @@ def fallback_ladder(
     with TaskGroup(
         group_id, tooltip=tooltip or f"fallback ladder: {' -> '.join(r.name for r in rungs)}"
     ) as group:
+        ladder_id = group.group_id or group_id  # inside another group: "outer.train" (the plan's key)
         for index, rung in enumerate(rungs):
             place = {
-                "ladder": group_id,
+                "ladder": ladder_id,
                 "rung": rung.name,
                 "index": index,
                 "rungs": len(rungs),
@@ -345,7 +346,9 @@ def fallback_ladder(
                 if rung.watch is not None
                 else (rung.start_within is not None and not detects_itself)
             )
-            _apply_rung_defaults(group_id, rung, task, index, rungs, assumed, watch)
+            _apply_rung_defaults(ladder_id, rung, task, index, rungs, assumed, watch)
+            if index > 0:  # its only upstream is the decision: run only when that falls back to it
+                task.trigger_rule = TriggerRule.ALL_SUCCESS
             if watch and rung.start_within is None:
                 raise FallbackError(f"{where}, rung {rung.name!r}: watch=True needs start_within, e.g. '20m'")
             if never_starts and not watch:
@@ -366,6 +369,7 @@ def fallback_ladder(
                     start_within=rung.start_within,  # type: ignore[arg-type]
                     poke_interval=poke_interval,
                     mode=watch_mode,
+                    trigger_rule=task.trigger_rule,  # same upstream as the rung: runs when it runs
                     executor_config=_zero_duration_hints(),
                     doc_md=f"Skips `{rung.name}` if it has not started within {rung.start_within}.",
                 )

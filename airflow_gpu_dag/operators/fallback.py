@@ -51,13 +51,37 @@ def mark_not_started(context: Context, reason: str) -> None:
     context["ti"].xcom_push(key=FALLBACK_XCOM_KEY, value={"outcome": "not_started", "reason": reason})
 
 
+def _map_index(context: Context) -> int | None:
+    """The calling task instance's map index in an expanded task group; None when it is not mapped."""
+    map_index = getattr(context["ti"], "map_index", None)
+    return map_index if isinstance(map_index, int) and map_index >= 0 else None
+
+
 def task_states(context: Context, task_ids: Sequence[str]) -> dict[str, str | None]:
-    """States of ``task_ids`` in this DAG run, through the Task SDK (Execution API)."""
+    """States of ``task_ids`` in this DAG run, through the Task SDK (Execution API). In an expanded
+    task group (the calling task instance is mapped) the states of the same map index: the API keys
+    those ``<task_id>_<map_index>``."""
     ti = context["ti"]
     run_id = context["run_id"]
+    map_index = _map_index(context)
+    if map_index is not None:
+        found = ti.get_task_states(
+            dag_id=ti.dag_id, task_ids=list(task_ids), run_ids=[run_id], map_index=map_index
+        )
+        by_task = (found or {}).get(run_id, {}) or {}
+        return {task_id: _state_str(by_task.get(f"{task_id}_{map_index}")) for task_id in task_ids}
     found = ti.get_task_states(dag_id=ti.dag_id, task_ids=list(task_ids), run_ids=[run_id])
     by_task = (found or {}).get(run_id, {}) or {}
     return {task_id: _state_str(by_task.get(task_id)) for task_id in task_ids}
+
+
+def _pull(context: Context, task_id: str, key: str = "return_value") -> Any:
+    """XCom of ``task_id`` in this run (of the same map index in an expanded task group: without
+    ``map_indexes`` the Task SDK returns the values of every map index)."""
+    map_index = _map_index(context)
+    if map_index is None:
+        return context["ti"].xcom_pull(task_ids=task_id, key=key)
+    return context["ti"].xcom_pull(task_ids=task_id, key=key, map_indexes=map_index)
 
 
 def _state_str(state: Any) -> str | None:
@@ -73,13 +97,12 @@ def _not_started_reason(
     ids = [rung_task_id] + ([watcher_task_id] if watcher_task_id else [])
     states = task_states(context, ids)
     rung_state = states[rung_task_id]
-    ti = context["ti"]
     if watcher_task_id and rung_state == "skipped":
-        mark = ti.xcom_pull(task_ids=watcher_task_id, key=FALLBACK_XCOM_KEY)
+        mark = _pull(context, watcher_task_id, FALLBACK_XCOM_KEY)
         if isinstance(mark, Mapping) and mark.get("outcome") == "not_started":
             return str(mark.get("reason")), rung_state
     if rung_state in ("failed", "skipped"):
-        mark = ti.xcom_pull(task_ids=rung_task_id, key=FALLBACK_XCOM_KEY)
+        mark = _pull(context, rung_task_id, FALLBACK_XCOM_KEY)
         if isinstance(mark, Mapping) and mark.get("outcome") == "not_started":
             return str(mark.get("reason")), rung_state
     return None, rung_state
@@ -154,4 +177,4 @@ class FallbackResult(BaseOperator):
         winner = winners[0]
         context["ti"].xcom_push(key=RUNG_XCOM_KEY, value=winner)
         self.log.info("result of %s (rung states: %s)", winner, states)
-        return context["ti"].xcom_pull(task_ids=winner)
+        return _pull(context, winner)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.bases.skipmixin import SkipMixin
+from airflow.sdk.exceptions import DownstreamTasksSkipped
 
 from airflow_gpu_dag.core.resources import parse_duration
 from airflow_gpu_dag.operators.fallback import FALLBACK_XCOM_KEY, NOT_STARTED_STATES, task_states
@@ -102,6 +103,11 @@ class StartDeadlineSensor(BaseSensorOperator, SkipMixin):
         context["ti"].xcom_push(
             key=FALLBACK_XCOM_KEY, value={"outcome": "not_started", "reason": reason, "by": self.task_id}
         )
+        map_index = getattr(context["ti"], "map_index", None)
+        if isinstance(map_index, int) and map_index >= 0:
+            # in an expanded task group SkipMixin.skip() leaves mapped task instances alone (it would
+            # return and the rung would wait forever): skip the rung of this map index
+            raise DownstreamTasksSkipped(tasks=[(self.watched_task_id, map_index)])
         watched = self.get_dag().get_task(self.watched_task_id)  # type: ignore[union-attr]
         self.skip(context["ti"], [watched])  # raises DownstreamTasksSkipped: this task ends "success"
         return True  # pragma: no cover - skip() raises
