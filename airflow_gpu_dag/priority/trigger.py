@@ -1,7 +1,8 @@
 """When a DAG run was triggered, as seen by ``get_weight`` (which gets a task instance, not its run).
 
-In order: the run's ``run_after`` (or ``queued_at``) when the task instance carries its loaded run; the
-timestamp in the run id of a manual, operator-triggered, asset-triggered or asset-materialization run
+In order: the run's ``run_after`` (or ``queued_at``; ``created_at`` for a scheduled or backfill run)
+when the task instance carries its loaded run; the timestamp in the run id of a manual,
+operator-triggered, asset-triggered or asset-materialization run
 (``manual__2026-11-30T12:00:00+00:00``: the moment it was triggered), with whatever Airflow 3 appends
 after it (:func:`parse_run_id_time`); otherwise the first moment this process saw the run (scheduled
 runs are created when they are due, by the scheduler that creates their task instances). Never touches
@@ -71,8 +72,16 @@ def parse_run_id_time(run_id: str) -> float | None:
 
 
 def _loaded_run_time(ti: Any) -> float | None:
+    """The loaded run's trigger time: ``run_after`` (or ``queued_at``) for the run types whose
+    ``run_after`` is when they were triggered; ``created_at`` for the others. A backfill's or a catch-up
+    run's ``run_after`` is when it was due by the schedule, possibly weeks ago: a task of it cleared
+    over the api-server (which loads the run) would go ahead of every other DAG's."""
     run = getattr(ti, "__dict__", {}).get("dag_run")  # loaded already: no lazy load, no query
-    for name in ("run_after", "queued_at"):
+    kind = getattr(run, "run_type", None)
+    kind = getattr(kind, "value", kind)
+    if not isinstance(kind, str) or not kind:
+        kind = str(getattr(ti, "run_id", "") or "").partition("__")[0]
+    for name in ("run_after", "queued_at") if kind in _CREATED_AT_ID else ("created_at",):
         value = getattr(run, name, None) if run is not None else None
         if isinstance(value, datetime):
             return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()

@@ -166,3 +166,23 @@ def test_a_loaded_run_comes_first_and_nothing_is_loaded_lazily() -> None:
             raise AssertionError("lazy load inside get_weight")
 
     assert trigger.TriggerTimes(clock=lambda: NOW + 7200).of(Lazy()) == NOW
+
+
+@pytest.mark.parametrize("kind", ["backfill", "scheduled"])
+def test_a_loaded_backfill_or_catch_up_run_is_weighed_from_its_creation_not_its_due_date(kind: str) -> None:
+    """Clearing a task over the api-server loads its run: a backfill's ``run_after`` is the date it was
+    due by the schedule (23 days ago), which put the cleared task ahead of every other DAG's. The run was
+    created an hour ago: that is its trigger time."""
+    from airflow.utils.types import DagRunType
+
+    run_type = DagRunType(kind)
+    due = datetime.fromtimestamp(NOW - 23 * 86400, UTC)
+    created = datetime.fromtimestamp(NOW - 3600, UTC)
+    run = SimpleNamespace(run_type=run_type, run_after=due, queued_at=due, created_at=created)
+    cleared = SimpleNamespace(dag_id="d", run_id=f"{run_type.value}__{due.isoformat()}")
+    cleared.__dict__["dag_run"] = run
+    assert trigger.TriggerTimes(clock=lambda: NOW).of(cleared) == NOW - 3600
+    # the same run weighed without its loaded run (the scheduler, at creation): first seen, not due
+    assert (
+        trigger.TriggerTimes(clock=lambda: NOW).of(SimpleNamespace(dag_id="d", run_id=cleared.run_id)) == NOW
+    )
