@@ -407,6 +407,9 @@ class WatermarkController:
             return PoolOutcome(name, capacity, decision, size, False, previous=previous)
         if self.dry_run:
             return PoolOutcome(name, capacity, decision, size, False, previous=previous, would_write=True)
+        if self.leader_lock is not None and not self.leader_lock.may_write():
+            log.warning("pool %s: not written, the controller lease ran out during this tick", name)
+            return PoolOutcome(name, capacity, decision, size, False, "lease ran out", previous=previous)
         try:
             self.client.set_pool(name, size, description, include_deferred=spec.include_deferred)
         except Exception as err:

@@ -146,10 +146,12 @@ class Heartbeat:
         if body["last_tick"] is None:
             return False, {**body, "status": "starting", "age": None, "max_age": limit}
         age = now - body["last_tick"]
-        healthy = age < limit
+        # as far in the future as the limit: the clock stepped back, and a loop that stopped ticking
+        # would look fresh for as long (the file check says the same)
+        healthy = -limit < age < limit
         return healthy, {
             **body,
-            "status": "ok" if healthy else "stale",
+            "status": "ok" if healthy else ("stale" if age > 0 else "clock skew"),
             "age": round(age, 3),
             "max_age": limit,
         }

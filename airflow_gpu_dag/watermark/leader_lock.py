@@ -153,6 +153,7 @@ class VariableLeaderLock:
         holder, expires = self._read()
         self.current_holder = holder
         if holder is not None and holder != self.holder and expires > now:
+            self.held_until = None  # another holder's now: a later failed read must not act on ours
             return False
         value = json.dumps({"holder": self.holder, "expires": now + self.ttl})
         if holder is None:
@@ -217,6 +218,11 @@ class CombinedLeaderLock:
                 log.warning("lease variable unreachable (%s); standing by this tick", err)
                 return False
         return True
+
+    def may_write(self) -> bool:
+        """False once the Variable lease this tick acted on has run out (a tick that outlasted it, slow
+        sources): a standby may hold it by now, and two controllers would write the same pools."""
+        return self.variable_lease is None or self.variable_lease.still_ours()
 
     def describe(self) -> str:
         """Who holds what, for logs."""

@@ -158,3 +158,18 @@ def test_watermark_command_has_the_liveness_options() -> None:
     assert args.once and args.dry_run and args.output == "json"
     with pytest.raises(SystemExit):
         get_parser().parse_args(["gpu-dag", "watermark", "--health-port", "99999"])
+
+
+def test_a_hung_loop_is_not_healthy_after_the_clock_steps_back(tmp_path: Path) -> None:
+    """The last tick an hour "in the future" (NTP stepped the clock back, and the loop then stopped): the
+    endpoint said ``ok`` with a negative age while the file check said clock skew."""
+    clock = {"t": 1_800_000_000.0}
+    path = tmp_path / "hb.json"
+    beat = Heartbeat(60.0, path, clock=lambda: clock["t"])
+    beat.beat(True)
+    clock["t"] -= 3600 - 600
+    healthy, body = beat.status()
+    assert not healthy and body["status"] == "clock skew", body
+    assert not check_heartbeat_file(path, now=clock["t"])[0]
+    clock["t"] += 3600 - 600 + 10  # a healthy loop's next beat is fresh again
+    assert beat.status()[0]

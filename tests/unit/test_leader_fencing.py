@@ -1,0 +1,97 @@
+"""Two controllers of one lease group never both write a pool: a controller that lost the Variable
+lease does not act on a failed read of it, and one whose lease ran out during a slow tick writes nothing.
+Both reproduced split brain before (found by an audit of the controller's crash safety)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from airflow_gpu_dag.hooks.rest_client import RestError
+from airflow_gpu_dag.watermark.config import parse_config
+from airflow_gpu_dag.watermark.controller import build_controller
+from airflow_gpu_dag.watermark.pool_state import parse_pool_state
+from airflow_gpu_dag.watermark.sources import CapacityReading
+from tests.unit.test_watermark_controller import NOW, FakeRest, Source, ti
+
+
+class _BlipRest:
+    """One controller's view of the shared in-memory API, whose Variable reads can fail."""
+
+    def __init__(self, shared: FakeRest) -> None:
+        self._shared = shared
+        self.blip = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._shared, name)
+
+    def get_variable(self, key: str) -> Any:
+        if self.blip:
+            raise RestError("GET /variables/lease: 503 Service Unavailable")
+        return self._shared.get_variable(key)
+
+
+def _holder(rest: FakeRest, pool: str) -> str | None:
+    state = parse_pool_state(rest.pools[pool]["description"])
+    return state.holder if state is not None else None
+
+
+def test_a_controller_that_lost_the_lease_stands_by_when_it_cannot_read_it() -> None:
+    shared, clock = FakeRest(), {"t": NOW}
+    config = parse_config(
+        {
+            "interval": 10,
+            "pools": {"gpu": {"source": 0, "backfill": False}},
+            "lease": {"lock_file": None, "variable": "lease", "ttl": 30},
+        }
+    )
+    a_rest = _BlipRest(shared)
+    a = build_controller(config, a_rest, "A", {"gpu": Source(4)}, clock=lambda: clock["t"])
+    b = build_controller(config, _BlipRest(shared), "B", {"gpu": Source(4)}, clock=lambda: clock["t"])
+    shared.tis = [ti("hold", "running", started=NOW - 10, duration=100), ti("wide", "scheduled", slots=4)]
+    a.tick()
+    assert a.active
+    shared.variables["lease"] = json.dumps({"holder": "B", "expires": NOW + 30})  # handed over
+    clock["t"] = NOW + 10
+    a.tick()
+    b.tick()
+    assert not a.active and b.active and _holder(shared, "gpu") == "B"
+    writes = len(shared.writes)
+    clock["t"] = NOW + 15
+    a_rest.blip = True  # A's own old lease (until NOW + 30) must not count: B holds the lease now
+    assert a.tick() == []
+    assert not a.active and len(shared.writes) == writes and _holder(shared, "gpu") == "B"
+
+
+def test_a_tick_that_outlasts_the_lease_writes_nothing() -> None:
+    rest, clock = FakeRest(), {"t": NOW}
+
+    class SlowSource:
+        kind = "fake"
+
+        def __init__(self) -> None:
+            self.delay = 0.0
+
+        def read(self) -> CapacityReading:
+            clock["t"] += self.delay  # answers within source_timeout, but slowly
+            return CapacityReading(4, "fake 4")
+
+    config = parse_config(
+        {
+            "interval": 10,
+            "pools": {"p1": {"source": 0, "backfill": False}, "p2": {"source": 0, "backfill": False}},
+            "lease": {"lock_file": None, "variable": "lease"},
+        }
+    )
+    sources = {"p1": SlowSource(), "p2": SlowSource()}
+    a = build_controller(config, rest, "A", sources, clock=lambda: clock["t"])
+    rest.tis = [ti("wide", "scheduled", slots=4, pool="p1")]
+    a.tick()
+    ttl = a.leader_lock.variable_lease.ttl  # type: ignore[union-attr]
+    clock["t"] = NOW + 10
+    for source in sources.values():
+        source.delay = ttl  # the tick outlasts the lease it renewed at its start
+    writes = len(rest.writes)
+    outcomes = a.tick()
+    assert len(rest.writes) == writes, rest.writes
+    assert {o.error for o in outcomes} == {"lease ran out"}
