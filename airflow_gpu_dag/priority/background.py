@@ -22,7 +22,7 @@ import os
 import queue
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
@@ -67,7 +67,8 @@ class Background:
         self._thread: threading.Thread | None = None
         self._pool: ProcessPoolExecutor | None = None
         self._closed = False
-        self.plan_seconds: list[float] = []  # how long each plan took (metrics, tests)
+        #: how long each of the last MAX_PLANS plans took (metrics, tests); bounded: plans never stop
+        self.plan_seconds: deque[float] = deque(maxlen=MAX_PLANS)
 
     # -- plans ----------------------------------------------------------------------------------
     def plan(self, request: PlanRequest) -> dict[str, float] | None:

@@ -438,3 +438,17 @@ def test_the_strategy_reports_cache_hits_and_plan_time(monkeypatch: pytest.Monke
     _weight(sdag, "a", strategy=strategy)
     _weight(sdag, "b", strategy=strategy)
     assert seen == [("cache", False, "packing"), ("plan", True, "packing"), ("cache", True, "packing")]
+
+
+def test_background_keeps_a_bounded_record_of_plan_times(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plans are capped (MAX_PLANS); the list of their durations grew by one float per plan for ever."""
+    from airflow_gpu_dag.core.graph import TaskGraph
+    from airflow_gpu_dag.priority import background as module
+
+    monkeypatch.setattr(module, "planned_remaining", lambda *args: {"a": 1.0})
+    planner = Background(inline=True)
+    graph = TaskGraph("d")
+    graph.add("a", 1.0)
+    for i in range(module.MAX_PLANS + 50):
+        planner.plan((f"fp{i}", graph, {"gpu": 8}, "reservation", 0, False))
+    assert len(planner._plans) == len(planner.plan_seconds) == module.MAX_PLANS
