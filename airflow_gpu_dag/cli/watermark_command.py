@@ -297,6 +297,9 @@ def watermark(args: argparse.Namespace) -> None:
             config = with_interval(config, float(interval))
         except ConfigError as err:
             raise _fail(f"--interval {interval:g}: {err}") from None
+    risk = config.fail_open_risk()
+    if risk:
+        log.warning("%s", risk)
     client = _client(AirflowApiHook, getattr(args, "conn_id", None) or "gpu_dag_api")
     server = None
     try:

@@ -135,6 +135,23 @@ class WatermarkConfig:
         """Seconds a pool write stays claimed: ``fail_open_after`` intervals."""
         return self.fail_open_after * self.interval
 
+    def source_wait(self) -> float:
+        """Longest a tick may wait on its sources before writing (their timeouts, read in turn)."""
+        return sum(p.source_timeout or 0.0 for p in self.pools)
+
+    def fail_open_risk(self) -> str | None:
+        """Why the scheduler's watchdog could open the pools of this live controller, if it could: a
+        claim not longer than one interval plus the sources' timeouts lapses during a slow tick."""
+        need = self.interval + self.source_wait()
+        if self.fail_open_window() > need:
+            return None
+        return (
+            f"fail_open_after x interval ({self.fail_open_window():g} s) is not longer than one interval "
+            f"plus the sources' timeouts ({need:g} s): a tick whose sources answer slowly lets the "
+            "scheduler's watchdog open the pools of this live controller. Fix: raise fail_open_after to "
+            f"{int(need // self.interval) + 2}, or lower source_timeout"
+        )
+
     def lease_group(self, host: str | None = None) -> str:
         """Who may manage these pools: controllers sharing the lease Variable (any host), else the
         lock file on this host, else this host. Standbys of one controller share it; a controller of

@@ -403,7 +403,8 @@ class WatermarkController:
         slots = pool.get("slots") if isinstance(pool, dict) else None
         previous = slots if isinstance(slots, int) and not isinstance(slots, bool) else None
         current = pool if isinstance(pool, dict) else None
-        if not needs_write(current, size, description, spec.include_deferred, now, self.config.interval):
+        interval, wait = self.config.interval, self.config.source_wait()
+        if not needs_write(current, size, description, spec.include_deferred, now, interval, wait):
             return PoolOutcome(name, capacity, decision, size, False, previous=previous)
         if self.dry_run:
             return PoolOutcome(name, capacity, decision, size, False, previous=previous, would_write=True)

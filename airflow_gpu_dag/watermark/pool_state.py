@@ -146,9 +146,11 @@ def needs_write(
     include_deferred: bool,
     now: float,
     interval: float,
+    source_wait: float = 0.0,
 ) -> bool:
     """Whether the pool must be written: it is missing, its size, ``include_deferred`` or the meaning
-    of its description changed, or the claim in it has less than 1.5 intervals left."""
+    of its description changed, or the claim in it has less than 1.5 intervals left, plus
+    ``source_wait`` (the next write can come that much later: the sources are read before it)."""
     if not current:
         return True
     slots = current.get("slots")
@@ -163,7 +165,11 @@ def needs_write(
     wanted = parse_pool_state(description)
     if wanted is None or wanted.expires is None:
         return False
-    return state is None or state.expires is None or state.expires - now < RENEW_MARGIN_INTERVALS * interval
+    return (
+        state is None
+        or state.expires is None
+        or state.expires - now < RENEW_MARGIN_INTERVALS * interval + source_wait
+    )
 
 
 def iso_time(epoch: float) -> str:

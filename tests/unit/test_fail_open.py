@@ -80,7 +80,7 @@ def test_every_write_carries_a_claim_that_lapses_after_fail_open_after_intervals
 
 def test_a_countdown_alone_does_not_rewrite_the_pool_but_the_claim_is_renewed_in_time() -> None:
     rest, clock = FakeRest(), {"t": NOW}
-    controller = make(rest, clock)
+    controller = make(rest, clock, source_timeout="1s")  # renewed with 1.5 intervals + 1 s left
     reserving(rest)
     controller.tick()
     first = rest.pools["gpu"]["description"]

@@ -95,3 +95,38 @@ def test_a_tick_that_outlasts_the_lease_writes_nothing() -> None:
     outcomes = a.tick()
     assert len(rest.writes) == writes, rest.writes
     assert {o.error for o in outcomes} == {"lease ran out"}
+
+
+def test_the_claim_is_renewed_early_enough_for_a_tick_that_waits_on_its_sources() -> None:
+    """Claims ran ``fail_open_after`` intervals and were renewed with 1.5 intervals left: a tick whose two
+    sources took their 30-s timeouts wrote after the claim had lapsed, and the scheduler's watchdog opened
+    the pool of a live controller (dropping its reservation). The margin now includes the sources' wait."""
+    rest, clock = FakeRest(), {"t": NOW}
+    config = parse_config(
+        {
+            "interval": 60,
+            "pools": {
+                "p1": {"source": 0, "backfill": False, "source_timeout": "30s"},
+                "p2": {"source": 0, "backfill": False, "source_timeout": "30s"},
+            },
+            "lease": {"lock_file": None, "variable": None},
+        }
+    )
+    assert config.source_wait() == 60 and config.fail_open_risk() is None  # 180 s > 60 + 60
+    controller = build_controller(
+        config, rest, "A", {"p1": Source(4), "p2": Source(4)}, clock=lambda: clock["t"]
+    )
+    rest.tis = [ti("wide", "scheduled", slots=4, pool="p1")]
+    controller.tick()
+    clock["t"] = NOW + 60
+    controller.tick()  # 120 s left: the next write may come 60 s + 60 s of sources later
+    state = parse_pool_state(rest.pools["p1"]["description"])
+    assert state is not None and state.expires is not None and state.expires >= NOW + 60 + 180, state
+
+
+def test_a_claim_shorter_than_a_tick_with_its_sources_is_reported() -> None:
+    config = parse_config(
+        {"interval": 10, "pools": {"gpu": {"source": 4}}, "lease": {"lock_file": None, "variable": None}}
+    )
+    risk = config.fail_open_risk()  # 3 x 10 s against 10 s + the 30-s default source timeout
+    assert risk is not None and "(30 s)" in risk and "(40 s)" in risk and "fail_open_after to 6" in risk

@@ -234,7 +234,7 @@ def test_describe_and_parse_state_round_trip() -> None:
 def test_two_controllers_with_a_lease_do_not_fight(tmp_path: Any) -> None:
     rest = FakeRest()
     clock = {"t": NOW}
-    config = parse_config({"pools": {"gpu": {"source": 0}}, "interval": 10})
+    config = parse_config({"pools": {"gpu": {"source": 0, "source_timeout": "1s"}}, "interval": 10})
     config = type(config)(config.pools, config.interval, LeaderLockSpec(None, "lease", 30))
     one = build_controller(config, rest, "one", {"gpu": Source(4)}, clock=lambda: clock["t"])  # type: ignore[arg-type]
     two = build_controller(config, rest, "two", {"gpu": Source(2)}, clock=lambda: clock["t"])  # type: ignore[arg-type]
