@@ -232,6 +232,7 @@ class _PromState:
         self.status = 200
         self.results: dict[str, list[dict[str, Any]]] = {}
         self.queries: list[str] = []
+        self.authorization: list[str | None] = []  # the Authorization header of each query
         self.body_status = "success"
 
 
@@ -244,6 +245,7 @@ def prometheus() -> Iterator[tuple[str, _PromState]]:
             url = urlparse(self.path)
             query = parse_qs(url.query).get("query", [""])[0]
             state.queries.append(query)
+            state.authorization.append(self.headers.get("Authorization"))
             metric = query.split("{")[0]
             body = {
                 "status": state.body_status,

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 from kubernetes.client import V1NodeList, V1PodList
@@ -22,6 +17,8 @@ from airflow_gpu_dag.watermark.sources import (
     SourceError,
     build_sources,
 )
+from tests.unit import test_sources
+from tests.unit.test_sources import _PromState
 
 
 # -- file -----------------------------------------------------------------------------------------
@@ -46,45 +43,8 @@ def test_a_count_beyond_any_pool_is_a_failure(tmp_path: Path) -> None:
     assert "invalid GPU count" in result.detail
 
 
-# -- prometheus -----------------------------------------------------------------------------------
-class _Prom:
-    def __init__(self) -> None:
-        self.status = 200
-        self.results: dict[str, list[dict[str, Any]]] = {}
-        self.authorization: list[str | None] = []
-
-
-@pytest.fixture
-def prom() -> Iterator[tuple[int, _Prom]]:
-    state = _Prom()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            state.authorization.append(self.headers.get("Authorization"))
-            metric = parse_qs(urlparse(self.path).query).get("query", [""])[0].split("{")[0]
-            body = {
-                "status": "success",
-                "data": {"resultType": "vector", "result": state.results.get(metric, [])},
-            }
-            payload = json.dumps(body).encode()
-            self.send_response(state.status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1], state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+# -- prometheus (the fake Prometheus server of test_sources) -------------------------------------
+prometheus = test_sources.prometheus  # the fake Prometheus server fixture
 
 
 def _series(uuid: str, value: object) -> dict[str, Any]:
@@ -92,33 +52,33 @@ def _series(uuid: str, value: object) -> dict[str, Any]:
 
 
 def test_prometheus_without_utilisation_series_fails_instead_of_reading_zero(
-    prom: tuple[int, _Prom],
+    prometheus: tuple[str, _PromState],
 ) -> None:
-    port, state = prom
+    url, state = prometheus
     state.results = {"DCGM_FI_DEV_FB_FREE": [_series("a", 80000), _series("b", 80000)]}
     with pytest.raises(SourceError, match="no DCGM_FI_DEV_GPU_UTIL series"):
-        PrometheusSource(f"http://127.0.0.1:{port}").read()
+        PrometheusSource(url).read()
 
 
-def test_prometheus_non_finite_values_are_no_reading(prom: tuple[int, _Prom]) -> None:
-    port, state = prom
+def test_prometheus_non_finite_values_are_no_reading(prometheus: tuple[str, _PromState]) -> None:
+    url, state = prometheus
     state.results = {
         "DCGM_FI_DEV_FB_FREE": [_series("a", "+Inf"), _series("b", 80000), _series("c", 80000)],
         "DCGM_FI_DEV_GPU_UTIL": [_series("a", 0), _series("b", 0), _series("c", "NaN")],
     }
-    reading = PrometheusSource(f"http://127.0.0.1:{port}", min_free_memory=40960, max_utilization=10).read()
+    reading = PrometheusSource(url, min_free_memory=40960, max_utilization=10).read()
     assert reading.gpus == 1  # only b: a's +Inf free memory is not a measurement
 
 
-def test_prometheus_url_credentials_stay_out_of_errors(prom: tuple[int, _Prom]) -> None:
-    port, state = prom
+def test_prometheus_url_credentials_stay_out_of_errors(prometheus: tuple[str, _PromState]) -> None:
+    url, state = prometheus
     state.status = 401
-    source = PrometheusSource(f"http://admin:hun%3Ater2@127.0.0.1:{port}")
+    source = PrometheusSource(url.replace("http://", "http://admin:hun%3Ater2@"))
     with pytest.raises(SourceError) as caught:
         source.read()
     assert "hun" not in str(caught.value) and "admin" not in str(caught.value)
     assert "401" in str(caught.value)
-    assert source.url == f"http://127.0.0.1:{port}"
+    assert source.url == url
     assert state.authorization[-1] == "Basic YWRtaW46aHVuOnRlcjI="  # admin:hun:ter2, still sent
 
 
