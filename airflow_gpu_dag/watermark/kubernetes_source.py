@@ -68,7 +68,8 @@ class KubernetesSource:
     :param context: kubeconfig context (the hook's ``cluster_context``); None: the connection's.
     :param api: a ``kubernetes.client.CoreV1Api`` (or a fake with ``list_node`` and
         ``list_pod_for_all_namespaces``); None: the hook's ``core_v1_client``.
-    :param timeout: seconds each API request may take (the client has no limit of its own: a hung
+    :param timeout: seconds each of the two API requests may take (default 15: both fit in the default
+        30-s ``source_timeout``; the client has no limit of its own: a hung
         connection would keep the source failed until the controller restarts).
     """
 
@@ -82,7 +83,7 @@ class KubernetesSource:
         context: str | None = None,
         kubernetes_conn_id: str = "kubernetes_default",
         api: Any = None,
-        timeout: float = 10.0,
+        timeout: float = 15.0,
     ) -> None:
         if isinstance(airflow_pod_labels, str):
             raise ValueError(f"airflow_pod_labels must be a list like [{airflow_pod_labels}], not a string")

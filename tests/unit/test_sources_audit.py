@@ -107,7 +107,7 @@ class _HangingApi:
 def test_kubernetes_requests_carry_a_timeout() -> None:
     api = _HangingApi()
     assert KubernetesSource(api=api).read().gpus == 0
-    assert api.timeouts == [10.0, 10.0]
+    assert api.timeouts == [15.0, 15.0]
     config = parse_config({"pools": {"gpu_k": {"source": {"type": "kubernetes", "timeout": "30s"}}}})
     assert config.pools[0].source.options["timeout"] == 30.0
     api = _HangingApi()
