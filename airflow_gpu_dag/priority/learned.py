@@ -49,8 +49,6 @@ LEARNED_REFRESH_S = 600.0
 MIN_REFRESH_S = MIN_LEARNED_REFRESH_S
 #: DAG versions whose learned durations are kept per process.
 MAX_VERSIONS = 1024
-#: Refresh periods after which a DAG version nobody asked for is no longer re-read.
-IDLE_REFRESHES = 3
 #: After each read the thread sleeps this many times as long as the read took (at most YIELD_MAX_S).
 YIELD_FACTOR = 2.0
 YIELD_MAX_S = 1.0
@@ -117,7 +115,6 @@ class LearnedDurations:
         self._entries: dict[str, Learned] = {}
         self._dags: OrderedDict[str, Any] = OrderedDict()  # version -> the latest DAG object asked with
         self._wanted: set[str] = set()  # asked for, not read yet
-        self._asked: dict[str, float] = {}  # version -> when it was last asked for
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -130,12 +127,10 @@ class LearnedDurations:
         with self._lock:
             self._dags[version] = dag
             self._dags.move_to_end(version)
-            self._asked[version] = self._clock()
             while len(self._dags) > MAX_VERSIONS:
                 old, _ = self._dags.popitem(last=False)
                 self._entries.pop(old, None)
                 self._wanted.discard(old)
-                self._asked.pop(old, None)
             entry = self._entries.get(version)
             queue = (
                 entry is None
@@ -200,20 +195,13 @@ class LearnedDurations:
             self._thread.start()
 
     def _due(self) -> list[tuple[str, Any]]:
-        """Versions to read now: asked for and not read yet, or read a refresh period ago and asked for
-        within the last :data:`IDLE_REFRESHES` periods. A version nobody asks for any more (a DAG file
-        changed since) is not re-read for ever; asked for again, it is refreshed at the next sweep."""
         now = self._clock()
         with self._lock:
             return [
                 (version, dag)
                 for version, dag in self._dags.items()
                 if version in self._wanted
-                or (
-                    version in self._entries
-                    and now - self._entries[version].at >= self.refresh_s
-                    and now - self._asked.get(version, now) < IDLE_REFRESHES * self.refresh_s
-                )
+                or (version in self._entries and now - self._entries[version].at >= self.refresh_s)
             ]
 
     def _loop(self) -> None:

@@ -362,26 +362,3 @@ def test_a_replaced_background_ends_its_thread(monkeypatch: pytest.MonkeyPatch) 
     assert weights.background is not old and weights.background is not None and weights.background.nice == 5
     assert _until(lambda: not old.running), "the replaced worker still runs"
     assert done == ["gpu-dag-weights"]
-
-
-def test_versions_nobody_asks_for_are_not_re_read_for_ever() -> None:
-    """Every DAG version a process weighed was re-read from the database every refresh, for ever (up to
-    1,024 of them): after a few deploys the sweeps outlasted the refresh bound of the live versions."""
-    from airflow_gpu_dag.priority.learned import IDLE_REFRESHES, LearnedDurations
-
-    clock = [0.0]
-    learned = LearnedDurations(
-        refresh_s=600, inline=False, read=lambda dag: (None, 0), clock=lambda: clock[0]
-    )
-    try:
-        for v in range(10):
-            learned.get(f"etl:v{v}", object())
-            assert learned.wait_for(f"etl:v{v}", 5) is not None
-        clock[0] += 601
-        learned.get("etl:v9", object())  # only the latest version is still asked for
-        assert [version for version, _ in learned._due()] == [f"etl:v{v}" for v in range(10)]  # asked lately
-        clock[0] += IDLE_REFRESHES * 600
-        learned.get("etl:v9", object())
-        assert [version for version, _ in learned._due()] == ["etl:v9"]
-    finally:
-        learned.stop()
