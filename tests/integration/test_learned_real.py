@@ -230,10 +230,14 @@ def test_estimates_command_follows_the_real_durations(
         assert learned is not None, (task_id, by_task[task_id])
         assert min(durations) * 0.9 <= learned <= max(durations) * 1.1, (task_id, learned, durations)
     # three instances in each of the runs, all read; on a loaded machine some may have run long enough
-    # to be set aside as an outlier (core.estimates), which the report then says
+    # to be set aside (core.estimates), which the report then says: as outliers, or, when the later runs
+    # were all slower (the CI machine got busier: 3.3 s, then 4.1 s), the earlier ones as before a change
+    # of level
     shard = by_task["shard"]
-    assert shard["runs"] + shard["dropped"].get("outlier", 0) == 3 * LEARNED_RUNS, (shard, real["shard"])
-    assert set(shard["dropped"]) <= {"outlier"} and shard["runs"] >= 3, (shard, real["shard"])
+    set_aside = {"outlier", "before_change"}
+    read = shard["runs"] + sum(n for why, n in shard["dropped"].items() if why in set_aside)
+    assert read == 3 * LEARNED_RUNS, (shard, real["shard"])
+    assert set(shard["dropped"]) <= set_aside and shard["runs"] >= 3, (shard, real["shard"])
     assert set(report["flagged"]) >= {"declared_long_runs_short", "declared_short_runs_long", "shard"}
     # declared_right sleeps as long as it declares (3 s), but a try's duration includes starting the task
     # process: on a loaded 2-core machine that added 2.3 s (5.3 s learned, 1.8x). The flag follows the
