@@ -22,7 +22,7 @@ import httpx
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AirflowRestClient", "RestError", "parse_time"]
+__all__ = ["AirflowRestClient", "RestError", "mask", "parse_time"]
 
 PAGE = 100
 #: A list endpoint that keeps answering full pages past this many items is refused (a broken or
@@ -38,7 +38,8 @@ class RestError(RuntimeError):
         self.status = status
 
 
-def _mask(secret: str | None) -> None:
+def mask(secret: str | None) -> None:
+    """Hide ``secret`` in Airflow's logs (a no-op when empty or when no secrets masker is set up)."""
     if not secret:
         return
     try:
@@ -91,8 +92,8 @@ class AirflowRestClient:
         self._token = token
         #: True while the token is one this client got from ``POST /auth/token`` (it can get another).
         self._token_from_login = False
-        _mask(password)
-        _mask(token)
+        mask(password)
+        mask(token)
         self._get_retries = max(0, int(get_retries))
         self._retry_wait = retry_wait
         self._http = httpx.Client(
@@ -121,7 +122,7 @@ class AirflowRestClient:
         token = response.json().get("access_token")
         if not token:
             raise RestError("POST /auth/token: no access_token in the answer")
-        _mask(token)
+        mask(token)
         self._token = str(token)
         self._token_from_login = True
         return self._token

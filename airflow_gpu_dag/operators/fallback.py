@@ -26,6 +26,7 @@ __all__ = [
     "FallbackResult",
     "NotStartedInTime",
     "mark_not_started",
+    "own_map_index",
     "task_states",
 ]
 
@@ -51,7 +52,7 @@ def mark_not_started(context: Context, reason: str) -> None:
     context["ti"].xcom_push(key=FALLBACK_XCOM_KEY, value={"outcome": "not_started", "reason": reason})
 
 
-def _map_index(context: Context) -> int | None:
+def own_map_index(context: Context) -> int | None:
     """The calling task instance's map index in an expanded task group; None when it is not mapped."""
     map_index = getattr(context["ti"], "map_index", None)
     return map_index if isinstance(map_index, int) and map_index >= 0 else None
@@ -63,7 +64,7 @@ def task_states(context: Context, task_ids: Sequence[str]) -> dict[str, str | No
     those ``<task_id>_<map_index>``."""
     ti = context["ti"]
     run_id = context["run_id"]
-    map_index = _map_index(context)
+    map_index = own_map_index(context)
     if map_index is not None:
         found = ti.get_task_states(
             dag_id=ti.dag_id, task_ids=list(task_ids), run_ids=[run_id], map_index=map_index
@@ -78,7 +79,7 @@ def task_states(context: Context, task_ids: Sequence[str]) -> dict[str, str | No
 def _pull(context: Context, task_id: str, key: str = "return_value") -> Any:
     """XCom of ``task_id`` in this run (of the same map index in an expanded task group: without
     ``map_indexes`` the Task SDK returns the values of every map index)."""
-    map_index = _map_index(context)
+    map_index = own_map_index(context)
     if map_index is None:
         return context["ti"].xcom_pull(task_ids=task_id, key=key)
     return context["ti"].xcom_pull(task_ids=task_id, key=key, map_indexes=map_index)

@@ -14,7 +14,12 @@ from airflow.sdk.bases.skipmixin import SkipMixin
 from airflow.sdk.exceptions import DownstreamTasksSkipped
 
 from airflow_gpu_dag.core.resources import parse_duration
-from airflow_gpu_dag.operators.fallback import FALLBACK_XCOM_KEY, NOT_STARTED_STATES, task_states
+from airflow_gpu_dag.operators.fallback import (
+    FALLBACK_XCOM_KEY,
+    NOT_STARTED_STATES,
+    own_map_index,
+    task_states,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -103,8 +108,8 @@ class StartDeadlineSensor(BaseSensorOperator, SkipMixin):
         context["ti"].xcom_push(
             key=FALLBACK_XCOM_KEY, value={"outcome": "not_started", "reason": reason, "by": self.task_id}
         )
-        map_index = getattr(context["ti"], "map_index", None)
-        if isinstance(map_index, int) and map_index >= 0:
+        map_index = own_map_index(context)
+        if map_index is not None:
             # in an expanded task group SkipMixin.skip() leaves mapped task instances alone (it would
             # return and the rung would wait forever): skip the rung of this map index
             raise DownstreamTasksSkipped(tasks=[(self.watched_task_id, map_index)])

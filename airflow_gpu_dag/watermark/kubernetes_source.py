@@ -69,8 +69,8 @@ class KubernetesSource:
     :param api: a ``kubernetes.client.CoreV1Api`` (or a fake with ``list_node`` and
         ``list_pod_for_all_namespaces``); None: the hook's ``core_v1_client``.
     :param timeout: seconds each of the two API requests may take (default 15: both fit in the default
-        30-s ``source_timeout``; the client has no limit of its own: a hung
-        connection would keep the source failed until the controller restarts).
+        30-s ``source_timeout``; the client has no limit of its own: a hung connection would keep the
+        source failed until the controller restarts).
     """
 
     kind = "kubernetes"

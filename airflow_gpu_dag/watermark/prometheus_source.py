@@ -70,14 +70,10 @@ def prometheus_connection(conn_id: str) -> tuple[str, dict[str, str], tuple[str,
         headers["Authorization"] = f"Bearer {token}"
     elif conn.login:
         auth = (str(conn.login), str(conn.password or ""))
-    try:
-        from airflow.sdk.log import mask_secret
+    from airflow_gpu_dag.hooks.rest_client import mask
 
-        for secret in (token, conn.password):
-            if secret:
-                mask_secret(secret)
-    except Exception:
-        log.debug("secrets masker not available")
+    for secret in (token, conn.password):
+        mask(secret)
     return url, headers, auth
 
 
@@ -88,13 +84,9 @@ def _split_userinfo(url: str) -> tuple[str, tuple[str, str] | None]:
         return url, None
     userinfo, host = parts.netloc.rsplit("@", 1)
     user, _, password = userinfo.partition(":")
-    if password:
-        try:
-            from airflow.sdk.log import mask_secret
+    from airflow_gpu_dag.hooks.rest_client import mask
 
-            mask_secret(unquote(password))
-        except Exception:
-            log.debug("secrets masker not available")
+    mask(unquote(password))
     return urlunsplit(parts._replace(netloc=host)), (unquote(user), unquote(password))
 
 
