@@ -8,9 +8,11 @@ thread per process:
 
 * the first time a DAG version is asked for, it is queued and read at once (one windowed query, plus one
   for the map counts of a DAG with mapped tasks); until then the weights use the declared estimates;
-* every entry is read again when it is ``[gpu_dag] learned_refresh`` old (default 10 minutes), whether
-  or not anything asks: the weights of a new run follow what the runs before it took at most that long
-  ago.
+* every version in use is read again when its entry is ``[gpu_dag] learned_refresh`` old (default 10
+  minutes), whether or not anything asks: the weights of a new run follow what the runs before it took at
+  most that long ago. In use: the DAG's newest version, or asked for since the newest appeared. A
+  superseded version keeps what was read and is not refreshed, so re-versioning a DAG does not multiply
+  the reads.
 
 At most :data:`MAX_VERSIONS` DAG versions are kept, the least recently asked for dropped first. With
 ``inline=True`` (``[gpu_dag] plan_in_background = false``: tests) the read happens in the caller. The
@@ -114,6 +116,9 @@ class LearnedDurations:
         self._prepare = prepare  # called with each new entry, in the reading thread (the weights' basis)
         self._entries: dict[str, Learned] = {}
         self._dags: OrderedDict[str, Any] = OrderedDict()  # version -> the latest DAG object asked with
+        self._asks = 0  # calls of get so far: the order of first and last asks below
+        self._first: dict[str, int] = {}  # version -> when (in asks) it was first asked for
+        self._last: dict[str, int] = {}  # version -> when it was last asked for
         self._wanted: set[str] = set()  # asked for, not read yet
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -127,9 +132,14 @@ class LearnedDurations:
         with self._lock:
             self._dags[version] = dag
             self._dags.move_to_end(version)
+            self._asks += 1
+            self._first.setdefault(version, self._asks)
+            self._last[version] = self._asks
             while len(self._dags) > MAX_VERSIONS:
                 old, _ = self._dags.popitem(last=False)
                 self._entries.pop(old, None)
+                self._first.pop(old, None)
+                self._last.pop(old, None)
                 self._wanted.discard(old)
             entry = self._entries.get(version)
             queue = (
@@ -195,13 +205,26 @@ class LearnedDurations:
             self._thread.start()
 
     def _due(self) -> list[tuple[str, Any]]:
+        """Versions asked for and not read yet, and the versions in use whose entry is as old as the
+        refresh bound: each DAG's newest version (the last one first asked for) and any version asked for
+        since the newest one appeared (runs of it still create task instances). A version not asked for
+        since a newer one appeared is superseded and not refreshed (its entry stays readable; asked for
+        again, it is in use again)."""
         now = self._clock()
         with self._lock:
+            newest: dict[str, int] = {}  # dag_id -> when its newest version was first asked for
+            for version, first in self._first.items():
+                dag_id = version.rpartition(":")[0]
+                newest[dag_id] = max(newest.get(dag_id, 0), first)
             return [
                 (version, dag)
                 for version, dag in self._dags.items()
                 if version in self._wanted
-                or (version in self._entries and now - self._entries[version].at >= self.refresh_s)
+                or (
+                    self._last[version] >= newest[version.rpartition(":")[0]]
+                    and version in self._entries
+                    and now - self._entries[version].at >= self.refresh_s
+                )
             ]
 
     def _loop(self) -> None:

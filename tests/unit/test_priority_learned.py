@@ -362,3 +362,31 @@ def test_a_replaced_background_ends_its_thread(monkeypatch: pytest.MonkeyPatch) 
     assert weights.background is not old and weights.background is not None and weights.background.nice == 5
     assert _until(lambda: not old.running), "the replaced worker still runs"
     assert done == ["gpu-dag-weights"]
+
+
+def test_superseded_versions_of_a_dag_are_not_refreshed() -> None:
+    """A re-versioned DAG: its superseded versions kept being re-read every refresh bound (up to 1,024
+    versions, each a history query and a graph build in the scheduler's process) though nothing asked for
+    them. A version is refreshed while in use: its DAG's newest, or asked for since the newest appeared
+    (older runs still expanding mapped tasks); the others stay readable."""
+    now = [0.0]
+    learned = LearnedDurations(
+        refresh_s=60.0, inline=True, read=FakeHistory(train_s=1200.0), clock=lambda: now[0]
+    )
+    dag = _pipeline()
+
+    def due() -> list[str]:
+        return sorted(version for version, _ in learned._due())
+
+    for version in ("wrong:v1", "other:v1", "wrong:v2"):
+        assert learned.get(version, dag) is not None
+    assert due() == []
+    now[0] = 61.0
+    assert due() == ["other:v1", "wrong:v2"]  # wrong:v1 superseded
+    assert learned._entries["wrong:v1"].at == 0.0  # and still readable
+    learned.get("wrong:v1", dag)  # a run of v1 still weighs tasks: in use again (read inline here)
+    now[0] = 200.0
+    assert due() == ["other:v1", "wrong:v1", "wrong:v2"]  # v2, the newest, stays in use too
+    learned.get("wrong:v3", dag)
+    now[0] = 400.0
+    assert due() == ["other:v1", "wrong:v3"]
