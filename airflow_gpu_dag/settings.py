@@ -16,6 +16,8 @@ from airflow_gpu_dag.core.resources import EstimateError, parse_duration, parse_
 from airflow_gpu_dag.log_once import LogOnce
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from airflow_gpu_dag.core.objective import Objective
 
 log = logging.getLogger(__name__)
@@ -148,8 +150,8 @@ def config_problems() -> list[tuple[str, str]]:
             except EstimateError as err:
                 problems.append((key, f"{raw!r}: {err}"))
                 continue
-            if key == "learned_refresh" and seconds < MIN_LEARNED_REFRESH_S:
-                problems.append((key, f"{raw!r} is under 1s, the shortest refresh"))
+            if key in _DURATION_FLOORS and not _DURATION_FLOORS[key][0](seconds):
+                problems.append((key, f"{raw!r} {_DURATION_FLOORS[key][1]}"))
     raw = conf_get("key_epoch", None)
     if raw and (problem := _epoch_problem(raw)):
         problems.append(("key_epoch", problem))
@@ -192,14 +194,13 @@ _NUMBERS: dict[str, type] = {
 
 
 #: Options that are durations (``parse_duration``): where read, one that does not parse is ignored.
-_DURATIONS = (
-    "default_duration",
-    "reservation_gap",
-    "reservation_overdue",
-    "watermark_watchdog_interval",
-    "learned_refresh",
-    "budget_claim_ttl",
-)
+_DURATIONS = ("default_duration", "reservation_gap", "reservation_overdue", "watermark_watchdog_interval")
+_DURATIONS += ("learned_refresh", "budget_claim_ttl")
+#: Durations with a floor: where read, one under it is ignored (its default used) with a warning.
+_DURATION_FLOORS: dict[str, tuple[Callable[[float], bool], str]] = {
+    "learned_refresh": (lambda s: s >= MIN_LEARNED_REFRESH_S, "is under 1s, the shortest refresh"),
+    "budget_claim_ttl": (lambda s: s > 0, "is not > 0 (a claim would lapse as it is made: gates pass)"),
+}
 #: Options with a fixed set of values: the values, each with the one it means (the first: the default).
 _CHOICES: dict[str, dict[str, str]] = {
     "plan_policy": {

@@ -68,6 +68,21 @@ def test_a_learned_refresh_under_one_second_is_refused_and_reported(
     assert _problem("learned_refresh") == f"{value!r} is under 1s, the shortest refresh"
 
 
+@pytest.mark.parametrize("value", ["0", "0s", "0m"])
+def test_a_budget_claim_ttl_not_over_zero_is_reported(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, value: str
+) -> None:
+    """Where it is read a claim TTL <= 0 was already refused (claims would lapse as they are made, so every
+    budget gate would pass), but lint and the cluster policy did not report it: found in logs only."""
+    from airflow_gpu_dag.budget.check import claim_ttl_seconds
+
+    _set(monkeypatch, "budget_claim_ttl", value)
+    with caplog.at_level(logging.WARNING, logger="airflow_gpu_dag.budget.check"):
+        assert claim_ttl_seconds() == 86400.0
+    problem = _problem("budget_claim_ttl")
+    assert problem is not None and problem.startswith(f"{value!r} is not > 0"), problem
+
+
 @pytest.mark.parametrize("option", ["learned_refresh", "budget_claim_ttl"])
 def test_durations_that_do_not_parse_are_reported(monkeypatch: pytest.MonkeyPatch, option: str) -> None:
     _set(monkeypatch, option, "soon")
