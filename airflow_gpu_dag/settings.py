@@ -194,8 +194,8 @@ _NUMBERS: dict[str, type] = {
 
 
 #: Options that are durations (``parse_duration``): where read, one that does not parse is ignored.
-_DURATIONS = ("default_duration", "reservation_gap", "reservation_overdue", "watermark_watchdog_interval")
-_DURATIONS += ("learned_refresh", "budget_claim_ttl")
+_DURATIONS: tuple[str, ...] = ("default_duration", "reservation_gap", "reservation_overdue")
+_DURATIONS += ("watermark_watchdog_interval", "learned_refresh", "budget_claim_ttl")
 #: Durations with a floor: where read, one under it is ignored (its default used) with a warning.
 _DURATION_FLOORS: dict[str, tuple[Callable[[float], bool], str]] = {
     "learned_refresh": (lambda s: s >= MIN_LEARNED_REFRESH_S, "is under 1s, the shortest refresh"),
