@@ -164,6 +164,11 @@ class _Simulation:
         # lookahead: a task of a capacity pool is *pending* once each upstream task has started or is
         # ready (waits in a pool, or starts now in an unlimited one); unqueued_up counts those not yet
         self.unqueued_up = dict(self.waiting_on)
+        # upstream tasks of another capacity pool not started yet, per task (see waiting)
+        self.elsewhere = {
+            k: sum(self.pools[u] != self.pools[k] and self.pools[u] in capacity for u in ups)
+            for k, ups in self.upstream.items()
+        }
         self.pending_lists: dict[str, list[tuple[int, int, str]]] = {}
         self.pending_set: set[str] = set()
         self.ready_lists: dict[str, list[tuple[int, int, str]]] = {}
@@ -238,11 +243,17 @@ class _Simulation:
         """The pool's ready and pending tasks in admission order, built only as far as they are read."""
         ready = self.ready_lists.get(pool) or []
         pending = (self.pending_lists.get(pool) or []) if lookahead else []
+        # A pending task with an upstream task waiting in another capacity pool does not start with this
+        # pool's decision: the walk skips it, and nothing else reads a pending task. Only the first one is
+        # built (the decision's reason tells "nothing ready" from "nothing waiting"): building each at
+        # every tick made a large mapped task quadratic.
+        blocked = False
         for _p, _o, uid in heapq.merge(ready, pending) if pending else ready:
-            if uid in self.pending_set:
-                yield self._pending_task(uid, pool, now)
-            else:
+            if uid not in self.pending_set:
                 yield self._ready_task(uid, pool)
+            elif not (elsewhere := self.elsewhere[uid] > 0) or not blocked:
+                blocked = blocked or elsewhere
+                yield self._pending_task(uid, pool, now)
 
     def _fields(self, uid: str, pool: str) -> tuple[str, str, int, int, float, tuple[int]]:
         """A waiting task as the controller sees it: key, pool, slots, weight, estimate, tie-break."""
@@ -348,6 +359,8 @@ class _Simulation:
         self.started[uid] = now
         if pool in self.capacity:
             self.holding[pool][uid] = RunningTask(uid, pool, self.slots[uid], now + self.believed[uid])
+            for down in self.downstream[uid]:
+                self.elsewhere[down] -= self.pools[down] != pool
         heapq.heappush(self.events, (end, self.order[uid], uid))
         self.schedule.append(
             ScheduledTask(uid, now, end, self.slots[uid], pool, priority, self.ready_at[uid])
