@@ -148,7 +148,12 @@ class GpuPodSpec:
             request = GpuRequest.parse(gpus, gpu_memory, None)
         except EstimateError as err:
             raise GpuPodSpecError(str(err)) from None
-        mapping = {normalize_gpu_type(k): tuple(v) for k, v in (gpu_products or DEFAULT_GPU_PRODUCTS).items()}
+        try:
+            mapping = {
+                normalize_gpu_type(k): tuple(v) for k, v in (gpu_products or DEFAULT_GPU_PRODUCTS).items()
+            }
+        except ValueError as err:
+            raise GpuPodSpecError(f"gpu_products: {err}") from None
         products: tuple[str, ...] = ()
         gtype: str | None = None
         if gpu_type is not None:
@@ -156,7 +161,10 @@ class GpuPodSpec:
                 raise GpuPodSpecError(
                     f"gpu_type {gpu_type!r} must be a GPU type name such as 'a100', or None for any GPU"
                 )
-            gtype = normalize_gpu_type(gpu_type)
+            try:
+                gtype = normalize_gpu_type(gpu_type)
+            except ValueError as err:  # no letters or digits: a GpuPodSpecError, so the task is named
+                raise GpuPodSpecError(str(err)) from None
             if gtype not in mapping:
                 raise GpuPodSpecError(
                     f"unknown gpu_type {gpu_type!r}; known types: {', '.join(sorted(mapping))}. Pass "
@@ -252,7 +260,7 @@ def merge_resources(
     elif isinstance(existing, Mapping):
         requests = dict(existing.get("requests") or {})
         limits = dict(existing.get("limits") or {})
-        extra = {}
+        extra = {"claims": existing.get("claims")}  # the container's DRA claims, kept as given
     else:
         raise GpuPodSpecError(
             f"container_resources has type {type(existing).__name__}; pass a "

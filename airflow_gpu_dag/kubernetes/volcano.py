@@ -26,6 +26,7 @@ from typing import Any
 
 __all__ = [
     "GROUP_NAME_ANNOTATION",
+    "OBJECT_NAME",
     "PODGROUP_GROUP",
     "PODGROUP_PLURAL",
     "PODGROUP_VERSION",
@@ -51,6 +52,8 @@ PODGROUP_PLURAL = "podgroups"
 PODGROUP_KIND = "PodGroup"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+#: A Kubernetes object name (DNS-1123 subdomain, at most 253 characters): any PodGroup's name.
+OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _SCHEMA_FILE = "volcano_podgroup_v1beta1.schema.json"
 
 

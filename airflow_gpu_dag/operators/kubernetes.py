@@ -66,6 +66,7 @@ from airflow_gpu_dag.kubernetes.pod_kwargs import (
     GpuPodConfigError,
     gpu_pod_kwargs,
     parse_pod_spec,
+    partial_default,
     pod_where,
     with_defaults,
     with_gpu_parts,
@@ -74,6 +75,7 @@ from airflow_gpu_dag.kubernetes.pod_spec import merge_affinity, merge_resources,
 from airflow_gpu_dag.kubernetes.usage import charge_finished_pod
 from airflow_gpu_dag.kubernetes.volcano import (
     GROUP_NAME_ANNOTATION,
+    OBJECT_NAME,
     QUEUE_ANNOTATION,
     VOLCANO_SCHEDULER,
     PodGroupError,
@@ -253,7 +255,7 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
             dag=kwargs.get("dag"),
             pool=kwargs.get("pool"),
             pool_slots=kwargs.get("pool_slots"),
-            executor_config=kwargs.get("executor_config"),
+            executor_config=partial_default(kwargs, "executor_config"),
         )
         scheduling = {key: merged[key] for key in ("pool", "pool_slots", "executor_config")}
         return gpu_partial(cls, {**kwargs, **scheduling})
@@ -310,6 +312,12 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
             for name in ("volcano_gang", "volcano_pod_group"):
                 if m[name] is not None and not str(m[name]).strip():
                     fail(f"{name} must be a non-empty name")
+            group = m["volcano_pod_group"]
+            if group and (not isinstance(group, str) or len(group) > 253 or not OBJECT_NAME.match(group)):
+                fail(
+                    f"volcano_pod_group={group!r} cannot name a PodGroup: Kubernetes object names are "
+                    "lower-case letters, digits, '-' and '.', at most 253 characters (kubectl get podgroups)"
+                )
 
     # -- derived at run time ------------------------------------------------------------------
 
@@ -475,10 +483,12 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
         """Charge the pod's GPU time so far, then the provider's kill (it deletes the pod, after
         which its run time could no longer be read: a killed pod was charged nothing)."""
         if self.pod is not None and not self._killed:
-            self._charge(self.pod, None)  # ids from the pod's labels
+            # the ids of execute's context: the pod's labels are sanitized (run_id) and lack the try
+            self._charge(self.pod, getattr(self, "_run_context", None))
         super().on_kill()
 
     def execute(self, context: Context) -> Any:
+        self._run_context = context  # for on_kill's charge
         try:
             return super().execute(context)
         except GpuPodNotScheduled as err:
@@ -487,6 +497,7 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
 
     def trigger_reentry(self, context: Context, event: dict[str, Any]) -> Any:
         """Deferrable mode: a ``timeout`` event for a pod that is still unscheduled is "not started"."""
+        self._run_context = context  # for on_kill's charge
         if event.get("status") == "timeout":
             with suppress(Exception):
                 remote = self.hook.get_pod(event["name"], event["namespace"])
