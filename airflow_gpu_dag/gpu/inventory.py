@@ -140,6 +140,10 @@ class GpuInventory:
         for device in self.devices:
             if device.index < 0:
                 raise InventoryError(f"GPU index {device.index} must be >= 0; {_INVENTORY_HELP}")
+        # leases match devices by UUID: one UUID on two GPUs would let one of them be leased twice
+        uuids = [d.uuid for d in self.devices if d.uuid]
+        if len(set(uuids)) != len(uuids):
+            raise InventoryError(f"GPU UUIDs must be unique, got {uuids}; {_INVENTORY_HELP}")
 
     def __len__(self) -> int:
         return len(self.devices)
@@ -272,6 +276,10 @@ def _parse_shorthand(text: str) -> list[GpuDevice]:
             )
         gpu_type = _gpu_type(match.group(2), f"inventory part {part.strip()!r}")
         memory = _memory(match.group(3), f"inventory part {part.strip()!r}")
+        if memory == 0:
+            raise InventoryError(
+                f"inventory part {part.strip()!r}: memory must be more than 0 (leave it out when unknown)"
+            )
         for _ in range(count):
             devices.append(GpuDevice(index=len(devices), gpu_type=gpu_type, memory_total_mib=memory))
     return devices
@@ -306,6 +314,8 @@ def _device_from_mapping(item: Mapping[str, Any], position: int) -> GpuDevice:
     else:
         raise InventoryError(f"{where} has no 'type' (e.g. \"a100\"); {_INVENTORY_HELP}")
     total = _memory(item.get("memory", item.get("memory_total")), where)
+    if total == 0:
+        raise InventoryError(f"{where}: memory must be more than 0 (leave it out when unknown)")
     free = _memory(item.get("free_memory", item.get("memory_free")), where)
     util = item.get("utilization")
     healthy = item.get("healthy", True)

@@ -251,8 +251,10 @@ class LeaseManager:
         """Reclaim every stale lease now; returns the reclaimed records (with ``reclaim_reason``)."""
         with self.table.locked():
             table = self.table.load()
-            reclaimed = self.table.reclaim(table, time.time())
-            if reclaimed:
+            now = time.time()
+            rebased = self.table.rebase_future_heartbeats(table, now)
+            reclaimed = self.table.reclaim(table, now)
+            if reclaimed or rebased:
                 self.table.save(table)
             return reclaimed
 
@@ -290,7 +292,8 @@ class LeaseManager:
         with self.table.locked(lock_timeout):
             table = self.table.load()
             now = time.time()
-            changed = bool(self.table.reclaim(table, now))
+            changed = self.table.rebase_future_heartbeats(table, now)
+            changed = bool(self.table.reclaim(table, now)) or changed
             held = _held_devices(inventory, table["leases"].values())
             chosen = self._choose(inventory, request, held)
             if chosen is None:

@@ -23,6 +23,7 @@ import contextlib
 import fcntl
 import json
 import logging
+import math
 import os
 import signal
 import tempfile
@@ -221,6 +222,17 @@ class LeaseTable:
             except (ProcessLookupError, PermissionError) as err:
                 log.warning("GPU lease %s: cannot kill orphan %s: %s", record["lease_id"], pid, err)
 
+    def rebase_future_heartbeats(self, table: dict[str, Any], now: float) -> bool:
+        """Count a heartbeat later than ``now`` (the clock was set back since) from ``now``; True when
+        one changed (save the table). Else a holder that died after its last heartbeat would keep its
+        GPUs until the clock reached that time again, not for ``lease_ttl``; a live holder renews."""
+        changed = False
+        for record in table["leases"].values():
+            if float(record.get("heartbeat_at", 0.0)) > now:
+                record["heartbeat_at"] = now
+                changed = True
+        return changed
+
     def reclaim(self, table: dict[str, Any], now: float) -> list[dict[str, Any]]:
         """Remove every stale lease from ``table`` (not saved); returns them with ``reclaim_reason``."""
         reclaimed = []
@@ -290,7 +302,10 @@ def _check_record(lease_id: str, record: Any) -> None:
     if not isinstance(devices, list) or not all(type(d) is int for d in devices):
         raise ValueError(f"lease {lease_id!r}: 'devices' is not a list of GPU indices")
     for key in ("acquired_at", "heartbeat_at", "ttl_s"):
-        if record.get(key) is not None and type(record[key]) not in (int, float):
+        if key not in record or (key == "ttl_s" and record[key] is None):  # ttl_s None: the setting
+            continue
+        # null would crash every allocation (float(None)); NaN or Infinity would never go stale
+        if type(record[key]) not in (int, float) or not math.isfinite(record[key]):
             raise ValueError(f"lease {lease_id!r}: {key!r} is not a number")
     holder = record.get("holder")
     if not isinstance(holder, dict) or not isinstance(holder.get("pid"), int):

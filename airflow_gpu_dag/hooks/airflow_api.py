@@ -25,12 +25,12 @@ keep working for the controller; the typed connection adds the form in the UI an
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from airflow.sdk import BaseHook
 
 from airflow_gpu_dag.hooks.connection_types import AIRFLOW_API_CONNECTION_TYPE
-from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, RestError
+from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, RestError, mask
 
 __all__ = ["CONN_TYPE", "DEFAULT_CONN_ID", "HEALTH_PATH", "AirflowApiHook", "base_url_of"]
 
@@ -71,8 +71,9 @@ def base_url_of(
     try:
         has_port = parts.port is not None
     except ValueError:
+        shown = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))  # no user:password@
         raise ValueError(
-            f"the connection's host {host!r} has a port that is not a number; set the api-server URL, "
+            f"the connection's host {shown!r} has a port that is not a number; set the api-server URL, "
             "e.g. http://localhost:8080"
         ) from None
     netloc = f"{parts.netloc}:{int(port)}" if port and not has_port else parts.netloc
@@ -136,6 +137,13 @@ class AirflowApiHook(BaseHook):
             url = base_url_of(conn.host, conn.port, conn.schema, conn.conn_type)
         except ValueError as err:
             raise ValueError(f"connection {self.conn_id!r}: {err}") from None
+        parts = urlsplit(url)
+        if "@" in parts.netloc:
+            # user:password@ in the host: httpx would send it as Basic auth in place of the bearer
+            # token, and every message naming the URL would show the password (login/password fields)
+            userinfo, _, netloc = parts.netloc.rpartition("@")
+            mask(unquote(userinfo.partition(":")[2]))
+            url = urlunsplit(parts._replace(netloc=netloc))
         extra = conn.extra_dejson if conn.extra else {}
         if not isinstance(extra, dict):
             extra = {}
