@@ -72,6 +72,9 @@ class UsageRecord:
     def from_dict(cls, data: dict[str, Any]) -> UsageRecord:
         known = {f for f in cls.__dataclass_fields__ if f != "extra"}
         extra = {k: v for k, v in data.items() if k not in known and k != "gpu_seconds"}
+        for key in ("start", "end"):  # NaN, Infinity or 1e20 broke every budget summary of the ledger
+            if not 0 <= float(data[key]) < _YEAR_10000:
+                raise ValueError(f"{key} {data[key]!r} is not a time (seconds since 1970)")
         return cls(
             dag_id=data.get("dag_id"),
             run_id=data.get("run_id"),
@@ -87,6 +90,10 @@ class UsageRecord:
             host=data.get("host"),
             extra=extra,
         )
+
+
+#: Seconds since 1970 of 10000-01-01: later times (and NaN, Infinity) are not usage record times.
+_YEAR_10000 = 253_402_300_800.0
 
 
 class UsageLedger:

@@ -179,3 +179,22 @@ def test_credentials_in_the_connection_host_are_not_sent_nor_shown(monkeypatch: 
     ok, message = AirflowApiHook("hostcreds").test_connection()
     assert not ok and "port that is not a number" in message
     assert SECRET not in message
+
+
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "1e20", "-5"])
+def test_a_usage_line_with_a_time_that_is_not_a_moment_is_skipped(tmp_path: Path, bad: str) -> None:
+    """A ledger line with ``"end": NaN`` (or Infinity, 1e20) was read as a record, and every budget summary
+    (GPU-seconds per pool and day) then raised: such a line is skipped like any malformed one."""
+    from airflow_gpu_dag.gpu.usage import UsageLedger, gpu_seconds_by_pool_day
+
+    path = tmp_path / "usage.jsonl"
+    good = {"dag_id": "d", "run_id": "r", "task_id": "t", "devices": [0], "start": 1_796_040_000.0}
+    path.write_text(
+        json.dumps({**good, "end": 1_796_040_060.0, "pool": "gpu", "lease_id": "a"})
+        + "\n"
+        + json.dumps({**good, "lease_id": "b", "pool": "gpu"})[:-1]
+        + f', "end": {bad}}}\n'
+    )
+    records = UsageLedger(path).read()
+    assert [r.lease_id for r in records] == ["a"]
+    assert gpu_seconds_by_pool_day(records) == {("gpu", "2026-11-30"): 60.0}
