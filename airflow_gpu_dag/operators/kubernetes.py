@@ -60,7 +60,7 @@ from airflow.providers.cncf.kubernetes.utils.pod_manager import PodLaunchTimeout
 from airflow.sdk.exceptions import AirflowException
 from kubernetes.client import models as k8s
 
-from airflow_gpu_dag.kubernetes.kueue import KueueError, kueue_pod_metadata
+from airflow_gpu_dag.kubernetes.kueue import POD_GROUP_LABEL, KueueError, kueue_pod_metadata
 from airflow_gpu_dag.kubernetes.pod_kwargs import (
     GPU_ARGS,
     GpuPodConfigError,
@@ -132,7 +132,7 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
     :param volcano_pod_group: name of an existing PodGroup to join instead.
     :param kueue: hand the pod to Kueue (label ``kueue.x-k8s.io/queue-name``).
     :param kueue_queue: the Kueue ``LocalQueue`` (required in Kueue mode).
-    :param kueue_pod_group: Kueue pod group name (pods admitted together) ...
+    :param kueue_pod_group: Kueue pod group key (pods of one run admitted together; the label is per run) ...
     :param kueue_pod_group_size: ... and its size.
     :param kueue_priority_class: a Kueue ``WorkloadPriorityClass``.
     """
@@ -222,6 +222,7 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
         self.volcano_pod_group = volcano_pod_group
         self.kueue = kueue
         self.kueue_queue = kueue_queue
+        self.kueue_pod_group = kueue_pod_group
         self._not_scheduled: str | None = None
         self._gpu_pod_spec = spec  # for a pod template: merged into the fields the task does not give
         self._template_kept = tuple(
@@ -373,6 +374,10 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
         group = self.pod_group_name(context)
         if group:
             pod.metadata.annotations = {**(pod.metadata.annotations or {}), GROUP_NAME_ANNOTATION: group}
+        if self.kueue and self.kueue_pod_group:  # a Kueue pod group per run, like a Volcano gang's PodGroup
+            run_id = str(context["run_id"]) if context else "dry-run"
+            group = gang_podgroup_name(self.dag_id, run_id, self.kueue_pod_group)
+            pod.metadata.labels = {**(pod.metadata.labels or {}), POD_GROUP_LABEL: group}
         return pod
 
     def _merge_into_template_fields(self, pod: k8s.V1Pod) -> None:

@@ -151,3 +151,44 @@ def test_a_killed_pod_is_charged_to_its_run_map_index_and_try() -> None:
     assert (record.dag_id, record.run_id, record.task_id) == ("killed", RUN_ID, "train")
     assert (record.map_index, record.try_number) == (3, 2)
     assert record.gpu_seconds > 0 and len(record.devices) == 4
+
+
+def test_a_kueue_pod_group_is_one_per_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kueue_pod_group="g1"`` put the pods of every run into one Kueue pod group: two overlapping runs of
+    the DAG made a group of four pods declaring a total count of two. The label now names the run's
+    group, as a Volcano gang's PodGroup does; the pods of one run share it."""
+    from tests.unit.test_kubernetes_operator import _build, _dag, _validate
+
+    with _dag("kueue_runs") as dag:
+        ops = [
+            GpuKubernetesPodOperator(
+                task_id=f"worker_{i}",
+                image="img",
+                namespace="ml",
+                gpus=2,
+                kueue=True,
+                kueue_queue="team-a",
+                kueue_pod_group="g1",
+                kueue_pod_group_size=2,
+            )
+            for i in range(2)
+        ]
+    first = [_build(op, dag) for op in ops]
+    for pod in first:
+        _validate(pod)
+    groups = {pod["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] for pod in first}
+    assert len(groups) == 1 and next(iter(groups)).startswith("kueue-runs-g1-")
+    assert {pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] for pod in first} == {"2"}
+
+    import tests.unit.test_kubernetes_operator as operator_tests
+
+    real_context = operator_tests._context
+
+    def other_run(dag: Any, task_id: str) -> Any:
+        context = real_context(dag, task_id)
+        context["run_id"] = "manual__2026-12-03T10:00:00+00:00"
+        return context
+
+    monkeypatch.setattr(operator_tests, "_context", other_run)
+    second = _build(ops[0], dag)
+    assert second["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] not in groups
