@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -64,6 +65,9 @@ class Marker:
     name: str = "_SUCCESS"
     kind: str = field(default="marker", init=False)
 
+    def __post_init__(self) -> None:
+        _check_name(self)
+
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "marker", "name": self.name}
 
@@ -80,21 +84,29 @@ class Manifest:
     verify_checksums: bool = True
     kind: str = field(default="manifest", init=False)
 
+    def __post_init__(self) -> None:
+        _check_name(self)
+
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "manifest", "name": self.name, "verify_checksums": self.verify_checksums}
 
 
 @dataclass(frozen=True)
 class StableSize:
-    """Complete when the dataset is non-empty and its file sizes have not changed for ``period`` s."""
+    """Complete when the dataset is non-empty and its file sizes have not changed for ``period`` s.
+
+    Not complete while it holds only empty files, or a temporary one (a ``_temporary/`` folder, a
+    ``.part`` or ``.tmp`` file: a writer renames those into place when it is done)."""
 
     period: float = 60.0
     kind: str = field(default="stable", init=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.period, (int, float)) or self.period <= 0:
+        period = self.period
+        if isinstance(period, bool) or not isinstance(period, (int, float)) or not 0 < period < math.inf:
             raise ValueError(
-                f"StableSize(period={self.period!r}): the period must be a positive number of seconds."
+                f"StableSize(period={self.period!r}): the period must be a positive number of seconds "
+                "(finite)."
             )
 
     def to_dict(self) -> dict[str, Any]:
@@ -102,6 +114,17 @@ class StableSize:
 
 
 CompletenessRule = Marker | Manifest | StableSize
+
+
+def _check_name(rule: Marker | Manifest) -> None:
+    """A marker or manifest needs a file name: an empty one names the dataset directory itself, which
+    exists as soon as the first file does (a marker rule would call the dataset complete)."""
+    if not isinstance(rule.name, str) or not rule.name.strip().strip("/"):
+        kind = type(rule).__name__
+        raise ValueError(
+            f"{kind}(name={rule.name!r}): the {kind.lower()} needs a file name inside the dataset, "
+            f"e.g. {kind}({type(rule)().name!r})."
+        )
 
 
 def parse_completeness(spec: object) -> CompletenessRule:
@@ -253,7 +276,10 @@ def check_manifest(fs: Any, path: str, rule: Manifest) -> CompletenessResult:
         target = _join(path, rel)
         if not fs.exists(target):
             return CompletenessResult(False, f"{rel} listed in {rule.name} is missing")
-        size = int(fs.info(target).get("size") or 0)
+        info = fs.info(target)
+        if info.get("type") == "directory":
+            return CompletenessResult(False, f"{rel} listed in {rule.name} is a directory, not a file")
+        size = int(info.get("size") or 0)
         total += size
         if not isinstance(entry, Mapping):
             continue
@@ -283,6 +309,17 @@ def _manifest_entry(number: int, entry: Any) -> str:
     return str(entry["path"])
 
 
+#: Names a writer uses for a file or folder it has not finished (Hadoop/Spark's ``_temporary/``,
+#: ``.part``/``.tmp`` files renamed into place when done): a stable-size dataset holding one is not done.
+TEMPORARY_DIRS = frozenset({"_temporary"})
+TEMPORARY_SUFFIXES = (".part", ".tmp")
+
+
+def _temporary(rel: str) -> bool:
+    parts = rel.strip("/").split("/")
+    return any(part in TEMPORARY_DIRS for part in parts[:-1]) or parts[-1].endswith(TEMPORARY_SUFFIXES)
+
+
 class StabilityTracker:
     """Remembers the last snapshot and when it last changed; see :class:`StableSize`."""
 
@@ -299,6 +336,18 @@ class StabilityTracker:
             self.changed_at = now
         if not current:
             return CompletenessResult(False, "dataset is empty or does not exist yet")
+        temporary = next((rel for rel in sorted(current) if _temporary(rel)), None)
+        if temporary is not None:
+            return CompletenessResult(
+                False,
+                f"{temporary} is a temporary file (still being written?)",
+                len(current),
+                sum(current.values()),
+            )
+        if not any(current.values()):
+            return CompletenessResult(
+                False, f"all {len(current)} file(s) are empty (still being written?)", len(current)
+            )
         assert self.changed_at is not None
         quiet = now - self.changed_at
         if quiet >= self.rule.period:
@@ -353,7 +402,8 @@ def write_manifest(
 ) -> dict[str, Any]:
     """List every file under ``path`` (except markers/manifests) with size and sha256 into a manifest.
 
-    :raises FileNotFoundError: ``path`` does not exist (a manifest of nothing would read as complete).
+    :raises FileNotFoundError: ``path`` does not exist or holds no files (a manifest of nothing would
+        read as complete).
     """
     fs, inner = resolve(path, conn_id)
     if not fs.exists(inner):
@@ -369,6 +419,11 @@ def write_manifest(
         if checksums:
             entry["sha256"] = _digest(fs, _join(inner, rel), "sha256")
         files.append(entry)
+    if not files:
+        raise FileNotFoundError(
+            f"write_manifest: dataset {path} holds no files; write its files first (a manifest of no "
+            "files would mark an empty dataset complete)."
+        )
     data = {"files": files}
     with fs.open(_join(inner, name), "wb") as handle:
         handle.write(json.dumps(data, indent=1, sort_keys=True).encode("utf-8"))

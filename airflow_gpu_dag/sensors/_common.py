@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["RESUME_RACE_RETRIES", "RESUME_RACE_RETRY_DELAY", "require_timeout", "resume_race_retry"]
+__all__ = [
+    "RESUME_RACE_RETRIES",
+    "RESUME_RACE_RETRY_DELAY",
+    "declared_where",
+    "require_timeout",
+    "resume_race_retry",
+    "soft_failed",
+]
 
 #: Retries a deferrable task of this provider gets unless its author sets ``retries``. Airflow 3.3
 #: (apache/airflow#72716, #71580; open in 3.3.2) can fail a deferred task whose trigger fires at once:
@@ -20,18 +28,54 @@ RESUME_RACE_RETRIES = 1
 RESUME_RACE_RETRY_DELAY = timedelta(seconds=5)
 
 
-def require_timeout(task_id: str, sensor: str, timeout: float | timedelta | None) -> float:
-    """Seconds of ``timeout``; a missing or non-positive one is a parse-time error naming the task."""
+def declared_where(kwargs: dict[str, Any]) -> str:
+    """``DAG 'd', task 't'`` for a sensor being constructed with ``kwargs`` (``task 't'`` outside any
+    DAG): how its constructor errors name it. ``t`` carries its task group's prefix, as Airflow will."""
+    from airflow_gpu_dag.airflow.declaring import declaring_dag
+
+    task_id = str(kwargs.get("task_id", "?"))
+    dag = declaring_dag(kwargs)
+    dag_id = getattr(dag, "dag_id", None)
+    if dag_id is None:
+        return f"task {task_id!r}"
+    try:
+        from airflow.sdk.definitions._internal.contextmanager import TaskGroupContext
+
+        group = kwargs.get("task_group") or TaskGroupContext.get_current(dag)
+        task_id = group.child_id(task_id) if group is not None else task_id
+    except Exception:  # the plain id is still a useful name
+        pass
+    return f"DAG {dag_id!r}, task {task_id!r}"
+
+
+def soft_failed(sensor: Any, err: Exception) -> Exception | None:
+    """What Airflow's own sensor loop raises for ``err``, a failure a sensor found outside ``poke()``
+    (its first check, before it defers or pokes): an ``AirflowSkipException`` under ``soft_fail`` or
+    ``never_fail``; None (raise ``err`` itself) otherwise."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    for flag in ("soft_fail", "never_fail"):
+        if getattr(sensor, flag, False):
+            return AirflowSkipException(f"Skipping due to {flag} is set to True: {err}")
+    return None
+
+
+def require_timeout(
+    task_id: str, sensor: str, timeout: float | timedelta | None, *, where: str | None = None
+) -> float:
+    """Seconds of ``timeout``; a missing or non-positive one is a parse-time error naming the task
+    (``where``, e.g. ``DAG 'd', task 't'``, instead of ``task 't'`` when given)."""
+    where = where or f"task {task_id!r}"
     if timeout is None:
         raise ValueError(
-            f"task {task_id!r}: {sensor} needs an explicit timeout; a dataset that never completes would "
+            f"{where}: {sensor} needs an explicit timeout; a dataset that never completes would "
             f"otherwise block the run for days. Pass timeout=timedelta(hours=2) (or seconds)."
         )
     seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf:
         raise ValueError(
-            f"task {task_id!r}: {sensor} timeout={timeout!r} must be a positive number of seconds "
-            "or a timedelta, e.g. timeout=timedelta(hours=2)."
+            f"{where}: {sensor} timeout={timeout!r} must be a positive (finite) number of "
+            "seconds or a timedelta, e.g. timeout=timedelta(hours=2)."
         )
     return float(seconds)
 

@@ -28,7 +28,7 @@ from airflow_gpu_dag.datasets.completeness import (
     storage_url,
 )
 from airflow_gpu_dag.hints import control_task_hints
-from airflow_gpu_dag.sensors._common import require_timeout, resume_race_retry
+from airflow_gpu_dag.sensors._common import declared_where, require_timeout, resume_race_retry, soft_failed
 from airflow_gpu_dag.triggers.checkpoint import (
     checkpoint_regex,
     ended_training_state,
@@ -74,17 +74,18 @@ class CheckpointSensor(BaseSensorOperator):
         **kwargs: Any,
     ) -> None:
         task_id = kwargs.get("task_id", "?")
-        seconds = require_timeout(task_id, type(self).__name__, timeout)
+        where = declared_where(kwargs)
+        seconds = require_timeout(task_id, type(self).__name__, timeout, where=where)
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"task {task_id!r}: step={step!r} must be a checkpoint number >= 0.")
+            raise ValueError(f"{where}: step={step!r} must be a checkpoint number >= 0.")
         try:
             checkpoint_regex(pattern)
             rule = parse_completeness(completeness)
         except ValueError as err:
-            raise ValueError(f"task {task_id!r}: {err}") from None
+            raise ValueError(f"{where}: {err}") from None
         if isinstance(rule, StableSize):
             raise ValueError(
-                f"task {task_id!r}: checkpoints need a marker or manifest rule, not stable sizes; "
+                f"{where}: checkpoints need a marker or manifest rule, not stable sizes; "
                 "have the trainer call write_marker(checkpoint_path) after saving."
             )
         kwargs["executor_config"] = control_task_hints(kwargs.get("executor_config"))
@@ -170,6 +171,15 @@ class CheckpointSensor(BaseSensorOperator):
             )
 
     def execute(self, context: Any) -> Any:
+        try:
+            return self._execute(context)
+        except (AirflowFailException, AirflowSensorTimeout) as err:  # found before poke() or the trigger
+            skip = soft_failed(self, err)
+            if skip is None:
+                raise
+            raise skip from err
+
+    def _execute(self, context: Any) -> Any:
         self._check_training_task()
         path, step, reason = self._find()
         if path is not None:

@@ -40,7 +40,13 @@ from airflow_gpu_dag.datasets.completeness import (
     storage_url,
 )
 from airflow_gpu_dag.hints import control_task_hints, merge_hints
-from airflow_gpu_dag.sensors._common import require_timeout, resume_race_retry
+from airflow_gpu_dag.sensors._common import (
+    _default_args,
+    declared_where,
+    require_timeout,
+    resume_race_retry,
+    soft_failed,
+)
 
 __all__ = ["DatasetCompleteSensor"]
 
@@ -83,22 +89,24 @@ class DatasetCompleteSensor(BaseSensorOperator):
         **kwargs: Any,
     ) -> None:
         task_id = kwargs.get("task_id", "?")
-        seconds = require_timeout(task_id, type(self).__name__, timeout)
+        where = declared_where(kwargs)
+        seconds = require_timeout(task_id, type(self).__name__, timeout, where=where)
         try:
             rule = parse_completeness(completeness)
         except ValueError as err:
-            raise ValueError(f"task {task_id!r}: {err}") from None
-        if isinstance(rule, StableSize) and not deferrable and kwargs.get("mode") == "reschedule":
+            raise ValueError(f"{where}: {err}") from None
+        mode = kwargs.get("mode", _default_args(kwargs).get("mode"))  # the DAG's default_args too
+        if isinstance(rule, StableSize) and not deferrable and mode == "reschedule":
             # Each reschedule is a new process: the sizes seen last time are gone, so "unchanged for
             # the period" could never be proven and the sensor would wait out its timeout.
             raise ValueError(
-                f"task {task_id!r}: completeness='stable' cannot run in mode='reschedule' (each check "
+                f"{where}: completeness='stable' cannot run in mode='reschedule' (each check "
                 "starts afresh and never sees the sizes stay unchanged). Fix: keep deferrable=True "
                 "(the default), or use mode='poke'."
             )
         if fallback_to_last_good and (asset is None or not producer_task_id):
             raise ValueError(
-                f"task {task_id!r}: fallback_to_last_good needs asset= (where good artifacts are recorded) "
+                f"{where}: fallback_to_last_good needs asset= (where good artifacts are recorded) "
                 "and producer_task_id= (whose failure triggers the fallback)."
             )
         if fallback_to_last_good:
@@ -198,8 +206,28 @@ class DatasetCompleteSensor(BaseSensorOperator):
 
     # -- execution ---------------------------------------------------------------------------------
     def execute(self, context: Any) -> Any:
+        try:
+            return self._execute(context)
+        except (AirflowFailException, AirflowSensorTimeout) as err:  # found before poke() or the trigger
+            skip = soft_failed(self, err)
+            if skip is None:
+                raise
+            raise skip from err
+
+    def _check_producer_task(self, state: str | None) -> None:
+        """A producer that is not in the DAG has no state (None), so the fallback would never apply."""
+        if state is not None or not self.has_dag() or self.dag.has_task(str(self.producer_task_id)):
+            return
+        raise AirflowFailException(
+            f"task {self.task_id!r}: producer_task_id={self.producer_task_id!r} is not a task of DAG "
+            f"{self.dag.dag_id!r}, so its failure could never start the fallback to the last good "
+            "artifact. Fix: pass the task_id of the task that writes the dataset."
+        )
+
+    def _execute(self, context: Any) -> Any:
         if self.fallback_to_last_good:
             state = self._producer_state(context)
+            self._check_producer_task(state)
             if state in NOT_PRODUCED:
                 return self._last_good(context, state or "failed")
         result = self._check()

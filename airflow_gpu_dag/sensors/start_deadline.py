@@ -20,6 +20,7 @@ from airflow_gpu_dag.operators.fallback import (
     own_map_index,
     task_states,
 )
+from airflow_gpu_dag.sensors._common import declared_where
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -59,7 +60,10 @@ class StartDeadlineSensor(BaseSensorOperator, SkipMixin):
         mode: str = "poke",
         **kwargs: Any,
     ) -> None:
-        self.start_within = parse_duration(start_within)
+        try:
+            self.start_within = parse_duration(start_within)
+        except ValueError as err:
+            raise ValueError(f"{declared_where(kwargs)}: start_within: {err}") from None
         kwargs.setdefault("timeout", self.start_within + max(3600.0, 10 * float(poke_interval)))
         super().__init__(poke_interval=poke_interval, mode=mode, **kwargs)
         self.watched_task_id = watched_task_id

@@ -38,7 +38,7 @@ from airflow_gpu_dag.core.windows import (
     parse_window,
 )
 from airflow_gpu_dag.hints import control_task_hints
-from airflow_gpu_dag.sensors._common import resume_race_retry
+from airflow_gpu_dag.sensors._common import declared_where, resume_race_retry
 
 __all__ = [
     "ON_MISSED",
@@ -109,7 +109,7 @@ class StartWindowSensor(BaseSensorOperator):
         on_missed: str = "skip",
         **kwargs: Any,
     ) -> None:
-        where = f"task {kwargs.get('task_id', '?')!r}"
+        where = declared_where(kwargs)
         check_on_missed(on_missed, where)
         if not (templated(opens) or templated(closes)):
             parse_window(opens, closes, tz, where=where)

@@ -10,6 +10,10 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 __all__ = ["BudgetTrigger"]
 
+#: Shortest wait between two checks (the dataset and checkpoint triggers wait at least 0.1 s too): a
+#: ``poke_interval`` of 0 or less must not re-read the ledger in a tight loop in the shared triggerer.
+MIN_POKE_INTERVAL = 0.1
+
 
 class BudgetTrigger(BaseTrigger):
     """Re-check usage and open claims (budget ledger) against the cap (with Variable overrides)
@@ -67,4 +71,4 @@ class BudgetTrigger(BaseTrigger):
                     yield TriggerEvent({"status": "allowed", "reason": decision.reason})
                     return
                 self.log.info("GPU budget still reached: %s", decision.reason)
-            await asyncio.sleep(self.poke_interval)
+            await asyncio.sleep(max(MIN_POKE_INTERVAL, self.poke_interval))  # 0 or less: no hot loop
