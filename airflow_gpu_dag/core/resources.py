@@ -243,7 +243,7 @@ class GpuRequest:
     @classmethod
     def parse(cls, count: object, memory: object = None, gpu_type: str | None = None) -> GpuRequest:
         """Build a request from user input (``count`` int or numeric string, ``memory`` any size)."""
-        if isinstance(count, str) and count.strip().isdigit():
+        if isinstance(count, str) and count.strip().isdecimal():  # isdigit: "²", which int() refuses
             count = int(count.strip())
         if isinstance(count, float) and count.is_integer():
             count = int(count)

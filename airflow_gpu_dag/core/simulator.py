@@ -464,7 +464,8 @@ def simulate(
     :param gate: ``reservation`` only: the objective's
         :class:`~airflow_gpu_dag.core.reservation.ReservationGate` (None: reserve for every wide head).
     :raises CapacityError: a task needs more slots than its pool's capacity.
-    :raises ValueError: unknown policy or priority rule, an interval not finite >= 0, bad trigger times.
+    :raises ValueError: unknown policy or priority rule, an interval not finite >= 0, bad trigger times,
+        a task duration that is NaN, infinite or negative.
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
@@ -473,6 +474,13 @@ def simulate(
     caps = {p: int(c) for p, c in capacity.items()}
     graphs = [fit_ladders(g, caps) for g in _as_graphs(graph)]  # a rung that never fits falls back
     _check_capacity(graphs, caps)
+    bad = next((n for g in graphs for n in g.nodes.values() if not 0 <= n.duration < math.inf), None)
+    if bad is not None:  # a NaN duration never ends: the event loop would wait for it forever
+        dag_id = next(g.dag_id for g in graphs if g.nodes.get(bad.task_id) is bad)
+        raise ValueError(
+            f"DAG {dag_id!r}, task {bad.task_id!r}: duration {bad.duration!r} is not finite seconds >= 0; "
+            "give it an estimate such as 1800 or '30m'"
+        )
     times = [0.0] * len(graphs) if triggers is None else [float(t) for t in triggers]
     if len(times) != len(graphs) or any(not math.isfinite(t) or t < 0 for t in times):
         raise ValueError(f"triggers: one time >= 0 per graph ({len(graphs)}), got {triggers!r}")
