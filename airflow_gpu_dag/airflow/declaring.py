@@ -1,5 +1,5 @@
 """The DAG a task is being declared in, as Airflow will attach it: ``kwargs["dag"]``, else the
-``with DAG(...)`` block around the constructor call."""
+``with DAG(...)`` block around the constructor call; and what Airflow fills from ``default_args``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from contextlib import suppress
 from typing import Any
 
-__all__ = ["declaring_dag"]
+__all__ = ["declaring_dag", "partial_default"]
 
 
 def declaring_dag(kwargs: Mapping[str, Any]) -> Any:
@@ -20,3 +20,18 @@ def declaring_dag(kwargs: Mapping[str, Any]) -> Any:
 
             dag = DagContext.get_current()
     return dag
+
+
+def partial_default(kwargs: Mapping[str, Any], key: str) -> Any:
+    """``kwargs[key]`` of a ``.partial()`` (or an operator's ``**kwargs``), else what Airflow fills from
+    ``default_args`` (the task's, its task group's, its DAG's): it fills only keys not given, and the
+    GPU operators give ``executor_config`` (the GPU hints), so a task lost the DAG's ``pod_override``."""
+    if key in kwargs:
+        return kwargs[key]
+    from airflow.sdk.bases.operator import get_merged_defaults
+    from airflow.sdk.definitions._internal.contextmanager import TaskGroupContext
+
+    dag = declaring_dag(kwargs)
+    group = kwargs.get("task_group") or (TaskGroupContext.get_current(dag) if dag else None)
+    defaults, _ = get_merged_defaults(dag, group, None, kwargs.get("default_args"))
+    return defaults.get(key)

@@ -35,6 +35,7 @@ from airflow.sdk.bases.decorator import (
     _TaskDecorator,
 )
 
+from airflow_gpu_dag.airflow.declaring import partial_default
 from airflow_gpu_dag.operators.gpu import GpuPythonOperator, gpu_scheduling_kwargs
 from airflow_gpu_dag.operators.gpu_spec import GpuTaskError, current_dag_id
 
@@ -124,6 +125,34 @@ class _GpuTaskDecorator(_TaskDecorator):  # type: ignore[type-arg]
         result: Any = super().override(**gpu_scheduling_kwargs(raw, task_id=task_id))
         result.gpu_keywords = raw
         return result
+
+    def partial(self, **kwargs: Any) -> Any:
+        """``.partial(x=1)`` (the function's arguments) keeps the GPU keywords: a later ``.override()``
+        derived the pool, slots and hints from its own keywords only (``gpus=1``, ``gpu_default``)."""
+        result: Any = super().partial(**kwargs)
+        result.gpu_keywords = self.gpu_keywords
+        return result
+
+    def _in_context(self) -> Any:
+        """This decorator with the ``default_args`` ``executor_config`` (of the DAG and task group it is
+        used in) under the hints: Airflow fills it only when not given, and the hints are given."""
+        raw = self.gpu_keywords
+        base = None if "executor_config" in raw else partial_default(raw, "executor_config")
+        if base is None:
+            return self
+        task_id = raw.get("task_id") or self.function.__name__
+        config = gpu_scheduling_kwargs({**raw, "executor_config": base}, task_id=task_id)["executor_config"]
+        result: Any = attr.evolve(self, kwargs={**self.kwargs, "executor_config": config})
+        for name in ("is_setup", "is_teardown", "on_failure_fail_dagrun"):
+            setattr(result, name, getattr(self, name))
+        result.gpu_keywords = raw
+        return result
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return super(_GpuTaskDecorator, self._in_context()).__call__(*args, **kwargs)
+
+    def _expand(self, expand_input: Any, *, strict: bool) -> Any:
+        return super(_GpuTaskDecorator, self._in_context())._expand(expand_input, strict=strict)
 
 
 def gpu_task(

@@ -15,6 +15,7 @@ from airflow.providers.cncf.kubernetes.backcompat.backwards_compat_converters im
     convert_toleration,
 )
 
+from airflow_gpu_dag.airflow.declaring import partial_default
 from airflow_gpu_dag.core.pools import pool_for_gpu_type
 from airflow_gpu_dag.core.resources import EstimateError
 from airflow_gpu_dag.hints import gpu_hints
@@ -64,23 +65,6 @@ def with_defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
     defaults = kwargs.get("default_args") or {}
     missing = {key: defaults[key] for key in MERGED_ARGS if key not in kwargs and key in defaults}
     return {**kwargs, **missing} if missing else kwargs
-
-
-def partial_default(kwargs: Mapping[str, Any], key: str) -> Any:
-    """``kwargs[key]`` of a ``.partial()``, else what Airflow's ``partial`` fills from ``default_args``
-    (the task's, its task group's, its DAG's): it fills only keys not given, and ``partial`` gives
-    ``executor_config`` (the GPU hints), so a mapped task lost the DAG's ``pod_override``."""
-    if key in kwargs:
-        return kwargs[key]
-    from airflow.sdk.bases.operator import get_merged_defaults
-    from airflow.sdk.definitions._internal.contextmanager import TaskGroupContext
-
-    from airflow_gpu_dag.airflow.declaring import declaring_dag
-
-    dag = declaring_dag(kwargs)
-    group = kwargs.get("task_group") or (TaskGroupContext.get_current(dag) if dag else None)
-    defaults, _ = get_merged_defaults(dag, group, None, kwargs.get("default_args"))
-    return defaults.get(key)
 
 
 #: The GPU arguments of :func:`gpu_pod_kwargs` (the rest are the operator's own).

@@ -13,6 +13,7 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_gpu_dag.airflow.declaring import partial_default
 from airflow_gpu_dag.budget.check import forward_this_host
 from airflow_gpu_dag.core.resources import GpuRequest
 from airflow_gpu_dag.gpu.lease import Lease, LeaseError, LeaseLost, LeaseManager, LeaseOwner, LeaseSettings
@@ -40,7 +41,9 @@ class GpuLeaseMixin:
     def _resolve_gpu_kwargs(self, kwargs: dict[str, Any], **gpu: Any) -> GpuTaskSpec:
         """Check the GPU arguments (parse-time errors name the DAG and the task) and put the
         resolved ``pool``, ``pool_slots`` and hint-carrying ``executor_config`` into ``kwargs``."""
-        hinted = kwargs.pop("executor_config", None)
+        # from default_args too: Airflow fills only arguments not given, and executor_config is given below
+        hinted = partial_default(kwargs, "executor_config")
+        kwargs.pop("executor_config", None)
         spec = resolve_gpu_task(
             kwargs.get("task_id"),
             pool=kwargs.pop("pool", None),
@@ -60,7 +63,8 @@ class GpuLeaseMixin:
     def partial(cls, **kwargs: Any) -> Any:
         """``.partial(task_id=..., gpus=2).expand(...)``: pool, slots and hints set at parse time, and
         the GPU request refused as a mapped argument (see :mod:`~airflow_gpu_dag.operators.gpu_partial`)."""
-        return gpu_partial(cls, gpu_scheduling_kwargs(kwargs))
+        config = partial_default(kwargs, "executor_config")  # the DAG's pod_override, say
+        return gpu_partial(cls, gpu_scheduling_kwargs({**kwargs, "executor_config": config}))
 
     def _lease_manager(self) -> LeaseManager:
         return LeaseManager(LeaseSettings.from_config())
