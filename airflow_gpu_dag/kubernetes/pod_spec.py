@@ -166,9 +166,15 @@ class GpuPodSpec:
             except ValueError as err:  # no letters or digits: a GpuPodSpecError, so the task is named
                 raise GpuPodSpecError(str(err)) from None
             if gtype not in mapping:
+                fix = (  # a built-in type the task's gpu_products dropped: it replaces the built-ins
+                    "gpu_products replaces the built-in types: keep them with "
+                    "gpu_products={**DEFAULT_GPU_PRODUCTS, ...}"
+                    if gpu_products and gtype in map(normalize_gpu_type, DEFAULT_GPU_PRODUCTS)
+                    else f"Pass gpu_products={{'{gtype}': ['<value of {GPU_PRODUCT_LABEL} on your nodes>']}} "
+                    "to add it"
+                )
                 raise GpuPodSpecError(
-                    f"unknown gpu_type {gpu_type!r}; known types: {', '.join(sorted(mapping))}. Pass "
-                    f"gpu_products={{'{gtype}': ['<value of {GPU_PRODUCT_LABEL} on your nodes>']}} to add it"
+                    f"unknown gpu_type {gpu_type!r}; known types: {', '.join(sorted(mapping))}. {fix}"
                 )
             products = mapping[gtype]
             if not products or not all(isinstance(p, str) and _LABEL_VALUE.match(p) for p in products):

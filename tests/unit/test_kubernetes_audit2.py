@@ -192,3 +192,14 @@ def test_a_kueue_pod_group_is_one_per_run(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(operator_tests, "_context", other_run)
     second = _build(ops[0], dag)
     assert second["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] not in groups
+
+
+def test_an_unknown_built_in_type_says_gpu_products_replaced_the_built_ins() -> None:
+    """``gpu_products={"b200": [...]}`` with ``gpu_type="a100"``: the error told the user to add a100 one
+    key at a time, never that the task's gpu_products had replaced the built-in mapping."""
+    with pytest.raises(GpuPodConfigError, match=r"replaces the built-in types.*DEFAULT_GPU_PRODUCTS"):
+        GpuKubernetesPodOperator(
+            task_id="c", image="x", gpus=8, gpu_type="a100", gpu_products={"b200": ["NVIDIA-B200"]}
+        )
+    with pytest.raises(GpuPodConfigError, match=r"Pass gpu_products=\{'mi300'"):
+        GpuKubernetesPodOperator(task_id="d", image="x", gpus=8, gpu_type="mi300")
