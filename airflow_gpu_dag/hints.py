@@ -19,6 +19,7 @@ the DAG, the task and the fix, and ``airflow gpu-dag lint`` reports the same.
 from __future__ import annotations
 
 import ast
+import math
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -153,10 +154,12 @@ def read_hints(executor_config: object) -> dict[str, Any]:
 
 def duration_hint(executor_config: object) -> float | None:
     """The ``gpu_dag.duration_s`` hint from a task instance's ``executor_config`` (a dict, or the REST
-    API's ``str(dict)``: :func:`read_hints`). None when absent or unreadable.
+    API's ``str(dict)``: :func:`read_hints`). None when absent or unreadable (not a finite number >= 0;
+    a boolean is no duration).
     """
     try:
-        value = float(read_hints(executor_config)["duration_s"])
+        raw = read_hints(executor_config)["duration_s"]
+        value = float(raw) if not isinstance(raw, bool) else math.nan
     except (KeyError, TypeError, ValueError):
         return None
-    return value if value >= 0 else None
+    return value if math.isfinite(value) and value >= 0 else None

@@ -15,7 +15,7 @@ from airflow_gpu_dag.cli import render
 from airflow_gpu_dag.cli.common import check_objective_setting, parse_pool_args, simulation_capacity, status
 from airflow_gpu_dag.cli.inputs import history_note_line, input_json, input_notes, planning_graph
 from airflow_gpu_dag.core.pools import task_pool
-from airflow_gpu_dag.core.resources import EstimateError, format_duration, parse_duration
+from airflow_gpu_dag.core.resources import MAX_ESTIMATE_S, EstimateError, format_duration, parse_duration
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -47,7 +47,9 @@ def wants_several_runs(args: argparse.Namespace) -> bool:
 def parse_triggers(values: Sequence[str] | None) -> list[RunSpec]:
     """``["eval=15m", "train=0"]`` -> runs; a DAG may be named several times (several runs).
 
-    :raises ValueError: a value is not ``DAG_ID=OFFSET`` with a duration OFFSET >= 0.
+    :raises ValueError: a value is not ``DAG_ID=OFFSET`` with a duration OFFSET from 0 to 366 days
+        (:data:`~airflow_gpu_dag.core.resources.MAX_ESTIMATE_S`; a larger one is a typo, and past
+        year 9999 it is no date to measure start windows from).
     """
     runs = []
     for value in values or ():
@@ -56,9 +58,10 @@ def parse_triggers(values: Sequence[str] | None) -> list[RunSpec]:
             seconds = parse_duration(offset.strip()) if sep and dag_id.strip() else -1.0
         except EstimateError:
             seconds = -1.0
-        if seconds < 0:
+        if not 0 <= seconds <= MAX_ESTIMATE_S:
             raise ValueError(
-                f"--trigger {value!r}: expected DAG_ID=OFFSET with OFFSET a duration >= 0, e.g. "
+                f"--trigger {value!r}: expected DAG_ID=OFFSET with OFFSET a duration >= 0 and at most "
+                "366 days, e.g. "
                 "--trigger nightly_eval=15m (seconds, 30m, 1h30m)"
             )
         runs.append(RunSpec(dag_id.strip(), seconds))
@@ -104,6 +107,8 @@ def _runs(args: argparse.Namespace) -> tuple[list[RunSpec], dict[str, Any]]:
     # every DAG of the folder and every DAG id gets one run at 0, unless --trigger gives its runs
     at_zero = dict.fromkeys([*in_folder, *(args.dag_ids or ())])
     runs = triggered + [RunSpec(d, 0.0) for d in at_zero if d not in with_trigger]
+    if not runs:  # e.g. only --objective: empty tables and exit 0 before
+        raise ValueError("give a DAG id (or several, or --folder PATH, or --trigger DAG_ID=OFFSET)")
     return sorted(runs, key=lambda r: r.offset), dags
 
 

@@ -125,7 +125,8 @@ def _chart_svg(chart: GanttChart, span: float, y0: int) -> tuple[list[str], int]
             + (f", {bar.slots} slot(s) of {bar.pool}" if bar.slots else "")
             + (", critical" if bar.critical else "")
         )
-        label = bar.task_id if len(bar.task_id) <= 34 else bar.task_id[:31] + "..."
+        # cut in the middle: ids sharing a long prefix (mapped ``...[0]``, ``run:dag/...``) stay apart
+        label = bar.task_id if len(bar.task_id) <= 34 else bar.task_id[:15] + "..." + bar.task_id[-16:]
         parts.append(
             f'<g class="gantt-bar{" critical" if bar.critical else ""}" data-task-id="{esc(bar.task_id)}">'
             f"<title>{esc(tip)}</title>"
