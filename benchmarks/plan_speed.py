@@ -7,9 +7,11 @@ hints on every task) to a temporary folder and times, best of ``--repeat``:
 * plan: reading the DAG into a task graph and the CPM plan (``plan_dag``: ours);
 * table: rendering the plan table (what ``plan`` prints);
 * page: the page's SVG graph and both predicted schedules on 8 GPUs (what the UI tab computes);
-* cli: the whole ``airflow gpu-dag plan DAG --file F [--output json]`` in-process, parse included.
+* cli: the whole ``airflow gpu-dag plan DAG --file F [--output json]`` in-process, parse included;
+* mapped: the page's two predicted schedules for a mapped task group of ``--mapped`` instances
+  (``train[i]`` on 1 GPU, then ``score[i]`` in a 2-slot CPU pool) beside an 8-GPU task.
 
-    .venv/bin/python benchmarks/plan_speed.py [--tasks 1000] [--repeat 3]
+    .venv/bin/python benchmarks/plan_speed.py [--tasks 1000] [--repeat 3] [--mapped 1024]
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 from collections.abc import Callable
 from contextlib import redirect_stdout
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="gpu-dag-bench-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
@@ -57,6 +60,22 @@ def write_dag(folder: Path, tasks: int, seed: int = 7) -> str:
     return f"bench_{tasks}"
 
 
+def mapped_group(instances: int) -> Any:
+    """A run of a mapped task group as the page sees it (instances expanded), beside a wide task."""
+    from airflow_gpu_dag.core.graph import TaskGraph
+
+    graph = TaskGraph(f"mapped_{instances}", priority_rule="critical_path")
+    graph.add("prep", 60.0, pool="cpu")
+    graph.add("wide", 600.0, gpus=8, pool="gpu_default")
+    graph.add_edge("prep", "wide")
+    for i in range(instances):
+        graph.add(f"train[{i}]", 30.0 + i % 7, gpus=1, pool="gpu_default")
+        graph.add(f"score[{i}]", 10.0 + i % 5, pool="cpu")
+        graph.add_edge("prep", f"train[{i}]")
+        graph.add_edge(f"train[{i}]", f"score[{i}]")
+    return graph
+
+
 def best(repeat: int, func: Callable[[], object]) -> float:
     times = []
     for _ in range(repeat):
@@ -70,6 +89,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--mapped", type=int, default=1024, help="instances of the mapped task group")
     opts = parser.parse_args()
 
     from airflow_gpu_dag.airflow.graph import build_task_graph, plan_dag
@@ -106,6 +126,18 @@ def main() -> None:
         "cli plan, table (all)": best(opts.repeat, cli),
         "cli plan --output json (all)": best(opts.repeat, lambda: cli("-o", "json")),
     }
+    mapped = mapped_group(opts.mapped)
+    mapped_pools = pool_views(
+        {
+            "gpu_default": {"total": 8, "running": 0, "queued": 0, "open": 8},
+            "cpu": {"total": 2, "running": 0, "queued": 0, "open": 2},
+        },
+        {},
+        (),
+    )
+    results[f"page, mapped x{opts.mapped} (2 sims)"] = best(
+        opts.repeat, lambda: predicted_schedules(mapped, mapped_pools)
+    )
     print(f"{opts.tasks} tasks, {len(plan.edges)} edges, critical path of {len(plan.critical_path)} tasks")
     for name, seconds in results.items():
         print(f"  {name:32s} {seconds * 1000:8.1f} ms")
