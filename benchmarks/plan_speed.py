@@ -27,7 +27,8 @@ from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="gpu-dag-bench-"))
+if "AIRFLOW_HOME" not in os.environ:  # (imported by a test: no temporary folder made)
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="gpu-dag-bench-")
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -12,7 +14,7 @@ __all__ = [
     "declared_where",
     "require_timeout",
     "resume_race_retry",
-    "soft_failed",
+    "soft_failing",
 ]
 
 #: Retries a deferrable task of this provider gets unless its author sets ``retries``. Airflow 3.3
@@ -48,16 +50,20 @@ def declared_where(kwargs: dict[str, Any]) -> str:
     return f"DAG {dag_id!r}, task {task_id!r}"
 
 
-def soft_failed(sensor: Any, err: Exception) -> Exception | None:
-    """What Airflow's own sensor loop raises for ``err``, a failure a sensor found outside ``poke()``
-    (its first check, before it defers or pokes): an ``AirflowSkipException`` under ``soft_fail`` or
-    ``never_fail``; None (raise ``err`` itself) otherwise."""
-    from airflow.sdk.exceptions import AirflowSkipException
+@contextmanager
+def soft_failing(sensor: Any) -> Iterator[None]:
+    """Raise what Airflow's own sensor loop raises for a failure the sensor finds outside ``poke()`` (its
+    first check, before it defers or pokes): ``AirflowSkipException`` under ``soft_fail`` or
+    ``never_fail``, the failure itself otherwise."""
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, AirflowSkipException
 
-    for flag in ("soft_fail", "never_fail"):
-        if getattr(sensor, flag, False):
-            return AirflowSkipException(f"Skipping due to {flag} is set to True: {err}")
-    return None
+    try:
+        yield
+    except (AirflowFailException, AirflowSensorTimeout) as err:
+        for flag in ("soft_fail", "never_fail"):
+            if getattr(sensor, flag, False):
+                raise AirflowSkipException(f"Skipping due to {flag} is set to True: {err}") from err
+        raise
 
 
 def require_timeout(

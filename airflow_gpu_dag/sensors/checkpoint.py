@@ -28,7 +28,7 @@ from airflow_gpu_dag.datasets.completeness import (
     storage_url,
 )
 from airflow_gpu_dag.hints import control_task_hints
-from airflow_gpu_dag.sensors._common import declared_where, require_timeout, resume_race_retry, soft_failed
+from airflow_gpu_dag.sensors._common import declared_where, require_timeout, resume_race_retry, soft_failing
 from airflow_gpu_dag.triggers.checkpoint import (
     checkpoint_regex,
     ended_training_state,
@@ -171,13 +171,8 @@ class CheckpointSensor(BaseSensorOperator):
             )
 
     def execute(self, context: Any) -> Any:
-        try:
+        with soft_failing(self):  # a failure found before poke() or the trigger
             return self._execute(context)
-        except (AirflowFailException, AirflowSensorTimeout) as err:  # found before poke() or the trigger
-            skip = soft_failed(self, err)
-            if skip is None:
-                raise
-            raise skip from err
 
     def _execute(self, context: Any) -> Any:
         self._check_training_task()

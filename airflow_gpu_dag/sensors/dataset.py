@@ -45,7 +45,7 @@ from airflow_gpu_dag.sensors._common import (
     declared_where,
     require_timeout,
     resume_race_retry,
-    soft_failed,
+    soft_failing,
 )
 
 __all__ = ["DatasetCompleteSensor"]
@@ -206,13 +206,8 @@ class DatasetCompleteSensor(BaseSensorOperator):
 
     # -- execution ---------------------------------------------------------------------------------
     def execute(self, context: Any) -> Any:
-        try:
+        with soft_failing(self):  # a failure found before poke() or the trigger
             return self._execute(context)
-        except (AirflowFailException, AirflowSensorTimeout) as err:  # found before poke() or the trigger
-            skip = soft_failed(self, err)
-            if skip is None:
-                raise
-            raise skip from err
 
     def _check_producer_task(self, state: str | None) -> None:
         """A producer that is not in the DAG has no state (None), so the fallback would never apply."""

@@ -367,20 +367,6 @@ def test_slots_a_pending_task_waits_for_stay_closed_between_ticks() -> None:
     assert min(by_id[f"small{i}"].start for i in range(3)) == 130.0  # after "wide", nothing slipped in
 
 
-def _mapped_then_cpu(instances: int) -> TaskGraph:
-    """A mapped task group: ``train[i]`` (1 GPU) then ``score[i]`` in a CPU pool, beside a wide task."""
-    g = TaskGraph("mapped", priority_rule="critical_path")
-    g.add("prep", 60.0, pool="cpu")
-    g.add("wide", 600.0, gpus=8, pool="gpu")
-    g.add_edge("prep", "wide")
-    for i in range(instances):
-        g.add(f"train[{i}]", 30.0 + i % 7, gpus=1, pool="gpu")
-        g.add(f"score[{i}]", 10.0 + i % 5, pool="cpu")
-        g.add_edge("prep", f"train[{i}]")
-        g.add_edge(f"train[{i}]", f"score[{i}]")
-    return g
-
-
 def test_pending_tasks_waiting_on_another_pool_are_not_rebuilt_every_tick(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -398,12 +384,13 @@ def test_pending_tasks_waiting_on_another_pool_are_not_rebuilt_every_tick(
         return original(self, uid, pool, now)
 
     monkeypatch.setattr(simulator._Simulation, "_pending_task", counting)
-    graph = _mapped_then_cpu(300)
-    result = simulate(graph, {"gpu": 8, "cpu": 2}, policy="reservation", verify_controller=True)
+    graph = load_script("benchmarks/plan_speed.py", "plan_speed", register=False).mapped_group(300)
+    capacity = {"gpu_default": 8, "cpu": 2}
+    result = simulate(graph, capacity, policy="reservation", verify_controller=True)
     full_reads = len(
         built
     )  # verify_controller builds every pending task at every tick, as the controller does
     built.clear()
-    assert simulate(graph, {"gpu": 8, "cpu": 2}, policy="reservation").schedule == result.schedule
+    assert simulate(graph, capacity, policy="reservation").schedule == result.schedule
     assert len(built) < 3 * len(graph), (len(built), full_reads)  # was 8,838 here
     assert full_reads > 20 * len(graph)
