@@ -350,8 +350,8 @@ def _since_change(kept: list[float], settings: EstimateSettings, runs: int) -> i
     """How many of the newest tries (``kept`` is newest first) came after a change of level: all of
     them when there was none. A change: at least ``runs`` newest tries beyond the outlier limit on one
     side of the older tries' median (all but the newest ``runs``: with the new level half the window
-    the window's own median would sit between the two), and within that limit of their own median
-    (one new level, not scatter)."""
+    the window's own median would sit between the two), at least ``runs`` of them within that limit of
+    their own median (one new level, not scatter; a spike among them is left to the outlier rule)."""
     if len(kept) <= runs:
         return len(kept)
     logs = [math.log(v) for v in kept]
@@ -368,7 +368,7 @@ def _since_change(kept: list[float], settings: EstimateSettings, runs: int) -> i
         return len(kept)
     newest = logs[:count]
     level = statistics.median(newest)
-    return count if all(abs(x - level) <= limit for x in newest) else len(kept)
+    return count if sum(abs(x - level) <= limit for x in newest) >= runs else len(kept)
 
 
 def estimate_durations(
