@@ -109,6 +109,16 @@ def _not_started_reason(
     return None, rung_state
 
 
+def _infrastructure_retries(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The DAG's ``retries`` (at least 1, 5 s apart) for a ladder's decision and join tasks. Their own
+    outcomes never retry (a skip, or ``AirflowFailException`` for an exhausted ladder); with none, a
+    try killed with the scheduler or an Execution API call made while the api-server restarted failed
+    the run (the chaos test caught an ``exhausted`` that way)."""
+    from airflow_gpu_dag.sensors._common import resume_race_retry  # (sensors import this module)
+
+    return resume_race_retry(kwargs)
+
+
 class FallbackDecision(BaseOperator):
     """After a rung is done: fall back to the next rung only if the rung did not start in time.
 
@@ -130,8 +140,7 @@ class FallbackDecision(BaseOperator):
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("trigger_rule", "all_done")
-        kwargs.setdefault("retries", 0)
-        super().__init__(**kwargs)
+        super().__init__(**_infrastructure_retries(kwargs))
         self.rung_task_id = rung_task_id
         self.watcher_task_id = watcher_task_id
         self.next_rung = next_rung
@@ -166,8 +175,7 @@ class FallbackResult(BaseOperator):
 
     def __init__(self, *, rung_task_ids: Sequence[str], **kwargs: Any) -> None:
         kwargs.setdefault("trigger_rule", "one_success")
-        kwargs.setdefault("retries", 0)
-        super().__init__(**kwargs)
+        super().__init__(**_infrastructure_retries(kwargs))
         self.rung_task_ids = list(rung_task_ids)
 
     def execute(self, context: Context) -> Any:

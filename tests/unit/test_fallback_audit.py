@@ -241,3 +241,25 @@ def test_ladder_in_an_expanded_task_group_falls_back_per_map_index(audit_module)
         assert xcoms[("shard.train.result", i, "fallback_rung")] == "shard.train.small"
         assert xcoms[("shard.train.result", i, "return_value")] == {"rung": "small", "shard": i}
     assert state == "success"
+
+
+def test_ladder_decisions_and_join_retry_infrastructure_faults() -> None:
+    """The decision and join tasks had ``retries=0``: a try killed with the scheduler, or an Execution API
+    call made while the api-server restarted, failed the run (the chaos test's ``exhausted`` did, with
+    every rung fine). They take the DAG's retries now (at least 1, 5 s apart); their own outcomes (a skip,
+    an exhausted ladder's AirflowFailException) are never retried."""
+    from datetime import timedelta
+
+    from airflow.sdk import DAG
+
+    from airflow_gpu_dag.operators.fallback import FallbackDecision, FallbackResult
+
+    with DAG("ladder_retries", schedule=None, default_args={"retries": 3}):
+        decision = FallbackDecision(
+            task_id="exhausted", rung_task_id="r", watcher_task_id=None, next_rung=None
+        )
+        join = FallbackResult(task_id="result", rung_task_ids=["r"])
+    with DAG("ladder_no_retries", schedule=None):
+        plain = FallbackDecision(task_id="exhausted", rung_task_id="r", watcher_task_id=None, next_rung=None)
+    assert (decision.retries, join.retries, plain.retries) == (3, 3, 1)
+    assert decision.retry_delay == join.retry_delay == timedelta(seconds=5)
