@@ -71,9 +71,16 @@ def read_heartbeat_file(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"heartbeat file {path} does not hold a JSON object")
     for key in ("last_tick", "interval"):
         value = raw.get(key)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
             raise ValueError(f"heartbeat file {path}: {key!r} is missing or not a number ({value!r})")
     return raw
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        return False
 
 
 def check_heartbeat_file(

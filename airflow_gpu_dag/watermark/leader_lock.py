@@ -64,7 +64,13 @@ class FileLeaderLock:
     def acquire(self) -> bool:
         """Take the lock if free (or already ours); never blocks."""
         if self._file is not None:
-            return True
+            if self._is_the_lock_file(self._file):
+                return True
+            # Deleted or replaced while held (a /tmp cleaner, a person): our lock is on a file nobody
+            # else can find, and another controller may lock the new one. Take the lock file again.
+            log.warning("watermark lease: lock file %s was removed or replaced; taking it again", self.path)
+            self._file.close()
+            self._file = None
         try:
             handle = self._open()
         except OSError as err:  # checked at start (check()); gone since: stand by, say why
@@ -75,12 +81,24 @@ class FileLeaderLock:
         except OSError:
             handle.close()
             return False
+        if not self._is_the_lock_file(handle):  # replaced between our open and our lock
+            handle.close()
+            return False
         handle.seek(0)
         handle.truncate()
         handle.write(f"{os.getpid()}\n")
         handle.flush()
         self._file = handle
         return True
+
+    def _is_the_lock_file(self, handle: IO[str]) -> bool:
+        """Whether ``handle`` is still the file at :attr:`path` (not deleted, not replaced)."""
+        try:
+            there = os.stat(self.path)
+        except OSError:
+            return False
+        ours = os.fstat(handle.fileno())
+        return (there.st_dev, there.st_ino) == (ours.st_dev, ours.st_ino)
 
     def _open(self) -> IO[str]:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -40,7 +40,9 @@ __all__ = [
     "with_state",
 ]
 
-_STATE = re.compile(r"\s*\[gpu-dag-state (\{.*?\})\]")
+# ``(?<!\s)``: a match starts where a run of whitespace starts, not at every position inside it (which
+# made a long run of whitespace cost quadratic time on every parse).
+_STATE = re.compile(r"(?<!\s)\s*\[gpu-dag-state (\{.*?\})\]")
 _COUNTDOWN = re.compile(r"(?<![\w.])[+-]\d+(?:\.\d+)?(?:e[+-]?\d+)?s\b")
 #: A claim is renewed once fewer than this many intervals of it remain.
 RENEW_MARGIN_INTERVALS = 1.5
@@ -51,7 +53,7 @@ def _int_or_none(value: object) -> int | None:
         return None
     try:
         number = float(value)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: an integer too large for a float
         return None
     return int(number) if math.isfinite(number) and number >= 0 else None
 
@@ -59,7 +61,11 @@ def _int_or_none(value: object) -> int | None:
 def _float_or_none(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer too large for a float
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _str_or_none(value: object) -> str | None:
@@ -97,8 +103,8 @@ def parse_pool_state(description: object) -> PoolState | None:
     wrong type is read as absent (the description is free text anyone can edit)."""
     if not isinstance(description, str) or not description:
         return None
-    match = _STATE.search(description)
-    if not match:
+    *_, match = (None, *_STATE.finditer(description))  # the last: the description ends with the state
+    if match is None:
         return None
     try:
         raw: Any = json.loads(match.group(1))
