@@ -180,7 +180,8 @@ class PlainTable:
         """The same table as a rich ``Table`` (boxed, critical rows in bold red)."""
         table = Table(title=self.title, title_justify="left")
         for name, justify in self.columns:
-            table.add_column(name, justify="right" if justify == "right" else "left")
+            # fold, not the default ellipsis: a cut id ("prepr…") makes two rows look the same
+            table.add_column(name, justify="right" if justify == "right" else "left", overflow="fold")
         for cells, highlight in self.rows:
             # Text, not str: a cell is data, so "[gpu_dag]" in it is not rich markup.
             table.add_row(*(Text(cell) for cell in cells), style="bold red" if highlight else None)
@@ -198,10 +199,11 @@ class PlainTable:
 def findings_table(findings: Sequence[Finding], title: str = "Findings") -> Table:
     """One row per finding: severity, code, DAG, task, message and fix."""
     table = Table(title=title, show_lines=False, title_justify="left")
-    table.add_column("Severity")
-    table.add_column("Code")
-    table.add_column("DAG")
-    table.add_column("Task")
+    # fold, not the default ellipsis: a cut id ("prepr…") makes two findings look the same
+    table.add_column("Severity", overflow="fold")
+    table.add_column("Code", overflow="fold")
+    table.add_column("DAG", overflow="fold")
+    table.add_column("Task", overflow="fold")
     table.add_column("Problem", overflow="fold")
     table.add_column("Fix", overflow="fold")
     for finding in findings:

@@ -303,6 +303,18 @@ def watermark(args: argparse.Namespace) -> None:
     client = _client(AirflowApiHook, getattr(args, "conn_id", None) or "gpu_dag_api")
     server = None
     try:
+        heartbeat = Heartbeat(config.interval, getattr(args, "heartbeat_file", None))
+        if getattr(args, "health_port", None) is not None and not once:
+            # before the start-up check creates pools (at size 0): a taken port must leave none behind
+            host = getattr(args, "health_host", None) or "127.0.0.1"
+            try:
+                server = heartbeat.serve(args.health_port, host)
+            except OSError as err:
+                raise _fail(
+                    f"--health-port {args.health_port}: cannot serve /health on {host}:{args.health_port} "
+                    f"({err.strerror or err}); choose a free port or another --health-host"
+                ) from None
+            log.info("health: GET http://%s:%d/health", *server.address)
         try:
             controller = build_controller(config, client, dry_run=dry_run)
         except ConfigError as err:
@@ -313,10 +325,6 @@ def watermark(args: argparse.Namespace) -> None:
             raise _fail(str(err)) from None
         if not dry_run:
             metrics.configure()
-        heartbeat = Heartbeat(config.interval, getattr(args, "heartbeat_file", None))
-        if getattr(args, "health_port", None) is not None and not once:
-            server = heartbeat.serve(args.health_port, getattr(args, "health_host", None) or "127.0.0.1")
-            log.info("health: GET http://%s:%d/health", *server.address)
         if once:
             try:
                 outcomes = controller.tick()
