@@ -336,13 +336,25 @@ def test_the_budget_trigger_does_not_spin_on_a_zero_poke_interval(
     monkeypatch.setattr(budget_check, "check_budget", check)
     trigger = BudgetTrigger("train", "r1", BudgetCap(gpu_hours_per_run=3).to_dict(), None, poke_interval)
 
+    slept: list[float] = []
+
+    class Stop(Exception):
+        pass
+
+    async def sleep(seconds: float) -> None:  # the trigger's wait between checks, recorded
+        slept.append(seconds)
+        if len(slept) == 3:
+            raise Stop
+
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+
     async def wait_a_while() -> None:
         async for _ in trigger.run():
             raise AssertionError("the budget never allowed the request")
 
-    with pytest.raises(TimeoutError):
-        asyncio.run(asyncio.wait_for(wait_a_while(), 0.5))
-    assert 1 <= calls["n"] <= 10, calls
+    with pytest.raises(Stop):
+        asyncio.run(wait_a_while())
+    assert calls["n"] == 3 and slept == [0.1, 0.1, 0.1], (calls, slept)
 
 
 # -- the fallback's producer -------------------------------------------------------------------------
