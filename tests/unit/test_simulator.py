@@ -372,7 +372,7 @@ def test_pending_tasks_waiting_on_another_pool_are_not_rebuilt_every_tick(
 ) -> None:
     """The critical-path page's reservation prediction of a DAG with a 1,024-instance mapped task group took
     15 s (512: 3.5 s): every pending ``score[i]`` (its ``train[i]`` still waiting for a GPU) was
-    built anew at each of the ~2 x N controller ticks, though the walk skips such a task. Now one of them
+    built anew at each of the ~1.4 x N controller ticks, though the walk skips such a task. Now one of them
     is built per tick; the schedule is the one the controller over every waiting task decides."""
     from airflow_gpu_dag.core import simulator
 
