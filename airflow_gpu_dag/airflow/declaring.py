@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from contextlib import suppress
 from typing import Any
 
-__all__ = ["declaring_dag", "partial_default"]
+__all__ = ["declaring_dag", "declaring_group", "partial_default"]
 
 
 def declaring_dag(kwargs: Mapping[str, Any]) -> Any:
@@ -22,6 +22,14 @@ def declaring_dag(kwargs: Mapping[str, Any]) -> Any:
     return dag
 
 
+def declaring_group(kwargs: Mapping[str, Any], dag: Any) -> Any:
+    """The task group of an operator's constructor ``kwargs`` in ``dag``: ``kwargs["task_group"]``, else
+    the current task-group context (the DAG's root group outside any); None without a DAG."""
+    from airflow.sdk.definitions._internal.contextmanager import TaskGroupContext
+
+    return kwargs.get("task_group") or (TaskGroupContext.get_current(dag) if dag is not None else None)
+
+
 def partial_default(kwargs: Mapping[str, Any], key: str) -> Any:
     """``kwargs[key]`` of a ``.partial()`` (or an operator's ``**kwargs``), else what Airflow fills from
     ``default_args`` (the task's, its task group's, its DAG's): it fills only keys not given, and the
@@ -29,9 +37,7 @@ def partial_default(kwargs: Mapping[str, Any], key: str) -> Any:
     if key in kwargs:
         return kwargs[key]
     from airflow.sdk.bases.operator import get_merged_defaults
-    from airflow.sdk.definitions._internal.contextmanager import TaskGroupContext
 
     dag = declaring_dag(kwargs)
-    group = kwargs.get("task_group") or (TaskGroupContext.get_current(dag) if dag else None)
-    defaults, _ = get_merged_defaults(dag, group, None, kwargs.get("default_args"))
+    defaults, _ = get_merged_defaults(dag, declaring_group(kwargs, dag), None, kwargs.get("default_args"))
     return defaults.get(key)

@@ -33,7 +33,7 @@ RESUME_RACE_RETRY_DELAY = timedelta(seconds=5)
 def declared_where(kwargs: dict[str, Any]) -> str:
     """``DAG 'd', task 't'`` for a sensor being constructed with ``kwargs`` (``task 't'`` outside any
     DAG): how its constructor errors name it. ``t`` carries its task group's prefix, as Airflow will."""
-    from airflow_gpu_dag.airflow.declaring import declaring_dag
+    from airflow_gpu_dag.airflow.declaring import declaring_dag, declaring_group
 
     task_id = str(kwargs.get("task_id", "?"))
     dag = declaring_dag(kwargs)
@@ -41,9 +41,7 @@ def declared_where(kwargs: dict[str, Any]) -> str:
     if dag_id is None:
         return f"task {task_id!r}"
     try:
-        from airflow.sdk.definitions._internal.contextmanager import TaskGroupContext
-
-        group = kwargs.get("task_group") or TaskGroupContext.get_current(dag)
+        group = declaring_group(kwargs, dag)
         task_id = group.child_id(task_id) if group is not None else task_id
     except Exception:  # the plain id is still a useful name
         pass
@@ -86,20 +84,6 @@ def require_timeout(
     return float(seconds)
 
 
-def _default_args(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The ``default_args`` the task would get: its DAG's, its task group's, then its own."""
-    from airflow.sdk.definitions._internal.contextmanager import TaskGroupContext
-
-    from airflow_gpu_dag.airflow.declaring import declaring_dag
-
-    dag = declaring_dag(kwargs)
-    merged = dict(getattr(dag, "default_args", None) or {})
-    group = kwargs.get("task_group") or (TaskGroupContext.get_current(dag) if dag is not None else None)
-    merged.update(getattr(group, "default_args", None) or {})
-    merged.update(kwargs.get("default_args") or {})
-    return merged
-
-
 def resume_race_retry(kwargs: dict[str, Any]) -> dict[str, Any]:
     """``kwargs`` with ``retries``/``retry_delay`` defaulted for the resume race.
 
@@ -109,7 +93,9 @@ def resume_race_retry(kwargs: dict[str, Any]) -> dict[str, Any]:
     these sensors 1), and ``retry_delay`` stays :data:`RESUME_RACE_RETRY_DELAY`: a retried sensor
     only checks again, and a DAG's 5- or 10-minute delay would hold the whole chain back.
     """
-    retries = _default_args(kwargs).get("retries")
+    from airflow_gpu_dag.airflow.declaring import partial_default
+
+    retries = partial_default(kwargs, "retries")  # the task's own, else its default_args
     if isinstance(retries, int) and not isinstance(retries, bool):
         kwargs.setdefault("retries", max(retries, RESUME_RACE_RETRIES))
     kwargs.setdefault("retries", RESUME_RACE_RETRIES)

@@ -27,6 +27,7 @@ from typing import Any
 from airflow.sdk import Asset, BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
+from airflow_gpu_dag.airflow.declaring import partial_default
 from airflow_gpu_dag.datasets.completeness import (
     CompletenessResult,
     StabilityTracker,
@@ -41,7 +42,6 @@ from airflow_gpu_dag.datasets.completeness import (
 )
 from airflow_gpu_dag.hints import control_task_hints, merge_hints
 from airflow_gpu_dag.sensors._common import (
-    _default_args,
     declared_where,
     require_timeout,
     resume_race_retry,
@@ -95,7 +95,7 @@ class DatasetCompleteSensor(BaseSensorOperator):
             rule = parse_completeness(completeness)
         except ValueError as err:
             raise ValueError(f"{where}: {err}") from None
-        mode = kwargs.get("mode", _default_args(kwargs).get("mode"))  # the DAG's default_args too
+        mode = partial_default(kwargs, "mode")  # the DAG's default_args too
         if isinstance(rule, StableSize) and not deferrable and mode == "reschedule":
             # Each reschedule is a new process: the sizes seen last time are gone, so "unchanged for
             # the period" could never be proven and the sensor would wait out its timeout.
