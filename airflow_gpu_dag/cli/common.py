@@ -93,7 +93,9 @@ def status(err: Console, message: str, json_output: bool) -> contextlib.Abstract
 def parse_pool_args(values: Sequence[str] | None, option: str = "--pool") -> dict[str, int]:
     """``["gpu_a100=4", "gpu_default=8"]`` -> ``{"gpu_a100": 4, "gpu_default": 8}``.
 
-    :raises ValueError: a value is not ``NAME=SLOTS`` with SLOTS a whole number >= 0.
+    :raises ValueError: a value is not ``NAME=SLOTS`` with SLOTS a whole number >= 0, or one pool is
+        given two different sizes (the last one silently winning would simulate a pool the user
+        did not mean).
     """
     pools: dict[str, int] = {}
     for value in values or ():
@@ -107,6 +109,11 @@ def parse_pool_args(values: Sequence[str] | None, option: str = "--pool") -> dic
             raise ValueError(
                 f"{option} {value!r}: expected NAME=SLOTS with SLOTS a whole number >= 0, "
                 f"e.g. {option} gpu_a100=8"
+            )
+        if pools.get(name, number) != number:
+            raise ValueError(
+                f"{option} {name}={pools[name]} and {option} {value!r}: pool {name!r} is given two "
+                f"sizes; give it once"
             )
         pools[name] = number
     return pools

@@ -186,6 +186,10 @@ def test_bad_pool_argument() -> None:
     with pytest.raises(ValueError, match="--capacity 'x=-1'"):
         parse_pool_args(["x=-1"], option="--capacity")
     assert parse_pool_args(["a=1", " b = 2 "]) == {"a": 1, "b": 2}
+    # the same pool twice: the same size is harmless, two sizes are refused (not last-one-wins)
+    assert parse_pool_args(["a=1", "a=1"]) == {"a": 1}
+    with pytest.raises(ValueError, match="pool 'a' is given two sizes"):
+        parse_pool_args(["a=1", "b=2", "a=4"], option="--capacity")
 
 
 # -- plan ------------------------------------------------------------------------------------------------
