@@ -271,6 +271,9 @@ def check_manifest(fs: Any, path: str, rule: Manifest) -> CompletenessResult:
         listed = [_manifest_entry(number, entry) for number, entry in enumerate(entries, 1)]
     except (ValueError, KeyError, TypeError) as err:
         return CompletenessResult(False, f"manifest {manifest_path} is unreadable ({err})")
+    if not entries:
+        # The "manifest of nothing" write_manifest refuses to write: a handwritten one proves no file.
+        return CompletenessResult(False, f"manifest {manifest_path} lists no files")
     total = 0
     for entry, rel in zip(entries, listed, strict=True):
         target = _join(path, rel)

@@ -461,3 +461,14 @@ def test_the_sensors_fail_on_a_permanent_error_with_the_fix(monkeypatch: pytest.
         AirflowFailException, match=r"task 'wait_ckpt': cannot check checkpoint directory s3://b/c"
     ):
         ckpt.execute_complete({}, {**event, "path": "s3://b/c"})
+
+
+def test_a_handwritten_manifest_of_no_files_is_not_complete(tmp_path) -> None:
+    # Before: {"files": []} written by hand (write_manifest refuses it) read as "all 0 files present",
+    # so a sensor released its consumers on a dataset with nothing in it.
+    (tmp_path / "_MANIFEST.json").write_text(json.dumps({"files": []}))
+    result = check_once(str(tmp_path), "manifest")
+    assert not result.complete and "lists no files" in result.reason
+    (tmp_path / "part-0").write_bytes(b"ab")
+    (tmp_path / "_MANIFEST.json").write_text(json.dumps({"files": ["part-0"]}))
+    assert check_once(str(tmp_path), "manifest").complete
