@@ -79,16 +79,9 @@ def _json(
     note: str,
     critical_only: bool = False,
 ) -> Any:
-    data = the_plan.to_dict()
+    data = the_plan.to_dict(graph)
     if critical_only:  # as in the table: only the critical tasks
         data["tasks"] = [task for task in data["tasks"] if task["critical"]]
-    for task in data["tasks"]:
-        attrs = graph.nodes[task["task_id"]].attrs
-        task["duration_source"] = attrs.get("duration_source")
-        task["declared_duration"] = attrs.get("declared_duration")
-        for key in ("map_of", "map_index"):
-            if key in attrs:
-                task[key] = attrs[key]
     data["estimates"] = {task_id: e.to_dict() for task_id, e in estimates.items()}
     data["history_note"] = note
     return data

@@ -127,9 +127,11 @@ class Plan:
                 return task
         raise KeyError(f"DAG {self.dag_id!r} has no task {task_id!r}")
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (used by ``--output json`` and the UI's data endpoint)."""
-        return {
+    def to_dict(self, graph: TaskGraph | None = None) -> dict[str, Any]:
+        """JSON-ready form (used by ``--output json`` and the UI's data endpoint). With the planned
+        ``graph``, each task also says where its duration comes from (``duration_source``,
+        ``declared_duration``) and which mapped task it is an instance of (``map_of``, ``map_index``)."""
+        data: dict[str, Any] = {
             "dag_id": self.dag_id,
             "makespan": self.makespan,
             "critical_path": list(self.critical_path),
@@ -140,6 +142,13 @@ class Plan:
             "findings": [f.to_dict() for f in self.findings],
             "policy": self.policy,
         }
+        for task in data["tasks"]:
+            attrs = graph.nodes[task["task_id"]].attrs if graph is not None else None
+            if attrs is not None:
+                task["duration_source"] = attrs.get("duration_source")
+                task["declared_duration"] = attrs.get("declared_duration")
+                task.update({key: attrs[key] for key in ("map_of", "map_index") if key in attrs})
+        return data
 
 
 def _fallback(node: TaskNode) -> dict[str, Any] | None:

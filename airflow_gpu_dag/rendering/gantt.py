@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airflow_gpu_dag.core.pools import DEFAULT_POOL
 from airflow_gpu_dag.core.resources import format_duration
 
 __all__ = [
@@ -73,9 +74,10 @@ def bars_from_schedule(schedule: Iterable[Any], critical: Iterable[str] = ()) ->
 
 
 def bars_from_plan(plan: Any) -> list[GanttBar]:
-    """Bars at each task's earliest start (the schedule with unlimited GPUs)."""
+    """Bars at each task's earliest start (the schedule with unlimited GPUs); a task without a pool of
+    its own holds slots of Airflow's default pool (as the simulator counts it)."""
     return [
-        GanttBar(t.task_id, t.earliest_start, t.earliest_finish, t.gpus, t.pool or "", t.critical)
+        GanttBar(t.task_id, t.earliest_start, t.earliest_finish, t.gpus, t.pool or DEFAULT_POOL, t.critical)
         for t in plan.tasks
     ]
 

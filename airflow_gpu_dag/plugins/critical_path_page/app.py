@@ -96,6 +96,15 @@ def _flag_factor() -> float:
     return estimate_settings().flag_factor
 
 
+def _sources(graph: Any) -> dict[str, str]:
+    """Per task, where the plan's duration comes from (``learned``/``declared``/``default``)."""
+    return {
+        task_id: str(node.attrs["duration_source"])
+        for task_id, node in graph.nodes.items()
+        if node.attrs.get("duration_source")
+    }
+
+
 def _schedules(graph: Any, pools: list[PoolView] | None) -> ScheduleView:
     if pools is None:
         return ScheduleView(note="No access to pools, so no simulation on them.")
@@ -132,6 +141,7 @@ def create_app() -> FastAPI:
             estimates=learned.estimates,
             flag_factor=_flag_factor(),
             history_note=learned.note,
+            sources=_sources(graph),
         )
         return HTMLResponse(body)
 
@@ -143,7 +153,7 @@ def create_app() -> FastAPI:
         schedules = _schedules(graph, pools)
         factor = _flag_factor()
         return {
-            **plan.to_dict(),
+            **plan.to_dict(graph),  # the JSON of `airflow gpu-dag plan -o json`
             "estimates": {
                 task_id: {**e.to_dict(), "flagged": e.off_by(factor)}
                 for task_id, e in learned.estimates.items()
@@ -155,11 +165,20 @@ def create_app() -> FastAPI:
                 "note": schedules.note,
                 "unfit_rungs": schedules.unfit_rungs,
                 "results": {
-                    label: {
+                    label: {  # as `simulate -o json`: which admission and priority rule it assumes
+                        "policy": r.policy,
+                        "priority_rule": r.priority_rule,
                         "makespan": r.makespan,
                         "lower_bound": r.lower_bound,
                         "schedule": [
-                            {"task_id": t.task_id, "start": t.start, "end": t.end, "slots": t.slots}
+                            {
+                                "task_id": t.task_id,
+                                "start": t.start,
+                                "end": t.end,
+                                "slots": t.slots,
+                                "pool": t.pool,
+                                "priority": t.priority,
+                            }
                             for t in r.schedule
                         ],
                     }

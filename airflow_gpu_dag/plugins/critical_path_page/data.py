@@ -96,7 +96,8 @@ def pool_views(
                 used=running + queued,
                 running=running,
                 queued=queued,
-                open=-1 if open_slots == float("inf") else int(open_slots),
+                # -1 means unlimited; a pool shrunk below its used slots has none open (Airflow: < 0)
+                open=-1 if open_slots == float("inf") else max(0, int(open_slots)),
                 capacity=capacity,
                 reserved=reserved,
                 reserved_for=reserved_for,

@@ -68,7 +68,12 @@ def layout(plan: Plan) -> dict[str, NodeBox]:
 
 
 def _short(text: str, limit: int = 24) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+    """``text`` cut in the middle to ``limit`` characters: ids sharing a long prefix (task groups
+    ``group.task_a``, mapped instances ``task[3]``) keep the end that tells them apart."""
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) // 2
+    return text[:head] + "\u2026" + text[len(text) - (limit - 1 - head) :]
 
 
 def graph_svg(plan: Plan) -> str:

@@ -40,13 +40,21 @@ def _estimate_of(task_id: str, estimates: Mapping[str, DurationEstimate]) -> Dur
 
 
 def _duration_cells(
-    task_id: str, duration: float, declared: bool, estimates: Mapping[str, DurationEstimate], factor: float
+    task_id: str,
+    duration: float,
+    declared: bool,
+    estimates: Mapping[str, DurationEstimate],
+    factor: float,
+    planned_source: str | None = None,
 ) -> tuple[str, str, str, bool]:
-    """(duration, declared, learned, flagged) cells of one task row."""
+    """(duration, declared, learned, flagged) cells of one task row. ``planned_source``: where the
+    plan's duration comes from (the graph's ``duration_source``; a task declaring 0 keeps its 0 even
+    with a learned estimate), else the estimate's source."""
     estimate = _estimate_of(task_id, estimates)
     if estimate is None:
         return format_duration(duration) + ("" if declared else " (default)"), "-", "-", False
-    source = {"learned": " (learned)", "declared": "", "default": " (default)"}[estimate.source]
+    marks = {"learned": " (learned)", "declared": "", "default": " (default)"}
+    source = marks.get(planned_source or "", marks[estimate.source])
     learned = "-"
     if estimate.learned is not None:
         high = f", p {format_duration(estimate.high)}" if estimate.high is not None else ""
@@ -58,11 +66,13 @@ def _duration_cells(
     return format_duration(duration) + source, declared_text, learned, flagged
 
 
-def _task_rows(plan: Plan, estimates: Mapping[str, DurationEstimate], factor: float) -> str:
+def _task_rows(
+    plan: Plan, estimates: Mapping[str, DurationEstimate], factor: float, sources: Mapping[str, str]
+) -> str:
     rows = []
     for t in plan.tasks:
         duration, declared, learned, flagged = _duration_cells(
-            t.task_id, t.duration, t.duration_declared, estimates, factor
+            t.task_id, t.duration, t.duration_declared, estimates, factor, sources.get(t.task_id)
         )
         classes = " ".join(
             c for c in ("critical" if t.critical else "", "estimate-off" if flagged else "") if c
@@ -126,20 +136,28 @@ def _pool_rows(pools: Sequence[PoolView] | None) -> str:
     )
 
 
+def _rule(result: object) -> str:
+    """The priority rule a simulator result was predicted with (``downstream``, ``packing``, ...)."""
+    return str(getattr(result, "priority_rule", "") or "-")
+
+
 def _gantt(plan: Plan, schedules: ScheduleView) -> tuple[str, str]:
     critical = plan.critical_tasks
     if schedules.results:
+        # which priority rule each prediction assumes (as `simulate` says): for a DAG on a stock weight
+        # rule, the reservation chart is planned with ``packing``, not with the DAG's weights
         charts = [
             GanttChart(
                 f"{label}: makespan {format_duration(result.makespan)}",
                 bars_from_schedule(result.schedule, critical),
-                subtitle=f"lower bound {format_duration(result.lower_bound)}",
+                subtitle=f"priority rule {_rule(result)}; lower bound {format_duration(result.lower_bound)}",
             )
             for label, result in schedules.results.items()
         ]
         capacity = ", ".join(f"{k}={v}" for k, v in sorted(schedules.capacity.items())) or "unlimited"
         parts = [
-            f"{html.escape(label)} {format_duration(r.makespan)}" for label, r in schedules.results.items()
+            f"{html.escape(label)} (priority rule {html.escape(_rule(r))}) {format_duration(r.makespan)}"
+            for label, r in schedules.results.items()
         ]
         summary = (
             f'<p id="gantt-summary">Predicted on the live pools ({html.escape(capacity)}), this DAG alone: '
@@ -167,11 +185,14 @@ def render_page(
     estimates: Mapping[str, DurationEstimate] | None = None,
     flag_factor: float = 1.5,
     history_note: str = "",
+    sources: Mapping[str, str] | None = None,
 ) -> str:
     """The whole page. ``static_url``/``pools_url`` are relative to the page's own URL.
 
     ``estimates``: per task, declared vs learned durations (the Tasks table shows both and flags a
-    declared estimate off by more than ``flag_factor``); ``history_note``: why there are none.
+    declared estimate off by more than ``flag_factor``); ``history_note``: why there are none;
+    ``sources``: per task, where the plan's duration comes from (``learned``/``declared``/``default``,
+    the graph's ``duration_source``, as ``airflow gpu-dag plan`` marks it).
     """
     esc = html.escape
     summary = (
@@ -208,5 +229,5 @@ def render_page(
         gantt_summary=gantt_summary,
         gantt=gantt,
         pools=_pool_rows(pools),
-        rows=_task_rows(plan, estimates, flag_factor),
+        rows=_task_rows(plan, estimates, flag_factor, sources or {}),
     )
