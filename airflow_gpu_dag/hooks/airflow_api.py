@@ -24,6 +24,8 @@ keep working for the controller; the typed connection adds the form in the UI an
 
 from __future__ import annotations
 
+import ipaddress
+import math
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -55,7 +57,8 @@ def base_url_of(
     the URL's network location (``https://gw.example.com:8443/airflow``) when the host names none.
     A trailing ``/api/v2`` is dropped: the client puts it before every call. ``schema`` other than
     ``http``/``https`` is a path prefix when ``host`` has none: a URI
-    ``gpu-dag-api://user:pass@gw.example.com:8443/airflow`` puts ``airflow`` there.
+    ``gpu-dag-api://user:pass@gw.example.com:8443/airflow`` puts ``airflow`` there. An IPv6 address
+    may come without its brackets (``::1``, as Airflow reads ``gpu-dag-api://u:p@[::1]:8080``).
 
     :raises ValueError: the connection has no host, or a port that is not a number.
     """
@@ -67,7 +70,7 @@ def base_url_of(
     if "://" not in host:
         scheme = "https" if (conn_type or "").lower() == "https" or schema == "https" else "http"
         host = f"{scheme}://{host}"
-    parts = urlsplit(host)
+    parts = urlsplit(_bracket_ipv6(host))
     try:
         has_port = parts.port is not None
     except ValueError:
@@ -84,6 +87,22 @@ def base_url_of(
     if path.endswith("/api/v2"):
         path = path[: -len("/api/v2")].rstrip("/")
     return urlunsplit((parts.scheme, netloc, path, parts.query, parts.fragment))
+
+
+def _bracket_ipv6(url: str) -> str:
+    """``url`` with a bare IPv6 address in its network location put in brackets (``http://::1`` ->
+    ``http://[::1]``): Airflow's URI parsing drops them (``gpu-dag-api://u:p@[::1]:8080`` has the
+    host ``::1``), and without them the address's colons read as a port."""
+    scheme, sep, rest = url.partition("://")
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    userinfo, at, address = rest[:end].rpartition("@")
+    if address.count(":") < 2 or address.startswith("["):
+        return url
+    try:
+        ipaddress.IPv6Address(address)
+    except ValueError:
+        return url
+    return f"{scheme}{sep}{userinfo}{at}[{address}]{rest[end:]}"
 
 
 def _extra_field(extra: dict[str, Any], name: str) -> Any:
@@ -153,7 +172,7 @@ class AirflowApiHook(BaseHook):
             seconds = DEFAULT_TIMEOUT if timeout is None else float(timeout)
         except (TypeError, ValueError):
             seconds = -1.0
-        if not seconds > 0:
+        if not 0 < seconds < math.inf:  # inf (no limit): every call would fail in httpx (OverflowError)
             raise ValueError(
                 f"connection {self.conn_id!r}: timeout must be a number of seconds > 0, not {timeout!r}"
             )

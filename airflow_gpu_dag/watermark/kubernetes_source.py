@@ -6,10 +6,12 @@ it: the larger of its app containers' sum (plus restartable "sidecar" init conta
 largest init container (plus the sidecars started before it); requests, else limits (for extended
 resources such as ``nvidia.com/gpu`` a limit alone sets the request). Quantities are read with
 ``kubernetes.utils.parse_quantity``. Pods carrying any label of ``airflow_pod_labels`` are Airflow's:
-the pool accounts for them already.
+the pool accounts for them already. What pods hold on a node is at most its allocatable (the device
+plugin can withdraw GPUs after pods were scheduled on them).
 
 The client comes from the cncf-kubernetes provider's ``KubernetesHook`` (``kubernetes_conn_id``,
-default ``kubernetes_default``: in-cluster or kubeconfig, as the KubernetesPodOperator connects).
+default ``kubernetes_default``: in-cluster or kubeconfig, as the KubernetesPodOperator connects), built
+again when the API answers 401 or 403 (credentials rotated in the connection).
 """
 
 from __future__ import annotations
@@ -93,6 +95,8 @@ class KubernetesSource:
         self.context = context
         self.kubernetes_conn_id = kubernetes_conn_id
         self._api = api
+        #: the client comes from the hook (not given): built again after a 401/403 (rotated credentials)
+        self._from_hook = api is None
         self.timeout = timeout
 
     def _client(self) -> Any:
@@ -113,6 +117,8 @@ class KubernetesSource:
                 field_selector="status.phase!=Succeeded,status.phase!=Failed", _request_timeout=self.timeout
             ).items
         except Exception as err:
+            if self._from_hook and getattr(err, "status", None) in (401, 403):
+                self._api = None  # expired or rotated credentials: the next read builds the client again
             raise SourceError(
                 f"kubernetes API: {type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
             ) from None
@@ -127,7 +133,7 @@ class KubernetesSource:
             allocatable[name] = int(
                 _quantity(((node.status.allocatable or {}) if node.status else {}).get(self.resource))
             )
-        foreign = 0.0
+        foreign: dict[str, float] = {}
         for pod in pods:
             node_name = pod.spec.node_name if pod.spec else None
             if node_name not in allocatable:
@@ -135,8 +141,10 @@ class KubernetesSource:
             labels = pod.metadata.labels or {}
             if any(key in labels for key in self.airflow_pod_labels):
                 continue
-            foreign += pod_request(pod.spec, self.resource)
-        held = math.ceil(foreign)
+            foreign[node_name] = foreign.get(node_name, 0.0) + pod_request(pod.spec, self.resource)
+        # Per node: pods can hold more than a node's allocatable now (the device plugin marked GPUs
+        # unhealthy after they were scheduled); the excess holds nothing on the other nodes.
+        held = sum(min(allocatable[name], math.ceil(amount)) for name, amount in foreign.items())
         total = sum(allocatable.values())
         usable = max(0, total - held)
         return CapacityReading(

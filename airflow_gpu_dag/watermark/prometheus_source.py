@@ -16,7 +16,7 @@ GPU outside them is *busy*, and still counts when the work on it is ours:
 The URL and credentials come from ``url`` or, better, an Airflow connection ``conn_id`` (host = base
 URL; ``extra`` ``{"token": ...}`` or a password without login for a bearer token, login + password
 for basic auth, ``extra`` ``{"headers": {...}}`` for anything else), so no token sits in the
-controller's configuration file.
+controller's configuration file. The connection is read again after a 401 or 403 (rotated credentials).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from airflow_gpu_dag.watermark.capacity import CapacityReading, SourceError
@@ -90,6 +91,18 @@ def _split_userinfo(url: str) -> tuple[str, tuple[str, str] | None]:
     return urlunsplit(parts._replace(netloc=host)), (unquote(user), unquote(password))
 
 
+def _error_of(response: Any) -> str:
+    """`` (the server's error text)`` of a failed query (Prometheus answers ``{"error": ...}``, e.g.
+    the parse error of a bad ``selector``), else of its first 200 characters; empty when none."""
+    try:
+        body = response.json()
+        text = str(body["error"]) if isinstance(body, dict) and body.get("error") else ""
+    except Exception:
+        text = getattr(response, "text", "")
+    text = " ".join(str(text).split())[:200]
+    return f" ({text})" if text else ""
+
+
 class PrometheusSource:
     """GPUs from DCGM exporter metrics over the Prometheus HTTP API (``/api/v1/query``); GPUs busy
     with our work still count (see the module docstring).
@@ -128,12 +141,14 @@ class PrometheusSource:
         if url:  # user:password@ in the URL: sent as basic auth, kept out of errors and request logs
             url, self.auth = _split_userinfo(url)
         self.url = url.rstrip("/") if url else None
+        self._url_given = self.url is not None  # else the connection's, read again after a 401/403
         self.conn_id = conn_id
         self.selector = selector
         self.min_free_mib = int(min_free_memory)
         self.max_utilization = int(max_utilization)
         self.timeout = timeout
         self.headers = dict(headers or {})
+        self._own_headers = dict(self.headers)  # the configured ones, without the connection's
         self.airflow_namespaces = frozenset(airflow_namespaces)
         self.airflow_pod_pattern = re.compile(airflow_pod_pattern) if airflow_pod_pattern else None
         self.host_label = host_label
@@ -142,31 +157,42 @@ class PrometheusSource:
     def _endpoint(self) -> str:
         if self.url is None:
             url, headers, auth = prometheus_connection(str(self.conn_id))
-            self.url, self.auth = url.rstrip("/"), auth
-            self.headers = {**headers, **self.headers}
+            url, in_url = _split_userinfo(url)  # user:password@ in the host: out of errors, as for url
+            self.url, self.auth = url.rstrip("/"), auth or in_url
+            self.headers = {**headers, **self._own_headers}
         return self.url
 
-    def _query(self, metric: str) -> dict[tuple[str, ...], tuple[float, _Gpu]]:
+    def _get(self, query: str) -> object:
         import httpx
 
+        def get() -> httpx.Response:
+            url = f"{self._endpoint()}/api/v1/query"
+            return httpx.get(
+                url, params={"query": query}, timeout=self.timeout, headers=self.headers, auth=self.auth
+            )
+
+        response = get()
+        if response.status_code in (401, 403) and self.conn_id and not self._url_given:
+            # The connection's credentials may have been rotated (a secrets backend): read it again.
+            self.url = None
+            response = get()
+        if not response.is_success:  # 3xx too: redirects are not followed
+            raise SourceError(f"HTTPStatusError: HTTP {response.status_code}{_error_of(response)}")
+        return response.json()
+
+    def _query(self, metric: str) -> dict[tuple[str, ...], tuple[float, _Gpu]]:
         query = f"{metric}{self.selector}"
         try:
-            response = httpx.get(
-                f"{self._endpoint()}/api/v1/query",
-                params={"query": query},
-                timeout=self.timeout,
-                headers=self.headers,
-                auth=self.auth,
-            )
-            response.raise_for_status()
-            body = response.json()
-        except SourceError:
-            raise
+            body = self._get(query)
         except Exception as err:
-            raise SourceError(f"prometheus query {metric}: {type(err).__name__}: {err}") from None
+            reason = str(err) if isinstance(err, SourceError) else f"{type(err).__name__}: {err}"
+            raise SourceError(f"prometheus query {metric}: {reason}") from None
         if not isinstance(body, dict) or body.get("status") != "success":
             status = body.get("status") if isinstance(body, dict) else body
-            raise SourceError(f"prometheus query {metric}: status {status!r}")
+            error = (
+                f": {str(body.get('error'))[:200]}" if isinstance(body, dict) and body.get("error") else ""
+            )
+            raise SourceError(f"prometheus query {metric}: status {status!r}{error}")
         series: dict[tuple[str, ...], tuple[float, _Gpu]] = {}
         for item in body.get("data", {}).get("result", []):
             labels = item.get("metric", {})
