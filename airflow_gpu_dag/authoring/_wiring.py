@@ -35,8 +35,14 @@ def require_dag(task: Any, helper: str) -> Any:
 
 
 def labelled(upstream: Any, downstream: Any, label: str) -> None:
-    """``upstream >> Label(label) >> downstream`` (the graph view shows the edge type)."""
-    upstream >> Label(label) >> downstream
+    """``upstream >> downstream`` with the edge labelled ``label`` (the graph view shows the edge type).
+
+    Set task to task, not as ``upstream >> Label(label) >> downstream``: for two tasks in different
+    task groups Airflow's ``Label`` joins the *groups* (every leaf of ``upstream``'s group to every
+    root of ``downstream``'s), which adds edges nobody asked for (``g.train >> h.eval`` for a checkpoint
+    sensor in ``g``). ``downstream`` may be a task, a list of tasks or a group-like node (its roots).
+    """
+    upstream.set_downstream(downstream, edge_modifier=Label(label))
 
 
 def check_gatable(task: Any) -> Any:
@@ -129,7 +135,7 @@ def insert_before(task: Any, new: Any, label: str | None = None) -> None:
         if callable(getattr(up, "skip_all_except", None)):
             follow_gate(up, task.task_id, new.task_id)
         if old and old.get("label"):
-            up >> Label(str(old["label"])) >> new
+            labelled(up, new, str(old["label"]))
         else:
             up >> new
     if label:

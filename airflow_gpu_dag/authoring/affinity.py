@@ -125,12 +125,13 @@ def data_affinity(
     :raises ValueError: no location holds ``path`` (lists the known ones), or the queue is unknown.
     """
     task = as_operator(task)
-    best = ""
+    best: str | None = None
+    best_length = -1  # the root location "/" (base "") holds every absolute path
     for prefix in locations:
         base = prefix.rstrip("/")
-        if (path == base or path.startswith(base + "/")) and len(base) > len(best):
-            best = prefix
-    if not best:
+        if (path == base or path.startswith(base + "/")) and len(base) > best_length:
+            best, best_length = prefix, len(base)
+    if best is None:
         known = ", ".join(sorted(locations)) or "none"
         raise ValueError(
             f"{where_of(task)}: no location holds {path!r} (known: {known}); add it to locations."

@@ -97,7 +97,10 @@ def exit_code_edge(upstream: Any, downstream: Any, *, skip_on: int | Container[i
             f"@task.bash); {type(upstream).__name__} has none. Fix: raise AirflowSkipException in the "
             "task instead, or use validation_edge()."
         )
-    codes = [skip_on] if isinstance(skip_on, int) else list(skip_on)  # type: ignore[call-overload]
+    try:  # a float (99.0) or None is no code and no list of codes: refused below, naming the task
+        codes = [skip_on] if isinstance(skip_on, int) else list(skip_on)  # type: ignore[call-overload]
+    except TypeError:
+        codes = [skip_on]
     if not codes or any(isinstance(c, bool) or not isinstance(c, int) or not 0 < c < 256 for c in codes):
         raise ValueError(
             f"{where}: skip_on={skip_on!r} must be exit codes 1..255 (0 always continues). "
@@ -220,6 +223,11 @@ def branch_edge(
         raise ValueError(
             f"DAG {dag.dag_id!r}, task {gate_id!r}: branch_edge needs at least one branch. "
             'Fix: pass branches={"key": task, ...}.'
+        )
+    if not callable(choose):
+        raise ValueError(
+            f"DAG {dag.dag_id!r}, task {gate_id!r}: choose={choose!r} is not callable. "
+            "Fix: pass a function value -> key of branches (or None to skip them all)."
         )
     operators = {key: as_operator(task) for key, task in branches.items()}
     targets = {key: task.task_id for key, task in operators.items()}

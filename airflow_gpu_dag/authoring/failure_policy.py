@@ -30,6 +30,7 @@ A data producer's failure with a previous good artifact is handled on the data e
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Mapping
@@ -174,8 +175,8 @@ def _skip_on_failure(task: Any) -> None:
 def failure_policy(task: Any, policy: object = "retry", **overrides: Any) -> list[str]:
     """Apply ``policy`` to ``task``; returns the ids of other tasks it changed (abort only).
 
-    ``overrides`` are fields of the policy when it is given by name, e.g.
-    ``failure_policy(t, "retry", retries=5, delay="5m")``.
+    ``overrides`` are fields of the policy, e.g. ``failure_policy(t, "retry", retries=5, delay="5m")``;
+    on a policy object they replace only the fields they name (``Retry(retries=5), delay="5m"``).
     """
     from airflow_gpu_dag.airflow.mapped import is_mapped
     from airflow_gpu_dag.authoring._wiring import as_operator, where_of
@@ -184,8 +185,8 @@ def failure_policy(task: Any, policy: object = "retry", **overrides: Any) -> lis
     where = where_of(task)
     parsed = parse_policy(policy, where)
     if overrides:
-        try:
-            parsed = type(parsed)(**overrides)
+        try:  # on a policy object: its own fields stay, the overrides replace only theirs
+            parsed = dataclasses.replace(parsed, **overrides)
         except TypeError as err:
             raise ValueError(
                 f"{where}: bad options for failure policy {type(parsed).__name__}: {err}"
@@ -209,10 +210,13 @@ def failure_policy(task: Any, policy: object = "retry", **overrides: Any) -> lis
         return []
     from airflow.sdk import TriggerRule
 
+    if not task.has_dag():  # ``task.dag`` itself raises a RuntimeError naming neither task nor fix
+        raise ValueError(
+            f"{where}: add the task to a DAG (create it inside with DAG(...):) before applying the "
+            "'abort' policy: it changes the tasks downstream of it."
+        )
     task.retries = 0
     changed: list[str] = []
-    if task.dag is None:
-        raise ValueError(f"{where}: add the task to a DAG before applying the 'abort' policy.")
     from airflow_gpu_dag.operators.fallback import FallbackDecision, FallbackResult
 
     for down in task.get_flat_relatives(upstream=False):

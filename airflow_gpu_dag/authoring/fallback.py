@@ -258,16 +258,25 @@ def _check_rungs(group_id: str, rungs: Sequence[Rung]) -> None:
     where = f"fallback ladder {group_id!r}"
     if not rungs:
         raise FallbackError(f"{where} has no rungs; give at least one Rung(...)")
+    if any(not isinstance(rung, Rung) for rung in rungs):
+        index = next(i for i, rung in enumerate(rungs) if not isinstance(rung, Rung))
+        raise FallbackError(f"{where}: rung {index} is {type(rungs[index]).__name__}, not a Rung(...)")
+    # the ids of the ladder's own tasks in the group: a rung of that name would collide with one
+    control = {"result", "exhausted", *(f"fallback_to_{r.name}" for r in rungs[1:])}
+    control.update(f"{r.name}_start_deadline" for r in rungs if r.start_within is not None)
     seen: set[str] = set()
-    for index, rung in enumerate(rungs):
-        if not isinstance(rung, Rung):
-            raise FallbackError(f"{where}: rung {index} is {type(rung).__name__}, not a Rung(...)")
+    for rung in rungs:
         if not _NAME.match(rung.name or ""):
             raise FallbackError(
                 f"{where}: rung name {rung.name!r} must match [A-Za-z0-9_-]+ (it is a task id)"
             )
         if rung.name in seen:
             raise FallbackError(f"{where}: two rungs are named {rung.name!r}; names must be unique")
+        if rung.name in control:
+            raise FallbackError(
+                f"{where}: rung name {rung.name!r} is the id of one of the ladder's own tasks (result, "
+                "exhausted, fallback_to_<rung>, <rung>_start_deadline); rename the rung"
+            )
         seen.add(rung.name)
         try:
             if rung.gpus is not None:

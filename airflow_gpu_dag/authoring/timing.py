@@ -117,6 +117,13 @@ def stage_dependency(
                 f"DAG {dag.dag_id!r}, task {task.task_id!r}: stage_dependency() takes plain tasks, not "
                 "mapped ones (.expand()): a checkpoint belongs to one training run."
             )
+    if downstream.task_id == upstream.task_id:  # its sensor would wait for a task that waits for it
+        raise ValueError(
+            f"DAG {dag.dag_id!r}, task {upstream.task_id!r}: stage_dependency() got it as both upstream "
+            f"and downstream, so it would wait for its own checkpoint {step} before it starts (a deadlock "
+            "until the sensor's timeout). Fix: pass the training task and the task that reads its "
+            "checkpoint."
+        )
     after = {t.task_id for t in upstream.get_flat_relatives(upstream=False)}
     before = {t.task_id for t in upstream.get_flat_relatives(upstream=True)}
     if downstream.task_id in after:
