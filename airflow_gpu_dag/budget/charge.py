@@ -58,6 +58,21 @@ def _timestamp(value: Any) -> float | None:
     return None
 
 
+def _rendered(ledger: str | None, context: Any) -> str | None:
+    """``ledger`` rendered like the gate's templated ``ledger`` field: a callback's arguments are not
+    rendered, and an unrendered ``/budgets/{{ dag.dag_id }}.jsonl`` settled nothing in the file the
+    gate claimed in (the claim counted until it expired) and charged a file of that literal name."""
+    if not ledger or ("{{" not in ledger and "{%" not in ledger):
+        return ledger
+    task = context.get("task")
+    env = task.get_template_env() if task is not None and hasattr(task, "get_template_env") else None
+    if env is None:
+        import jinja2
+
+        env = jinja2.Environment()
+    return str(env.from_string(ledger).render(**context))
+
+
 class SettleBudgetClaim:
     """Task callback (see the module docstring); ``gpus`` and ``pool`` describe the gated task;
     ``close``: close the gate's claim (False on retry: the next try still needs it); ``charged_by``:
@@ -85,15 +100,16 @@ class SettleBudgetClaim:
     def __repr__(self) -> str:
         return f"SettleBudgetClaim(gpus={self.gpus}, pool={self.pool!r}, close={self.close})"
 
-    def _charges_itself(self) -> bool:
+    def _charges_itself(self, ledger: str | None = None) -> bool:
         """True when the task's own lease or pod records reach the ledger this callback uses."""
+        ledger = self.ledger if ledger is None else ledger
         if self.charged_by is None:
             return False
-        if not self.ledger:
+        if not ledger:
             return True
         # an explicit ledger file: leases are charged to the configured usage ledger, pods to the
         # configured ledger (the shared one when set)
-        same_file = os.path.abspath(self.ledger) == os.path.abspath(usage_ledger_path())
+        same_file = os.path.abspath(ledger) == os.path.abspath(usage_ledger_path())
         return same_file and (self.charged_by == "lease" or not shared_conn_id())
 
     def __call__(self, context: Any) -> None:
@@ -104,12 +120,13 @@ class SettleBudgetClaim:
         map_index = ti.map_index if isinstance(getattr(ti, "map_index", None), int) else -1
         try_number = getattr(ti, "try_number", None)
         try:
-            book = budget_ledger(self.ledger)
+            ledger = _rendered(self.ledger, context)
+            book = budget_ledger(ledger)
             forward_host_usage(book)
             record = None
             if (
                 self.gpus
-                and not self._charges_itself()
+                and not self._charges_itself(ledger)
                 and not book.charged(dag_id, run_id, task_id, map_index, try_number)
             ):
                 end = datetime.now(UTC).timestamp()

@@ -88,7 +88,14 @@ def _variable_float(key: str) -> float | None:
         from airflow.sdk import Variable
 
         raw = Variable.get(key, default=None)
-    except Exception:  # no Variable backend reachable (unit tests)
+    except Exception as err:  # no Variable backend reachable, access denied: say so, the cap stays
+        log.warning(
+            "budget: could not read Variable %s (%s: %s); the DAG's cap applies (a 0 set there to pause "
+            "gated tasks is not seen). Fix: check the Variable backend.",
+            key,
+            type(err).__name__,
+            err,
+        )
         return None
     if raw is None:
         return None

@@ -52,15 +52,19 @@ class BudgetUsage:
 def _check_hours(value: object, what: str, where: str) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    try:  # an int too large for a float (10**400) is not finite either, not an OverflowError
+        number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
         raise ValueError(f"{where}: {what}={value!r} is not a number of GPU-hours; pass e.g. {what}=40.")
-    if value <= 0:
-        kind = "negative" if value < 0 else "zero"
+    if number <= 0:
+        kind = "negative" if number < 0 else "zero"
         raise ValueError(
             f"{where}: {what}={value!r} is {kind}; a GPU-hour budget must be > 0, or no GPU task could "
             f"ever start. Fix: pass e.g. {what}=40 (or drop the gate)."
         )
-    return float(value)
+    return number
 
 
 @dataclass(frozen=True)
@@ -176,7 +180,8 @@ class BudgetDecision:
 
 def _blocked(used: float, claimed: float, request: float, cap_hours: float) -> bool:
     total = (used + claimed) / 3600.0
-    return total >= cap_hours or total + request / 3600.0 > cap_hours + 1e-9
+    # written so that NaN anywhere (a NaN claim, a NaN cap) blocks: every comparison with NaN is False
+    return not (total < cap_hours and total + request / 3600.0 <= cap_hours + 1e-9)
 
 
 def evaluate(cap: BudgetCap, usage: BudgetUsage, request_gpu_seconds: float = 0.0) -> BudgetDecision:

@@ -13,6 +13,7 @@ room cannot both pass unless both fit. The gated task settles the claim when it 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +28,25 @@ from airflow_gpu_dag.triggers.budget import BudgetTrigger
 __all__ = ["BudgetGateOperator"]
 
 
+def _number(value: object, what: str, where: str, *, zero_ok: bool) -> float:
+    """``value`` as a finite float >= 0 (> 0 unless ``zero_ok``), else a ValueError naming the task.
+
+    A NaN claim made every later comparison with the pool's claimed total False, so every gate of the
+    pool passed; a negative one gave the other gates room that was not there; a poke_interval of
+    0 or less re-read the ledger in a tight loop, an infinite one never re-checked."""
+    try:
+        number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number) or number < 0 or (number == 0 and not zero_ok):
+        bound = ">= 0" if zero_ok else "> 0"
+        raise ValueError(
+            f"{where}: {what}={value!r} is not a finite number of seconds {bound}. Fix: pass e.g. "
+            f"{what}={3600 if zero_ok else 30}."
+        )
+    return number
+
+
 class BudgetGateOperator(BaseOperator):
     """Succeeds when the GPU-hour budget has room for the gated task (and claims it); otherwise
     defers until it does.
@@ -36,10 +56,10 @@ class BudgetGateOperator(BaseOperator):
     :param pool_to_cap: the GPU pool the per-day cap applies to.
     :param ledger: a usage ledger file; default: the shared ledger of ``[gpu_dag] budget_conn_id``,
         else ``[gpu_dag] usage_ledger`` / ``lease_dir``.
-    :param poke_interval: seconds between re-checks in the triggerer.
+    :param poke_interval: seconds between re-checks in the triggerer; > 0.
     :param gated_task_id: the task the gate lets through (its claim is keyed by it); default: the
         gate's own id.
-    :param claim_gpu_seconds: what the gated task is expected to use (0: only check the caps).
+    :param claim_gpu_seconds: what the gated task is expected to use (0: only check the caps); >= 0.
     """
 
     template_fields: Sequence[str] = ("ledger",)
@@ -61,11 +81,11 @@ class BudgetGateOperator(BaseOperator):
         super().__init__(**resume_race_retry(kwargs))
         where = f"DAG {self.dag_id!r}, task {self.task_id!r}" if self.has_dag() else f"task {self.task_id!r}"
         self.cap = BudgetCap.checked(where, gpu_hours_per_run, gpu_hours_per_pool_day, pool_to_cap)
-        self.cap.check_request(float(claim_gpu_seconds), where)
+        self.claim_gpu_seconds = _number(claim_gpu_seconds, "claim_gpu_seconds", where, zero_ok=True)
+        self.cap.check_request(self.claim_gpu_seconds, where)
         self.ledger = ledger
-        self.poke_interval = poke_interval
+        self.poke_interval = _number(poke_interval, "poke_interval", where, zero_ok=False)
         self.gated_task_id = gated_task_id or self.task_id
-        self.claim_gpu_seconds = float(claim_gpu_seconds)
 
     def _claim(self, context: Any) -> Any:
         ti = context.get("ti")
