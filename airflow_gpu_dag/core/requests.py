@@ -135,6 +135,10 @@ def _check_pool(
         return
     size = pools[pool]
     unit = "GPUs" if gpu is not None and gpu.count == slots else "slots"
+    # "request at most 0 GPUs" is no fix: a pool of no slots runs nothing, whatever the request
+    fix = f"request at most {size} {unit}, or grow pool {pool!r}."
+    if size <= 0:
+        fix = f"give pool {pool!r} slots (it has none, e.g. in [gpu_dag] pools), or use another pool or type."
     yield Finding(
         ERROR,
         "impossible-request",
@@ -142,5 +146,5 @@ def _check_pool(
         task_id,
         f"needs {slots} {unit} but pool {pool!r} has only {size} in all, so it could never run "
         "(it would wait forever).",
-        f"request at most {size} {unit}, or grow pool {pool!r}.",
+        fix,
     )

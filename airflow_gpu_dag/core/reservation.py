@@ -365,6 +365,8 @@ def decide_pool(
     a waiting task of the pool that has waited too long (:meth:`ReservationGate.starving`, found by the
     caller over every waiting task): the head is then reserved for and only work ahead of it backfilled.
     """
+    if starving is not None and starving.slots > capacity:
+        starving = None  # it can never run here (the walk skips it): it bounds no one's wait
     used = sum(r.slots for r in running)
     free = capacity - used
     queue = _Waiting(waiting)
@@ -461,6 +463,12 @@ def decide_pool(
     )
 
 
+def _runnable(tasks: Sequence[ReadyTask], capacity: float) -> list[ReadyTask]:
+    """The tasks that fit a pool of ``capacity``: only they can starve (Airflow never runs the others
+    there; one kept waiting, a fallback rung or while the capacity is low, must not stop the backfill)."""
+    return [t for t in tasks if t.slots <= max(0, int(capacity))]
+
+
 def decide_pools(
     now: float,
     capacity: Mapping[str, int],
@@ -504,7 +512,7 @@ def decide_pools(
             strict_backfill,
             next_decision,
             gate,
-            None if gate is None else gate.starving(now, waiting_by_pool.get(pool, [])),
+            None if gate is None else gate.starving(now, _runnable(waiting_by_pool.get(pool, []), cap)),
         )
         for pool, cap in capacity.items()
     }

@@ -9,7 +9,7 @@ plan), the controller every ``interval`` seconds with the objective's reservatio
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.objective import Objective, ReservationGate, RunShape, key_weight, run_shape
@@ -32,21 +32,28 @@ def believed_durations(graphs: Sequence[TaskGraph]) -> dict[str, float]:
 
 
 def cross_dag_priority(
-    estimated: Mapping[str, TaskGraph],
+    estimated: Mapping[str, TaskGraph] | Callable[[TaskGraph, float], TaskGraph],
     capacity: Mapping[str, int],
     objective: Objective,
     epoch: float = SIMULATION_EPOCH,
     remaining: Mapping[str, Mapping[str, float]] | None = None,
 ) -> RunPriority:
-    """``(graph, trigger) -> weights`` of the cross-DAG keys, each DAG's shape computed once from its
-    ``estimated`` graph (by DAG id); ``remaining`` per DAG id replaces the critical path (a plan)."""
-    shapes: dict[str, RunShape] = {}
+    """``(graph, trigger) -> weights`` of the cross-DAG keys, each believed graph's shape computed once:
+    ``estimated`` by DAG id (a run of a DAG not in it: its own graph), or ``(graph, trigger) -> believed
+    graph`` per run (two runs of one DAG under two versions each keep their own); ``remaining`` per DAG
+    id replaces the critical path (a plan)."""
+    shapes: dict[int, tuple[TaskGraph, RunShape]] = {}  # by believed graph (kept: its id stays its own)
+
+    def believed(graph: TaskGraph, trigger: float) -> TaskGraph:
+        if callable(estimated):
+            return estimated(graph, trigger)
+        return estimated.get(graph.dag_id, graph)
 
     def weights(graph: TaskGraph, trigger: float) -> dict[str, int]:
-        dag = graph.dag_id
-        if dag not in shapes:
-            shapes[dag] = run_shape(estimated.get(dag, graph), capacity, (remaining or {}).get(dag))
-        shape = shapes[dag]
+        source = believed(graph, trigger)
+        if id(source) not in shapes:
+            shapes[id(source)] = (source, run_shape(source, capacity, (remaining or {}).get(graph.dag_id)))
+        shape = shapes[id(source)][1]
         due = trigger + objective.stretch * shape.work
         return {task_id: key_weight(due - rest, epoch) for task_id, rest in shape.remaining.items()}
 
@@ -73,7 +80,19 @@ def predict_runs(
     the ``graphs`` run for other durations (a benchmark's estimate errors).
     """
     believed_graphs = list(estimated) if estimated is not None else list(graphs)
-    by_id = {g.dag_id: g for g in believed_graphs}
+    if len(believed_graphs) != len(graphs) or len(triggers) != len(graphs):
+        raise ValueError(
+            f"{len(graphs)} graphs, {len(triggers)} trigger times and {len(believed_graphs)} estimated "
+            "graphs: give one trigger time and one estimated graph per run"
+        )
+    # per run, not per DAG id: two runs of one DAG may have been created under two versions (the
+    # simulator hands each run's graph, its ladders fitted: a copy, so found by DAG id and trigger)
+    runs = list(zip(graphs, triggers, believed_graphs, strict=True))
+    by_run = {(g.dag_id, float(t)): b for g, t, b in reversed(runs)}  # the first of equal runs
+
+    def believed(graph: TaskGraph, trigger: float) -> TaskGraph:
+        return by_run.get((graph.dag_id, float(trigger)), graph)
+
     estimates = believed_durations(believed_graphs)
     if objective is None:
         return simulate(
@@ -82,7 +101,7 @@ def predict_runs(
             "stock",
             triggers=triggers,
             estimates=estimates,
-            run_priority=lambda g, t: downstream_weights(by_id.get(g.dag_id, g)),
+            run_priority=lambda g, t: downstream_weights(believed(g, t)),
         )
     chosen_gate = ReservationGate.for_objective(objective, SIMULATION_EPOCH) if gate is True else gate or None
     return simulate(
@@ -92,6 +111,6 @@ def predict_runs(
         interval,
         triggers=triggers,
         estimates=estimates,
-        run_priority=cross_dag_priority(by_id, capacity, objective, SIMULATION_EPOCH, remaining),
+        run_priority=cross_dag_priority(believed, capacity, objective, SIMULATION_EPOCH, remaining),
         gate=chosen_gate,
     )

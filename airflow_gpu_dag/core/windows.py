@@ -97,16 +97,18 @@ class TimeWindow:
         return self.closes <= self.opens
 
     def _occurrence(self, day: date) -> tuple[datetime, datetime]:
-        start = datetime.combine(day, self.opens, self.tz)
-        end = datetime.combine(day + timedelta(days=1) if self.wraps else day, self.closes, self.tz)
+        start = _wall_time(day, self.opens, self.tz)
+        end = _wall_time(day + timedelta(days=1) if self.wraps else day, self.closes, self.tz)
         return start, end
 
     def occurrence(self, anchor: datetime) -> tuple[datetime, datetime]:
-        """The first window ``(start, end)`` whose end is after ``anchor`` (aware datetime)."""
+        """The first window ``(start, end)`` whose end is after ``anchor`` (aware datetime); a day whose
+        window the clocks skip entirely (it lies in a daylight-saving gap) has none."""
         local = anchor.astimezone(self.tz)
-        for offset in (-1, 0, 1):
+        for offset in (-1, 0, 1, 2):
             start, end = self._occurrence(local.date() + timedelta(days=offset))
-            if end.astimezone(UTC) > anchor.astimezone(UTC):  # instants: the same zone compares wall times
+            # instants: the same zone compares wall times
+            if end.astimezone(UTC) > max(anchor.astimezone(UTC), start.astimezone(UTC)):
                 return start, end
         raise AssertionError("unreachable: a daily window recurs every day")  # pragma: no cover
 
@@ -144,6 +146,26 @@ class FixedWindow:
 
 
 Window = TimeWindow | FixedWindow
+
+
+def _wall_time(day: date, clock: time, zone: tzinfo) -> datetime:
+    """``clock`` on ``day`` in ``zone``; a time the clocks skip (a daylight-saving gap, 02:30 when they
+    jump from 02:00 to 03:00) is the first instant at or after it: the jump. Read as an hour later, a
+    window from 02:30 to 03:30 would be empty that day and its task missed."""
+    moment = datetime.combine(day, clock, zone)
+    wall = moment.replace(tzinfo=None)
+    if moment.astimezone(UTC).astimezone(zone).replace(tzinfo=None) == wall:
+        return moment  # exists (fold 0: the first of the two in an hour the clocks repeat)
+    # in a gap: fold 1 reads it with the offset after the jump (an instant before it), fold 0 after it
+    early = int(moment.replace(fold=1).timestamp())
+    late = int(moment.timestamp())
+    while late - early > 1:  # the jump is on a whole second
+        middle = (early + late) // 2
+        if datetime.fromtimestamp(middle, zone).replace(tzinfo=None) >= wall:
+            late = middle
+        else:
+            early = middle
+    return datetime.fromtimestamp(late, zone)
 
 
 def _state(start: datetime, end: datetime, now: datetime) -> tuple[str, datetime, datetime]:
