@@ -316,6 +316,7 @@ class LeaseManager:
                 "processes": [],
                 "acquired_at": now,
                 "heartbeat_at": now,
+                "heartbeat_mono": time.monotonic(),  # ages the lease on this boot (wall clocks jump)
                 "ttl_s": self.settings.ttl_s,
             }
             self.table.save(table)
@@ -413,6 +414,7 @@ class LeaseManager:
             if record is None:
                 return False
             record["heartbeat_at"] = time.time()
+            record["heartbeat_mono"] = time.monotonic()
             self.table.save(table)
             return True
 

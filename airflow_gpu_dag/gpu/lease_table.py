@@ -188,9 +188,18 @@ class LeaseTable:
         ttl = float(record.get("ttl_s") or self.settings.ttl_s)
         # time spent waiting for the lock is time no holder could renew: not held against them
         age = now - float(record.get("heartbeat_at", 0.0)) - self.lock_waited
+        if record.get("heartbeat_mono") is not None and self._same_boot(holder):
+            # this boot's monotonic clock: a wall clock stepped forward past the ttl (NTP, a resumed VM)
+            # must not make a live holder's lease look stale and hand its GPUs to another task
+            age = time.monotonic() - float(record["heartbeat_mono"]) - self.lock_waited
         if age > ttl:
             return f"no heartbeat for {age:.0f}s (lease_ttl {ttl:.0f}s)"
         return None
+
+    def _same_boot(self, holder: Mapping[str, Any]) -> bool:
+        """Whether ``holder`` ran on this host and boot (so its monotonic clock is ours)."""
+        me = self.identity
+        return bool(me.boot_id) and holder.get("host") == me.host and holder.get("boot_id") == me.boot_id
 
     def kill_orphans(self, record: Mapping[str, Any]) -> None:
         """Kill the recorded work processes of ``record`` that still run (on this host only)."""
@@ -301,7 +310,7 @@ def _check_record(lease_id: str, record: Any) -> None:
     devices = record.get("devices")
     if not isinstance(devices, list) or not all(type(d) is int for d in devices):
         raise ValueError(f"lease {lease_id!r}: 'devices' is not a list of GPU indices")
-    for key in ("acquired_at", "heartbeat_at", "ttl_s"):
+    for key in ("acquired_at", "heartbeat_at", "heartbeat_mono", "ttl_s"):
         if key not in record or (key == "ttl_s" and record[key] is None):  # ttl_s None: the setting
             continue
         # null would crash every allocation (float(None)); NaN or Infinity would never go stale

@@ -49,6 +49,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_gpu_dag.gpu.lease import Lease
 from airflow_gpu_dag.gpu.lease_table import group_exists
+from airflow_gpu_dag.gpu.lease_view import parent_pid
+from airflow_gpu_dag.gpu.process import process_start_token
 from airflow_gpu_dag.operators.gpu_lease import GpuLeaseMixin
 from airflow_gpu_dag.operators.gpu_spec import (
     GpuTaskError,
@@ -186,18 +188,6 @@ class GpuBashOperator(GpuLeaseMixin, BashOperator):
                 return True
         return False
 
-    def _leave_lease_to_reclaim(self) -> None:
-        lease = self._gpu_lease
-        if lease is None:
-            return
-        lease.stop_heartbeat()
-        self.log.error(
-            "GPU task command still running after SIGKILL: lease %s on devices %s is kept and reclaimed "
-            "once this task process exits (the reclaim kills the command's process group)",
-            lease.lease_id,
-            list(lease.devices),
-        )
-
     def _on_lease_lost(self, lease: Lease) -> None:
         try:
             self.subprocess_hook.send_sigterm()
@@ -247,6 +237,40 @@ def _group_gone(proc: Any, wait: float) -> bool:
     deadline = time.monotonic() + wait
     while True:
         if proc.poll() is not None and not group_exists(proc.pid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """Every running (not zombie) descendant of process ``root``: pid -> start token. Empty where
+    ``/proc`` cannot be listed."""
+    try:
+        pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return {}
+    children: dict[int, list[int]] = {}
+    for pid in pids:
+        parent = parent_pid(pid)
+        if parent is not None:
+            children.setdefault(parent, []).append(pid)
+    found: dict[int, str] = {}
+    todo = list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        token = process_start_token(pid)
+        if token is not None and pid not in found:
+            found[pid] = token
+            todo.extend(children.get(pid, ()))
+    return found
+
+
+def _processes_gone(processes: dict[int, str], wait: float) -> bool:
+    """Wait up to ``wait`` seconds until none of ``processes`` (pid -> start token) runs; True then."""
+    deadline = time.monotonic() + wait
+    while True:
+        if all(process_start_token(pid) != token for pid, token in processes.items()):
             return True
         if time.monotonic() >= deadline:
             return False
@@ -313,8 +337,12 @@ class GpuPythonOperator(GpuLeaseMixin, PythonOperator):
         self._gpu_running = False
         self._gpu_interruptible = False
 
+    #: Seconds the processes the callable left running get to exit after SIGTERM (then SIGKILL).
+    child_stop_grace_s: float = 10.0
+
     def execute(self, context: Any) -> Any:
         lease = self._acquire_gpu_lease(context)
+        before = _descendants(os.getpid())  # not the callable's: left alone
         saved = {key: os.environ.get(key) for key in lease.env()}
         os.environ.update(lease.env())
         context[LEASE_CONTEXT_KEY] = lease.to_dict()
@@ -322,9 +350,13 @@ class GpuPythonOperator(GpuLeaseMixin, PythonOperator):
         try:
             with _sigint_raises() as interruptible:
                 self._gpu_interruptible = interruptible
-                self._gpu_running = True  # from here a lost lease interrupts the callable ...
+                self._gpu_running = True  # from here a lost lease or SIGTERM interrupts the callable ...
                 try:
-                    self._raise_if_lost()  # ... and one lost before does not start it
+                    if self._gpu_cancelled:  # ... and one before does not start it
+                        raise AirflowException(
+                            f"task {self.task_id!r} was killed before its GPU callable started"
+                        )
+                    self._raise_if_lost()
                     result = super().execute(context)
                 finally:
                     self._gpu_running = False
@@ -343,7 +375,39 @@ class GpuPythonOperator(GpuLeaseMixin, PythonOperator):
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
-            self._finish_gpu_lease(outcome)
+            # processes the callable started (torchrun, multiprocessing) that outlive it would keep
+            # using GPUs the next task is given: stopped first, or the lease is left to the reclaim
+            if self._stop_children(before):
+                self._finish_gpu_lease(outcome)
+            else:
+                self._leave_lease_to_reclaim()
+
+    def _stop_children(self, before: dict[int, str]) -> bool:
+        """SIGTERM, then SIGKILL, to the processes started under this task process since ``before``
+        (recorded in the lease first, so a reclaim kills them too); True once they are gone."""
+        left = {pid: t for pid, t in _descendants(os.getpid()).items() if before.get(pid) != t}
+        if not left:
+            return True
+        lease = self._gpu_lease
+        for pid in left:
+            if lease is not None and not lease.lost:
+                try:
+                    lease.register_process(pid)
+                except Exception:
+                    self.log.exception("GPU lease: cannot record process %s", pid)
+        for sig, wait in ((signal.SIGTERM, self.child_stop_grace_s), (signal.SIGKILL, 5.0)):
+            running = sorted(pid for pid, token in left.items() if process_start_token(pid) == token)
+            if not running:
+                return True
+            self.log.warning(
+                "GPU task: processes %s its callable started still run; sending %s", running, sig.name
+            )
+            for pid in running:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+            if _processes_gone(left, wait):
+                return True
+        return False
 
     def _on_lease_lost(self, lease: Lease) -> None:
         import _thread

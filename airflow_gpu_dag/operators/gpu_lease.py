@@ -104,6 +104,20 @@ class GpuLeaseMixin:
             )
         forward_this_host()  # a shared budget ledger gets this host's lease usage (no-op without one)
 
+    def _leave_lease_to_reclaim(self) -> None:
+        """The work survived SIGKILL: keep the lease (its devices are still in use) without a
+        heartbeat; it is reclaimed, and its recorded processes killed, once this task process exits."""
+        lease = self._gpu_lease
+        if lease is None:
+            return
+        lease.stop_heartbeat()
+        self.log.error(  # type: ignore[attr-defined]
+            "GPU task work still running after SIGKILL: lease %s on devices %s is kept and reclaimed "
+            "once this task process exits (the reclaim kills the processes recorded in the lease)",
+            lease.lease_id,
+            list(lease.devices),
+        )
+
     def _raise_if_lost(self) -> None:
         lease = self._gpu_lease
         if lease is not None and lease.lost:
