@@ -201,7 +201,9 @@ def get_provider_info() -> dict[str, Any]:
                     },
                     "learned_min_runs": {
                         "description": "Successful tries needed before a task's history replaces its "
-                        "declared estimate.",
+                        "declared estimate; at most learned_window (only that many tries are read): a "
+                        "larger value is reported by lint and the cluster policy (bad-config) and the "
+                        "defaults used.",
                         "version_added": "0.1.0",
                         "type": "integer",
                         "example": "5",

@@ -143,7 +143,7 @@ def read_hints(executor_config: object) -> dict[str, Any]:
     if isinstance(executor_config, str):
         try:
             executor_config = ast.literal_eval(executor_config) if executor_config.strip() else {}
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):  # TypeError: {[1]: 2}
             return {}
     if isinstance(executor_config, Mapping):
         hints = executor_config.get(HINTS_KEY)
@@ -160,6 +160,6 @@ def duration_hint(executor_config: object) -> float | None:
     try:
         raw = read_hints(executor_config)["duration_s"]
         value = float(raw) if not isinstance(raw, bool) else math.nan
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: an int over 1.8e308
         return None
     return value if math.isfinite(value) and value >= 0 else None

@@ -72,7 +72,7 @@ def _pool_sizes(raw: str) -> dict[str, int] | str:
         return "is not a JSON object of pool -> slots"
     sizes: dict[str, int] = {}
     for name, slots in value.items():
-        if isinstance(slots, str) and slots.strip().isdecimal():  # "²" is a digit int() refuses
+        if isinstance(slots, str) and slots.strip().isdecimal() and len(slots) < 4300:  # int() refuses "²"
             slots = int(slots)
         elif isinstance(slots, float) and slots.is_integer():
             slots = int(slots)  # 8.0: a whole number written as a float
@@ -169,7 +169,7 @@ def config_problems() -> list[tuple[str, str]]:
             except ValueError:
                 problems.append((key, f"{raw!r} is not a {'whole ' if kind is int else ''}number"))
     try:  # the learned_* options' ranges, as EstimateSettings checks them
-        EstimateSettings(**{k.removeprefix("learned_"): v for k, v in numbers.items() if "learned_" in k})
+        _learning(**{k.removeprefix("learned_"): v for k, v in numbers.items() if "learned_" in k})
     except ValueError as err:
         problems.append((str(err).split()[0], str(err).split(" ", 1)[1]))
     for key, (low, high) in _RANGES.items():
@@ -261,9 +261,7 @@ def watermark_watchdog_interval() -> float:
     try:
         return parse_duration(raw)
     except EstimateError as err:
-        log.warning(
-            "[gpu_dag] watermark_watchdog_interval %r is invalid (%s); using %s", raw, err, WATCHDOG_INTERVAL
-        )
+        log.warning("[gpu_dag] watermark_watchdog_interval %r: %s; using %s", raw, err, WATCHDOG_INTERVAL)
         return parse_duration(WATCHDOG_INTERVAL)
 
 
@@ -303,9 +301,7 @@ def objective() -> Objective:
                 seconds = parse_duration(raw)
                 chosen = replace(chosen, gap=seconds) if field == "gap" else replace(chosen, overdue=seconds)
             except EstimateError as err:
-                _warn_once(
-                    key, "airflow-gpu-dag: [gpu_dag] %s %r is invalid (%s); ignoring it", key, raw, err
-                )
+                _warn_once(key, f"airflow-gpu-dag: [gpu_dag] {key} %r is invalid (%s); ignoring it", raw, err)
     return chosen
 
 
@@ -380,10 +376,9 @@ def plan_policy() -> str:
 def plan_search_budget() -> int:
     """``[gpu_dag] plan_search_budget``: simulated tasks the planner's local search may spend (0, the
     default, turns it off; ``core.planner.SEARCH_BUDGET`` = 60000 is the measured setting)."""
-    raw = conf_get("plan_search_budget", "0") or "0"
-    budget = int(raw) if raw.strip().removeprefix("-").isdecimal() else -1
+    budget = int(_conf_number("plan_search_budget", 0, int))  # as lint reads it: "+5", "60_000"
     if budget < 0:
-        _warn_once("plan_search_budget", "[gpu_dag] plan_search_budget %r is not a count >= 0; 0 used", raw)
+        _warn_once("plan_search_budget", "[gpu_dag] plan_search_budget '%d' is < 0; using 0", budget)
     return max(0, budget)
 
 
@@ -412,10 +407,9 @@ def planner_nice() -> int:
     """``[gpu_dag] planner_nice`` (default 19): the ``nice`` level of the planning subprocess, so the
     kernel gives the scheduler (and the api-server) the CPU first and plans use what is left; 0 plans
     at the scheduler's own priority. An invalid value is logged once and the default used."""
-    raw = (conf_get("planner_nice", str(PLANNER_NICE)) or str(PLANNER_NICE)).strip()
-    value = int(raw) if raw.removeprefix("-").isdecimal() else -1
+    value = int(_conf_number("planner_nice", PLANNER_NICE, int))  # as lint reads it: "+5", "1_0"
     if not 0 <= value <= 19:
-        _warn_once("planner_nice", "[gpu_dag] planner_nice %r is not 0-19; using %d", raw, PLANNER_NICE)
+        _warn_once("planner_nice", "[gpu_dag] planner_nice '%d' is not 0-19; using %d", value, PLANNER_NICE)
         return PLANNER_NICE
     return value
 
@@ -479,8 +473,14 @@ def _conf_number(key: str, default: float, kind: type = float) -> float:
     try:
         return kind(str(raw).strip())
     except ValueError:
-        log.warning("[gpu_dag] %s %r is not a number; using %s", key, raw, default)
+        _warn_once(key, "[gpu_dag] %s %r is not a number; using %s", key, raw, default)
         return default
+
+
+def _learning(**values: Any) -> EstimateSettings:  # EstimateSettings, with a window that holds min_runs
+    if (learn := EstimateSettings(**values)).min_runs > learn.window:  # at most window tries are read
+        raise ValueError(f"learned_window {learn.window} < learned_min_runs {learn.min_runs}: no task learns")
+    return learn
 
 
 def estimate_settings() -> EstimateSettings:
@@ -497,7 +497,7 @@ def estimate_settings() -> EstimateSettings:
         "flag_factor": _conf_number("learned_flag_factor", default.flag_factor),
     }
     try:
-        return EstimateSettings(enabled=enabled, **values)  # type: ignore[arg-type]
+        return _learning(enabled=enabled, **values)
     except ValueError as err:
         log.warning("[gpu_dag] learned_* options are invalid (%s); using the defaults", err)
         return EstimateSettings(enabled=enabled)
