@@ -19,9 +19,9 @@ of a known admin user (SimpleAuthManager, user ``admin``, password :attr:`Airflo
 written to the passwords file before the api-server starts, so nothing is generated at random).
 
 Settings are passed to the children as ``AIRFLOW__*`` environment variables (see
-:meth:`AirflowCluster.env`); inherited ``AIRFLOW__*``/``AIRFLOW_HOME``/``AIRFLOW_CONFIG`` variables of
-the calling process are dropped so a developer's own Airflow setup cannot leak in. Extra settings
-go in ``env=``, which wins over the defaults.
+:meth:`AirflowCluster.env`); inherited ``AIRFLOW__*``, ``AIRFLOW_CONN_*``, ``AIRFLOW_VAR_*``,
+``AIRFLOW_HOME`` and ``AIRFLOW_CONFIG`` variables of the calling process are dropped so a developer's
+own Airflow setup cannot leak in. Extra settings go in ``env=``, which wins over the defaults.
 
 Set ``AIRFLOW_GPU_DAG_KEEP_HOME=1`` (or ``keep_home=True``) to keep the home with the component
 logs (``<home>/<component>.log``) and the task logs (``<home>/logs``) after the cluster stops.
@@ -64,8 +64,10 @@ KEEP_HOME_ENV = "AIRFLOW_GPU_DAG_KEEP_HOME"
 _SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
 
 
-#: What the cluster does not take from the caller's environment (besides ``AIRFLOW__*`` settings).
+#: What the cluster does not take from the caller's environment: these names, and settings,
+#: connections and Variables (a developer's ``AIRFLOW_CONN_*`` may point at a real deployment).
 _NOT_INHERITED = frozenset({"AIRFLOW_HOME", "AIRFLOW_CONFIG", "COLUMNS", "LINES"})
+_NOT_INHERITED_PREFIXES = ("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_")
 
 
 #: A log line that names an exception (``sqlalchemy.exc.OperationalError: ...``, ``KeyError: 'x'``).
@@ -413,7 +415,9 @@ class AirflowCluster(ClusterRest):
         # COLUMNS / LINES describe the caller's terminal (a pytest-xdist worker sets 80 x 24); the
         # cluster's components and CLI calls have none, so their tables get the no-terminal width.
         env = {
-            k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__") and k not in _NOT_INHERITED
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(_NOT_INHERITED_PREFIXES) and k not in _NOT_INHERITED
         }
         bin_dir = str(Path(sys.executable).parent)
         env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")

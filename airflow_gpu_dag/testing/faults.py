@@ -131,7 +131,9 @@ def start_component(cluster: AirflowCluster, name: str, timeout: float = 300.0) 
         except (ClusterError, ValueError) as err:
             last = err
         time.sleep(0.5)
-    raise ClusterError(f"{name} not healthy {timeout:.0f}s after the restart; last health: {last}")
+    raise ClusterError(
+        f"{name} not healthy {timeout:.0f}s after the restart; last health: {last}\n{cluster.log_tails(40)}"
+    )
 
 
 def restart_component(

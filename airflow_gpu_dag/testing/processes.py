@@ -50,8 +50,8 @@ class Component:
 
     def remember_descendants(self) -> None:
         """Record the process and its descendants now alive (so a stop also finds those that left
-        the process group)."""
-        if self.proc is None:
+        the process group). Not once the process has exited: its pid, free again, may be another's now."""
+        if self.proc is None or self.proc.poll() is not None:
             return
         try:
             root = psutil.Process(self.proc.pid)
@@ -62,8 +62,9 @@ class Component:
             pass
 
     def signal_group(self, sig: signal.Signals) -> None:
-        """Send ``sig`` to the component's process group."""
-        if self.proc is None:
+        """Send ``sig`` to the component's process group. Once the (reaped) leader's pid is another
+        process's, the group is gone: while a group has members, Linux does not reuse its id."""
+        if self.proc is None or (self.proc.poll() is not None and psutil.pid_exists(self.proc.pid)):
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, sig)

@@ -46,6 +46,10 @@ def _is_database_error(resp: httpx.Response) -> bool:
     return isinstance(detail, dict) and detail.get("reason") == "Database error"
 
 
+def _first_line(err: BaseException) -> str:
+    return (str(err).splitlines() or [type(err).__name__])[0]
+
+
 def rest_client(api_url: str, username: str, password: str) -> AirflowRestClient:
     """The cluster's client: 60 s per call, GETs retried on connection errors, redirects followed."""
     return AirflowRestClient(
@@ -197,21 +201,28 @@ class ClusterRest:
         """
         deadline = time.monotonic() + timeout
         while True:
-            resp = self.api("GET", f"/dags/{dag_id}", check=False)
-            if resp.status_code == 200:
-                dag = dict(resp.json())
-                if dag.get("is_paused"):
-                    self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
-                    continue
-                details = self.api("GET", f"/dags/{dag_id}/details", check=False)
-                if details.status_code == 200:
-                    return dag
+            try:
+                resp = self.api("GET", f"/dags/{dag_id}", check=False)
+                if resp.status_code == 200:
+                    dag = dict(resp.json())
+                    if dag.get("is_paused"):
+                        self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
+                        continue
+                    details = self.api("GET", f"/dags/{dag_id}/details", check=False)
+                    if details.status_code == 200:
+                        return dag
+            except ClusterError:
+                self.check_alive()  # a dead api-server is why nothing answers: name it, with its log
+                raise
             self.check_alive()
             if time.monotonic() >= deadline:
-                errors = "\n".join(
-                    f"  {e.get('filename')}: {str(e.get('stack_trace', ''))[-1500:]}"
-                    for e in self.import_errors()
-                )
+                try:
+                    errors = "\n".join(
+                        f"  {e.get('filename')}: {str(e.get('stack_trace', ''))[-1500:]}"
+                        for e in self.import_errors()
+                    )
+                except ClusterError as err:
+                    errors = f"  (not readable: {_first_line(err)})"
                 raise ClusterError(
                     f"DAG {dag_id!r} was not parsed within {timeout:.0f}s from {self.dags_folder}. "
                     f"Import errors:\n{errors or '  (none)'}\n{self.log_tails(30)}"
@@ -259,15 +270,22 @@ class ClusterRest:
         """
         deadline = time.monotonic() + timeout
         while True:
-            state = str(self.get_run(dag_id, run_id).get("state"))
+            try:
+                state = str(self.get_run(dag_id, run_id).get("state"))
+            except ClusterError:
+                self.check_alive()  # a dead api-server is why nothing answers: name it, with its log
+                raise
             if state in TERMINAL_RUN_STATES:
                 return state
             self.check_alive()
             if time.monotonic() >= deadline:
-                tis = "\n".join(
-                    f"  {ti['task_id']}[{ti.get('map_index', -1)}]: {ti.get('state')}"
-                    for ti in self.task_instances(dag_id, run_id)
-                )
+                try:
+                    tis = "\n".join(
+                        f"  {ti['task_id']}[{ti.get('map_index', -1)}]: {ti.get('state')}"
+                        for ti in self.task_instances(dag_id, run_id)
+                    )
+                except ClusterError as err:
+                    tis = f"  (not readable: {_first_line(err)})"
                 try:
                     health: object = self.health()
                 except ClusterError as err:
