@@ -75,7 +75,9 @@ def _session(session: Any) -> Iterator[Any]:
         return
     from airflow.utils.session import create_session
 
-    with create_session() as own:
+    # not the thread's scoped session: in the scheduler's thread (plan_in_background = false) that is
+    # the scheduler's own, mid-transaction, and create_session() would commit and close it
+    with create_session(scoped=False) as own:
         yield own
 
 

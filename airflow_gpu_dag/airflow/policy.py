@@ -36,14 +36,31 @@ CRITICAL_PATH_WEIGHT_RULE, PACKING_WEIGHT_RULE = (
 log = logging.getLogger(__name__)
 
 
+def _rule_meant(rule: object) -> str | None:
+    """Our class path when ``rule`` is a string naming one of our rules without it (its class name, the
+    simulator's ``critical_path`` / ``packing``, the constant's name), in any case; else None."""
+    if not isinstance(rule, str) or isinstance(rule, enum.Enum):
+        return None
+    name = rule.rsplit(".", 1)[-1].strip().replace("_", "").lower()
+    for path in (CRITICAL_PATH_WEIGHT_RULE, PACKING_WEIGHT_RULE):
+        short = "criticalpath" if "Critical" in path else "packing"
+        if name in (path.rsplit(".", 1)[1].lower(), short, f"{short}weightrule"):
+            return path
+    return None
+
+
 def uses_provider(dag: Any) -> bool:
-    """True when any task carries our hints or weight rule."""
+    """True when any task carries our hints or weight rule (or names one of our rules the way Airflow
+    cannot load: ``weight_rule="critical_path"`` fails the DAG's serialization naming neither the task
+    nor the fix; the policy names both)."""
     for task in dag.task_dict.values():
         config = getattr(task, "executor_config", None)
         if isinstance(config, dict) and HINTS_KEY in config:
             return True
         rule = getattr(task, "weight_rule", None)
         if "airflow_gpu_dag" in str(getattr(rule, "__module__", "")) or "airflow_gpu_dag" in str(rule):
+            return True
+        if isinstance(rule, str) and _rule_meant(rule) is not None and _cannot_load(rule):  # not a plugin
             return True
     return False
 
@@ -62,8 +79,6 @@ def _is_mapped(task: Any) -> bool:
 def _unloadable_rules(dag: Any) -> dict[str, list[str]]:
     """Weight rule -> the tasks using it, for the rules Airflow cannot load (``instance:<class>`` for a
     strategy object on a mapped task)."""
-    from airflow.task.priority_strategy import validate_and_load_priority_weight_strategy
-
     bad: dict[str, list[str]] = {}
     by_name: dict[str, list[str]] = {}  # each named rule is checked once, however many tasks use it
     for task in dag.task_dict.values():
@@ -73,13 +88,23 @@ def _unloadable_rules(dag: Any) -> dict[str, list[str]]:
         elif rule is not None and not isinstance(rule, enum.Enum) and _is_mapped(task):
             bad.setdefault(f"instance:{type(rule).__name__}", []).append(task.task_id)
     for rule, tasks in by_name.items():
-        try:
-            validate_and_load_priority_weight_strategy(rule)
-        except ValueError:  # "Unknown priority strategy X": what serializing the DAG would fail on
+        if _cannot_load(rule):
             bad[rule] = tasks
-        except Exception:  # a plugin that fails to load, say: not this DAG's error; serialization judges
-            log.debug("airflow-gpu-dag: could not check weight rule %r", rule, exc_info=True)
     return bad
+
+
+def _cannot_load(rule: str) -> bool:
+    """Whether Airflow fails on weight rule ``rule`` (``Unknown priority strategy X``) when it serializes
+    the DAG; a plugin that fails to load, say, is not the DAG's error (serialization judges)."""
+    from airflow.task.priority_strategy import validate_and_load_priority_weight_strategy
+
+    try:
+        validate_and_load_priority_weight_strategy(rule)
+    except ValueError:
+        return True
+    except Exception:
+        log.debug("airflow-gpu-dag: could not check weight rule %r", rule, exc_info=True)
+    return False
 
 
 def weight_rule_findings(dag: Any, bad: dict[str, list[str]] | None = None) -> list[Finding]:
@@ -105,14 +130,11 @@ def weight_rule_findings(dag: Any, bad: dict[str, list[str]] | None = None) -> l
                 for path in (CRITICAL_PATH_WEIGHT_RULE, PACKING_WEIGHT_RULE)
                 for alias in (path.rsplit(".", 1)[1], "critical_path" if "Critical" in path else "packing")
             }
+            meant = _rule_meant(rule)
             close = difflib.get_close_matches(rule, list(names), n=1, cutoff=0.6)
+            meant = meant or (names[close[0]] if close else None)
             message = f"task(s) {shown} use weight rule {rule!r}, which Airflow does not know."
-            fix = (
-                (f"did you mean {names[close[0]]!r}? " if close else "")
-                + "Use one of "
-                + ", ".join(known)
-                + "."
-            )
+            fix = (f"did you mean {meant!r}? " if meant else "") + "Use one of " + ", ".join(known) + "."
         findings.append(Finding(ERROR, "bad-weight-rule", str(dag.dag_id), tasks[0], message, fix))
     return findings
 

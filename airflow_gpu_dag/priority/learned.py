@@ -22,6 +22,7 @@ weights call it when new settings replace the object).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -51,6 +52,8 @@ LEARNED_REFRESH_S = 600.0
 MIN_REFRESH_S = MIN_LEARNED_REFRESH_S
 #: DAG versions whose learned durations are kept per process.
 MAX_VERSIONS = 1024
+#: The refresh thread looks for due versions at least this often (seconds).
+MAX_POLL_S = 3600.0
 #: After each read the thread sleeps this many times as long as the read took (at most YIELD_MAX_S).
 YIELD_FACTOR = 2.0
 YIELD_MAX_S = 1.0
@@ -83,14 +86,36 @@ def read_learned(dag: Any) -> tuple[TaskGraph | None, int]:
     Never raises for an unreadable history: the declared estimates are used."""
     from airflow_gpu_dag.airflow.history import has_history, learned_task_graph
 
+    session = _own_session()
     try:
-        if not has_history(str(dag.dag_id)):
-            return None, 0
-    except Exception:  # learned_task_graph says why, once
-        pass
-    learned = learned_task_graph(dag, expand_mapped=True)
+        try:
+            if not has_history(str(dag.dag_id), session=session):
+                return None, 0
+        except Exception:  # learned_task_graph says why, once
+            if session is not None:
+                with contextlib.suppress(Exception):
+                    session.rollback()  # else the next query fails on the aborted transaction
+        learned = learned_task_graph(dag, expand_mapped=True, session=session)
+    finally:
+        if session is not None:
+            with contextlib.suppress(Exception):
+                session.close()  # read only: nothing to commit
     durations = sum(1 for e in learned.estimates.values() if e.learned is not None)
     return learned.graph, durations + len(learned.map_counts)
+
+
+def _own_session() -> Any:
+    """A session of its own, not the thread's scoped one: with ``[gpu_dag] plan_in_background = false``
+    the history is read inside ``get_weight``, in the scheduler's thread, whose scoped session is the
+    scheduler's own, mid-transaction (``create_session()`` would commit and close it). None when no
+    session can be made (the history functions then say why; the declared estimates are used)."""
+    try:
+        from airflow import settings as airflow_settings
+
+        maker = airflow_settings.NonScopedSession
+        return maker() if maker is not None else None
+    except Exception:
+        return None
 
 
 class LearnedDurations:
@@ -229,7 +254,9 @@ class LearnedDurations:
 
     def _loop(self) -> None:
         while not self._stopped.is_set():
-            self._wake.wait(timeout=self.refresh_s / 4)
+            # at most MAX_POLL_S: a refresh bound of years ("1000000d") would exceed what a wait takes
+            # (threading.TIMEOUT_MAX) and end the thread before it read anything
+            self._wake.wait(timeout=min(self.refresh_s / 4, MAX_POLL_S))
             self._wake.clear()
             for version, dag in self._due():
                 if self._stopped.is_set():
