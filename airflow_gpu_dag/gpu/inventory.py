@@ -257,6 +257,10 @@ def _gpu_type(raw: str, where: str) -> str:
         raise InventoryError(f"{where}: {err}") from None
 
 
+#: GPUs a static inventory may describe (a count of 10**20, a typo, hung the scheduler building them).
+MAX_INVENTORY_GPUS = 65_536
+
+
 def _parse_shorthand(text: str) -> list[GpuDevice]:
     devices: list[GpuDevice] = []
     for part in text.split(","):
@@ -268,6 +272,10 @@ def _parse_shorthand(text: str) -> list[GpuDevice]:
         count = int(match.group(1)) if match.group(1) else 1
         if count <= 0:
             raise InventoryError(f"inventory part {part.strip()!r} has a GPU count of 0; {_INVENTORY_HELP}")
+        if len(devices) + count > MAX_INVENTORY_GPUS:  # one object per GPU: a typo would fill the memory
+            raise InventoryError(
+                f"inventory part {part.strip()!r}: more than {MAX_INVENTORY_GPUS} GPUs in all"
+            )
         words = match.group(2).split()
         if len(words) > 1 and _is_memory(words[-1]):  # "4xa100 80GiB": the memory without its colon
             raise InventoryError(
