@@ -208,24 +208,7 @@ class FileBudgetLedger:
     def _append_once(self, record: UsageRecord) -> None:
         if record.lease_id and any(r.lease_id == record.lease_id for r in self._records()):
             return
-        self._end_torn_line()
-        UsageLedger(self.path).append(record)
-
-    def _end_torn_line(self) -> None:
-        """End a torn last line (a writer that crashed mid-write) with a newline: appended to it, the
-        next record would share its line and be skipped as unreadable, its usage never counted."""
-        try:
-            with self.path.open("rb") as handle:
-                handle.seek(-1, os.SEEK_END)
-                torn = handle.read(1) != b"\n"
-        except OSError:  # no ledger yet, or an empty one
-            return
-        if torn:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-            try:
-                os.write(fd, b"\n")
-            finally:
-                os.close(fd)
+        UsageLedger(self.path).append(record)  # after a torn last line, on a line of its own
 
     def record(self, record: UsageRecord) -> None:
         with self._locked():

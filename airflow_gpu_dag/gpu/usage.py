@@ -103,11 +103,16 @@ class UsageLedger:
         self.path = Path(path)
 
     def append(self, record: UsageRecord) -> None:
-        """Append one record with a single ``write`` (callers hold the lease lock)."""
+        """Append one record with a single ``write`` (callers hold the lease lock). After a torn last
+        line (a writer that crashed mid-write) the record starts a line of its own: appended to the torn
+        one, it would be skipped as unreadable with it, its usage never counted."""
         line = (record.to_json() + "\n").encode()
         self.path.parent.mkdir(parents=True, exist_ok=True)  # [gpu_dag] usage_ledger may be elsewhere
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o664)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o664)
         try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line
             os.write(fd, line)
             os.fsync(fd)
         finally:
