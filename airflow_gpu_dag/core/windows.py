@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta, tzinfo
+from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -55,9 +55,23 @@ def parse_time_of_day(value: object, what: str = "time") -> time:
     raise ValueError(f"{what}={value!r} is not a time of day; use 'HH:MM' or 'HH:MM:SS' (24h), e.g. '22:00'.")
 
 
+#: A fixed offset as ``datetime.timezone`` names it (``UTC+02:00``): the name a window's hint stores.
+_OFFSET = re.compile(r"UTC([+-])(\d\d):(\d\d)$")
+
+
 def _zone(tz: str | tzinfo, prefix: str) -> tzinfo:
     if not isinstance(tz, str):
+        try:  # the task's hint stores the zone's name: the plan must read the same zone back from it
+            _zone(_tz_name(tz), prefix)
+        except ValueError:
+            raise ValueError(
+                f"{prefix}timezone {tz!r} has no name a plan can read back; use an IANA name like "
+                "'Europe/Berlin'."
+            ) from None
         return tz
+    if offset := _OFFSET.match(tz.strip()):
+        sign = -1 if offset.group(1) == "-" else 1
+        return timezone(sign * timedelta(hours=int(offset.group(2)), minutes=int(offset.group(3))))
     try:
         return UTC if tz.upper() == "UTC" else ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError):

@@ -34,3 +34,38 @@ def test_a_lease_record_appended_after_a_torn_line_is_read(tmp_path) -> None:
 
 def _record(cls, lease_id: str):
     return cls("d", "r", "t", 1, (0,), 100.0, 160.0, lease_id=lease_id)
+
+
+def test_a_window_in_a_fixed_offset_zone_reads_back_from_its_hint() -> None:
+    # Before: tz=timezone(timedelta(hours=2)) was accepted, its hint stored "UTC+02:00", which no
+    # ZoneInfo reads: the plan and the critical-path page dropped the window without a word.
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from airflow_gpu_dag.core.windows import parse_window, seconds_until_open, window_from_hint
+
+    window = parse_window("22:00", "06:00", timezone(timedelta(hours=2)))
+    back = window_from_hint(window.to_hint())
+    assert back == window
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)  # 14:00 at +02:00: opens in 8 h
+    assert seconds_until_open(back, now) == seconds_until_open(window, now) == 8 * 3600
+    minus = parse_window("01:00", "02:00", "UTC-05:30")
+    assert minus.tz.utcoffset(None) == -timedelta(hours=5, minutes=30)
+
+
+def test_a_zone_without_a_readable_name_is_refused_at_parse_time() -> None:
+    from datetime import datetime, timedelta, tzinfo
+
+    from airflow_gpu_dag.core.windows import parse_window
+
+    class Odd(tzinfo):
+        def utcoffset(self, dt: datetime | None) -> timedelta:
+            return timedelta(hours=1)
+
+        def dst(self, dt: datetime | None) -> timedelta:
+            return timedelta(0)
+
+        def __repr__(self) -> str:
+            return "Odd()"
+
+    with pytest.raises(ValueError, match="IANA name"):
+        parse_window("22:00", "06:00", Odd())
