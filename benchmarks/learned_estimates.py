@@ -33,7 +33,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from workloads import GPU_POOL, Workload, load_workloads, ml_pipeline_workloads
+from workloads import GPU_POOL, Workload, load_workloads, ml_pipeline_workloads, parse_sets
 
 from airflow_gpu_dag.core.estimates import RunSample, estimate_duration, planning_error, with_estimates
 from airflow_gpu_dag.core.graph import TaskGraph
@@ -143,13 +143,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="every 4th file instance, 9 ML pipelines")
     args = parser.parse_args(argv)
+    try:
+        chosen = parse_sets(args.sets)
+    except ValueError as err:
+        parser.error(str(err))
     started = time.perf_counter()
-    files = load_workloads(args.workloads)
+    # the file only when its set is run: --sets ml_pipelines needs no ../shared/workloads
+    files = load_workloads(args.workloads)[:: 4 if args.quick else 1] if "wfinstances" in chosen else []
     ml = ml_pipeline_workloads(9 if args.quick else args.ml_count, seed=0)
-    if args.quick:
-        files = files[::4]
-    chosen = {s.strip() for s in args.sets.split(",") if s.strip()}
-    sets = {name: ws for name, ws in {"wfinstances": files, "ml_pipelines": ml}.items() if name in chosen}
+    sets = {name: {"wfinstances": files, "ml_pipelines": ml}[name] for name in chosen}
     print(
         f"# learned durations: declared = truth x exp(N(0, {args.error:g})); learned from {args.runs} runs, "
         f"each truth x U(1 +/- {args.spread:g}), history draw {args.history_draw}, "

@@ -31,7 +31,7 @@ from multiprocessing import Pool
 from typing import Any
 
 from learned_estimates import learned_graph
-from mixes import make_mix, triggers
+from mixes import check_variant, make_mix, spread_factor, triggers
 from multi_dag import parse_seeds
 
 from airflow_gpu_dag.core.objective import OBJECTIVES
@@ -94,10 +94,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     caps = [int(c) for c in args.caps.split(",")]
-    modes = [m.strip() for m in args.modes.split(",")]
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    variants = [v.strip() for v in args.variant.split(",") if v.strip()]
+    try:  # before any job: an unknown generator would silently draw other mixes
+        for variant in variants:
+            check_variant(variant)
+        for mode in modes:
+            spread_factor(mode)
+    except ValueError as err:
+        parser.error(str(err))
     jobs = [
-        (v.strip(), seed, cap, mode, args.objective, args.error, args.runs, args.spread, args.interval)
-        for v in args.variant.split(",")
+        (v, seed, cap, mode, args.objective, args.error, args.runs, args.spread, args.interval)
+        for v in variants
         for cap in caps
         for mode in modes
         for seed in parse_seeds(args.seeds)

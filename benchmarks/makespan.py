@@ -30,7 +30,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from workloads import GPU_POOL, Workload, load_workloads, ml_pipeline_workloads
+from workloads import GPU_POOL, Workload, load_workloads, ml_pipeline_workloads, parse_sets
 
 from airflow_gpu_dag.core.bounds import best_lower_bound, lower_bound
 from airflow_gpu_dag.core.planner import SEARCH_BUDGET, packing_weights_plan, perturbed
@@ -185,17 +185,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown policies {unknown}; use {', '.join(POLICIES)}")
     if "stock" not in policies:
         policies.insert(0, "stock")
+    try:
+        chosen = parse_sets(args.sets)
+    except ValueError as err:
+        parser.error(str(err))
     started = time.perf_counter()
-    files = load_workloads(args.workloads)
+    # the file only when its set is run: --sets ml_pipelines needs no ../shared/workloads
+    files = load_workloads(args.workloads)[:: 4 if args.quick else 1] if "wfinstances" in chosen else []
     ml = ml_pipeline_workloads(9 if args.quick else args.ml_count, seed=args.seed)
-    if args.quick:
-        files = files[::4]
-    chosen = {name.strip() for name in args.sets.split(",") if name.strip()}
-    sets = {name: ws for name, ws in {"wfinstances": files, "ml_pipelines": ml}.items() if name in chosen}
-    if not sets:
-        parser.error("--sets names none of: wfinstances, ml_pipelines")
+    sets = {name: {"wfinstances": files, "ml_pipelines": ml}[name] for name in chosen}
     print(
-        f"# makespan benchmark: {len(files)} file instances ({args.workloads.name}), {len(ml)} ML pipelines"
+        "# makespan benchmark: "
+        + ", ".join(
+            f"{len(files)} file instances ({args.workloads.name})"
+            if name == "wfinstances"
+            else f"{len(ml)} ML pipelines (seed {args.seed})"
+            for name in chosen
+        )
     )
     print(
         f"# controller interval {args.interval:g}s; duration noise sigma {args.noise:g}; "

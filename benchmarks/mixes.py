@@ -33,6 +33,18 @@ from airflow_gpu_dag.core.resources import GpuRequest
 
 GPU_POOL = "gpu"
 KINDS = ("pipeline", "sweep", "eval")
+VARIANTS = ("A", "B")  # the tuning generator and the held-out one
+
+
+def check_variant(variant: str) -> str:
+    """``variant`` if it names a generator; any other name (``"b"``, ``" B"``) would silently draw
+    other mixes than the recorded ones.
+
+    :raises ValueError: not one of :data:`VARIANTS`.
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"mix generator {variant!r}: use A (tuning) or B (held out)")
+    return variant
 
 
 @dataclass
@@ -79,6 +91,7 @@ def _pipeline(b: _B, variant: str) -> None:
     rng = b.rng
     names = list(STAGES_A)
     k = rng.randint(2, 4)
+    ev: tuple[tuple[int, int], tuple[int, ...]]
     if variant == "A":
         first = rng.randint(0, 4 - k)
         stages = names[first : first + k]
@@ -150,7 +163,7 @@ def _eval(b: _B, variant: str) -> None:
 
 def make_mix(seed: int, variant: str = "A") -> list[Run]:
     """The DAGs of one mix, in tie-break order."""
-    rng = random.Random(f"mix:{variant}:{seed}")
+    rng = random.Random(f"mix:{check_variant(variant)}:{seed}")
     if variant == "A":
         counts = {"pipeline": rng.randint(1, 3), "sweep": rng.randint(1, 4), "eval": rng.randint(5, 40)}
     else:
@@ -191,8 +204,9 @@ def triggers(runs: list[Run], capacity: int, mode: str, seed: int, variant: str 
     rho = spread_factor(mode)
     if rho == 0.0:
         return [0.0] * len(runs)
-    rng = random.Random(f"trig:{variant}:{seed}:{capacity}")
+    rng = random.Random(f"trig:{check_variant(variant)}:{seed}:{capacity}")
     window = rho * gpu_seconds(runs) / capacity
+    times: list[float]
     if variant == "A":
         times = [round(rng.uniform(0.0, window)) for _ in runs]
     else:

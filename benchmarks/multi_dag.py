@@ -47,6 +47,7 @@ from mixes import (  # type: ignore[import-not-found]
     KINDS,
     Run,
     actual_graphs,
+    check_variant,
     make_mix,
     spread_factor,
     triggers,
@@ -309,20 +310,35 @@ def add_mix_arguments(
 
 def mix_jobs(args: argparse.Namespace, *extra: Any) -> list[tuple]:
     """One job per mix the options of :func:`add_mix_arguments` name:
-    ``(variant, seed, capacity, mode, estimates, *extra, interval)``; a bad trigger mode stops here."""
-    for mode in args.modes.split(","):
+    ``(variant, seed, capacity, mode, estimates, *extra, interval)``; a bad generator, trigger mode or
+    estimate model stops here (not in a worker, and not by silently drawing other mixes)."""
+    variants, modes, models = _items(args.variant), _items(args.modes), _items(args.estimates)
+    for variant in variants:
+        try:
+            check_variant(variant)
+        except ValueError as err:
+            raise SystemExit(f"error: --variant: {err}") from None
+    for mode in modes:
         try:
             spread_factor(mode)
         except ValueError as err:
             raise SystemExit(f"error: --modes: {err}") from None
+    unknown = [e for e in models if e not in ESTIMATES]
+    if unknown:
+        raise SystemExit(f"error: --estimates: {', '.join(map(repr, unknown))}: use {', '.join(ESTIMATES)}")
     return [
         (variant, seed, int(cap), mode, estimates, *extra, args.interval)
-        for variant in args.variant.split(",")
-        for cap in args.caps.split(",")
-        for mode in args.modes.split(",")
-        for estimates in args.estimates.split(",")
+        for variant in variants
+        for cap in _items(args.caps)
+        for mode in modes
+        for estimates in models
         for seed in parse_seeds(args.seeds)
     ]
+
+
+def _items(text: str) -> list[str]:
+    """The values of a comma-separated option (``"A, B"`` is ``["A", "B"]``)."""
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def run_jobs(

@@ -14,6 +14,7 @@ tasks (load, preprocess) have no GPU and land in Airflow's unlimited ``default_p
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -30,9 +31,12 @@ __all__ = [
     "graph_from_tasks",
     "load_workloads",
     "ml_pipeline_workloads",
+    "parse_sets",
 ]
 
 GPU_POOL = "gpu"
+#: The workload sets of the single-DAG benchmarks' ``--sets``.
+SETS = ("wfinstances", "ml_pipelines")
 
 
 class WorkloadError(ValueError):
@@ -61,14 +65,22 @@ def graph_from_tasks(name: str, tasks: Iterable[dict], gpu_pool: str = GPU_POOL)
     for task in task_list:
         try:
             task_id = str(task["id"])
-            duration = float(task["d"])
-            gpus = int(task.get("gpus", 0) or 0)
-        except (KeyError, TypeError, ValueError) as err:
+            raw_d, raw_gpus = task["d"], task.get("gpus", 0) or 0
+            if isinstance(raw_d, bool) or isinstance(raw_gpus, bool):
+                raise TypeError("a boolean is not a number")
+            duration = float(raw_d)
+            gpus = int(raw_gpus)
+            if isinstance(raw_gpus, float) and raw_gpus != gpus:
+                raise ValueError(f"'gpus' {raw_gpus!r} is not a whole number")
+        except (KeyError, TypeError, ValueError, OverflowError) as err:
             raise WorkloadError(
                 f"workload {name!r}: task {task!r} needs 'id', numeric 'd' (seconds) and int 'gpus' ({err})"
             ) from None
-        if duration < 0 or gpus < 0:
-            raise WorkloadError(f"workload {name!r}, task {task_id!r}: 'd' and 'gpus' must be >= 0")
+        if not math.isfinite(duration) or duration < 0 or gpus < 0:
+            raise WorkloadError(
+                f"workload {name!r}, task {task_id!r}: 'd' and 'gpus' must be >= 0, 'd' a finite number of "
+                f"seconds (got d={raw_d!r}, gpus={raw_gpus!r})"
+            )
         if task_id in graph:
             raise WorkloadError(f"workload {name!r}: task id {task_id!r} appears twice")
         node = graph.add(task_id, duration, 0)
@@ -111,6 +123,18 @@ def load_workloads(path: str | Path, gpu_pool: str = GPU_POOL) -> list[Workload]
         family = "/".join(name.split("/")[:2]) if "/" in name else name
         workloads.append(Workload(name, family, graph_from_tasks(name, instance["tasks"], gpu_pool)))
     return workloads
+
+
+def parse_sets(text: str) -> list[str]:
+    """The workload sets a ``--sets`` value names (comma separated, from :data:`SETS`), in that order.
+
+    :raises ValueError: a name is not a set, or none is given (a typo must not drop a set silently).
+    """
+    chosen = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in SETS]
+    if unknown or not chosen:
+        raise ValueError(f"--sets {text!r}: use one or more of {', '.join(SETS)} (comma separated)")
+    return [name for name in SETS if name in chosen]
 
 
 # -- generated ML training pipelines -------------------------------------------------------------------
