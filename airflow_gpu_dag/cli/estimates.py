@@ -70,7 +70,7 @@ def estimates_table(
             ("Task", "left"),
             ("Declared", "right"),
             ("Learned", "right"),
-            (f"p{round(settings.quantile * 100)}", "right"),
+            (f"p{settings.quantile * 100:g}", "right"),  # 0.995: p99.5, not p100 (the maximum)
             ("Runs", "right"),
             ("Dropped", "left"),
             ("Learned/declared", "right"),

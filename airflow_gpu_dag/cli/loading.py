@@ -121,7 +121,8 @@ def load_dags(paths: Sequence[str | os.PathLike[str]]) -> LoadedDags:
         if not path.exists():
             raise DagLoadError(f"path {target!r} does not exist; give a DAG file or a folder of DAG files.")
         safe_mode = conf.getboolean("core", "dag_discovery_safe_mode") if path.is_dir() else False
-        with _provider_policy_skipped():
+        # a DAG file's print() goes to stderr: stdout carries only the command's output (-o json)
+        with _provider_policy_skipped(), contextlib.redirect_stdout(sys.stderr):
             bag = bag_class(dag_folder=str(path), safe_mode=safe_mode, load_op_links=False)
         for dag_id, kept, ignored in getattr(bag, "duplicated", []):
             result.add_duplicate(dag_id, kept, ignored)

@@ -44,8 +44,25 @@ def console(file: IO[str] | None = None) -> Console:
     """A console on ``file`` (stdout): colours on a terminal; wide, uncoloured lines in a pipe."""
     stream = file or sys.stdout
     is_tty = hasattr(stream, "isatty") and stream.isatty()
-    width = None if is_tty or os.environ.get("COLUMNS") else 200
-    return Console(file=stream, width=width, no_color=not is_tty, highlight=False, soft_wrap=False)
+    return Console(
+        file=stream, width=_width(stream, is_tty), no_color=not is_tty, highlight=False, soft_wrap=False
+    )
+
+
+def _width(stream: IO[str], is_tty: bool) -> int | None:
+    """The console's width: None (rich reads ``COLUMNS`` or asks the terminal) unless ``COLUMNS`` is
+    set but no width: rich takes ``COLUMNS=0`` as a width of 0 and prints nothing at all."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return None
+    if not is_tty:
+        return 200
+    if not columns.isdigit():  # unset, or not a number (rich ignores it)
+        return None
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or 80
+    except (AttributeError, OSError, ValueError):
+        return 80
 
 
 def error_console() -> Console:

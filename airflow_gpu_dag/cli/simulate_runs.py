@@ -216,7 +216,8 @@ def _print(outcome: _Outcome) -> None:
     stock, ours = results["stock"], results[objective.name]
     table = Table(title="Predicted completion per run (trigger -> last task ends)", title_justify="left")
     for name in ("Run", "DAG", "Trigger", "Stock", objective.name, "Change"):
-        table.add_column(name, justify="left" if name in ("DAG",) else "right")
+        # fold, not the default ellipsis: two DAG ids cut to one prefix ("nightly_…") look the same
+        table.add_column(name, justify="left" if name in ("DAG",) else "right", overflow="fold")
     for i, run in enumerate(runs):
         before, after = stock.runs[i].completion, ours.runs[i].completion
         change = f"{(after - before) / before * 100:+.0f}%" if before > 0 else "-"

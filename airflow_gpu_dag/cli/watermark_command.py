@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from airflow.cli.cli_config import ARG_VERBOSE, ActionCommand, Arg, lazy_load_command
@@ -252,6 +254,22 @@ def _fail(message: str) -> SystemExit:
     return SystemExit(f"airflow gpu-dag watermark: {message}")
 
 
+def _unwritable(path: str) -> str | None:
+    """Why the heartbeat file ``path`` cannot be rewritten after each tick (a temporary file in its
+    folder, renamed over it; the folder is made if missing), or None. Nothing is created."""
+    target = Path(path)
+    if target.is_dir():
+        return "it is a directory"
+    folder = target.absolute().parent
+    while not folder.exists() and folder != folder.parent:  # the folders the first beat would make
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{str(folder)!r} is not a directory"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"permission denied in {str(folder)!r}"
+    return None
+
+
 def _client(hook_class: Any, conn_id: str) -> Any:
     """The REST client of connection ``conn_id``; a missing or unusable connection is a one-line error
     that says how to create it, not a traceback."""
@@ -287,6 +305,13 @@ def watermark(args: argparse.Namespace) -> None:
     output = getattr(args, "output", None) or "table"
     if dry_run and not once:
         raise _fail("--dry-run needs --once (decide once, print, write nothing)")
+    heartbeat_file = getattr(args, "heartbeat_file", None)
+    problem = _unwritable(heartbeat_file) if heartbeat_file else None
+    if problem:
+        raise _fail(
+            f"--heartbeat-file {heartbeat_file!r}: cannot write ({problem}); watermark-health would report "
+            "the controller as not ticking. Give a file in a writable folder"
+        )
     try:
         config = load_config(getattr(args, "config", None))
     except ConfigError as err:
@@ -348,6 +373,9 @@ def watermark(args: argparse.Namespace) -> None:
                 columns=OUTCOME_COLUMNS,
                 table=lambda: _print_table(outcomes, released, dry_run, report.missing, report.created),
             )
+            failed = [f"{o.pool} ({o.error})" for o in outcomes if o.error]
+            if failed:  # a script or a config check must see that the tick did not do its work
+                raise _fail(f"the tick failed for {len(failed)} pool(s): {'; '.join(failed)}")
             return
         _run_forever(controller, config, heartbeat)
     finally:
