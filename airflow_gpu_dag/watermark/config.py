@@ -140,17 +140,24 @@ class WatermarkConfig:
         return sum(p.source_timeout or 0.0 for p in self.pools)
 
     def fail_open_risk(self) -> str | None:
-        """Why the scheduler's watchdog could open the pools of this live controller, if it could: a
-        claim not longer than one interval plus the sources' timeouts lapses during a slow tick."""
-        need = self.interval + self.source_wait()
-        if self.fail_open_window() > need:
-            return None
-        return (
-            f"fail_open_after x interval ({self.fail_open_window():g} s) is not longer than one interval "
-            f"plus the sources' timeouts ({need:g} s): a tick whose sources answer slowly lets the "
-            "scheduler's watchdog open the pools of this live controller. Fix: raise fail_open_after to "
-            f"{int(need // self.interval) + 2}, or lower source_timeout"
-        )
+        """Why a slow tick could cost this live controller its pools: a claim (the watchdog opens them) or a
+        Variable lease (no write, a standby takes over) not longer than a tick waiting on its sources."""
+        need, risks = self.interval + self.source_wait(), []
+        if self.fail_open_window() <= need:
+            risks.append(
+                f"fail_open_after x interval ({self.fail_open_window():g} s) is not longer than one interval "
+                f"plus the sources' timeouts ({need:g} s): a tick whose sources answer slowly lets the "
+                "scheduler's watchdog open the pools of this live controller. Fix: raise fail_open_after to "
+                f"{int(need // self.interval) + 2}, or lower source_timeout"
+            )
+        if self.lease.variable and self.lease_ttl() <= need:
+            risks.append(
+                f"lease.ttl ({self.lease_ttl():g} s) is not longer than one interval plus the sources' "
+                f"timeouts ({need:g} s): a tick whose sources answer slowly outlasts its lease, writes no "
+                f"pool and lets a standby take over. Fix: set lease.ttl to {need + self.interval:g}s, or "
+                "lower source_timeout"
+            )
+        return "; ".join(risks) or None
 
     def lease_group(self, host: str | None = None) -> str:
         """Who may manage these pools: controllers sharing the lease Variable (any host), else the
@@ -274,6 +281,9 @@ def _source(pool: str, raw: object) -> SourceSpec:
                 f"{where}.devices: expected a non-empty list of GPU indices like [0, 1], got {_show(devices)}"
             )
         options["devices"] = [_int(d, f"{where}.devices[{i}] (a GPU index)") for i, d in enumerate(devices)]
+        if twice := sorted({d for d in options["devices"] if options["devices"].count(d) > 1}):
+            # counted once by the source, while the floor is checked against the list's length
+            raise ConfigError(f"{where}.devices: GPU index {twice[0]} is listed twice; list each GPU once")
     if "leases" in options:
         options["leases"] = _bool(options["leases"], f"{where}.leases")
     if "lease_dir" in options and options["lease_dir"] is not None:
@@ -457,14 +467,16 @@ def load_config(path: str | Path | None) -> WatermarkConfig:
         ) from None
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"watermark config {file}: cannot read it as UTF-8 text ({err})") from None
-    if not text.strip():
-        raise ConfigError(f"watermark config {file}: the file is empty; it needs at least 'pools'")
     try:
         raw = json.loads(text, object_pairs_hook=_unique_keys) if file.suffix == ".json" else _yaml(text)
     except ConfigError as err:
         raise ConfigError(f"watermark config {file}: {err}") from None
     except Exception as err:  # json.JSONDecodeError, yaml.YAMLError
-        raise ConfigError(f"watermark config {file}: not valid JSON/YAML ({err})") from None
+        if text.strip():
+            raise ConfigError(f"watermark config {file}: not valid JSON/YAML ({err})") from None
+        raw = None
+    if raw is None:  # nothing but whitespace, comments or a YAML "---"
+        raise ConfigError(f"watermark config {file}: the file is empty; it needs at least 'pools'")
     try:
         return parse_config(raw)
     except ConfigError as err:

@@ -155,7 +155,7 @@ class WatermarkController:
         self.gate = reservation_gate()
         # durations learned from past runs, mapped-task counts (over REST, cached)
         self.history = ControllerHistory(client, self.default_duration)
-        self.too_large = TooLargeWatch(client)  # never pending forever (watermark/too_large.py)
+        self.too_large = TooLargeWatch(client, dry_run=dry_run)  # never pending forever (too_large.py)
         given = dict(sources or {})
         by_pool = {**build_sources([s for s in config.pools if s.name not in given], client), **given}
         self.trackers = {spec.name: CapacityTracker(spec, by_pool[spec.name]) for spec in config.pools}

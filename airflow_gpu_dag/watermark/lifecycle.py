@@ -4,7 +4,8 @@
   carries a live claim of **another** controller group (another lease Variable, another host's lock
   file) is a clear error and nothing is written: two controllers would fight over its size. A missing
   pool is created (size 0 until the first tick, with this controller's claim: another group's
-  controller starting meanwhile is refused); when one cannot be created, the pools created by this
+  controller starting meanwhile is refused; one that a replica of the same group created meanwhile is
+  used); when one cannot be created, the pools created by this
   start are deleted again and the error names the pool and the fix. A controller that stops before
   its first tick leaves such a pool at 0 (its capacity was never measured) and says so in the
   description: :func:`release_pools` on a clean stop, the scheduler's watchdog once the claim lapses.
@@ -95,25 +96,7 @@ def preflight(
         except Exception as err:
             raise PreflightError(f"cannot read pool {name!r} over the REST API ({err})") from None
     report = Preflight()
-    conflicts = []
-    for name, pool in pools.items():
-        state = parse_pool_state(pool.get("description")) if isinstance(pool, dict) else None
-        if state is None or state.lease is None or state.lease == group:
-            continue
-        if state.claimed(now):
-            conflicts.append(
-                f"{name!r} (managed by {state.lease}, controller {state.holder}, claim renewed until "
-                f"{iso_time(state.expires or now)})"
-            )
-        else:
-            report.taken_over.append(name)
-    if conflicts:
-        raise PreflightError(
-            f"pool(s) {', '.join(conflicts)} are managed by another watermark controller; this one is "
-            f"{group}. Two controllers would fight over the pool size. Manage each pool from one "
-            "controller configuration, or give the controllers the same lease (lease.variable) so that "
-            "one stands by. Nothing was written."
-        )
+    _refuse(_conflicts(pools, group, now, report), group)
     for name in report.taken_over:
         log.warning("pool %s: the claim of another controller group has lapsed; taking it over", name)
     missing = [name for name, pool in pools.items() if pool is None]
@@ -127,18 +110,56 @@ def preflight(
         try:
             client.set_pool(name, 0, created, include_deferred=specs[name].include_deferred)
         except Exception as err:
+            try:  # created meanwhile by a controller starting at the same moment (HTTP 409)?
+                there = client.get_pool(name)
+            except Exception:
+                there = None
+            conflicts = _conflicts({name: there}, group, now, report) if there is not None else []
+            if there is not None and not conflicts:
+                log.info("pool %s: created meanwhile by another controller of %s", name, group)
+                continue
             for done in report.created:
                 _delete(client, done)
+            deleted = "The pools created meanwhile were deleted again. " if report.created else ""
+            _refuse(conflicts, group, deleted)
             raise PreflightError(
                 f"pool {name!r} does not exist and cannot be created ({err}). Create it "
                 f"(airflow pools set {shlex.quote(name)} 0 'GPU pool') or let the controller's API user "
-                "create pools. "
-                + ("The pools created meanwhile were deleted again. " if report.created else "")
-                + "Nothing else was written."
+                f"create pools. {deleted}Nothing else was written."
             ) from None
         report.created.append(name)
         log.info("pool %s: created (size 0 until the first tick)", name)
     return report
+
+
+def _conflicts(
+    pools: Mapping[str, dict[str, Any] | None], group: str, now: float, report: Preflight
+) -> list[str]:
+    """The pools another controller group claims (and still renews); lapsed claims go to
+    ``report.taken_over``."""
+    conflicts = []
+    for name, pool in pools.items():
+        state = parse_pool_state(pool.get("description")) if isinstance(pool, dict) else None
+        if state is None or state.lease is None or state.lease == group:
+            continue
+        if state.claimed(now):
+            conflicts.append(
+                f"{name!r} (managed by {state.lease}, controller {state.holder}, claim renewed until "
+                f"{iso_time(state.expires or now)})"
+            )
+        else:
+            report.taken_over.append(name)
+    return conflicts
+
+
+def _refuse(conflicts: list[str], group: str, deleted: str = "") -> None:
+    if conflicts:
+        raise PreflightError(
+            f"pool(s) {', '.join(conflicts)} are managed by another watermark controller; this one is "
+            f"{group}. Two controllers would fight over the pool size. Manage each pool from one "
+            "controller configuration, or give the controllers the same lease (lease.variable) so that "
+            f"one stands by. {deleted}Nothing {'else ' if deleted else ''}was written."
+        )
 
 
 def release_pools(

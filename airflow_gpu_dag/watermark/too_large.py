@@ -91,6 +91,7 @@ class TooLargeWatch:
     :param intervals: ticks in a row before acting (default ``[gpu_dag] too_large_intervals``).
     :param action: ``fail`` or ``keep`` (default ``[gpu_dag] too_large_action``).
     :param max_gpus_per_host: the largest host (default ``[gpu_dag] max_gpus_per_host``).
+    :param dry_run: count and log, but fail nothing (``--dry-run`` writes nothing).
     """
 
     def __init__(
@@ -100,12 +101,14 @@ class TooLargeWatch:
         action: str | None = None,
         max_gpus_per_host: int | None = None,
         gpus_of: Mapping[str, int] | None = None,
+        dry_run: bool = False,
     ) -> None:
         from airflow_gpu_dag.settings import max_gpus_per_host as configured_host_max
         from airflow_gpu_dag.settings import too_large_policy
 
         default_intervals, default_action = too_large_policy()
         self.client = client
+        self.dry_run = dry_run
         self.intervals = int(intervals if intervals is not None else default_intervals)
         self.action = action or default_action
         if self.action not in ("fail", "keep"):
@@ -158,6 +161,9 @@ class TooLargeWatch:
     def _fail(self, entry: TooLarge) -> bool:
         dag_id, run_id, task_id, map_index = split_key(entry.key)
         note = "gpu-dag watermark: " + entry.message(self.intervals)
+        if self.dry_run:
+            log.warning("pool %s: dry run: would fail %s", entry.pool, note)
+            return False
         try:
             self.client.set_task_instance_state(dag_id, run_id, task_id, map_index, "failed", note)
         except Exception as err:
