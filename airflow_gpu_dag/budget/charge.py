@@ -64,13 +64,10 @@ def _rendered(ledger: str | None, context: Any) -> str | None:
     gate claimed in (the claim counted until it expired) and charged a file of that literal name."""
     if not ledger or ("{{" not in ledger and "{%" not in ledger):
         return ledger
-    task = context.get("task")
-    env = task.get_template_env() if task is not None and hasattr(task, "get_template_env") else None
-    if env is None:
-        import jinja2
-
-        env = jinja2.Environment()
-    return str(env.from_string(ledger).render(**context))
+    holder = context.get("task") or context.get("dag")  # Airflow's template environment for them
+    if holder is None or not hasattr(holder, "get_template_env"):
+        return ledger
+    return str(holder.get_template_env().from_string(ledger).render(**context))
 
 
 class SettleBudgetClaim:
