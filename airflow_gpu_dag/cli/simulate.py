@@ -84,26 +84,7 @@ def _json_result(
         "capacity": capacity,
         "critical_tasks": critical,
         "gantt": str(gantt_path) if gantt_path else None,
-        "results": {
-            label: {
-                "policy": r.policy,
-                "priority_rule": getattr(r, "priority_rule", ""),
-                "makespan": r.makespan,
-                "lower_bound": r.lower_bound,
-                "schedule": [
-                    {
-                        "task_id": t.task_id,
-                        "start": t.start,
-                        "end": t.end,
-                        "slots": t.slots,
-                        "pool": t.pool,
-                        "priority": t.priority,
-                    }
-                    for t in r.schedule
-                ],
-            }
-            for label, r in results.items()
-        },
+        "results": {label: r.to_dict() for label, r in results.items()},
     }
 
 

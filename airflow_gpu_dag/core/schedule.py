@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["RunResult", "ScheduledTask", "SimulationResult"]
 
@@ -75,6 +76,27 @@ class SimulationResult:
 
     def by_id(self) -> dict[str, ScheduledTask]:
         return {t.task_id: t for t in self.schedule}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``simulate -o json`` and the UI's ``/api/plan``): the admission policy and
+        priority rule assumed, makespan, lower bound, and per task its start, end, slots, pool, priority."""
+        return {
+            "policy": self.policy,
+            "priority_rule": self.priority_rule,
+            "makespan": self.makespan,
+            "lower_bound": self.lower_bound,
+            "schedule": [
+                {
+                    "task_id": t.task_id,
+                    "start": t.start,
+                    "end": t.end,
+                    "slots": t.slots,
+                    "pool": t.pool,
+                    "priority": t.priority,
+                }
+                for t in self.schedule
+            ],
+        }
 
     @property
     def mean_completion(self) -> float:

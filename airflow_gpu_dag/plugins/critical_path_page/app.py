@@ -164,26 +164,8 @@ def create_app() -> FastAPI:
                 "capacity": schedules.capacity,
                 "note": schedules.note,
                 "unfit_rungs": schedules.unfit_rungs,
-                "results": {
-                    label: {  # as `simulate -o json`: which admission and priority rule it assumes
-                        "policy": r.policy,
-                        "priority_rule": r.priority_rule,
-                        "makespan": r.makespan,
-                        "lower_bound": r.lower_bound,
-                        "schedule": [
-                            {
-                                "task_id": t.task_id,
-                                "start": t.start,
-                                "end": t.end,
-                                "slots": t.slots,
-                                "pool": t.pool,
-                                "priority": t.priority,
-                            }
-                            for t in r.schedule
-                        ],
-                    }
-                    for label, r in schedules.results.items()
-                },
+                # as `simulate -o json`: which admission and priority rule each assumes, the schedule
+                "results": {label: r.to_dict() for label, r in schedules.results.items()},
             },
         }
 
