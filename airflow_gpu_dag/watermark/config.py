@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_gpu_dag.core.resources import EstimateError, parse_duration, parse_memory_mib
+from airflow_gpu_dag.watermark.pool_state import MAX_POOL_SLOTS
 
 __all__ = [
     "DEFAULT_FAIL_OPEN_AFTER",
@@ -61,8 +62,6 @@ DEFAULT_FAIL_OPEN_AFTER = 3
 MAX_INTERVAL = 86400.0
 #: Longest a pool write stays claimed (``fail_open_after`` x ``interval``) and longest lease: 30 days.
 MAX_CLAIM = 30 * 86400.0
-#: Most slots a pool can be given (Airflow's ``slot_pool.slots`` is an int column; as for tasks).
-MAX_POOL_SLOTS = 1_000_000
 #: Longest pool name Airflow stores (``slot_pool.pool``).
 MAX_POOL_NAME = 256
 _TOP_KEYS = {"interval", "fail_open_after", "lease", "pools"}

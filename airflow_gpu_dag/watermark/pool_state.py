@@ -48,14 +48,21 @@ _COUNTDOWN = re.compile(r"(?<![\w.])[+-]\d+(?:\.\d+)?(?:e[+-]?\d+)?s\b")
 RENEW_MARGIN_INTERVALS = 1.5
 
 
+#: Most slots a pool can be given (Airflow's ``slot_pool.slots`` is an int column; as for tasks).
+MAX_POOL_SLOTS = 1_000_000
+
+
 def _int_or_none(value: object) -> int | None:
+    """A pool size read from a description: a whole number 0..MAX_POOL_SLOTS, else None (unknown). A
+    hand-edited ``capacity`` of 1e12 would overflow the watchdog's UPDATE, and its one transaction
+    would then open no pool at all."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
     try:
         number = float(value)
     except (ValueError, OverflowError):  # OverflowError: an integer too large for a float
         return None
-    return int(number) if math.isfinite(number) and number >= 0 else None
+    return int(number) if math.isfinite(number) and 0 <= number <= MAX_POOL_SLOTS else None
 
 
 def _float_or_none(value: object) -> float | None:

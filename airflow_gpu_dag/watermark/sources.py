@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_gpu_dag.watermark.capacity import CapacityReading, CapacitySource, SourceError
-from airflow_gpu_dag.watermark.config import MAX_POOL_SLOTS, ConfigError, PoolSpec, SourceSpec
+from airflow_gpu_dag.watermark.config import ConfigError, PoolSpec, SourceSpec
 from airflow_gpu_dag.watermark.kubernetes_source import (
     DEFAULT_AIRFLOW_POD_LABELS,
     GPU_RESOURCE,
@@ -52,6 +52,7 @@ from airflow_gpu_dag.watermark.kubernetes_source import (
 )
 from airflow_gpu_dag.watermark.nvml_source import NvmlSource
 from airflow_gpu_dag.watermark.ours import RunningTaskGpus
+from airflow_gpu_dag.watermark.pool_state import MAX_POOL_SLOTS
 from airflow_gpu_dag.watermark.prometheus_source import PrometheusSource
 
 log = logging.getLogger(__name__)

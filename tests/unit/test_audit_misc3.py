@@ -69,3 +69,30 @@ def test_a_zone_without_a_readable_name_is_refused_at_parse_time() -> None:
 
     with pytest.raises(ValueError, match="IANA name"):
         parse_window("22:00", "06:00", Odd())
+
+
+def test_a_hand_edited_capacity_beyond_any_pool_is_unknown_not_written_back() -> None:
+    # Before: a description whose state said "capacity": 1e12 made the watchdog write 10**12 slots:
+    # the UPDATE overflows Airflow's int column, and its one transaction then opened no pool at all.
+    import json
+
+    from airflow_gpu_dag.watermark.pool_state import MAX_POOL_SLOTS, parse_pool_state
+    from airflow_gpu_dag.watermark.watchdog import expired_pools
+
+    def description(capacity: object) -> str:
+        state = {
+            "last_good": 4,
+            "failures": 0,
+            "capacity": capacity,
+            "lease": "l",
+            "holder": "h",
+            "expires": 10.0,
+        }
+        return f"gpu-dag watermark: pool 0 of capacity 4 | x [gpu-dag-state {json.dumps(state)}]"
+
+    assert parse_pool_state(description(1e12)).capacity is None
+    assert parse_pool_state(description(MAX_POOL_SLOTS)).capacity == MAX_POOL_SLOTS
+    (huge,) = expired_pools([("gpu", 0, description(1e12))], now=100.0)
+    assert huge.unsized and huge.capacity == 0  # kept at its size, said so: not opened to 10**12
+    (fine,) = expired_pools([("gpu", 0, description(4))], now=100.0)
+    assert fine.capacity == 4 and not fine.unsized
