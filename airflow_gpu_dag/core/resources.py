@@ -7,8 +7,11 @@ what was wrong and what a valid value looks like; callers add the DAG and task i
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from dataclasses import dataclass
+
+from airflow_gpu_dag.core.pools import normalize_gpu_type
 
 __all__ = [
     "MAX_ESTIMATE_S",
@@ -75,10 +78,16 @@ def parse_duration(value: object) -> float:
         raise EstimateError(f"duration {value!r} is a boolean; {_DURATION_HELP}")
     if hasattr(value, "total_seconds"):
         seconds = float(value.total_seconds())  # type: ignore[attr-defined]
-    elif isinstance(value, int | float):
-        if isinstance(value, int) and abs(value) > _MAX_EXACT_INT:
-            raise EstimateError(f"duration {_huge_int(value)} is out of range; {_DURATION_HELP}")
-        seconds = float(value)
+    elif isinstance(value, numbers.Real):  # also NumPy's numbers (np.int64(1800)), computed in DAG files
+        if isinstance(value, numbers.Integral):
+            value = int(value)
+            if abs(value) > _MAX_EXACT_INT:
+                raise EstimateError(f"duration {_huge_int(value)} is out of range; {_DURATION_HELP}")
+        try:
+            seconds = float(value)
+        except OverflowError:  # a Fraction too large for a float
+            too_large = f"duration of type {type(value).__name__} is out of range"
+            raise EstimateError(f"{too_large}; {_DURATION_HELP}") from None
     elif isinstance(value, str):
         text = value.strip().lower()
         if not text:
@@ -171,12 +180,16 @@ def parse_memory_mib(value: object) -> int:
     """
     if isinstance(value, bool):
         raise EstimateError(f"GPU memory {value!r} is a boolean; {_MEMORY_HELP}")
-    if isinstance(value, int):
+    if isinstance(value, numbers.Integral):  # int, and NumPy's (np.int64) computed in DAG files
+        value = int(value)
         if abs(value) > _MAX_EXACT_INT:
             raise EstimateError(f"GPU memory {_huge_int(value)} must be a finite size >= 0; {_MEMORY_HELP}")
         mib = float(value)
-    elif isinstance(value, float):
-        mib = value
+    elif isinstance(value, numbers.Real):
+        try:
+            mib = float(value)
+        except OverflowError:  # a Fraction too large for a float
+            mib = math.inf
     elif isinstance(value, str):
         match = _MEMORY_RE.match(value)
         if match and not match.group(2):
@@ -216,6 +229,8 @@ class GpuRequest:
     gpu_type: str | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.count, numbers.Integral) and not isinstance(self.count, bool | int):
+            object.__setattr__(self, "count", int(self.count))  # np.int64(2): a plain int, for JSON hints
         if isinstance(self.count, bool) or not isinstance(self.count, int):
             raise EstimateError(f"GPU count {self.count!r} must be a whole number of GPUs (1, 2, 4, 8)")
         if abs(self.count) > _MAX_GPU_COUNT:  # no pool holds it (pool slots are int32)
@@ -239,12 +254,26 @@ class GpuRequest:
                 f"GPU type {self.gpu_type!r} is not one GPU type name such as 'a100' (or None for any); "
                 "a task runs on one type: for alternatives, use a fallback ladder with one rung per type"
             )
+        if self.gpu_type is not None:
+            try:  # its pool is gpu_<type>: a name with no letters or digits ("--") names no pool
+                normalize_gpu_type(self.gpu_type)
+            except ValueError as err:
+                raise EstimateError(str(err)) from None
 
     @classmethod
     def parse(cls, count: object, memory: object = None, gpu_type: str | None = None) -> GpuRequest:
         """Build a request from user input (``count`` int or numeric string, ``memory`` any size)."""
         if isinstance(count, str) and count.strip().isdecimal():  # isdigit: "²", which int() refuses
-            count = int(count.strip())
+            digits = count.strip()
+            try:
+                count = int(digits)
+            except ValueError:  # over 4,300 digits: int() refuses it
+                raise EstimateError(
+                    f"GPU count of {len(digits)} digits is out of range (at most {_MAX_GPU_COUNT}, "
+                    "the most slots an Airflow pool can have)"
+                ) from None
+        if isinstance(count, numbers.Real) and not isinstance(count, numbers.Integral | float):
+            count = float(count)  # np.float32(2.0), Fraction(4): whole numbers are GPU counts
         if isinstance(count, float) and count.is_integer():
             count = int(count)
         memory_mib = None if memory in (None, "", 0) else parse_memory_mib(memory)

@@ -49,8 +49,13 @@ CapacityRule = Callable[[TaskGraph, Mapping[str, int]], Mapping[str, int]]
 
 
 def clamp_int32(value: float) -> int:
-    """Round to an int that fits Airflow's ``priority_weight`` column."""
-    return max(INT32_MIN, min(INT32_MAX, int(round(value))))
+    """Round to an int that fits Airflow's ``priority_weight`` column (an infinity to its bound; NaN
+    raises ValueError)."""
+    try:
+        rounded = int(round(value))
+    except OverflowError:  # inf (a priority rule's "always first"): int() cannot hold it
+        return INT32_MAX if value > 0 else INT32_MIN
+    return max(INT32_MIN, min(INT32_MAX, rounded))
 
 
 def _descendant_bits(graph: TaskGraph, order: list[str]) -> dict[str, int]:
