@@ -20,7 +20,9 @@ ignore two things that dominate GPU workflows; the bounds here count them:
   rounds, not the 2.2 that slot-seconds suggest.
 
 :func:`best_lower_bound` is the largest of them and the dependency bounds. Pure and deterministic;
-tested against exhaustive search on small DAGs.
+tested against exhaustive search on small DAGs. Fallback ladders are bounded as
+:func:`~airflow_gpu_dag.core.simulator.simulate` runs them (:func:`~airflow_gpu_dag.core.ladders.fit_ladders`:
+a rung that falls back only waits, holding no slots).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from airflow_gpu_dag.core.critical_path import analyze
 from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.ladders import fit_ladders
 from airflow_gpu_dag.core.pools import task_pool, task_slots
 
 __all__ = [
@@ -45,7 +48,7 @@ __all__ = [
 
 def lower_bound(graph: TaskGraph | Sequence[TaskGraph], capacity: Mapping[str, int]) -> float:
     """max(longest critical path, max over pools in ``capacity`` of slot-seconds / capacity)."""
-    graphs = [graph] if isinstance(graph, TaskGraph) else list(graph)
+    graphs = [fit_ladders(g, capacity) for g in ([graph] if isinstance(graph, TaskGraph) else graph)]
     critical = max((analyze(g).makespan for g in graphs), default=0.0)
     work: dict[str, float] = dict.fromkeys(capacity, 0.0)
     for g in graphs:
@@ -72,6 +75,7 @@ def dependency_lower_bound(graph: TaskGraph, capacity: Mapping[str, int]) -> flo
     The maximum of these and :func:`lower_bound`. Shows how much of a gap to :func:`lower_bound` no
     schedule can close (a serial tail after a wide parallel phase, for instance).
     """
+    graph = fit_ladders(graph, capacity)  # the rungs that run, as simulate() has them
     bound = lower_bound(graph, capacity)
     analysis = analyze(graph)
     order = analysis.order
@@ -139,6 +143,7 @@ _Member = tuple[float, float, int, float]
 
 
 def _members(graph: TaskGraph, capacity: Mapping[str, int]) -> dict[str, list[_Member]]:
+    graph = fit_ladders(graph, capacity)  # a rung that falls back holds no slots while it waits
     analysis = analyze(graph)
     out: dict[str, list[_Member]] = {pool: [] for pool, cap in capacity.items() if cap > 0}
     for task_id, node in graph.nodes.items():

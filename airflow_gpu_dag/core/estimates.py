@@ -114,6 +114,7 @@ class EstimateSettings:
     ``enabled``: learn at all. ``window``: the last N successful tries per task. ``quantile``: the high
     quantile reported next to the estimate. ``min_runs``: tries needed before the history is used.
     ``flag_factor``: a declared estimate off from the learned one by more than this factor is flagged.
+    ``outlier_mads``: the outlier limit, in robust standard deviations (finite, > 0).
     """
 
     enabled: bool = True
@@ -132,6 +133,8 @@ class EstimateSettings:
             raise ValueError(f"learned_min_runs must be >= 1, got {self.min_runs}")
         if not 1.0 < self.flag_factor < math.inf:  # also NaN
             raise ValueError(f"learned_flag_factor must be a finite number > 1, got {self.flag_factor}")
+        if not 0.0 < self.outlier_mads < math.inf:  # NaN, 0 or less: (nearly) every try an outlier
+            raise ValueError(f"outlier_mads must be a finite number > 0, got {self.outlier_mads}")
 
 
 DEFAULT_SETTINGS = EstimateSettings()

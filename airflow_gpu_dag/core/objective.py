@@ -133,9 +133,14 @@ def run_shape(
 
 def slot_seconds(graph: TaskGraph) -> dict[str, float]:
     """Per pool, the slot-seconds the tasks of ``graph`` hold (duration x slots): the run's work before
-    it is divided by the pool's capacity (independent of the capacity, so it can be computed once)."""
+    it is divided by the pool's capacity (independent of the capacity, so it can be computed once). A
+    fallback rung the plan has fall back (``plan_rung``) only waits its ``start_within``, holding no
+    slots: it adds none."""
     seconds: dict[str, float] = {}
     for node in graph.nodes.values():
+        fallback = node.attrs.get("fallback")
+        if isinstance(fallback, Mapping) and fallback.get("role") == "fell back":
+            continue
         pool = task_pool(node)
         seconds[pool] = seconds.get(pool, 0.0) + node.duration * task_slots(node)
     return seconds

@@ -23,6 +23,7 @@ from airflow_gpu_dag.core.graph import TaskGraph
 from airflow_gpu_dag.core.hedging import FINAL_WORLDS, FINALISTS, final_choice, perturbed, worlds
 from airflow_gpu_dag.core.justification import justify, ordered_schedule, priority_serial_schedule
 from airflow_gpu_dag.core.ladders import fitted_once
+from airflow_gpu_dag.core.pools import task_pool
 from airflow_gpu_dag.core.rules import (
     PriorityRule,
     clamp_int32,
@@ -505,13 +506,13 @@ def planned_remaining(
     """Per task, the planned end minus its planned start under the ``packing`` plan: the remaining time
     the cross-DAG keys use for a packing DAG (:mod:`airflow_gpu_dag.core.objective`), so the plan's start
     order is kept within the run. Falls back to the critical-path remaining times when nothing is planned
-    (no capacity pool)."""
+    (no task holds slots of a pool in ``capacity``: every task would start at its earliest start)."""
+    nodes = fitted_once(graph, capacity).nodes
+    if not any(task_pool(node) in capacity for node in nodes.values()):  # an empty graph too
+        return {t: timing.remaining for t, timing in analyze(graph).timings.items()}
     plan = packing_weights_plan(
         graph, capacity, policy, search_budget=search_budget, strict_backfill=strict_backfill
     )
-    if not plan.schedule:
-        return {t: timing.remaining for t, timing in analyze(graph).timings.items()}
     # the plan's own end: plan.makespan is a score, averaged over worlds when durations are learned
-    nodes = fitted_once(graph, capacity).nodes
     end = max(start + nodes[t].duration for t, start in plan.schedule.items())
     return {t: end - start for t, start in plan.schedule.items()}
