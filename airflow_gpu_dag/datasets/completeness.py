@@ -22,11 +22,13 @@ import hashlib
 import json
 import math
 import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "CheckStopped",
     "CompletenessResult",
     "CompletenessRule",
     "Manifest",
@@ -250,15 +252,23 @@ def check_marker(fs: Any, path: str, rule: Marker) -> CompletenessResult:
     return CompletenessResult(False, f"marker {rule.name} missing in {path} (dataset still being written?)")
 
 
-def _digest(fs: Any, path: str, algorithm: str) -> str:
+class CheckStopped(Exception):
+    """A check was told to stop (its trigger was cancelled): see ``stop=`` of :func:`check_once`."""
+
+
+def _digest(fs: Any, path: str, algorithm: str, stop: threading.Event | None = None) -> str:
     h = hashlib.new(algorithm)
     with fs.open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
+            if stop is not None and stop.is_set():  # a cancelled trigger's thread stops reading
+                raise CheckStopped(f"check of {path} stopped")
             h.update(chunk)
     return h.hexdigest()
 
 
-def check_manifest(fs: Any, path: str, rule: Manifest) -> CompletenessResult:
+def check_manifest(
+    fs: Any, path: str, rule: Manifest, stop: threading.Event | None = None
+) -> CompletenessResult:
     manifest_path = _join(path, rule.name)
     if not fs.exists(manifest_path):
         return CompletenessResult(False, f"manifest {rule.name} missing in {path}")
@@ -284,18 +294,20 @@ def check_manifest(fs: Any, path: str, rule: Manifest) -> CompletenessResult:
             return CompletenessResult(False, f"{rel} listed in {rule.name} is a directory, not a file")
         size = int(info.get("size") or 0)
         total += size
-        if not isinstance(entry, Mapping):
-            continue
-        if entry.get("size") is not None and int(entry["size"]) != size:
+        if isinstance(entry, Mapping) and entry.get("size") is not None and int(entry["size"]) != size:
             return CompletenessResult(
                 False,
                 f"{rel} has {size} bytes, {rule.name} lists {int(entry['size'])} (still being written?)",
             )
-        if rule.verify_checksums:
-            for algorithm in ("sha256", "md5"):
-                expected = entry.get(algorithm)
-                if expected and _digest(fs, target, algorithm) != str(expected).lower():
-                    return CompletenessResult(False, f"{rel} {algorithm} does not match {rule.name}")
+    # Checksums last, once every file is there with its size: a wait re-checks every poke, and reading
+    # the files already written while the rest are missing would read the dataset again each time.
+    for entry, rel in zip(entries, listed, strict=True):
+        if not rule.verify_checksums or not isinstance(entry, Mapping):
+            continue
+        for algorithm in ("sha256", "md5"):
+            expected = entry.get(algorithm)
+            if expected and _digest(fs, _join(path, rel), algorithm, stop) != str(expected).lower():
+                return CompletenessResult(False, f"{rel} {algorithm} does not match {rule.name}")
     return CompletenessResult(True, f"all {len(entries)} files of {rule.name} present", len(entries), total)
 
 
@@ -375,15 +387,17 @@ def check_once(
     conn_id: str | None = None,
     tracker: StabilityTracker | None = None,
     now: float | None = None,
+    stop: threading.Event | None = None,
 ) -> CompletenessResult:
     """Check ``path`` once against ``rule``. For :class:`StableSize`, pass the same ``tracker``
-    on every call (a single call can never prove stability)."""
+    on every call (a single call can never prove stability). Once ``stop`` is set (a trigger running
+    the check in a thread was cancelled) checksums stop being read: :class:`CheckStopped`."""
     parsed = parse_completeness(rule)
     fs, inner = resolve(path, conn_id)
     if isinstance(parsed, Marker):
         return check_marker(fs, inner, parsed)
     if isinstance(parsed, Manifest):
-        return check_manifest(fs, inner, parsed)
+        return check_manifest(fs, inner, parsed, stop)
     if tracker is None:
         tracker = StabilityTracker(parsed)
     import time

@@ -53,16 +53,23 @@ class BudgetTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from asgiref.sync import sync_to_async
-
         from airflow_gpu_dag.budget.check import check_budget
         from airflow_gpu_dag.core.budget import BudgetCap
 
         cap = BudgetCap(**self.cap)
         while True:
             try:
-                decision = await sync_to_async(check_budget)(
-                    cap, self.dag_id, self.run_id, self.ledger, request_gpu_seconds=self.request_gpu_seconds
+                # In a thread of its own: a ledger read can block (the file ledger's lock, a SQL
+                # database that does not answer). asgiref's default sync_to_async ran it in the one
+                # thread the triggerer's thread-sensitive calls share (ExternalTaskSensor's and
+                # human-in-the-loop triggers, other gates), so one slow read held all of those.
+                decision = await asyncio.to_thread(
+                    check_budget,
+                    cap,
+                    self.dag_id,
+                    self.run_id,
+                    self.ledger,
+                    request_gpu_seconds=self.request_gpu_seconds,
                 )
             except Exception as err:
                 self.log.warning("budget check failed (%s); retrying", err)

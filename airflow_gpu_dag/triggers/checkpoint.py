@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,6 +19,7 @@ from airflow_gpu_dag.datasets.completeness import (
     permanent_error,
     resolve,
 )
+from airflow_gpu_dag.triggers.dataset import off_loop
 
 __all__ = [
     "TRAINING_OVER",
@@ -49,13 +51,22 @@ def checkpoint_regex(pattern: str) -> re.Pattern[str]:
 
 
 def find_checkpoint(
-    directory: str, pattern: str, min_step: int, completeness: object, conn_id: str | None = None
+    directory: str,
+    pattern: str,
+    min_step: int,
+    completeness: object,
+    conn_id: str | None = None,
+    stop: threading.Event | None = None,
 ) -> tuple[str | None, int | None, str]:
     """The first complete checkpoint with step >= ``min_step``: ``(path, step, reason)``; path and
-    step are None (and reason says why) when there is none yet."""
+    step are None (and reason says why) when there is none yet. ``stop``: see ``check_once``."""
     regex = checkpoint_regex(pattern)
     rule = parse_completeness(completeness)
     fs, inner = resolve(directory, conn_id)
+    # s3fs, gcsfs and adlfs keep directory listings (no expiry by default) in a filesystem object that
+    # lives as long as the process: without this, every later look saw the first listing again and a
+    # checkpoint written after it never appeared.
+    fs.invalidate_cache(inner)
     if not fs.exists(inner):
         return None, None, f"checkpoint directory {directory} does not exist yet"
     steps: list[tuple[int, str]] = []
@@ -69,7 +80,7 @@ def find_checkpoint(
     last = CompletenessResult(False, "")
     for step, name in sorted(steps):
         full = directory.rstrip("/") + "/" + name
-        last = check_once(full, rule, conn_id=conn_id)
+        last = check_once(full, rule, conn_id=conn_id, stop=stop)
         if last.complete:
             return full, step, last.reason
     return None, None, f"checkpoint(s) >= {min_step} exist but none is complete: {last.reason}"
@@ -169,7 +180,7 @@ class CheckpointTrigger(BaseTrigger):
     async def _find(self) -> tuple[str | None, int | None, str, str | None]:
         """One look: ``(path, step, reason, fix)``; ``fix`` is set for an error no later look cures."""
         try:
-            path, step, reason = await asyncio.to_thread(
+            path, step, reason = await off_loop(
                 find_checkpoint, self.directory, self.pattern, self.min_step, self.completeness, self.conn_id
             )
         except Exception as err:  # a flaky object store must not kill the wait...

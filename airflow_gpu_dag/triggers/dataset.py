@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -19,7 +20,22 @@ from airflow_gpu_dag.datasets.completeness import (
     permanent_error,
 )
 
-__all__ = ["DatasetCompleteTrigger"]
+__all__ = ["DatasetCompleteTrigger", "off_loop"]
+
+T = TypeVar("T")
+
+
+async def off_loop(check: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``check(*args, stop=..., **kwargs)`` in a thread, off the triggerer's event loop (shared by every
+    trigger of the deployment). When the trigger is cancelled (task cleared, triggerer stopping) the
+    ``CancelledError`` propagates at once and ``stop`` is set, so the thread stops reading checksums
+    instead of hashing the rest of the dataset for nobody while it holds one of the loop's threads."""
+    stop = threading.Event()
+    try:
+        return await asyncio.to_thread(check, *args, stop=stop, **kwargs)
+    except asyncio.CancelledError:
+        stop.set()
+        raise
 
 
 class DatasetCompleteTrigger(BaseTrigger):
@@ -72,9 +88,7 @@ class DatasetCompleteTrigger(BaseTrigger):
         result = CompletenessResult(False, "not checked yet")
         while True:
             try:
-                result = await asyncio.to_thread(
-                    check_once, self.path, rule, conn_id=self.conn_id, tracker=tracker
-                )
+                result = await off_loop(check_once, self.path, rule, conn_id=self.conn_id, tracker=tracker)
             except Exception as err:  # a flaky object store must not kill the wait...
                 fix = permanent_error(err)
                 if fix is not None:  # ...but no wait cures a missing package or connection
