@@ -115,7 +115,7 @@ def _variable_float(key: str) -> float | None:
 
 
 def effective_cap(cap: BudgetCap, dag_id: str) -> BudgetCap:
-    """``cap`` with run-time Variable overrides applied (blocking; call via sync_to_async in triggers)."""
+    """``cap`` with run-time Variable overrides applied (blocking: triggers call it via asyncio.to_thread)."""
     run = cap.gpu_hours_per_run
     day = cap.gpu_hours_per_pool_day
     if run is not None:

@@ -202,7 +202,7 @@ class SqlBudgetLedger:
 
     @classmethod
     def from_conn_id(cls, conn_id: str) -> SqlBudgetLedger:
-        """The ledger of an Airflow connection (works in workers and, via ``sync_to_async``, triggers)."""
+        """The ledger of an Airflow connection (workers; triggers call it via ``asyncio.to_thread``)."""
         from airflow.sdk import BaseHook
 
         try:
