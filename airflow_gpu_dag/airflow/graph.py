@@ -8,6 +8,7 @@ graph is built in the dag-processor, the scheduler, the api-server and the CLI.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -86,13 +87,27 @@ def _group_prefixes(task_id: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
 
 
+def _group_ids(dag: Any, task_id: str) -> list[str]:
+    """Enclosing task-group ids of a task, innermost first: its ``task_group`` chain (a group made with
+    ``prefix_group_id=False`` does not prefix its tasks' ids), then the prefixes of its id."""
+    ids: list[str] = []
+    group = getattr(dag.task_dict.get(task_id), "task_group", None)
+    try:
+        while group is not None and getattr(group, "group_id", None):
+            ids.append(str(group.group_id))
+            group = getattr(group, "parent_group", None)
+    except ReferenceError:  # a weak proxy to a group that is gone: the id's prefixes still count
+        pass
+    return ids + [g for g in _group_prefixes(task_id) if g not in ids]
+
+
 def _edge_kind(dag: Any, upstream: str, downstream: str) -> str | None:
     """Edge kind from an edge label (``Label("data")``) if the DAG has one. A label on an edge that
     leaves a task group is stored on the group's ``downstream_join_id`` (one entering it on the
     ``upstream_join_id``), so those keys are looked at too."""
     edge_info = getattr(dag, "edge_info", None) or {}
-    sources = [upstream, *(f"{g}.downstream_join_id" for g in _group_prefixes(upstream))]
-    targets = [downstream, *(f"{g}.upstream_join_id" for g in _group_prefixes(downstream))]
+    sources = [upstream, *(f"{g}.downstream_join_id" for g in _group_ids(dag, upstream))]
+    targets = [downstream, *(f"{g}.upstream_join_id" for g in _group_ids(dag, downstream))]
     for source in sources:
         for target in targets:
             label = (edge_info.get(source) or {}).get(target, {}).get("label")
@@ -101,9 +116,12 @@ def _edge_kind(dag: Any, upstream: str, downstream: str) -> str | None:
     return None
 
 
-def _plan_rungs(hints: dict[str, Any], duration: float, attrs: dict[str, object], index: int) -> float:
+def _plan_rungs(
+    hints: dict[str, Any], duration: float, attrs: dict[str, object], index: int, start_within: float | None
+) -> float:
     """The planned duration of a fallback rung (``index``: its place in the ladder, from
-    :func:`_fallback_index`); its expected duration and role go to ``attrs``.
+    :func:`_fallback_index`; ``start_within``: its checked wait, from :func:`_start_within`); its
+    expected duration and role go to ``attrs``.
 
     The ladder's hints say which rung the plan assumes (``plan_rung``, the first unless the author
     chose another). That rung counts its own estimate; a rung before it counts its ``start_within``
@@ -118,7 +136,7 @@ def _plan_rungs(hints: dict[str, Any], duration: float, attrs: dict[str, object]
     role = "assumed" if index == assumed else ("fell back" if index < assumed else "contingent")
     planned = duration
     if role == "fell back":
-        planned = float(fallback.get("start_within_s") or 0.0)
+        planned = start_within or 0.0
     elif role == "contingent":
         planned = 0.0
         attrs["contingent_duration"] = duration
@@ -130,7 +148,7 @@ def _plan_rungs(hints: dict[str, Any], duration: float, attrs: dict[str, object]
         "role": role,
         "assumed_rung": fallback.get("assumed_rung", fallback.get("rung") if index == 0 else None),
         "expected_duration": duration,
-        "start_within_s": fallback.get("start_within_s"),
+        "start_within_s": start_within,
         "watched": fallback.get("watched"),
     }
     return planned
@@ -212,12 +230,13 @@ def _read_node(
                     dag_id,
                     task_id,
                     str(err) + ".",
-                    "request a whole number of GPUs >= 1, e.g. gpu_hints(gpus=2, gpu_memory='40GiB').",
+                    _gpu_hint_fix(hints),
                 )
             )
     attrs: dict[str, object] = {}
     index = _fallback_index(dag_id, task_id, hints.get("fallback"), findings)
-    duration = _plan_rungs(hints, duration, attrs, index)
+    start_within = _start_within(dag_id, task_id, hints.get("fallback"), findings)
+    duration = _plan_rungs(hints, duration, attrs, index, start_within)
     return TaskNode(
         task_id=task_id,
         duration=duration,
@@ -232,6 +251,19 @@ def _read_node(
         duration_declared=declared,
         not_before=_not_before(hints, run_start),
     )
+
+
+def _gpu_hint_fix(hints: dict[str, Any]) -> str:
+    """The fix for GPU hints that do not parse: for the hint that is wrong."""
+    for count, memory, fix in (
+        (hints["gpus"], None, "request a whole number of GPUs >= 1, e.g. gpu_hints(gpus=2)."),
+        (1, hints.get("gpu_memory_mib"), "give the memory per GPU as a size: gpu_hints(gpu_memory='40GiB')."),
+    ):
+        try:
+            GpuRequest.parse(count, memory)
+        except EstimateError:
+            return fix
+    return "give one GPU type name, e.g. gpu_hints(gpu_type='a100'), or none for any GPU."
 
 
 def _paths(
@@ -275,6 +307,33 @@ def _fallback_index(dag_id: str, task_id: str, fallback: object, findings: list[
         )
     )
     return 0
+
+
+def _start_within(dag_id: str, task_id: str, fallback: object, findings: list[Finding]) -> float | None:
+    """The ``start_within_s`` of a fallback-ladder hint (None: none); one that is not a finite number of
+    seconds >= 0 is an error (it would have made the planned duration NaN, negative or a crash)."""
+    value = fallback.get("start_within_s") if isinstance(fallback, dict) else None
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value) if abs(value) < 1e300 else math.inf  # float(10**400) raises
+        if 0 <= seconds < math.inf:
+            return seconds
+    try:
+        shown = repr(str(value)[:40])
+    except ValueError:  # an int of over 4,300 digits
+        shown = f"(a {type(value).__name__} too large to print)"
+    findings.append(
+        Finding(
+            ERROR,
+            "bad-hint",
+            dag_id,
+            task_id,
+            f"fallback hint start_within_s {shown} is not a number of seconds >= 0.",
+            "build fallback rungs with airflow_gpu_dag.authoring.fallback_ladder, not by hand.",
+        )
+    )
+    return None
 
 
 def plan_dag(dag: Any, default_duration: float | None = None, run_start: datetime | None = None) -> Plan:

@@ -102,12 +102,28 @@ def parse_time_inventory() -> GpuInventory | None:
     try:
         return _inventory_for(configured_inventory_source(), configured_inventory_spec())
     except InventoryError as err:
-        raise GpuTaskError(f"the GPU inventory configuration is invalid: {err}") from None
+        raise GpuTaskError(
+            f"the GPU inventory configuration is invalid: {err}. Fix: correct [gpu_dag] inventory and "
+            "[gpu_dag] inventory_source (AIRFLOW__GPU_DAG__INVENTORY, AIRFLOW__GPU_DAG__INVENTORY_SOURCE)."
+        ) from None
 
 
 def _where(task_id: str | None, dag_id: str | None) -> str:
     task = f"GPU task {task_id!r}" if task_id else "GPU task"
     return f"{task} in DAG {dag_id!r}" if dag_id else task
+
+
+def _request_fix(gpus: object, gpu_memory: object) -> str:
+    """The fix for a GPU request that does not parse: for the argument that is wrong."""
+    for count, memory, fix in (
+        (gpus, None, "pass gpus=<whole number >= 1>, e.g. gpus=2."),
+        (1, gpu_memory, "pass gpu_memory like '80GiB' or '80G' (an int is MiB)."),
+    ):
+        try:
+            GpuRequest.parse(count, memory)
+        except EstimateError:
+            return fix
+    return "pass gpu_type as one GPU type name such as 'a100', or leave it unset for any GPU."
 
 
 def resolve_gpu_task(
@@ -137,9 +153,7 @@ def resolve_gpu_task(
     try:
         request = GpuRequest.parse(gpus, gpu_memory, gpu_type)
     except EstimateError as err:
-        raise GpuTaskError(
-            f"{where}: {err}. Fix: pass gpus=<whole number >= 1> and gpu_memory like '80GiB' or '80G'."
-        ) from None
+        raise GpuTaskError(f"{where}: {err}. Fix: {_request_fix(gpus, gpu_memory)}") from None
     if duration is not None:
         try:
             parse_estimate(duration)
@@ -164,7 +178,11 @@ def resolve_gpu_task(
         )
     pool = pool or pool_for_gpu_type(request.gpu_type)
 
-    inventory = inventory if inventory is not None else parse_time_inventory()
+    if inventory is None:
+        try:
+            inventory = parse_time_inventory()
+        except GpuTaskError as err:  # say which declaration it stopped
+            raise GpuTaskError(f"{where}: {err}") from None
     limits = RequestLimits(
         pool_slots=pool_capacities(),
         max_gpus_per_host=max_gpus_per_host(),
