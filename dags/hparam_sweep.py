@@ -148,7 +148,10 @@ with DAG(
         np.savez(folder / "model.npz", w1=weights["w1"], b1=weights["b1"], w2=weights["w2"], b2=weights["b2"])
         (folder / "_SUCCESS").write_text("")
         print(f"trial {spec['trial']} lr={spec['lr']}: train mse {loss:.4f} ({shards} shards)")
-        return {**spec, "checkpoint": str(folder / "model.npz"), "train_mse": loss}
+        # an XCom value is JSON, which has no inf or NaN (the Task SDK refuses to send one): a
+        # diverged trial's error is None
+        train_mse = loss if np.isfinite(loss) else None
+        return {**spec, "checkpoint": str(folder / "model.npz"), "train_mse": train_mse}
 
     @task.gpu(
         gpus=1,
@@ -157,25 +160,27 @@ with DAG(
         executor_config=gpu_hints(map_length=len(LEARNING_RATES)),
     )
     def evaluate_trial(result: dict[str, Any]) -> dict[str, Any]:
-        """Validation MSE of one trained trial (inf if it diverged)."""
+        """Validation MSE of one trained trial (None if it diverged: XCom values are JSON, no inf)."""
         context = get_current_context()
         data = np.load(_run_dir(context["params"], context["run_id"]) / "data.npz")
         weights = dict(np.load(result["checkpoint"]))
         _, pred = _forward(weights, data["x_val"])
         mse = float(np.mean((pred - data["y_val"]) ** 2))
         print(f"trial {result['trial']} lr={result['lr']}: validation mse {mse:.4f}")
-        return {**result, "val_mse": mse if np.isfinite(mse) else float("inf")}
+        return {**result, "val_mse": mse if np.isfinite(mse) else None}
 
     @task(executor_config=gpu_hints(duration="10m"))
     def select_best(evaluations: list[dict[str, Any]]) -> dict[str, Any]:
         """Pick the trial with the lowest validation error and write the sweep summary."""
         context = get_current_context()
         run = _run_dir(context["params"], context["run_id"])
-        ranked = sorted(evaluations, key=lambda e: e["val_mse"])
+        # diverged trials (val_mse None) last
+        ranked = sorted(evaluations, key=lambda e: (e["val_mse"] is None, e["val_mse"] or 0.0))
         best = ranked[0]
         shutil.copy(best["checkpoint"], run / "best_model.npz")
         (run / "summary.json").write_text(json.dumps({"best": best, "trials": ranked}, indent=2))
-        print(f"best trial {best['trial']} lr={best['lr']} validation mse {best['val_mse']:.4f}")
+        mse = "diverged" if best["val_mse"] is None else f"{best['val_mse']:.4f}"
+        print(f"best trial {best['trial']} lr={best['lr']} validation mse {mse}")
         return best
 
     @task(executor_config=gpu_hints(duration="10m"))
