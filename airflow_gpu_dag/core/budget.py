@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_gpu_dag.core.resources import real_number
+
 __all__ = ["BudgetCap", "BudgetClaim", "BudgetDecision", "BudgetUsage", "claim_id", "evaluate"]
 
 
@@ -52,10 +54,7 @@ class BudgetUsage:
 def _check_hours(value: object, what: str, where: str) -> float | None:
     if value is None:
         return None
-    try:  # an int too large for a float (10**400) is not finite either, not an OverflowError
-        number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
-    except OverflowError:
-        number = math.inf
+    number = real_number(value)  # NaN for a bool or a string, inf for 10**400
     if not math.isfinite(number):
         raise ValueError(f"{where}: {what}={value!r} is not a number of GPU-hours; pass e.g. {what}=40.")
     if number <= 0:

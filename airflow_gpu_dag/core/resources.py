@@ -22,6 +22,7 @@ __all__ = [
     "parse_duration",
     "parse_estimate",
     "parse_memory_mib",
+    "real_number",
 ]
 
 
@@ -64,6 +65,17 @@ def _huge_int(value: int) -> str:
 
 _DURATION_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*")
 _DURATION_HELP = 'use seconds (1800) or a string such as "90s", "30m", "1h30m", "2h"'
+
+
+def real_number(value: object) -> float:
+    """``value`` (an int or a float, not a bool) as a float: NaN for anything else, and an infinity of
+    its sign for an int too large for a float (``10**400``), so one ``math.isfinite`` refuses both."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def parse_duration(value: object) -> float:

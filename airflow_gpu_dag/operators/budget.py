@@ -21,6 +21,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_gpu_dag.budget.check import claim_budget, pool_variable, run_variable
 from airflow_gpu_dag.core.budget import BudgetCap
+from airflow_gpu_dag.core.resources import real_number
 from airflow_gpu_dag.hints import control_task_hints
 from airflow_gpu_dag.sensors._common import resume_race_retry
 from airflow_gpu_dag.triggers.budget import BudgetTrigger
@@ -34,10 +35,7 @@ def _number(value: object, what: str, where: str, *, zero_ok: bool) -> float:
     A NaN claim made every later comparison with the pool's claimed total False, so every gate of the
     pool passed; a negative one gave the other gates room that was not there; a poke_interval of
     0 or less re-read the ledger in a tight loop, an infinite one never re-checked."""
-    try:
-        number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
-    except OverflowError:
-        number = math.inf
+    number = real_number(value)
     if not math.isfinite(number) or number < 0 or (number == 0 and not zero_ok):
         bound = ">= 0" if zero_ok else "> 0"
         raise ValueError(

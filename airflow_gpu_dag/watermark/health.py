@@ -27,6 +27,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from airflow_gpu_dag.core.resources import real_number
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -71,16 +73,9 @@ def read_heartbeat_file(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"heartbeat file {path} does not hold a JSON object")
     for key in ("last_tick", "interval"):
         value = raw.get(key)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
+        if not math.isfinite(real_number(value)):  # also a bool, a string, 10**400
             raise ValueError(f"heartbeat file {path}: {key!r} is missing or not a number ({value!r})")
     return raw
-
-
-def _finite(value: float) -> bool:
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an integer too large for a float
-        return False
 
 
 def check_heartbeat_file(

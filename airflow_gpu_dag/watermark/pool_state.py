@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_gpu_dag.core.resources import real_number
+
 __all__ = [
     "RENEW_MARGIN_INTERVALS",
     "PoolState",
@@ -66,12 +68,7 @@ def _int_or_none(value: object) -> int | None:
 
 
 def _float_or_none(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:  # an integer too large for a float
-        return None
+    number = real_number(value)
     return number if math.isfinite(number) else None
 
 
