@@ -296,17 +296,20 @@ def _fallback_index(dag_id: str, task_id: str, fallback: object, findings: list[
     index = fallback.get("index", 0) or 0
     if isinstance(index, int) and not isinstance(index, bool):
         return index
-    findings.append(
-        Finding(
-            ERROR,
-            "bad-hint",
-            dag_id,
-            task_id,
-            f"fallback hint index {str(index)[:40]!r} is not a whole number.",
-            "build fallback rungs with airflow_gpu_dag.authoring.fallback_ladder, not by hand.",
-        )
-    )
+    findings.append(_bad_fallback_hint(dag_id, task_id, f"index {str(index)[:40]!r} is not a whole number"))
     return 0
+
+
+def _bad_fallback_hint(dag_id: str, task_id: str, problem: str) -> Finding:
+    """The error for a fallback-ladder hint written by hand, not by :func:`fallback_ladder`."""
+    return Finding(
+        ERROR,
+        "bad-hint",
+        dag_id,
+        task_id,
+        f"fallback hint {problem}.",
+        "build fallback rungs with airflow_gpu_dag.authoring.fallback_ladder, not by hand.",
+    )
 
 
 def _start_within(dag_id: str, task_id: str, fallback: object, findings: list[Finding]) -> float | None:
@@ -324,14 +327,7 @@ def _start_within(dag_id: str, task_id: str, fallback: object, findings: list[Fi
     except ValueError:  # an int of over 4,300 digits
         shown = f"(a {type(value).__name__} too large to print)"
     findings.append(
-        Finding(
-            ERROR,
-            "bad-hint",
-            dag_id,
-            task_id,
-            f"fallback hint start_within_s {shown} is not a number of seconds >= 0.",
-            "build fallback rungs with airflow_gpu_dag.authoring.fallback_ladder, not by hand.",
-        )
+        _bad_fallback_hint(dag_id, task_id, f"start_within_s {shown} is not a number of seconds >= 0")
     )
     return None
 
