@@ -49,7 +49,6 @@ from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_gpu_dag.gpu.lease import Lease
 from airflow_gpu_dag.gpu.lease_table import group_exists
-from airflow_gpu_dag.gpu.lease_view import parent_pid
 from airflow_gpu_dag.gpu.process import process_start_token
 from airflow_gpu_dag.operators.gpu_lease import GpuLeaseMixin
 from airflow_gpu_dag.operators.gpu_spec import (
@@ -244,26 +243,15 @@ def _group_gone(proc: Any, wait: float) -> bool:
 
 
 def _descendants(root: int) -> dict[int, str]:
-    """Every running (not zombie) descendant of process ``root``: pid -> start token. Empty where
-    ``/proc`` cannot be listed."""
+    """Every running (not zombie) descendant of process ``root``: pid -> start token."""
+    import psutil
+
     try:
-        pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
-    except OSError:
+        children = psutil.Process(root).children(recursive=True)
+    except psutil.Error:
         return {}
-    children: dict[int, list[int]] = {}
-    for pid in pids:
-        parent = parent_pid(pid)
-        if parent is not None:
-            children.setdefault(parent, []).append(pid)
-    found: dict[int, str] = {}
-    todo = list(children.get(root, ()))
-    while todo:
-        pid = todo.pop()
-        token = process_start_token(pid)
-        if token is not None and pid not in found:
-            found[pid] = token
-            todo.extend(children.get(pid, ()))
-    return found
+    tokens = {child.pid: process_start_token(child.pid) for child in children}
+    return {pid: token for pid, token in tokens.items() if token is not None}
 
 
 def _processes_gone(processes: dict[int, str], wait: float) -> bool:
