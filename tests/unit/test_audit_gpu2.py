@@ -34,6 +34,19 @@ def static_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return lease_dir
 
 
+def _child_running_at_release(op: GpuPythonOperator, pid_file: Path) -> list[bool]:
+    """Whether the child written to ``pid_file`` still ran each time ``op`` released its lease."""
+    seen: list[bool] = []
+    finish = op._finish_gpu_lease
+
+    def spy(outcome: str) -> None:
+        seen.append(_running(int(pid_file.read_text())))
+        finish(outcome)
+
+    op._finish_gpu_lease = spy  # type: ignore[method-assign]
+    return seen
+
+
 def _context(task_id: str) -> dict[str, Any]:
     ti = SimpleNamespace(dag_id="gpu_dag", run_id="run1", task_id=task_id, map_index=-1, try_number=1)
     return {"ti": ti, "task_instance": ti}
@@ -88,14 +101,7 @@ def test_a_process_the_callable_left_running_is_stopped_before_its_gpus_are_give
 
     op = GpuPythonOperator(task_id="spawner", python_callable=train, gpus=1)
     op.child_stop_grace_s = 2.0
-    seen: list[bool] = []
-    finish = op._finish_gpu_lease
-
-    def spy(outcome: str) -> None:
-        seen.append(_running(int(pid_file.read_text())))
-        finish(outcome)
-
-    op._finish_gpu_lease = spy  # type: ignore[method-assign]
+    seen = _child_running_at_release(op, pid_file)
     try:
         op.execute(_context("spawner"))
         assert seen == [False]
@@ -124,14 +130,7 @@ def test_sigterm_stops_the_callables_processes_before_the_lease_is_released(
 
     op.python_callable = train
     previous = signal.signal(signal.SIGTERM, lambda *_: op.on_kill())
-    seen: list[bool] = []
-    finish = op._finish_gpu_lease
-
-    def spy(outcome: str) -> None:
-        seen.append(_running(int(pid_file.read_text())))
-        finish(outcome)
-
-    op._finish_gpu_lease = spy  # type: ignore[method-assign]
+    seen = _child_running_at_release(op, pid_file)
     try:
         from airflow.sdk.exceptions import AirflowException
 
