@@ -258,9 +258,9 @@ def _check_rungs(group_id: str, rungs: Sequence[Rung]) -> None:
     where = f"fallback ladder {group_id!r}"
     if not rungs:
         raise FallbackError(f"{where} has no rungs; give at least one Rung(...)")
-    if any(not isinstance(rung, Rung) for rung in rungs):
-        index = next(i for i, rung in enumerate(rungs) if not isinstance(rung, Rung))
-        raise FallbackError(f"{where}: rung {index} is {type(rungs[index]).__name__}, not a Rung(...)")
+    for index, rung in enumerate(rungs):  # before their names are read below
+        if not isinstance(rung, Rung):
+            raise FallbackError(f"{where}: rung {index} is {type(rung).__name__}, not a Rung(...)")
     # the ids of the ladder's own tasks in the group: a rung of that name would collide with one
     control = {"result", "exhausted", *(f"fallback_to_{r.name}" for r in rungs[1:])}
     control.update(f"{r.name}_start_deadline" for r in rungs if r.start_within is not None)
