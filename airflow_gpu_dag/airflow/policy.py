@@ -36,15 +36,23 @@ CRITICAL_PATH_WEIGHT_RULE, PACKING_WEIGHT_RULE = (
 log = logging.getLogger(__name__)
 
 
+#: Our weight rules by class path, with the names a DAG may mean them by: the class name and the
+#: simulator's short name (the constant's name is the short one + ``_WEIGHT_RULE``).
+_OUR_RULES = {
+    path: (path.rsplit(".", 1)[1], "critical_path" if "Critical" in path else "packing")
+    for path in (CRITICAL_PATH_WEIGHT_RULE, PACKING_WEIGHT_RULE)
+}
+
+
 def _rule_meant(rule: object) -> str | None:
     """Our class path when ``rule`` is a string naming one of our rules without it (its class name, the
     simulator's ``critical_path`` / ``packing``, the constant's name), in any case; else None."""
     if not isinstance(rule, str) or isinstance(rule, enum.Enum):
         return None
     name = rule.rsplit(".", 1)[-1].strip().replace("_", "").lower()
-    for path in (CRITICAL_PATH_WEIGHT_RULE, PACKING_WEIGHT_RULE):
-        short = "criticalpath" if "Critical" in path else "packing"
-        if name in (path.rsplit(".", 1)[1].lower(), short, f"{short}weightrule"):
+    for path, (class_name, short) in _OUR_RULES.items():
+        short = short.replace("_", "")
+        if name in (class_name.lower(), short, f"{short}weightrule"):
             return path
     return None
 
@@ -126,9 +134,7 @@ def weight_rule_findings(dag: Any, bad: dict[str, list[str]] | None = None) -> l
             fix = "pass the class path string: weight_rule=CRITICAL_PATH_WEIGHT_RULE (from airflow_gpu_dag)."
         else:
             names = {name: name for name in known} | {
-                alias: path
-                for path in (CRITICAL_PATH_WEIGHT_RULE, PACKING_WEIGHT_RULE)
-                for alias in (path.rsplit(".", 1)[1], "critical_path" if "Critical" in path else "packing")
+                alias: path for path, aliases in _OUR_RULES.items() for alias in aliases
             }
             meant = _rule_meant(rule)
             close = difflib.get_close_matches(rule, list(names), n=1, cutoff=0.6)
