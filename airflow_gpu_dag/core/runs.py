@@ -42,7 +42,7 @@ def cross_dag_priority(
     ``estimated`` by DAG id (a run of a DAG not in it: its own graph), or ``(graph, trigger) -> believed
     graph`` per run (two runs of one DAG under two versions each keep their own); ``remaining`` per DAG
     id replaces the critical path (a plan)."""
-    shapes: dict[int, tuple[TaskGraph, RunShape]] = {}  # by believed graph (kept: its id stays its own)
+    shapes: dict[TaskGraph, RunShape] = {}  # by believed graph (graphs hash by identity)
 
     def believed(graph: TaskGraph, trigger: float) -> TaskGraph:
         if callable(estimated):
@@ -51,9 +51,9 @@ def cross_dag_priority(
 
     def weights(graph: TaskGraph, trigger: float) -> dict[str, int]:
         source = believed(graph, trigger)
-        if id(source) not in shapes:
-            shapes[id(source)] = (source, run_shape(source, capacity, (remaining or {}).get(graph.dag_id)))
-        shape = shapes[id(source)][1]
+        if source not in shapes:
+            shapes[source] = run_shape(source, capacity, (remaining or {}).get(graph.dag_id))
+        shape = shapes[source]
         due = trigger + objective.stretch * shape.work
         return {task_id: key_weight(due - rest, epoch) for task_id, rest in shape.remaining.items()}
 
