@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow_gpu_dag.hints import gpu_hints
+from airflow_gpu_dag.executor_config import gpu_hints
 
 __version__ = "0.1.0"
 

@@ -6,7 +6,7 @@ Use the class path string (required for mapped tasks)::
     # == "airflow_gpu_dag.priority_strategy.CriticalPathPriorityStrategy"
 
 Every task instance gets a *key*, the latest moment it may start for its run to meet the run's due
-time, in one unit for all DAGs (:mod:`airflow_gpu_dag.core.objective`; docs/priority.md)::
+time, in one unit for all DAGs (:mod:`airflow_gpu_dag.core.policy.objective`; docs/priority.md)::
 
     weight = 2**31 - 1 - round(trigger + s * W - remaining(task) - key_epoch)
 
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from airflow.task.priority_strategy import PriorityWeightStrategy
 
-from airflow_gpu_dag.core.rules import clamp_int32
+from airflow_gpu_dag.core.analysis.weight_rules import clamp_int32
 from airflow_gpu_dag.priority.weights import CrossDagWeights, fallback_weight
 
 if TYPE_CHECKING:
@@ -83,7 +83,8 @@ class PackingPriorityStrategy(_CrossDagStrategy):
     The DAG is planned alone on its GPU pools (sizes from ``[gpu_dag] pools`` or the static inventory)
     under Airflow's admission with several rules, the best schedules are improved by justification (and,
     with ``[gpu_dag] plan_search_budget`` > 0, a local search over the start order), and the shortest
-    predicted schedule's start order is kept (``core.planner.packing_weights_plan``): the remaining time
+    predicted schedule's start order is kept (``core.planning.planner.packing_weights_plan``): the remaining
+    time
     of a task is the planned end minus its planned start, so within a run the tasks start in the plan's
     order and across runs they compare like every other key. The plan is made off the scheduler loop, in
     a subprocess, once per DAG version; until it is ready (or without a known pool size, or above

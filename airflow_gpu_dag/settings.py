@@ -11,14 +11,14 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any
 
-from airflow_gpu_dag.core.estimates import EstimateSettings
-from airflow_gpu_dag.core.resources import EstimateError, parse_duration, parse_estimate
+from airflow_gpu_dag.core.analysis.estimates import EstimateSettings
+from airflow_gpu_dag.core.model.resources import EstimateError, parse_duration, parse_estimate
 from airflow_gpu_dag.log_once import LogOnce
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from airflow_gpu_dag.core.objective import Objective
+    from airflow_gpu_dag.core.policy.objective import Objective
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +287,7 @@ def objective() -> Objective:
     """
     from dataclasses import replace
 
-    from airflow_gpu_dag.core.objective import DEFAULT_OBJECTIVE, get_objective
+    from airflow_gpu_dag.core.policy.objective import DEFAULT_OBJECTIVE, get_objective
 
     try:
         chosen = get_objective(objective_name())
@@ -329,7 +329,7 @@ def _epoch_problem(raw: str, now: float | None = None) -> str | None:
     ``KEY_WEIGHT_FLOOR``, which the watermark controller no longer reads as keys."""
     import time
 
-    from airflow_gpu_dag.core.objective import KEY_WEIGHT_FLOOR
+    from airflow_gpu_dag.core.policy.objective import KEY_WEIGHT_FLOOR
 
     epoch = _epoch(raw)
     if not math.isfinite(epoch):  # "nan" and "inf" parse as floats: every key would be NaN or infinite
@@ -351,7 +351,7 @@ def key_epoch() -> float:
     2025-01-01T00:00:00Z), in the past and less than 34 years ago (:func:`_epoch_problem`); any other
     value is logged once and the default used. Every scheduler, api-server and controller must use the
     same value."""
-    from airflow_gpu_dag.core.objective import DEFAULT_EPOCH
+    from airflow_gpu_dag.core.policy.objective import DEFAULT_EPOCH
 
     raw = conf_get("key_epoch", None)
     if not raw:
@@ -375,7 +375,7 @@ def plan_policy() -> str:
 
 def plan_search_budget() -> int:
     """``[gpu_dag] plan_search_budget``: simulated tasks the planner's local search may spend (0, the
-    default, turns it off; ``core.planner.SEARCH_BUDGET`` = 60000 is the measured setting)."""
+    default, turns it off; ``core.planning.planner.SEARCH_BUDGET`` = 60000 is the measured setting)."""
     budget = int(_conf_number("plan_search_budget", 0, int))  # as lint reads it: "+5", "60_000"
     if budget < 0:
         _warn_once("plan_search_budget", "[gpu_dag] plan_search_budget '%d' is < 0; using 0", budget)

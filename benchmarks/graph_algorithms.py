@@ -1,4 +1,5 @@
-"""Our graph algorithms (``core.graph``, ``core.critical_path``) against networkx's, same graphs.
+"""Our graph algorithms (``core.model.graph``, ``core.analysis.critical_path``) against networkx's, same
+graphs.
 
 The measurement behind "networkx: why not in the package" in docs/dependencies.md. For layered random
 DAGs (1-3 upstream tasks each, like benchmarks/plan_speed.py) it times, best of ``--repeat``:
@@ -26,8 +27,8 @@ from collections.abc import Callable
 
 import networkx as nx
 
-from airflow_gpu_dag.core.critical_path import analyze
-from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.analysis.critical_path import analyze
+from airflow_gpu_dag.core.model.graph import TaskGraph
 
 
 def layered_dag(tasks: int, seed: int = 7) -> tuple[dict[str, float], list[tuple[str, str]]]:

@@ -7,10 +7,11 @@ packing priority and the reservation controller) is planned and its controller s
 * ``exact``: the truth (the best estimates can do);
 * ``declared``: the truth x exp(N(0, 0.3)) per task (hand-written estimates off by about +/- 30 %,
   the ``--noise 0.3`` model of ``benchmarks/makespan.py``);
-* ``learned``: :func:`airflow_gpu_dag.core.estimates.estimate_duration` over five past runs of each
+* ``learned``: :func:`airflow_gpu_dag.core.analysis.estimates.estimate_duration` over five past runs of each
   task, each the truth x U(0.9, 1.1), with the declared estimate as the prior: what
   ``airflow_gpu_dag.airflow.history.learned_durations`` gives the planner after five runs (the graph
-  built by :func:`~airflow_gpu_dag.core.estimates.with_estimates`, so the planner hedges by the learned
+  built by :func:`~airflow_gpu_dag.core.analysis.estimates.with_estimates`, so the planner hedges by the
+  learned
   durations' standard error as it does in the scheduler).
 
 Stock Airflow (``downstream`` rule, greedy admission) uses no estimates. The gain of a variant is
@@ -35,11 +36,16 @@ from pathlib import Path
 
 from workloads import GPU_POOL, Workload, load_workloads, ml_pipeline_workloads, parse_sets
 
-from airflow_gpu_dag.core.estimates import RunSample, estimate_duration, planning_error, with_estimates
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.planner import packing_weights_plan, perturbed
-from airflow_gpu_dag.core.rules import resolve_priority
-from airflow_gpu_dag.core.simulator import simulate
+from airflow_gpu_dag.core.analysis.estimates import (
+    RunSample,
+    estimate_duration,
+    planning_error,
+    with_estimates,
+)
+from airflow_gpu_dag.core.analysis.weight_rules import resolve_priority
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.planning.planner import packing_weights_plan, perturbed
+from airflow_gpu_dag.core.simulation.simulator import simulate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_WORKLOADS = REPO_ROOT.parent / "shared" / "workloads" / "wfinstances_dev.json"

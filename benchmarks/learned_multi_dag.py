@@ -8,7 +8,8 @@ default ``balanced``). The mix's durations are the truth; the keys and the contr
 
 * ``exact``: the truth;
 * ``declared``: the truth x exp(N(0, 0.3)) per task (hand-written estimates off by about +/- 30 %);
-* ``learned``: :func:`airflow_gpu_dag.core.estimates.estimate_duration` over five past runs of each task,
+* ``learned``: :func:`airflow_gpu_dag.core.analysis.estimates.estimate_duration` over five past runs of each
+task,
   each the truth x U(0.9, 1.1), the declared estimate as the prior (``benchmarks/learned_estimates.py``'s
   model, the single-DAG half).
 
@@ -34,10 +35,10 @@ from learned_estimates import learned_graph
 from mixes import check_variant, make_mix, spread_factor, triggers
 from multi_dag import parse_seeds
 
-from airflow_gpu_dag.core.objective import OBJECTIVES
-from airflow_gpu_dag.core.planner import perturbed
-from airflow_gpu_dag.core.runs import predict_runs
-from airflow_gpu_dag.core.schedule import SimulationResult
+from airflow_gpu_dag.core.planning.planner import perturbed
+from airflow_gpu_dag.core.policy.objective import OBJECTIVES
+from airflow_gpu_dag.core.simulation.cross_dag import predict_runs
+from airflow_gpu_dag.core.simulation.simulator import SimulationResult
 
 GPU_POOL = "gpu"
 VARIANTS = ("exact", "declared", "learned")

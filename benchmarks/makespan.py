@@ -1,7 +1,7 @@
 """Makespan benchmark: stock Airflow admission vs our priority, alone and with reservation.
 
 Every instance runs alone on one GPU pool of capacity 8, 16 and 32 GPUs in the discrete-event simulator
-(:mod:`airflow_gpu_dag.core.simulator`, Airflow's exact admission rule at every event). Policies:
+(:mod:`airflow_gpu_dag.core.simulation.simulator`, Airflow's exact admission rule at every event). Policies:
 
 * ``stock``: Airflow's ``downstream`` weight rule, greedy skip-if-it-does-not-fit admission.
 * ``critical_path``: plain critical-path weights, greedy admission (for reference).
@@ -12,7 +12,7 @@ Figures per policy: mean makespan / lower bound (LB = max(critical path, GPU-sec
 ``closed``: mean over instances with stock > LB of (stock - ours) / (stock - LB); ``closed_agg``:
 sum(stock - ours) / sum(stock - LB); ``worst``: max over instances of ours / stock; ``>2%``: instances
 more than 2 % worse than stock; ``LB_best``: the tightest bound we have,
-:func:`~airflow_gpu_dag.core.bounds.best_lower_bound` (valid for any schedule: dependencies, release
+:func:`~airflow_gpu_dag.core.analysis.bounds.best_lower_bound` (valid for any schedule: dependencies, release
 profile, forced overlaps of rigid tasks), and the same two figures against it. The ``ceiling`` row per
 set and capacity is what a schedule ending at ``LB_best`` would close: no scheduler closes more.
 
@@ -32,10 +32,10 @@ from pathlib import Path
 
 from workloads import GPU_POOL, Workload, load_workloads, ml_pipeline_workloads, parse_sets
 
-from airflow_gpu_dag.core.bounds import best_lower_bound, lower_bound
-from airflow_gpu_dag.core.planner import SEARCH_BUDGET, packing_weights_plan, perturbed
-from airflow_gpu_dag.core.rules import resolve_priority
-from airflow_gpu_dag.core.simulator import simulate
+from airflow_gpu_dag.core.analysis.bounds import best_lower_bound, lower_bound
+from airflow_gpu_dag.core.analysis.weight_rules import resolve_priority
+from airflow_gpu_dag.core.planning.planner import SEARCH_BUDGET, packing_weights_plan, perturbed
+from airflow_gpu_dag.core.simulation.simulator import simulate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_WORKLOADS = REPO_ROOT.parent / "shared" / "workloads" / "wfinstances_dev.json"

@@ -27,9 +27,9 @@ import math
 import random
 from dataclasses import dataclass, replace
 
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.planner import perturbed
-from airflow_gpu_dag.core.resources import GpuRequest
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.model.resources import GpuRequest
+from airflow_gpu_dag.core.planning.planner import perturbed
 
 GPU_POOL = "gpu"
 KINDS = ("pipeline", "sweep", "eval")

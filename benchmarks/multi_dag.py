@@ -3,14 +3,14 @@
 Each instance is a team-like mix of DAGs (:mod:`mixes`: pipelines of six-node stages with 1-8-GPU
 training, sweeps of 4-12 trials, 5-40 single-task evaluations of 5-60 min; each its own DAG) on one GPU
 pool of 8 / 16 / 32 GPUs, triggered spread over time or all at once. Every policy runs the same mix in
-:func:`airflow_gpu_dag.core.simulator.simulate` (Airflow's admission at every event; the watermark
+:func:`airflow_gpu_dag.core.simulation.simulator.simulate` (Airflow's admission at every event; the watermark
 controller every ``--interval`` seconds, 60 by default):
 
 * ``stock``: Airflow as shipped: the ``downstream`` weight rule, the pool fixed at capacity.
 * ``v0.1``: the previous release: ``packing`` weights planned per DAG, the controller reserving for every
   wide head (what issue #11 measured). Expensive (it plans every DAG); not run by default.
 * ``throughput`` / ``balanced`` / ``latency``: the cross-DAG keys of
-  :mod:`airflow_gpu_dag.core.objective` (critical-path remaining times) and the objective's reservation
+  :mod:`airflow_gpu_dag.core.policy.objective` (critical-path remaining times) and the objective's reservation
   gate: what ``[gpu_dag] objective`` selects (``balanced`` is the default).
 
 Weights and the controller see the estimates; tasks run for the estimates (``exact``), or for the
@@ -53,12 +53,11 @@ from mixes import (  # type: ignore[import-not-found]
     triggers,
 )
 
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.objective import OBJECTIVES, ReservationGate, run_shape
-from airflow_gpu_dag.core.planner import packing_weights_plan
-from airflow_gpu_dag.core.runs import believed_durations, predict_runs
-from airflow_gpu_dag.core.schedule import SimulationResult
-from airflow_gpu_dag.core.simulator import RunPriority, simulate
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.planning.planner import packing_weights_plan
+from airflow_gpu_dag.core.policy.objective import OBJECTIVES, ReservationGate, run_shape
+from airflow_gpu_dag.core.simulation.cross_dag import believed_durations, predict_runs
+from airflow_gpu_dag.core.simulation.simulator import RunPriority, SimulationResult, simulate
 
 ESTIMATES = {"exact": 0.0, "uniform30": -0.3, "lognormal30": 0.3}
 TARGET_MEAN = {8: 0.85, 16: 0.92, 32: 1.00}

@@ -3,7 +3,7 @@
 ``benchmarks/multi_dag.py`` measures the three shipped objectives. This script measures the family they
 come from, on the same mixes (:mod:`mixes`) and against the same stock run, to show where the targets
 conflict rather than say so. Every member orders tasks by the key of
-:mod:`airflow_gpu_dag.core.objective`, extended by one term::
+:mod:`airflow_gpu_dag.core.policy.objective`, extended by one term::
 
     key(t) = T + s * W - chain * max(0, CP - W) - remaining(t)
 
@@ -14,7 +14,7 @@ gated). Each member runs with the controller reserving for every wide head (``al
 ``balanced`` reservation gate (``gated``).
 
 ``--oracle`` adds two schedules no trigger-time policy can have: the packing planner
-(:func:`~airflow_gpu_dag.core.planner.packing_weights_plan`) run on the *whole mix* as one graph
+(:func:`~airflow_gpu_dag.core.planning.planner.packing_weights_plan`) run on the *whole mix* as one graph
 (every run's trigger as its tasks' earliest start), its weights given to every run (``mix-plan``), and
 the same with every evaluation run ahead of everything (``mix-plan+evals``; the oracle knows the kinds);
 ``stock-due``: ``balanced``'s keys with no run due later than stock completes it (the oracle knows
@@ -68,8 +68,9 @@ from multi_dag import (  # type: ignore[import-not-found]
     simulate_weights,
 )
 
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.objective import (
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.planning.planner import packing_weights_plan
+from airflow_gpu_dag.core.policy.objective import (
     OBJECTIVES,
     Objective,
     ReservationGate,
@@ -77,10 +78,8 @@ from airflow_gpu_dag.core.objective import (
     run_shape,
     task_keys,
 )
-from airflow_gpu_dag.core.planner import packing_weights_plan
-from airflow_gpu_dag.core.runs import SIMULATION_EPOCH
-from airflow_gpu_dag.core.schedule import SimulationResult
-from airflow_gpu_dag.core.simulator import RunPriority
+from airflow_gpu_dag.core.simulation.cross_dag import SIMULATION_EPOCH
+from airflow_gpu_dag.core.simulation.simulator import RunPriority, SimulationResult
 
 STRETCHES = (0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0)
 CHAINS = (0.0, 1.0, 2.0)

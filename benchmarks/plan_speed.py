@@ -63,7 +63,7 @@ def write_dag(folder: Path, tasks: int, seed: int = 7) -> str:
 
 def mapped_group(instances: int) -> Any:
     """A run of a mapped task group as the page sees it (instances expanded), beside a wide task."""
-    from airflow_gpu_dag.core.graph import TaskGraph
+    from airflow_gpu_dag.core.model.graph import TaskGraph
 
     graph = TaskGraph(f"mapped_{instances}", priority_rule="critical_path")
     graph.add("prep", 60.0, pool="cpu")
@@ -93,10 +93,10 @@ def main() -> None:
     parser.add_argument("--mapped", type=int, default=1024, help="instances of the mapped task group")
     opts = parser.parse_args()
 
-    from airflow_gpu_dag.airflow.graph import build_task_graph, plan_dag
+    from airflow_gpu_dag.airflow.dag_reader import build_task_graph, plan_dag
     from airflow_gpu_dag.cli.definition import get_parser
+    from airflow_gpu_dag.cli.display import plan_table
     from airflow_gpu_dag.cli.loading import find_dag
-    from airflow_gpu_dag.cli.render import plan_table
     from airflow_gpu_dag.plugins.critical_path_page.data import pool_views, predicted_schedules
     from airflow_gpu_dag.plugins.critical_path_page.layout import graph_svg
 

@@ -25,8 +25,8 @@ from learned_estimates import history_seed, learned_graph  # type: ignore[import
 from makespan import DEFAULT_WORKLOADS  # type: ignore[import-not-found]
 from workloads import GPU_POOL, Workload, load_workloads
 
-from airflow_gpu_dag.core import planner as priority
-from airflow_gpu_dag.core.hedging import perturbed
+from airflow_gpu_dag.core.planning import planner as priority
+from airflow_gpu_dag.core.planning.hedging import perturbed
 
 SIZES = (41, 405, 738, 1121)
 

@@ -12,7 +12,7 @@ The workload: ``prep`` (1 GPU) -> ``pretrain`` (all GPUs) -> ``finetune`` (1 GPU
 (1 GPU), next to a sweep of ``--sweep`` 1-GPU trials, each followed by a CPU ``report``. Stock
 Airflow lets the sweep take every freed GPU while ``pretrain`` waits (apache/airflow#29474).
 
-Prediction: :func:`airflow_gpu_dag.core.simulator.simulate` on the same graph, ``stock`` and
+Prediction: :func:`airflow_gpu_dag.core.simulation.simulator.simulate` on the same graph, ``stock`` and
 ``reservation`` (``critical_path`` priority, same controller interval), once with the declared
 durations and once calibrated with what the real run showed: each task's measured run time plus the
 scheduler's dispatch latency (median gap between a ``sweep`` trial's end and its ``report``'s start).
@@ -35,7 +35,7 @@ from typing import Any
 from controller_thread import controller_running
 from workloads import graph_from_tasks
 
-from airflow_gpu_dag.core.simulator import simulate
+from airflow_gpu_dag.core.simulation.simulator import simulate
 from airflow_gpu_dag.hooks.rest_client import parse_time
 from airflow_gpu_dag.testing import AirflowCluster
 

@@ -17,7 +17,8 @@ The mix runs twice, on copies of the DAGs:
   mix (``--gap``, ``--overdue``; also given to the scheduler so both sides agree).
 
 Printed side by side: every run's completion time (trigger -> last task ends), the mean, the p95 and
-the makespan, real and predicted (:func:`airflow_gpu_dag.core.runs.predict_runs` with the declared
+the makespan, real and predicted (:func:`airflow_gpu_dag.core.simulation.cross_dag.predict_runs` with the
+declared
 durations, the real trigger offsets, and the same controller interval).
 
     .venv/bin/python benchmarks/real_airflow_multi_dag.py                 # ~4-5 minutes
@@ -42,10 +43,10 @@ from typing import Any
 from controller_thread import controller_running
 
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.objective import get_objective
-from airflow_gpu_dag.core.resources import GpuRequest
-from airflow_gpu_dag.core.runs import predict_runs
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.model.resources import GpuRequest
+from airflow_gpu_dag.core.policy.objective import get_objective
+from airflow_gpu_dag.core.simulation.cross_dag import predict_runs
 from airflow_gpu_dag.hooks.rest_client import parse_time
 from airflow_gpu_dag.priority.trigger import parse_run_id_time
 from airflow_gpu_dag.testing import AirflowCluster

@@ -33,9 +33,9 @@ from collections.abc import Sequence
 from multi_dag import parse_seeds  # type: ignore[import-not-found]
 from workloads import GPU_POOL, graph_from_tasks  # type: ignore[import-not-found]
 
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.objective import ReservationGate, get_objective, key_of_weight, run_weights
-from airflow_gpu_dag.core.simulator import simulate
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.policy.objective import ReservationGate, get_objective, key_of_weight, run_weights
+from airflow_gpu_dag.core.simulation.simulator import simulate
 
 EPOCH = -10_000_000.0  # keys are seconds after it; any epoch before the simulation's clock works
 CAPACITY = {GPU_POOL: 4}

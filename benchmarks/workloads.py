@@ -20,8 +20,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.resources import GpuRequest
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.model.resources import GpuRequest
 
 __all__ = [
     "GPU_POOL",

@@ -70,7 +70,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 def render_plan(dag: Any) -> str:
     """The plan of ``dag`` (an Airflow DAG) as text: one row per task in topological order."""
-    from airflow_gpu_dag.airflow.graph import plan_dag
+    from airflow_gpu_dag.airflow.dag_reader import plan_dag
 
     plan = plan_dag(dag)
     rows = [
@@ -121,7 +121,7 @@ def render_outcome(tis: Sequence[dict[str, Any]]) -> str:
             return "-"
         return f"+{(ts - origin).total_seconds():.1f}s"
 
-    from airflow_gpu_dag.core.objective import key_of_weight
+    from airflow_gpu_dag.core.policy.objective import key_of_weight
     from airflow_gpu_dag.priority.trigger import parse_run_id_time
 
     def key_text(ti: dict[str, Any]) -> str:

@@ -36,7 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from airflow_gpu_dag.core.resources import GpuRequest  # noqa: E402
+from airflow_gpu_dag.core.model.resources import GpuRequest  # noqa: E402
 from airflow_gpu_dag.gpu.inventory import InventoryUnavailable, nvml_inventory  # noqa: E402
 from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseOwner, LeaseSettings  # noqa: E402
 from airflow_gpu_dag.watermark.nvml_source import NvmlSource  # noqa: E402

@@ -3,7 +3,7 @@
 The package's docstrings are Sphinx-style (``:param x:``, ``:class:`TaskGraph```). mkdocstrings'
 Sphinx parser reads the fields but leaves the roles as text; this extension rewrites every
 ``:class:``, ``:func:``, ``:meth:``, ``:attr:``, ``:mod:``, ``:data:``, ``:exc:`` and ``:obj:`` role into
-an mkdocs-autorefs link (``[`TaskGraph`][airflow_gpu_dag.core.graph.TaskGraph]``) when its target
+an mkdocs-autorefs link (``[`TaskGraph`][airflow_gpu_dag.core.model.graph.TaskGraph]``) when its target
 is an object of the package that the reference renders, resolving names as Python would from where
 the docstring is (``:meth:`stop``` inside a class, an imported name in a module, ``~`` for the short
 form; ``.name`` for the one object whose path ends so, as in Sphinx). Any other target (a private

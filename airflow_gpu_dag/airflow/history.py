@@ -4,7 +4,7 @@ For the processes that have a database session: the scheduler (the priority stra
 api-server (the Critical path page) and the CLI (``airflow gpu-dag plan`` / ``estimates``). The
 watermark controller has no database access and reads the same over REST
 (:mod:`airflow_gpu_dag.watermark.durations`). The estimation itself is pure
-(:mod:`airflow_gpu_dag.core.estimates`).
+(:mod:`airflow_gpu_dag.core.analysis.estimates`).
 
 The API the rest of the provider calls::
 
@@ -26,18 +26,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from airflow_gpu_dag.airflow.graph import build_task_graph
+from airflow_gpu_dag.airflow.dag_reader import build_task_graph
 from airflow_gpu_dag.airflow.mapped import mapped_task_ids
-from airflow_gpu_dag.core.estimates import (
+from airflow_gpu_dag.core.analysis.estimates import (
     DurationEstimate,
     EstimateSettings,
     RunSample,
     estimate_durations,
     with_estimates,
 )
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.mapping import typical_map_count
-from airflow_gpu_dag.core.validation import Finding
+from airflow_gpu_dag.core.analysis.validation import Finding
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.model.mapping import typical_map_count
 from airflow_gpu_dag.log_once import LogOnce
 from airflow_gpu_dag.settings import estimate_settings
 

@@ -12,7 +12,7 @@ instances N of a mapped task comes from, in this order:
    another task's output;
 
 otherwise N is unknown and the task stays one node. :func:`expand_dag_graph` expands a task graph
-read from the DAG with :func:`airflow_gpu_dag.core.mapping.expand_mapped`.
+read from the DAG with :func:`airflow_gpu_dag.core.model.mapping.expand_mapped`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeGuard
 
-from airflow_gpu_dag.core.findings import ERROR, Finding
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.mapping import expand_mapped
-from airflow_gpu_dag.hints import read_hints
+from airflow_gpu_dag.core.model.findings import ERROR, Finding
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.model.mapping import expand_mapped
+from airflow_gpu_dag.executor_config import read_hints
 from airflow_gpu_dag.settings import max_map_length
 
 __all__ = [

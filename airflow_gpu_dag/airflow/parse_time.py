@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from airflow_gpu_dag.core.critical_path import analyze
-from airflow_gpu_dag.core.fingerprint import fingerprint
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.objective import slot_seconds
+from airflow_gpu_dag.core.analysis.critical_path import analyze
+from airflow_gpu_dag.core.model.fingerprint import fingerprint
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.policy.objective import slot_seconds
 
 __all__ = ["PARSE_TIME_KEY", "ParseTimePath", "annotate", "read"]
 

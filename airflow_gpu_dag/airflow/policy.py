@@ -18,11 +18,11 @@ from typing import Any
 from airflow.policies import hookimpl
 
 from airflow_gpu_dag.airflow import parse_time
-from airflow_gpu_dag.airflow.graph import build_task_graph
-from airflow_gpu_dag.core.findings import ERROR, WARNING, Finding
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.validation import ValidationPolicy, ValidationReport, validate_graph
-from airflow_gpu_dag.hints import HINTS_KEY, read_hints
+from airflow_gpu_dag.airflow.dag_reader import build_task_graph
+from airflow_gpu_dag.core.analysis.validation import ValidationPolicy, ValidationReport, validate_graph
+from airflow_gpu_dag.core.model.findings import ERROR, WARNING, Finding
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.executor_config import HINTS_KEY, read_hints
 from airflow_gpu_dag.settings import config_problems, max_gpus_per_host, objective_name, pool_capacities
 
 #: The weight rules whose weights are cross-DAG keys (comparable across DAGs).
@@ -162,7 +162,7 @@ def priority_findings(dag: Any) -> list[Finding]:
     tasks use a weight rule whose weights compare with other DAGs' (our rules give every task instance
     a key in seconds; a stock rule's small numbers always sort after them, whatever the task's size or
     wait)."""
-    from airflow_gpu_dag.core.objective import get_objective
+    from airflow_gpu_dag.core.policy.objective import get_objective
 
     dag_id = str(dag.dag_id)
     bad = _unloadable_rules(dag)

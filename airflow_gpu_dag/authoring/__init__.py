@@ -2,7 +2,7 @@
 
 Every helper wires real Airflow tasks (sensors, gates, branches, labels) that the graph view shows,
 and labels the edge (``airflow.sdk.Label``) with its kind, which
-:func:`airflow_gpu_dag.airflow.graph.build_task_graph` reads back as the edge kind. See docs/edges.md
+:func:`airflow_gpu_dag.airflow.dag_reader.build_task_graph` reads back as the edge kind. See docs/edges.md
 and docs/fallback.md.
 
 * typed edges: :func:`data_edge`, :func:`exit_code_edge`, :func:`validation_edge`, :func:`branch_edge`,

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_gpu_dag.authoring._wiring import as_operator, where_of
-from airflow_gpu_dag.hints import read_hints
+from airflow_gpu_dag.executor_config import read_hints
 from airflow_gpu_dag.settings import queue_sites
 
 __all__ = ["data_affinity", "pin_to_queue"]

@@ -21,9 +21,9 @@ from typing import Any
 from airflow_gpu_dag.airflow.mapped import is_mapped
 from airflow_gpu_dag.authoring._wiring import as_operator, insert_before, where_of
 from airflow_gpu_dag.budget.charge import SettleBudgetClaim
-from airflow_gpu_dag.core.pools import is_gpu_pool
-from airflow_gpu_dag.core.resources import EstimateError, parse_duration
-from airflow_gpu_dag.hints import read_hints
+from airflow_gpu_dag.core.model.pools import is_gpu_pool
+from airflow_gpu_dag.core.model.resources import EstimateError, parse_duration
+from airflow_gpu_dag.executor_config import read_hints
 from airflow_gpu_dag.operators.budget import BudgetGateOperator
 
 __all__ = ["budget_gate"]

@@ -32,7 +32,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_gpu_dag.airflow.mapped import is_mapped
 from airflow_gpu_dag.authoring._wiring import as_operator, labelled, require_dag, where_of
-from airflow_gpu_dag.hints import control_task_hints
+from airflow_gpu_dag.executor_config import control_task_hints
 
 __all__ = ["CONTROL", "ON_INVALID", "branch_edge", "exit_code_edge", "validation_edge"]
 

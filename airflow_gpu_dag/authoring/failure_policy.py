@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from airflow_gpu_dag.core.resources import EstimateError, parse_duration
+from airflow_gpu_dag.core.model.resources import EstimateError, parse_duration
 
 __all__ = ["POLICY_NAMES", "Abort", "Retry", "Skip", "failure_policy", "parse_policy"]
 

@@ -73,9 +73,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, TaskGroup, TriggerRule
 from airflow.sdk.definitions._internal.mixins import DependencyMixin
 
-from airflow_gpu_dag.core.pools import pool_for_gpu_type
-from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_duration, parse_estimate
-from airflow_gpu_dag.hints import HINTS_KEY, gpu_hints, read_hints
+from airflow_gpu_dag.core.model.pools import pool_for_gpu_type
+from airflow_gpu_dag.core.model.resources import EstimateError, GpuRequest, parse_duration, parse_estimate
+from airflow_gpu_dag.executor_config import HINTS_KEY, gpu_hints, read_hints
 from airflow_gpu_dag.operators.fallback import FallbackDecision, FallbackResult
 from airflow_gpu_dag.operators.gpu_spec import building_rung
 from airflow_gpu_dag.sensors.start_deadline import StartDeadlineSensor

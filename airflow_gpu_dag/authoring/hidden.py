@@ -40,16 +40,16 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
-from airflow_gpu_dag.airflow.graph import build_task_graph
+from airflow_gpu_dag.airflow.dag_reader import build_task_graph
 from airflow_gpu_dag.authoring._wiring import labelled
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.validation import (
+from airflow_gpu_dag.core.analysis.validation import (
     HiddenDependency,
     hidden_dependency_pairs,
     normalise_path,
     paths_overlap,
 )
-from airflow_gpu_dag.sensors._common import require_timeout
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.deferral import require_timeout
 from airflow_gpu_dag.sensors.dataset import DatasetCompleteSensor
 
 __all__ = ["HiddenDependencyCycle", "HiddenDependencyFix", "fix_hidden_dependencies"]

@@ -25,7 +25,7 @@ from typing import Any
 
 from airflow_gpu_dag.authoring._wiring import as_operator, where_of
 from airflow_gpu_dag.authoring.affinity import data_affinity, pin_to_queue
-from airflow_gpu_dag.hints import HINTS_KEY, read_hints
+from airflow_gpu_dag.executor_config import HINTS_KEY, read_hints
 
 __all__ = ["data_affinity", "exclusive", "pin_to_queue", "share"]
 
@@ -56,7 +56,7 @@ def _set_gpus(task: Any, gpus: int, pool: str, helper: str) -> None:
         return
     where = where_of(task)
     if hasattr(task, "container_resources") and hasattr(task, "gpus"):  # a GPU pod: no local lease
-        from airflow_gpu_dag.hints import gpu_hints
+        from airflow_gpu_dag.executor_config import gpu_hints
         from airflow_gpu_dag.kubernetes.pod_spec import GPU_RESOURCE, merge_resources
 
         resources = task.container_resources

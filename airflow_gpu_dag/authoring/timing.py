@@ -28,8 +28,8 @@ from airflow_gpu_dag.authoring._wiring import (
     require_dag,
     where_of,
 )
-from airflow_gpu_dag.core.windows import parse_window
-from airflow_gpu_dag.hints import merge_hints
+from airflow_gpu_dag.core.model.windows import parse_window
+from airflow_gpu_dag.executor_config import merge_hints
 from airflow_gpu_dag.sensors.checkpoint import CheckpointSensor
 from airflow_gpu_dag.sensors.window import StartWindowSensor, WindowGuard, check_on_missed, templated
 

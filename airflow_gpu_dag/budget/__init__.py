@@ -1,6 +1,6 @@
 """GPU-hour budgets at run time: the usage ledger and the cap check with run-time overrides.
 
-The caps themselves are pure (:mod:`airflow_gpu_dag.core.budget`); the gate is
+The caps themselves are pure (:mod:`airflow_gpu_dag.core.model.budget`); the gate is
 :class:`airflow_gpu_dag.operators.budget.BudgetGateOperator`, added by
 :func:`airflow_gpu_dag.authoring.budget_gate`.
 """

@@ -21,7 +21,7 @@ from typing import Any
 
 from airflow_gpu_dag.budget.check import budget_ledger, forward_host_usage, shared_conn_id
 from airflow_gpu_dag.budget.ledger import usage_ledger_path
-from airflow_gpu_dag.core.budget import claim_id
+from airflow_gpu_dag.core.model.budget import claim_id
 from airflow_gpu_dag.gpu.usage import UsageRecord
 
 __all__ = ["SettleBudgetClaim", "charge"]

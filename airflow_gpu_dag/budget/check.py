@@ -14,8 +14,8 @@ import os
 from datetime import UTC, datetime
 
 from airflow_gpu_dag.budget.ledger import BudgetLedger, FileBudgetLedger, today, usage_ledger_path
-from airflow_gpu_dag.core.budget import BudgetCap, BudgetClaim, BudgetDecision, evaluate
-from airflow_gpu_dag.core.resources import EstimateError, parse_duration
+from airflow_gpu_dag.core.model.budget import BudgetCap, BudgetClaim, BudgetDecision, evaluate
+from airflow_gpu_dag.core.model.resources import EstimateError, parse_duration
 from airflow_gpu_dag.settings import conf_get
 
 __all__ = [
@@ -146,7 +146,7 @@ def check_budget(
     now: float | None = None,
     request_gpu_seconds: float = 0.0,
 ) -> BudgetDecision:
-    """Read the ledger and Variables, then :func:`~airflow_gpu_dag.core.budget.evaluate` (no claim)."""
+    """Read the ledger and Variables, then :func:`~airflow_gpu_dag.core.model.budget.evaluate` (no claim)."""
     book = (
         ledger if ledger is not None and not isinstance(ledger, (str, os.PathLike)) else budget_ledger(ledger)
     )

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from airflow_gpu_dag.core.budget import BudgetCap, BudgetClaim, BudgetDecision, BudgetUsage, evaluate
+from airflow_gpu_dag.core.model.budget import BudgetCap, BudgetClaim, BudgetDecision, BudgetUsage, evaluate
 from airflow_gpu_dag.gpu.lease_settings import configured_usage_ledger
 from airflow_gpu_dag.gpu.usage import UsageLedger, UsageRecord, gpu_seconds_by_pool_day
 

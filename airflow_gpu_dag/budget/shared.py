@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_gpu_dag.budget.ledger import summarise, today
-from airflow_gpu_dag.core.budget import BudgetCap, BudgetClaim, BudgetDecision, BudgetUsage, evaluate
+from airflow_gpu_dag.core.model.budget import BudgetCap, BudgetClaim, BudgetDecision, BudgetUsage, evaluate
 from airflow_gpu_dag.gpu.usage import UsageRecord
 
 __all__ = ["SqlBudgetLedger", "forward_local_usage", "sqlalchemy_url"]

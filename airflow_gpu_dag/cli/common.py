@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_gpu_dag.cli.loading import DagLoadError
-from airflow_gpu_dag.core.graph import CycleError
+from airflow_gpu_dag.core.model.graph import CycleError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -77,7 +77,7 @@ def check_objective_setting() -> None:
 
     :raises ValueError: the unknown name and the known ones (:func:`quiet` prints it, exit code 1).
     """
-    from airflow_gpu_dag.core.objective import get_objective
+    from airflow_gpu_dag.core.policy.objective import get_objective
     from airflow_gpu_dag.settings import objective_name
 
     get_objective(objective_name())

@@ -77,7 +77,7 @@ ARG_NO_GRANULARITY = Arg(
     help="Do not warn about tasks shorter than 10 minutes or longer than 2 hours.",
 )
 ARG_STRICT = Arg(("--strict",), action="store_true", help="Exit non-zero on warnings as well as errors.")
-#: ``-o/--output`` of lint and plan (the same as ``airflow_gpu_dag.cli.render.OUTPUT_FORMATS``).
+#: ``-o/--output`` of lint and plan (the same as ``airflow_gpu_dag.cli.display.OUTPUT_FORMATS``).
 OUTPUT_FORMATS = ("table", "json", "yaml", "plain")
 ARG_OUTPUT = Arg(
     ("-o", "--output"),

@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from airflow_gpu_dag.cli import render
+from airflow_gpu_dag.cli import display
 from airflow_gpu_dag.cli.common import quiet, status
 from airflow_gpu_dag.cli.loading import find_dag
-from airflow_gpu_dag.core.estimates import DurationEstimate, EstimateSettings
+from airflow_gpu_dag.core.analysis.estimates import DurationEstimate, EstimateSettings
 
 __all__ = ["ESTIMATE_COLUMNS", "estimates", "estimates_report", "estimates_table"]
 
@@ -33,7 +33,7 @@ ESTIMATE_COLUMNS = (
 
 
 def _hours(value: float | None) -> str:
-    return "-" if value is None else render.hours(value)
+    return "-" if value is None else display.hours(value)
 
 
 def estimates_report(
@@ -62,9 +62,9 @@ def estimates_report(
 
 def estimates_table(
     dag_id: str, estimates: Mapping[str, DurationEstimate], settings: EstimateSettings, factor: float
-) -> render.PlainTable:
+) -> display.PlainTable:
     """One row per task: declared, learned, the high quantile, tries used/dropped, ratio, flag."""
-    table = render.PlainTable(
+    table = display.PlainTable(
         f"Durations of DAG {dag_id!r}: declared vs learned from the last {settings.window} successful tries",
         [
             ("Task", "left"),
@@ -90,7 +90,7 @@ def estimates_table(
             str(estimate.runs),
             dropped,
             "-" if ratio is None else f"{ratio:.2f}x",
-            f"{estimate.source} {render.hours(estimate.duration)}",
+            f"{estimate.source} {display.hours(estimate.duration)}",
             (f"OFF >{factor:g}x" if estimate.declared is not None else "UNDECLARED") if flagged else "",
             highlight=flagged,
         )
@@ -114,14 +114,14 @@ def estimates(args: argparse.Namespace) -> None:
     factor = settings.flag_factor
     output = getattr(args, "output", "table") or "table"
     reading = f"Reading DAG {args.dag_id!r} and its past runs..."
-    with status(render.error_console(), reading, output != "table"):
+    with status(display.error_console(), reading, output != "table"):
         dag = find_dag(args.dag_id, args.file)
         learned = learned_task_graph(dag, expand_mapped=False, settings=settings)
     report = estimates_report(args.dag_id, learned.estimates, settings, factor, learned.note)
 
     def table() -> None:
         estimates_table(args.dag_id, learned.estimates, settings, factor).print()
-        out = render.console()
+        out = display.console()
         if not settings.enabled:
             out.print(
                 "Learning is off ([gpu_dag] learned_durations = false): plans use the declared estimates.",
@@ -136,4 +136,4 @@ def estimates(args: argparse.Namespace) -> None:
             markup=False,
         )
 
-    render.emit(output, report, rows=report["tasks"], columns=ESTIMATE_COLUMNS, table=table)
+    display.emit(output, report, rows=report["tasks"], columns=ESTIMATE_COLUMNS, table=table)

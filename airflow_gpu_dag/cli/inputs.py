@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow_gpu_dag.airflow.history import LearnedGraph
-    from airflow_gpu_dag.core.estimates import DurationEstimate
-    from airflow_gpu_dag.core.graph import TaskGraph
-    from airflow_gpu_dag.core.ladders import UnfitRung
+    from airflow_gpu_dag.core.analysis.estimates import DurationEstimate
+    from airflow_gpu_dag.core.model.graph import TaskGraph
+    from airflow_gpu_dag.core.model.ladders import UnfitRung
 
 __all__ = ["history_note_line", "input_json", "input_notes", "mapped_tasks", "planning_graph"]
 
@@ -90,7 +90,7 @@ def input_notes(
 
 
 def _unfit(graph: TaskGraph, capacity: Mapping[str, int] | None) -> list[UnfitRung]:
-    from airflow_gpu_dag.core.ladders import unfit_rungs
+    from airflow_gpu_dag.core.model.ladders import unfit_rungs
 
     return unfit_rungs(graph, capacity) if capacity else []
 

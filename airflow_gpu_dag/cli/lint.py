@@ -13,10 +13,10 @@ from unittest import mock
 
 from rich.markup import escape
 
-from airflow_gpu_dag.cli import render
+from airflow_gpu_dag.cli import display
 from airflow_gpu_dag.cli.common import configured_pools, parse_pool_args, quiet, status
 from airflow_gpu_dag.cli.loading import DagLoadError, LoadedDags, load_dags
-from airflow_gpu_dag.core.validation import Finding, ValidationPolicy, cycle_finding, validate_graph
+from airflow_gpu_dag.core.analysis.validation import Finding, ValidationPolicy, cycle_finding, validate_graph
 
 __all__ = ["LINT_COLUMNS", "LintReport", "lint", "lint_dags"]
 
@@ -76,7 +76,7 @@ class LintReport:
 def lint_dags(loaded: LoadedDags, policy: ValidationPolicy) -> LintReport:
     """Validate every loaded DAG. GPU DAGs (using this provider's hints or weight rule) get every
     check; other DAGs only the cycle check."""
-    from airflow_gpu_dag.airflow.graph import build_task_graph
+    from airflow_gpu_dag.airflow.dag_reader import build_task_graph
     from airflow_gpu_dag.airflow.policy import priority_findings, uses_provider
 
     report = LintReport(
@@ -120,15 +120,15 @@ def _policy(args: argparse.Namespace, pools: dict[str, int]) -> ValidationPolicy
 def _print_report(
     report: LintReport, pools: dict[str, int], failed: bool, policy: ValidationPolicy | None = None
 ) -> None:
-    out = render.console()
+    out = display.console()
     for path, message in sorted(report.import_errors.items()):
         out.print(f"[bold red]IMPORT ERROR[/] {escape(str(path))}", markup=True)
         out.print(message.rstrip(), markup=False)
     if report.findings:
-        out.print(render.findings_table(report.findings))
+        out.print(display.findings_table(report.findings))
     if report.skipped:
         out.print(f"Not GPU DAGs (only the cycle check ran): {', '.join(report.skipped)}", markup=False)
-    pools_text = render.pools_text(pools, "not checked")
+    pools_text = display.pools_text(pools, "not checked")
     inventory = policy.inventory if policy is not None else None
     if inventory is not None:
         pools_text += f"; GPUs checked against the {inventory.source} inventory ({inventory.description})"
@@ -176,13 +176,13 @@ def lint(args: argparse.Namespace) -> None:
     pools.update(parse_pool_args(args.pools))
     policy = _policy(args, pools)
     output = getattr(args, "output", "table") or "table"
-    with status(render.error_console(), "Parsing DAG files...", output != "table"):
+    with status(display.error_console(), "Parsing DAG files...", output != "table"):
         with _limits_while_importing(args, pools):
             loaded = load_dags(args.paths)
         _refuse_empty(loaded)
         report = lint_dags(loaded, policy)
     failed = report.errors > 0 or (args.strict and report.warnings > 0)
-    render.emit(
+    display.emit(
         output,
         {**report.to_dict(), "ok": not failed},
         rows=report.rows,

@@ -11,30 +11,30 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_gpu_dag.cli import render
+from airflow_gpu_dag.cli import display
 from airflow_gpu_dag.cli.common import check_objective_setting, quiet, status
 from airflow_gpu_dag.cli.inputs import input_notes, planning_graph
 from airflow_gpu_dag.cli.loading import find_dag
-from airflow_gpu_dag.core.estimates import DurationEstimate
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.plan import Plan, build_plan
+from airflow_gpu_dag.core.analysis.estimates import DurationEstimate
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.planning.plan import Plan, build_plan
 
 __all__ = ["plan"]
 
 _SOURCE_MARK = {"learned": "~", "declared": "", "default": "*"}
 
 
-def _plan_table(the_plan: Plan, graph: TaskGraph, critical_only: bool) -> render.PlainTable:
+def _plan_table(the_plan: Plan, graph: TaskGraph, critical_only: bool) -> display.PlainTable:
     """The plan table with the Duration column marked by source and a Declared column."""
-    table = render.plan_table(the_plan, critical_only=critical_only)
+    table = display.plan_table(the_plan, critical_only=critical_only)
     table.columns.insert(3, ("Declared", "right"))
     by_id = {t.task_id: t for t in the_plan.tasks}
     for cells, _ in table.rows:
         node = graph.nodes[cells[0]]
         source = str(node.attrs.get("duration_source", "declared" if node.duration_declared else "default"))
-        cells[2] = render.hours(by_id[cells[0]].duration) + _SOURCE_MARK.get(source, "")
+        cells[2] = display.hours(by_id[cells[0]].duration) + _SOURCE_MARK.get(source, "")
         declared = node.attrs.get("declared_duration", node.duration)
-        cells.insert(3, render.hours(float(declared)) if node.duration_declared else "-")  # type: ignore[arg-type]
+        cells.insert(3, display.hours(float(declared)) if node.duration_declared else "-")  # type: ignore[arg-type]
     return table
 
 
@@ -45,14 +45,14 @@ def _print_plan(
     estimates: Mapping[str, DurationEstimate],
     note: str,
 ) -> None:
-    out = render.console()
+    out = display.console()
     _plan_table(the_plan, graph, critical_only).print()
     out.print(
-        f"Critical path ({render.hours(the_plan.makespan)}): " + " -> ".join(the_plan.critical_path),
+        f"Critical path ({display.hours(the_plan.makespan)}): " + " -> ".join(the_plan.critical_path),
         markup=False,
     )
     out.print(
-        f"Makespan with unlimited GPUs: {render.hours(the_plan.makespan)}; "
+        f"Makespan with unlimited GPUs: {display.hours(the_plan.makespan)}; "
         f"total GPU-hours: {the_plan.total_gpu_hours:.2f}; "
         f"critical tasks: {len(the_plan.critical_tasks)} of {len(the_plan.tasks)}.",
         markup=False,
@@ -69,7 +69,7 @@ def _print_plan(
     if the_plan.policy:
         out.print(the_plan.policy, markup=False)
     if the_plan.findings:
-        out.print(render.findings_table(the_plan.findings, title="Problems reading the DAG"))
+        out.print(display.findings_table(the_plan.findings, title="Problems reading the DAG"))
 
 
 def _json(
@@ -97,15 +97,15 @@ def plan(args: argparse.Namespace) -> None:
     check_objective_setting()
     output = getattr(args, "output", "table") or "table"
     declared_only = bool(getattr(args, "declared_only", False))
-    with status(render.error_console(), f"Loading DAG {args.dag_id!r}...", output != "table"):
+    with status(display.error_console(), f"Loading DAG {args.dag_id!r}...", output != "table"):
         dag = find_dag(args.dag_id, args.file)
         learned = planning_graph(dag, declared_only=declared_only)
         the_plan = replace(build_plan(learned.graph, learned.findings), policy=policy_text(learned.graph))
     estimates = {} if declared_only else learned.estimates
-    render.emit(
+    display.emit(
         output,
         _json(the_plan, learned.graph, estimates, learned.note, bool(args.critical_only)),
-        rows=lambda: render.plan_rows(the_plan, args.critical_only),
-        columns=render.PLAN_COLUMNS,
+        rows=lambda: display.plan_rows(the_plan, args.critical_only),
+        columns=display.PLAN_COLUMNS,
         table=lambda: _print_plan(the_plan, learned.graph, args.critical_only, estimates, learned.note),
     )

@@ -10,17 +10,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_gpu_dag.cli import render
+from airflow_gpu_dag.cli import display
 from airflow_gpu_dag.cli.common import parse_pool_args, quiet, simulation_capacity, status
 from airflow_gpu_dag.cli.inputs import input_json, input_notes, planning_graph
 from airflow_gpu_dag.cli.loading import find_dag
-from airflow_gpu_dag.core.pools import task_pool
+from airflow_gpu_dag.core.model.graph import task_pool
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from airflow_gpu_dag.airflow.history import LearnedGraph
-    from airflow_gpu_dag.core.graph import TaskGraph
+    from airflow_gpu_dag.core.model.graph import TaskGraph
 
 __all__ = ["simulate"]
 
@@ -60,7 +60,7 @@ def _run(
     graph: TaskGraph, capacity: dict[str, int], args: argparse.Namespace, err: Console, json_output: bool
 ) -> dict[str, Any]:
     """Predictions by label: ``stock`` and ``args.policy``."""
-    from airflow_gpu_dag.core.planner import predict as run_simulation
+    from airflow_gpu_dag.core.planning.planner import predict as run_simulation
 
     results: dict[str, Any] = {}
     with status(err, "Simulating...", json_output):
@@ -95,21 +95,21 @@ def _print_tables(
     policy: str,
     gantt_path: Path | None,
 ) -> None:
-    out = render.console()
-    render.simulation_table(results, critical).print()
-    out.print(render.simulation_summary_table(results))
+    out = display.console()
+    display.simulation_table(results, critical).print()
+    out.print(display.simulation_summary_table(results))
     stock, ours = results["stock"], results[policy]
-    capacity_text = render.pools_text(capacity)
+    capacity_text = display.pools_text(capacity)
     saved = stock.makespan - ours.makespan
     if saved > 0:
-        verdict = "saves " + render.hours(saved)
+        verdict = "saves " + display.hours(saved)
     elif saved == 0:
         verdict = "no gain"
     else:
-        verdict = "slower by " + render.hours(-saved)
+        verdict = "slower by " + display.hours(-saved)
     out.print(
-        f"Capacity: {capacity_text}. {policy} finishes in {render.hours(ours.makespan)} vs "
-        f"{render.hours(stock.makespan)} with stock admission ({verdict}).",
+        f"Capacity: {capacity_text}. {policy} finishes in {display.hours(ours.makespan)} vs "
+        f"{display.hours(stock.makespan)} with stock admission ({verdict}).",
         markup=False,
     )
     if gantt_path:
@@ -119,12 +119,12 @@ def _print_tables(
 @quiet
 def simulate(args: argparse.Namespace) -> None:
     """``airflow gpu-dag simulate DAG_ID --capacity POOL=N ... [--gantt out.html]``."""
+    from airflow_gpu_dag.charts.gantt import check_gantt_path
     from airflow_gpu_dag.cli.simulate_runs import simulate_runs, wants_several_runs
-    from airflow_gpu_dag.core.critical_path import analyze
-    from airflow_gpu_dag.rendering.gantt import check_gantt_path
+    from airflow_gpu_dag.core.analysis.critical_path import analyze
 
     json_output = args.output == "json"
-    err = render.error_console()
+    err = display.error_console()
     interval = args.controller_interval
     if not 0 <= interval < math.inf:  # also NaN
         raise ValueError(
@@ -144,13 +144,13 @@ def simulate(args: argparse.Namespace) -> None:
     capacity = _capacity(graph, given)
     critical = analyze(graph).critical_tasks
     results = _run(graph, capacity, args, err, json_output)
-    title = f"DAG {graph.dag_id}: predicted schedules ({render.pools_text(capacity, '')})"
-    gantt_path = render.write_schedules_gantt(args.gantt, title, results, critical) if args.gantt else None
+    title = f"DAG {graph.dag_id}: predicted schedules ({display.pools_text(capacity, '')})"
+    gantt_path = display.write_schedules_gantt(args.gantt, title, results, critical) if args.gantt else None
     if json_output:
         data = _json_result(graph, capacity, critical, gantt_path, results)
-        render.print_json({**data, **input_json(learned, capacity)})
+        display.print_json({**data, **input_json(learned, capacity)})
         return
     _print_tables(results, critical, capacity, args.policy, gantt_path)
-    out = render.console()
+    out = display.console()
     for line in input_notes(graph, learned.estimates, learned.note, verb="simulated", capacity=capacity):
         out.print(line, markup=False)

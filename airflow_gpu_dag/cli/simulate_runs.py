@@ -11,19 +11,24 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_gpu_dag.cli import render
+from airflow_gpu_dag.cli import display
 from airflow_gpu_dag.cli.common import check_objective_setting, parse_pool_args, simulation_capacity, status
 from airflow_gpu_dag.cli.inputs import history_note_line, input_json, input_notes, planning_graph
-from airflow_gpu_dag.core.pools import task_pool
-from airflow_gpu_dag.core.resources import MAX_ESTIMATE_S, EstimateError, format_duration, parse_duration
+from airflow_gpu_dag.core.model.graph import task_pool
+from airflow_gpu_dag.core.model.resources import (
+    MAX_ESTIMATE_S,
+    EstimateError,
+    format_duration,
+    parse_duration,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from airflow_gpu_dag.airflow.history import LearnedGraph
-    from airflow_gpu_dag.core.graph import TaskGraph
-    from airflow_gpu_dag.core.objective import Objective
-    from airflow_gpu_dag.core.schedule import SimulationResult
+    from airflow_gpu_dag.core.model.graph import TaskGraph
+    from airflow_gpu_dag.core.policy.objective import Objective
+    from airflow_gpu_dag.core.simulation.simulator import SimulationResult
 
 __all__ = ["RunSpec", "parse_triggers", "simulate_runs", "wants_several_runs"]
 
@@ -48,7 +53,7 @@ def parse_triggers(values: Sequence[str] | None) -> list[RunSpec]:
     """``["eval=15m", "train=0"]`` -> runs; a DAG may be named several times (several runs).
 
     :raises ValueError: a value is not ``DAG_ID=OFFSET`` with a duration OFFSET from 0 to 366 days
-        (:data:`~airflow_gpu_dag.core.resources.MAX_ESTIMATE_S`; a larger one is a typo, and past
+        (:data:`~airflow_gpu_dag.core.model.resources.MAX_ESTIMATE_S`; a larger one is a typo, and past
         year 9999 it is no date to measure start windows from).
     """
     runs = []
@@ -145,9 +150,9 @@ def _predict(
     interval: float,
     dags: dict[str, Any],
 ) -> dict[str, SimulationResult]:
-    from airflow_gpu_dag.airflow.graph import windows_from
-    from airflow_gpu_dag.core.planner import planned_remaining
-    from airflow_gpu_dag.core.runs import predict_runs
+    from airflow_gpu_dag.airflow.dag_reader import windows_from
+    from airflow_gpu_dag.core.planning.planner import planned_remaining
+    from airflow_gpu_dag.core.simulation.cross_dag import predict_runs
 
     remaining = {
         dag_id: planned_remaining(graph, capacity)
@@ -212,7 +217,7 @@ def _print(outcome: _Outcome) -> None:
 
     runs, capacity, results, objective = outcome.runs, outcome.capacity, outcome.results, outcome.objective
 
-    out = render.console()
+    out = display.console()
     stock, ours = results["stock"], results[objective.name]
     table = Table(title="Predicted completion per run (trigger -> last task ends)", title_justify="left")
     for name in ("Run", "DAG", "Trigger", "Stock", objective.name, "Change"):
@@ -225,8 +230,8 @@ def _print(outcome: _Outcome) -> None:
             str(i + 1),
             run.dag_id,
             "+" + format_duration(run.offset),
-            render.hours(before),
-            render.hours(after),
+            display.hours(before),
+            display.hours(after),
             change,
         )
     out.print(table)
@@ -239,9 +244,9 @@ def _print(outcome: _Outcome) -> None:
         ("makespan", lambda r: max((x.end for x in r.runs), default=0.0)),
     ):
         a, b = pick(stock), pick(ours)
-        summary.add_row(label, render.hours(a), render.hours(b), f"{b / a:.2f}" if a > 0 else "-")
+        summary.add_row(label, display.hours(a), display.hours(b), f"{b / a:.2f}" if a > 0 else "-")
     out.print(summary)
-    capacity_text = render.pools_text(capacity)
+    capacity_text = display.pools_text(capacity)
     out.print(
         f"Capacity: {capacity_text}. Ours: objective {objective.name} (stretch {objective.stretch:g}, "
         f"reservation gap {format_duration(objective.gap)}, overdue {format_duration(objective.overdue)}); "
@@ -260,7 +265,7 @@ def _print(outcome: _Outcome) -> None:
 
 def simulate_runs(args: argparse.Namespace, err: Console) -> None:
     """The multi-run simulation (see the module docstring)."""
-    from airflow_gpu_dag.core.objective import get_objective
+    from airflow_gpu_dag.core.policy.objective import get_objective
     from airflow_gpu_dag.settings import objective as configured_objective
 
     json_output = args.output == "json"
@@ -285,12 +290,12 @@ def simulate_runs(args: argparse.Namespace, err: Console) -> None:
     outcome = _Outcome(runs, capacity, results, objective, learned)
     gantt = None
     if getattr(args, "gantt", None):
-        pools = render.pools_text(capacity, "")
+        pools = display.pools_text(capacity, "")
         title = f"{len(runs)} runs of {len(graphs)} DAG(s): predicted schedules ({pools})"
-        gantt = render.write_schedules_gantt(args.gantt, title, results)
+        gantt = display.write_schedules_gantt(args.gantt, title, results)
     if json_output:
-        render.print_json({**_json(outcome), "gantt": str(gantt) if gantt else None})
+        display.print_json({**_json(outcome), "gantt": str(gantt) if gantt else None})
         return
     _print(outcome)
     if gantt:
-        render.console().print(f"Gantt chart written to {gantt}", markup=False)
+        display.console().print(f"Gantt chart written to {gantt}", markup=False)

@@ -292,7 +292,7 @@ def _client(hook_class: Any, conn_id: str) -> Any:
 def watermark(args: argparse.Namespace) -> None:
     """Entry point of ``airflow gpu-dag watermark`` (see :data:`WATERMARK_ARGS`)."""
     import airflow_gpu_dag.metrics as metrics
-    from airflow_gpu_dag.cli import render
+    from airflow_gpu_dag.cli import display
     from airflow_gpu_dag.hooks.airflow_api import AirflowApiHook
     from airflow_gpu_dag.watermark.config import ConfigError, load_config, with_interval
     from airflow_gpu_dag.watermark.controller import build_controller
@@ -366,7 +366,7 @@ def watermark(args: argparse.Namespace) -> None:
                 "pools": rows,
                 "released": released,
             }
-            render.emit(
+            display.emit(
                 output,
                 data,
                 rows=rows,

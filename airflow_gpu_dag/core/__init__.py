@@ -3,10 +3,15 @@
 Nothing under ``airflow_gpu_dag.core`` imports Airflow or Kubernetes (a test enforces it).
 """
 
-from airflow_gpu_dag.core.critical_path import CriticalPathAnalysis, TaskTiming, analyze
-from airflow_gpu_dag.core.graph import CycleError, TaskGraph, TaskNode
-from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_duration, parse_memory_mib
-from airflow_gpu_dag.core.validation import Finding, GraphValidationError, ValidationPolicy, validate_graph
+from airflow_gpu_dag.core.analysis.critical_path import CriticalPathAnalysis, TaskTiming, analyze
+from airflow_gpu_dag.core.analysis.validation import (
+    Finding,
+    GraphValidationError,
+    ValidationPolicy,
+    validate_graph,
+)
+from airflow_gpu_dag.core.model.graph import CycleError, TaskGraph, TaskNode
+from airflow_gpu_dag.core.model.resources import EstimateError, GpuRequest, parse_duration, parse_memory_mib
 
 __all__ = [
     "CriticalPathAnalysis",

@@ -28,9 +28,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_gpu_dag.core.pools import normalize_gpu_type, pool_sizes_for_devices
-from airflow_gpu_dag.core.requests import InventorySummary, device_could_hold
-from airflow_gpu_dag.core.resources import EstimateError, format_memory, parse_memory_mib
+from airflow_gpu_dag.core.analysis.gpu_requests import InventorySummary, device_could_hold
+from airflow_gpu_dag.core.model.pools import normalize_gpu_type, pool_sizes_for_devices
+from airflow_gpu_dag.core.model.resources import EstimateError, format_memory, parse_memory_mib
 
 __all__ = [
     "AUTO",
@@ -47,6 +47,7 @@ __all__ = [
     "nvml_inventory",
     "parse_inventory",
     "parse_time_inventory_summary",
+    "visible_to",
 ]
 
 AUTO = "auto"
@@ -172,7 +173,8 @@ class GpuInventory:
         return pool_sizes_for_devices(d.gpu_type for d in self.devices)
 
     def summary(self) -> InventorySummary:
-        """The devices as plain data for the request checks of :mod:`airflow_gpu_dag.core.requests`."""
+        """The devices as plain data for the request checks of
+        :mod:`airflow_gpu_dag.core.analysis.gpu_requests`."""
         return InventorySummary(
             tuple((d.gpu_type, d.memory_total_mib) for d in self.devices), self.source, self.describe()
         )
@@ -508,3 +510,41 @@ def parse_time_inventory_summary() -> InventorySummary | None:
 
 def devices_by_index(devices: Iterable[GpuDevice]) -> dict[int, GpuDevice]:
     return {d.index: d for d in devices}
+
+
+def visible_to(inventory: GpuInventory, visible: str | None) -> GpuInventory:
+    """The devices of ``inventory`` a process started with ``CUDA_VISIBLE_DEVICES=visible`` was given.
+
+    NVML lists every GPU of the host whatever ``CUDA_VISIBLE_DEVICES`` says: a worker started with a
+    share of the GPUs would otherwise lease (and hand its tasks) GPUs another worker was given.
+    Entries: NVML indices (the PCI bus order the leases use), ``GPU-<uuid>`` (a unique prefix is
+    enough); an empty value gives no GPU; None (unset) keeps them all.
+
+    :raises InventoryError: a MIG device, or an entry that names no device here (the fix in the message).
+    """
+    if visible is None:
+        return inventory
+    kept: list[GpuDevice] = []
+    for entry in (e.strip() for e in visible.split(",")):
+        if not entry:
+            continue
+        if entry.upper().startswith("MIG-"):
+            raise InventoryError(
+                f"CUDA_VISIBLE_DEVICES={visible!r} names a MIG device ({entry}); GPU leases hand out whole "
+                "GPUs. Fix: start the worker with whole GPUs (indices or GPU-<uuid>) or without the variable."
+            )
+        if entry.isdigit():
+            found = [d for d in inventory.devices if d.index == int(entry)]
+        else:
+            found = [d for d in inventory.devices if d.uuid and d.uuid.lower().startswith(entry.lower())]
+        if len(found) != 1:
+            raise InventoryError(
+                f"CUDA_VISIBLE_DEVICES={visible!r}: {entry!r} names {'no' if not found else 'more than one'} "
+                f"GPU of this host ({inventory.describe()}). Fix: give the worker NVML indices or GPU UUIDs "
+                "of this host, or unset the variable to lease from all of its GPUs."
+            )
+        if found[0] not in kept:
+            kept.append(found[0])
+    return GpuInventory(
+        tuple(kept), inventory.source, inventory.host, {**inventory.extra, "cuda_visible_devices": visible}
+    )

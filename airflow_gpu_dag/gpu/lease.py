@@ -33,8 +33,8 @@ from dataclasses import asdict
 from typing import Any
 
 import airflow_gpu_dag.metrics as metrics
-from airflow_gpu_dag.core.resources import GpuRequest, format_memory
-from airflow_gpu_dag.gpu.inventory import GpuInventory, load_inventory
+from airflow_gpu_dag.core.model.resources import GpuRequest, format_memory
+from airflow_gpu_dag.gpu.inventory import GpuInventory, load_inventory, visible_to
 from airflow_gpu_dag.gpu.lease_errors import (
     LeaseError,
     LeaseImpossible,
@@ -47,7 +47,6 @@ from airflow_gpu_dag.gpu.lease_table import LOCK_FILE as LOCK_FILE
 from airflow_gpu_dag.gpu.lease_table import TABLE_FILE as TABLE_FILE
 from airflow_gpu_dag.gpu.lease_table import LeaseTable
 from airflow_gpu_dag.gpu.process import process_alive, process_start_token
-from airflow_gpu_dag.gpu.visible import visible_to
 
 __all__ = [
     "Lease",

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_gpu_dag.core.resources import EstimateError, parse_duration
+from airflow_gpu_dag.core.model.resources import EstimateError, parse_duration
 from airflow_gpu_dag.gpu.usage import USAGE_FILE
 
 __all__ = [

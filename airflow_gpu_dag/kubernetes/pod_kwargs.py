@@ -16,9 +16,9 @@ from airflow.providers.cncf.kubernetes.backcompat.backwards_compat_converters im
 )
 
 from airflow_gpu_dag.airflow.declaring import partial_default
-from airflow_gpu_dag.core.pools import pool_for_gpu_type
-from airflow_gpu_dag.core.resources import EstimateError
-from airflow_gpu_dag.hints import gpu_hints
+from airflow_gpu_dag.core.model.pools import pool_for_gpu_type
+from airflow_gpu_dag.core.model.resources import EstimateError
+from airflow_gpu_dag.executor_config import gpu_hints
 from airflow_gpu_dag.kubernetes.pod_spec import (
     GpuPodSpec,
     GpuPodSpecError,

@@ -30,8 +30,8 @@ from typing import Any, Literal
 
 from kubernetes.client import models as k8s
 
-from airflow_gpu_dag.core.pools import normalize_gpu_type
-from airflow_gpu_dag.core.resources import EstimateError, GpuRequest
+from airflow_gpu_dag.core.model.pools import normalize_gpu_type
+from airflow_gpu_dag.core.model.resources import EstimateError, GpuRequest
 
 __all__ = [
     "DATASET_LABEL_PREFIX",

@@ -20,10 +20,10 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from airflow_gpu_dag.budget.check import claim_budget, pool_variable, run_variable
-from airflow_gpu_dag.core.budget import BudgetCap
-from airflow_gpu_dag.core.resources import real_number
-from airflow_gpu_dag.hints import control_task_hints
-from airflow_gpu_dag.sensors._common import resume_race_retry
+from airflow_gpu_dag.core.model.budget import BudgetCap
+from airflow_gpu_dag.core.model.resources import real_number
+from airflow_gpu_dag.deferral import resume_race_retry
+from airflow_gpu_dag.executor_config import control_task_hints
 from airflow_gpu_dag.triggers.budget import BudgetTrigger
 
 __all__ = ["BudgetGateOperator"]

@@ -20,7 +20,8 @@ At parse time the operator checks the request (clear error naming the task and t
 * ``pool``: one pool per GPU type: ``gpu_default`` (any GPU) or ``gpu_<type>``; pass ``pool=`` to
   override;
 * ``pool_slots``: the GPU count, so the pool counts GPUs;
-* ``executor_config``: the provider's hints (:func:`airflow_gpu_dag.hints.gpu_hints`: duration, GPUs,
+* ``executor_config``: the provider's hints (:func:`airflow_gpu_dag.executor_config.gpu_hints`: duration,
+GPUs,
   memory, type, inputs/outputs), which survive DAG serialization for the critical-path priority.
 
 The parse-time checks and derivations are in :mod:`airflow_gpu_dag.operators.gpu_spec` (re-exported

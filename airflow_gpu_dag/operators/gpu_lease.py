@@ -15,7 +15,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_gpu_dag.airflow.declaring import partial_default
 from airflow_gpu_dag.budget.check import forward_this_host
-from airflow_gpu_dag.core.resources import GpuRequest
+from airflow_gpu_dag.core.model.resources import GpuRequest
 from airflow_gpu_dag.gpu.lease import Lease, LeaseError, LeaseLost, LeaseManager, LeaseOwner, LeaseSettings
 from airflow_gpu_dag.operators.gpu_partial import check_unmapped_request, from_mapped, gpu_partial
 from airflow_gpu_dag.operators.gpu_spec import (

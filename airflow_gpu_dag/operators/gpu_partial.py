@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 from airflow.sdk.definitions.mappedoperator import OperatorPartial
 
-from airflow_gpu_dag.hints import read_hints
+from airflow_gpu_dag.executor_config import read_hints
 from airflow_gpu_dag.operators.gpu_spec import GpuTaskError, current_dag_id
 
 __all__ = ["UNMAPPABLE", "GpuOperatorPartial", "check_unmapped_request", "from_mapped", "gpu_partial"]

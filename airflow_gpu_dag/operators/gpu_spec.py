@@ -4,7 +4,8 @@
 it parses the request (count, memory, type, duration, lease timeout), derives the pool (``gpu_default``
 or ``gpu_<type>``), ``pool_slots`` (one per GPU) and the hint-carrying ``executor_config``, and raises
 :class:`GpuTaskError` (naming the DAG, the task and the fix) for a request that could never run,
-from the findings of :func:`airflow_gpu_dag.core.requests.check_gpu_request` against ``[gpu_dag] pools``,
+from the findings of :func:`airflow_gpu_dag.core.analysis.gpu_requests.check_gpu_request` against
+``[gpu_dag] pools``,
 ``[gpu_dag] max_gpus_per_host`` and the parse-time inventory (:func:`parse_time_inventory`). A fallback
 rung its ladder can move on from only warns (:func:`building_rung`, set by the ladder while it builds
 the rung).
@@ -20,10 +21,11 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_gpu_dag.core.ladders import as_rung_findings, never_runs
-from airflow_gpu_dag.core.pools import pool_for_gpu_type
-from airflow_gpu_dag.core.requests import RequestLimits, check_gpu_request
-from airflow_gpu_dag.core.resources import EstimateError, GpuRequest, parse_duration, parse_estimate
+from airflow_gpu_dag.core.analysis.gpu_requests import RequestLimits, check_gpu_request
+from airflow_gpu_dag.core.model.ladders import as_rung_findings, never_runs
+from airflow_gpu_dag.core.model.pools import pool_for_gpu_type
+from airflow_gpu_dag.core.model.resources import EstimateError, GpuRequest, parse_duration, parse_estimate
+from airflow_gpu_dag.executor_config import HINTS_KEY, gpu_hints, read_hints
 from airflow_gpu_dag.gpu.inventory import (
     GpuInventory,
     InventoryError,
@@ -32,7 +34,6 @@ from airflow_gpu_dag.gpu.inventory import (
     configured_inventory_spec,
     load_inventory,
 )
-from airflow_gpu_dag.hints import HINTS_KEY, gpu_hints, read_hints
 from airflow_gpu_dag.settings import max_gpus_per_host, pool_capacities
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ _rung: ContextVar[tuple[Mapping[str, Any], list[str]] | None] = ContextVar(
 @contextmanager
 def building_rung(fallback: Mapping[str, Any]) -> Iterator[list[str]]:
     """While a fallback ladder's factory builds a rung: a request that can never be met is a warning,
-    not an error, when the rung can fall back (:func:`airflow_gpu_dag.core.ladders.as_rung_findings`).
+    not an error, when the rung can fall back (:func:`airflow_gpu_dag.core.model.ladders.as_rung_findings`).
     Yields the list those warnings are added to (the ladder checks that a watcher will skip the rung)."""
     never_starts: list[str] = []
     token = _rung.set((fallback, never_starts))

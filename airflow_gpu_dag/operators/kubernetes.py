@@ -28,7 +28,7 @@ What it sets (merged into anything you pass, never replacing it):
   ``gpu-dag.io/dataset-<name>`` (``data_affinity="prefer"`` or ``"require"``);
 - ``tolerations``: ``nvidia.com/gpu`` Exists NoSchedule;
 - ``pool``/``pool_slots``: ``gpu_<type>`` (or ``gpu_default``) and ``gpus``;
-- ``executor_config``: the GPU hints (:func:`airflow_gpu_dag.hints.gpu_hints`), merged;
+- ``executor_config``: the GPU hints (:func:`airflow_gpu_dag.executor_config.gpu_hints`), merged;
 - ``priorityClassName`` (when you did not give ``priority_class_name``): ``critical_priority_class``
   if the task has zero slack in the DAG's critical-path analysis, else ``noncritical_priority_class``;
 - Volcano mode: ``schedulerName: volcano``, the queue annotation, and for a *gang* (several tasks of
@@ -327,8 +327,8 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
         if not (self.critical_priority_class or self.noncritical_priority_class):
             return None
         try:
-            from airflow_gpu_dag.airflow.graph import build_task_graph
-            from airflow_gpu_dag.core.critical_path import analyze
+            from airflow_gpu_dag.airflow.dag_reader import build_task_graph
+            from airflow_gpu_dag.core.analysis.critical_path import analyze
 
             graph, _ = build_task_graph(self.dag)
             critical = analyze(graph).timings[self.task_id].critical

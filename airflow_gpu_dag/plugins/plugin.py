@@ -26,7 +26,7 @@ _FASTAPI_APPS, _EXTERNAL_VIEWS = _critical_path_page()
 def _listeners() -> list:
     """The fail-open watchdog of GPU pools (started in the scheduler only); never breaks loading."""
     try:
-        from airflow_gpu_dag.watermark import watchdog
+        from airflow_gpu_dag.pool_claim import watchdog
     except Exception:
         import logging
 

@@ -28,8 +28,8 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
 import airflow_gpu_dag.metrics as metrics
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.planner import planned_remaining
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.planning.planner import planned_remaining
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 A :class:`DagBasis` holds the DAG's task graph (read from the serialized DAG the scheduler runs), a
 fingerprint of everything a plan depends on (tasks, edges, estimates, pools, capacities, settings), and
-the :class:`~airflow_gpu_dag.core.objective.RunShape` the keys are made of: per task the remaining time
+the :class:`~airflow_gpu_dag.core.policy.objective.RunShape` the keys are made of: per task the remaining time
 (critical path, or the packing plan's planned end - planned start once a plan is ready) and the run's
 GPU work over the pool capacity. The critical-path shape is O(V + E) (about 50 ms for 2,000 tasks): made
 in the background thread when the DAG carries its parse-time critical path
@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_gpu_dag.airflow.graph import build_task_graph
-from airflow_gpu_dag.core.fingerprint import fingerprint
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.objective import RunShape, run_shape
+from airflow_gpu_dag.airflow.dag_reader import build_task_graph
+from airflow_gpu_dag.core.model.fingerprint import fingerprint
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.policy.objective import RunShape, run_shape
 from airflow_gpu_dag.log_once import LogOnce
 
 __all__ = ["DagBasis", "build_basis", "fingerprint", "node_id"]

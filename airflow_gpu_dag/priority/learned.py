@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.settings import MIN_LEARNED_REFRESH_S
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ triggered at ``T``::
 
     weight = 2**31 - 1 - round(T + s * W(d) - remaining(d, task) - E)
 
-(:mod:`airflow_gpu_dag.core.objective`): ``remaining`` is the critical path from the task to the end of
+(:mod:`airflow_gpu_dag.core.policy.objective`): ``remaining`` is the critical path from the task to the end of
 the run (``critical_path`` rule) or the packing plan's planned end - planned start (``packing`` rule,
 once the plan is ready; the critical path until then; for a DAG of more than
 :data:`PACKING_PLAN_MAX_TASKS` tasks, which is not planned, the ``width_aware`` critical path), ``W``
@@ -33,11 +33,11 @@ from typing import Any
 import airflow_gpu_dag.metrics as metrics
 import airflow_gpu_dag.settings as settings
 from airflow_gpu_dag.airflow import parse_time
-from airflow_gpu_dag.core.estimates import planning_error
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.objective import Objective, key_weight, run_shape, work_of
-from airflow_gpu_dag.core.resources import format_duration
-from airflow_gpu_dag.core.rules import clamp_int32, width_aware_weights
+from airflow_gpu_dag.core.analysis.estimates import planning_error
+from airflow_gpu_dag.core.analysis.weight_rules import clamp_int32, width_aware_weights
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.model.resources import format_duration
+from airflow_gpu_dag.core.policy.objective import Objective, key_weight, run_shape, work_of
 from airflow_gpu_dag.priority.background import Background
 from airflow_gpu_dag.priority.basis import DagBasis, build_basis
 from airflow_gpu_dag.priority.learned import LEARNED_REFRESH_S, Learned, LearnedDurations, refresh_bound

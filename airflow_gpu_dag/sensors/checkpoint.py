@@ -27,8 +27,8 @@ from airflow_gpu_dag.datasets.completeness import (
     permanent_error,
     storage_url,
 )
-from airflow_gpu_dag.hints import control_task_hints
-from airflow_gpu_dag.sensors._common import declared_where, require_timeout, resume_race_retry, soft_failing
+from airflow_gpu_dag.deferral import declared_where, require_timeout, resume_race_retry, soft_failing
+from airflow_gpu_dag.executor_config import control_task_hints
 from airflow_gpu_dag.triggers.checkpoint import (
     checkpoint_regex,
     ended_training_state,

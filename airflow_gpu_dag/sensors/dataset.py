@@ -40,13 +40,13 @@ from airflow_gpu_dag.datasets.completeness import (
     snapshot,
     storage_url,
 )
-from airflow_gpu_dag.hints import control_task_hints, merge_hints
-from airflow_gpu_dag.sensors._common import (
+from airflow_gpu_dag.deferral import (
     declared_where,
     require_timeout,
     resume_race_retry,
     soft_failing,
 )
+from airflow_gpu_dag.executor_config import control_task_hints, merge_hints
 
 __all__ = ["DatasetCompleteSensor"]
 

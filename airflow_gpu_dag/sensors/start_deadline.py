@@ -13,14 +13,14 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.bases.skipmixin import SkipMixin
 from airflow.sdk.exceptions import DownstreamTasksSkipped
 
-from airflow_gpu_dag.core.resources import parse_duration
+from airflow_gpu_dag.core.model.resources import parse_duration
+from airflow_gpu_dag.deferral import declared_where
 from airflow_gpu_dag.operators.fallback import (
     FALLBACK_XCOM_KEY,
     NOT_STARTED_STATES,
     own_map_index,
     task_states,
 )
-from airflow_gpu_dag.sensors._common import declared_where
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

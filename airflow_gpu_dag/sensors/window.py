@@ -29,7 +29,7 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from airflow_gpu_dag.core.windows import (
+from airflow_gpu_dag.core.model.windows import (
     ON_MISSED,
     FixedWindow,
     TimeWindow,
@@ -37,8 +37,8 @@ from airflow_gpu_dag.core.windows import (
     parse_time_of_day,
     parse_window,
 )
-from airflow_gpu_dag.hints import control_task_hints
-from airflow_gpu_dag.sensors._common import declared_where, resume_race_retry
+from airflow_gpu_dag.deferral import declared_where, resume_race_retry
+from airflow_gpu_dag.executor_config import control_task_hints
 
 __all__ = [
     "ON_MISSED",

@@ -54,7 +54,7 @@ class BudgetTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_gpu_dag.budget.check import check_budget
-        from airflow_gpu_dag.core.budget import BudgetCap
+        from airflow_gpu_dag.core.model.budget import BudgetCap
 
         cap = BudgetCap(**self.cap)
         while True:

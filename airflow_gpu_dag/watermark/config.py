@@ -38,8 +38,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from airflow_gpu_dag.core.resources import EstimateError, parse_duration, parse_memory_mib
-from airflow_gpu_dag.watermark.pool_state import MAX_POOL_SLOTS
+from airflow_gpu_dag.core.model.resources import EstimateError, parse_duration, parse_memory_mib
+from airflow_gpu_dag.pool_claim.state import MAX_POOL_SLOTS
 
 __all__ = [
     "DEFAULT_FAIL_OPEN_AFTER",

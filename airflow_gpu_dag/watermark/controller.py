@@ -9,7 +9,7 @@ Each tick (every ``interval`` seconds, 60 by default):
    ``lookahead`` also the task instances not scheduled yet whose upstream tasks have all started or are
    ready (their DAG's upstream lists and their run's task instances), with their expected ready time;
    if that read fails the tick goes on without lookahead and says so in the log;
-4. ask :func:`airflow_gpu_dag.core.reservation.decide_pools` for each pool's size;
+4. ask :func:`airflow_gpu_dag.core.policy.reservation.decide_pools` for each pool's size;
 5. write size + description with a full-body ``PATCH /api/v2/pools/{name}`` (create when missing).
 
 Nothing needed for a correct decision lives only in memory: capacity comes from the sources, tasks
@@ -31,13 +31,14 @@ from dataclasses import astuple, dataclass, replace
 from typing import Any
 
 import airflow_gpu_dag.metrics as metrics
-from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, RunningTask
-from airflow_gpu_dag.core.ladders import can_fall_back
-from airflow_gpu_dag.core.objective import ReservationGate
-from airflow_gpu_dag.core.reservation import PoolDecision, decide_pools
-from airflow_gpu_dag.hints import read_hints
+from airflow_gpu_dag.core.model.ladders import can_fall_back
+from airflow_gpu_dag.core.policy.admission import PendingTask, ReadyTask, RunningTask
+from airflow_gpu_dag.core.policy.objective import ReservationGate
+from airflow_gpu_dag.core.policy.reservation import PoolDecision, decide_pools
+from airflow_gpu_dag.executor_config import read_hints
 from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
-from airflow_gpu_dag.watermark import rest_values
+from airflow_gpu_dag.pool_claim.state import PoolState, needs_write, parse_pool_state, with_state
+from airflow_gpu_dag.watermark import task_instance_fields
 from airflow_gpu_dag.watermark.config import ConfigError, PoolSpec, WatermarkConfig
 from airflow_gpu_dag.watermark.durations import ControllerHistory
 from airflow_gpu_dag.watermark.leader_lock import (
@@ -47,7 +48,6 @@ from airflow_gpu_dag.watermark.leader_lock import (
     default_holder_id,
 )
 from airflow_gpu_dag.watermark.lifecycle import Preflight, preflight, release_pools
-from airflow_gpu_dag.watermark.pool_state import PoolState, needs_write, parse_pool_state, with_state
 from airflow_gpu_dag.watermark.sources import CapacitySource, CapacityTracker, PoolCapacity, build_sources
 from airflow_gpu_dag.watermark.too_large import TooLargeWatch
 
@@ -110,7 +110,7 @@ def _run(ti: Mapping[str, Any]) -> str:
 
 
 def _key(ti: Mapping[str, Any]) -> str:
-    return rest_values.key(ti)
+    return task_instance_fields.key(ti)
 
 
 class WatermarkController:
@@ -214,9 +214,9 @@ class WatermarkController:
                 pool, state = str(ti.get("pool")), str(ti.get("state"))
                 if pool not in self.specs or (state == "deferred" and pool not in deferred_pools):
                     continue
-                slots = rest_values.slots(ti)
+                slots = task_instance_fields.slots(ti)
                 if state == "scheduled":
-                    priority = rest_values.priority(ti)
+                    priority = task_instance_fields.priority(ti)
                     ready.append(
                         ReadyTask(
                             _key(ti),
@@ -224,10 +224,10 @@ class WatermarkController:
                             slots,
                             priority,
                             self._duration(ti),
-                            rest_values.order(ti),
+                            task_instance_fields.order(ti),
                             run=_run(ti),
                             falls_back=can_fall_back(read_hints(ti.get("executor_config")).get("fallback")),
-                            since=rest_values.scheduled_time(ti),
+                            since=task_instance_fields.scheduled_time(ti),
                         )
                     )
                 else:
@@ -244,7 +244,7 @@ class WatermarkController:
 
     def _pending(self, now: float) -> list[PendingTask]:
         """Lookahead: task instances of the lookahead pools not scheduled yet whose upstream tasks have
-        all started or are ready (:class:`~airflow_gpu_dag.core.admission.PendingTask`).
+        all started or are ready (:class:`~airflow_gpu_dag.core.policy.admission.PendingTask`).
 
         An upstream task that has ended counts as ending now; one running or queued ends at its start
         plus its duration hint; one SCHEDULED in the same pool goes into ``after``; one SCHEDULED in an
@@ -290,10 +290,10 @@ class WatermarkController:
             task = PendingTask(
                 _key(ti),
                 pool,
-                rest_values.slots(ti),
-                rest_values.priority(ti),
+                task_instance_fields.slots(ti),
+                task_instance_fields.priority(ti),
                 self._duration(ti),
-                rest_values.order(ti),
+                task_instance_fields.order(ti),
                 max(ends),
                 tuple(after),
                 run=_run(ti),

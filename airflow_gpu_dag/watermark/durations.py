@@ -4,7 +4,7 @@ The controller needs, for every task instance it sees: how long a waiting task w
 running one will end given how long it has already run, and how many instances a mapped task about to
 be expanded will have. :class:`ControllerHistory` answers from the task's recent successful tries
 (``GET /dags/{dag}/dagRuns/~/taskInstances?task_id=...&state=success&order_by=-end_date``), estimated
-by :func:`airflow_gpu_dag.core.estimates.estimate_duration` with the task instance's declared
+by :func:`airflow_gpu_dag.core.analysis.estimates.estimate_duration` with the task instance's declared
 ``duration_s`` hint as the prior (``[gpu_dag] default_duration`` when it declares none). Each task's
 history is read at most once per ``refresh`` seconds (10 minutes by default); a failed read falls
 back to the declared duration for that period and is logged once per message, never per task.
@@ -19,10 +19,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from airflow_gpu_dag.core.admission import PendingTask
-from airflow_gpu_dag.core.estimates import DurationEstimate, EstimateSettings, RunSample, estimate_duration
-from airflow_gpu_dag.core.mapping import typical_map_count
-from airflow_gpu_dag.hints import duration_hint, read_hints
+from airflow_gpu_dag.core.analysis.estimates import (
+    DurationEstimate,
+    EstimateSettings,
+    RunSample,
+    estimate_duration,
+)
+from airflow_gpu_dag.core.model.mapping import typical_map_count
+from airflow_gpu_dag.core.policy.admission import PendingTask
+from airflow_gpu_dag.executor_config import duration_hint, read_hints
 from airflow_gpu_dag.hooks.rest_client import parse_time
 from airflow_gpu_dag.log_once import LogOnce
 

@@ -27,7 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from airflow_gpu_dag.core.resources import real_number
+from airflow_gpu_dag.core.model.resources import real_number
 
 log = logging.getLogger(__name__)
 

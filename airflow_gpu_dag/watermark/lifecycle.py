@@ -26,14 +26,14 @@ from typing import Any, Protocol
 from urllib.parse import quote
 
 import airflow_gpu_dag.metrics as metrics
-from airflow_gpu_dag.watermark.config import PoolSpec
-from airflow_gpu_dag.watermark.pool_state import (
+from airflow_gpu_dag.pool_claim.state import (
     PoolState,
     iso_time,
     parse_pool_state,
     unsized_description,
     with_state,
 )
+from airflow_gpu_dag.watermark.config import PoolSpec
 
 log = logging.getLogger(__name__)
 

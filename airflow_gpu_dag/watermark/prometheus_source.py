@@ -8,7 +8,7 @@ GPU outside them is *busy*, and still counts when the work on it is ours:
 * by pod: the series' ``pod`` / ``namespace`` labels (DCGM exporter's Kubernetes mapping) name a pod
   in one of ``airflow_namespaces`` or matching ``airflow_pod_pattern`` (a KubernetesPodOperator pod);
 * by host: on a host where our running task instances hold ``k`` GPUs (from the REST API, when the
-  controller gives the source its client: :class:`~airflow_gpu_dag.watermark.ours.RunningTaskGpus`),
+  controller gives the source its client: :class:`~airflow_gpu_dag.watermark.own_gpus.RunningTaskGpus`),
   up to ``k`` busy GPUs of that host are ours. Hosts are compared by the series' ``host_label``
   (default ``Hostname``, else ``instance`` without its port) and the task instance's ``hostname``,
   both lower-cased without their domain.
@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from airflow_gpu_dag.watermark.capacity import CapacityReading, SourceError
-from airflow_gpu_dag.watermark.ours import normalize_host
+from airflow_gpu_dag.watermark.own_gpus import normalize_host
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class PrometheusSource:
     with our work still count (see the module docstring).
 
     :param our_work: returns ``host -> GPUs`` held by our running task instances there (the controller
-        passes :meth:`~airflow_gpu_dag.watermark.ours.RunningTaskGpus.by_host`); None: not used.
+        passes :meth:`~airflow_gpu_dag.watermark.own_gpus.RunningTaskGpus.by_host`); None: not used.
     """
 
     kind = "prometheus"

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from airflow_gpu_dag.pool_claim.state import MAX_POOL_SLOTS
 from airflow_gpu_dag.watermark.capacity import CapacityReading, CapacitySource, SourceError
 from airflow_gpu_dag.watermark.config import ConfigError, PoolSpec, SourceSpec
 from airflow_gpu_dag.watermark.kubernetes_source import (
@@ -51,8 +52,7 @@ from airflow_gpu_dag.watermark.kubernetes_source import (
     pod_request,
 )
 from airflow_gpu_dag.watermark.nvml_source import NvmlSource
-from airflow_gpu_dag.watermark.ours import RunningTaskGpus
-from airflow_gpu_dag.watermark.pool_state import MAX_POOL_SLOTS
+from airflow_gpu_dag.watermark.own_gpus import RunningTaskGpus
 from airflow_gpu_dag.watermark.prometheus_source import PrometheusSource
 
 log = logging.getLogger(__name__)

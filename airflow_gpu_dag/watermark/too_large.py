@@ -16,7 +16,7 @@ drain or an outage, not a request too large: every task of the pool waits for it
 * ``keep``: it keeps waiting, and the pool description (so the UI's pool table), the controller log and
   the Critical path page say why.
 
-A fallback rung that can fall back (:func:`airflow_gpu_dag.core.ladders.can_fall_back`) is never
+A fallback rung that can fall back (:func:`airflow_gpu_dag.core.model.ladders.can_fall_back`) is never
 failed, whatever the action: its start-deadline watcher skips it after its ``start_within`` and the
 ladder runs the next rung, which failing it would prevent (a rung that *failed* ends the ladder). It is
 flagged like ``keep``.
@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_gpu_dag.core.admission import ReadyTask
+from airflow_gpu_dag.core.policy.admission import ReadyTask
 
 log = logging.getLogger(__name__)
 

@@ -120,10 +120,10 @@ def test_weights_are_the_cross_dag_keys_of_each_run(examples: dict[str, Any]) ->
     over the 2-GPU pool, a mapped task counted as its expected instances: the sweep declares
     ``map_length=4`` and this is its first run, so there is no history), with the trigger time of the
     run (from its run id)."""
-    from airflow_gpu_dag.airflow.graph import build_task_graph
+    from airflow_gpu_dag.airflow.dag_reader import build_task_graph
     from airflow_gpu_dag.cli.loading import load_dags
-    from airflow_gpu_dag.core.mapping import weights_by_task
-    from airflow_gpu_dag.core.objective import get_objective, run_weights
+    from airflow_gpu_dag.core.model.mapping import weights_by_task
+    from airflow_gpu_dag.core.policy.objective import get_objective, run_weights
     from airflow_gpu_dag.priority.trigger import parse_run_id_time
 
     dags = load_dags([examples["folder"] / "dags"]).dags

@@ -63,7 +63,7 @@ MIB = 1024 * 1024
 TASK_IDS = ("declared_long_runs_short", "declared_short_runs_long", "declared_right")
 #: Runs of ``learned_wrong`` before the learned durations are checked: three are needed
 #: (``learned_min_runs``), one more so that a try a loaded machine made slow enough to be set aside as
-#: an outlier (core.estimates) still leaves three.
+#: an outlier (core.analysis.estimates) still leaves three.
 LEARNED_RUNS = 4
 
 
@@ -230,7 +230,8 @@ def test_estimates_command_follows_the_real_durations(
         assert learned is not None, (task_id, by_task[task_id])
         assert min(durations) * 0.9 <= learned <= max(durations) * 1.1, (task_id, learned, durations)
     # three instances in each of the runs, all read; on a loaded machine some may have run long enough
-    # to be set aside (core.estimates), which the report then says: as outliers, or, when the later runs
+    # to be set aside (core.analysis.estimates), which the report then says: as outliers, or, when the later
+    # runs
     # were all slower (the CI machine got busier: 3.3 s, then 4.1 s), the earlier ones as before a change
     # of level
     shard = by_task["shard"]

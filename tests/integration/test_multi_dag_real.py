@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 
-from airflow_gpu_dag.core.objective import ReservationGate, key_of_weight
+from airflow_gpu_dag.core.policy.objective import ReservationGate, key_of_weight
 from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, parse_time
 from airflow_gpu_dag.testing import AirflowCluster
-from airflow_gpu_dag.watermark import rest_values
+from airflow_gpu_dag.watermark import task_instance_fields
 from airflow_gpu_dag.watermark.config import parse_config
 from airflow_gpu_dag.watermark.controller import WatermarkController
 
@@ -218,8 +218,8 @@ def test_scheduled_when_is_the_ready_time_the_controller_reads(mix: dict[str, An
     by = {(ti["dag_id"], ti["task_id"]): ti for ti in tis}
     origin = mix["triggered"]["md_pipeline"]
     for ti in tis:
-        scheduled = rest_values.scheduled_time(ti)
+        scheduled = task_instance_fields.scheduled_time(ti)
         assert scheduled is not None, f"{ti['dag_id']}.{ti['task_id']}: {ti.get('scheduled_when')!r}"
         assert scheduled <= _span(ti)[0] + 0.5, _scheduler_view(tis, origin)
-    wide = rest_values.scheduled_time(by[("md_pipeline", "wide")])
+    wide = task_instance_fields.scheduled_time(by[("md_pipeline", "wide")])
     assert wide is not None and wide >= _span(by[("md_pipeline", "prep")])[1] - 0.5

@@ -44,9 +44,9 @@ from typing import Any
 
 import pytest
 
-from airflow_gpu_dag.airflow.graph import build_task_graph
-from airflow_gpu_dag.core.critical_path import analyze
-from airflow_gpu_dag.core.objective import KEY_WEIGHT_FLOOR
+from airflow_gpu_dag.airflow.dag_reader import build_task_graph
+from airflow_gpu_dag.core.analysis.critical_path import analyze
+from airflow_gpu_dag.core.policy.objective import KEY_WEIGHT_FLOOR
 from airflow_gpu_dag.testing import AirflowCluster
 from tests.scripts import load_script
 

@@ -323,8 +323,8 @@ def test_controller_cli_with_the_typed_connection_and_no_metadata_db(
 def _reserving_description() -> tuple[str, str]:
     """A pool description exactly as the watermark controller writes it while it reserves 4 GPUs of
     gpu_default for ``train``; returns it and the reserved task's key."""
-    from airflow_gpu_dag.core.admission import ReadyTask, RunningTask
-    from airflow_gpu_dag.core.reservation import decide_pools
+    from airflow_gpu_dag.core.policy.admission import ReadyTask, RunningTask
+    from airflow_gpu_dag.core.policy.reservation import decide_pools
     from airflow_gpu_dag.watermark.controller import describe
     from airflow_gpu_dag.watermark.sources import PoolCapacity
 

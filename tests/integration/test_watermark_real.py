@@ -25,10 +25,10 @@ from typing import Any
 import pytest
 
 from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
+from airflow_gpu_dag.pool_claim.state import parse_pool_state
 from airflow_gpu_dag.testing import AirflowCluster
 from airflow_gpu_dag.watermark.config import parse_config
 from airflow_gpu_dag.watermark.controller import WatermarkController, build_controller, parse_state
-from airflow_gpu_dag.watermark.pool_state import parse_pool_state
 from airflow_gpu_dag.watermark.sources import CapacityReading, SourceError
 
 pytestmark = pytest.mark.airflow_real

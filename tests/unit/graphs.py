@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from hypothesis import strategies as st
 
-from airflow_gpu_dag.core.graph import TaskGraph
+from airflow_gpu_dag.core.model.graph import TaskGraph
 
 
 def gpu_graph(

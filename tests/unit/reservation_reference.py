@@ -1,6 +1,6 @@
 """The reservation decision as it was written before the walk was shared with the simulator (a
 straightforward pass over the whole sorted list of waiting tasks), kept as the test oracle of
-:func:`airflow_gpu_dag.core.reservation.decide_pools`: ``test_reservation.py`` checks that the
+:func:`airflow_gpu_dag.core.policy.reservation.decide_pools`: ``test_reservation.py`` checks that the
 shared walk, which reads the waiting tasks lazily and stops as soon as the decision is known, decides
 exactly what this does."""
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, RunningTask, admission_order
-from airflow_gpu_dag.core.reservation import PoolDecision, shadow_time
+from airflow_gpu_dag.core.policy.admission import PendingTask, ReadyTask, RunningTask, admission_order
+from airflow_gpu_dag.core.policy.reservation import PoolDecision, shadow_time
 
 __all__ = ["reference_decide_pools"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_gpu_dag.core.admission import ReadyTask, stock_admission
+from airflow_gpu_dag.core.policy.admission import ReadyTask, stock_admission
 
 
 def t(

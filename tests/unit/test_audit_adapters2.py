@@ -1,5 +1,5 @@
 """Audit of the Airflow adapters (DAG -> task graph) and the GPU declaration checks: each test
-reproduces a defect found in ``airflow/graph.py`` or ``operators/gpu_spec.py`` (no Airflow services)."""
+reproduces a defect found in ``airflow/dag_reader.py`` or ``operators/gpu_spec.py`` (no Airflow services)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, Label, TaskGroup
 
 from airflow_gpu_dag import gpu_hints
-from airflow_gpu_dag.airflow.graph import build_task_graph, plan_dag
+from airflow_gpu_dag.airflow.dag_reader import build_task_graph, plan_dag
 from airflow_gpu_dag.operators.gpu_spec import GpuTaskError, resolve_gpu_task
 
 

@@ -31,9 +31,9 @@ from airflow_gpu_dag.budget import read_usage
 from airflow_gpu_dag.budget.charge import SettleBudgetClaim
 from airflow_gpu_dag.budget.check import claim_budget
 from airflow_gpu_dag.budget.ledger import FileBudgetLedger
-from airflow_gpu_dag.core.budget import BudgetCap, BudgetUsage, evaluate
+from airflow_gpu_dag.core.model.budget import BudgetCap, BudgetUsage, evaluate
+from airflow_gpu_dag.executor_config import gpu_hints
 from airflow_gpu_dag.gpu.usage import UsageRecord
-from airflow_gpu_dag.hints import gpu_hints
 from airflow_gpu_dag.operators.budget import BudgetGateOperator
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC).timestamp()

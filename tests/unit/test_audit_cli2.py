@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_gpu_dag.cli import render
+from airflow_gpu_dag.cli import display
 from airflow_gpu_dag.cli.estimates import estimates_table
-from airflow_gpu_dag.core.estimates import DurationEstimate, EstimateSettings
+from airflow_gpu_dag.core.analysis.estimates import DurationEstimate, EstimateSettings
 from tests.unit.test_cli import run_cli
 from tests.unit.test_watermark_cli import ClosingRest, config, rest  # noqa: F401 - the fixture
 
@@ -120,7 +120,7 @@ def test_console_width_ignores_a_columns_of_zero(
     monkeypatch: pytest.MonkeyPatch, columns: str, tty: bool, width: int
 ) -> None:
     monkeypatch.setenv("COLUMNS", columns)
-    assert render.console(_Terminal() if tty else io.StringIO()).width == width
+    assert display.console(_Terminal() if tty else io.StringIO()).width == width
 
 
 # -- 4. watermark --heartbeat-file that can never be written ----------------------------------------------

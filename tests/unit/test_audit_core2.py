@@ -8,16 +8,16 @@ from datetime import UTC, datetime
 
 import pytest
 
-from airflow_gpu_dag.core.admission import ReadyTask, RunningTask
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.objective import OBJECTIVES, ReservationGate, key_weight, run_weights
-from airflow_gpu_dag.core.requests import RequestLimits, check_gpu_request
-from airflow_gpu_dag.core.reservation import decide_pool, decide_pools
-from airflow_gpu_dag.core.resources import GpuRequest
-from airflow_gpu_dag.core.rules import downstream_weights
-from airflow_gpu_dag.core.runs import SIMULATION_EPOCH, predict_runs
-from airflow_gpu_dag.core.schedule import SimulationResult
-from airflow_gpu_dag.core.windows import parse_window, seconds_until_open
+from airflow_gpu_dag.core.analysis.gpu_requests import RequestLimits, check_gpu_request
+from airflow_gpu_dag.core.analysis.weight_rules import downstream_weights
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.model.resources import GpuRequest
+from airflow_gpu_dag.core.model.windows import parse_window, seconds_until_open
+from airflow_gpu_dag.core.policy.admission import ReadyTask, RunningTask
+from airflow_gpu_dag.core.policy.objective import OBJECTIVES, ReservationGate, key_weight, run_weights
+from airflow_gpu_dag.core.policy.reservation import decide_pool, decide_pools
+from airflow_gpu_dag.core.simulation.cross_dag import SIMULATION_EPOCH, predict_runs
+from airflow_gpu_dag.core.simulation.simulator import SimulationResult
 
 # -- predict_runs: every run weighed by its own graph ------------------------------------------------
 

@@ -3,7 +3,7 @@
 1. A fallback rung the plan has fall back (``plan_rung``) only waits its ``start_within``, holding no
    GPU, yet ``objective.slot_seconds`` counted it as GPU work: a run's ``W`` (and so its due time and
    every cross-DAG key) grew by the rung's GPUs times its wait.
-2. The makespan lower bounds of ``core.bounds`` counted the same rung as holding its slots, and so
+2. The makespan lower bounds of ``core.analysis.bounds`` counted the same rung as holding its slots, and so
    could lie above a makespan the simulator achieves.
 3. ``planner.planned_remaining`` of a packing DAG none of whose tasks holds slots of a pool in the
    capacity planned on unlimited pools: every task's "remaining" became the makespan minus its
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_gpu_dag.core.bounds import (
+from airflow_gpu_dag.core.analysis.bounds import (
     best_lower_bound,
     dependency_lower_bound,
     lower_bound,
@@ -24,12 +24,12 @@ from airflow_gpu_dag.core.bounds import (
     release_profile_bound,
     rounds_bound,
 )
-from airflow_gpu_dag.core.critical_path import analyze
-from airflow_gpu_dag.core.estimates import EstimateSettings, RunSample, estimate_duration
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.ladders import fit_ladders
-from airflow_gpu_dag.core.objective import run_shape, slot_seconds
-from airflow_gpu_dag.core.planner import planned_remaining, predict
+from airflow_gpu_dag.core.analysis.critical_path import analyze
+from airflow_gpu_dag.core.analysis.estimates import EstimateSettings, RunSample, estimate_duration
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.model.ladders import fit_ladders
+from airflow_gpu_dag.core.planning.planner import planned_remaining, predict
+from airflow_gpu_dag.core.policy.objective import run_shape, slot_seconds
 
 H = 3600.0
 
@@ -61,7 +61,7 @@ def test_a_rung_the_plan_falls_back_from_adds_no_gpu_work() -> None:
 def test_a_ladder_dag_with_plan_rung_is_weighed_by_the_gpu_work_it_does() -> None:
     from airflow.sdk import DAG
 
-    from airflow_gpu_dag.airflow.graph import build_task_graph
+    from airflow_gpu_dag.airflow.dag_reader import build_task_graph
     from airflow_gpu_dag.authoring import Rung, fallback_ladder
     from airflow_gpu_dag.operators import GpuPythonOperator
 

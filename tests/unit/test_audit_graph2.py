@@ -8,18 +8,18 @@ import math
 
 import pytest
 
-from airflow_gpu_dag.core.fingerprint import fingerprint
-from airflow_gpu_dag.core.graph import TaskGraph, TaskNode
-from airflow_gpu_dag.core.ladders import fit_ladders
-from airflow_gpu_dag.core.resources import (
+from airflow_gpu_dag.core.analysis.weight_rules import INT32_MAX, INT32_MIN, clamp_int32
+from airflow_gpu_dag.core.model.fingerprint import fingerprint
+from airflow_gpu_dag.core.model.graph import TaskGraph, TaskNode
+from airflow_gpu_dag.core.model.ladders import fit_ladders
+from airflow_gpu_dag.core.model.resources import (
     EstimateError,
     GpuRequest,
     parse_duration,
     parse_estimate,
     parse_memory_mib,
 )
-from airflow_gpu_dag.core.rules import INT32_MAX, INT32_MIN, clamp_int32
-from airflow_gpu_dag.core.simulator import simulate
+from airflow_gpu_dag.core.simulation.simulator import simulate
 
 np = pytest.importorskip("numpy")
 
@@ -54,7 +54,7 @@ def test_numpy_numbers_are_durations_and_memory() -> None:
 
 
 def test_gpu_hints_take_numpy_numbers() -> None:
-    from airflow_gpu_dag.hints import HINTS_KEY, gpu_hints
+    from airflow_gpu_dag.executor_config import HINTS_KEY, gpu_hints
 
     hints = gpu_hints(duration=np.int64(1800), gpus=np.int64(2), gpu_memory=np.int64(1024))[HINTS_KEY]
     assert (hints["duration_s"], hints["gpus"], hints["gpu_memory_mib"]) == (1800.0, 2, 1024)

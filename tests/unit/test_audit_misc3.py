@@ -41,7 +41,7 @@ def test_a_window_in_a_fixed_offset_zone_reads_back_from_its_hint() -> None:
     # ZoneInfo reads: the plan and the critical-path page dropped the window without a word.
     from datetime import UTC, datetime, timedelta, timezone
 
-    from airflow_gpu_dag.core.windows import parse_window, seconds_until_open, window_from_hint
+    from airflow_gpu_dag.core.model.windows import parse_window, seconds_until_open, window_from_hint
 
     window = parse_window("22:00", "06:00", timezone(timedelta(hours=2)))
     back = window_from_hint(window.to_hint())
@@ -55,7 +55,7 @@ def test_a_window_in_a_fixed_offset_zone_reads_back_from_its_hint() -> None:
 def test_a_zone_without_a_readable_name_is_refused_at_parse_time() -> None:
     from datetime import datetime, timedelta, tzinfo
 
-    from airflow_gpu_dag.core.windows import parse_window
+    from airflow_gpu_dag.core.model.windows import parse_window
 
     class Odd(tzinfo):
         def utcoffset(self, dt: datetime | None) -> timedelta:
@@ -76,8 +76,8 @@ def test_a_hand_edited_capacity_beyond_any_pool_is_unknown_not_written_back() ->
     # the UPDATE overflows Airflow's int column, and its one transaction then opened no pool at all.
     import json
 
-    from airflow_gpu_dag.watermark.pool_state import MAX_POOL_SLOTS, parse_pool_state
-    from airflow_gpu_dag.watermark.watchdog import expired_pools
+    from airflow_gpu_dag.pool_claim.state import MAX_POOL_SLOTS, parse_pool_state
+    from airflow_gpu_dag.pool_claim.watchdog import expired_pools
 
     def description(capacity: object) -> str:
         state = {

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from airflow_gpu_dag.airflow.history import LearnedGraph
-from airflow_gpu_dag.core.estimates import DurationEstimate, with_estimates
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.plan import build_plan
+from airflow_gpu_dag.charts.gantt import bars_from_plan
+from airflow_gpu_dag.core.analysis.estimates import DurationEstimate, with_estimates
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.planning.plan import build_plan
 from airflow_gpu_dag.plugins.critical_path_page.data import pool_views, predicted_schedules
 from airflow_gpu_dag.plugins.critical_path_page.layout import graph_svg
-from airflow_gpu_dag.plugins.critical_path_page.render import render_page
-from airflow_gpu_dag.rendering.gantt import bars_from_plan
+from airflow_gpu_dag.plugins.critical_path_page.page_html import render_page
 
 
 def _pools(gpus: int = 4) -> Any:

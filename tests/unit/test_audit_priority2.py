@@ -12,7 +12,7 @@ from airflow.sdk import DAG
 from airflow.serialization.serialized_objects import DagSerialization
 
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
-from airflow_gpu_dag.core.objective import KEY_WEIGHT_FLOOR
+from airflow_gpu_dag.core.policy.objective import KEY_WEIGHT_FLOOR
 from airflow_gpu_dag.priority.learned import LearnedDurations
 from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, PackingPriorityStrategy
 

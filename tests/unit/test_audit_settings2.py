@@ -17,7 +17,7 @@ import logging
 import pytest
 
 from airflow_gpu_dag import settings
-from airflow_gpu_dag.hints import duration_hint, gpu_hints, read_hints
+from airflow_gpu_dag.executor_config import duration_hint, gpu_hints, read_hints
 from tests.unit.test_priority_settings import _fresh, _problem, _set  # noqa: F401 (autouse fixture)
 
 
@@ -81,7 +81,7 @@ def test_a_window_under_min_runs_is_reported_and_the_defaults_used(
 ) -> None:
     """At most ``learned_window`` tries of a task are read and ``learned_min_runs`` are needed: with fewer
     in the window than needed, no task ever learned (declared estimates everywhere) and nothing said so."""
-    from airflow_gpu_dag.core.estimates import EstimateSettings, RunSample, estimate_duration
+    from airflow_gpu_dag.core.analysis.estimates import EstimateSettings, RunSample, estimate_duration
 
     if window is not None:
         _set(monkeypatch, "learned_window", window)

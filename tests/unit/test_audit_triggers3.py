@@ -80,7 +80,7 @@ def test_a_blocked_budget_read_does_not_hold_the_thread_other_triggers_share(
     from asgiref.sync import sync_to_async
 
     import airflow_gpu_dag.budget.check as budget_check
-    from airflow_gpu_dag.core.budget import BudgetCap
+    from airflow_gpu_dag.core.model.budget import BudgetCap
 
     started, release = threading.Event(), threading.Event()
     order: list[str] = []
@@ -317,7 +317,7 @@ def test_a_slow_filesystem_does_not_block_the_event_loop(kind: str) -> None:
 
 
 def test_every_parameter_survives_serialize_and_a_restart() -> None:
-    from airflow_gpu_dag.core.budget import BudgetCap
+    from airflow_gpu_dag.core.model.budget import BudgetCap
 
     deadline = time.time() - 1  # a triggerer restarted after the deadline: it times out, not restarts it
     triggers = [

@@ -10,10 +10,10 @@ import pytest
 
 import airflow_gpu_dag.settings as settings
 from airflow_gpu_dag.hooks.rest_client import RestError
+from airflow_gpu_dag.pool_claim.state import PoolState, with_state
 from airflow_gpu_dag.watermark.config import ConfigError, PoolSpec, SourceSpec, load_config, parse_config
 from airflow_gpu_dag.watermark.controller import WatermarkController
 from airflow_gpu_dag.watermark.lifecycle import CREATED_DESCRIPTION, PreflightError, preflight
-from airflow_gpu_dag.watermark.pool_state import PoolState, with_state
 from tests.unit.test_too_large import FailingRest
 from tests.unit.test_watermark_controller import NOW, FakeRest, Source, ti
 

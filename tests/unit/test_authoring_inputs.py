@@ -91,9 +91,9 @@ def test_sensor_mode_still_orders_two_writers_of_one_path() -> None:
     from airflow.providers.standard.operators.bash import BashOperator
 
     from airflow_gpu_dag import gpu_hints
-    from airflow_gpu_dag.airflow.graph import build_task_graph
+    from airflow_gpu_dag.airflow.dag_reader import build_task_graph
     from airflow_gpu_dag.authoring import fix_hidden_dependencies
-    from airflow_gpu_dag.core.validation import hidden_dependency_pairs
+    from airflow_gpu_dag.core.analysis.validation import hidden_dependency_pairs
 
     def bash(task_id: str, inputs: tuple[str, ...] = (), outputs: tuple[str, ...] = ()) -> BashOperator:
         return BashOperator(

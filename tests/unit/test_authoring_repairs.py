@@ -8,9 +8,9 @@ from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, Asset, TaskGroup
 
 from airflow_gpu_dag import gpu_hints
-from airflow_gpu_dag.airflow.graph import build_task_graph
+from airflow_gpu_dag.airflow.dag_reader import build_task_graph
 from airflow_gpu_dag.authoring import data_edge, fix_hidden_dependencies
-from airflow_gpu_dag.core.validation import hidden_dependency_pairs
+from airflow_gpu_dag.core.analysis.validation import hidden_dependency_pairs
 from airflow_gpu_dag.sensors import DatasetCompleteSensor
 
 

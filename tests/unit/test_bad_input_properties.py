@@ -37,8 +37,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_gpu_dag.airflow.policy import dag_policy, validate_dag
-from airflow_gpu_dag.core.resources import EstimateError, parse_duration, parse_memory_mib
-from airflow_gpu_dag.core.rules import INT32_MAX, INT32_MIN
+from airflow_gpu_dag.core.analysis.weight_rules import INT32_MAX, INT32_MIN
+from airflow_gpu_dag.core.model.resources import EstimateError, parse_duration, parse_memory_mib
 from airflow_gpu_dag.priority.trigger import parse_run_id_time
 from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, PackingPriorityStrategy
 
@@ -341,7 +341,7 @@ def test_found_malformed_hints_are_policy_errors_and_weights(hints: dict[str, An
 def test_found_a_single_path_string_is_one_path() -> None:
     """``inputs="/data/clean"`` written by hand (not through gpu_hints) is one path, not one per
     character (which made up hidden dependencies between unrelated tasks)."""
-    from airflow_gpu_dag.airflow.graph import build_task_graph
+    from airflow_gpu_dag.airflow.dag_reader import build_task_graph
 
     graph, findings = build_task_graph(_one_task_dag({"duration_s": 60, "inputs": "/data/clean"}))
     assert findings == []

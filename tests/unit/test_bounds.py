@@ -1,4 +1,4 @@
-"""Makespan lower bounds (core.bounds): never above the true optimum, and tight where they should be.
+"""Makespan lower bounds (core.analysis.bounds): never above the true optimum, and tight where they should be.
 
 The optimum of a small DAG is found exhaustively: the serial schedule generation scheme over every
 topological order reaches every active schedule, and among those is an optimal one (for makespan with
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_gpu_dag.core.bounds import (
+from airflow_gpu_dag.core.analysis.bounds import (
     best_lower_bound,
     dependency_lower_bound,
     lower_bound,
@@ -21,10 +21,10 @@ from airflow_gpu_dag.core.bounds import (
     release_profile_bound,
     rounds_bound,
 )
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.justification import serial_schedule
-from airflow_gpu_dag.core.planner import predict
-from airflow_gpu_dag.core.simulator import simulate
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.planning.justification import serial_schedule
+from airflow_gpu_dag.core.planning.planner import predict
+from airflow_gpu_dag.core.simulation.simulator import simulate
 from tests.unit.graphs import gpu_graph
 
 

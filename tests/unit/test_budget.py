@@ -25,7 +25,7 @@ from airflow_gpu_dag.budget import check as gate_module
 from airflow_gpu_dag.budget import read_usage
 from airflow_gpu_dag.budget.ledger import BudgetLedger, FileBudgetLedger, today
 from airflow_gpu_dag.budget.shared import SqlBudgetLedger
-from airflow_gpu_dag.core.budget import BudgetCap, BudgetClaim, BudgetUsage, claim_id, evaluate
+from airflow_gpu_dag.core.model.budget import BudgetCap, BudgetClaim, BudgetUsage, claim_id, evaluate
 from airflow_gpu_dag.gpu.usage import UsageLedger, UsageRecord
 from airflow_gpu_dag.operators.budget import BudgetGateOperator
 from airflow_gpu_dag.triggers.budget import BudgetTrigger

@@ -27,12 +27,12 @@ from airflow_gpu_dag.budget import read_usage
 from airflow_gpu_dag.budget.charge import SettleBudgetClaim
 from airflow_gpu_dag.budget.check import budget_ledger
 from airflow_gpu_dag.budget.ledger import FileBudgetLedger, today
-from airflow_gpu_dag.core.budget import BudgetCap, BudgetClaim
-from airflow_gpu_dag.core.resources import GpuRequest
+from airflow_gpu_dag.core.model.budget import BudgetCap, BudgetClaim
+from airflow_gpu_dag.core.model.resources import GpuRequest
+from airflow_gpu_dag.executor_config import gpu_hints
 from airflow_gpu_dag.gpu.inventory import parse_inventory
 from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseOwner, LeaseSettings
 from airflow_gpu_dag.gpu.usage import UsageRecord
-from airflow_gpu_dag.hints import gpu_hints
 
 
 @pytest.fixture(autouse=True)

@@ -27,11 +27,11 @@ from airflow_gpu_dag.budget import check as gate_module
 from airflow_gpu_dag.budget import read_usage
 from airflow_gpu_dag.budget.charge import SettleBudgetClaim
 from airflow_gpu_dag.budget.check import claim_budget, claim_ttl_seconds
-from airflow_gpu_dag.core.budget import BudgetCap
-from airflow_gpu_dag.core.resources import GpuRequest
+from airflow_gpu_dag.core.model.budget import BudgetCap
+from airflow_gpu_dag.core.model.resources import GpuRequest
+from airflow_gpu_dag.executor_config import gpu_hints
 from airflow_gpu_dag.gpu.inventory import parse_inventory
 from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseOwner, LeaseSettings
-from airflow_gpu_dag.hints import gpu_hints
 
 
 @pytest.fixture(autouse=True)

@@ -37,6 +37,6 @@ def test_moved_modules(old: str, new: str) -> None:
     for after in _modules(new):
         if _is_module(after):
             importlib.import_module(after)
-        else:  # a name inside a module: airflow_gpu_dag.core.rules.clamp_int32
+        else:  # a name inside a module: airflow_gpu_dag.core.analysis.weight_rules.clamp_int32
             module, _, name = after.rpartition(".")
             assert hasattr(importlib.import_module(module), name), after

@@ -411,7 +411,7 @@ def test_lint_checks_against_the_inventory_without_pools(
 # -- learned durations: estimates and plan ------------------------------------------------------------
 def _fake_history(monkeypatch: pytest.MonkeyPatch, durations: dict[str, float], runs: int = 4) -> None:
     from airflow_gpu_dag.airflow import history
-    from airflow_gpu_dag.core.estimates import RunSample
+    from airflow_gpu_dag.core.analysis.estimates import RunSample
 
     def read(dag_id: str, task_ids: Any = None, window: int = 20, *, session: Any = None) -> Any:
         return {

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from airflow_gpu_dag.cli import render
+from airflow_gpu_dag.charts.gantt import GanttChart, GanttWriteError, check_gantt_path, write_gantt
+from airflow_gpu_dag.cli import display
 from airflow_gpu_dag.cli.estimates import ESTIMATE_COLUMNS, estimates_report
 from airflow_gpu_dag.cli.lint import LINT_COLUMNS
 from airflow_gpu_dag.cli.watermark_command import OUTCOME_COLUMNS
-from airflow_gpu_dag.core.estimates import DurationEstimate, EstimateSettings
+from airflow_gpu_dag.core.analysis.estimates import DurationEstimate, EstimateSettings
 from airflow_gpu_dag.hooks.airflow_api import AirflowApiHook
-from airflow_gpu_dag.rendering.gantt import GanttChart, GanttWriteError, check_gantt_path, write_gantt
 from tests.unit.test_cli import GOOD, PIPELINE, ROOT, run_cli
 from tests.unit.test_watermark_cli import ClosingRest, config
 from tests.unit.test_watermark_controller import NOW, ti
@@ -46,8 +46,8 @@ def _no_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
     def simulated(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("simulated although the --gantt path cannot be written")
 
-    monkeypatch.setattr("airflow_gpu_dag.core.planner.predict", simulated)
-    monkeypatch.setattr("airflow_gpu_dag.core.runs.predict_runs", simulated)
+    monkeypatch.setattr("airflow_gpu_dag.core.planning.planner.predict", simulated)
+    monkeypatch.setattr("airflow_gpu_dag.core.simulation.cross_dag.predict_runs", simulated)
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,7 @@ def test_simulate_gantt_write_failure_is_a_clean_error(
     one-line error, not a traceback."""
     folder = tmp_path / "late.svg"
     folder.mkdir()
-    monkeypatch.setattr("airflow_gpu_dag.rendering.gantt.check_gantt_path", Path, raising=False)
+    monkeypatch.setattr("airflow_gpu_dag.charts.gantt.check_gantt_path", Path, raising=False)
     for extra in ((), ("--trigger", f"{PIPELINE}=0")):
         assert (
             run_cli("simulate", PIPELINE, "--file", str(GOOD), *CAPACITY, "--gantt", str(folder), *extra) == 1
@@ -208,10 +208,10 @@ def test_print_plain_with_columns_and_no_rows() -> None:
     import io
 
     out = io.StringIO()
-    render.emit("plain", {}, rows=[], columns=("a", "b"), file=out)
+    display.emit("plain", {}, rows=[], columns=("a", "b"), file=out)
     assert out.getvalue() == "a\tb\n"
     out = io.StringIO()
-    render.print_plain([{"a": 1, "b": [2, 3]}], out, columns=("b", "a"))
+    display.print_plain([{"a": 1, "b": [2, 3]}], out, columns=("b", "a"))
     assert out.getvalue() == "b\ta\n2,3\t1\n"
 
 
@@ -220,7 +220,7 @@ def test_plain_headers_are_the_keys_of_the_rows(
 ) -> None:
     """The fixed headers match the rows each command prints (so they cannot drift apart)."""
     assert run_cli("plan", PIPELINE, "--file", str(GOOD), "-o", "plain") == 0
-    assert capsys.readouterr().out.splitlines()[0].split("\t") == list(render.PLAN_COLUMNS)
+    assert capsys.readouterr().out.splitlines()[0].split("\t") == list(display.PLAN_COLUMNS)
     assert run_cli("watermark", "--config", config(tmp_path), "--once", "--dry-run", "-o", "json") == 0
     assert list(json.loads(capsys.readouterr().out)["pools"][0]) == list(OUTCOME_COLUMNS)
     estimate = DurationEstimate("t", declared=60.0, fallback=60.0)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from airflow_gpu_dag.core.estimates import EstimateSettings
+from airflow_gpu_dag.core.analysis.estimates import EstimateSettings
 from airflow_gpu_dag.hooks.rest_client import RestError
 from airflow_gpu_dag.watermark.durations import ControllerHistory
 from tests.unit.test_watermark_controller import NOW, FakeRest, Source, controller, ti

@@ -9,9 +9,9 @@ from contextlib import contextmanager
 
 import pytest
 
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.resources import EstimateError, GpuRequest
-from airflow_gpu_dag.core.simulator import simulate
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.model.resources import EstimateError, GpuRequest
+from airflow_gpu_dag.core.simulation.simulator import simulate
 
 
 @contextmanager

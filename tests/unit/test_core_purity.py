@@ -13,8 +13,12 @@ CORE_DIR = Path(core.__file__).parent
 
 
 def test_core_modules_import_no_airflow_or_kubernetes() -> None:
-    modules = sorted(f"airflow_gpu_dag.core.{p.stem}" for p in CORE_DIR.glob("*.py") if p.stem != "__init__")
-    assert "airflow_gpu_dag.core.critical_path" in modules
+    modules = sorted(
+        "airflow_gpu_dag." + ".".join(p.relative_to(CORE_DIR.parent).with_suffix("").parts)
+        for p in CORE_DIR.rglob("*.py")
+        if p.stem != "__init__"
+    )
+    assert "airflow_gpu_dag.core.analysis.critical_path" in modules
     code = (
         "import importlib, sys\n"
         f"for m in {modules!r}: importlib.import_module(m)\n"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.plan import build_plan
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.planning.plan import build_plan
 from airflow_gpu_dag.plugins.critical_path_page.data import pool_views, predicted_schedules
-from airflow_gpu_dag.plugins.critical_path_page.render import render_page
+from airflow_gpu_dag.plugins.critical_path_page.page_html import render_page
 
 
 def _pool_slots_graph() -> TaskGraph:

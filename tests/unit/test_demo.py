@@ -83,7 +83,7 @@ def test_outcome_lists_tasks_in_start_order() -> None:
             "pool_slots": 1,
         },
     ]
-    from airflow_gpu_dag.core.objective import key_weight
+    from airflow_gpu_dag.core.policy.objective import key_weight
 
     run_id = "manual__2026-01-01T00:00:00+00:00"
     tis[1]["run_id"] = run_id

@@ -144,7 +144,7 @@ def load_watermark_config(svc: dict[str, Any]) -> Any:
 
 def parse_seconds(value: str) -> float:
     """A compose duration (``60s``, ``1m30s``) in seconds."""
-    from airflow_gpu_dag.core.resources import parse_duration
+    from airflow_gpu_dag.core.model.resources import parse_duration
 
     return parse_duration(value)
 

@@ -62,8 +62,8 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     assert (site / "benchmarks" / "stress" / "index.html").is_file()
     # The API reference is generated and its Sphinx roles became links (scripts/griffe_sphinx_roles.py).
     core = (site / "reference" / "core" / "index.html").read_text()
-    assert 'id="airflow_gpu_dag.core.graph.TaskGraph"' in core
-    assert 'href="#airflow_gpu_dag.core.graph.TaskGraph"' in core
+    assert 'id="airflow_gpu_dag.core.model.graph.TaskGraph"' in core
+    assert 'href="#airflow_gpu_dag.core.model.graph.TaskGraph"' in core
     assert (
         'href="../reference/hooks/#airflow_gpu_dag.hooks.airflow_api.AirflowApiHook"'
         in (site / "connections" / "index.html").read_text()

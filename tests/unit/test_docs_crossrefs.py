@@ -44,7 +44,7 @@ def test_roles_are_resolved_from_the_docstrings_scope(roles: ModuleType, package
     assert "[`get_client`][airflow_gpu_dag.hooks.airflow_api.AirflowApiHook.get_client]" in text
     assert "[`base_url_of`][airflow_gpu_dag.hooks.airflow_api.base_url_of]" in text
     assert "[`airflow_gpu_dag.core`][airflow_gpu_dag.core]" in text
-    assert "[`graph.TaskGraph`][airflow_gpu_dag.core.graph.TaskGraph]" in text
+    assert "[`graph.TaskGraph`][airflow_gpu_dag.core.model.graph.TaskGraph]" in text
     assert "`_Private`" in text and "`airflow.sdk.BaseHook`" in text
     assert "Example:\n\n    x = 1" in text
     assert report.linked == 5 and len(report.unlinked) == 2

@@ -10,7 +10,7 @@ from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, Asset
 
 from airflow_gpu_dag import gpu_hints
-from airflow_gpu_dag.airflow.graph import build_task_graph
+from airflow_gpu_dag.airflow.dag_reader import build_task_graph
 from airflow_gpu_dag.authoring import (
     branch_edge,
     cleanup,
@@ -27,7 +27,7 @@ from airflow_gpu_dag.authoring import (
     validation_edge,
 )
 from airflow_gpu_dag.authoring.hidden import HiddenDependencyCycle
-from airflow_gpu_dag.core.validation import find_hidden_dependencies
+from airflow_gpu_dag.core.analysis.validation import find_hidden_dependencies
 from airflow_gpu_dag.sensors import CheckpointSensor, DatasetCompleteSensor, StartWindowSensor, TimeWindow
 
 
@@ -327,7 +327,7 @@ def test_sensor_mode_without_timeout_changes_nothing() -> None:
 def test_wiring_tasks_declare_a_zero_estimate() -> None:
     """Sensors, gates and branches added by the helpers must not pad the plan with the default estimate."""
     from airflow_gpu_dag.authoring import budget_gate
-    from airflow_gpu_dag.core.validation import validate_graph
+    from airflow_gpu_dag.core.analysis.validation import validate_graph
 
     with DAG("wired", schedule=None) as dag:
         prep = EmptyOperator(task_id="prep", executor_config=gpu_hints(duration="20m"))

@@ -1,4 +1,5 @@
-"""Durations learned from past runs (core.estimates): robust to bad history, the prior, the conditional
+"""Durations learned from past runs (core.analysis.estimates): robust to bad history, the prior, the
+conditional
 remaining time, and a graph planned with the estimates."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_gpu_dag.core.estimates import (
+from airflow_gpu_dag.core.analysis.estimates import (
     MAX_PLANNING_ERROR,
     MIN_RUN_SECONDS,
     OVERRUN_FRACTION,
@@ -23,7 +24,7 @@ from airflow_gpu_dag.core.estimates import (
     quantile,
     with_estimates,
 )
-from airflow_gpu_dag.core.graph import TaskGraph, TaskNode
+from airflow_gpu_dag.core.model.graph import TaskGraph, TaskNode
 
 
 def runs(*durations: float, state: str = "success", start: float = 1_000.0) -> list[RunSample]:

@@ -1,4 +1,4 @@
-"""Audit of the learned-duration estimator (core.estimates): a change of level is followed even when
+"""Audit of the learned-duration estimator (core.analysis.estimates): a change of level is followed even when
 one of the new tries is a spike, and a spike alone still is not followed."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_gpu_dag.core.estimates import RunSample, estimate_duration
+from airflow_gpu_dag.core.analysis.estimates import RunSample, estimate_duration
 
 
 def runs(*durations: float) -> list[RunSample]:

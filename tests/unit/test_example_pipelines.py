@@ -1,5 +1,5 @@
 """The example DAGs ``dags/llm_pipeline.py`` and ``dags/hparam_sweep.py``: they parse with no import
-errors (the provider's cluster policy runs too), lint clean with ``airflow_gpu_dag.core.validation``,
+errors (the provider's cluster policy runs too), lint clean with ``airflow_gpu_dag.core.analysis.validation``,
 have the structure the docs promise, validate their trigger ``--conf``, and their numpy work is
 correct (gradient check)."""
 
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from airflow.dag_processing.dagbag import DagBag
 
-from airflow_gpu_dag.airflow.graph import build_task_graph
-from airflow_gpu_dag.core.validation import ValidationPolicy, validate_graph
+from airflow_gpu_dag.airflow.dag_reader import build_task_graph
+from airflow_gpu_dag.core.analysis.validation import ValidationPolicy, validate_graph
 from tests.scripts import load_script
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"

@@ -12,11 +12,8 @@ from typing import Any
 import pytest
 
 from airflow_gpu_dag.hooks.rest_client import RestError
-from airflow_gpu_dag.watermark import watchdog
-from airflow_gpu_dag.watermark.config import parse_config
-from airflow_gpu_dag.watermark.controller import WatermarkController, build_controller
-from airflow_gpu_dag.watermark.lifecycle import CREATED_DESCRIPTION, PreflightError
-from airflow_gpu_dag.watermark.pool_state import (
+from airflow_gpu_dag.pool_claim import watchdog
+from airflow_gpu_dag.pool_claim.state import (
     PoolState,
     comparable,
     human_part,
@@ -24,6 +21,9 @@ from airflow_gpu_dag.watermark.pool_state import (
     parse_pool_state,
     with_state,
 )
+from airflow_gpu_dag.watermark.config import parse_config
+from airflow_gpu_dag.watermark.controller import WatermarkController, build_controller
+from airflow_gpu_dag.watermark.lifecycle import CREATED_DESCRIPTION, PreflightError
 from tests.unit.test_watermark_controller import NOW, FakeRest, Source, ti
 
 INTERVAL = 10.0
@@ -363,8 +363,8 @@ def test_the_watchdog_is_off_with_interval_zero(monkeypatch: pytest.MonkeyPatch)
 def test_a_claim_with_an_impossible_expiry_fails_open_and_is_described_without_raising() -> None:
     """``"expires": -1e20`` (a corrupt description) made the watchdog's message raise OverflowError, so
     no pool failed open at all; a claim of 1e13 s made another controller's start-up check raise."""
-    from airflow_gpu_dag.watermark.pool_state import PoolState, iso_time, with_state
-    from airflow_gpu_dag.watermark.watchdog import expired_pools
+    from airflow_gpu_dag.pool_claim.state import PoolState, iso_time, with_state
+    from airflow_gpu_dag.pool_claim.watchdog import expired_pools
 
     corrupt = with_state(
         "gpu-dag watermark: pool 0", PoolState(capacity=4, lease="variable:x", expires=-1e20)

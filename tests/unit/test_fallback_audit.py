@@ -64,8 +64,8 @@ def test_first_rungs_watcher_has_the_rungs_trigger_rule():
 
 
 def test_same_named_ladders_in_different_groups_are_planned_apart():
-    from airflow_gpu_dag.airflow.graph import build_task_graph
-    from airflow_gpu_dag.core.ladders import fit_ladders, unfit_rungs
+    from airflow_gpu_dag.airflow.dag_reader import build_task_graph
+    from airflow_gpu_dag.core.model.ladders import fit_ladders, unfit_rungs
 
     with _dag() as dag:
         for lang in ("en", "de"):

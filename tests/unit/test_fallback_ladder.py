@@ -122,8 +122,8 @@ class TestStructure:
         assert dag.task_dict["train.fallback_to_4x_a100"].upstream_task_ids == {"train.8x_a100"}
 
     def test_plan_counts_only_the_first_rung(self):
-        from airflow_gpu_dag.airflow.graph import build_task_graph
-        from airflow_gpu_dag.core.critical_path import analyze
+        from airflow_gpu_dag.airflow.dag_reader import build_task_graph
+        from airflow_gpu_dag.core.analysis.critical_path import analyze
 
         with _dag() as dag:
             fallback_ladder("train", RUNGS, _py)
@@ -136,7 +136,7 @@ class TestStructure:
         assert analyze(graph).makespan == first.duration
 
     def test_plan_gives_every_rung_its_expected_duration_and_names_the_assumed_rung(self):
-        from airflow_gpu_dag.airflow.graph import plan_dag
+        from airflow_gpu_dag.airflow.dag_reader import plan_dag
 
         with _dag() as dag:
             fallback_ladder("train", RUNGS, _py)
@@ -153,7 +153,7 @@ class TestStructure:
         assert row["note"] == second.note
 
     def test_plan_rung_assumes_a_later_rung_after_the_earlier_ones_waited(self):
-        from airflow_gpu_dag.airflow.graph import plan_dag
+        from airflow_gpu_dag.airflow.dag_reader import plan_dag
 
         with _dag() as dag:
             fallback_ladder("train", RUNGS, _py, plan_rung="4x_a100")

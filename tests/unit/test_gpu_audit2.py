@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from airflow_gpu_dag.core.resources import GpuRequest
+from airflow_gpu_dag.core.model.resources import GpuRequest
 from airflow_gpu_dag.gpu.inventory import GpuDevice, GpuInventory, InventoryError, parse_inventory
 from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseOwner, LeaseSettings, LeaseTableCorrupt
 from airflow_gpu_dag.hooks import airflow_api

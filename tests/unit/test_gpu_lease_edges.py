@@ -10,10 +10,10 @@ import pytest
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG
 
-from airflow_gpu_dag.core.resources import EstimateError, GpuRequest
+from airflow_gpu_dag.core.model.resources import EstimateError, GpuRequest
+from airflow_gpu_dag.executor_config import gpu_hints
 from airflow_gpu_dag.gpu.inventory import GpuDevice, GpuInventory, parse_inventory
 from airflow_gpu_dag.gpu.lease import LeaseError, LeaseManager, LeaseOwner, LeaseSettings
-from airflow_gpu_dag.hints import gpu_hints
 from airflow_gpu_dag.operators.gpu import GpuBashOperator, GpuTaskError
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pendulum
 import pytest
 
-from airflow_gpu_dag.hints import gpu_hints, read_hints
+from airflow_gpu_dag.executor_config import gpu_hints, read_hints
 from airflow_gpu_dag.operators.gpu import GpuBashOperator, GpuPythonOperator, GpuTaskError
 from airflow_gpu_dag.operators.gpu_partial import check_unmapped_request
 from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator

@@ -13,11 +13,11 @@ from typing import Any
 import pendulum
 import pytest
 
-from airflow_gpu_dag.core.resources import GpuRequest
+from airflow_gpu_dag.core.model.resources import GpuRequest
 from airflow_gpu_dag.decorators.gpu import gpu_task
+from airflow_gpu_dag.executor_config import read_hints
 from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseSettings
 from airflow_gpu_dag.gpu.usage import UsageLedger
-from airflow_gpu_dag.hints import read_hints
 from airflow_gpu_dag.operators.gpu import GpuBashOperator, GpuPythonOperator, GpuTaskError, resolve_gpu_task
 
 

@@ -1,5 +1,6 @@
 """networkx as the oracle of the graph algorithms of ``core``: on random graphs (hypothesis), what
-:class:`~airflow_gpu_dag.core.graph.TaskGraph` and :func:`~airflow_gpu_dag.core.critical_path.analyze`
+:class:`~airflow_gpu_dag.core.model.graph.TaskGraph` and
+:func:`~airflow_gpu_dag.core.analysis.critical_path.analyze`
 compute must agree with networkx's own algorithms.
 
 - topological order: a permutation of the tasks in which every edge points forward;
@@ -23,8 +24,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_gpu_dag.core.critical_path import analyze
-from airflow_gpu_dag.core.graph import CycleError, TaskGraph
+from airflow_gpu_dag.core.analysis.critical_path import analyze
+from airflow_gpu_dag.core.model.graph import CycleError, TaskGraph
 
 MAX_TASKS = 24
 

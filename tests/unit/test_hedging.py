@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.hedging import final_choice, perturbed, worlds
-from airflow_gpu_dag.core.planner import packing_weights_plan
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.planning.hedging import final_choice, perturbed, worlds
+from airflow_gpu_dag.core.planning.planner import packing_weights_plan
 from tests.unit.graphs import gpu_graph
 
 DIAMOND = gpu_graph(

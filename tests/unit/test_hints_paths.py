@@ -12,7 +12,7 @@ from airflow.sdk import DAG
 
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
 from airflow_gpu_dag.airflow.policy import validate_dag
-from airflow_gpu_dag.hints import HINTS_KEY
+from airflow_gpu_dag.executor_config import HINTS_KEY
 
 
 @pytest.mark.parametrize("argument", ["inputs", "outputs", "awaits"])

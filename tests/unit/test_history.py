@@ -18,14 +18,14 @@ from sqlalchemy.orm import Session
 
 from airflow_gpu_dag import gpu_hints
 from airflow_gpu_dag.airflow import history
-from airflow_gpu_dag.airflow.graph import build_task_graph
+from airflow_gpu_dag.airflow.dag_reader import build_task_graph
 from airflow_gpu_dag.airflow.history import (
     learned_durations,
     learned_task_graph,
     read_history,
     read_map_counts,
 )
-from airflow_gpu_dag.core.estimates import EstimateSettings
+from airflow_gpu_dag.core.analysis.estimates import EstimateSettings
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 

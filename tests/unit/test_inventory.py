@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_gpu_dag.core.pools import (
+from airflow_gpu_dag.core.model.pools import (
     DEFAULT_GPU_POOL,
     gpu_type_of_pool,
     is_gpu_pool,
@@ -296,10 +296,9 @@ def test_a_worker_started_with_cuda_visible_devices_leases_only_those(
 ) -> None:
     # NVML lists every GPU of the host; before, a worker started with CUDA_VISIBLE_DEVICES=2,3 leased
     # GPUs 0 and 1 (another worker's) and replaced its own restriction in the task's environment.
-    from airflow_gpu_dag.core.resources import GpuRequest
-    from airflow_gpu_dag.gpu.inventory import GpuDevice, GpuInventory, InventoryError
+    from airflow_gpu_dag.core.model.resources import GpuRequest
+    from airflow_gpu_dag.gpu.inventory import GpuDevice, GpuInventory, InventoryError, visible_to
     from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseSettings
-    from airflow_gpu_dag.gpu.visible import visible_to
 
     host = GpuInventory(tuple(GpuDevice(i, "a100", 81920, uuid=f"GPU-{i}aaa-{i}") for i in range(4)), "nvml")
     assert visible_to(host, None) is host

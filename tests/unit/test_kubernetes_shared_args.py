@@ -58,7 +58,7 @@ def test_a_mapped_gpu_pod_is_scheduled_in_its_gpu_pool_and_checked_at_parse_time
     # Before: .partial() was KubernetesPodOperator's: default_pool, one slot, no hints, no checks.
     import pytest
 
-    from airflow_gpu_dag.hints import read_hints
+    from airflow_gpu_dag.executor_config import read_hints
     from airflow_gpu_dag.operators.kubernetes import GpuPodConfigError
 
     dag = _dag()

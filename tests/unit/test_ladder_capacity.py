@@ -18,11 +18,11 @@ import pytest
 from airflow.sdk import DAG
 
 from airflow_gpu_dag.authoring import FallbackError, Rung, fallback_ladder
-from airflow_gpu_dag.core.graph import TaskGraph, TaskNode
-from airflow_gpu_dag.core.ladders import as_rung_findings, can_fall_back, fit_ladders, unfit_rungs
-from airflow_gpu_dag.core.requests import RequestLimits, check_gpu_request
-from airflow_gpu_dag.core.resources import GpuRequest
-from airflow_gpu_dag.core.simulator import CapacityError, simulate
+from airflow_gpu_dag.core.analysis.gpu_requests import RequestLimits, check_gpu_request
+from airflow_gpu_dag.core.model.graph import TaskGraph, TaskNode
+from airflow_gpu_dag.core.model.ladders import as_rung_findings, can_fall_back, fit_ladders, unfit_rungs
+from airflow_gpu_dag.core.model.resources import GpuRequest
+from airflow_gpu_dag.core.simulation.simulator import CapacityError, simulate
 from airflow_gpu_dag.operators import GpuPythonOperator
 from airflow_gpu_dag.operators.gpu_spec import GpuTaskError
 from airflow_gpu_dag.watermark.too_large import TooLargeWatch
@@ -104,7 +104,7 @@ def test_the_packing_plan_plans_the_first_rung_that_fits_too(policy: str) -> Non
     # Before: the planner scored schedules of the fitted graph (simulate fits ladders) against the
     # original one: KeyError 'train.small' or "2 slots can never fit a pool of capacity 1", and the
     # scheduler quietly kept critical-path weights for the DAG.
-    from airflow_gpu_dag.core.planner import packing_weights_plan, planned_remaining, predict
+    from airflow_gpu_dag.core.planning.planner import packing_weights_plan, planned_remaining, predict
 
     graph = _ladder_graph()
     plan = packing_weights_plan(graph, {"gpu": 1}, policy)
@@ -121,7 +121,7 @@ def test_the_packing_plan_plans_the_first_rung_that_fits_too(policy: str) -> Non
 def test_planned_remaining_times_end_where_the_planned_schedule_ends() -> None:
     # With learned durations the plan's makespan is a score averaged over perturbed worlds; the
     # remaining times were taken from it: a 5-s task got 4.54 s, others negative ones.
-    from airflow_gpu_dag.core.planner import packing_weights_plan, planned_remaining
+    from airflow_gpu_dag.core.planning.planner import packing_weights_plan, planned_remaining
 
     graph = TaskGraph("hedged")
     graph.add("a", 5.0, 1, pool="gpu")
@@ -139,9 +139,9 @@ def test_planned_remaining_times_end_where_the_planned_schedule_ends() -> None:
 
 def test_the_critical_path_page_names_a_rung_it_planned_around() -> None:
     # The page's predicted schedule plans around the rung as `simulate` does; it says so too.
-    from airflow_gpu_dag.core.plan import build_plan
+    from airflow_gpu_dag.core.planning.plan import build_plan
     from airflow_gpu_dag.plugins.critical_path_page.data import pool_views, predicted_schedules
-    from airflow_gpu_dag.plugins.critical_path_page.render import render_page
+    from airflow_gpu_dag.plugins.critical_path_page.page_html import render_page
 
     graph = _ladder_graph()
     views = pool_views(

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from airflow_gpu_dag.core.resources import GpuRequest
+from airflow_gpu_dag.core.model.resources import GpuRequest
 from airflow_gpu_dag.gpu.inventory import GpuDevice, GpuInventory, parse_inventory
 from airflow_gpu_dag.gpu.lease import (
     LeaseError,

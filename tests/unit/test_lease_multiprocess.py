@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from airflow_gpu_dag.core.resources import GpuRequest
+from airflow_gpu_dag.core.model.resources import GpuRequest
 from airflow_gpu_dag.gpu.inventory import parse_inventory
 from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseOwner, LeaseSettings, process_alive
 
@@ -107,7 +107,7 @@ _HOLDER = """
 import sys, subprocess, time
 from pathlib import Path
 from typing import Any
-from airflow_gpu_dag.core.resources import GpuRequest
+from airflow_gpu_dag.core.model.resources import GpuRequest
 from airflow_gpu_dag.gpu.inventory import parse_inventory
 from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseOwner, LeaseSettings
 ttl = float(sys.argv[2])

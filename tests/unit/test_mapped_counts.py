@@ -10,8 +10,8 @@ from airflow.sdk import DAG, task
 
 from airflow_gpu_dag import gpu_hints
 from airflow_gpu_dag.airflow.history import learned_task_graph
-from airflow_gpu_dag.core.estimates import EstimateSettings
-from airflow_gpu_dag.core.mapping import typical_map_count
+from airflow_gpu_dag.core.analysis.estimates import EstimateSettings
+from airflow_gpu_dag.core.model.mapping import typical_map_count
 from airflow_gpu_dag.watermark.durations import ControllerHistory
 
 

@@ -10,12 +10,12 @@ from airflow.providers.standard.operators.bash import BashOperator
 from airflow.sdk import DAG, task, task_group
 
 from airflow_gpu_dag import gpu_hints
-from airflow_gpu_dag.airflow.graph import build_task_graph
+from airflow_gpu_dag.airflow.dag_reader import build_task_graph
 from airflow_gpu_dag.airflow.mapped import literal_map_length, map_lengths, mapped_task_ids
-from airflow_gpu_dag.core.critical_path import analyze
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.mapping import expand_mapped, expanded_id, node_for, task_of, weights_by_task
-from airflow_gpu_dag.core.plan import build_plan
+from airflow_gpu_dag.core.analysis.critical_path import analyze
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.model.mapping import expand_mapped, expanded_id, node_for, task_of, weights_by_task
+from airflow_gpu_dag.core.planning.plan import build_plan
 
 
 def _serialized(dag: Any) -> Any:
@@ -189,7 +189,7 @@ def test_node_for_and_weights_by_task() -> None:
 def test_a_task_mapped_over_nothing_holds_no_gpus_in_predictions() -> None:
     # Airflow skips a mapped task with 0 instances at once. Before, its node kept its 4 GPUs at
     # duration 0: it waited until all 4 were free together and held back everything after it.
-    from airflow_gpu_dag.core.simulator import simulate
+    from airflow_gpu_dag.core.simulation.simulator import simulate
 
     graph = TaskGraph("zero_map")
     graph.add("long", 3600.0, 1, pool="gpu")  # an unrelated 1-GPU job of an hour

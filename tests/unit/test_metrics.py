@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import airflow_gpu_dag.metrics as metrics
-from airflow_gpu_dag.core.resources import GpuRequest
+from airflow_gpu_dag.core.model.resources import GpuRequest
 from airflow_gpu_dag.gpu.inventory import parse_inventory
 from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseOwner, LeaseSettings
 from airflow_gpu_dag.watermark.config import parse_config

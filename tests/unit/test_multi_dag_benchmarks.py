@@ -92,10 +92,10 @@ def test_frontier_member_with_the_shipped_settings_is_the_shipped_objective() ->
 def test_frontier_variants_cap_the_stretch_and_keep_gpu_parents_keys() -> None:
     import multi_dag_frontier as frontier
 
-    from airflow_gpu_dag.core.graph import TaskGraph
-    from airflow_gpu_dag.core.objective import key_of_weight, run_shape
-    from airflow_gpu_dag.core.resources import GpuRequest
-    from airflow_gpu_dag.core.runs import SIMULATION_EPOCH
+    from airflow_gpu_dag.core.model.graph import TaskGraph
+    from airflow_gpu_dag.core.model.resources import GpuRequest
+    from airflow_gpu_dag.core.policy.objective import key_of_weight, run_shape
+    from airflow_gpu_dag.core.simulation.cross_dag import SIMULATION_EPOCH
 
     # load (CPU 10 min) -> init (4 GPUs, 5 min) -> train (4 GPUs, 2 h) -> evaluate (1 GPU, 20 min)
     g = TaskGraph("pipe")
@@ -127,7 +127,7 @@ def test_frontier_variants_cap_the_stretch_and_keep_gpu_parents_keys() -> None:
 def test_frontier_mix_graph_keeps_every_run_and_its_trigger() -> None:
     import multi_dag_frontier as frontier
 
-    from airflow_gpu_dag.core.graph import TaskGraph
+    from airflow_gpu_dag.core.model.graph import TaskGraph
 
     first, second = TaskGraph("a"), TaskGraph("b")
     first.add("x", 10.0, gpus=1)

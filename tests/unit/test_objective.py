@@ -1,4 +1,4 @@
-"""Cross-DAG keys (core.objective), the reservation gate, and the simulator with trigger times."""
+"""Cross-DAG keys (core.policy.objective), the reservation gate, and the simulator with trigger times."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_gpu_dag.core.admission import PendingTask, ReadyTask, RunningTask
-from airflow_gpu_dag.core.critical_path import analyze
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.objective import (
+from airflow_gpu_dag.core.analysis.critical_path import analyze
+from airflow_gpu_dag.core.analysis.weight_rules import INT32_MAX, critical_path_weights, downstream_weights
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.policy.admission import PendingTask, ReadyTask, RunningTask
+from airflow_gpu_dag.core.policy.objective import (
     DEFAULT_EPOCH,
     KEY_WEIGHT_FLOOR,
     OBJECTIVES,
@@ -24,9 +25,8 @@ from airflow_gpu_dag.core.objective import (
     run_weights,
     task_keys,
 )
-from airflow_gpu_dag.core.reservation import decide_pools
-from airflow_gpu_dag.core.rules import INT32_MAX, critical_path_weights, downstream_weights
-from airflow_gpu_dag.core.simulator import simulate
+from airflow_gpu_dag.core.policy.reservation import decide_pools
+from airflow_gpu_dag.core.simulation.simulator import simulate
 from airflow_gpu_dag.log_once import LogOnce
 from tests.unit.graphs import draw_task_graph, gpu_graph
 

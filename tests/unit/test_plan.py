@@ -1,4 +1,5 @@
-"""The plan (airflow_gpu_dag.core.plan): CPM figures, priority, GPU-hours, layers, Airflow DAG input."""
+"""The plan (airflow_gpu_dag.core.planning.plan): CPM figures, priority, GPU-hours, layers, Airflow DAG
+input."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import json
 import pendulum
 import pytest
 
-from airflow_gpu_dag.airflow.graph import plan_dag
-from airflow_gpu_dag.core.graph import CycleError, TaskGraph, TaskNode
-from airflow_gpu_dag.core.plan import build_plan
-from airflow_gpu_dag.core.resources import GpuRequest
+from airflow_gpu_dag.airflow.dag_reader import plan_dag
+from airflow_gpu_dag.core.model.graph import CycleError, TaskGraph, TaskNode
+from airflow_gpu_dag.core.model.resources import GpuRequest
+from airflow_gpu_dag.core.planning.plan import build_plan
 
 
 def _diamond() -> TaskGraph:

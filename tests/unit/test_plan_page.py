@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.plan import build_plan
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.planning.plan import build_plan
 from airflow_gpu_dag.plugins.critical_path_page.data import (
     ScheduleView,
     parse_pool_description,
@@ -17,7 +17,7 @@ from airflow_gpu_dag.plugins.critical_path_page.data import (
     predicted_schedules,
 )
 from airflow_gpu_dag.plugins.critical_path_page.layout import NODE_HEIGHT, graph_svg, layout
-from airflow_gpu_dag.plugins.critical_path_page.render import render_page
+from airflow_gpu_dag.plugins.critical_path_page.page_html import render_page
 
 
 def _graph() -> TaskGraph:
@@ -90,8 +90,8 @@ def test_parse_pool_description_from_the_watermark_controller() -> None:
 
 
 def test_parse_the_description_the_controller_really_writes() -> None:
-    from airflow_gpu_dag.core.admission import ReadyTask, RunningTask
-    from airflow_gpu_dag.core.reservation import decide_pools
+    from airflow_gpu_dag.core.policy.admission import ReadyTask, RunningTask
+    from airflow_gpu_dag.core.policy.reservation import decide_pools
     from airflow_gpu_dag.watermark.controller import describe
     from airflow_gpu_dag.watermark.sources import PoolCapacity
 

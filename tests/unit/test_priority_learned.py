@@ -14,10 +14,10 @@ from airflow.sdk import DAG
 from airflow.serialization.serialized_objects import DagSerialization
 
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
-from airflow_gpu_dag.airflow.graph import build_task_graph
-from airflow_gpu_dag.core.estimates import DurationEstimate, with_estimates
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.objective import DEFAULT_EPOCH, key_of_weight
+from airflow_gpu_dag.airflow.dag_reader import build_task_graph
+from airflow_gpu_dag.core.analysis.estimates import DurationEstimate, with_estimates
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.policy.objective import DEFAULT_EPOCH, key_of_weight
 from airflow_gpu_dag.priority.learned import LearnedDurations
 from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy
 
@@ -244,9 +244,9 @@ def test_a_new_object_of_a_learned_version_gets_the_learned_weights_at_once(
 
 
 def test_policy_text_says_the_packing_plan_hedges_by_the_learned_error() -> None:
-    from airflow_gpu_dag.core.graph import TaskNode
-    from airflow_gpu_dag.core.objective import get_objective
-    from airflow_gpu_dag.core.resources import GpuRequest
+    from airflow_gpu_dag.core.model.graph import TaskNode
+    from airflow_gpu_dag.core.model.resources import GpuRequest
+    from airflow_gpu_dag.core.policy.objective import get_objective
     from airflow_gpu_dag.priority.weights import WeightSettings, policy_text
 
     def read() -> WeightSettings:
@@ -284,7 +284,7 @@ def test_a_refresh_under_one_second_keeps_one_reader(monkeypatch: pytest.MonkeyP
     """``[gpu_dag] learned_refresh`` under 1 s: the weights compared the raw setting with the reader's
     refresh bound (raised to 1 s), so every settings re-read (each 30 s) built a new LearnedDurations,
     and the old one's thread re-read every DAG's history each second for the life of the scheduler."""
-    from airflow_gpu_dag.core.objective import get_objective
+    from airflow_gpu_dag.core.policy.objective import get_objective
     from airflow_gpu_dag.priority.weights import CrossDagWeights, WeightSettings
 
     def read() -> WeightSettings:

@@ -11,17 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_gpu_dag.core.estimates import planning_error
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.justification import (
-    UsageProfile,
-    justify,
-    ordered_schedule,
-    priority_serial_schedule,
-    serial_schedule,
-)
-from airflow_gpu_dag.core.planner import SEARCH_BUDGET, packing_weights_plan, predict
-from airflow_gpu_dag.core.rules import (
+from airflow_gpu_dag.core.analysis.estimates import planning_error
+from airflow_gpu_dag.core.analysis.weight_rules import (
     critical_path_weights,
     downstream_weights,
     plan_order_weights,
@@ -29,7 +20,16 @@ from airflow_gpu_dag.core.rules import (
     width_aware_weights,
     work_weights,
 )
-from airflow_gpu_dag.core.simulator import simulate
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.planning.justification import (
+    UsageProfile,
+    justify,
+    ordered_schedule,
+    priority_serial_schedule,
+    serial_schedule,
+)
+from airflow_gpu_dag.core.planning.planner import SEARCH_BUDGET, packing_weights_plan, predict
+from airflow_gpu_dag.core.simulation.simulator import simulate
 from tests.unit.graphs import draw_task_graph, gpu_graph
 
 DIAMOND = gpu_graph(
@@ -210,9 +210,9 @@ def test_packing_strategy_never_raises_and_follows_the_plan(monkeypatch: pytest.
 
     from airflow_gpu_dag import PACKING_WEIGHT_RULE, gpu_hints
     from airflow_gpu_dag import priority_strategy as ps
-    from airflow_gpu_dag.airflow.graph import build_task_graph
-    from airflow_gpu_dag.core.objective import key_of_weight
-    from airflow_gpu_dag.core.planner import planned_remaining
+    from airflow_gpu_dag.airflow.dag_reader import build_task_graph
+    from airflow_gpu_dag.core.planning.planner import planned_remaining
+    from airflow_gpu_dag.core.policy.objective import key_of_weight
 
     assert PACKING_WEIGHT_RULE == "airflow_gpu_dag.priority_strategy.PackingPriorityStrategy"
     with DAG("packing_strategy_dag", schedule=None) as dag:

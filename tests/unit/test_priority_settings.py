@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from airflow_gpu_dag import settings
-from airflow_gpu_dag.core.objective import DEFAULT_EPOCH
+from airflow_gpu_dag.core.policy.objective import DEFAULT_EPOCH
 from airflow_gpu_dag.log_once import LogOnce
 
 NOW = 1_796_040_000.0  # 2026-11-30T12:00:00Z

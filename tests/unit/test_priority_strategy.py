@@ -12,8 +12,8 @@ from airflow.sdk import DAG, TaskGroup, task
 from airflow.serialization.serialized_objects import DagSerialization
 
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
-from airflow_gpu_dag.core.objective import DEFAULT_EPOCH, key_of_weight
-from airflow_gpu_dag.core.rules import INT32_MAX
+from airflow_gpu_dag.core.analysis.weight_rules import INT32_MAX
+from airflow_gpu_dag.core.policy.objective import DEFAULT_EPOCH, key_of_weight
 from airflow_gpu_dag.log_once import LogOnce
 from airflow_gpu_dag.priority.background import Background
 from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, clamp_weight
@@ -238,8 +238,8 @@ def test_packing_keys_follow_the_plan_and_start_from_the_critical_path(
     """Until the plan of a DAG version is ready the packing rule uses the critical path (same unit);
     with the plan (made inline here) a task's remaining time is planned end - planned start."""
     from airflow_gpu_dag import PACKING_WEIGHT_RULE
-    from airflow_gpu_dag.airflow.graph import build_task_graph
-    from airflow_gpu_dag.core.planner import planned_remaining
+    from airflow_gpu_dag.airflow.dag_reader import build_task_graph
+    from airflow_gpu_dag.core.planning.planner import planned_remaining
     from airflow_gpu_dag.priority_strategy import PackingPriorityStrategy
 
     monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 4}')
@@ -269,8 +269,8 @@ def test_packing_dags_above_the_planning_limit_use_the_width_aware_weights(
     patched to 3 so a 5-task DAG takes the branch a 3,001-task DAG takes."""
     import airflow_gpu_dag.priority.weights as weights_module
     from airflow_gpu_dag import PACKING_WEIGHT_RULE
-    from airflow_gpu_dag.airflow.graph import build_task_graph
-    from airflow_gpu_dag.core.rules import width_aware_weights
+    from airflow_gpu_dag.airflow.dag_reader import build_task_graph
+    from airflow_gpu_dag.core.analysis.weight_rules import width_aware_weights
     from airflow_gpu_dag.priority_strategy import PackingPriorityStrategy
 
     monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu": 4}')
@@ -360,7 +360,7 @@ def test_the_planning_subprocess_yields_the_cpu_to_the_scheduler(
 
 def test_graph_records_the_provider_rule_the_dag_uses() -> None:
     from airflow_gpu_dag import PACKING_WEIGHT_RULE
-    from airflow_gpu_dag.airflow.graph import build_task_graph
+    from airflow_gpu_dag.airflow.dag_reader import build_task_graph
 
     with DAG("cp_rule", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as cp_dag:
         _bash("a", "10m")
@@ -376,7 +376,7 @@ def test_graph_records_the_provider_rule_the_dag_uses() -> None:
 def test_edge_labels_across_task_groups_become_edge_kinds() -> None:
     from airflow.sdk import Label
 
-    from airflow_gpu_dag.airflow.graph import build_task_graph
+    from airflow_gpu_dag.airflow.dag_reader import build_task_graph
 
     with DAG("labels") as dag:
         with TaskGroup("pretrain") as pretrain:
@@ -442,7 +442,7 @@ def test_the_strategy_reports_cache_hits_and_plan_time(monkeypatch: pytest.Monke
 
 def test_background_keeps_a_bounded_record_of_plan_times(monkeypatch: pytest.MonkeyPatch) -> None:
     """Plans are capped (MAX_PLANS); the list of their durations grew by one float per plan for ever."""
-    from airflow_gpu_dag.core.graph import TaskGraph
+    from airflow_gpu_dag.core.model.graph import TaskGraph
     from airflow_gpu_dag.priority import background as module
 
     monkeypatch.setattr(module, "planned_remaining", lambda *args: {"a": 1.0})

@@ -9,7 +9,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_readme_example_builds_a_gpu_dag() -> None:
-    from airflow_gpu_dag.airflow.graph import build_task_graph
+    from airflow_gpu_dag.airflow.dag_reader import build_task_graph
     from airflow_gpu_dag.core import analyze
 
     code = README.read_text().split("```python", 1)[1].split("```", 1)[0]

@@ -5,14 +5,14 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_gpu_dag.core.admission import (
+from airflow_gpu_dag.core.policy.admission import (
     PendingTask,
     ReadyTask,
     RunningTask,
     admission_order,
     stock_admission,
 )
-from airflow_gpu_dag.core.reservation import decide_pools, shadow_time
+from airflow_gpu_dag.core.policy.reservation import decide_pools, shadow_time
 
 
 def ready(key: str, slots: int, priority: int, duration: float = 10.0, order: int = 0) -> ReadyTask:
@@ -282,7 +282,7 @@ def test_unknown_ready_time_is_ignored() -> None:
 def test_simulator_cut_of_the_ready_list_decides_the_same(state: tuple) -> None:
     """The simulator hands decide_pools only the part of the ready list that can matter: the tasks
     ahead of the head, the head, and backfill_candidates() of the rest."""
-    from airflow_gpu_dag.core.reservation import backfill_candidates
+    from airflow_gpu_dag.core.policy.reservation import backfill_candidates
 
     capacity, running, waiting = state
     full = decide_pools(0.0, {"gpu": capacity}, running, waiting)["gpu"]

@@ -11,7 +11,7 @@ from airflow.sdk import DAG, task
 
 from airflow_gpu_dag.airflow.policy import validate_dag
 from airflow_gpu_dag.authoring import data_affinity, exclusive, pin_to_queue, share
-from airflow_gpu_dag.hints import gpu_hints, read_hints
+from airflow_gpu_dag.executor_config import gpu_hints, read_hints
 from airflow_gpu_dag.operators.gpu import GpuBashOperator
 from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator
 

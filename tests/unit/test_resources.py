@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from airflow_gpu_dag.core.resources import (
+from airflow_gpu_dag.core.model.resources import (
     MAX_ESTIMATE_S,
     EstimateError,
     GpuRequest,

@@ -1,6 +1,6 @@
 """The provider's sensors and gates take the DAG's ``default_args`` retries.
 
-They default ``retries`` to one quick retry for Airflow's resume race (``sensors._common``). Set in
+They default ``retries`` to one quick retry for Airflow's resume race (``deferral``). Set in
 the constructor, that default was an explicit argument, which Airflow prefers to ``default_args``:
 with ``default_args={"retries": 3}`` every other task got 3 retries and these sensors 1, so two
 infrastructure faults (a scheduler restart, an api-server restart) in one sensor's life failed the
@@ -15,9 +15,9 @@ from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, TaskGroup
 
 from airflow_gpu_dag.authoring import data_edge, fix_hidden_dependencies, stage_dependency, start_window
-from airflow_gpu_dag.hints import gpu_hints
+from airflow_gpu_dag.deferral import RESUME_RACE_RETRIES, RESUME_RACE_RETRY_DELAY
+from airflow_gpu_dag.executor_config import gpu_hints
 from airflow_gpu_dag.sensors import CheckpointSensor, DatasetCompleteSensor
-from airflow_gpu_dag.sensors._common import RESUME_RACE_RETRIES, RESUME_RACE_RETRY_DELAY
 
 
 def test_the_dags_default_retries_reach_every_sensor_a_helper_adds() -> None:

@@ -321,7 +321,7 @@ def test_the_budget_trigger_does_not_spin_on_a_zero_poke_interval(
     import asyncio
 
     import airflow_gpu_dag.budget.check as budget_check
-    from airflow_gpu_dag.core.budget import BudgetCap
+    from airflow_gpu_dag.core.model.budget import BudgetCap
     from airflow_gpu_dag.triggers.budget import BudgetTrigger
 
     calls = {"n": 0}

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_gpu_dag.charts.gantt import GanttBar, GanttChart, render_svg
 from airflow_gpu_dag.cli.simulate_runs import parse_triggers
-from airflow_gpu_dag.hints import duration_hint
-from airflow_gpu_dag.rendering.gantt import GanttBar, GanttChart, render_svg
+from airflow_gpu_dag.executor_config import duration_hint
 from tests.unit.test_cli import GOOD, PIPELINE, run_cli
 
 

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_gpu_dag.core.bounds import lower_bound
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.justification import ordered_schedule, priority_serial_schedule
-from airflow_gpu_dag.core.planner import predict
-from airflow_gpu_dag.core.rules import plan_order_weights
-from airflow_gpu_dag.core.simulator import CapacityError, simulate
+from airflow_gpu_dag.core.analysis.bounds import lower_bound
+from airflow_gpu_dag.core.analysis.weight_rules import plan_order_weights
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.planning.justification import ordered_schedule, priority_serial_schedule
+from airflow_gpu_dag.core.planning.planner import predict
+from airflow_gpu_dag.core.simulation.simulator import CapacityError, simulate
 from tests.scripts import load_script
 from tests.unit import graphs
 
@@ -261,7 +261,8 @@ def test_without_lookahead_a_ready_task_jumps_ahead_of_the_plan() -> None:
 def test_ordered_schedule_is_what_the_controller_realizes(
     graph: TaskGraph, cap: int, rnd: random.Random
 ) -> None:
-    """For any start order (upstream first), core.justification.ordered_schedule, the planner's one-pass
+    """For any start order (upstream first), core.planning.justification.ordered_schedule, the planner's
+    one-pass
     score of an order, equals the simulated controller + Airflow without backfill, and strict backfill
     never makes it later: the local search scores exactly what runs."""
     caps = {"gpu": cap}
@@ -333,7 +334,7 @@ def test_verify_controller_catches_a_walk_that_disagrees(monkeypatch: pytest.Mon
     """The check above can fail: with decide_pools made to answer differently, the simulator says so."""
     import dataclasses
 
-    from airflow_gpu_dag.core import simulator as simulator_module
+    from airflow_gpu_dag.core.simulation import simulator as simulator_module
 
     real = simulator_module.decide_pools
 
@@ -374,7 +375,7 @@ def test_pending_tasks_waiting_on_another_pool_are_not_rebuilt_every_tick(
     15 s (512: 3.5 s): every pending ``score[i]`` (its ``train[i]`` still waiting for a GPU) was
     built anew at each of the ~1.4 x N controller ticks, though the walk skips such a task. Now one of them
     is built per tick; the schedule is the one the controller over every waiting task decides."""
-    from airflow_gpu_dag.core import simulator
+    from airflow_gpu_dag.core.simulation import simulator
 
     built: list[str] = []
     original = simulator._Simulation._pending_task

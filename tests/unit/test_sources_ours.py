@@ -34,7 +34,7 @@ from kubernetes.client import (
     V1ResourceRequirements,
 )
 
-from airflow_gpu_dag.core.resources import GpuRequest
+from airflow_gpu_dag.core.model.resources import GpuRequest
 from airflow_gpu_dag.gpu.inventory import GpuDevice, GpuInventory
 from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseOwner, LeaseSettings
 from airflow_gpu_dag.gpu.lease_view import held_devices
@@ -42,7 +42,7 @@ from airflow_gpu_dag.gpu.process import HostIdentity
 from airflow_gpu_dag.watermark.config import SourceSpec
 from airflow_gpu_dag.watermark.kubernetes_source import KubernetesSource, pod_request
 from airflow_gpu_dag.watermark.nvml_source import NvmlSource
-from airflow_gpu_dag.watermark.ours import RunningTaskGpus, gpus_of_task_instance, normalize_host
+from airflow_gpu_dag.watermark.own_gpus import RunningTaskGpus, gpus_of_task_instance, normalize_host
 from airflow_gpu_dag.watermark.prometheus_source import PrometheusSource
 from airflow_gpu_dag.watermark.sources import build_source
 

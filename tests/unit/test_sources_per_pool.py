@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from airflow_gpu_dag.core.resources import GpuRequest
+from airflow_gpu_dag.core.model.resources import GpuRequest
 from airflow_gpu_dag.gpu.inventory import GpuDevice, GpuInventory
 from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseOwner, LeaseSettings
 from airflow_gpu_dag.watermark.config import SourceSpec
 from airflow_gpu_dag.watermark.nvml_source import NvmlSource
-from airflow_gpu_dag.watermark.ours import RunningTaskGpus
+from airflow_gpu_dag.watermark.own_gpus import RunningTaskGpus
 from airflow_gpu_dag.watermark.sources import build_source
 from tests.unit.test_sources_ours import FakeNvml, _load
 

@@ -12,9 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.simulator import simulate
-from airflow_gpu_dag.core.ticks import ControllerOptions, next_multiple
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.simulation.simulator import ControllerOptions, next_multiple, simulate
 
 
 @pytest.mark.parametrize("interval", [0.1, 0.3, 0.7, 1.1, 1.3, 2.5, 59.9, 60.0])

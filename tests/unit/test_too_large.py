@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from airflow_gpu_dag.core.admission import ReadyTask
+from airflow_gpu_dag.core.policy.admission import ReadyTask
 from airflow_gpu_dag.plugins.critical_path_page.data import parse_pool_description, pool_views
 from airflow_gpu_dag.watermark.controller import parse_state
 from airflow_gpu_dag.watermark.sources import PoolCapacity

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_gpu_dag.core import GpuRequest, TaskGraph, TaskNode, ValidationPolicy, validate_graph
-from airflow_gpu_dag.core.validation import (
+from airflow_gpu_dag.core.analysis.validation import (
     GraphValidationError,
     find_hidden_dependencies,
     hidden_dependency_pairs,
@@ -146,7 +146,7 @@ def test_granularity_of_a_fallback_rung_is_judged_on_its_own_estimate() -> None:
     # start_within (5 min) and was told to merge; a skipped rung (0) was never checked.
     from airflow.sdk import DAG
 
-    from airflow_gpu_dag.airflow.graph import build_task_graph
+    from airflow_gpu_dag.airflow.dag_reader import build_task_graph
     from airflow_gpu_dag.authoring import Rung, fallback_ladder
     from airflow_gpu_dag.operators import GpuPythonOperator
 
@@ -175,7 +175,7 @@ def test_a_rung_without_an_estimate_is_said_to_assume_the_default() -> None:
     from airflow.providers.standard.operators.bash import BashOperator
     from airflow.sdk import DAG
 
-    from airflow_gpu_dag.airflow.graph import build_task_graph
+    from airflow_gpu_dag.airflow.dag_reader import build_task_graph
     from airflow_gpu_dag.authoring import Rung, fallback_ladder
 
     with DAG("ladder_default", schedule=None) as dag:

@@ -13,9 +13,9 @@ import random
 
 import pytest
 
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.objective import ReservationGate, get_objective, key_of_weight, run_weights
-from airflow_gpu_dag.core.simulator import simulate
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.policy.objective import ReservationGate, get_objective, key_of_weight, run_weights
+from airflow_gpu_dag.core.simulation.simulator import simulate
 from tests.unit.graphs import gpu_graph
 
 EPOCH = -10_000_000.0

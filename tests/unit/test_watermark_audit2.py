@@ -7,10 +7,10 @@ import os
 import signal
 from pathlib import Path
 
-from airflow_gpu_dag.watermark import watchdog
+from airflow_gpu_dag.pool_claim import watchdog
+from airflow_gpu_dag.pool_claim.state import PoolState, human_part, parse_pool_state, with_state
 from airflow_gpu_dag.watermark.health import check_heartbeat_file
 from airflow_gpu_dag.watermark.leader_lock import FileLeaderLock
-from airflow_gpu_dag.watermark.pool_state import PoolState, human_part, parse_pool_state, with_state
 
 NOW = 1_800_000_000.0
 HUGE = "1" + "0" * 400  # a JSON integer too large for a float

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from airflow_gpu_dag.core.objective import key_weight
-from airflow_gpu_dag.hints import duration_hint
+from airflow_gpu_dag.core.policy.objective import key_weight
+from airflow_gpu_dag.executor_config import duration_hint
 from airflow_gpu_dag.hooks.rest_client import RestError
 from airflow_gpu_dag.watermark.config import LeaderLockSpec, parse_config
 from airflow_gpu_dag.watermark.controller import WatermarkController, build_controller, describe, parse_state

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_gpu_dag.hooks.rest_client import MAX_ITEMS, AirflowRestClient
+from airflow_gpu_dag.pool_claim.state import parse_pool_state
 from airflow_gpu_dag.watermark.config import ConfigError, load_config, parse_config
 from airflow_gpu_dag.watermark.controller import WatermarkController
-from airflow_gpu_dag.watermark.pool_state import parse_pool_state
 from tests.unit.test_watermark_controller import NOW, FakeRest, Source, ti
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_gpu_dag.pool_claim.state import parse_pool_state
 from airflow_gpu_dag.watermark.config import parse_config
 from airflow_gpu_dag.watermark.controller import WatermarkController, build_controller
-from airflow_gpu_dag.watermark.pool_state import parse_pool_state
 from airflow_gpu_dag.watermark.sources import CapacityReading
 from tests.unit.test_watermark_controller import NOW, FakeRest, Source, ti
 

@@ -10,18 +10,18 @@ from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, task
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from airflow_gpu_dag.airflow.graph import build_task_graph, plan_dag
+from airflow_gpu_dag.airflow.dag_reader import build_task_graph, plan_dag
 from airflow_gpu_dag.authoring import start_window
-from airflow_gpu_dag.core.critical_path import analyze
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.windows import (
+from airflow_gpu_dag.core.analysis.critical_path import analyze
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.model.windows import (
     FixedWindow,
     TimeWindow,
     parse_window,
     seconds_until_open,
     window_from_hint,
 )
-from airflow_gpu_dag.hints import read_hints
+from airflow_gpu_dag.executor_config import read_hints
 from airflow_gpu_dag.operators.gpu import GpuBashOperator
 from airflow_gpu_dag.sensors.window import WindowGuard
 

@@ -14,7 +14,7 @@ from workloads import (
     ml_pipeline_workloads,
 )
 
-from airflow_gpu_dag.core.graph import CycleError
+from airflow_gpu_dag.core.model.graph import CycleError
 
 STAGES = ("load", "preprocess", "init", "train", "checkpoint", "evaluate")
 

@@ -26,8 +26,8 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy import select
 
-from airflow_gpu_dag.core.plan import Plan
-from airflow_gpu_dag.core.pools import task_pool
+from airflow_gpu_dag.core.model.graph import task_pool
+from airflow_gpu_dag.core.planning.plan import Plan
 from airflow_gpu_dag.plugins.critical_path_page.data import (
     PoolView,
     ScheduleView,
@@ -127,7 +127,7 @@ def create_app() -> FastAPI:
         dependencies=[Depends(requires_access_dag(method="GET"))],
     )
     def critical_path_page(dag_id: str, session: SessionDep, user: GetUserDep) -> HTMLResponse:
-        from airflow_gpu_dag.plugins.critical_path_page.render import render_page
+        from airflow_gpu_dag.plugins.critical_path_page.page_html import render_page
 
         graph, plan, learned = _load(dag_id, session)
         dag_pools = {task_pool(node) for node in graph.nodes.values()}

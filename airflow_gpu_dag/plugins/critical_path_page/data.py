@@ -9,8 +9,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_gpu_dag.core.graph import TaskGraph
-from airflow_gpu_dag.core.plan import Plan, build_plan
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.planning.plan import Plan, build_plan
 
 __all__ = [
     "PoolView",
@@ -117,16 +117,17 @@ class ScheduleView:
     results: dict[str, Any] = field(default_factory=dict)
     note: str = ""
     #: Fallback rungs too large for the live pools, planned as waiting their start_within (then the
-    #: next rung): :meth:`airflow_gpu_dag.core.ladders.UnfitRung.describe` of each.
+    #: next rung): :meth:`airflow_gpu_dag.core.model.ladders.UnfitRung.describe` of each.
     unfit_rungs: list[str] = field(default_factory=list)
 
 
 def predicted_schedules(graph: TaskGraph, pools: Iterable[PoolView]) -> ScheduleView:
     """Simulate the DAG under stock admission and under reservation on the live pool capacities
     (the measured capacity when the watermark controller manages the pool, else its size)."""
-    from airflow_gpu_dag.core.ladders import unfit_rungs
-    from airflow_gpu_dag.core.planner import predict
-    from airflow_gpu_dag.core.pools import is_gpu_pool, task_pool
+    from airflow_gpu_dag.core.model.graph import task_pool
+    from airflow_gpu_dag.core.model.ladders import unfit_rungs
+    from airflow_gpu_dag.core.model.pools import is_gpu_pool
+    from airflow_gpu_dag.core.planning.planner import predict
 
     pools = list(pools)
     used = {task_pool(node) for node in graph.nodes.values()}

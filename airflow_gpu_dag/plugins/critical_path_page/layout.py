@@ -11,9 +11,9 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
-from airflow_gpu_dag.core.plan import Plan
-from airflow_gpu_dag.core.pools import DEFAULT_POOL
-from airflow_gpu_dag.core.resources import format_duration
+from airflow_gpu_dag.core.model.pools import DEFAULT_POOL
+from airflow_gpu_dag.core.model.resources import format_duration
+from airflow_gpu_dag.core.planning.plan import Plan
 
 __all__ = ["NodeBox", "graph_svg", "layout"]
 

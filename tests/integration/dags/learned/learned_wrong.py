@@ -47,7 +47,7 @@ with DAG(
     @task(executor_config=gpu_hints(duration=1))
     def shards() -> list[int]:
         # a real duration: an instant task can end within the 0.1 s that counts as a zero-length try
-        # (core.estimates.MIN_RUN_SECONDS) on an idle machine, and would learn nothing
+        # (core.analysis.estimates.MIN_RUN_SECONDS) on an idle machine, and would learn nothing
         time.sleep(1)
         return list(range(SHARDS))
 

@@ -1,0 +1,82 @@
+"""Pools: which pool a task holds slots of, how many, and GPU pool naming (one pool per GPU type).
+
+A GPU task takes ``pool_slots = GPUs`` slots of its pool, so a pool's size is the number of GPUs it
+stands for. Tasks that accept any GPU use :data:`DEFAULT_GPU_POOL` (``gpu_default``); tasks that need a
+type use ``gpu_<type>`` (``gpu_a100``, ``gpu_h100``). The pool can always be overridden per task.
+
+    >>> pool_for_gpu_type(None)
+    'gpu_default'
+    >>> pool_for_gpu_type("A100")
+    'gpu_a100'
+    >>> gpu_type_of_pool("gpu_h100")
+    'h100'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+__all__ = [
+    "DEFAULT_GPU_POOL",
+    "DEFAULT_POOL",
+    "GPU_POOL_PREFIX",
+    "gpu_type_of_pool",
+    "is_gpu_pool",
+    "normalize_gpu_type",
+    "pool_for_gpu_type",
+    "pool_sizes_for_devices",
+]
+
+#: Airflow's pool for tasks that name none (``airflow.sdk.bases.operator.DEFAULT_POOL_NAME``).
+DEFAULT_POOL = "default_pool"
+#: Prefix of every GPU pool this provider names.
+GPU_POOL_PREFIX = "gpu_"
+#: Pool of GPU tasks that accept any GPU type.
+DEFAULT_GPU_POOL = "gpu_default"
+
+_NON_NAME = re.compile(r"[^a-z0-9]+")
+
+
+def normalize_gpu_type(gpu_type: str) -> str:
+    """Canonical spelling of a GPU type for pool names and comparisons: lower case, ``[a-z0-9_]``.
+
+    ``"A100"`` -> ``"a100"``, ``"RTX 4090"`` -> ``"rtx_4090"``.
+    """
+    text = _NON_NAME.sub("_", str(gpu_type).strip().lower()).strip("_")
+    if not text:
+        raise ValueError(f"GPU type {gpu_type!r} has no letters or digits; use a name such as 'a100'")
+    return text
+
+
+def pool_for_gpu_type(gpu_type: str | None) -> str:
+    """The pool for tasks needing ``gpu_type`` (``gpu_<type>``), or ``gpu_default`` for any GPU."""
+    if gpu_type is None or not str(gpu_type).strip():
+        return DEFAULT_GPU_POOL
+    return GPU_POOL_PREFIX + normalize_gpu_type(gpu_type)
+
+
+def is_gpu_pool(pool: str | None) -> bool:
+    """True for a pool named by this provider (``gpu_default`` or ``gpu_<type>``)."""
+    return bool(pool) and str(pool).startswith(GPU_POOL_PREFIX) and len(str(pool)) > len(GPU_POOL_PREFIX)
+
+
+def gpu_type_of_pool(pool: str) -> str | None:
+    """The GPU type a pool stands for (None for ``gpu_default`` or a pool not named by this provider)."""
+    if not is_gpu_pool(pool) or pool == DEFAULT_GPU_POOL:
+        return None
+    return pool[len(GPU_POOL_PREFIX) :]
+
+
+def pool_sizes_for_devices(gpu_types: Iterable[str]) -> dict[str, int]:
+    """Full pool sizes for a host with devices of ``gpu_types`` (one entry per device).
+
+    ``gpu_default`` holds every device, ``gpu_<type>`` the devices of that type:
+    ``["a100", "a100", "v100"]`` -> ``{"gpu_default": 3, "gpu_a100": 2, "gpu_v100": 1}``.
+    """
+    sizes: dict[str, int] = {DEFAULT_GPU_POOL: 0}
+    for gpu_type in gpu_types:
+        sizes[DEFAULT_GPU_POOL] += 1
+        pool = pool_for_gpu_type(gpu_type)
+        sizes[pool] = sizes.get(pool, 0) + 1
+    return sizes

@@ -1,0 +1,304 @@
+"""Cross-DAG priority: weights in one unit for every DAG run, and the objective that balances them.
+
+Airflow orders the scheduled task instances of *all* DAGs by ``priority_weight``. For weights of two
+DAGs to mean something next to each other they must share a unit, and for nobody to wait without
+bound they must age. Every task instance therefore gets a **key**, an absolute time in seconds: the
+latest time it may start for its run to meet the run's *due time*, along the critical path::
+
+    due(run)  = T + s * W                 T: when the run was triggered
+    key(t)    = due(run) - remaining(t)   W: the run's GPU work / the pool capacity (max over pools)
+    weight(t) = 2**31 - 1 - round(key(t) - E)      E: a fixed epoch; the earliest key goes first
+
+* **Within one run** ``T + s * W`` is a constant, so the order is exactly the critical-path order (or
+  the packing plan's order when ``remaining`` comes from the plan: planned end - planned start).
+* **Across runs** the ``s * W`` term is shortest-work-first with aging: a 20-minute evaluation DAG
+  is due long before a 40-GPU-hour pipeline triggered at the same moment, but a run triggered later
+  is due later. The ``- remaining(t)`` term starts a long chain early, which keeps the makespan close
+  to what running the longest chains first would give.
+* **Aging bounds every wait**: ``key >= T - CP`` for every task of a run, so a run triggered after
+  ``key(X) + CP_max`` can never overtake task ``X``; see :class:`~airflow_gpu_dag.core.policy.reservation`
+  (``ReservationGate``) and docs/priority.md for the bound.
+* ``W`` scales with the pool: at 8 GPUs the keys behave like shortest-work-first, at 32 like the
+  critical path with first-come-first-served.
+
+The objective (``[gpu_dag] objective``) picks ``s`` and the reservation gate (:data:`OBJECTIVES`):
+``throughput`` (makespan and pipelines first, every wide task reserved for), ``balanced`` (the
+default), ``latency`` (mean completion time and small DAGs first). Pure and deterministic.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Container, Iterable, Mapping
+from dataclasses import dataclass
+
+from airflow_gpu_dag.core.analysis.critical_path import analyze
+from airflow_gpu_dag.core.analysis.weight_rules import INT32_MAX, clamp_int32
+from airflow_gpu_dag.core.model.graph import TaskGraph, task_pool, task_slots
+from airflow_gpu_dag.core.policy.admission import PendingTask, ReadyTask, admission_order
+
+__all__ = [
+    "DEFAULT_EPOCH",
+    "DEFAULT_OBJECTIVE",
+    "KEY_WEIGHT_FLOOR",
+    "OBJECTIVES",
+    "Objective",
+    "ReservationGate",
+    "RunShape",
+    "StarvingWatch",
+    "get_objective",
+    "key_of_weight",
+    "key_weight",
+    "run_shape",
+    "run_weights",
+    "slot_seconds",
+    "task_keys",
+    "work_of",
+]
+
+#: ``[gpu_dag] key_epoch`` default: 2025-01-01T00:00:00Z. Keys are seconds after it (2**31 s = 68 years).
+DEFAULT_EPOCH = 1_735_689_600.0
+#: Weights at or above this are keys (``key - epoch < 2**30`` s, 34 years); below, a stock weight.
+KEY_WEIGHT_FLOOR = 2**30
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What the cross-DAG policy optimizes.
+
+    ``stretch`` is ``s`` in ``due = T + s * W``: how much a run's own GPU work delays its due time
+    (larger: small DAGs first, the mean completion time; smaller: closer to the longest chain first,
+    the makespan). ``gap`` and ``overdue`` (seconds) gate the reservation of wide tasks
+    (:class:`ReservationGate`): slots are held for a wide head ``W``
+    only when ``W``'s key is earlier than the next waiting task's by at least ``gap``, or ``W`` is
+    ``overdue`` seconds past its key; ``gap = 0`` reserves for every wide head, as the controller
+    always did. A task that has waited ``overdue`` seconds since it turned ready (or since its key,
+    when that is later) is *starving*: the head is then reserved for, with only work ahead of the
+    starving task backfilled.
+    """
+
+    name: str
+    stretch: float
+    gap: float
+    overdue: float
+
+    @property
+    def always_reserves(self) -> bool:
+        return self.gap <= 0
+
+
+_HOUR = 3600.0
+#: The objectives ``[gpu_dag] objective`` accepts (figures in docs/benchmarks/multi_dag.md).
+OBJECTIVES: dict[str, Objective] = {
+    "throughput": Objective("throughput", stretch=2.0, gap=0.0, overdue=8 * _HOUR),
+    "balanced": Objective("balanced", stretch=3.0, gap=4 * _HOUR, overdue=8 * _HOUR),
+    "latency": Objective("latency", stretch=6.0, gap=4 * _HOUR, overdue=8 * _HOUR),
+}
+DEFAULT_OBJECTIVE = "balanced"
+
+
+def get_objective(name: str | None) -> Objective:
+    """The objective called ``name`` (case-insensitive; None: the default).
+
+    :raises ValueError: an unknown name, listing the known ones.
+    """
+    key = (name or DEFAULT_OBJECTIVE).strip().lower()
+    if key not in OBJECTIVES:
+        known = ", ".join(OBJECTIVES)
+        raise ValueError(f"unknown objective {name!r}: use one of {known} ([gpu_dag] objective)")
+    return OBJECTIVES[key]
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """What a DAG contributes to its runs' keys: ``remaining[t]`` (seconds from ``t``'s start to the
+    run's end: the critical path, own duration included, or planned end - planned start) and ``work``
+    (its GPU slot-seconds over the pool capacity, the largest over the capacity pools)."""
+
+    remaining: dict[str, float]
+    work: float
+
+
+def run_shape(
+    graph: TaskGraph, capacity: Mapping[str, int], remaining: Mapping[str, float] | None = None
+) -> RunShape:
+    """The :class:`RunShape` of ``graph`` on pools of ``capacity`` (pools not named are unlimited and
+    add no work); ``remaining`` replaces the critical-path remaining times (e.g. from a plan)."""
+    if remaining is None:
+        remaining = {t: timing.remaining for t, timing in analyze(graph).timings.items()}
+    return RunShape(dict(remaining), work_of(slot_seconds(graph), capacity))
+
+
+def slot_seconds(graph: TaskGraph) -> dict[str, float]:
+    """Per pool, the slot-seconds the tasks of ``graph`` hold (duration x slots): the run's work before
+    it is divided by the pool's capacity (independent of the capacity, so it can be computed once). A
+    fallback rung the plan has fall back (``plan_rung``) only waits its ``start_within``, holding no
+    slots: it adds none."""
+    seconds: dict[str, float] = {}
+    for node in graph.nodes.values():
+        fallback = node.attrs.get("fallback")
+        if isinstance(fallback, Mapping) and fallback.get("role") == "fell back":
+            continue
+        pool = task_pool(node)
+        seconds[pool] = seconds.get(pool, 0.0) + node.duration * task_slots(node)
+    return seconds
+
+
+def work_of(seconds: Mapping[str, float], capacity: Mapping[str, int]) -> float:
+    """``W``: the largest slot-seconds / capacity over the pools of known capacity (others add none)."""
+    return max((s / capacity[p] for p, s in seconds.items() if capacity.get(p, 0) > 0), default=0.0)
+
+
+def task_keys(shape: RunShape, trigger: float, objective: Objective) -> dict[str, float]:
+    """``key(t) = trigger + s * W - remaining(t)`` for every task (see the module docstring)."""
+    due = trigger + objective.stretch * shape.work
+    return {task_id: due - rest for task_id, rest in shape.remaining.items()}
+
+
+def key_weight(key: float, epoch: float = DEFAULT_EPOCH) -> int:
+    """The ``priority_weight`` of a key: ``2**31 - 1 - round(key - epoch)``, clamped to int32 (halves round
+    up, so two keys a whole number of seconds apart stay exactly that far apart)."""
+    if not math.isfinite(key):
+        return 1
+    return clamp_int32(INT32_MAX - math.floor(key - epoch + 0.5))
+
+
+def key_of_weight(weight: int, epoch: float = DEFAULT_EPOCH) -> float | None:
+    """The key a weight encodes, or None when ``weight`` is below :data:`KEY_WEIGHT_FLOOR` (a stock
+    weight, e.g. of a DAG that does not use the cross-DAG rules)."""
+    if weight < KEY_WEIGHT_FLOOR:
+        return None
+    return float(INT32_MAX - weight) + epoch
+
+
+def run_weights(
+    graph: TaskGraph,
+    trigger: float,
+    capacity: Mapping[str, int],
+    objective: Objective,
+    epoch: float = DEFAULT_EPOCH,
+    remaining: Mapping[str, float] | None = None,
+) -> dict[str, int]:
+    """The weights of one run of ``graph`` triggered at ``trigger`` (same clock as ``epoch``)."""
+    keys = task_keys(run_shape(graph, capacity, remaining), trigger, objective)
+    return {task_id: key_weight(key, epoch) for task_id, key in keys.items()}
+
+
+@dataclass(frozen=True)
+class ReservationGate:
+    """Whether holding slots for a wide head ``W`` is worth what it costs the other DAGs' waiting work.
+
+    Holding slots idles them until ``W`` can start; the work waiting behind ``W`` (often other DAGs'
+    small runs) pays for it. With cross-DAG keys (:mod:`airflow_gpu_dag.core.policy.objective`) the gate
+    holds slots for ``W`` only when
+
+    * no ready task of another run waits (nobody else pays; within its own run the priority, the
+      critical path or the plan, has already ordered the work), or
+    * ``W``'s key is earlier than that of the next waiting ready task of another run by at least
+      ``gap`` seconds: ``W`` is clearly more urgent than the work the held slots would run, or
+    * ``W`` is ``overdue`` seconds past its key: from then on it is always reserved for.
+
+    Otherwise the pool stays at its capacity and Airflow's own admission runs. A head or competitor
+    whose weight is not a key (a DAG on a stock weight rule) is always reserved for, as before.
+
+    **Starving** (:meth:`starving`): a ready task that has waited ``overdue`` seconds since
+    ``max(its key, when it turned ready)``. While one waits, the head is reserved for whatever the gate
+    says and only work ahead of the starving task is backfilled
+    (:func:`~airflow_gpu_dag.core.policy.reservation.decide_pool`): slots that free between two controller
+    ticks then go to later work only after a tick that admitted earlier work, which bounds every wait
+    (docs/priority.md states the bound and proves it). Measured from the ready time, not the key, so
+    a long pipeline whose key lies hours before its trigger is not starving the moment it is ready.
+    """
+
+    gap: float
+    overdue: float
+    epoch: float = DEFAULT_EPOCH
+
+    @classmethod
+    def for_objective(cls, objective: Objective, epoch: float = DEFAULT_EPOCH) -> ReservationGate:
+        """The gate of ``objective`` (``gap`` 0: it holds slots for every wide head)."""
+        return cls(objective.gap, objective.overdue, epoch)
+
+    def waiting_since(self, task: ReadyTask) -> float | None:
+        """``max(key, ready time)`` of ``task``: what its starving is measured from (None when its weight
+        is not a key or its ready time is unknown, as for a pending task)."""
+        key = key_of_weight(task.priority, self.epoch)
+        if key is None or task.since is None or isinstance(task, PendingTask):
+            return None
+        return max(key, task.since)
+
+    def starving(self, now: float, tasks: Iterable[ReadyTask]) -> ReadyTask | None:
+        """The first, in admission order, of the ready tasks of ``tasks`` that have waited ``overdue``
+        (:meth:`waiting_since`); None when none has. Backfill is limited to work ahead of it, so ahead of
+        every starving task."""
+        first: ReadyTask | None = None
+        for task in tasks:
+            since = self.waiting_since(task)
+            if since is None or now - since < self.overdue:
+                continue
+            if first is None or admission_order(task) < admission_order(first):
+                first = task
+        return first
+
+    def wait_bound(self, key: float, ready: float, ahead: int, longest: float, interval: float) -> float:
+        """The most a task with key ``key``, ready at ``ready``, waits with the controller running every
+        ``interval`` seconds (docs/priority.md proves it), ``ahead`` task instances of its pool having an
+        earlier key and ``longest`` being the pool's longest task: ``max(0, key - ready) + overdue +
+        (ahead + 1) * (longest + 2 * interval)``; at interval 0 the tighter ``max(0, key + overdue -
+        ready) + (ahead + 1) * longest``."""
+        if interval <= 0:
+            return max(0.0, key + self.overdue - ready) + (ahead + 1) * longest
+        return max(0.0, key - ready) + self.overdue + (ahead + 1) * (longest + 2 * interval)
+
+    def holds_for(
+        self, now: float, head: ReadyTask, competitor: ReadyTask | None, starving: ReadyTask | None = None
+    ) -> tuple[bool, str]:
+        """(hold slots for ``head``?, why), ``competitor`` being the next ready task of another run after
+        it (None: there is none), ``starving`` a starving task (:meth:`starving`; always held for)."""
+        if starving is not None:
+            since = self.waiting_since(starving)
+            waited = 0.0 if since is None else now - since
+            return True, f"; {starving.key} starving ({waited:.0f}s waited): nothing behind it backfilled"
+        head_key = key_of_weight(head.priority, self.epoch)
+        if head_key is None or competitor is None or self.gap <= 0:
+            return True, ""
+        if now - head_key >= self.overdue:
+            return True, f"; {now - head_key:.0f}s past its key: overdue"
+        other = key_of_weight(competitor.priority, self.epoch)
+        if other is None or other - head_key >= self.gap:
+            return True, ""
+        return False, (
+            f"{head.key} ({head.slots} slots) is not urgent enough to hold slots for: its key is "
+            f"{other - head_key:.0f}s before {competitor.key}'s (gap {self.gap:.0f}s) and "
+            f"{max(0.0, now - head_key):.0f}s past (overdue after {self.overdue:.0f}s); pool = capacity"
+        )
+
+
+class StarvingWatch:
+    """:meth:`ReservationGate.starving` kept up to date as tasks turn ready and start (the simulator's
+    way; the controller reads every waiting task at each tick instead). A task enters a heap of waits
+    when it turns ready, moves to a heap in admission order once it has waited ``overdue``, and leaves
+    when it has started."""
+
+    def __init__(self, gate: ReservationGate) -> None:
+        self.gate = gate
+        self._aging: list[tuple[float, str, ReadyTask]] = []
+        self._starving: list[tuple[tuple, ReadyTask]] = []
+
+    def add(self, task: ReadyTask) -> None:
+        """``task`` turned ready (ignored when it can never starve: no key or no ready time)."""
+        since = self.gate.waiting_since(task)
+        if since is not None:
+            heapq.heappush(self._aging, (since, task.key, task))
+
+    def first(self, now: float, started: Container[str]) -> ReadyTask | None:
+        """The first starving task in admission order at ``now`` (tasks whose key is in ``started`` have
+        left the queue)."""
+        while self._aging and now - self._aging[0][0] >= self.gate.overdue:
+            task = heapq.heappop(self._aging)[2]
+            if task.key not in started:
+                heapq.heappush(self._starving, (admission_order(task), task))
+        while self._starving and self._starving[0][1].key in started:
+            heapq.heappop(self._starving)
+        return self._starving[0][1] if self._starving else None

@@ -1,0 +1,519 @@
+"""Reservation for wide tasks through the pool size: the decision the watermark controller applies.
+
+Airflow's admission is greedy (see :mod:`airflow_gpu_dag.core.policy.admission`): a task that needs more slots
+than are open is skipped and smaller, lower-priority tasks take the slots, so an 8-GPU task can wait
+forever behind a stream of 1-GPU tasks (apache/airflow#29474). We cannot patch the scheduler, but a
+controller can set each pool's size. For a GPU pool ``P`` with live capacity ``C`` (the watermark), the
+controller walks the waiting tasks of ``P`` in Airflow's order (highest priority first; tasks that need
+more than ``C`` are skipped, as Airflow skips them): the tasks that fit the free slots one after the
+other are *admitted* (they start now), up to ``W``, the first task that cannot start now, with ``w``
+slots:
+
+* no such ``W``: pool size ``C``; everything waiting starts.
+* ``W`` is ready and needs one slot: pool size ``C``; the next freed slot goes to ``W`` first anyway
+  (Airflow hands free slots out by priority).
+* ``W`` is ready and does not fit: the reservation is active. With nothing admitted and nothing to
+  backfill the pool size is ``C - w``, so ``open = (C - used) - w < 0``: nothing can take the slots
+  ``W`` is waiting for, however many scheduler loops run between two controller ticks; when running
+  tasks drain so that ``C - used >= w`` it opens and ``W`` (the highest priority) takes the slots.
+  Otherwise the pool size is ``used + admitted + k``: exactly the admitted tasks and the backfill start.
+  A slot they or running tasks free before the next tick is open to whatever fits it (Airflow's greedy
+  admission), a task of lower priority than ``W`` too: the reservation is exact only at interval 0.
+* **lookahead**: ``W`` is *pending*, not scheduled yet but every upstream task has started, so it is
+  expected ready at ``ready_at`` (``pending`` tasks; the planned priority puts a task that the plan
+  starts early ahead of ready work that can wait). The reservation holds ``w`` slots for it from its
+  ready time on (a 1-slot task too: Airflow cannot hand a slot to a task that is not scheduled), and
+  the pool size is ``used + admitted + k``, or ``C`` when no other ready task waits (nothing could take
+  the slots, and ``W`` starts when ready rather than at the next tick). When nothing starts, slots that
+  free before ``W`` is ready would go to ready work before ``W`` is scheduled (Airflow hands free slots
+  to scheduled tasks); if fewer than ``w`` free by then and that work would hold them past ``W``'s
+  shadow time and the next decision, the pool is ``min(used, C - w)``: they reopen only beyond the
+  ``w`` slots ``W`` needs (always so without backfill). A pending task is passed over when the next
+  ready task has the same priority: a tie is not a plan. An upstream task waiting in the same pool
+  counts as started when the walk admits it (``PendingTask.after``).
+* ``k`` is safe backfill (EASY backfilling) from the tasks after ``W``: from the expected ends of the
+  running and admitted tasks, the *shadow time* is when ``w`` slots will be free (not before
+  ``ready_at`` for a pending ``W``), and ``extra`` the slots free then beyond ``w``. A backfill of ``k``
+  open slots lets through what Airflow's greedy admission would pick with ``k`` open slots; it is safe
+  when every picked task ends by the shadow time, or the picked tasks that run past it use at most
+  ``extra`` slots. The largest safe ``k`` is found, then trimmed to the slots of the tasks it admits
+  (the same tasks are admitted, nothing is left open for a task that turns up before the next tick).
+  With ``strict_backfill`` no picked task may run past the shadow time: the ``extra`` slots are what
+  the tasks planned after ``W`` start on, so a plan is followed exactly when the estimates are right.
+* A pending task whose expected ready time has passed (its upstream tasks overran their estimates) is
+  not reserved for: when it turns ready is unknown.
+* **starving**: while a waiting task has waited the gate's ``overdue`` since it turned ready (or since
+  its key, if later; :meth:`ReservationGate.starving`), ``W`` is reserved for, only work ahead of the
+  starving task in admission order is backfilled, and the pool is ``min(used, C - w)`` whenever nothing
+  starts: only a tick that admits work ahead of the starving task leaves slots open to later work,
+  which bounds every wait (docs/priority.md).
+
+With plan-order priorities (:func:`airflow_gpu_dag.core.analysis.weight_rules.plan_order_weights`) the walk
+makes
+Airflow start the tasks of a planned schedule in its order: the task the plan starts next is either
+admitted or reserved for (with strict backfill and exact estimates Airflow ends no later than the
+plan).
+
+Pure and deterministic: state in, pool decisions out. There is one walk, :func:`decide_pool`: the
+controller calls it through :func:`decide_pools` (every waiting task, sorted), the simulator at each
+controller tick with its waiting tasks read lazily in admission order, so it predicts what the
+controller and the real scheduler do together. The walk reads the waiting tasks only as far as the
+decision needs: up to ``W``, then the tasks that Airflow's greedy admission could hand the slots to
+(:func:`backfill_candidates`) and whether anything else waits.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from airflow_gpu_dag.core.policy.admission import PendingTask, ReadyTask, RunningTask, admission_order
+from airflow_gpu_dag.core.policy.objective import ReservationGate
+
+__all__ = [
+    "PoolDecision",
+    "backfill_candidates",
+    "decide_pool",
+    "decide_pools",
+    "shadow_time",
+]
+
+
+@dataclass(frozen=True)
+class PoolDecision:
+    """What the controller sets one pool to, and why.
+
+    ``capacity`` is the watermark ``C``; ``pool_size`` the slots to write to the Airflow pool;
+    ``reserved_for`` the key of ``W`` while a reservation is active, ``reserved_slots`` its ``w``;
+    ``backfill_slots`` is ``b = pool_size - (C - w)`` (at least 0): the slots opened beyond ``C - w``;
+    ``shadow_time`` when ``W`` is expected to be able to start (None when no reservation or unknown);
+    ``reason`` one human-readable line (goes into the pool description). ``used`` is the slots held by
+    running/queued tasks, ``admitted`` the keys of the tasks ahead of ``W`` that start now,
+    ``backfill_tasks`` the keys the backfill was sized for (what Airflow's admission is predicted to let
+    through after them); ``lookahead`` is True when ``W`` is a pending task.
+    """
+
+    pool: str
+    capacity: int
+    pool_size: int
+    reserved_for: str | None
+    reserved_slots: int
+    backfill_slots: int
+    shadow_time: float | None
+    reason: str
+    used: int = 0
+    backfill_tasks: tuple[str, ...] = ()
+    admitted: tuple[str, ...] = ()
+    lookahead: bool = False
+
+
+def shadow_time(
+    now: float, free: int, needed: int, running: Sequence[RunningTask]
+) -> tuple[float | None, int]:
+    """When ``needed`` slots will be free, and how many slots beyond ``needed`` are free then.
+
+    ``free`` is the pool's free slots now, ``running`` the tasks holding its other slots. A task whose
+    expected end has passed is taken to end now; one with an unknown end never ends (so the shadow
+    time may be unknown: ``(None, 0)``). When ``needed <= free`` the shadow time is ``now``.
+    """
+    if needed <= free:
+        return now, free - needed
+    ends = sorted(
+        (max(now, r.expected_end), r.slots) for r in running if r.expected_end is not None and r.slots > 0
+    )
+    available = free
+    for index, (end, slots) in enumerate(ends):
+        available += slots
+        if available >= needed:
+            # everything else ending at the same instant is free then too
+            for later_end, later_slots in ends[index + 1 :]:
+                if later_end > end:
+                    break
+                available += later_slots
+            return end, available - needed
+    return None, 0
+
+
+def backfill_candidates(after_head: Iterable[ReadyTask], free: int) -> list[ReadyTask]:
+    """The part of a pool's ready tasks after the head ``W`` (in admission order) that can be backfilled
+    with ``free`` slots left once the tasks ahead of ``W`` start: only tasks that fit ``free``, up to the
+    ``free``-th 1-slot one (Airflow's greedy admission with at most ``free`` open slots has stopped by
+    then). A decision on this part equals the decision on all of them."""
+    out: list[ReadyTask] = []
+    ones = 0
+    if free <= 0:
+        return out
+    for task in after_head:
+        if task.slots <= free:
+            out.append(task)
+            if task.slots == 1:
+                ones += 1
+                if ones >= free:
+                    break
+    return out
+
+
+class _Waiting:
+    """A pool's waiting tasks in admission order, read lazily, with a look-ahead for the next ready one."""
+
+    def __init__(self, tasks: Iterable[ReadyTask]) -> None:
+        self._tasks: Iterator[ReadyTask] = iter(tasks)
+        self._buffer: deque[ReadyTask] = deque()
+        self.seen = 0
+        self.seen_ready = False
+
+    def next(self) -> ReadyTask | None:
+        task = self._buffer.popleft() if self._buffer else next(self._tasks, None)
+        if task is not None:
+            self.seen += 1
+            self.seen_ready = self.seen_ready or not isinstance(task, PendingTask)
+        return task
+
+    def peek_ready(self, max_slots: int | None = None, other_run: str | None = None) -> ReadyTask | None:
+        """The next ready (not pending) task, consuming nothing; with ``max_slots`` one holding at most
+        that many slots, with ``other_run`` one of another run than that (an unknown run is another)."""
+
+        def wanted(task: ReadyTask) -> bool:
+            if isinstance(task, PendingTask) or (max_slots is not None and task.slots > max_slots):
+                return False
+            return not other_run or not task.run or task.run != other_run
+
+        for task in self._buffer:
+            if wanted(task):
+                return task
+        for task in self._tasks:
+            self._buffer.append(task)
+            if wanted(task):
+                return task
+        return None
+
+    def ready_after(self, capacity: int, limit: int) -> tuple[list[ReadyTask], bool]:
+        """Read on to the rest's ready tasks that fit ``capacity``: those :func:`backfill_candidates` picks
+        with ``limit`` slots, and whether any other one waits (read no further than that tells)."""
+        candidates: list[ReadyTask] = []
+        more = False
+        ones = 0
+        full = limit <= 0
+        while (task := self.next()) is not None:
+            if isinstance(task, PendingTask) or task.slots > capacity:
+                continue
+            if full or task.slots > limit:
+                more = True
+                if full:
+                    break
+                continue
+            candidates.append(task)
+            if task.slots == 1:
+                ones += 1
+                full = ones >= limit
+        return candidates, more
+
+
+@dataclass
+class _Walk:
+    """The walk over a pool's waiting tasks up to the head ``W``: ``admitted`` start now (``ends``: their
+    expected ends), ``remaining`` slots are free after them; ``head_ready``: when ``W`` is expected ready."""
+
+    admitted: list[ReadyTask] = field(default_factory=list)
+    ends: dict[str, float] = field(default_factory=dict)
+    remaining: int = 0
+    head: ReadyTask | None = None
+    head_ready: float = 0.0
+
+
+def _walk(now: float, capacity: int, free: int, waiting: _Waiting) -> _Walk:
+    """Walk the waiting tasks in Airflow's order: start those that fit until the first that cannot start
+    now (``W``). A pending task is ``W`` only when every upstream waiting here starts now, no ready task
+    of the same or a higher priority follows it (a tie is not a plan) and its expected ready time is
+    still ahead (an upstream that overran: when it turns ready is unknown)."""
+    walk = _Walk(remaining=free, head_ready=now)
+    while (task := waiting.next()) is not None:
+        if task.slots > capacity:
+            continue  # can never run here; Airflow skips it too
+        if isinstance(task, PendingTask):
+            if any(key not in walk.ends for key in task.after):
+                continue  # an upstream task does not start now: not ready before the next decision
+            following = waiting.peek_ready()
+            if following is not None and following.priority >= task.priority:
+                continue  # a tie is not a plan: ready work of the same priority is not held back
+            start = now if task.ready_at is None else task.ready_at
+            expected = max([start, *(walk.ends[k] for k in task.after)])
+            if expected <= now:
+                continue  # its upstream tasks overran their estimates: when it turns ready is unknown
+            walk.head, walk.head_ready = task, expected
+            return walk
+        if task.slots > walk.remaining:
+            walk.head = task
+            return walk
+        walk.admitted.append(task)
+        walk.ends[task.key] = now + task.duration
+        walk.remaining -= task.slots
+    return walk
+
+
+def _greedy_pick(candidates: Sequence[ReadyTask], open_slots: int) -> list[ReadyTask]:
+    """Airflow's greedy admission within one pool with ``open_slots`` open (candidates presorted)."""
+    picked: list[ReadyTask] = []
+    remaining = open_slots
+    for task in candidates:
+        if remaining <= 0:
+            break
+        if task.slots <= remaining:
+            picked.append(task)
+            remaining -= task.slots
+    return picked
+
+
+def _is_safe(now: float, shadow: float, extra: int, picked: Sequence[ReadyTask], strict: bool) -> bool:
+    """Backfill is safe when the picked tasks that run past the shadow time hold at most ``extra`` slots
+    (none with ``strict``)."""
+    # `not <=`: a task whose end is unknown (a NaN estimate) may run past the shadow time
+    past_shadow = sum(t.slots for t in picked if not now + t.duration <= shadow)
+    return past_shadow == 0 if strict else past_shadow <= extra
+
+
+def _leak_delays(
+    now: float,
+    running: Sequence[RunningTask],
+    ready_at: float,
+    shadow: float | None,
+    extra: int,
+    others: Sequence[ReadyTask],
+    used: int,
+    closed_below: int,
+    wide: int,
+    strict: bool,
+    next_decision: float | None,
+) -> bool:
+    """Would the slots that free before a pending ``W`` is ready, if left open, go to ready work that
+    delays ``W``? With the pool at ``used`` they reopen as running tasks end; Airflow's greedy admission
+    hands them to ``others`` (the ready tasks after ``W``). Only the slots a pool of
+    ``closed_below = C - w`` would keep closed count; the pick is judged as a backfill from the first
+    of those ends. Closed, they idle until the next decision admits ``W``: so the pick delays ``W`` only
+    when it runs past both the shadow time and ``next_decision`` (None: the next event)."""
+    freed = [
+        (max(now, r.expected_end), r.slots)
+        for r in running
+        if r.expected_end is not None and max(now, r.expected_end) <= ready_at
+    ]
+    freed_slots = sum(s for _end, s in freed)
+    slots = min(max(0, used - closed_below), freed_slots)
+    if shadow is None or slots <= 0 or freed_slots >= wide:
+        return False  # nothing to hold, or W fits what frees by then (the first to take it when ready)
+    takers = _greedy_pick(others, slots)
+    horizon = shadow if next_decision is None else max(shadow, next_decision)
+    return bool(takers) and not _is_safe(min(end for end, _s in freed), horizon, extra, takers, strict)
+
+
+def _no_head(pool: str, capacity: int, used: int, walk: _Walk, waiting: _Waiting) -> PoolDecision:
+    if not waiting.seen:
+        why = "no task waiting"
+    elif walk.admitted:
+        why = f"{len(walk.admitted)} waiting task(s) start, nothing to reserve for"
+    elif waiting.seen_ready:
+        why = f"no waiting task fits capacity {capacity}"
+    else:
+        why = "no task ready, none to reserve for yet"
+    admitted = tuple(t.key for t in walk.admitted)
+    reason = f"{why}; pool = capacity"
+    return PoolDecision(pool, capacity, capacity, None, 0, 0, None, reason, used, (), admitted)
+
+
+def _backfill(
+    now: float,
+    shadow: float | None,
+    extra: int,
+    remaining: int,
+    others: Sequence[ReadyTask],
+    strict: bool,
+    starving: ReadyTask | None = None,
+) -> list[ReadyTask]:
+    """The largest safe backfill: what Airflow's greedy admission picks from ``others`` with the most
+    open slots (at most ``remaining``) for which no picked task delays ``W``; with a ``starving`` task,
+    only picks of tasks ahead of it in admission order."""
+    if shadow is None or remaining <= 0:
+        return []
+    limit = None if starving is None else admission_order(starving)
+    for open_slots in range(remaining, 0, -1):
+        candidate = _greedy_pick(others, open_slots)
+        if limit is not None and any(admission_order(t) >= limit for t in candidate):
+            continue
+        if _is_safe(now, shadow, extra, candidate, strict):
+            return candidate
+    return []
+
+
+def decide_pool(
+    now: float,
+    pool: str,
+    capacity: int,
+    running: Sequence[RunningTask],
+    waiting: Iterable[ReadyTask],
+    backfill: bool = True,
+    strict_backfill: bool = False,
+    next_decision: float | None = None,
+    gate: ReservationGate | None = None,
+    starving: ReadyTask | None = None,
+) -> PoolDecision:
+    """Decide one pool's size: the reservation walk (see the module docstring).
+
+    ``running`` holds the pool's slots (running or queued tasks); ``waiting`` its ready and pending
+    tasks **in admission order** (:func:`~airflow_gpu_dag.core.policy.admission.admission_order`; a pending
+    task with an unknown ready time is left out by the caller). ``waiting`` is read lazily and only as
+    far as the decision needs, so a caller may pass a generator over a long queue. ``gate``: hold
+    slots for a wide head only when it passes (:class:`ReservationGate`; None: always). ``starving``:
+    a waiting task of the pool that has waited too long (:meth:`ReservationGate.starving`, found by the
+    caller over every waiting task): the head is then reserved for and only work ahead of it backfilled.
+    """
+    if starving is not None and starving.slots > capacity:
+        starving = None  # it can never run here (the walk skips it): it bounds no one's wait
+    used = sum(r.slots for r in running)
+    free = capacity - used
+    queue = _Waiting(waiting)
+    walk = _walk(now, capacity, free, queue)
+    head, admit, remaining = walk.head, walk.admitted, walk.remaining
+    if head is None:
+        return _no_head(pool, capacity, used, walk, queue)
+    admitted = tuple(t.key for t in admit)
+    wide = head.slots
+    is_pending = isinstance(head, PendingTask)
+    if not is_pending and wide == 1:
+        # Airflow hands the next freed slot to the highest-priority task anyway: a 1-slot task cannot
+        # be starved, and shrinking the pool would only keep that slot idle until the next tick.
+        reason = f"{head.key} (1 slot) takes the next free slot; pool = capacity"
+        return PoolDecision(pool, capacity, capacity, None, 0, 0, None, reason, used, (), admitted)
+    gated = ""
+    if gate is not None:
+        hold, gated = gate.holds_for(now, head, queue.peek_ready(capacity, other_run=head.run), starving)
+        if not hold:
+            return PoolDecision(pool, capacity, capacity, None, 0, 0, None, gated, used, (), admitted)
+
+    # the tasks started now hold their slots for their expected duration
+    holding = [*running, *(RunningTask(t.key, pool, t.slots, now + t.duration) for t in admit)]
+    shadow, extra = shadow_time(now, remaining, wide, holding)
+    if shadow is not None and is_pending:
+        shadow = max(shadow, walk.head_ready)  # not before it is expected ready
+    # a pending head: what would take the slots freed before it is ready is judged with up to C of them
+    others, more = queue.ready_after(capacity, capacity if is_pending else remaining)
+    # starving: only work ahead of the starving task is backfilled, and with nothing starting the pool
+    # closes to min(used, C - w) below: the wait bound
+    starved = starving is not None
+    picked = _backfill(now, shadow, extra, remaining, others, strict_backfill, starving) if backfill else []
+    backfill_open = sum(t.slots for t in picked)
+    started = free - remaining
+    left = [t for t in others if t not in picked]
+    nothing_else = is_pending and not left and not more and not starved
+    if nothing_else:
+        # nothing else waits that could take W's slots: keep them open, W starts the moment it is
+        # ready instead of at the next tick
+        size = capacity
+    elif started == 0 and backfill_open == 0 and not is_pending:
+        # nothing starts: C - w stays closed whatever ends before the next tick, unless W fits then
+        size = capacity - wide
+    elif (
+        started == 0
+        and backfill_open == 0
+        and (
+            not backfill
+            or starved
+            or _leak_delays(
+                now,
+                running,
+                walk.head_ready,
+                shadow,
+                extra,
+                left,
+                used,
+                capacity - wide,
+                wide,
+                strict_backfill,
+                next_decision,
+            )
+        )
+    ):
+        # nothing starts, and the slots that free before W is scheduled would go to ready work that
+        # delays it (Airflow hands free slots to what is scheduled): min(used, C - w) reopens them only
+        # beyond the w that W needs, until the next tick admits it
+        size = min(used, capacity - wide)
+    else:
+        size = used + started + backfill_open
+    size = max(0, min(capacity, size))
+    when = "unknown" if shadow is None else f"+{shadow - now:g}s"
+    what = "expected ready and its slots free" if is_pending else "slots expected free"
+    reason = (
+        f"reserving {wide} slots for {head.key}: {max(free, 0)} of {capacity} free"
+        + (f", {started} starting first" if started else "")
+        + f", {what} at {when}; backfill {backfill_open} slot(s) for work that cannot delay it"
+        + ("; nothing else waiting: pool = capacity" if nothing_else else "")
+        + gated
+    )
+    return PoolDecision(
+        pool,
+        capacity,
+        size,
+        head.key,
+        wide,
+        max(0, size - (capacity - wide)),
+        shadow,
+        reason,
+        used,
+        tuple(t.key for t in picked),
+        admitted,
+        is_pending,
+    )
+
+
+def _runnable(tasks: Sequence[ReadyTask], capacity: float) -> list[ReadyTask]:
+    """The tasks that fit a pool of ``capacity``: only they can starve (Airflow never runs the others
+    there; one kept waiting, a fallback rung or while the capacity is low, must not stop the backfill)."""
+    return [t for t in tasks if t.slots <= max(0, int(capacity))]
+
+
+def decide_pools(
+    now: float,
+    capacity: Mapping[str, int],
+    running: Sequence[RunningTask],
+    ready: Sequence[ReadyTask],
+    backfill: bool = True,
+    pending: Sequence[PendingTask] = (),
+    strict_backfill: bool = False,
+    next_decision: float | None = None,
+    gate: ReservationGate | None = None,
+) -> dict[str, PoolDecision]:
+    """Decide the size of every pool in ``capacity`` (pool -> live capacity ``C``) with :func:`decide_pool`.
+
+    ``running`` are the task instances holding slots (running or queued), ``ready`` those in SCHEDULED
+    state, ``pending`` (lookahead) those not scheduled yet whose upstream tasks have all started, with
+    their expected ready time (one whose ready time is unknown is ignored). Tasks of pools not in
+    ``capacity`` are ignored. With ``backfill=False`` a reservation lets nothing through but the tasks
+    ahead of ``W``. ``next_decision``: when the controller decides next (``now + interval``; None: at
+    the next event), against which slots left open between two decisions are weighed. ``gate``: the
+    objective's :class:`ReservationGate` (None: reserve for every wide head), which also finds a
+    pool's starving task among its ready tasks. The returned pool sizes are never negative and never
+    above ``C``.
+    """
+    running_by_pool: dict[str, list[RunningTask]] = defaultdict(list)
+    for r in running:
+        running_by_pool[r.pool].append(r)
+    waiting_by_pool: dict[str, list[ReadyTask]] = defaultdict(list)
+    for t in ready:
+        waiting_by_pool[t.pool].append(t)
+    for p in pending:
+        if p.ready_at is not None:
+            waiting_by_pool[p.pool].append(p)
+    return {
+        pool: decide_pool(
+            now,
+            pool,
+            max(0, int(cap)),
+            running_by_pool.get(pool, []),
+            sorted(waiting_by_pool.get(pool, []), key=admission_order),
+            backfill,
+            strict_backfill,
+            next_decision,
+            gate,
+            None if gate is None else gate.starving(now, _runnable(waiting_by_pool.get(pool, []), cap)),
+        )
+        for pool, cap in capacity.items()
+    }
