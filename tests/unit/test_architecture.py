@@ -172,8 +172,10 @@ def test_operators_and_sensors_do_not_import_each_other_both_ways() -> None:
     assert not wrong, "\n".join(wrong)
 
 
-#: What a function-level import's comment may name: the reason it is not at the top of the module.
-FUNCTION_IMPORT_REASONS = ("optional", "process", "cycle", "lazy", "heavy", "startup", "only when", "patched")
+#: What a function-level import's comment must name: an optional dependency (a package an extra installs,
+#: or one a deployment may lack), or a process boundary (a module this process must not load when it
+#: imports the caller: the scheduler, the dag-processor or the ``airflow`` CLI at start-up).
+FUNCTION_IMPORT_REASONS = ("optional", "process", "start-up")
 
 
 def test_every_function_level_import_says_why() -> None:
