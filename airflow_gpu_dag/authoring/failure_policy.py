@@ -22,7 +22,7 @@
   the ladder when its rung never became ready, and under ``none_failed`` a rung that did not start in
   time (a failure by design) would stop it too. The tasks changed are returned and logged.
 
-A task keeps the policy given last: ``"skip"`` followed by ``"retry"`` no longer skips.
+A task keeps the policy given last: ``"skip"`` followed by ``"retry"`` retries and does not skip.
 
 A data producer's failure with a previous good artifact is handled on the data edge
 (``data_edge(..., fallback_to_last_good=True)``), not here.

@@ -11,7 +11,7 @@ pools whose description holds a controller state, and a write only when a claim 
 pool is not at its capacity.
 
 A claim lapses ``fail_open_after`` intervals after the controller's last write (see
-:mod:`.pool_state`), so a pool that a killed, frozen or credential-less controller left shrunk is
+:mod:`.state`), so a pool that a killed, frozen or credential-less controller left shrunk is
 open again at most ``fail_open_after x interval + watermark_watchdog_interval`` seconds later (plus
 the clock skew between the controller's host and the scheduler's).
 

@@ -4,7 +4,7 @@ A :class:`DagBasis` holds the DAG's task graph (read from the serialized DAG the
 fingerprint of everything a plan depends on (tasks, edges, estimates, pools, capacities, settings), and
 the :class:`~airflow_gpu_dag.core.policy.objective.RunShape` the keys are made of: per task the remaining time
 (critical path, or the packing plan's planned end - planned start once a plan is ready) and the run's
-GPU work over the pool capacity. The critical-path shape is O(V + E) (about 50 ms for 2,000 tasks): made
+GPU work over the pool capacity. The critical-path shape is O(V + E): made
 in the background thread when the DAG carries its parse-time critical path
 (:mod:`airflow_gpu_dag.airflow.parse_time`), else inline; plans and learned durations are made off the
 scheduler loop (:mod:`.background`).

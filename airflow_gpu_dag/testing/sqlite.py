@@ -8,10 +8,9 @@ lock fails with ``database is locked`` (a 500 "Database error" from the api-serv
 
 The timeout stays well below the test client's read timeout (60 s,
 :func:`airflow_gpu_dag.testing.rest.rest_client`), so that a call held up by a lock wait gets an
-answer (at worst a 500 "Database error", which the harness retries) before the client gives up. With a
-busy timeout as long as the client's (60 s, until 2026-12-01) a clean-clone run saw the api-server
-answer nothing for a whole minute, the busy timeout's length, and a trigger fail with a read timeout
-(most likely a wait for the lock that only the timeout ended; the component logs were not kept).
+answer (at worst a 500 "Database error", which the harness retries) before the client gives up. A busy
+timeout as long as the client's would let one lock wait hold the api-server's answer past the client's
+read timeout, and the call would fail instead of being retried.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ class NvmlSource:
     :param nvml: the ``pynvml`` module or a fake with the same functions (tests).
     :param lease_dir: the lease table's directory (default ``[gpu_dag] lease_dir``); the controller
         must run on the GPU host and see the workers' table.
-    :param leases: False: ignore the lease table (every busy GPU is excluded, the old behaviour).
+    :param leases: False: ignore the lease table (every busy GPU is excluded).
     """
 
     kind = "nvml"

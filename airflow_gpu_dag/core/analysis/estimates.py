@@ -19,8 +19,8 @@ metadata database, :mod:`airflow_gpu_dag.watermark.durations` over REST) as :cla
    median log-duration; a handful of outliers cannot move the median, this keeps them out of the
    quantile;
 6. with at least ``min_runs`` tries left, the learned duration is the mean of their log-durations
-   (a geometric mean: with the outliers out it is the more precise location, 2.6 % instead of 3.1 %
-   error from five tries within +/- 10 %, which the packing planner notices), shrunk towards the
+   (a geometric mean: once the outliers are out it locates the duration more precisely than the
+   median, and the packing planner is sensitive to that error), shrunk towards the
    declared estimate (the prior) by precision: the prior counts as one observation
    with a log-scale error of :data:`PRIOR_SIGMA` (declared estimates are guesses, about x/÷1.65), each
    try as one with the tries' own robust spread. Five consistent tries outweigh the declaration almost

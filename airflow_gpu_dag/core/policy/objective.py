@@ -200,7 +200,7 @@ class ReservationGate:
     * ``W`` is ``overdue`` seconds past its key: from then on it is always reserved for.
 
     Otherwise the pool stays at its capacity and Airflow's own admission runs. A head or competitor
-    whose weight is not a key (a DAG on a stock weight rule) is always reserved for, as before.
+    whose weight is not a key (a DAG on a stock weight rule) is always reserved for (no gate).
 
     **Starving** (:meth:`starving`): a ready task that has waited ``overdue`` seconds since
     ``max(its key, when it turned ready)``. While one waits, the head is reserved for whatever the gate

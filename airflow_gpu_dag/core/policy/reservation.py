@@ -1,58 +1,16 @@
 """Reservation for wide tasks through the pool size: the decision the watermark controller applies.
 
-Airflow's admission is greedy (see :mod:`airflow_gpu_dag.core.policy.admission`): a task that needs more slots
-than are open is skipped and smaller, lower-priority tasks take the slots, so an 8-GPU task can wait
-forever behind a stream of 1-GPU tasks (apache/airflow#29474). We cannot patch the scheduler, but a
-controller can set each pool's size. For a GPU pool ``P`` with live capacity ``C`` (the watermark), the
-controller walks the waiting tasks of ``P`` in Airflow's order (highest priority first; tasks that need
-more than ``C`` are skipped, as Airflow skips them): the tasks that fit the free slots one after the
-other are *admitted* (they start now), up to ``W``, the first task that cannot start now, with ``w``
-slots:
-
-* no such ``W``: pool size ``C``; everything waiting starts.
-* ``W`` is ready and needs one slot: pool size ``C``; the next freed slot goes to ``W`` first anyway
-  (Airflow hands free slots out by priority).
-* ``W`` is ready and does not fit: the reservation is active. With nothing admitted and nothing to
-  backfill the pool size is ``C - w``, so ``open = (C - used) - w < 0``: nothing can take the slots
-  ``W`` is waiting for, however many scheduler loops run between two controller ticks; when running
-  tasks drain so that ``C - used >= w`` it opens and ``W`` (the highest priority) takes the slots.
-  Otherwise the pool size is ``used + admitted + k``: exactly the admitted tasks and the backfill start.
-  A slot they or running tasks free before the next tick is open to whatever fits it (Airflow's greedy
-  admission), a task of lower priority than ``W`` too: the reservation is exact only at interval 0.
-* **lookahead**: ``W`` is *pending*, not scheduled yet but every upstream task has started, so it is
-  expected ready at ``ready_at`` (``pending`` tasks; the planned priority puts a task that the plan
-  starts early ahead of ready work that can wait). The reservation holds ``w`` slots for it from its
-  ready time on (a 1-slot task too: Airflow cannot hand a slot to a task that is not scheduled), and
-  the pool size is ``used + admitted + k``, or ``C`` when no other ready task waits (nothing could take
-  the slots, and ``W`` starts when ready rather than at the next tick). When nothing starts, slots that
-  free before ``W`` is ready would go to ready work before ``W`` is scheduled (Airflow hands free slots
-  to scheduled tasks); if fewer than ``w`` free by then and that work would hold them past ``W``'s
-  shadow time and the next decision, the pool is ``min(used, C - w)``: they reopen only beyond the
-  ``w`` slots ``W`` needs (always so without backfill). A pending task is passed over when the next
-  ready task has the same priority: a tie is not a plan. An upstream task waiting in the same pool
-  counts as started when the walk admits it (``PendingTask.after``).
-* ``k`` is safe backfill (EASY backfilling) from the tasks after ``W``: from the expected ends of the
-  running and admitted tasks, the *shadow time* is when ``w`` slots will be free (not before
-  ``ready_at`` for a pending ``W``), and ``extra`` the slots free then beyond ``w``. A backfill of ``k``
-  open slots lets through what Airflow's greedy admission would pick with ``k`` open slots; it is safe
-  when every picked task ends by the shadow time, or the picked tasks that run past it use at most
-  ``extra`` slots. The largest safe ``k`` is found, then trimmed to the slots of the tasks it admits
-  (the same tasks are admitted, nothing is left open for a task that turns up before the next tick).
-  With ``strict_backfill`` no picked task may run past the shadow time: the ``extra`` slots are what
-  the tasks planned after ``W`` start on, so a plan is followed exactly when the estimates are right.
-* A pending task whose expected ready time has passed (its upstream tasks overran their estimates) is
-  not reserved for: when it turns ready is unknown.
-* **starving**: while a waiting task has waited the gate's ``overdue`` since it turned ready (or since
-  its key, if later; :meth:`ReservationGate.starving`), ``W`` is reserved for, only work ahead of the
-  starving task in admission order is backfilled, and the pool is ``min(used, C - w)`` whenever nothing
-  starts: only a tick that admits work ahead of the starving task leaves slots open to later work,
-  which bounds every wait (docs/priority.md).
-
-With plan-order priorities (:func:`airflow_gpu_dag.core.analysis.weight_rules.plan_order_weights`) the walk
-makes
-Airflow start the tasks of a planned schedule in its order: the task the plan starts next is either
-admitted or reserved for (with strict backfill and exact estimates Airflow ends no later than the
-plan).
+Airflow's admission is greedy (see :mod:`airflow_gpu_dag.core.policy.admission`): a task that needs
+more slots than are open is skipped and smaller, lower-priority tasks take the slots, so an 8-GPU task
+can wait forever behind a stream of 1-GPU tasks (apache/airflow#29474). The scheduler cannot be
+patched, but a controller can set each pool's size. :func:`decide_pool` decides it for one pool of live
+capacity ``C``: it walks the pool's waiting tasks in Airflow's order, admits those that fit, and for
+``W``, the first task that cannot start now (ready, or *pending*: expected ready soon), sizes the pool
+so that nothing takes the slots ``W`` waits for, except *safe backfill*: work that Airflow's greedy
+admission would pick and that cannot delay ``W`` (EASY backfilling against ``W``'s shadow time). The
+objective's :class:`~airflow_gpu_dag.core.policy.objective.ReservationGate` says whether ``W`` is
+worth holding slots for, and which waiting task is starving. The rule case by case, with examples, is
+in docs/watermarks.md ("Reservation").
 
 Pure and deterministic: state in, pool decisions out. There is one walk, :func:`decide_pool`: the
 controller calls it through :func:`decide_pools` (every waiting task, sorted), the simulator at each
