@@ -1,10 +1,11 @@
-"""Scheduling hints that survive DAG serialization.
+"""Writing a task's contract into its ``executor_config``: the helpers DAG files call.
 
 Custom operator attributes are dropped when Airflow serializes a DAG, but ``executor_config`` is
-kept verbatim, and it is what the scheduler (priority strategy), the api-server (critical-path page)
-and the CLI see. The provider therefore stores a task's duration estimate, GPU request and declared
-dataset paths under one key of ``executor_config``. Executors ignore keys they do not know
-(the KubernetesExecutor reads only ``pod_override``).
+kept verbatim, and it is what the scheduler (priority strategy), the api-server (critical-path page),
+the controller and the CLI see. The provider therefore stores a task's duration estimate, GPU request
+and declared dataset paths under one key of ``executor_config``: the task contract
+(:mod:`airflow_gpu_dag.contract`, its keys and schema in docs/task-contract.md). Executors ignore keys
+they do not know (the KubernetesExecutor reads only ``pod_override``).
 
     from airflow_gpu_dag import gpu_hints
 
@@ -12,24 +13,33 @@ dataset paths under one key of ``executor_config``. Executors ignore keys they d
                  executor_config=gpu_hints(duration="1h30m", gpus=4, gpu_memory="80GiB"))
 
 Valid values are normalised here (seconds, MiB). An invalid value is kept as written: the provider's
-cluster policy (``airflow.policy`` entry point) then fails the DAG's import with an error that names
-the DAG, the task and the fix, and ``airflow gpu-dag lint`` reports the same.
+cluster policy (``airflow.policy`` entry point) parses every task's contract, fails the DAG's import
+with an error that names the DAG, the task and the fix, and writes the canonical form back;
+``airflow gpu-dag lint`` reports the same. What runs later reads the contract with
+:func:`airflow_gpu_dag.contract.read`, not these raw dicts.
 """
 
 from __future__ import annotations
 
 import ast
-import math
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from airflow_gpu_dag.contract import HINTS_KEY, WindowHint
+from airflow_gpu_dag.contract import read as read_contract
 from airflow_gpu_dag.core.model.resources import EstimateError, GpuRequest, parse_estimate
 
-__all__ = ["HINTS_KEY", "control_task_hints", "duration_hint", "gpu_hints", "merge_hints", "read_hints"]
-
-#: The key under ``executor_config`` that holds this provider's hints.
-HINTS_KEY = "gpu_dag"
+__all__ = [
+    "HINTS_KEY",
+    "control_task_hints",
+    "duration_hint",
+    "gpu_hints",
+    "merge_hints",
+    "read_hints",
+    "request_hints",
+    "window_hints",
+]
 
 
 def gpu_hints(
@@ -135,7 +145,9 @@ def control_task_hints(executor_config: Mapping[str, Any] | None = None) -> dict
 
 
 def read_hints(executor_config: object) -> dict[str, Any]:
-    """The raw hints dict of a task's ``executor_config`` (empty when there are none or it is unreadable).
+    """The raw hints dict of a task's ``executor_config``, as written (empty when there are none or it is
+    unreadable): what the authoring helpers merge into before the cluster policy has parsed it. Code
+    that uses the hints reads the parsed contract instead (:func:`airflow_gpu_dag.contract.read`).
 
     The REST API returns ``executor_config`` as ``str(dict)``; that form is read with
     ``ast.literal_eval`` (never ``eval``).
@@ -153,13 +165,38 @@ def read_hints(executor_config: object) -> dict[str, Any]:
 
 
 def duration_hint(executor_config: object) -> float | None:
-    """The ``gpu_dag.duration_s`` hint from a task instance's ``executor_config`` (a dict, or the REST
-    API's ``str(dict)``: :func:`read_hints`). None when absent or unreadable (not a finite number >= 0;
-    a boolean is no duration).
-    """
-    try:
-        raw = read_hints(executor_config)["duration_s"]
-        value = float(raw) if not isinstance(raw, bool) else math.nan
-    except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: an int over 1.8e308
-        return None
-    return value if math.isfinite(value) and value >= 0 else None
+    """The declared estimate of a task instance's ``executor_config`` (a dict, or the REST API's
+    ``str(dict)``), in seconds, from its contract; None when absent or malformed."""
+    return read_contract(executor_config).duration_s
+
+
+def request_hints(
+    request: GpuRequest,
+    duration_s: float | None = None,
+    inputs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str] = (),
+    outputs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str] = (),
+    executor_config: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``executor_config`` with the hints of a GPU request already parsed (the GPU operators parse it
+    once, when the task is declared): ``gpu_memory_mib`` and ``gpu_type`` are those of ``request``, a
+    re-declaration that drops them drops them here too."""
+    hints: dict[str, Any] = {"gpus": request.count}
+    if request.memory_mib:
+        hints["gpu_memory_mib"] = request.memory_mib
+    if request.gpu_type:
+        hints["gpu_type"] = request.gpu_type
+    if duration_s is not None:
+        hints["duration_s"] = duration_s
+    for key, paths in (("inputs", inputs), ("outputs", outputs)):
+        if listed := _paths(paths):
+            hints[key] = listed
+    merged = merge_hints(executor_config, hints)
+    for key in ("gpu_memory_mib", "gpu_type"):
+        if key not in hints:
+            merged[HINTS_KEY].pop(key, None)
+    return merged
+
+
+def window_hints(executor_config: Mapping[str, Any] | None, window: WindowHint) -> dict[str, Any]:
+    """``executor_config`` with a start window (``start_window`` gates a task and its sensor so)."""
+    return merge_hints(executor_config, {"window": window.to_wire()})

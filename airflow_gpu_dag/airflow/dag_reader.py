@@ -2,25 +2,26 @@
 :class:`~airflow_gpu_dag.core.model.graph.TaskGraph`.
 
 Only attributes that survive serialization are read: ``task_dict``, ``downstream_task_ids``,
-``pool``, ``pool_slots``, ``retries`` and the provider's hints in ``executor_config``. So the same
-graph is built in the dag-processor, the scheduler, the api-server and the CLI.
+``pool``, ``pool_slots``, ``retries`` and the task contract in ``executor_config``
+(:mod:`airflow_gpu_dag.contract`, read with its one reader). So the same graph is built in the
+dag-processor, the scheduler, the api-server and the CLI.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from airflow_gpu_dag.airflow.mapped import expand_dag_graph, map_length_findings
+from airflow_gpu_dag.contract import FallbackHint, WindowHint
+from airflow_gpu_dag.contract import read as read_contract
 from airflow_gpu_dag.core.analysis.validation import ERROR, Finding
 from airflow_gpu_dag.core.model.graph import TaskGraph, TaskNode
 from airflow_gpu_dag.core.model.pools import DEFAULT_POOL
-from airflow_gpu_dag.core.model.resources import EstimateError, GpuRequest, parse_estimate
 from airflow_gpu_dag.core.model.windows import seconds_until_open, window_from_hint
 from airflow_gpu_dag.core.planning.plan import Plan, build_plan
-from airflow_gpu_dag.executor_config import read_hints
 from airflow_gpu_dag.settings import default_duration_seconds
 
 __all__ = ["build_task_graph", "plan_dag", "priority_rule_of", "windows_from"]
@@ -116,40 +117,36 @@ def _edge_kind(dag: Any, upstream: str, downstream: str) -> str | None:
     return None
 
 
-def _plan_rungs(
-    hints: dict[str, Any], duration: float, attrs: dict[str, object], index: int, start_within: float | None
-) -> float:
-    """The planned duration of a fallback rung (``index``: its place in the ladder, from
-    :func:`_fallback_index`; ``start_within``: its checked wait, from :func:`_start_within`); its
-    expected duration and role go to ``attrs``.
+def _plan_rungs(fallback: FallbackHint | None, duration: float, attrs: dict[str, object]) -> float:
+    """The planned duration of a fallback rung; its expected duration and role go to ``attrs``.
 
-    The ladder's hints say which rung the plan assumes (``plan_rung``, the first unless the author
+    The ladder's hints say which rung the plan assumes (``assumed_index``, the first unless the author
     chose another). That rung counts its own estimate; a rung before it counts its ``start_within``
     (it waited that long, did not start, and the ladder fell back); a rung after it counts 0 (it
     runs only if the assumed rung could not start).
     """
-    fallback = hints.get("fallback")
-    if not isinstance(fallback, dict):
+    if fallback is None:
         return duration
-    raw = fallback.get("assumed_index", 0) or 0
-    assumed = raw if isinstance(raw, int) and not isinstance(raw, bool) else 0
+    index, assumed = fallback.index, fallback.assumed_index
     role = "assumed" if index == assumed else ("fell back" if index < assumed else "contingent")
     planned = duration
     if role == "fell back":
-        planned = start_within or 0.0
+        planned = fallback.start_within_s or 0.0
     elif role == "contingent":
         planned = 0.0
         attrs["contingent_duration"] = duration
     attrs["fallback"] = {
-        "ladder": fallback.get("ladder"),
-        "rung": fallback.get("rung"),
+        "ladder": fallback.ladder,
+        "rung": fallback.rung,
         "index": index,
-        "rungs": fallback.get("rungs"),
+        "rungs": fallback.rungs,
         "role": role,
-        "assumed_rung": fallback.get("assumed_rung", fallback.get("rung") if index == 0 else None),
+        "assumed_rung": fallback.assumed_rung
+        if fallback.assumed_rung is not None
+        else (fallback.rung if index == 0 else None),
         "expected_duration": duration,
-        "start_within_s": start_within,
-        "watched": fallback.get("watched"),
+        "start_within_s": fallback.start_within_s,
+        "watched": fallback.watched,
     }
     return planned
 
@@ -158,12 +155,10 @@ def windows_from(dag: Any, graph: TaskGraph, run_start: datetime) -> TaskGraph:
     """``graph`` (built from ``dag``) for a run starting at ``run_start``: every task with a start window
     gets its ``not_before`` from that moment (:func:`build_task_graph` measures it from when the graph is
     built). The same graph when no task has a window; the input is never changed."""
-    from dataclasses import replace
-
     offsets = {
-        task_id: _not_before(hints, run_start)
+        task_id: _not_before(window, run_start)
         for task_id, task in getattr(dag, "task_dict", {}).items()
-        if "window" in (hints := read_hints(getattr(task, "executor_config", None)))
+        if (window := read_contract(getattr(task, "executor_config", None)).window) is not None
     }
     changed = {
         node.task_id: replace(node, not_before=offsets[task_id])
@@ -173,9 +168,9 @@ def windows_from(dag: Any, graph: TaskGraph, run_start: datetime) -> TaskGraph:
     return graph.with_nodes(changed)
 
 
-def _not_before(hints: dict[str, Any], run_start: datetime) -> float:
+def _not_before(hint: WindowHint | None, run_start: datetime) -> float:
     """Seconds after ``run_start`` before which a task with a start window cannot start."""
-    window = window_from_hint(hints.get("window"))
+    window = window_from_hint(hint.to_wire()) if hint is not None else None
     return seconds_until_open(window, run_start) if window is not None else 0.0
 
 
@@ -187,56 +182,36 @@ def _read_node(
     findings: list[Finding],
     run_start: datetime,
 ) -> TaskNode:
-    hints = read_hints(getattr(task, "executor_config", None))
-    declared = "duration_s" in hints
-    duration = default_duration
-    if declared:
-        try:
-            duration = parse_estimate(hints["duration_s"])
-        except EstimateError as err:
-            declared = False
-            findings.append(
-                Finding(
-                    ERROR,
-                    "bad-estimate",
-                    dag_id,
-                    task_id,
-                    str(err) + ".",
-                    'set a valid estimate, e.g. gpu_hints(duration="45m").',
-                )
-            )
-    gpu = None
+    """The node of one task, read from its contract (:func:`airflow_gpu_dag.contract.read`); every
+    problem of the contract becomes an error finding naming the task (the cluster policy refuses the DAG
+    with it; a reader keeps the default: the estimate of ``[gpu_dag] default_duration``, no GPU)."""
+    contract = read_contract(getattr(task, "executor_config", None))
+    findings.extend(
+        Finding(ERROR, problem.code, dag_id, task_id, problem.message, problem.fix)
+        for problem in contract.problems
+    )
+    declared = contract.duration_s is not None
+    duration = contract.duration_s if contract.duration_s is not None else default_duration
+    gpu = contract.gpu_request
     pool_slots = getattr(task, "pool_slots", 1)
-    if "gpus" in hints:
-        try:
-            gpu = GpuRequest.parse(hints["gpus"], hints.get("gpu_memory_mib"), hints.get("gpu_type"))
-            if gpu.count != pool_slots and getattr(task, "pool", None) not in (None, DEFAULT_POOL):
-                findings.append(
-                    Finding(
-                        ERROR,
-                        "pool-slots-mismatch",
-                        dag_id,
-                        task_id,
-                        f"requests {gpu.count} GPUs but takes {pool_slots} slots of pool {task.pool!r}; "
-                        "the pool would not gate its GPUs.",
-                        f"set pool_slots={gpu.count} (the GPU operators do this for you).",
-                    )
-                )
-        except EstimateError as err:
-            findings.append(
-                Finding(
-                    ERROR,
-                    "bad-gpu-request",
-                    dag_id,
-                    task_id,
-                    str(err) + ".",
-                    _gpu_hint_fix(hints),
-                )
+    if (
+        gpu is not None
+        and gpu.count != pool_slots
+        and getattr(task, "pool", None) not in (None, DEFAULT_POOL)
+    ):
+        findings.append(
+            Finding(
+                ERROR,
+                "pool-slots-mismatch",
+                dag_id,
+                task_id,
+                f"requests {gpu.count} GPUs but takes {pool_slots} slots of pool {task.pool!r}; "
+                "the pool would not gate its GPUs.",
+                f"set pool_slots={gpu.count} (the GPU operators do this for you).",
             )
+        )
     attrs: dict[str, object] = {}
-    index = _fallback_index(dag_id, task_id, hints.get("fallback"), findings)
-    start_within = _start_within(dag_id, task_id, hints.get("fallback"), findings)
-    duration = _plan_rungs(hints, duration, attrs, index, start_within)
+    duration = _plan_rungs(contract.fallback, duration, attrs)
     return TaskNode(
         task_id=task_id,
         duration=duration,
@@ -245,91 +220,12 @@ def _read_node(
         pool=getattr(task, "pool", None),
         pool_slots=pool_slots if isinstance(pool_slots, int) else 1,
         retries=int(getattr(task, "retries", 0) or 0),
-        inputs=_paths(dag_id, task_id, hints, "inputs", findings),
-        outputs=_paths(dag_id, task_id, hints, "outputs", findings),
-        awaits=_paths(dag_id, task_id, hints, "awaits", findings),
+        inputs=contract.inputs,
+        outputs=contract.outputs,
+        awaits=contract.awaits,
         duration_declared=declared,
-        not_before=_not_before(hints, run_start),
+        not_before=_not_before(contract.window, run_start),
     )
-
-
-def _gpu_hint_fix(hints: dict[str, Any]) -> str:
-    """The fix for GPU hints that do not parse: for the hint that is wrong."""
-    for count, memory, fix in (
-        (hints["gpus"], None, "request a whole number of GPUs >= 1, e.g. gpu_hints(gpus=2)."),
-        (1, hints.get("gpu_memory_mib"), "give the memory per GPU as a size: gpu_hints(gpu_memory='40GiB')."),
-    ):
-        try:
-            GpuRequest.parse(count, memory)
-        except EstimateError:
-            return fix
-    return "give one GPU type name, e.g. gpu_hints(gpu_type='a100'), or none for any GPU."
-
-
-def _paths(
-    dag_id: str, task_id: str, hints: dict[str, Any], key: str, findings: list[Finding]
-) -> tuple[str, ...]:
-    """The dataset paths of hint ``key``: a list of paths (one string is one path); anything else is an
-    error finding naming the task (no paths)."""
-    value = hints.get(key) or ()
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, list | tuple | set | frozenset):
-        return tuple(str(p) for p in value)
-    findings.append(
-        Finding(
-            ERROR,
-            "bad-hint",
-            dag_id,
-            task_id,
-            f"hint {key!r} must be a list of dataset paths, got {type(value).__name__}.",
-            f"pass {key}=['/data/...'] to gpu_hints().",
-        )
-    )
-    return ()
-
-
-def _fallback_index(dag_id: str, task_id: str, fallback: object, findings: list[Finding]) -> int:
-    """The rung index of a fallback-ladder hint (0: not a later rung); a malformed one is an error."""
-    if not isinstance(fallback, dict):
-        return 0
-    index = fallback.get("index", 0) or 0
-    if isinstance(index, int) and not isinstance(index, bool):
-        return index
-    findings.append(_bad_fallback_hint(dag_id, task_id, f"index {str(index)[:40]!r} is not a whole number"))
-    return 0
-
-
-def _bad_fallback_hint(dag_id: str, task_id: str, problem: str) -> Finding:
-    """The error for a fallback-ladder hint written by hand, not by :func:`fallback_ladder`."""
-    return Finding(
-        ERROR,
-        "bad-hint",
-        dag_id,
-        task_id,
-        f"fallback hint {problem}.",
-        "build fallback rungs with airflow_gpu_dag.authoring.fallback_ladder, not by hand.",
-    )
-
-
-def _start_within(dag_id: str, task_id: str, fallback: object, findings: list[Finding]) -> float | None:
-    """The ``start_within_s`` of a fallback-ladder hint (None: none); one that is not a finite number of
-    seconds >= 0 is an error (it would have made the planned duration NaN, negative or a crash)."""
-    value = fallback.get("start_within_s") if isinstance(fallback, dict) else None
-    if value is None:
-        return None
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value) if abs(value) < 1e300 else math.inf  # float(10**400) raises
-        if 0 <= seconds < math.inf:
-            return seconds
-    try:
-        shown = repr(str(value)[:40])
-    except ValueError:  # an int of over 4,300 digits
-        shown = f"(a {type(value).__name__} too large to print)"
-    findings.append(
-        _bad_fallback_hint(dag_id, task_id, f"start_within_s {shown} is not a number of seconds >= 0")
-    )
-    return None
 
 
 def plan_dag(dag: Any, default_duration: float | None = None, run_start: datetime | None = None) -> Plan:

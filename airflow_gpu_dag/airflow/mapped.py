@@ -18,12 +18,12 @@ read from the DAG with :func:`airflow_gpu_dag.core.model.mapping.expand_mapped`.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, TypeGuard
+from typing import Any
 
+from airflow_gpu_dag.contract import read as read_contract
 from airflow_gpu_dag.core.model.findings import ERROR, Finding
 from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.core.model.mapping import expand_mapped
-from airflow_gpu_dag.executor_config import read_hints
 from airflow_gpu_dag.settings import max_map_length
 
 __all__ = [
@@ -36,8 +36,6 @@ __all__ = [
     "map_lengths",
     "mapped_task_ids",
 ]
-
-MAP_LENGTH_KEY = "map_length"
 
 
 def is_mapped(task: Any) -> bool:
@@ -113,26 +111,18 @@ def literal_map_length(task: Any) -> int | None:
     return count
 
 
-def _whole(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def declared_map_length(task: Any) -> int | None:
-    """``gpu_hints(map_length=N)`` of the task, when it is a whole number >= 0 and at most Airflow's
-    ``[core] max_map_length`` (a longer list fails the upstream task that pushes it)."""
-    value = read_hints(getattr(task, "executor_config", None)).get(MAP_LENGTH_KEY)
-    if _whole(value) and value <= max_map_length():
+    """``gpu_hints(map_length=N)`` of the task (its contract's ``map_length``), when it is at most
+    Airflow's ``[core] max_map_length`` (a longer list fails the upstream task that pushes it)."""
+    value = read_contract(getattr(task, "executor_config", None)).map_length
+    if value is not None and value <= max_map_length():
         return value
     return None
 
 
-def _map_length_problem(task: Any, value: object) -> tuple[str, str] | None:
-    """``(problem, fix)`` of a task's ``map_length`` hint ``value``, or None when it is fine."""
-    if not _whole(value):
-        return (
-            f"map_length {value!r} is not a whole number >= 0.",
-            "declare the expected number of mapped instances, e.g. gpu_hints(map_length=12).",
-        )
+def _map_length_problem(task: Any, value: int) -> tuple[str, str] | None:
+    """``(problem, fix)`` of a task's ``map_length`` ``value`` (a whole number >= 0: the contract
+    refuses any other), or None when it is fine."""
     limit = max_map_length()
     if value > limit:
         return (
@@ -150,14 +140,14 @@ def _map_length_problem(task: Any, value: object) -> tuple[str, str] | None:
 
 
 def map_length_findings(dag_id: str, tasks: Mapping[str, Any]) -> list[Finding]:
-    """An error for every malformed ``map_length`` hint: not a whole number, more than Airflow's
-    ``[core] max_map_length``, or on a task that is not mapped."""
+    """An error for every ``map_length`` more than Airflow's ``[core] max_map_length`` or on a task that
+    is not mapped (one that is not a whole number >= 0 is the contract's ``bad-map-length`` problem)."""
     findings = []
     for task_id, task in tasks.items():
-        hints = read_hints(getattr(task, "executor_config", None))
-        if MAP_LENGTH_KEY not in hints:
+        value = read_contract(getattr(task, "executor_config", None)).map_length
+        if value is None:
             continue
-        problem = _map_length_problem(task, hints[MAP_LENGTH_KEY])
+        problem = _map_length_problem(task, value)
         if problem is not None:
             findings.append(Finding(ERROR, "bad-map-length", dag_id, task_id, *problem))
     return findings

@@ -1,98 +1,168 @@
-"""The critical path of a DAG, computed when the dag-processor parses it, carried to the scheduler.
+"""The figures the cluster policy derives for every task when the dag-processor parses a DAG.
 
-The first ``get_weight`` call for a DAG object would otherwise analyse the whole DAG inside the
-scheduler loop (O(V + E): about 50 ms for 2,000 tasks on an idle core, several times that on a busy
-one). The provider's cluster policy already builds the DAG's task graph in the dag-processor to
-validate it; :func:`annotate` adds, under :data:`PARSE_TIME_KEY` of each task's ``executor_config``
-(kept verbatim in the serialized DAG, ignored by executors), the task's remaining critical path and
-the run's slot-seconds per pool. Both are independent of the pool capacities, so changing
-``[gpu_dag] pools`` does not make new DAG versions; the scheduler divides by the capacity it knows.
+``get_weight`` runs inside the scheduler loop; analysing a DAG there costs O(V + E) (about 0.5 s for
+5,000 tasks with a mapped one on a busy core). The provider's cluster policy already builds the DAG's
+task graph in the dag-processor to validate it; :func:`annotate` writes, into each task's contract
+(:class:`~airflow_gpu_dag.contract.Derived`, kept verbatim in the serialized DAG, ignored by executors),
+the task's remaining critical path, the run's slot-seconds per pool and the digest of the DAG version
+they belong to (:func:`version_digest`). Mapped tasks count with their instances as the scheduler will
+first weigh them: a literal ``expand()`` argument's length, else ``gpu_hints(map_length=N)``, else one.
+The figures are independent of the pool capacities, so changing ``[gpu_dag] pools`` makes no new DAG
+versions; the scheduler divides by the capacity it knows.
 
-:func:`read` gives them back to the weights, which use them until the DAG object's own analysis,
-made off the loop, is ready (same values: both come from the declared graph). DAGs with mapped tasks
-are not annotated (their instances are weighed from the analysis), nor is anything whose value would
-not be a finite number.
+They are the provider's, never the author's: :func:`strip_derived` removes what a DAG file wrote
+there (for every DAG), and :func:`read` gives them back to the weights, which use them only when their
+digest is the DAG's (:func:`version_digest` of the serialized DAG) until the DAG object's own analysis,
+made off the loop, is ready. Both give the same weights: they come from the same declared graph.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any
 
+from airflow_gpu_dag.airflow.mapped import expand_dag_graph, literal_map_length, mapped_task_ids
+from airflow_gpu_dag.contract import (
+    DERIVED_KEY,
+    HINTS_KEY,
+    LEGACY_DERIVED_KEY,
+    Derived,
+    read_derived,
+)
+from airflow_gpu_dag.contract import read as read_contract
 from airflow_gpu_dag.core.analysis.critical_path import analyze
-from airflow_gpu_dag.core.model.fingerprint import fingerprint
 from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.model.mapping import task_of
 from airflow_gpu_dag.core.policy.objective import slot_seconds
 
-__all__ = ["PARSE_TIME_KEY", "ParseTimePath", "annotate", "read"]
+__all__ = ["ParseTimePath", "annotate", "read", "set_executor_config", "strip_derived", "version_digest"]
 
-#: The ``executor_config`` key of the parse-time figures.
-PARSE_TIME_KEY = "gpu_dag_critical_path"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class ParseTimePath:
     """One task's parse-time figures: its remaining critical path (seconds), its run's slot-seconds per
-    pool, and the DAG version they belong to (the digest of its declared graph, as the weights name it)."""
+    pool, and the DAG version they belong to (:func:`version_digest`)."""
 
     remaining: float
     slot_seconds: Mapping[str, float]
     version: str = ""
 
 
-def annotate(dag: Any, graph: TaskGraph) -> int:
-    """Write every task's :class:`ParseTimePath` into its ``executor_config`` (the authoring DAG, before
-    it is serialized); ``graph`` is the DAG's declared task graph. Returns the tasks annotated (0 for a
-    DAG with mapped tasks or a graph that does not match the DAG's tasks)."""
-    from airflow_gpu_dag.airflow.mapped import mapped_task_ids
+def _hints(task: Any) -> Mapping[str, Any]:
+    config = getattr(task, "executor_config", None)
+    hints = config.get(HINTS_KEY) if isinstance(config, Mapping) else None
+    return hints if isinstance(hints, Mapping) else {}
 
-    if mapped_task_ids(dag) or set(graph.nodes) != set(dag.task_dict):
+
+#: The contract keys the derived figures depend on.
+_DIGESTED = ("duration_s", "gpus", "fallback", "map_length")
+
+
+def _text(value: object) -> str:
+    """``value`` as stable text (dict keys sorted); an int too long to print (over 4,300 digits) by its
+    size and low bits."""
+    try:
+        if value is None or isinstance(value, int | float | str):  # most values: repr is 10x faster
+            return repr(value)
+        return json.dumps(value, sort_keys=True, default=repr)
+    except (ValueError, TypeError):  # a huge int, a dict with keys of mixed types
+        if isinstance(value, int):
+            return f"<int of {value.bit_length()} bits, {value % 2**64}>"
+        return f"<{type(value).__name__}>"
+
+
+def version_digest(dag: Any) -> str:
+    """A digest of what the derived figures depend on, read from what survives serialization: task ids,
+    edges, pools and pool slots, each task's estimate, GPU count, fallback rung and ``map_length`` as
+    its contract holds them, and the literal ``expand()`` length of each mapped task. The same on the
+    dag-processor's DAG (after the policy wrote the canonical contract) and the scheduler's serialized
+    DAG; one pass of string formatting and one SHA-256 (about 10 ms for 5,000 tasks)."""
+    mapped = set(mapped_task_ids(dag))
+    tasks = dag.task_dict
+    lines = [str(dag.dag_id)]
+    for task_id in sorted(tasks):
+        task = tasks[task_id]
+        hints = _hints(task)
+        count = literal_map_length(task) if task_id in mapped else None
+        lines.append(
+            f"{task_id}\t{task.pool}\t{task.pool_slots}\t{sorted(task.downstream_task_ids)}\t"
+            + "\t".join(_text(hints.get(key)) for key in _DIGESTED)
+            + f"\t{task_id in mapped}\t{count}"
+        )
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:32]
+
+
+def set_executor_config(task: Any, config: dict[str, Any]) -> None:
+    """Give ``task`` a new ``executor_config`` (a mapped task keeps it in its ``partial_kwargs``)."""
+    partial = getattr(task, "partial_kwargs", None)
+    if isinstance(partial, dict):
+        partial["executor_config"] = config
+    else:
+        task.executor_config = config
+
+
+def strip_derived(dag: Any) -> list[str]:
+    """Remove the derived figures a DAG file wrote into its tasks' ``executor_config`` (the contract's
+    ``derived`` and the version-1 key): only the policy writes them. Returns the tasks stripped."""
+    stripped = []
+    for task_id, task in dag.task_dict.items():
+        config = getattr(task, "executor_config", None)
+        if not isinstance(config, Mapping):
+            continue
+        hints = config.get(HINTS_KEY)
+        forged_hints = isinstance(hints, Mapping) and DERIVED_KEY in hints
+        if not forged_hints and LEGACY_DERIVED_KEY not in config:
+            continue
+        clean = {k: v for k, v in config.items() if k != LEGACY_DERIVED_KEY}
+        if forged_hints and isinstance(hints, Mapping):
+            clean[HINTS_KEY] = {k: v for k, v in hints.items() if k != DERIVED_KEY}
+        set_executor_config(task, clean)  # a new dict: tasks may share one default executor_config
+        stripped.append(task_id)
+    return stripped
+
+
+def annotate(dag: Any, graph: TaskGraph) -> int:
+    """Write every task's contract in its canonical form with its :class:`~airflow_gpu_dag.contract.Derived`
+    figures into its ``executor_config`` (the authoring DAG, validated, before it is serialized); ``graph``
+    is the DAG's declared task graph. Mapped tasks are expanded as the scheduler expands them before
+    any run. Returns the tasks annotated (0, and nothing derived written, for a graph that does not match
+    the DAG's tasks or figures that are not finite)."""
+    if set(graph.nodes) != set(dag.task_dict):
         return 0
-    remaining = {task_id: timing.remaining for task_id, timing in analyze(graph).timings.items()}
-    seconds = {pool: float(value) for pool, value in sorted(slot_seconds(graph).items())}
-    version = fingerprint(graph, {}, {})
-    if not all(math.isfinite(v) for v in (*remaining.values(), *seconds.values())):
+    contracts = {task_id: read_contract(task.executor_config) for task_id, task in dag.task_dict.items()}
+    for task_id, task in dag.task_dict.items():  # canonical first: the digest reads what is serialized
+        set_executor_config(task, contracts[task_id].declared().to_executor_config(task.executor_config))
+    digest = version_digest(dag)
+    expanded = expand_dag_graph(dag, graph)
+    remaining: dict[str, float] = {}
+    for node_id, timing in analyze(expanded).timings.items():
+        task_id = task_of(expanded, node_id)
+        remaining[task_id] = max(timing.remaining, remaining.get(task_id, 0.0))
+    seconds = {pool: float(value) for pool, value in sorted(slot_seconds(expanded).items())}
+    if set(remaining) != set(dag.task_dict) or not all(
+        math.isfinite(v) for v in (*remaining.values(), *seconds.values())
+    ):
         return 0
     for task_id, task in dag.task_dict.items():
-        config = task.executor_config if isinstance(task.executor_config, dict) else {}
-        # a new dict: tasks may share one default executor_config object
-        task.executor_config = {
-            **config,
-            PARSE_TIME_KEY: {
-                "remaining_s": float(remaining[task_id]),
-                "slot_seconds": dict(seconds),
-                "version": version,
-            },
-        }
+        derived = Derived(float(remaining[task_id]), seconds, digest)
+        set_executor_config(
+            task, contracts[task_id].with_derived(derived).to_executor_config(task.executor_config)
+        )
     return len(dag.task_dict)
 
 
 def read(task: Any) -> ParseTimePath | None:
     """The parse-time figures of ``task`` (a serialized operator), or None when it has none or they are
-    malformed (the weights then analyse the DAG). Never raises."""
-    try:
-        config = getattr(task, "executor_config", None)
-        entry = config.get(PARSE_TIME_KEY) if isinstance(config, dict) else None
-        if not isinstance(entry, dict):
-            return None
-        remaining = entry.get("remaining_s")
-        seconds = entry.get("slot_seconds")
-        if not _number(remaining) or not isinstance(seconds, dict):
-            return None
-        clean: dict[str, float] = {}
-        for pool, value in seconds.items():
-            if not isinstance(pool, str) or not _number(value):
-                return None
-            clean[pool] = float(value)
-        if not all(math.isfinite(v) for v in (float(remaining), *clean.values())):
-            return None
-        version = entry.get("version", "")
-        return ParseTimePath(float(remaining), clean, version if isinstance(version, str) else "")
-    except Exception:
+    malformed (the weights then analyse the DAG). Whether they belong to the task's DAG is the caller's
+    check (:func:`version_digest`). Never raises."""
+    derived = read_derived(getattr(task, "executor_config", None))
+    if derived is None:
         return None
-
-
-def _number(value: object) -> TypeGuard[int | float]:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    return ParseTimePath(derived.remaining_s, dict(derived.slot_seconds), derived.digest)

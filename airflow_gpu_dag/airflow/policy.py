@@ -19,10 +19,11 @@ from airflow.policies import hookimpl
 
 from airflow_gpu_dag.airflow import parse_time
 from airflow_gpu_dag.airflow.dag_reader import build_task_graph
+from airflow_gpu_dag.contract import DERIVED_KEY, HINTS_KEY, LEGACY_DERIVED_KEY
+from airflow_gpu_dag.contract import read as read_contract
 from airflow_gpu_dag.core.analysis.validation import ValidationPolicy, ValidationReport, validate_graph
 from airflow_gpu_dag.core.model.findings import ERROR, WARNING, Finding
 from airflow_gpu_dag.core.model.graph import TaskGraph
-from airflow_gpu_dag.executor_config import HINTS_KEY, read_hints
 from airflow_gpu_dag.settings import config_problems, max_gpus_per_host, objective_name, pool_capacities
 
 #: The weight rules whose weights are cross-DAG keys (comparable across DAGs).
@@ -190,10 +191,11 @@ def priority_findings(dag: Any) -> list[Finding]:
             )
         )
     findings.extend(Finding(ERROR, "bad-config", dag_id, None, message, fix) for message, fix in bad_config)
+    findings.extend(derived_findings(dag))  # (none left in the policy: it removed them first)
     gpu_tasks = [
         task
         for task in dag.task_dict.values()
-        if "gpus" in read_hints(getattr(task, "executor_config", None))
+        if read_contract(getattr(task, "executor_config", None)).gpus is not None
     ]
     unloadable = {task_id for tasks in bad.values() for task_id in tasks}
     stock = sorted(
@@ -216,6 +218,33 @@ def priority_findings(dag: Any) -> list[Finding]:
                 "from airflow_gpu_dag on the DAG.",
             )
         )
+    return findings
+
+
+def derived_findings(dag: Any) -> list[Finding]:
+    """A warning for every task whose ``executor_config`` carries derived figures (the contract's
+    ``derived``, or the version-1 ``gpu_dag_critical_path``): only the cluster policy writes them, and
+    it replaces what the DAG file wrote (lint reports them; the policy logs them and removes them)."""
+    findings = []
+    for task_id, task in dag.task_dict.items():
+        config = getattr(task, "executor_config", None)
+        if not isinstance(config, dict):
+            continue
+        hints = config.get(HINTS_KEY)
+        keys = [k for k in (LEGACY_DERIVED_KEY,) if k in config]
+        keys += [f"{HINTS_KEY}.{DERIVED_KEY}"] if isinstance(hints, dict) and DERIVED_KEY in hints else []
+        if keys:
+            findings.append(
+                Finding(
+                    WARNING,
+                    "derived-hint",
+                    str(dag.dag_id),
+                    task_id,
+                    f"executor_config sets {', '.join(keys)}, figures only the provider derives (the task's "
+                    "remaining critical path, the run's GPU work); the cluster policy replaces them.",
+                    "remove them from the DAG file.",
+                )
+            )
     return findings
 
 
@@ -246,6 +275,12 @@ def _inventory() -> Any:
 
 @hookimpl
 def dag_policy(dag: Any) -> None:
+    """Validate a DAG using the provider (its tasks' contracts, requests, pools, weight rules) and write
+    each task's canonical contract with the figures the provider derives. What a DAG file wrote as
+    derived figures is removed from every DAG first: only this policy writes them."""
+    for finding in derived_findings(dag):
+        log.warning("%s", finding)
+    parse_time.strip_derived(dag)
     if not uses_provider(dag):
         return
     graph, report = _validate(dag)
@@ -255,7 +290,10 @@ def dag_policy(dag: Any) -> None:
         from airflow.exceptions import AirflowClusterPolicyViolation
 
         raise AirflowClusterPolicyViolation("\n".join(str(f) for f in report.errors))
-    try:  # the critical path for the scheduler's first get_weight (airflow/parse_time.py)
-        parse_time.annotate(dag, graph)
-    except Exception:  # an optimization: the scheduler analyses the DAG itself
-        log.debug("airflow-gpu-dag: no parse-time critical path for DAG %r", dag.dag_id, exc_info=True)
+    try:  # the figures for the scheduler's first get_weight (airflow/parse_time.py)
+        written = parse_time.annotate(dag, graph)
+    except Exception:  # the scheduler then analyses the DAG itself (in its loop, once per DAG object)
+        log.warning("airflow-gpu-dag: no derived figures for DAG %r", dag.dag_id, exc_info=True)
+    else:
+        if not written:
+            log.warning("airflow-gpu-dag: no derived figures for DAG %r (not finite)", dag.dag_id)

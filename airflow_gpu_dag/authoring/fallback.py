@@ -71,8 +71,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, TaskGroup, TriggerRule
+from airflow.sdk.bases.operator import DEFAULT_POOL_NAME
 from airflow.sdk.definitions._internal.mixins import DependencyMixin
 
+from airflow_gpu_dag.contract import FallbackHint
 from airflow_gpu_dag.core.model.pools import pool_for_gpu_type
 from airflow_gpu_dag.core.model.resources import EstimateError, GpuRequest, parse_duration, parse_estimate
 from airflow_gpu_dag.executor_config import HINTS_KEY, gpu_hints, read_hints
@@ -219,8 +221,6 @@ def _apply_rung_defaults(
     record the rung's place in the ladder, whether a watcher skips it (``watched``) and the rung the
     plan assumes (``plan_rung``): the plan counts that rung's estimate, the ``start_within`` of the
     rungs before it, and 0 for the rungs after it (they run only when it could not start)."""
-    from airflow.sdk.bases.operator import DEFAULT_POOL_NAME
-
     if rung.gpus and task.pool == DEFAULT_POOL_NAME:
         task.pool = rung.pool_name  # type: ignore[assignment]
         if task.pool_slots == 1:
@@ -230,20 +230,17 @@ def _apply_rung_defaults(
     existing = read_hints(task.executor_config)
     ours = read_hints(gpu_hints(duration=rung.duration, gpus=rung.gpus, gpu_type=rung.gpu_type))
     config = dict(task.executor_config or {})
-    config[HINTS_KEY] = {
-        **ours,
-        **existing,
-        "fallback": {
-            "ladder": ladder_id,
-            "rung": rung.name,
-            "index": index,
-            "rungs": len(rungs),
-            "assumed_index": assumed,
-            "assumed_rung": rungs[assumed].name,
-            "start_within_s": rung.start_within_seconds,
-            "watched": watched,
-        },
-    }
+    place = FallbackHint(
+        ladder=ladder_id,
+        rung=rung.name,
+        index=index,
+        rungs=len(rungs),
+        assumed_index=assumed,
+        assumed_rung=rungs[assumed].name,
+        start_within_s=rung.start_within_seconds,
+        watched=watched,
+    )
+    config[HINTS_KEY] = {**ours, **existing, "fallback": place.to_wire()}
     task.executor_config = config
     seconds = rung.start_within_seconds
     if (

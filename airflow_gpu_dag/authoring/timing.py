@@ -28,8 +28,9 @@ from airflow_gpu_dag.authoring._wiring import (
     require_dag,
     where_of,
 )
+from airflow_gpu_dag.contract import WindowHint
 from airflow_gpu_dag.core.model.windows import parse_window
-from airflow_gpu_dag.executor_config import merge_hints
+from airflow_gpu_dag.executor_config import window_hints
 from airflow_gpu_dag.sensors.checkpoint import CheckpointSensor
 from airflow_gpu_dag.sensors.window import StartWindowSensor, WindowGuard, check_on_missed, templated
 
@@ -73,9 +74,9 @@ def start_window(
         task_group=getattr(task, "task_group", None),
     )
     insert_before(task, sensor, label=TIME)
-    hint = {**(window.to_hint() if window is not None else {"templated": True}), "on_missed": on_missed}
+    hint = WindowHint.of(window, on_missed)
     for gated in (task, sensor):
-        gated.executor_config = merge_hints(gated.executor_config, {"window": hint})
+        gated.executor_config = window_hints(gated.executor_config, hint)
     task._pre_execute_hook = WindowGuard(
         opens=opens,
         closes=closes,

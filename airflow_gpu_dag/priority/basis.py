@@ -5,7 +5,7 @@ fingerprint of everything a plan depends on (tasks, edges, estimates, pools, cap
 the :class:`~airflow_gpu_dag.core.policy.objective.RunShape` the keys are made of: per task the remaining time
 (critical path, or the packing plan's planned end - planned start once a plan is ready) and the run's
 GPU work over the pool capacity. The critical-path shape is O(V + E): made
-in the background thread when the DAG carries its parse-time critical path
+in the background thread when the DAG carries the figures the cluster policy derived
 (:mod:`airflow_gpu_dag.airflow.parse_time`), else inline; plans and learned durations are made off the
 scheduler loop (:mod:`.background`).
 """
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_gpu_dag.airflow.dag_reader import build_task_graph
+from airflow_gpu_dag.airflow.parse_time import version_digest
 from airflow_gpu_dag.core.model.fingerprint import fingerprint
 from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.core.policy.objective import RunShape, run_shape
@@ -55,7 +56,7 @@ class DagBasis:
     critical: RunShape
     shape: RunShape
     planned: bool = False
-    version: str = ""  # the DAG version: a digest of its declared graph (learned durations are kept by it)
+    version: str = ""  # the DAG version: parse_time.version_digest (learned durations are kept by it)
     learned_at: float | None = None  # when its learned durations were read (None: declared estimates)
     from_history: bool = False  # its graph has durations or map counts learned from past runs
     notes: list[str] = field(default_factory=list)
@@ -79,7 +80,7 @@ def build_basis(
     ``expand()`` arguments, ``map_length``)."""
     if graph is None:
         graph, findings = build_task_graph(dag, expand_mapped=True)
-        version = fingerprint(graph, {}, {})
+        version = version_digest(dag)  # what the policy's derived figures name the version by
         for finding in findings:  # the cluster policy refuses these; a DAG parsed without it gets here
             if finding.is_error:
                 message = "airflow-gpu-dag: %s (weighed with the default estimate or request)"

@@ -38,12 +38,15 @@ from airflow_gpu_dag.core.analysis.weight_rules import clamp_int32, width_aware_
 from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.core.model.resources import format_duration
 from airflow_gpu_dag.core.policy.objective import Objective, key_weight, run_shape, work_of
+from airflow_gpu_dag.log_once import LogOnce
 from airflow_gpu_dag.priority.background import Background
 from airflow_gpu_dag.priority.basis import DagBasis, build_basis
 from airflow_gpu_dag.priority.learned import LEARNED_REFRESH_S, Learned, LearnedDurations, refresh_bound
 from airflow_gpu_dag.priority.trigger import TriggerTimes
 
 log = logging.getLogger(__name__)
+#: Derived figures of another DAG version, said once per DAG and digest.
+_mismatch = LogOnce(log)
 
 __all__ = [
     "PACKING_PLAN_MAX_TASKS",
@@ -136,6 +139,10 @@ class CrossDagWeights:
         # the latest basis of each DAG version ("dag_id:version"), shared by every object of it (an
         # api-server loads a new object per request) and made by the learned-durations thread
         self._versions: OrderedDict[str, DagBasis] = OrderedDict()
+        # the digest of each DAG version ("dag_id:dag_version_id") and DAG object, checked against the
+        # digest of the parse-time figures before they are used
+        self._digests: OrderedDict[str, str] = OrderedDict()
+        self._object_digests: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
     # -- settings ---------------------------------------------------------------------------------
     def settings(self) -> WeightSettings:
@@ -176,6 +183,8 @@ class CrossDagWeights:
             self._bases = weakref.WeakKeyDictionary()
             self._failed = weakref.WeakKeyDictionary()
             self._versions = OrderedDict()
+            self._digests = OrderedDict()
+            self._object_digests = weakref.WeakKeyDictionary()
             self.background = None
             self.learned = None
             self.triggers = TriggerTimes()
@@ -367,26 +376,77 @@ class CrossDagWeights:
         task = ti.task
         dag = task.get_dag()
         map_index = getattr(ti, "map_index", -1)
-        if (map_index is None or map_index < 0) and not self._analysed(dag):
-            path = parse_time.read(task)
-            ready = self._version(f"{dag.dag_id}:{path.version}", self.settings()) if path else None
-            if ready is not None:  # another object of this DAG version was analysed: share its basis
-                with contextlib.suppress(TypeError):
-                    self._bases[dag] = ready
-            elif path is not None:  # the dag-processor's critical path; the analysis is made off the loop
-                self._analyse_later(dag)
-                if not self._analysed(dag):  # (inline, in tests, it is ready now)
-                    current = self.settings()
-                    work = work_of(path.slot_seconds, current.capacity)
-                    key = self.triggers.of(ti) + current.objective.stretch * work - path.remaining
-                    return key_weight(key, current.epoch)
-        basis = self.basis(dag)
+        if not self._analysed(dag):
+            early = self._parse_time_weight(ti, task, dag)
+            if early is not None:
+                return early
+        basis = self.basis(dag)  # inline only for a DAG without the policy's figures (or forged ones)
         remaining = basis.remaining(task.task_id, -1 if map_index is None else int(map_index))
         if remaining is None:
             raise KeyError(f"task {task.task_id!r} is not in the graph of DAG {basis.dag_id!r}")
         current = self.settings()
         key = self.triggers.of(ti) + current.objective.stretch * basis.shape.work - remaining
         return key_weight(key, current.epoch)
+
+    def _parse_time_weight(self, ti: Any, task: Any, dag: Any) -> int | None:
+        """The weight from the figures the cluster policy derived (:mod:`airflow_gpu_dag.airflow.parse_time`)
+        while ``dag`` (a new DAG object) is analysed off the loop; None when the basis is to be used: an
+        object of the same DAG version was analysed already (its basis is shared), or the task carries no
+        figures that belong to this DAG version (then the DAG is analysed inline)."""
+        path = parse_time.read(task)
+        if path is None:
+            return None
+        current = self.settings()
+        ready = self._version(f"{dag.dag_id}:{path.version}", current)
+        if ready is not None:  # another object of this DAG version was analysed: share its basis
+            with contextlib.suppress(TypeError):
+                self._bases[dag] = ready
+            return None
+        if not self._digest_matches(dag, ti, path.version):
+            return None
+        self._analyse_later(dag)
+        if self._analysed(dag):  # (inline, in tests, it is ready now)
+            return None
+        work = work_of(path.slot_seconds, current.capacity)
+        key = self.triggers.of(ti) + current.objective.stretch * work - path.remaining
+        return key_weight(key, current.epoch)
+
+    def _digest_matches(self, dag: Any, ti: Any, claimed: str) -> bool:
+        """Whether ``claimed``, the digest a task's derived figures carry, is the digest of ``dag`` as the
+        scheduler holds it (:func:`~airflow_gpu_dag.airflow.parse_time.version_digest`, computed once per
+        DAG version: by ``ti.dag_version_id`` when Airflow gives it, else once per DAG object). Figures
+        of another version, or written without the provider's cluster policy, are not used."""
+        version_id = getattr(ti, "dag_version_id", None)
+        key = f"{dag.dag_id}:{version_id}" if version_id is not None else None
+        with self._lock:
+            actual = self._digests.get(key) if key is not None else None
+        if actual is None:
+            try:
+                actual = self._object_digests.get(dag)
+            except TypeError:  # not weak-referenceable
+                actual = None
+        if actual is None:
+            actual = parse_time.version_digest(dag)
+            with contextlib.suppress(TypeError):
+                self._object_digests[dag] = actual
+            if key is not None:
+                with self._lock:
+                    self._digests[key] = actual
+                    while len(self._digests) > MAX_VERSION_BASES:
+                        self._digests.popitem(last=False)
+        if actual == claimed:
+            return True
+        _mismatch.warning(
+            f"{dag.dag_id}:{claimed}",
+            "airflow-gpu-dag: the tasks of DAG %r carry derived figures that are not this DAG version's "
+            "(digest %s, the DAG's is %s): written without the provider's cluster policy, or by hand. "
+            "They are ignored and the DAG is analysed in the scheduler. Fix: install airflow-gpu-dag where "
+            "the dag-processor runs, and write no 'derived' figures in executor_config.",
+            dag.dag_id,
+            claimed[:12],
+            actual[:12],
+        )
+        return False
 
 
 def fallback_weight(task: Any) -> int:

@@ -78,7 +78,7 @@ def test_the_policy_writes_the_critical_path_and_the_serialized_dag_keeps_it() -
     assert paths["prep"].remaining == (10 + 120 + 30 + 45) * 60  # type: ignore[union-attr]
     gpu_slot_seconds = (120 * 4 + 30 * 2 + 45 * 1 + 20 * 1) * 60
     assert paths["side"].slot_seconds["gpu"] == gpu_slot_seconds  # type: ignore[union-attr]
-    # the hints are untouched
+    # the declared hints are kept (in their canonical form)
     assert sdag.task_dict["gpu_0"].executor_config["gpu_dag"]["duration_s"] == 7200
 
 
@@ -143,16 +143,18 @@ def test_pool_sizes_are_applied_by_the_scheduler_not_written_at_parse_time(
     assert small != big  # W = slot-seconds / capacity: 4 GPUs make a longer run than 16
 
 
-def test_dags_with_mapped_tasks_are_not_annotated() -> None:
+def test_dags_with_mapped_tasks_are_annotated_too() -> None:
     with DAG("mapped", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
 
-        @task(executor_config=gpu_hints(duration="5m"))
+        @task(executor_config=gpu_hints(duration="15m"))
         def trial(x: int) -> int:
             return x
 
         trial.expand(x=[1, 2, 3])
     dag_policy(dag)
-    assert all(parse_time.read(t) is None for t in _serialized(dag).task_dict.values())
+    path = parse_time.read(_serialized(dag).task_dict["trial"])
+    assert path is not None and path.remaining == 15 * 60
+    assert path.slot_seconds == {"default_pool": 3 * 15 * 60}  # three instances of one slot
 
 
 @pytest.mark.parametrize(
@@ -160,23 +162,30 @@ def test_dags_with_mapped_tasks_are_not_annotated() -> None:
     [
         "not a dict",
         {},
-        {"remaining_s": "600", "slot_seconds": {}},
-        {"remaining_s": True, "slot_seconds": {}},
-        {"remaining_s": math.nan, "slot_seconds": {}},
-        {"remaining_s": 600.0, "slot_seconds": {"gpu": math.inf}},
-        {"remaining_s": 600.0, "slot_seconds": {"gpu": "1"}},
-        {"remaining_s": 600.0, "slot_seconds": {1: 1.0}},
-        {"remaining_s": 600.0, "slot_seconds": ["gpu", 1.0]},
+        {"remaining_s": "600", "slot_seconds": {}, "digest": "d"},
+        {"remaining_s": True, "slot_seconds": {}, "digest": "d"},
+        {"remaining_s": math.nan, "slot_seconds": {}, "digest": "d"},
+        {"remaining_s": -1.0, "slot_seconds": {}, "digest": "d"},
+        {"remaining_s": 600.0, "slot_seconds": {"gpu": math.inf}, "digest": "d"},
+        {"remaining_s": 600.0, "slot_seconds": {"gpu": "1"}, "digest": "d"},
+        {"remaining_s": 600.0, "slot_seconds": {1: 1.0}, "digest": "d"},
+        {"remaining_s": 600.0, "slot_seconds": ["gpu", 1.0], "digest": "d"},
+        {"remaining_s": 600.0, "slot_seconds": {}},
+        {"remaining_s": 600.0, "slot_seconds": {}, "digest": 5},
+        {"remaining_s": 600.0, "slot_seconds": {}, "digest": "d", "extra": 1},
     ],
 )
 def test_a_malformed_entry_is_ignored(entry: object) -> None:
-    assert parse_time.read(SimpleNamespace(executor_config={parse_time.PARSE_TIME_KEY: entry})) is None
+    config = {"gpu_dag": {"derived": entry}}
+    assert parse_time.read(SimpleNamespace(executor_config=config)) is None
 
 
-def test_a_well_formed_entry_is_read() -> None:
-    entry = {"remaining_s": 600, "slot_seconds": {"gpu": 3600.0}}
-    path = parse_time.read(SimpleNamespace(executor_config={parse_time.PARSE_TIME_KEY: entry}))
-    assert path == parse_time.ParseTimePath(600.0, {"gpu": 3600.0})
+def test_a_well_formed_entry_is_read_and_the_version_1_key_is_not() -> None:
+    entry = {"remaining_s": 600, "slot_seconds": {"gpu": 3600.0}, "digest": "d"}
+    path = parse_time.read(SimpleNamespace(executor_config={"gpu_dag": {"derived": entry}}))
+    assert path == parse_time.ParseTimePath(600.0, {"gpu": 3600.0}, "d")
+    legacy = {"gpu_dag_critical_path": {"remaining_s": 600, "slot_seconds": {"gpu": 3600.0}, "version": "d"}}
+    assert parse_time.read(SimpleNamespace(executor_config=legacy)) is None
 
 
 def test_a_dag_whose_analysis_fails_keeps_its_parse_time_weights(
