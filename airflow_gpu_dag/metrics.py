@@ -43,6 +43,7 @@ __all__ = [
     "SOURCE_STATUS_CODES",
     "WATERMARK_BACKFILL_SLOTS",
     "WATERMARK_CAPACITY",
+    "WATERMARK_DECISIONS",
     "WATERMARK_FAIL_OPEN",
     "WATERMARK_POOL_SIZE",
     "WATERMARK_POOL_WRITES",
@@ -57,6 +58,7 @@ __all__ = [
     "lease_waited",
     "priority_cache",
     "priority_plan_time",
+    "watermark_decision",
     "watermark_fail_open",
     "watermark_pool",
     "watermark_pool_write",
@@ -74,6 +76,7 @@ WATERMARK_POOL_WRITE_ERRORS = "gpu_dag.watermark.pool_write_errors"
 WATERMARK_TICK_DURATION = "gpu_dag.watermark.tick_duration"
 WATERMARK_TICKS = "gpu_dag.watermark.ticks"
 WATERMARK_FAIL_OPEN = "gpu_dag.watermark.fail_open"
+WATERMARK_DECISIONS = "gpu_dag.watermark.decisions"
 LEASE_WAIT = "gpu_dag.lease.wait_time"
 LEASE_RECLAIMS = "gpu_dag.lease.reclaims"
 LEASE_GPU_SECONDS = "gpu_dag.lease.gpu_seconds"
@@ -94,6 +97,7 @@ METRICS: Mapping[str, tuple[str, tuple[str, ...], str]] = {
     WATERMARK_TICK_DURATION: ("timer", ("role",), "one controller tick, ms"),
     WATERMARK_TICKS: ("counter", ("role",), "ticks (role active or standby)"),
     WATERMARK_FAIL_OPEN: ("counter", ("pool", "by"), "pools written back to capacity (controller/watchdog)"),
+    WATERMARK_DECISIONS: ("counter", ("pool", "code"), "pool decisions by reason code (one per pool per tick)"),
     LEASE_WAIT: ("timer", ("pool",), "from asking for GPUs on a host to holding them, ms"),
     LEASE_RECLAIMS: ("counter", ("pool",), "stale leases reclaimed (holder dead or silent)"),
     LEASE_GPU_SECONDS: ("counter", ("pool", "outcome"), "GPU-seconds of ended leases"),
@@ -224,6 +228,12 @@ def watermark_tick(seconds: float, active: bool) -> None:
     role = {"role": "active" if active else "standby"}
     _send("timer", WATERMARK_TICK_DURATION, seconds * 1000.0, role, "role")
     _send("counter", WATERMARK_TICKS, 1, role, "role")
+
+
+def watermark_decision(pool: str, code: str) -> None:
+    """One tick's decision for ``pool`` had reason ``code`` (:data:`airflow_gpu_dag.core.policy.reasons.CODES`):
+    counted per pool and code, so a dashboard shows how often each pool reserves, starves, or is idle."""
+    _send("counter", WATERMARK_DECISIONS, 1, {"pool": pool, "code": code}, "pool")
 
 
 def watermark_fail_open(pool: str, by: str) -> None:

@@ -12,7 +12,11 @@ The description ends with a machine-readable state::
   the process that wrote it, ``expires`` (epoch) when the claim lapses unless renewed. A lapsed claim
   means no controller has written for ``fail_open_after`` intervals: the watchdog in the scheduler
   (:mod:`.watchdog`) then writes the pool back to ``capacity``. A controller that stops cleanly writes
-  the pool back itself and drops the claim.
+  the pool back itself and drops the claim;
+- ``why``: the controller's latest decision as data (:func:`~airflow_gpu_dag.core.policy.reasons.reason_to_json`:
+  a code, the tasks involved, the times; bounded), which the human part says in words, and ``interval``
+  the controller's seconds between ticks: what ``airflow gpu-dag explain`` and the Critical path page
+  read. Both go with the claim.
 
 The claim is renewed only when less than 1.5 intervals of it remain, and the human-readable part is
 compared without its countdowns (``+12s``): a pool is not rewritten when nothing but a countdown
@@ -29,6 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_gpu_dag.core.model.resources import real_number
+from airflow_gpu_dag.core.policy.reasons import Reason, reason_from_json, reason_to_json
 
 __all__ = [
     "RENEW_MARGIN_INTERVALS",
@@ -87,19 +92,25 @@ class PoolState:
     holder: str | None = None
     expires: float | None = None
     source: str | None = None  # fingerprint of the source configuration that measured last_good
+    interval: float | None = None  # the controller's seconds between ticks
+    why: Reason | None = None  # the latest decision, as data
 
     def claimed(self, now: float) -> bool:
         """A live claim: a controller has written within its fail-open window."""
         return self.expires is not None and self.expires > now
 
     def unclaimed(self) -> PoolState:
-        """The same state without a claim (what a released or failed-open pool carries)."""
-        return replace(self, lease=None, holder=None, expires=None)
+        """The same state without a claim (what a released or failed-open pool carries): no controller
+        decides for it, so its decision goes too."""
+        return replace(self, lease=None, holder=None, expires=None, interval=None, why=None)
 
     def to_json(self) -> str:
-        """Compact JSON; fields that are None are left out."""
-        data = {k: v for k, v in asdict(self).items() if v is not None}
-        return json.dumps(data, separators=(",", ":"))
+        """Compact JSON; fields that are None are left out. A ``}]`` inside a string is written
+        ``}\\u005d`` so that the description's state marker still ends at the first ``}]``."""
+        data = {k: v for k, v in asdict(self).items() if v is not None and k != "why"}
+        if self.why is not None:
+            data["why"] = reason_to_json(self.why)
+        return json.dumps(data, separators=(",", ":")).replace("}]", "}\\u005d")
 
 
 def parse_pool_state(description: object) -> PoolState | None:
@@ -124,7 +135,14 @@ def parse_pool_state(description: object) -> PoolState | None:
         holder=_str_or_none(raw.get("holder")),
         expires=_float_or_none(raw.get("expires")),
         source=_str_or_none(raw.get("source")),
+        interval=_positive_or_none(raw.get("interval")),
+        why=reason_from_json(raw.get("why")),
     )
+
+
+def _positive_or_none(value: object) -> float | None:
+    number = _float_or_none(value)
+    return number if number is not None and number > 0 else None
 
 
 def human_part(description: str) -> str:
@@ -146,7 +164,12 @@ def comparable(description: object) -> str:
         return repr(description)
     text = _COUNTDOWN.sub("±s", human_part(description))
     state = parse_pool_state(description)
-    return text if state is None else with_state(text, replace(state, expires=None))
+    if state is None:
+        return text
+    why = state.why
+    if why is not None:  # its times are the countdowns of the words: masked alike
+        why = replace(why, at=0.0, until=None if why.until is None else 0.0)
+    return with_state(text, replace(state, expires=None, why=why))
 
 
 def needs_write(

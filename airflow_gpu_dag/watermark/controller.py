@@ -71,9 +71,11 @@ def describe(
     decision: PoolDecision | None,
     size: int,
     claim: tuple[str, str, float] | None = None,
+    interval: float | None = None,
 ) -> str:
     """The pool description: what the controller did, plus its state (machine-readable): the fault
-    ladder, the capacity, and ``claim`` = ``(lease group, holder, expires)`` (see :mod:`.pool_state`)."""
+    ladder, the capacity, ``claim`` = ``(lease group, holder, expires)`` (see :mod:`.pool_state`), the
+    decision as data (its ``why``) and the controller's ``interval``."""
     parts = [
         f"gpu-dag watermark: pool {size} of capacity {capacity.gpus}",
         f"source {capacity.status}: {capacity.detail}",
@@ -82,7 +84,8 @@ def describe(
         parts.append(decision.reason)
     lease, holder, expires = claim if claim is not None else (None, None, None)
     state = PoolState(capacity.last_good, capacity.failures, capacity.gpus, lease, holder, expires)
-    return with_state(" | ".join(parts), replace(state, source=capacity.source))
+    why = decision.why if decision is not None else None
+    return with_state(" | ".join(parts), replace(state, source=capacity.source, interval=interval, why=why))
 
 
 def parse_state(description: str | None) -> tuple[int | None, int] | None:
@@ -399,7 +402,8 @@ class WatermarkController:
         if other is not None:
             return PoolOutcome(name, capacity, decision, None, False, other)
         claim = (self.group, self.holder, now + self.config.fail_open_window())
-        description = self.too_large.annotate(name, describe(capacity, decision, size, claim))
+        text = describe(capacity, decision, size, claim, self.config.interval)
+        description = self.too_large.annotate(name, text)
         slots = pool.get("slots") if isinstance(pool, dict) else None
         previous = slots if isinstance(slots, int) and not isinstance(slots, bool) else None
         current = pool if isinstance(pool, dict) else None
@@ -472,6 +476,8 @@ def _report(outcomes: list[PoolOutcome], seconds: float, active: bool) -> None:
     for outcome in outcomes:
         decision = outcome.decision
         reserving = decision is not None and decision.reserved_for is not None
+        if decision is not None and decision.why is not None:
+            metrics.watermark_decision(outcome.pool, decision.why.code)
         metrics.watermark_pool(
             outcome.pool,
             capacity=outcome.capacity.gpus,

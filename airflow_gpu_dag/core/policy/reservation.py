@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from airflow_gpu_dag.core.policy.admission import PendingTask, ReadyTask, RunningTask, admission_order
 from airflow_gpu_dag.core.policy.objective import ReservationGate
+from airflow_gpu_dag.core.policy.reasons import Reason, gate_terms, render
 
 __all__ = [
     "PoolDecision",
@@ -49,7 +50,9 @@ class PoolDecision:
     ``reason`` one human-readable line (goes into the pool description). ``used`` is the slots held by
     running/queued tasks, ``admitted`` the keys of the tasks ahead of ``W`` that start now,
     ``backfill_tasks`` the keys the backfill was sized for (what Airflow's admission is predicted to let
-    through after them); ``lookahead`` is True when ``W`` is a pending task.
+    through after them); ``lookahead`` is True when ``W`` is a pending task. ``why`` is the decision
+    as data (:class:`~airflow_gpu_dag.core.policy.reasons.Reason`: a code, the tasks, the times), which
+    ``reason`` renders; two decisions that set the same pool alike compare equal whatever their ``why``.
     """
 
     pool: str
@@ -64,6 +67,7 @@ class PoolDecision:
     backfill_tasks: tuple[str, ...] = ()
     admitted: tuple[str, ...] = ()
     lookahead: bool = False
+    why: Reason | None = field(default=None, compare=False)
 
 
 def shadow_time(
@@ -264,18 +268,21 @@ def _leak_delays(
     return bool(takers) and not _is_safe(min(end for end, _s in freed), horizon, extra, takers, strict)
 
 
-def _no_head(pool: str, capacity: int, used: int, walk: _Walk, waiting: _Waiting) -> PoolDecision:
+def _no_head(
+    pool: str, capacity: int, used: int, walk: _Walk, waiting: _Waiting, now: float
+) -> PoolDecision:
     if not waiting.seen:
-        why = "no task waiting"
+        code = "idle"
     elif walk.admitted:
-        why = f"{len(walk.admitted)} waiting task(s) start, nothing to reserve for"
+        code = "fits"
     elif waiting.seen_ready:
-        why = f"no waiting task fits capacity {capacity}"
+        code = "too-wide"
     else:
-        why = "no task ready, none to reserve for yet"
+        code = "not-ready"
     admitted = tuple(t.key for t in walk.admitted)
-    reason = f"{why}; pool = capacity"
-    return PoolDecision(pool, capacity, capacity, None, 0, 0, None, reason, used, (), admitted)
+    free = max(0, capacity - used)
+    why = Reason(code, pool, capacity, now, free=free, admitted=admitted, admitted_count=len(admitted))
+    return PoolDecision(pool, capacity, capacity, None, 0, 0, None, render(why), used, (), admitted, why=why)
 
 
 def _backfill(
@@ -332,20 +339,40 @@ def decide_pool(
     walk = _walk(now, capacity, free, queue)
     head, admit, remaining = walk.head, walk.admitted, walk.remaining
     if head is None:
-        return _no_head(pool, capacity, used, walk, queue)
+        return _no_head(pool, capacity, used, walk, queue, now)
     admitted = tuple(t.key for t in admit)
     wide = head.slots
     is_pending = isinstance(head, PendingTask)
     if not is_pending and wide == 1:
         # Airflow hands the next freed slot to the highest-priority task anyway: a 1-slot task cannot
         # be starved, and shrinking the pool would only keep that slot idle until the next tick.
-        reason = f"{head.key} (1 slot) takes the next free slot; pool = capacity"
-        return PoolDecision(pool, capacity, capacity, None, 0, 0, None, reason, used, (), admitted)
-    gated = ""
+        why = Reason(
+            "next-slot", pool, capacity, now, head.key, 1, max(free, 0), free - remaining, admitted, len(admit)
+        )
+        return PoolDecision(
+            pool, capacity, capacity, None, 0, 0, None, render(why), used, (), admitted, why=why
+        )
+    terms: dict[str, object] = {"code": "reserving"}
     if gate is not None:
-        hold, gated = gate.holds_for(now, head, queue.peek_ready(capacity, other_run=head.run), starving)
+        competitor = queue.peek_ready(capacity, other_run=head.run)
+        hold, _words = gate.holds_for(now, head, competitor, starving)
+        terms = gate_terms(gate, now, head, competitor, starving)
         if not hold:
-            return PoolDecision(pool, capacity, capacity, None, 0, 0, None, gated, used, (), admitted)
+            why = Reason(
+                pool=pool,
+                capacity=capacity,
+                at=now,
+                task=head.key,
+                slots=wide,
+                free=max(free, 0),
+                starting=free - remaining,
+                admitted=admitted,
+                admitted_count=len(admit),
+                **terms,  # type: ignore[arg-type]
+            )
+            return PoolDecision(
+                pool, capacity, capacity, None, 0, 0, None, render(why), used, (), admitted, why=why
+            )
 
     # the tasks started now hold their slots for their expected duration
     holding = [*running, *(RunningTask(t.key, pool, t.slots, now + t.duration) for t in admit)]
@@ -397,14 +424,23 @@ def decide_pool(
     else:
         size = used + started + backfill_open
     size = max(0, min(capacity, size))
-    when = "unknown" if shadow is None else f"+{shadow - now:g}s"
-    what = "expected ready and its slots free" if is_pending else "slots expected free"
-    reason = (
-        f"reserving {wide} slots for {head.key}: {max(free, 0)} of {capacity} free"
-        + (f", {started} starting first" if started else "")
-        + f", {what} at {when}; backfill {backfill_open} slot(s) for work that cannot delay it"
-        + ("; nothing else waiting: pool = capacity" if nothing_else else "")
-        + gated
+    why = Reason(
+        pool=pool,
+        capacity=capacity,
+        at=now,
+        task=head.key,
+        slots=wide,
+        free=max(free, 0),
+        starting=started,
+        admitted=admitted,
+        admitted_count=len(admit),
+        backfill_slots=backfill_open,
+        backfill=tuple(t.key for t in picked),
+        backfill_count=len(picked),
+        until=shadow,
+        lookahead=is_pending,
+        nothing_else=nothing_else,
+        **terms,  # type: ignore[arg-type]
     )
     return PoolDecision(
         pool,
@@ -414,11 +450,12 @@ def decide_pool(
         wide,
         max(0, size - (capacity - wide)),
         shadow,
-        reason,
+        render(why),
         used,
         tuple(t.key for t in picked),
         admitted,
         is_pending,
+        why=why,
     )
 
 
