@@ -7,7 +7,8 @@ from the connection ``gpu_dag_api`` (the default; ``--conn-id`` picks another):
   ``http://`` and the connection's ``port``), with the path prefix of a reverse proxy if any
   (``https://gw.example.com/airflow``; a trailing ``/api/v2`` is dropped: the client adds it);
 - ``login``/``password``: exchanged for a bearer token via ``POST /auth/token``;
-- extra ``token``: a ready bearer token instead of a login; extra ``timeout``: seconds per call.
+- extra ``token``: a ready bearer token instead of a login; extra ``timeout``: seconds one call may
+  take in all (connecting, logging in, reading the whole answer), however slowly the server answers.
 
 Examples::
 
@@ -32,7 +33,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from airflow.sdk import BaseHook
 
 from airflow_gpu_dag.hooks.connection_types import AIRFLOW_API_CONNECTION_TYPE
-from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, RestError, mask
+from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, RestError, decode_json, mask
 
 __all__ = ["CONN_TYPE", "DEFAULT_CONN_ID", "HEALTH_PATH", "AirflowApiHook", "base_url_of"]
 
@@ -118,7 +119,8 @@ class AirflowApiHook(BaseHook):
     from a ``gpu_dag_api`` connection (or a generic ``http`` one).
 
     :param conn_id: the connection id (default ``gpu_dag_api``).
-    :param timeout: seconds per REST call; None takes the connection's extra ``timeout``, else 10.
+    :param timeout: seconds one REST call may take in all; None takes the connection's extra
+        ``timeout``, else 10.
     """
 
     conn_name_attr = "conn_id"
@@ -228,7 +230,7 @@ class AirflowApiHook(BaseHook):
                 f"GET {base}{HEALTH_PATH}: HTTP {health.status_code}; is the host the api-server URL "
                 "(Airflow 3), e.g. http://airflow-api-server:8080?"
             )
-        body = health.json()
+        body = decode_json(health, f"GET {base}{HEALTH_PATH}")
         states = {
             name: str(part.get("status"))
             for name, part in (body.items() if isinstance(body, dict) else ())

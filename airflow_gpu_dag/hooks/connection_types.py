@@ -24,7 +24,7 @@ AIRFLOW_API_CONNECTION_TYPE: dict[str, Any] = {
         },
         "timeout": {
             "label": "Timeout (seconds)",
-            "description": "Seconds per REST call (default 10).",
+            "description": "Seconds one REST call may take in all, slow answers included (default 10).",
             "schema": {"type": ["number", "null"]},
         },
     },

@@ -7,22 +7,31 @@ Everything goes through the public REST API (``/api/v2``) with a bearer token fr
 ``POST /auth/token``, so the controller needs no database access and can run anywhere that reaches
 the api-server. The password and token are never logged, never part of ``repr()``, and are
 registered with Airflow's secrets masker when it is available.
+
+Every call ends within the client's ``timeout`` (or the call's own ``timeout=``): connecting, logging
+in again, sending and reading the whole answer, by one deadline (:mod:`.deadline`), not per read. An
+answer that is not the JSON expected (an HTML login page from a proxy, a list where an object is
+expected) is a :class:`RestError` that names the URL and shows the start of what came back.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import re
 import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
+from airflow_gpu_dag.hooks.deadline import deadline, deadline_client, fetch
+
 log = logging.getLogger(__name__)
 
-__all__ = ["AirflowRestClient", "RestError", "mask", "parse_time"]
+__all__ = ["AirflowRestClient", "RestError", "decode_json", "mask", "parse_time"]
 
 PAGE = 100
 #: A list endpoint that keeps answering full pages past this many items is refused (a broken or
@@ -43,6 +52,7 @@ def mask(secret: str | None) -> None:
     if not secret:
         return
     try:
+        # process boundary: the test harness (testing/) and scripts use this client without loading Airflow
         from airflow.sdk.log import mask_secret
 
         mask_secret(secret)
@@ -60,6 +70,70 @@ def parse_time(value: object) -> float | None:
         return None
 
 
+#: ``token: ...``, ``"password": "..."``, ``Authorization: Bearer ...`` in an answer: the value is masked.
+_SECRET_VALUE = re.compile(
+    r"(?i)((?:access_|refresh_|id_)?token|password|passwd|secret|authorization|api[_-]?key|session)"
+    r"(\"?\s*[:=]\s*\"?)(?:bearer\s+)?[^\s\"'&,;<>]+"
+)
+_NOT_JSON = object()
+
+
+def excerpt(text: str, secrets: Iterable[str | None] = (), limit: int = 120) -> str:
+    """The start of an answer, safe to show: one line of printable characters, at most ``limit``
+    long, with ``secrets`` and the values of fields that look like credentials masked."""
+    text = text[: limit * 20]
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    text = _SECRET_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}***", text)
+    text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def shown_url(base_url: str, url: str) -> str:
+    """``url`` (a path under ``base_url``, or a full URL) as a message shows it: no ``user:password@``."""
+    full = url if "://" in url else f"{base_url}{url}"
+    parts = urlsplit(full)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def decode_json(
+    response: httpx.Response,
+    where: str,
+    expect: type | tuple[type, ...] = dict,
+    secrets: Iterable[str | None] = (),
+) -> Any:
+    """The JSON body of ``response``, which must be an ``expect`` (an object by default).
+
+    :param where: the method and URL, for the message.
+    :raises RestError: the body is not JSON (an HTML login page from a proxy) or not an ``expect``
+        (a list where an object is expected); the message names ``where``, the status and content
+        type, and shows the start of the body with credentials masked.
+    """
+    try:
+        value = response.json()
+    except ValueError:  # json.JSONDecodeError, UnicodeDecodeError
+        value = _NOT_JSON
+    if value is not _NOT_JSON and isinstance(value, expect):
+        return value
+    kinds = expect if isinstance(expect, tuple) else (expect,)
+    names: dict[type, str] = {dict: "a JSON object", list: "a JSON list"}
+    wanted = " or ".join(names.get(kind, kind.__name__) for kind in kinds)
+    got = "not JSON" if value is _NOT_JSON else f"a JSON {type(value).__name__}"
+    content_type = response.headers.get("content-type") or "no content type"
+    shown = excerpt(response.text, secrets) or "(empty)"
+    raise RestError(
+        f"{where}: expected {wanted}, got {got} (HTTP {response.status_code}, {content_type}): {shown}",
+        response.status_code,
+    )
+
+
+def _map_index(ti: object) -> int:
+    """A task instance's ``map_index`` (-1: not mapped, or not a task instance the answer can tell)."""
+    value = ti.get("map_index", -1) if isinstance(ti, dict) else -1
+    return value if isinstance(value, int) and not isinstance(value, bool) else -1
+
+
 class AirflowRestClient:
     """A small authenticated client for the Airflow 3 public REST API.
 
@@ -67,9 +141,12 @@ class AirflowRestClient:
     :param username: login for ``POST /auth/token`` (None with ``token`` given).
     :param password: password for ``POST /auth/token``.
     :param token: a ready bearer token (skips the login).
-    :param timeout: seconds per call (a call's own ``timeout=`` wins).
+    :param timeout: seconds one call may take in all: connecting, logging in (again), sending and
+        reading the whole answer (a call's own ``timeout=`` wins). A server that trickles its answer
+        fails the call with a :class:`RestError` once they are spent.
     :param get_retries: how often a GET is retried after a transport error (connection refused,
-        timeout), ``retry_wait`` seconds apart; 0 (the default) raises at once.
+        timeout), ``retry_wait`` seconds apart; 0 (the default) raises at once. Each try has its own
+        ``timeout``: a GET takes at most ``(1 + get_retries) * timeout + get_retries * retry_wait``.
     :param follow_redirects: follow HTTP redirects.
     """
 
@@ -86,7 +163,10 @@ class AirflowRestClient:
         retry_wait: float = 2.0,
         follow_redirects: bool = False,
     ) -> None:
+        if not (isinstance(timeout, int | float) and 0 < timeout < math.inf):
+            raise ValueError(f"timeout must be a number of seconds > 0, not {timeout!r}")
         self.base_url = base_url.rstrip("/")
+        self.timeout = float(timeout)
         self._username = username
         self._password = password
         self._token = token
@@ -96,7 +176,7 @@ class AirflowRestClient:
         mask(token)
         self._get_retries = max(0, int(get_retries))
         self._retry_wait = retry_wait
-        self._http = httpx.Client(
+        self._http = deadline_client(
             base_url=self.base_url, timeout=timeout, transport=transport, follow_redirects=follow_redirects
         )
 
@@ -108,19 +188,33 @@ class AirflowRestClient:
         self._http.close()
 
     # -- auth ---------------------------------------------------------------------------------
+    def _secrets(self) -> tuple[str | None, ...]:
+        return (self._password, self._token)
+
+    def _exchange(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        """One HTTP request and its whole answer, within this thread's deadline (set by the caller).
+
+        :raises RestError: a transport error, or no complete answer in time."""
+        try:
+            return fetch(self._http, method, url, **kwargs)
+        except httpx.TimeoutException as err:
+            raise RestError(
+                f"{method} {url}: {type(err).__name__} (no complete answer within the call's deadline; "
+                "is the api-server, or a proxy in front of it, overloaded?)"
+            ) from None
+        except httpx.HTTPError as err:
+            raise RestError(f"{method} {url}: {type(err).__name__}") from None
+
     def _login(self) -> str:
         if self._username is None:
             raise RestError("no token and no login: set the connection's login/password")
-        try:
-            response = self._http.post(
-                "/auth/token", json={"username": self._username, "password": self._password or ""}
-            )
-        except httpx.HTTPError as err:
-            raise RestError(f"POST /auth/token: {type(err).__name__}") from None
+        body = {"username": self._username, "password": self._password or ""}
+        response = self._exchange("POST", "/auth/token", json=body)
         if response.status_code >= 300:
             raise RestError(f"POST /auth/token: HTTP {response.status_code}", response.status_code)
-        token = response.json().get("access_token")
-        if not token:
+        where = f"POST {shown_url(self.base_url, '/auth/token')}"
+        token = decode_json(response, where, secrets=self._secrets()).get("access_token")
+        if not token or not isinstance(token, str):
             raise RestError("POST /auth/token: no access_token in the answer")
         mask(token)
         self._token = str(token)
@@ -128,9 +222,11 @@ class AirflowRestClient:
         return self._token
 
     def token(self, refresh: bool = False) -> str:
-        """The bearer token; logs in when there is none yet, or again with ``refresh``."""
+        """The bearer token; logs in when there is none yet, or again with ``refresh`` (within
+        ``timeout``)."""
         if self._token is None or refresh:
-            return self._login()
+            with deadline(self.timeout):
+                return self._login()
         return self._token
 
     def send(
@@ -141,6 +237,7 @@ class AirflowRestClient:
         authenticate: bool = True,
         retry: bool = True,
         headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
         **kwargs: Any,
     ) -> httpx.Response:
         """Call ``url``: a path under the base URL (``/api/v2/pools``, ``/execution/health``, a plugin's
@@ -148,12 +245,16 @@ class AirflowRestClient:
         on 401 (an expired token), and on 403 when the token came from a login (``Invalid JWT token``:
         the api-server restarted with another JWT secret); a 403 that persists after the new login is
         the answer. GETs are retried after transport errors (``get_retries``), unless ``retry`` is
-        False. Other keyword arguments go to ``httpx`` (``json=``, ``params=``, ``timeout=``).
-        Raises :class:`RestError` on a transport error, never on an HTTP status."""
+        False. ``timeout``: seconds for the whole call, logins included (default: the client's); each
+        retry gets as long again. Other keyword arguments go to ``httpx`` (``json=``, ``params=``).
+        Raises :class:`RestError` on a transport error or when the time is spent, never on an HTTP
+        status."""
+        seconds = self.timeout if timeout is None else float(timeout)
         attempts = 1 + (self._get_retries if retry and method.upper() == "GET" else 0)
         for attempt in range(1, attempts + 1):
             try:
-                return self._send_once(method, url, authenticate, dict(headers or {}), kwargs)
+                with deadline(seconds):
+                    return self._send_once(method, url, authenticate, dict(headers or {}), kwargs)
             except RestError as err:
                 if err.status is not None or attempt >= attempts:
                     raise
@@ -166,10 +267,7 @@ class AirflowRestClient:
         for attempt in (1, 2):
             if authenticate:
                 headers["Authorization"] = f"Bearer {self._token or self._login()}"
-            try:
-                response = self._http.request(method, url, headers=headers, **kwargs)
-            except httpx.HTTPError as err:
-                raise RestError(f"{method} {url}: {type(err).__name__}") from None
+            response = self._exchange(method, url, headers=headers, **kwargs)
             if authenticate and attempt == 1 and self._username is not None and self._stale(response):
                 self._token = None
                 continue
@@ -189,14 +287,38 @@ class AirflowRestClient:
         Raises :class:`RestError`."""
         return self.send(method, f"/api/v2{path}", **kwargs)
 
-    def _json(self, method: str, path: str, ok: Iterable[int] = (200,), **kwargs: Any) -> Any:
+    def _where(self, method: str, path: str) -> str:
+        """``METHOD URL`` of a call to ``/api/v2{path}``, for messages."""
+        return f"{method} {shown_url(self.base_url, '/api/v2' + path)}"
+
+    def _answer(self, response: httpx.Response, method: str, path: str) -> dict[str, Any]:
+        """The JSON object ``response`` holds (see :func:`decode_json`)."""
+        return dict(decode_json(response, self._where(method, path), dict, self._secrets()))
+
+    def _json(
+        self, method: str, path: str, ok: Iterable[int] = (200,), empty: bool = False, **kwargs: Any
+    ) -> Any:
+        """The JSON object answered to ``method /api/v2{path}`` (None for an empty answer when
+        ``empty``). :raises RestError: another status, or an answer that is not a JSON object."""
         response = self.request(method, path, **kwargs)
         if response.status_code not in set(ok):
-            detail = response.text[:200].replace("\n", " ")
+            detail = excerpt(response.text, self._secrets(), 200)
             raise RestError(
                 f"{method} /api/v2{path}: HTTP {response.status_code} {detail}", response.status_code
             )
-        return response.json() if response.content else None
+        if empty and not response.content:
+            return None
+        return self._answer(response, method, path)
+
+    def _objects(self, page: Mapping[str, Any], key: str, where: str) -> list[dict[str, Any]]:
+        """The list of objects under ``key`` of an answer (none when the key is missing).
+
+        :raises RestError: not a list, or an item that is not an object."""
+        items = page.get(key, [])
+        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+            shown = excerpt(repr(items), self._secrets())
+            raise RestError(f"{where}: expected a list of objects under {key!r}, got {shown}")
+        return items
 
     # -- pools --------------------------------------------------------------------------------
     def get_pool(self, name: str) -> dict[str, Any] | None:
@@ -206,7 +328,7 @@ class AirflowRestClient:
             return None
         if response.status_code != 200:
             raise RestError(f"GET /api/v2/pools/{name}: HTTP {response.status_code}", response.status_code)
-        return dict(response.json())
+        return self._answer(response, "GET", f"/pools/{quote(name, safe='')}")
 
     def set_pool(
         self, name: str, slots: int, description: str, include_deferred: bool = False
@@ -223,7 +345,7 @@ class AirflowRestClient:
             return dict(self._json("POST", "/pools", ok=(200, 201), json=body))
         if response.status_code != 200:
             raise RestError(f"PATCH /api/v2/pools/{name}: HTTP {response.status_code}", response.status_code)
-        return dict(response.json())
+        return self._answer(response, "PATCH", f"/pools/{quote(name, safe='')}")
 
     # -- lists --------------------------------------------------------------------------------
     def pages(
@@ -236,9 +358,10 @@ class AirflowRestClient:
         offset = 0
         while True:
             page = self._json("GET", path, params=[*params, ("limit", PAGE), ("offset", offset)])
-            items = page.get(key, []) if isinstance(page, dict) else None
+            items = page.get(key, [])
             if not isinstance(items, list):
-                raise RestError(f"GET /api/v2{path}: the answer has no list {key!r}")
+                shown = excerpt(repr(items), self._secrets())
+                raise RestError(f"{self._where('GET', path)}: the answer has no list {key!r}: {shown}")
             found.extend(items)
             if len(found) > MAX_ITEMS:
                 raise RestError(f"GET /api/v2{path}: more than {MAX_ITEMS} items; refusing to page further")
@@ -272,19 +395,25 @@ class AirflowRestClient:
 
     def upstream_task_ids(self, dag_id: str) -> dict[str, list[str]]:
         """task id -> its upstream task ids, from the DAG's tasks (``downstream_task_ids``)."""
-        page = self._json("GET", f"/dags/{quote(dag_id, safe='')}/tasks")
         upstream: dict[str, list[str]] = {}
-        for task in page.get("tasks", []):
+        for task in self.dag_tasks(dag_id):
+            downstream = task.get("downstream_task_ids") or []
+            if not isinstance(downstream, list):
+                where = self._where("GET", f"/dags/{quote(dag_id, safe='')}/tasks")
+                raise RestError(f"{where}: downstream_task_ids of {task['task_id']!r} is not a list")
             upstream.setdefault(str(task["task_id"]), [])
-            for down in task.get("downstream_task_ids") or []:
+            for down in downstream:
                 upstream.setdefault(str(down), []).append(str(task["task_id"]))
         return upstream
 
     def dag_tasks(self, dag_id: str) -> list[dict[str, Any]]:
         """The DAG's tasks as ``GET /dags/{dag_id}/tasks`` returns them (``task_id``, ``is_mapped``,
         ``downstream_task_ids``, ``pool_slots``, ...)."""
-        page = self._json("GET", f"/dags/{quote(dag_id, safe='')}/tasks")
-        return list(page.get("tasks", []))
+        path = f"/dags/{quote(dag_id, safe='')}/tasks"
+        tasks = self._objects(self._json("GET", path), "tasks", self._where("GET", path))
+        if not all("task_id" in task for task in tasks):
+            raise RestError(f"{self._where('GET', path)}: a task without a task_id")
+        return tasks
 
     def task_history(
         self, dag_id: str, task_id: str, limit: int = 40, states: Iterable[str] = ("success",)
@@ -293,8 +422,9 @@ class AirflowRestClient:
         recent end first, at most ``limit`` (one page, <= 100): the history durations are learned from."""
         params: list[tuple[str, str | int]] = [("task_id", task_id), *(("state", s) for s in states)]
         params += [("order_by", "-end_date"), ("limit", max(1, min(int(limit), PAGE))), ("offset", 0)]
-        page = self._json("GET", f"/dags/{quote(dag_id, safe='')}/dagRuns/~/taskInstances", params=params)
-        return list(page.get("task_instances", []))
+        path = f"/dags/{quote(dag_id, safe='')}/dagRuns/~/taskInstances"
+        page = self._json("GET", path, params=params)
+        return self._objects(page, "task_instances", self._where("GET", path))
 
     def recent_runs(self, dag_id: str, limit: int = 5) -> list[dict[str, Any]]:
         """The DAG's latest runs (newest first, at most ``limit``)."""
@@ -302,8 +432,8 @@ class AirflowRestClient:
             ("order_by", "-run_after"),
             ("limit", max(1, min(limit, PAGE))),
         ]
-        page = self._json("GET", f"/dags/{quote(dag_id, safe='')}/dagRuns", params=params)
-        return list(page.get("dag_runs", []))
+        path = f"/dags/{quote(dag_id, safe='')}/dagRuns"
+        return self._objects(self._json("GET", path, params=params), "dag_runs", self._where("GET", path))
 
     def map_counts(self, dag_id: str, task_id: str, runs: int = 5) -> list[int]:
         """How many instances the mapped task ``task_id`` had in each of the DAG's latest ``runs``
@@ -314,7 +444,7 @@ class AirflowRestClient:
             run_id = str(run.get("dag_run_id"))
             path = f"/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}/taskInstances"
             tis = self._task_instance_pages(path, [("task_id", task_id)])
-            count = sum(1 for ti in tis if int(ti.get("map_index", -1)) >= 0 and ti.get("state") != "removed")
+            count = sum(1 for ti in tis if _map_index(ti) >= 0 and ti.get("state") != "removed")
             if count:
                 counts.append(count)
                 if len(counts) >= runs:
@@ -331,8 +461,8 @@ class AirflowRestClient:
         body: dict[str, Any] = {"new_state": state}
         if note is not None:
             body["note"] = note[:1000]
-        answer = self._json("PATCH", path, json=body)
-        return list((answer or {}).get("task_instances", [])) if isinstance(answer, dict) else []
+        answer = self._json("PATCH", path, empty=True, json=body)
+        return self._objects(answer or {}, "task_instances", self._where("PATCH", path))
 
     # -- variables (lease) --------------------------------------------------------------------
     def get_variable(self, key: str) -> str | None:
@@ -342,7 +472,7 @@ class AirflowRestClient:
             return None
         if response.status_code != 200:
             raise RestError(f"GET /api/v2/variables/{key}: HTTP {response.status_code}", response.status_code)
-        return str(response.json().get("value"))
+        return str(self._answer(response, "GET", f"/variables/{quote(key, safe='')}").get("value"))
 
     def create_variable(self, key: str, value: str, description: str = "") -> bool:
         """Create a Variable; False when it already exists (409)."""
@@ -357,4 +487,4 @@ class AirflowRestClient:
     def put_variable(self, key: str, value: str, description: str = "") -> None:
         """Overwrite a Variable (full-body PATCH)."""
         body = {"key": key, "value": value, "description": description}
-        self._json("PATCH", f"/variables/{quote(key, safe='')}", json=body)
+        self._json("PATCH", f"/variables/{quote(key, safe='')}", empty=True, json=body)

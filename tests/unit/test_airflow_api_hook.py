@@ -292,7 +292,14 @@ def test_connection_wrong_password(monkeypatch: pytest.MonkeyPatch, api: FakeApi
             "metadata database is unhealthy",
         ),
         (lambda a: setattr(a, "health", {"status": "ok"}), "not an Airflow 3 health answer"),
-        (lambda a: setattr(a, "health", "<html>proxy</html>"), "JSONDecodeError"),
+        (
+            lambda a: setattr(a, "health", "<html>proxy</html>"),
+            "GET http://api:8080/api/v2/monitor/health: expected a JSON object, got not JSON",
+        ),
+        (
+            lambda a: setattr(a, "health", [{"status": "healthy"}]),
+            "GET http://api:8080/api/v2/monitor/health: expected a JSON object, got a JSON list",
+        ),
         (lambda a: setattr(a, "pools_status", 403), "HTTP 403: user 'admin' may not read pools"),
         (lambda a: setattr(a, "pools_status", 500), "GET http://api:8080/api/v2/pools: HTTP 500"),
     ],
@@ -331,3 +338,20 @@ def test_the_api_servers_test_path(monkeypatch: pytest.MonkeyPatch, api: FakeApi
         "http://api:8080: api-server healthy (metadatabase healthy, scheduler healthy); "
         "credentials can read pools",
     )
+
+
+def test_connection_to_a_trickling_server_fails_by_its_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the UI's Test button waited for as long as the server kept sending a byte now and then
+    import time
+
+    from tests.unit.test_rest_deadline import TrickleServer
+
+    with TrickleServer() as server:
+        _set_conn(
+            monkeypatch, "slow_api", {"conn_type": CONN_TYPE, "host": server.url, "extra": {"timeout": 1}}
+        )
+        started = time.monotonic()
+        ok, message = AirflowApiHook("slow_api").test_connection()
+        took = time.monotonic() - started
+    assert not ok and "GET /api/v2/monitor/health: ReadTimeout" in message
+    assert took < 1 + 3.0
