@@ -18,34 +18,40 @@ YAML or JSON, e.g.::
         backfill: true          # safe backfill while a reservation is active (strict: only work
                                 # that ends before the reserved task can start; false: none)
         lookahead: true         # also reserve for tasks about to be ready (upstream all started)
-        source_timeout: 30s     # a source that does not answer in time has failed
+        source_timeout: 30s     # a source that does not answer in time has failed (never null)
       gpu_static:
         source: {type: static, gpus: 8}
 
 When no file is given, the pools of ``[gpu_dag] pools`` (JSON ``{"pool": slots}``) are managed with
 static sources. Errors name the pool and the key at fault. Every duration (``interval``,
 ``lease.ttl``, ``source_timeout``, a source's ``max_age``/``timeout``) takes seconds or a string like
-``"30s"``, ``"2m"``, ``"1h30m"`` (as the ``[gpu_dag]`` options do).
+``"30s"``, ``"2m"``, ``"1h30m"`` (as the ``[gpu_dag]`` options do). ``source_timeout`` and a source's
+``timeout`` cannot be null: nothing the controller waits on may block a tick without limit.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import reprlib
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from airflow_gpu_dag.core.model.resources import EstimateError, parse_duration, parse_memory_mib
 from airflow_gpu_dag.pool_claim.state import MAX_POOL_SLOTS
+from airflow_gpu_dag.settings import config_problems, pool_capacities
 
 __all__ = [
     "DEFAULT_FAIL_OPEN_AFTER",
     "DEFAULT_INTERVAL",
     "DEFAULT_LEASE_VARIABLE",
     "DEFAULT_LOCK_FILE",
+    "DEFAULT_SOURCE_TIMEOUT",
     "SOURCE_TYPES",
     "ConfigError",
     "LeaderLockSpec",
@@ -73,6 +79,8 @@ _KNOWN_OPTIONS = {"static": {"gpus"}, "file": {"path", "max_age"}}
 DEFAULT_LOCK_FILE = "/tmp/airflow-gpu-dag-watermark.lock"
 DEFAULT_LEASE_VARIABLE = "gpu_dag_watermark_lease"
 SOURCE_TYPES = ("static", "file", "nvml", "kubernetes", "prometheus")
+#: Seconds a pool's source may take to answer, when ``source_timeout`` is left out.
+DEFAULT_SOURCE_TIMEOUT = 30.0
 
 
 class ConfigError(ValueError):
@@ -100,7 +108,8 @@ class PoolSpec:
     strict_backfill: bool = False
     lookahead: bool = True
     include_deferred: bool = False
-    source_timeout: float | None = 30.0
+    #: seconds a read of the source may take; a read still running then counts as failed
+    source_timeout: float = DEFAULT_SOURCE_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -136,7 +145,7 @@ class WatermarkConfig:
 
     def source_wait(self) -> float:
         """Longest a tick may wait on its sources before writing (their timeouts, read in turn)."""
-        return sum(p.source_timeout or 0.0 for p in self.pools)
+        return sum(p.source_timeout for p in self.pools)
 
     def fail_open_risk(self) -> str | None:
         """Why a slow tick could cost this live controller its pools: a claim (the watchdog opens them) or a
@@ -170,9 +179,14 @@ class WatermarkConfig:
         return f"host:{host}"
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother = 3, 6, 6, 80, 80
+
+
 def _show(value: object) -> str:
-    """``repr`` cut to a readable length (a config value can be anything YAML holds)."""
-    text = repr(value)
+    """``repr`` cut to a readable length (a config value can be anything YAML holds, aliases that
+    nest a list in itself a million times included: the repr stops at a few levels and items)."""
+    text = _REPR.repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -195,6 +209,8 @@ def _int(value: object, where: str, minimum: int = 0, maximum: int | None = None
 def _duration(value: object, where: str) -> float:
     """Seconds > 0 from a number or a duration string (``"30s"``, ``"2m"``)."""
     problem = f'{where}: expected seconds > 0 or a duration like "30s", "2m", got {_show(value)}'
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ConfigError(problem)  # before parse_duration, whose message writes out the whole value
     try:
         seconds = parse_duration(value)
     except EstimateError:
@@ -204,10 +220,17 @@ def _duration(value: object, where: str) -> float:
     return seconds
 
 
-def _seconds(value: object, where: str) -> float | None:
+def _limit(value: object, where: str) -> float:
+    """A time limit in seconds: a duration, never null (nothing the controller waits on may block it)."""
     if value is None:
-        return None
-    return _duration(value, f"{where} (or null for no limit)")
+        raise ConfigError(
+            f"{where}: null would let a source that never answers block every tick of the controller; "
+            'give a limit like "30s", or leave the key out for the default'
+        )
+    seconds = _duration(value, where)
+    if seconds > MAX_INTERVAL:  # a typo; and waits that long overflow the clocks' C types
+        raise ConfigError(f"{where}: at most 1 day ({MAX_INTERVAL:.0f} s), got {_show(value)}")
+    return seconds
 
 
 def _optional_str(value: object, where: str) -> str | None:
@@ -304,6 +327,11 @@ def _source(pool: str, raw: object) -> SourceSpec:
             "connection holding the URL and token"
         )
     if "min_free_memory" in options:
+        memory = options["min_free_memory"]
+        if isinstance(memory, bool) or not isinstance(memory, int | float | str):
+            raise ConfigError(
+                f'{where}.min_free_memory: expected a size like "40GiB" or MiB, got {_show(memory)}'
+            )
         try:
             options["min_free_memory"] = parse_memory_mib(options["min_free_memory"])
         except EstimateError as err:
@@ -311,7 +339,9 @@ def _source(pool: str, raw: object) -> SourceSpec:
     if "max_utilization" in options:
         options["max_utilization"] = _int(options["max_utilization"], f"{where}.max_utilization (%)", 0, 100)
     for key in _DURATION_OPTIONS.get(str(kind), ()):
-        if options.get(key) is not None:
+        if key == "timeout" and key in options:
+            options[key] = _limit(options[key], f"{where}.{key}")
+        elif options.get(key) is not None:
             options[key] = _duration(options[key], f"{where}.{key}")
     return SourceSpec(str(kind), options)
 
@@ -358,7 +388,9 @@ def _pool(name: str, raw: object) -> PoolSpec:
         strict_backfill=_backfill(raw.get("backfill", True), f"pools.{name}.backfill") == "strict",
         lookahead=_bool(raw.get("lookahead", True), f"pools.{name}.lookahead"),
         include_deferred=_bool(raw.get("include_deferred", False), f"pools.{name}.include_deferred"),
-        source_timeout=_seconds(raw.get("source_timeout", 30.0), f"pools.{name}.source_timeout"),
+        source_timeout=_limit(
+            raw.get("source_timeout", DEFAULT_SOURCE_TIMEOUT), f"pools.{name}.source_timeout"
+        ),
     )
 
 
@@ -442,12 +474,8 @@ def load_config(path: str | Path | None) -> WatermarkConfig:
     :raises ConfigError: unreadable file, bad syntax, or invalid content.
     """
     if path is None:
-        from airflow_gpu_dag.settings import pool_capacities
-
         capacities = pool_capacities()
         if not capacities:
-            from airflow_gpu_dag.settings import config_problems
-
             problem = dict(config_problems()).get("pools")
             raise ConfigError(
                 f"no watermark config: [gpu_dag] pools {problem}; fix it, or pass --config FILE"
@@ -494,8 +522,6 @@ def _unique_keys(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
 
 
 def _yaml(text: str) -> Any:
-    import yaml
-
     class UniqueKeyLoader(yaml.SafeLoader):
         pass
 

@@ -17,6 +17,7 @@ again when the API answers 401 or 403 (credentials rotated in the connection).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +34,7 @@ def _quantity(value: object) -> float:
     """A Kubernetes quantity (``"8"``, ``8``, ``"1k"``) as a number; None or garbage is 0."""
     if value is None:
         return 0.0
+    # start-up: the controller imports every source; only a kubernetes one loads the client (~1,000 modules)
     from kubernetes.utils import parse_quantity
 
     try:
@@ -70,9 +72,11 @@ class KubernetesSource:
     :param context: kubeconfig context (the hook's ``cluster_context``); None: the connection's.
     :param api: a ``kubernetes.client.CoreV1Api`` (or a fake with ``list_node`` and
         ``list_pod_for_all_namespaces``); None: the hook's ``core_v1_client``.
-    :param timeout: seconds each of the two API requests may take (default 15: both fit in the default
-        30-s ``source_timeout``; the client has no limit of its own: a hung connection would keep the
-        source failed until the controller restarts).
+    :param timeout: seconds the two API requests may take together (default 15, within the default
+        30-s ``source_timeout``): the second gets what the first left. The kubernetes client applies it
+        (``_request_timeout``) to connecting and to each socket read; a server that trickles its answer
+        faster than that is cut off by the pool's ``source_timeout`` (the read counts as failed, and
+        no other read of the source starts until that one returns).
     """
 
     kind = "kubernetes"
@@ -89,6 +93,10 @@ class KubernetesSource:
     ) -> None:
         if isinstance(airflow_pod_labels, str):
             raise ValueError(f"airflow_pod_labels must be a list like [{airflow_pod_labels}], not a string")
+        if isinstance(timeout, bool) or not (isinstance(timeout, int | float) and 0 < timeout < math.inf):
+            raise ValueError(
+                f"kubernetes timeout must be seconds > 0 (the API requests' limit), not {timeout!r}"
+            )
         self.label_selector = label_selector
         self.airflow_pod_labels = tuple(airflow_pod_labels)
         self.resource = resource
@@ -101,21 +109,33 @@ class KubernetesSource:
 
     def _client(self) -> Any:
         if self._api is None:
+            # start-up: the Kubernetes client loads with the first kubernetes source (see _quantity)
             from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
             hook = KubernetesHook(conn_id=self.kubernetes_conn_id, cluster_context=self.context)
             self._api = hook.core_v1_client
         return self._api
 
+    def _left(self, until: float) -> float:
+        """Seconds left for the next API request (:class:`SourceError` when none are)."""
+        left = until - time.monotonic()
+        if left <= 0:
+            raise SourceError(f"kubernetes API: no complete answer within {self.timeout:g}s")
+        return left
+
     def read(self) -> CapacityReading:
+        until = time.monotonic() + self.timeout
         try:
             api = self._client()
             nodes = api.list_node(
-                label_selector=self.label_selector or None, _request_timeout=self.timeout
+                label_selector=self.label_selector or None, _request_timeout=self._left(until)
             ).items
             pods = api.list_pod_for_all_namespaces(
-                field_selector="status.phase!=Succeeded,status.phase!=Failed", _request_timeout=self.timeout
+                field_selector="status.phase!=Succeeded,status.phase!=Failed",
+                _request_timeout=self._left(until),
             ).items
+        except SourceError:
+            raise
         except Exception as err:
             if self._from_hook and getattr(err, "status", None) in (401, 403):
                 self._api = None  # expired or rotated credentials: the next read builds the client again

@@ -10,6 +10,11 @@ A GPU counts when every query on it succeeds and it has no uncorrected volatile 
   lists a process on it that is not the lease's (not a recorded process, in its process group or a
   descendant) are the thresholds applied, to the memory left without the lease's own processes.
   When processes cannot be listed or told apart (another pid namespace), the lease is trusted.
+
+NVML is a C library whose calls cannot be interrupted (a GPU fallen off the bus can hang one): the
+controller runs each read in a worker thread bounded by the pool's ``source_timeout``
+(:class:`~airflow_gpu_dag.watermark.sources.CapacityTracker`); a read still running then counts as
+failed, and no other read starts until it returns (the ticks meanwhile count as failed too).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from airflow_gpu_dag.gpu.lease_view import held_devices
 from airflow_gpu_dag.watermark.capacity import CapacityReading, SourceError
 
 log = logging.getLogger(__name__)
@@ -74,7 +80,7 @@ class NvmlSource:
     def _module(self) -> Any:
         if self._nvml is None:
             try:
-                import pynvml
+                import pynvml  # optional dependency: the nvml extra
             except ImportError:
                 raise SourceError("pynvml is not installed (pip install nvidia-ml-py)") from None
             self._nvml = pynvml
@@ -84,8 +90,6 @@ class NvmlSource:
         """Live leases of this host, or nothing and why (the source then behaves as without leases)."""
         if not self.leases:
             return [], None
-        from airflow_gpu_dag.gpu.lease_view import held_devices
-
         try:
             return held_devices(Path(self.lease_dir) if self.lease_dir else None), None
         except Exception as err:

@@ -17,6 +17,10 @@ The URL and credentials come from ``url`` or, better, an Airflow connection ``co
 URL; ``extra`` ``{"token": ...}`` or a password without login for a bearer token, login + password
 for basic auth, ``extra`` ``{"headers": {...}}`` for anything else), so no token sits in the
 controller's configuration file. The connection is read again after a 401 or 403 (rotated credentials).
+
+Each query ends within ``timeout`` seconds in all (connecting, sending, reading the whole answer, and
+the second try after a 401 or 403), however slowly the server answers
+(:mod:`airflow_gpu_dag.hooks.deadline`); an answer that is not JSON is a failure that shows its start.
 """
 
 from __future__ import annotations
@@ -29,12 +33,16 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+import httpx
+
+from airflow_gpu_dag.hooks.deadline import deadline, deadline_client, fetch
+from airflow_gpu_dag.hooks.rest_client import excerpt, mask
 from airflow_gpu_dag.watermark.capacity import CapacityReading, SourceError
 from airflow_gpu_dag.watermark.own_gpus import normalize_host
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PrometheusSource", "prometheus_connection"]
+__all__ = ["PrometheusSource", "http_get", "prometheus_connection"]
 
 _LABEL_SELECTOR = re.compile(r"^\{.*\}$")
 
@@ -52,12 +60,13 @@ def prometheus_connection(conn_id: str) -> tuple[str, dict[str, str], tuple[str,
     :raises SourceError: the connection is missing or has no host.
     """
     try:
+        # process boundary: the controller's modules load without Airflow (benchmarks/controller_thread.py)
         from airflow.sdk import BaseHook
 
         conn = BaseHook.get_connection(conn_id)
     except Exception as err:
         raise SourceError(f"prometheus connection {conn_id!r}: {type(err).__name__}: {err}") from None
-    from airflow_gpu_dag.hooks.airflow_api import base_url_of
+    from airflow_gpu_dag.hooks.airflow_api import base_url_of  # process boundary: it imports Airflow
 
     try:
         url = base_url_of(conn.host, conn.port, conn.schema, conn.conn_type)
@@ -71,11 +80,22 @@ def prometheus_connection(conn_id: str) -> tuple[str, dict[str, str], tuple[str,
         headers["Authorization"] = f"Bearer {token}"
     elif conn.login:
         auth = (str(conn.login), str(conn.password or ""))
-    from airflow_gpu_dag.hooks.rest_client import mask
-
     for secret in (token, conn.password):
         mask(secret)
     return url, headers, auth
+
+
+def http_get(
+    url: str,
+    params: Mapping[str, str],
+    timeout: float,
+    headers: Mapping[str, str],
+    auth: tuple[str, str] | None,
+) -> httpx.Response:
+    """``GET url`` with its whole answer read within ``timeout`` seconds (or the calling thread's
+    deadline, when it comes sooner): not per read, as ``httpx.get`` would."""
+    with deadline_client(timeout=timeout, headers=headers, auth=auth) as client:
+        return fetch(client, "GET", url, seconds=timeout, params=params)
 
 
 def _split_userinfo(url: str) -> tuple[str, tuple[str, str] | None]:
@@ -85,8 +105,6 @@ def _split_userinfo(url: str) -> tuple[str, tuple[str, str] | None]:
         return url, None
     userinfo, host = parts.netloc.rsplit("@", 1)
     user, _, password = userinfo.partition(":")
-    from airflow_gpu_dag.hooks.rest_client import mask
-
     mask(unquote(password))
     return urlunsplit(parts._replace(netloc=host)), (unquote(user), unquote(password))
 
@@ -135,6 +153,8 @@ class PrometheusSource:
             )
         if not url and not conn_id:
             raise ValueError("a prometheus source needs url or conn_id (an Airflow connection)")
+        if isinstance(timeout, bool) or not (isinstance(timeout, int | float) and 0 < timeout < math.inf):
+            raise ValueError(f"prometheus timeout must be seconds > 0 (each query's limit), not {timeout!r}")
         if isinstance(airflow_namespaces, str):
             raise ValueError(f"airflow_namespaces must be a list like [{airflow_namespaces}], not a string")
         self.auth: tuple[str, str] | None = None
@@ -150,7 +170,12 @@ class PrometheusSource:
         self.headers = dict(headers or {})
         self._own_headers = dict(self.headers)  # the configured ones, without the connection's
         self.airflow_namespaces = frozenset(airflow_namespaces)
-        self.airflow_pod_pattern = re.compile(airflow_pod_pattern) if airflow_pod_pattern else None
+        try:
+            self.airflow_pod_pattern = re.compile(airflow_pod_pattern) if airflow_pod_pattern else None
+        except (re.error, TypeError) as err:
+            raise ValueError(
+                f"airflow_pod_pattern {airflow_pod_pattern!r} is not a regular expression: {err}"
+            ) from None
         self.host_label = host_label
         self.our_work = our_work
 
@@ -163,22 +188,26 @@ class PrometheusSource:
         return self.url
 
     def _get(self, query: str) -> object:
-        import httpx
-
         def get() -> httpx.Response:
             url = f"{self._endpoint()}/api/v1/query"
-            return httpx.get(
+            return http_get(
                 url, params={"query": query}, timeout=self.timeout, headers=self.headers, auth=self.auth
             )
 
-        response = get()
-        if response.status_code in (401, 403) and self.conn_id and not self._url_given:
-            # The connection's credentials may have been rotated (a secrets backend): read it again.
-            self.url = None
+        with deadline(self.timeout):
             response = get()
+            if response.status_code in (401, 403) and self.conn_id and not self._url_given:
+                # The connection's credentials may have been rotated (a secrets backend): read it again.
+                self.url = None
+                response = get()
         if not response.is_success:  # 3xx too: redirects are not followed
             raise SourceError(f"HTTPStatusError: HTTP {response.status_code}{_error_of(response)}")
-        return response.json()
+        try:
+            return response.json()
+        except ValueError:  # an HTML page of a proxy, a login form: say what came back
+            content_type = response.headers.get("content-type") or "no content type"
+            shown = excerpt(response.text, (self.auth[1] if self.auth else None, *self.headers.values()))
+            raise SourceError(f"not JSON (HTTP {response.status_code}, {content_type}): {shown}") from None
 
     def _query(self, metric: str) -> dict[tuple[str, ...], tuple[float, _Gpu]]:
         query = f"{metric}{self.selector}"

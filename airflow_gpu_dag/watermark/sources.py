@@ -44,7 +44,7 @@ from typing import Any
 
 from airflow_gpu_dag.pool_claim.state import MAX_POOL_SLOTS
 from airflow_gpu_dag.watermark.capacity import CapacityReading, CapacitySource, SourceError
-from airflow_gpu_dag.watermark.config import ConfigError, PoolSpec, SourceSpec
+from airflow_gpu_dag.watermark.config import DEFAULT_SOURCE_TIMEOUT, ConfigError, PoolSpec, SourceSpec
 from airflow_gpu_dag.watermark.kubernetes_source import (
     DEFAULT_AIRFLOW_POD_LABELS,
     GPU_RESOURCE,
@@ -202,31 +202,31 @@ class CapacityTracker:
         self.fingerprint = source_fingerprint(spec.source)
 
     def _call(self) -> CapacityReading:
-        """``source.read()`` bounded by ``spec.source_timeout``; a hung read counts as a failure."""
-        timeout = self.spec.source_timeout
-        if timeout is None:
-            reading = self.source.read()
-        else:
-            if self._hung is not None and self._hung.is_alive():
-                raise SourceError(f"previous read still hung (no answer within {timeout:g}s)")
-            box: dict[str, Any] = {}
+        """``source.read()`` in a worker thread joined for ``spec.source_timeout`` seconds: a read
+        still running then counts as a failure, and none other starts until it returns (the sources
+        bound their own calls too, see docs/watermarks.md#timeouts; a call into a C library such as
+        NVML cannot be interrupted)."""
+        timeout = self.spec.source_timeout or DEFAULT_SOURCE_TIMEOUT
+        if self._hung is not None and self._hung.is_alive():
+            raise SourceError(f"previous read still hung (no answer within {timeout:g}s)")
+        box: dict[str, Any] = {}
 
-            def target() -> None:
-                try:
-                    box["reading"] = self.source.read()
-                except BaseException as err:
-                    box["error"] = err
+        def target() -> None:
+            try:
+                box["reading"] = self.source.read()
+            except BaseException as err:
+                box["error"] = err
 
-            thread = threading.Thread(target=target, name=f"capacity-{self.spec.name}", daemon=True)
-            thread.start()
-            thread.join(timeout)
-            if thread.is_alive():
-                self._hung = thread
-                raise SourceError(f"no answer within {timeout:g}s")
-            self._hung = None
-            if "error" in box:
-                raise box["error"]
-            reading = box["reading"]
+        thread = threading.Thread(target=target, name=f"capacity-{self.spec.name}", daemon=True)
+        thread.start()
+        thread.join(timeout)
+        if thread.is_alive():
+            self._hung = thread
+            raise SourceError(f"no answer within {timeout:g}s")
+        self._hung = None
+        if "error" in box:
+            raise box["error"]
+        reading = box["reading"]
         gpus = getattr(reading, "gpus", None)
         if not isinstance(gpus, int) or isinstance(gpus, bool) or not 0 <= gpus <= MAX_POOL_SLOTS:
             raise SourceError(f"invalid GPU count {gpus!r} (expected 0 to {MAX_POOL_SLOTS:,})")

@@ -23,6 +23,7 @@ from kubernetes.client import (
 )
 
 from airflow_gpu_dag.hooks.airflow_api import AirflowApiHook, base_url_of
+from airflow_gpu_dag.watermark import prometheus_source
 from airflow_gpu_dag.watermark.capacity import SourceError
 from airflow_gpu_dag.watermark.kubernetes_source import KubernetesSource
 from airflow_gpu_dag.watermark.prometheus_source import PrometheusSource
@@ -115,7 +116,7 @@ _OK = {
 
 
 class _FakeGet:
-    """Stands in for ``httpx.get``: answers ``answer(url, headers, auth)`` and records the calls."""
+    """Stands in for ``prometheus_source.http_get``: answers ``answer(url, headers, auth)``, records calls."""
 
     def __init__(self, answer: Any) -> None:
         self.answer = answer
@@ -141,7 +142,7 @@ def test_prometheus_connection_host_credentials_stay_out_of_errors(monkeypatch: 
     sent as basic auth, never in the failure written to the log and the pool description."""
     _conn(monkeypatch, "prom_userinfo", host="http://admin:hunter22secret@prom.example:9090")
     fake = _FakeGet(lambda url, headers, auth: (502, "bad gateway"))
-    monkeypatch.setattr(httpx, "get", fake)
+    monkeypatch.setattr(prometheus_source, "http_get", fake)
     source = PrometheusSource(conn_id="prom_userinfo")
     with pytest.raises(SourceError) as caught:
         source.read()
@@ -162,7 +163,7 @@ def test_prometheus_reads_a_rotated_connection_after_401(monkeypatch: pytest.Mon
         return 200, _OK
 
     fake = _FakeGet(answer)
-    monkeypatch.setattr(httpx, "get", fake)
+    monkeypatch.setattr(prometheus_source, "http_get", fake)
     source = PrometheusSource(conn_id="prom_rot", headers={"X-Scope-OrgID": "team-a"})
     assert source.read().gpus == 1
     valid["token"] = "new-token-2"
@@ -184,11 +185,11 @@ def test_prometheus_error_answers_say_what_the_server_said(monkeypatch: pytest.M
         "errorType": "bad_data",
         "error": "1:22: parse error: unterminated quoted string",
     }
-    monkeypatch.setattr(httpx, "get", _FakeGet(lambda url, headers, auth: (400, error)))
+    monkeypatch.setattr(prometheus_source, "http_get", _FakeGet(lambda url, headers, auth: (400, error)))
     with pytest.raises(SourceError, match="parse error: unterminated quoted string") as caught:
         PrometheusSource("http://prom.example:9090", selector='{Hostname=~"gpu-.*}').read()
     assert "HTTP 400" in str(caught.value) and "\n" not in str(caught.value)
-    monkeypatch.setattr(httpx, "get", _FakeGet(lambda url, headers, auth: (200, error)))
+    monkeypatch.setattr(prometheus_source, "http_get", _FakeGet(lambda url, headers, auth: (200, error)))
     with pytest.raises(SourceError, match="status 'error': 1:22: parse error"):
         PrometheusSource("http://prom.example:9090").read()
 

@@ -40,6 +40,7 @@ from airflow_gpu_dag.watermark.sources import (
     StaticSource,
     build_source,
 )
+from tests.unit.test_rest_deadline import TrickleServer
 
 MIB = 1024 * 1024
 
@@ -234,6 +235,7 @@ class _PromState:
         self.queries: list[str] = []
         self.authorization: list[str | None] = []  # the Authorization header of each query
         self.body_status = "success"
+        self.page: bytes | None = None  # an HTML page answered instead of the query's JSON
 
 
 @pytest.fixture
@@ -251,9 +253,9 @@ def prometheus() -> Iterator[tuple[str, _PromState]]:
                 "status": state.body_status,
                 "data": {"resultType": "vector", "result": state.results.get(metric, [])},
             }
-            payload = json.dumps(body).encode()
+            payload = json.dumps(body).encode() if state.page is None else state.page
             self.send_response(state.status if url.path == "/api/v1/query" else 404)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", "application/json" if state.page is None else "text/html")
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)
@@ -316,6 +318,75 @@ def test_prometheus_failures(prometheus: tuple[str, _PromState]) -> None:
         PrometheusSource("http://127.0.0.1:9", timeout=2).read()
     with pytest.raises(ValueError, match="selector"):
         PrometheusSource(url, selector="Hostname=h1")
+
+
+def test_a_trickling_prometheus_fails_by_its_timeout() -> None:
+    # before: each query waited for as long as the server kept sending a byte now and then
+    with TrickleServer() as server:
+        started = time.monotonic()
+        with pytest.raises(SourceError, match="prometheus query DCGM_FI_DEV_FB_FREE: ReadTimeout"):
+            PrometheusSource(server.url, timeout=1.0).read()
+        assert time.monotonic() - started < 1.0 + 3.0
+        assert server.wait_closed()
+
+
+def test_a_trickling_prometheus_ends_its_read_within_the_source_timeout() -> None:
+    # the tracker's worker thread ends with the read: the next tick reads again instead of finding it hung
+    spec = PoolSpec("gpu", SourceSpec("prometheus", {}), floor=1, stale_intervals=0, source_timeout=10.0)
+    with TrickleServer() as server:
+        tracker = CapacityTracker(spec, PrometheusSource(server.url, timeout=1.0))
+        started = time.monotonic()
+        first = tracker.read()
+        assert time.monotonic() - started < 1.0 + 3.0
+        assert first.status == "floor" and "ReadTimeout" in first.detail
+        second = tracker.read()
+        assert "ReadTimeout" in second.detail and "still hung" not in second.detail
+
+
+def test_a_prometheus_answering_a_login_page_says_what_came_back(prometheus: tuple[str, _PromState]) -> None:
+    url, state = prometheus
+    state.page = b"<html><title>Sign in</title><p>token: abc-SECRET</p></html>"
+    with pytest.raises(SourceError) as err:
+        PrometheusSource(url).read()
+    message = str(err.value)
+    assert "not JSON (HTTP 200, text/html): <html><title>Sign in</title>" in message
+    assert "SECRET" not in message
+
+
+@pytest.mark.parametrize("timeout", [None, 0, -1.0, float("inf"), True])
+def test_sources_refuse_a_timeout_that_is_no_limit(timeout: Any) -> None:
+    with pytest.raises(ValueError, match="prometheus timeout must be seconds > 0"):
+        PrometheusSource("http://p", timeout=timeout)
+    with pytest.raises(ValueError, match="kubernetes timeout must be seconds > 0"):
+        KubernetesSource(api=FakeCoreV1([], []), timeout=timeout)
+
+
+def test_the_kubernetes_requests_share_the_sources_timeout() -> None:
+    class SlowNodes(FakeCoreV1):
+        def __init__(self, delay: float) -> None:
+            super().__init__([_node("n1", "8")], [])
+            self.delay = delay
+            self.timeouts: list[float] = []
+
+        def list_node(self, label_selector: str | None = None, _request_timeout: Any = None) -> V1NodeList:
+            self.timeouts.append(_request_timeout)
+            time.sleep(self.delay)
+            return super().list_node(label_selector, _request_timeout)
+
+        def list_pod_for_all_namespaces(
+            self, field_selector: str | None = None, _request_timeout: Any = None
+        ) -> V1PodList:
+            self.timeouts.append(_request_timeout)
+            return super().list_pod_for_all_namespaces(field_selector, _request_timeout)
+
+    api = SlowNodes(delay=0.3)
+    assert KubernetesSource(api=api, timeout=2.0).read().gpus == 8
+    first, second = api.timeouts
+    assert 1.5 < first <= 2.0 and second <= first - 0.3  # the second gets what the first left
+    api = SlowNodes(delay=0.6)
+    with pytest.raises(SourceError, match=r"kubernetes API: no complete answer within 0.5s"):
+        KubernetesSource(api=api, timeout=0.5).read()
+    assert len(api.timeouts) == 1  # no second request once the time is spent
 
 
 # -- build_source ---------------------------------------------------------------------------------

@@ -190,3 +190,26 @@ def test_a_connection_without_a_host_is_a_one_line_error(
     assert run_cli("watermark", "--config", config(tmp_path), "--once", "--conn-id", "hostless_api") == 1
     err = capsys.readouterr().err
     assert "connection 'hostless_api'" in err and "no host" in err and "docs/connections.md" in err
+
+
+def test_once_against_a_trickling_api_server_fails_by_the_connections_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: `watermark --once` still ran after 45 s with timeout=3 against a server that answers one
+    # byte at a time (httpx's timeout applies to each read, and each read got its byte in time).
+    import time
+
+    from tests.unit.test_rest_deadline import TrickleServer
+
+    monkeypatch.setattr("airflow_gpu_dag.metrics.configure", lambda force=False: None)
+    with TrickleServer() as server:
+        conn = {"conn_type": "gpu_dag_api", "host": server.url, "extra": {"token": "t", "timeout": 1}}
+        monkeypatch.setenv("AIRFLOW_CONN_TRICKLE_API", json.dumps(conn))
+        started = time.monotonic()
+        code = run_cli("watermark", "--config", config(tmp_path), "--once", "--conn-id", "trickle_api")
+        took = time.monotonic() - started
+        assert server.wait_closed()
+    err = capsys.readouterr().err
+    assert code == 1 and took < 1 + 3.0, f"exit {code} after {took:.1f}s"
+    assert "cannot read pool 'gpu' over the REST API" in err and "ReadTimeout" in err
+    assert "Traceback" not in err

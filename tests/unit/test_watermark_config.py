@@ -129,6 +129,31 @@ def test_config_errors_name_the_key(raw: dict, message: str) -> None:
         parse_config(raw)
 
 
+@pytest.mark.parametrize(
+    ("pool", "where"),
+    [
+        ({"source": 2, "source_timeout": None}, "pools.g.source_timeout"),
+        ({"source": {"type": "prometheus", "url": "http://p", "timeout": None}}, "pools.g.source.timeout"),
+        ({"source": {"type": "kubernetes", "timeout": None}}, "pools.g.source.timeout"),
+    ],
+)
+def test_a_time_limit_cannot_be_null(tmp_path: Path, pool: dict, where: str) -> None:
+    # null once meant "no limit": a source that never answered blocked every tick of the controller
+    with pytest.raises(ConfigError, match=rf"{where}: null would let a source that never answers block"):
+        parse_config({"pools": {"g": pool}})
+    path = tmp_path / "watermark.yaml"
+    path.write_text("pools:\n  g:\n    source: 2\n    source_timeout: null\n")
+    with pytest.raises(ConfigError, match=r"pools\.g\.source_timeout: null would let"):
+        load_config(path)
+
+
+def test_a_left_out_time_limit_is_the_default() -> None:
+    (pool,) = parse_config({"pools": {"g": {"source": {"type": "kubernetes"}}}}).pools
+    assert pool.source_timeout == 30.0 and "timeout" not in pool.source.options
+    (pool,) = parse_config({"pools": {"g": {"source": 2, "source_timeout": "2m"}}}).pools
+    assert pool.source_timeout == 120.0
+
+
 def test_a_source_type_alone_is_that_source_with_its_defaults() -> None:
     (pool,) = parse_config({"pools": {"g": {"source": " nvml"}}}).pools
     assert (pool.source.type, pool.source.options) == ("nvml", {})

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +21,7 @@ from airflow_gpu_dag.hooks.rest_client import MAX_ITEMS, AirflowRestClient
 from airflow_gpu_dag.pool_claim.state import parse_pool_state
 from airflow_gpu_dag.watermark.config import ConfigError, load_config, parse_config
 from airflow_gpu_dag.watermark.controller import WatermarkController
+from airflow_gpu_dag.watermark.sources import SourceError, build_sources
 from tests.unit.test_watermark_controller import NOW, FakeRest, Source, ti
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -40,6 +43,23 @@ values = st.recursive(
 )
 POOL_KEYS = ["source", "floor", "stale_intervals", "reservation", "backfill", "lookahead", "source_timeout"]
 SOURCE_KEYS = ["type", "gpus", "path", "max_age", "url", "timeout", "min_free_memory", "max_utilization"]
+#: Options of the network and device sources (built by the controller, so fuzzed through it too).
+MORE_SOURCE_KEYS = [
+    "conn_id",
+    "selector",
+    "headers",
+    "airflow_namespaces",
+    "airflow_pod_pattern",
+    "host_label",
+    "label_selector",
+    "airflow_pod_labels",
+    "resource",
+    "context",
+    "kubernetes_conn_id",
+    "devices",
+    "leases",
+    "lease_dir",
+]
 
 
 @st.composite
@@ -49,8 +69,8 @@ def configs(draw: st.DrawFn) -> Any:
         st.one_of(
             values,
             st.fixed_dictionaries(
-                {"type": st.sampled_from(["static", "file", "prometheus", "magic", 3])},
-                optional={k: values for k in SOURCE_KEYS[1:]},
+                {"type": st.sampled_from(["static", "file", "prometheus", "kubernetes", "nvml", "magic", 3])},
+                optional={k: values for k in SOURCE_KEYS[1:] + MORE_SOURCE_KEYS},
             ),
         )
     )
@@ -82,7 +102,7 @@ def _sane(config: Any) -> None:
         assert isinstance(pool.name, str) and 0 < len(pool.name) <= 256
         assert isinstance(pool.floor, int) and pool.floor >= 0
         assert isinstance(pool.stale_intervals, int) and pool.stale_intervals >= 0
-        assert pool.source_timeout is None or (math.isfinite(pool.source_timeout) and pool.source_timeout > 0)
+        assert math.isfinite(pool.source_timeout) and 0 < pool.source_timeout <= 86400
         if pool.source.type == "static":
             assert isinstance(pool.source.options["gpus"], int) and pool.source.options["gpus"] >= 0
 
@@ -114,6 +134,177 @@ def test_config_files_of_garbage_give_a_clear_error(tmp_path_factory: Any, conte
         _sane(load_config(path))
     except ConfigError as err:
         assert str(path) in str(err)
+
+
+#: Pieces of YAML syntax: documents put together from them reach the YAML parser's corners (anchors,
+#: aliases, merges, tags, flow and block styles, several documents) and the loader's checks behind it.
+YAML_PIECES = [
+    "pools:",
+    "\n",
+    "\n  ",
+    "\n    ",
+    " ",
+    "gpu:",
+    "gpu_a100:",
+    "source:",
+    "source: 4",
+    "source: nvml",
+    "type: prometheus",
+    "type: static",
+    "type: file",
+    "gpus: 8",
+    "url: http://127.0.0.1:9",
+    "timeout: 1s",
+    "source_timeout:",
+    "source_timeout: 30s",
+    "source_timeout: null",
+    "interval: 30s",
+    "lease:",
+    "ttl: 3m",
+    "floor: 1",
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    ":",
+    "- ",
+    "&a ",
+    "*a",
+    "<<: *a",
+    "!!str ",
+    "!!int ",
+    "!!binary ",
+    "!!python/object/apply:os.system ['true']",
+    "!!set ",
+    "? ",
+    "|",
+    ">",
+    "'",
+    '"',
+    "null",
+    "~",
+    "true",
+    "1e400",
+    ".inf",
+    ".nan",
+    "-1",
+    "0x10",
+    "0o7",
+    "2026-01-01",
+    "%YAML 1.1\n",
+    "---\n",
+    "...\n",
+    "#c",
+    "\t",
+    "ü",
+    "\x00",
+    "\ufeff",
+    "\\",
+    "=",
+]
+yaml_texts = st.lists(st.sampled_from(YAML_PIECES), max_size=40).map("".join)
+
+
+def _tick_never_raises(config: Any) -> None:
+    """A controller built from ``config`` ticks without raising, sizes within capacity. The network
+    and device sources are built (their options fuzzed) but a stand-in answers for them: the tick
+    must not reach out to random URLs or this host's GPUs."""
+    try:
+        built = build_sources(config.pools)
+    except ConfigError as err:
+        assert str(err).startswith("pools.")
+        return
+    sources = {
+        name: source if source.kind in ("static", "file") else Source(SourceError("stand-in"))
+        for name, source in built.items()
+    }
+    rest = FakeRest()
+    rest.tis = [
+        ti("hold", "running", started=NOW - 10, duration=100, pool=config.pools[0].name),
+        ti("wide", "scheduled", slots=2, priority=10, pool=config.pools[0].name),
+    ]
+    controller = WatermarkController(config, rest, sources, default_duration=60.0, clock=lambda: NOW)  # type: ignore[arg-type]
+    for outcome in controller.tick():
+        assert outcome.size is None or 0 <= outcome.size <= max(outcome.capacity.gpus, 0)
+
+
+@SETTINGS
+@given(yaml_texts, st.sampled_from(["wm.yaml", "wm.json"]))
+def test_yaml_documents_give_a_clear_error_or_a_config_that_ticks(
+    tmp_path_factory: Any, text: str, name: str
+) -> None:
+    path = Path(tmp_path_factory.mktemp("cfg")) / name
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    try:
+        config = load_config(path)
+    except ConfigError as err:
+        assert str(path) in str(err) and len(str(err)) < 2000
+        return
+    _sane(config)
+    _tick_never_raises(config)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(configs(), st.sampled_from(["yaml", "json"]))
+def test_config_files_of_any_values_give_a_clear_error_or_a_config_that_ticks(
+    tmp_path_factory: Any, raw: Any, kind: str
+) -> None:
+    path = Path(tmp_path_factory.mktemp("cfg")) / f"wm.{kind}"
+    try:
+        text = json.dumps(raw) if kind == "json" else yaml.safe_dump(raw, allow_unicode=True)
+    except (ValueError, TypeError, yaml.YAMLError):  # NaN in strict JSON, keys YAML cannot write
+        return
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    try:
+        config = load_config(path)
+    except ConfigError as err:
+        assert str(path) in str(err) and len(str(err)) < 2000
+        return
+    _sane(config)
+    _tick_never_raises(config)
+
+
+def test_an_alias_bomb_is_refused_in_bounded_time(tmp_path: Path) -> None:
+    # nine lists of nine, eight levels deep: 9**8 strings once written out in full, as the error
+    # message once did (20 s and hundreds of MB); the message shows a few levels and items
+    nested = '&l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]'
+    for level in range(1, 8):  # each level defined inside the next, as one flow sequence
+        nested = f"&l{level} [{nested}, " + ", ".join([f"*l{level - 1}"] * 8) + "]"
+    path = tmp_path / "wm.yaml"
+    pools = {
+        "source": f"source: {nested}",
+        "floor": f"source: 2\n    floor: {nested}",
+        "source_timeout": f"source: 2\n    source_timeout: {nested}",
+        "source.min_free_memory": f"source: {{type: nvml, min_free_memory: {nested}}}",
+    }
+    for where, pool in pools.items():
+        path.write_text(f"pools:\n  gpu:\n    {pool}\n")
+        started = time.monotonic()
+        with pytest.raises(ConfigError, match=f"pools.gpu.{where}") as err:
+            load_config(path)
+        assert time.monotonic() - started < 2.0 and len(str(err.value)) < 1000
+
+
+@pytest.mark.parametrize("key", ["source_timeout", "timeout"])
+def test_a_time_limit_longer_than_a_day_is_refused(key: str) -> None:
+    # 1e12 s once loaded: the worker thread's join() then failed on every read (OverflowError), and
+    # the pool sat at its floor with a source that was fine
+    pool: dict[str, Any] = {"source": {"type": "kubernetes"}}
+    if key == "timeout":
+        pool["source"]["timeout"] = 1e12
+    else:
+        pool[key] = 1e12
+    with pytest.raises(ConfigError, match=r"at most 1 day"):
+        parse_config({"pools": {"gpu": pool}})
+
+
+def test_a_pod_pattern_that_is_no_regular_expression_is_a_config_error() -> None:
+    config = parse_config(
+        {"pools": {"gpu": {"source": {"type": "prometheus", "url": "http://p", "airflow_pod_pattern": "(("}}}}
+    )
+    with pytest.raises(ConfigError, match=r"pools.gpu.source: airflow_pod_pattern '\(\(' is not a regular"):
+        build_sources(config.pools)
 
 
 # -- task instances and pools read over REST -----------------------------------------------------------------

@@ -149,3 +149,31 @@ def test_a_last_good_value_of_another_source_configuration_is_not_restored() -> 
     same.shutdown()
     (again,) = run({"type": "file", "path": "/run/gpus-v2"}, Source(SourceError("connection refused"))).tick()
     assert (again.capacity.status, rest.pools["gpu"]["slots"]) == ("stale", 4)
+
+
+def test_a_tick_on_a_trickling_api_server_ends_by_the_clients_timeout(tmp_path: Any) -> None:
+    # Before: httpx's timeout applied to each read, so a server sending a byte now and then held the
+    # tick, and the controller's lock with it, for as long as it kept sending.
+    import time
+
+    from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
+    from tests.unit.test_rest_deadline import TrickleServer
+
+    config = parse_config(
+        {
+            "pools": {"gpu": {"source": 4}, "gpu2": {"source": 2}},
+            "lease": {"lock_file": str(tmp_path / "wm.lock"), "variable": None},
+        }
+    )
+    with TrickleServer() as server:
+        client = AirflowRestClient(server.url, token="t", timeout=1.0)
+        controller = build_controller(config, client, clock=lambda: NOW)
+        started = time.monotonic()
+        outcomes = controller.tick()
+        took = time.monotonic() - started
+        controller.shutdown()
+        client.close()
+        assert server.wait_closed()
+    assert took < 1.0 + 3.0, f"the tick took {took:.1f}s"
+    assert [o.pool for o in outcomes] == ["gpu", "gpu2"]
+    assert all(o.size is None and o.error and "ReadTimeout" in o.error for o in outcomes)
