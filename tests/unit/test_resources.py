@@ -112,3 +112,52 @@ def test_an_estimate_longer_than_a_year_is_refused(value: object) -> None:
 def test_estimates_up_to_a_year_are_accepted() -> None:
     assert parse_estimate("366d") == MAX_ESTIMATE_S
     assert parse_estimate(3_600_000) == 3_600_000.0  # 41 days: long, but a task can run that long
+
+
+@pytest.mark.parametrize(
+    ("value", "message", "fix"),
+    [
+        ("1h 1h", "gives hours twice", "each unit once"),  # was read as 2h
+        ("30m 1h 15min", "gives minutes twice", "each unit once"),
+        ("1_000", "underscore", "'1000'"),  # was 1000 s
+        ("\uff11\uff10\uff10\uff10", "not ASCII", "'1000'"),  # full-width digits: were 1000 s
+        ("\uff11h", "not ASCII", "'1h'"),  # was 1 hour
+        ("\u0663\u0660m", "not ASCII", "ASCII digits"),  # Arabic-Indic digits
+        (-0.0, "negative zero", "0"),  # was accepted as -0.0 (and written to the hints so)
+    ],
+)
+def test_parse_duration_refuses_what_it_would_read_silently(value: object, message: str, fix: str) -> None:
+    with pytest.raises(EstimateError, match=message) as err:
+        parse_duration(value)
+    assert fix in str(err.value)
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("1h30m", 5400.0), ("30m1h", 5400.0), ("1h 30 min", 5400.0)])
+def test_each_unit_once_in_any_order_is_still_a_duration(value: str, seconds: float) -> None:
+    assert parse_duration(value) == seconds
+
+
+def test_parse_memory_refuses_digits_that_are_not_ascii() -> None:
+    with pytest.raises(EstimateError, match="not ASCII") as err:  # was 80 GiB
+        parse_memory_mib("\uff18\uff10GiB")
+    assert "'80GiB'" in str(err.value)
+
+
+def test_a_gpu_count_in_full_width_digits_is_refused() -> None:
+    with pytest.raises(EstimateError, match="not ASCII"):  # was 4 GPUs
+        GpuRequest.parse("\uff14")
+
+
+@pytest.mark.parametrize("gpu_type", ["\u00e4100", "\uff21100", "a\uff11\uff10\uff10"])
+def test_a_gpu_type_that_is_not_ascii_is_refused_with_its_ascii_spelling(gpu_type: str) -> None:
+    """An umlaut "a100" and a full-width "A100" both became pool ``gpu_100`` (the letter dropped): one
+    pool for two spellings that are meant to be ``a100``."""
+    from airflow_gpu_dag.core.model.pools import normalize_gpu_type, pool_for_gpu_type
+
+    with pytest.raises(ValueError, match="not ASCII") as err:
+        normalize_gpu_type(gpu_type)
+    assert "'a100'" in str(err.value)
+    with pytest.raises(ValueError, match="not ASCII"):
+        pool_for_gpu_type(gpu_type)
+    with pytest.raises(EstimateError, match="not ASCII"):
+        GpuRequest.parse(1, None, gpu_type)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
+import unicodedata
 from dataclasses import dataclass
 
 from airflow_gpu_dag.core.model.pools import normalize_gpu_type
@@ -19,6 +20,7 @@ __all__ = [
     "GpuRequest",
     "format_duration",
     "format_memory",
+    "not_ascii",
     "parse_duration",
     "parse_estimate",
     "parse_memory_mib",
@@ -65,6 +67,23 @@ def _huge_int(value: int) -> str:
 
 _DURATION_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*")
 _DURATION_HELP = 'use seconds (1800) or a string such as "90s", "30m", "1h30m", "2h"'
+#: What each unit's factor is called, for "gives hours twice".
+_UNIT_NAMES = {1.0: "seconds", 60.0: "minutes", 3600.0: "hours", 86400.0: "days"}
+
+
+def not_ascii(what: str, value: str) -> EstimateError | None:
+    """The error for a number or size written with characters that are not ASCII (full-width digits
+    U+FF10 to U+FF19, Arabic-Indic digits), or None when ``value`` is ASCII.
+
+    Python reads such digits as numbers (``float()`` of the full-width digits of "1000" is 1000.0), so
+    a value copied from a document in another script would be taken silently; the provider refuses it
+    and says the ASCII spelling when there is one (Unicode's compatibility form, NFKC)."""
+    if value.isascii():
+        return None
+    odd = "".join(dict.fromkeys(c for c in value if not c.isascii()))
+    spelled = unicodedata.normalize("NFKC", value)
+    fix = f"write {spelled.strip()!r}" if spelled.isascii() else "write it with ASCII digits and letters"
+    return EstimateError(f"{what} {value!r} has characters that are not ASCII ({odd!r}); {fix}")
 
 
 def real_number(value: object) -> float:
@@ -101,28 +120,55 @@ def parse_duration(value: object) -> float:
             too_large = f"duration of type {type(value).__name__} is out of range"
             raise EstimateError(f"{too_large}; {_DURATION_HELP}") from None
     elif isinstance(value, str):
-        text = value.strip().lower()
-        if not text:
-            raise EstimateError(f"duration is empty; {_DURATION_HELP}")
-        if text.startswith("-"):
-            raise EstimateError(f"duration {value!r} is negative; {_DURATION_HELP}")
-        try:
-            seconds = float(text)
-        except ValueError:
-            pos = 0
-            seconds = 0.0
-            while pos < len(text):
-                match = _DURATION_PART.match(text, pos)
-                if not match or match.group(2) not in _DURATION_UNITS:
-                    raise EstimateError(f"duration {value!r} cannot be parsed; {_DURATION_HELP}") from None
-                seconds += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-                pos = match.end()
+        seconds = _parse_duration_text(value)
     else:
         raise EstimateError(f"duration {value!r} has type {type(value).__name__}; {_DURATION_HELP}")
     if math.isnan(seconds) or math.isinf(seconds):
         raise EstimateError(f"duration {value!r} is not finite; {_DURATION_HELP}")
     if seconds < 0:
         raise EstimateError(f"duration {value!r} is negative; {_DURATION_HELP}")
+    if seconds == 0 and math.copysign(1.0, seconds) < 0:  # -0.0 compares equal to 0 but prints "-0"
+        raise EstimateError(f"duration {value!r} is negative zero; write 0 for no time")
+    return seconds
+
+
+def _parse_duration_text(value: str) -> float:
+    """Seconds of a duration string: a bare number, or ``<number><unit>`` parts with each unit at most
+    once (``"1h30m"``, ``"30m 1h"``). Refused, as they would be read silently otherwise: characters that
+    are not ASCII (``float`` reads full-width digits), ``_`` digit groups (``float("1_000")`` is 1000)
+    and a unit given twice (``"1h 1h"``: a typo, not two hours)."""
+    text = value.strip().lower()
+    if not text:
+        raise EstimateError(f"duration is empty; {_DURATION_HELP}")
+    if error := not_ascii("duration", value):
+        raise error
+    if "_" in text:
+        raise EstimateError(
+            f"duration {value!r} has an underscore: digit groups are not read; write "
+            f"{text.replace('_', '')!r}"
+        )
+    if text.startswith("-"):
+        raise EstimateError(f"duration {value!r} is negative; {_DURATION_HELP}")
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    pos = 0
+    seconds = 0.0
+    seen: set[float] = set()
+    while pos < len(text):
+        match = _DURATION_PART.match(text, pos)
+        if not match or match.group(2) not in _DURATION_UNITS:
+            raise EstimateError(f"duration {value!r} cannot be parsed; {_DURATION_HELP}")
+        factor = _DURATION_UNITS[match.group(2)]
+        if factor in seen:
+            raise EstimateError(
+                f"duration {value!r} gives {_UNIT_NAMES[factor]} twice; write each unit once, "
+                'e.g. "2h" or "1h30m"'
+            )
+        seen.add(factor)
+        seconds += float(match.group(1)) * factor
+        pos = match.end()
     return seconds
 
 
@@ -203,6 +249,8 @@ def parse_memory_mib(value: object) -> int:
         except OverflowError:  # a Fraction too large for a float
             mib = math.inf
     elif isinstance(value, str):
+        if error := not_ascii("GPU memory", value):
+            raise error
         match = _MEMORY_RE.match(value)
         if match and not match.group(2):
             raise EstimateError(
@@ -275,6 +323,8 @@ class GpuRequest:
     @classmethod
     def parse(cls, count: object, memory: object = None, gpu_type: str | None = None) -> GpuRequest:
         """Build a request from user input (``count`` int or numeric string, ``memory`` any size)."""
+        if isinstance(count, str) and (error := not_ascii("GPU count", count)):
+            raise error  # int() reads a full-width "4" as 4: it would be taken silently
         if isinstance(count, str) and count.strip().isdecimal():  # isdigit: "²", which int() refuses
             digits = count.strip()
             try:
