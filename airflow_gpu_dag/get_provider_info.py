@@ -65,7 +65,9 @@ def get_provider_info() -> dict[str, Any]:
                     },
                     "pools": {
                         "description": "JSON object of GPU pool -> total slots, used to reject "
-                        "impossible requests and unknown pools at parse time.",
+                        "impossible requests, unknown pools and an exclusive() or share() whose pool_size "
+                        "differs at parse time. Another value is reported by lint (bad-config), logged once "
+                        "by the cluster policy, and ignored.",
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": '{"gpu_default": 8}',
@@ -81,8 +83,8 @@ def get_provider_info() -> dict[str, Any]:
                     "plan_policy": {
                         "description": "How PackingPriorityStrategy plans its weights: reservation (the "
                         "watermark controller reserves slots for wide tasks) or greedy (stock pool "
-                        "admission). Another value is reported by lint and the cluster policy (bad-config) "
-                        "and reservation used.",
+                        "admission). Another value is reported by lint (bad-config), logged once by the "
+                        "cluster policy, and reservation used.",
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "greedy",
@@ -104,7 +106,8 @@ def get_provider_info() -> dict[str, Any]:
                         "pools: throughput (makespan and pipelines first; every wide task reserved for), "
                         "balanced (mean completion time and makespan) or latency (mean completion time and "
                         "small DAGs first). Sets the stretch s of the keys (2, 3, 6) and the reservation "
-                        "gate; see docs/priority.md.",
+                        "gate; see docs/priority.md. Another value is reported by lint (bad-config), logged "
+                        "once by the cluster policy, and balanced used.",
                         "version_added": "0.2.0",
                         "type": "string",
                         "example": "latency",
@@ -137,8 +140,8 @@ def get_provider_info() -> dict[str, Any]:
                         "trigger time, so the epoch must lie in the past (a key before it gets the top "
                         "weight, 2147483647: best a date some weeks before the first run, as the default) "
                         "and less than 34 years (2^30 s) ago (older, the watermark controller no longer "
-                        "reads weights as keys). Another value is reported by lint and the cluster policy "
-                        "(bad-config) and the default used.",
+                        "reads weights as keys). Another value is reported by lint (bad-config), logged "
+                        "once by the cluster policy, and the default used.",
                         "version_added": "0.2.0",
                         "type": "string",
                         "example": "2025-01-01T00:00:00+00:00",
@@ -149,7 +152,8 @@ def get_provider_info() -> dict[str, Any]:
                         "DAG uses critical-path keys until its plan is ready). false plans inline, which "
                         "blocks the scheduler for seconds on large DAGs. Booleans are read as Airflow reads "
                         "them (true/t/1, false/f/0, any case; yes/no and on/off too); another value is "
-                        "reported by lint and the cluster policy (bad-config) and the default used.",
+                        "reported by lint (bad-config), logged once by the cluster policy, and the default "
+                        "used.",
                         "version_added": "0.2.0",
                         "type": "boolean",
                         "example": "false",
@@ -168,7 +172,8 @@ def get_provider_info() -> dict[str, Any]:
                     "plan_backfill": {
                         "description": "The watermark controller's backfill the packing planner plans "
                         "for: easy (the default, 'backfill: true') or strict ('backfill: strict'). Another "
-                        "value is reported by lint and the cluster policy (bad-config) and easy used.",
+                        "value is reported by lint (bad-config), logged once by the cluster policy, and easy "
+                        "used.",
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "strict",
@@ -202,8 +207,8 @@ def get_provider_info() -> dict[str, Any]:
                     "learned_min_runs": {
                         "description": "Successful tries needed before a task's history replaces its "
                         "declared estimate; at most learned_window (only that many tries are read): a "
-                        "larger value is reported by lint and the cluster policy (bad-config) and the "
-                        "defaults used.",
+                        "larger value is reported by lint (bad-config), logged once by the cluster policy, "
+                        "and the defaults used.",
                         "version_added": "0.1.0",
                         "type": "integer",
                         "example": "5",
@@ -221,8 +226,8 @@ def get_provider_info() -> dict[str, Any]:
                         "description": "How old the learned durations behind the priority weights may get: "
                         "every scheduler and api-server re-reads a DAG's recent task durations this often, "
                         "off the scheduler loop (a new DAG version is read at once). A duration of at least "
-                        "1s; a shorter one, or one that does not parse, is reported by lint and the cluster "
-                        "policy (bad-config) and the default used.",
+                        "1s; a shorter one, or one that does not parse, is reported by lint (bad-config), "
+                        "logged once by the cluster policy, and the default used.",
                         "version_added": "0.2.0",
                         "type": "string",
                         "example": "2m",
@@ -283,7 +288,9 @@ def get_provider_info() -> dict[str, Any]:
                     },
                     "inventory_source": {
                         "description": "Where the host's GPU inventory comes from: auto (NVML when it sees "
-                        "GPUs, else the static inventory), nvml or static.",
+                        "GPUs, else the static inventory), nvml or static. The checks made when DAG files "
+                        "are parsed (GPU operators, the cluster policy, lint) use the static inventory with "
+                        "auto and static, and the GPUs of the host that parses the files only with nvml.",
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "static",
@@ -292,7 +299,10 @@ def get_provider_info() -> dict[str, Any]:
                     "inventory": {
                         "description": "Static GPU inventory for hosts without NVML (demo, CI): shorthand "
                         'like 4xa100:80GiB or JSON {"gpus": [{"index": 0, "type": "a100", '
-                        '"memory": "80GiB"}]}',
+                        '"memory": "80GiB"}]}. Also what GPU declarations are checked against when DAG files '
+                        "are parsed (describe the workers' largest host). One that cannot be read is "
+                        "reported by lint (bad-config), logged once by the cluster policy, and not checked "
+                        "against.",
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "4xa100:80GiB",

@@ -13,11 +13,13 @@ __all__ = ["LogOnce"]
 
 
 class LogOnce:
-    """``warning(key, message, *args)``: a warning the first time ``key`` is seen, debug after."""
+    """``warning(key, message, *args)``: logged at ``level`` (a warning unless told) the first time
+    ``key`` is seen, at debug level after."""
 
-    def __init__(self, logger: logging.Logger, limit: int = 10_000) -> None:
+    def __init__(self, logger: logging.Logger, limit: int = 10_000, level: int = logging.WARNING) -> None:
         self.logger = logger
         self.limit = limit
+        self.level = level  # the first time; logging.ERROR for a problem someone must fix
         self._seen: set[str] = set()
         self._lock = threading.Lock()
 
@@ -29,7 +31,7 @@ class LogOnce:
                 if len(self._seen) >= self.limit:
                     self._seen.clear()
                 self._seen.add(key)
-        self.logger.log(logging.WARNING if first else logging.DEBUG, message, *args)
+        self.logger.log(self.level if first else logging.DEBUG, message, *args)
         return first
 
     def clear(self) -> None:

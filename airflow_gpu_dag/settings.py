@@ -9,10 +9,21 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_gpu_dag.core.analysis.estimates import EstimateSettings
+from airflow_gpu_dag.core.model.pools import pool_name_problem
 from airflow_gpu_dag.core.model.resources import EstimateError, parse_duration, parse_estimate
+from airflow_gpu_dag.core.policy.objective import (
+    DEFAULT_EPOCH,
+    DEFAULT_OBJECTIVE,
+    KEY_WEIGHT_FLOOR,
+    OBJECTIVES,
+    get_objective,
+)
 from airflow_gpu_dag.log_once import LogOnce
 
 if TYPE_CHECKING:
@@ -29,6 +40,7 @@ DEFAULT_DURATION = "30m"
 def conf_get(key: str, fallback: str | None) -> str | None:
     """``[gpu_dag] key`` from Airflow's configuration (env ``AIRFLOW__GPU_DAG__KEY``), or ``fallback``."""
     try:
+        # process boundary: importing the settings never loads Airflow (scripts use gpu.lease); reading does
         from airflow.configuration import conf
 
         return conf.get(SECTION, key, fallback=fallback)
@@ -44,7 +56,7 @@ def max_map_length() -> int:
     """Airflow's ``[core] max_map_length``: the longest list an upstream task may push for a mapped
     task to expand over (a longer one fails that task); 1024 when unset or unreadable."""
     try:
-        from airflow.configuration import conf
+        from airflow.configuration import conf  # process boundary: see conf_get
 
         value = conf.getint("core", "max_map_length", fallback=MAX_MAP_LENGTH)
     except Exception:  # outside a configured Airflow, or not a number
@@ -72,7 +84,10 @@ def _pool_sizes(raw: str) -> dict[str, int] | str:
         return "is not a JSON object of pool -> slots"
     sizes: dict[str, int] = {}
     for name, slots in value.items():
-        if isinstance(slots, str) and slots.strip().isdecimal() and len(slots) < 4300:  # int() refuses "²"
+        if problem := pool_name_problem(str(name)):
+            return problem
+        if isinstance(slots, str) and slots.isascii() and slots.strip().isdecimal() and len(slots) < 4300:
+            # isdecimal: int() refuses "²"; isascii: int() would read full-width digits silently
             slots = int(slots)
         elif isinstance(slots, float) and slots.is_integer():
             slots = int(slots)  # 8.0: a whole number written as a float
@@ -132,13 +147,16 @@ def config_problems() -> list[tuple[str, str]]:
     """``(option, what is wrong)`` for every ``[gpu_dag]`` option set to a value the provider cannot use.
 
     Where an option is read, such a value is ignored (its default used) with a logged warning: the
-    scheduler must not stop on it. The cluster policy and ``airflow gpu-dag lint`` report these as
-    errors (``bad-config``) so they are found when DAGs are parsed, not by reading scheduler logs.
-    Never raises.
+    scheduler must not stop on it, and no DAG fails its import on it (the cluster policy logs each
+    once, as an error: :func:`log_config_problems`). ``airflow gpu-dag lint`` and the watermark
+    controller refuse to run with any of them (``bad-config``). Never raises.
     """
     problems: list[tuple[str, str]] = []
     if pools := pools_problem():
         problems.append(("pools", f"{conf_get('pools', None)!r} {pools}"))
+    if objective_name() not in OBJECTIVES:
+        names = ", ".join(OBJECTIVES)
+        problems.append(("objective", f"{conf_get('objective', None)!r} is not one of {names}"))
     raw = conf_get("max_gpus_per_host", None)
     if raw and isinstance(size := _host_size(raw), str):
         problems.append(("max_gpus_per_host", f"{raw!r} {size}"))
@@ -177,6 +195,33 @@ def config_problems() -> list[tuple[str, str]]:
             bound = f"must be >= {low}" + (f" and <= {high}" if math.isfinite(high) else "")
             problems.append((key, f"{numbers[key]:g} {bound}"))
     return problems
+
+
+_config_errors = LogOnce(log, level=logging.ERROR)
+
+
+def log_config_problem(
+    option: str, problem: str, effect: str = "its default is used where it is read"
+) -> None:
+    """Log that ``[gpu_dag] option`` cannot be used, as an error, once per process and value: the cluster
+    policy runs for every DAG of every parse, and one line per option is what an admin needs to see."""
+    _config_errors.warning(
+        f"{option}\0{problem}",
+        "airflow-gpu-dag: [gpu_dag] %s %s; %s, and GPU DAGs still import. Fix or unset it (env "
+        "AIRFLOW__GPU_DAG__%s; docs/configuration.md gives its format): `airflow gpu-dag lint` and the "
+        "watermark controller refuse to run until then.",
+        option,
+        problem,
+        effect,
+        option.upper(),
+    )
+
+
+def log_config_problems() -> None:
+    """:func:`config_problems`, each logged once per process as an error (the cluster policy's report:
+    a malformed optional option must not fail the import of every GPU DAG). Never raises."""
+    for option, problem in config_problems():
+        log_config_problem(option, problem)
 
 
 #: Whole-number options with a range (``config_problems`` reports a value outside it).
@@ -285,10 +330,6 @@ def objective() -> Objective:
     Never raises (the scheduler calls it): an unknown name is logged once and ``balanced`` is used; the
     cluster policy fails the import of DAGs using our weight rules with the fix instead.
     """
-    from dataclasses import replace
-
-    from airflow_gpu_dag.core.policy.objective import DEFAULT_OBJECTIVE, get_objective
-
     try:
         chosen = get_objective(objective_name())
     except ValueError as err:
@@ -307,8 +348,6 @@ def objective() -> Objective:
 
 def _epoch(raw: str) -> float:
     """Epoch seconds or an ISO date as epoch seconds; NaN when it is neither (or not finite)."""
-    from datetime import UTC, datetime
-
     try:
         return float(raw)
     except ValueError:
@@ -327,10 +366,6 @@ def _epoch_problem(raw: str, now: float | None = None) -> str | None:
     (a date ahead, epoch milliseconds) puts every key before it, so every weight is the int32 maximum
     and no order is left; keys more than 2**30 s (34 years) after it make weights under
     ``KEY_WEIGHT_FLOOR``, which the watermark controller no longer reads as keys."""
-    import time
-
-    from airflow_gpu_dag.core.policy.objective import KEY_WEIGHT_FLOOR
-
     epoch = _epoch(raw)
     if not math.isfinite(epoch):  # "nan" and "inf" parse as floats: every key would be NaN or infinite
         return f"{raw!r} is neither epoch seconds nor an ISO date"
@@ -351,8 +386,6 @@ def key_epoch() -> float:
     2025-01-01T00:00:00Z), in the past and less than 34 years ago (:func:`_epoch_problem`); any other
     value is logged once and the default used. Every scheduler, api-server and controller must use the
     same value."""
-    from airflow_gpu_dag.core.policy.objective import DEFAULT_EPOCH
-
     raw = conf_get("key_epoch", None)
     if not raw:
         return DEFAULT_EPOCH

@@ -2,10 +2,11 @@
 
 Only DAGs that use this provider (a task with ``gpu_dag`` hints or one of our weight rules) are
 checked. Errors (malformed estimates, impossible GPU requests, unknown pools when
-``[gpu_dag] pools`` is set, an unknown ``[gpu_dag] objective``) raise
+``[gpu_dag] pools`` is set) raise
 ``AirflowClusterPolicyViolation``, which Airflow shows as the DAG's import error with the task and the
 fix; warnings (e.g. GPU tasks on a weight rule whose weights cannot be compared with other DAGs' keys)
-are logged.
+are logged. A ``[gpu_dag]`` option the provider cannot use (an unknown objective, ``pools`` that is not
+JSON) fails no DAG: its default applies and one error per process names it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from airflow_gpu_dag.contract import read as read_contract
 from airflow_gpu_dag.core.analysis.validation import ValidationPolicy, ValidationReport, validate_graph
 from airflow_gpu_dag.core.model.findings import ERROR, WARNING, Finding
 from airflow_gpu_dag.core.model.graph import TaskGraph
-from airflow_gpu_dag.settings import config_problems, max_gpus_per_host, objective_name, pool_capacities
+from airflow_gpu_dag.settings import log_config_problems, max_gpus_per_host, pool_capacities
 
 #: The weight rules whose weights are cross-DAG keys (comparable across DAGs).
 CROSS_DAG_RULES = ("CriticalPathPriorityStrategy", "PackingPriorityStrategy")
@@ -159,29 +160,16 @@ def _lease_problem() -> str | None:
 
 
 def priority_findings(dag: Any) -> list[Finding]:
-    """The cross-DAG policy's parse-time checks: ``[gpu_dag] objective`` is known, and the DAG's GPU
-    tasks use a weight rule whose weights compare with other DAGs' (our rules give every task instance
-    a key in seconds; a stock rule's small numbers always sort after them, whatever the task's size or
-    wait)."""
-    from airflow_gpu_dag.core.policy.objective import get_objective
-
+    """The cross-DAG policy's parse-time checks: weight rules Airflow can load, usable lease options
+    (other ``[gpu_dag]`` options are logged, not failed), and the DAG's GPU tasks use a weight rule
+    whose weights compare with other DAGs' (our rules give every task instance a key in seconds; a
+    stock rule's small numbers always sort after them, whatever the task's size or wait)."""
     dag_id = str(dag.dag_id)
     bad = _unloadable_rules(dag)
     findings = weight_rule_findings(dag, bad)
-    try:
-        get_objective(objective_name())
-    except ValueError as err:
-        findings.append(
-            Finding(ERROR, "bad-objective", dag_id, None, f"{err}.", "set [gpu_dag] objective to balanced.")
-        )
-    bad_config = [
-        (
-            f"[gpu_dag] {option} {problem}; it is ignored where it is read (its default applies).",
-            f"fix or unset [gpu_dag] {option} (env AIRFLOW__GPU_DAG__{option.upper()}); "
-            "docs/configuration.md gives its format.",
-        )
-        for option, problem in config_problems()
-    ]
+    # a malformed optional option (objective included): its default applies, one logged error per process
+    log_config_problems()  # (not every GPU DAG's import error); lint and the controller refuse it
+    bad_config: list[tuple[str, str]] = []
     if lease := _lease_problem():
         bad_config.append(
             (

@@ -13,12 +13,22 @@ from unittest import mock
 
 from rich.markup import escape
 
+from airflow_gpu_dag.airflow.dag_reader import build_task_graph
+from airflow_gpu_dag.airflow.policy import priority_findings, uses_provider
+from airflow_gpu_dag.authoring.resource import pool_claim
 from airflow_gpu_dag.cli import display
 from airflow_gpu_dag.cli.common import configured_pools, parse_pool_args, quiet, status
 from airflow_gpu_dag.cli.loading import DagLoadError, LoadedDags, load_dags
 from airflow_gpu_dag.core.analysis.validation import Finding, ValidationPolicy, cycle_finding, validate_graph
+from airflow_gpu_dag.core.model.findings import ERROR, WARNING
+from airflow_gpu_dag.gpu.inventory import (
+    inventory_problem,
+    parse_time_inventory_summary,
+    parse_time_pool_sizes,
+)
+from airflow_gpu_dag.settings import config_problems, max_gpus_per_host
 
-__all__ = ["LINT_COLUMNS", "LintReport", "lint", "lint_dags"]
+__all__ = ["LINT_COLUMNS", "LintReport", "claim_findings", "config_findings", "lint", "lint_dags"]
 
 
 #: The columns of ``lint -o plain`` (one row per problem; the header is printed also with none).
@@ -73,12 +83,79 @@ class LintReport:
         }
 
 
+def config_findings() -> list[Finding]:
+    """Every ``[gpu_dag]`` option set to a value the provider cannot use, as ``bad-config`` errors (no
+    DAG: the configuration is the deployment's). The cluster policy only logs them, once, so that GPU
+    DAGs still import with the defaults; lint and the watermark controller refuse to run with them."""
+    problems = config_problems()
+    if inventory := inventory_problem():
+        problems.append(inventory)
+    return [
+        Finding(
+            ERROR,
+            "bad-config",
+            "",
+            None,
+            f"[gpu_dag] {option} {problem}; where it is read its default applies (GPU DAGs still import).",
+            f"fix or unset [gpu_dag] {option} (env AIRFLOW__GPU_DAG__{option.upper()}); "
+            "docs/configuration.md gives its format.",
+        )
+        for option, problem in problems
+    ]
+
+
+def claim_findings(dags: dict[str, Any], pools: dict[str, int]) -> list[Finding]:
+    """What ``exclusive()`` / ``share()`` said about pool sizes across DAGs: claims of one pool with
+    different sizes (an error naming every DAG: at most one is the pool's size, and an ``exclusive()``
+    with less than the pool lets its tasks run together), and claims of a pool whose size lint does not
+    know (a warning: each DAG's import checks its claim against the sizes it knows)."""
+    claims: dict[str, dict[int, set[tuple[str, str]]]] = {}
+    for dag_id, dag in sorted(dags.items()):
+        for task in dag.task_dict.values():
+            if claim := pool_claim(task):
+                claims.setdefault(claim.pool, {}).setdefault(claim.pool_size, set()).add(
+                    (dag_id, claim.helper)
+                )
+    known = {**(parse_time_pool_sizes() or {}), **pools}
+    findings = []
+    for pool, by_size in sorted(claims.items()):
+        first = min(dag_id for found in by_size.values() for dag_id, _ in found)
+        said = "; ".join(
+            f"{', '.join(f'DAG {d!r} ({h})' for d, h in sorted(found))} pool_size={size}"
+            for size, found in sorted(by_size.items())
+        )
+        if len(by_size) > 1:
+            findings.append(
+                Finding(
+                    ERROR,
+                    "pool-size-conflict",
+                    first,
+                    None,
+                    f"pool {pool!r} is claimed with different sizes: {said}. One pool has one size, so at "
+                    "most one is right; an exclusive() with less than the pool lets its tasks run together.",
+                    f"give every exclusive()/share() on {pool!r} the pool's size (airflow pools get {pool}), "
+                    f"and set it in [gpu_dag] pools so each DAG's import checks it.",
+                )
+            )
+        elif pool not in known:
+            findings.append(
+                Finding(
+                    WARNING,
+                    "pool-size-unchecked",
+                    first,
+                    None,
+                    f"pool {pool!r} is claimed by {said}, a size lint cannot check: neither [gpu_dag] pools, "
+                    "--pool nor the static inventory gives the pool's size.",
+                    f"pass --pool {pool}=<slots> (or set [gpu_dag] pools): lint and DAG imports check it.",
+                )
+            )
+    return findings
+
+
 def lint_dags(loaded: LoadedDags, policy: ValidationPolicy) -> LintReport:
     """Validate every loaded DAG. GPU DAGs (using this provider's hints or weight rule) get every
-    check; other DAGs only the cycle check."""
-    from airflow_gpu_dag.airflow.dag_reader import build_task_graph
-    from airflow_gpu_dag.airflow.policy import priority_findings, uses_provider
-
+    check; other DAGs only the cycle check. The configuration (:func:`config_findings`) and the pool
+    sizes claimed across DAGs (:func:`claim_findings`) are checked once."""
     report = LintReport(
         paths=loaded.paths,
         files=loaded.files,
@@ -100,13 +177,12 @@ def lint_dags(loaded: LoadedDags, policy: ValidationPolicy) -> LintReport:
         cycle = graph.find_cycle()
         if cycle:
             report.findings.append(cycle_finding(dag_id, cycle))
+    report.findings.extend(claim_findings(loaded.dags, dict(policy.pool_slots or {})))
+    report.findings[:0] = config_findings()
     return report
 
 
 def _policy(args: argparse.Namespace, pools: dict[str, int]) -> ValidationPolicy:
-    from airflow_gpu_dag.gpu.inventory import parse_time_inventory_summary
-    from airflow_gpu_dag.settings import max_gpus_per_host
-
     return ValidationPolicy(
         pool_slots=pools or None,
         max_gpus_per_host=args.max_gpus_per_host

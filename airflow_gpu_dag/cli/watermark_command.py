@@ -305,6 +305,7 @@ def watermark(args: argparse.Namespace) -> None:
     output = getattr(args, "output", None) or "table"
     if dry_run and not once:
         raise _fail("--dry-run needs --once (decide once, print, write nothing)")
+    _refuse_bad_config()
     heartbeat_file = getattr(args, "heartbeat_file", None)
     problem = _unwritable(heartbeat_file) if heartbeat_file else None
     if problem:
@@ -383,6 +384,18 @@ def watermark(args: argparse.Namespace) -> None:
             server.stop()
         client.close()
         sys.stdout.flush()
+
+
+def _refuse_bad_config() -> None:
+    """A ``[gpu_dag]`` option the provider cannot use stops the controller before it touches a pool:
+    where it is read its default would apply silently (DAGs still import with it; lint fails on it)."""
+    from airflow_gpu_dag.gpu.inventory import inventory_problem  # start-up: the CLI loads this module
+    from airflow_gpu_dag.settings import config_problems  # start-up: the CLI loads this module
+
+    bad = [*config_problems(), *filter(None, [inventory_problem()])]
+    if bad:
+        options = "; ".join(f"[gpu_dag] {option} {problem}" for option, problem in bad)
+        raise _fail(f"{options}. Fix or unset it (docs/configuration.md gives the format), then start again")
 
 
 def _release(controller: Any, reason: str) -> list[str]:

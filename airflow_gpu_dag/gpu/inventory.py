@@ -15,6 +15,11 @@ Two sources:
 ``[gpu_dag] inventory_source`` picks one: ``auto`` (default: NVML when it works and sees at least one
 device, else the static inventory), ``nvml`` or ``static``.
 
+Parse-time checks (the GPU operators, the cluster policy, ``airflow gpu-dag lint``) run where DAG files
+are parsed, which is seldom a worker: with ``auto`` they use the static inventory only (it describes
+the workers), never the GPUs of the parsing host; those only with ``inventory_source = nvml``
+(:func:`parse_time_inventory`).
+
 :class:`GpuDevice` and :class:`GpuInventory` are plain data; only :func:`nvml_inventory` touches NVML.
 """
 
@@ -24,6 +29,7 @@ import contextlib
 import functools
 import json
 import re
+import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -31,6 +37,7 @@ from typing import Any
 from airflow_gpu_dag.core.analysis.gpu_requests import InventorySummary, device_could_hold
 from airflow_gpu_dag.core.model.pools import normalize_gpu_type, pool_sizes_for_devices
 from airflow_gpu_dag.core.model.resources import EstimateError, format_memory, parse_memory_mib
+from airflow_gpu_dag.settings import conf_get, log_config_problem
 
 __all__ = [
     "AUTO",
@@ -43,10 +50,14 @@ __all__ = [
     "configured_inventory_source",
     "configured_inventory_spec",
     "gpu_type_from_name",
+    "inventory_problem",
     "load_inventory",
     "nvml_inventory",
     "parse_inventory",
+    "parse_time_inventory",
     "parse_time_inventory_summary",
+    "parse_time_pool_sizes",
+    "parse_time_source",
     "visible_to",
 ]
 
@@ -379,7 +390,7 @@ def _nvml_text(value: object) -> str:
 def nvml_inventory() -> GpuInventory:
     """The real devices through NVML. Raises :class:`InventoryUnavailable` when NVML cannot be used."""
     try:
-        import pynvml
+        import pynvml  # optional dependency: the nvml extra
     except ImportError as err:
         raise InventoryUnavailable(
             "pynvml is not installed; pip install nvidia-ml-py (extra airflow-gpu-dag[nvml])"
@@ -393,8 +404,6 @@ def nvml_inventory() -> GpuInventory:
     finally:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
-    import socket
-
     return GpuInventory(tuple(devices), source=NVML, host=socket.gethostname())
 
 
@@ -444,8 +453,6 @@ def _nvml_device(pynvml: Any, index: int) -> GpuDevice:
 # -- configuration ----------------------------------------------------------------------------------
 def configured_inventory_source() -> str:
     """``[gpu_dag] inventory_source``: ``auto`` (default), ``nvml`` or ``static``."""
-    from airflow_gpu_dag.settings import conf_get
-
     raw = (conf_get("inventory_source", AUTO) or AUTO).strip().lower()
     if raw not in SOURCES:
         raise InventoryError(f"[gpu_dag] inventory_source {raw!r} must be one of {', '.join(SOURCES)}")
@@ -454,10 +461,24 @@ def configured_inventory_source() -> str:
 
 def configured_inventory_spec() -> str | None:
     """``[gpu_dag] inventory`` (static inventory text), or None when unset."""
-    from airflow_gpu_dag.settings import conf_get
-
     raw = conf_get("inventory", None)
     return raw.strip() if raw and raw.strip() else None
+
+
+def inventory_problem() -> tuple[str, str] | None:
+    """``(option, what is wrong)`` when ``[gpu_dag] inventory_source`` or ``[gpu_dag] inventory`` cannot
+    be understood, else None: what ``airflow gpu-dag lint`` and the watermark controller refuse, and
+    what the parse-time checks log once (they then check against no inventory). Never raises."""
+    raw = (conf_get("inventory_source", AUTO) or AUTO).strip().lower()
+    if raw not in SOURCES:
+        return "inventory_source", f"{raw!r} is not one of {', '.join(SOURCES)}"
+    spec = configured_inventory_spec()
+    if spec:
+        try:
+            parse_inventory(spec)
+        except InventoryError as err:
+            return "inventory", f"{spec!r} cannot be read: {err}"
+    return None
 
 
 def load_inventory(source: str | None = None, spec: str | None = None) -> GpuInventory:
@@ -484,28 +505,61 @@ def load_inventory(source: str | None = None, spec: str | None = None) -> GpuInv
     if not spec:
         prefix = f"no GPUs found ({nvml_problem}) and " if nvml_problem else ""
         raise InventoryUnavailable(f"{prefix}no static inventory is configured; {_INVENTORY_HELP}")
-    import socket
-
     return parse_inventory(spec, host=socket.gethostname())
 
 
+def parse_time_source(source: str) -> str:
+    """The inventory source parse-time checks use for ``[gpu_dag] inventory_source = source``: ``auto``
+    is the static inventory, not NVML. DAG files are parsed by a dag-processor (or a CI job) that
+    seldom has the workers' GPUs: one with a T4 of its own would refuse every DAG asking for the
+    workers' a100s. The parsing host's own GPUs are used only when asked for (``nvml``)."""
+    return STATIC if source == AUTO else source
+
+
 @functools.lru_cache(maxsize=8)
-def _summary_for(source: str, spec: str | None) -> InventorySummary | None:
+def _parse_time_for(source: str, spec: str | None) -> GpuInventory | None:
     try:
-        return load_inventory(source, spec).summary()
+        return load_inventory(source, spec)
     except InventoryUnavailable:
         return None
 
 
-def parse_time_inventory_summary() -> InventorySummary | None:
-    """The configured inventory (``[gpu_dag] inventory_source`` / ``inventory``: NVML on this host, or
-    the static one) as plain data for the parse-time request checks of the cluster policy and
-    ``airflow gpu-dag lint``; None when there is none (then requests are checked against the pools
-    and ``max_gpus_per_host`` only). Cached per process and configuration.
+def parse_time_inventory() -> GpuInventory | None:
+    """The inventory GPU declarations are checked against while DAG files are parsed (the GPU
+    operators, the cluster policy, ``airflow gpu-dag lint``): the static inventory
+    (``[gpu_dag] inventory``) with ``inventory_source`` ``auto`` or ``static``, this host's NVML
+    devices only with ``nvml`` (:func:`parse_time_source`); None when there is none (requests are then
+    checked against ``[gpu_dag] pools`` and ``max_gpus_per_host`` only). Cached per process and
+    configuration.
 
-    :raises InventoryError: the configuration cannot be understood.
-    """
-    return _summary_for(configured_inventory_source(), configured_inventory_spec())
+    Never raises: an inventory configuration that cannot be understood is logged once as an error
+    naming the option (lint and the watermark controller refuse it: :func:`inventory_problem`), and no
+    inventory is used, so no DAG fails its import on it."""
+    try:
+        return _parse_time_for(parse_time_source(configured_inventory_source()), configured_inventory_spec())
+    except InventoryError as err:
+        option, problem = inventory_problem() or ("inventory", str(err))
+        log_config_problem(
+            option, problem, "GPU requests are checked against no inventory when DAGs are parsed"
+        )
+        return None
+
+
+def parse_time_inventory_summary() -> InventorySummary | None:
+    """:func:`parse_time_inventory` as plain data for the parse-time request checks of the cluster
+    policy and ``airflow gpu-dag lint``. Never raises."""
+    inventory = parse_time_inventory()
+    return inventory.summary() if inventory is not None else None
+
+
+def parse_time_pool_sizes() -> dict[str, int] | None:
+    """The GPU pools the static inventory stands for (``{"gpu_default": 8, "gpu_a100": 8}``; the
+    capacities the cross-DAG weights use when ``[gpu_dag] pools`` is unset), or None when the
+    parse-time inventory is not a static one."""
+    inventory = parse_time_inventory()
+    if inventory is None or inventory.source != STATIC:
+        return None
+    return {pool: size for pool, size in inventory.pool_sizes().items() if size > 0}
 
 
 def devices_by_index(devices: Iterable[GpuDevice]) -> dict[int, GpuDevice]:

@@ -13,7 +13,6 @@ the rung).
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -21,19 +20,14 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_gpu_dag.core.analysis.gpu_requests import RequestLimits, check_gpu_request
+from airflow_gpu_dag.airflow.declaring import declaring_dag
+from airflow_gpu_dag.core.analysis.gpu_requests import RequestLimits, check_gpu_request, default_pool_finding
 from airflow_gpu_dag.core.model.ladders import as_rung_findings, never_runs
-from airflow_gpu_dag.core.model.pools import pool_for_gpu_type
+from airflow_gpu_dag.core.model.pools import DEFAULT_POOL, pool_for_gpu_type
 from airflow_gpu_dag.core.model.resources import EstimateError, GpuRequest, parse_duration, parse_estimate
 from airflow_gpu_dag.executor_config import HINTS_KEY, gpu_hints, read_hints
-from airflow_gpu_dag.gpu.inventory import (
-    GpuInventory,
-    InventoryError,
-    InventoryUnavailable,
-    configured_inventory_source,
-    configured_inventory_spec,
-    load_inventory,
-)
+from airflow_gpu_dag.gpu import inventory as gpu_inventory
+from airflow_gpu_dag.gpu.inventory import GpuInventory
 from airflow_gpu_dag.settings import max_gpus_per_host, pool_capacities
 
 log = logging.getLogger(__name__)
@@ -86,27 +80,13 @@ class GpuTaskSpec:
 
 
 # -- checks ------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=8)
-def _inventory_for(source: str, spec: str | None) -> GpuInventory | None:
-    try:
-        return load_inventory(source, spec)
-    except InventoryUnavailable:
-        return None
-
-
 def parse_time_inventory() -> GpuInventory | None:
-    """The inventory that declarations are checked against while parsing (cached per process).
-
-    ``[gpu_dag] inventory_source``: ``auto`` = NVML on this host, else the static inventory; None when
-    neither is there (then only ``[gpu_dag] max_gpus_per_host`` and ``[gpu_dag] pools`` are checked).
-    """
-    try:
-        return _inventory_for(configured_inventory_source(), configured_inventory_spec())
-    except InventoryError as err:
-        raise GpuTaskError(
-            f"the GPU inventory configuration is invalid: {err}. Fix: correct [gpu_dag] inventory and "
-            "[gpu_dag] inventory_source (AIRFLOW__GPU_DAG__INVENTORY, AIRFLOW__GPU_DAG__INVENTORY_SOURCE)."
-        ) from None
+    """The inventory that declarations are checked against while parsing (cached per process): the
+    static inventory with ``[gpu_dag] inventory_source`` ``auto`` or ``static``, this host's GPUs only
+    with ``nvml`` (:func:`airflow_gpu_dag.gpu.inventory.parse_time_inventory`); None when there is none
+    or its configuration cannot be read (logged once; then only ``[gpu_dag] max_gpus_per_host`` and
+    ``[gpu_dag] pools`` are checked)."""
+    return gpu_inventory.parse_time_inventory()
 
 
 def _where(task_id: str | None, dag_id: str | None) -> str:
@@ -177,13 +157,13 @@ def resolve_gpu_task(
             f"{where}: pool_slots={pool_slots} but gpus={request.count}; a GPU task takes one pool slot "
             "per GPU. Fix: drop pool_slots (it is set from gpus)."
         )
+    if pool == DEFAULT_POOL:
+        found = default_pool_finding(dag_id or "", task_id, request.count, operator=True)
+        raise GpuTaskError(f"{where}: {found.message} Fix: {found.fix}")
     pool = pool or pool_for_gpu_type(request.gpu_type)
 
     if inventory is None:
-        try:
-            inventory = parse_time_inventory()
-        except GpuTaskError as err:  # say which declaration it stopped
-            raise GpuTaskError(f"{where}: {err}") from None
+        inventory = parse_time_inventory()
     limits = RequestLimits(
         pool_slots=pool_capacities(),
         max_gpus_per_host=max_gpus_per_host(),
@@ -195,9 +175,9 @@ def resolve_gpu_task(
     errors = [f"{where}: {f.message} Fix: {f.fix}" for f in findings if f.is_error]
     if errors:
         raise GpuTaskError("\n".join(errors))
-    for before, finding in zip(raw, findings, strict=True):  # what is left: a rung that never starts
+    for before, finding in zip(raw, findings, strict=True):  # warnings, and a rung that never starts
         log.warning("%s: %s Fix: %s", where, finding.message, finding.fix)
-        if rung is not None:
+        if rung is not None and before.is_error:
             rung[1].append(never_runs(before))
 
     config = gpu_hints(
@@ -219,8 +199,6 @@ def resolve_gpu_task(
 
 def current_dag_id(kwargs: Mapping[str, Any]) -> str | None:
     """The id of the DAG a task is being declared in (``declaring_dag``: ``kwargs["dag"]`` or the context)."""
-    from airflow_gpu_dag.airflow.declaring import declaring_dag
-
     return getattr(declaring_dag(kwargs), "dag_id", None)
 
 

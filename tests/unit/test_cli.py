@@ -678,8 +678,8 @@ def test_lint_table_keeps_the_setting_name_in_brackets(
     monkeypatch.setenv("AIRFLOW__GPU_DAG__OBJECTIVE", "bogus")
     assert run_cli("lint", str(GOOD), "--pool", "gpu_default=8") == 1
     out = capsys.readouterr().out
-    assert "bad-objective" in out
-    assert "[gpu_dag] objective" in out and "set [gpu_dag] objective to balanced" in out
+    assert "bad-config" in out
+    assert "[gpu_dag] objective" in out and "fix or unset [gpu_dag] objective" in out
 
 
 @pytest.mark.parametrize(

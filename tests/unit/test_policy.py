@@ -104,16 +104,18 @@ def test_dags_not_using_the_provider_are_left_alone(tmp_path: Path, monkeypatch:
     assert bag.import_errors == {}  # type: ignore[attr-defined]
 
 
-def test_unknown_objective_fails_the_import_and_stock_rules_on_gpu_tasks_are_flagged(
+def test_unknown_objective_is_a_lint_error_and_stock_rules_on_gpu_tasks_are_flagged(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The cross-DAG policy at parse time: an unknown objective is an error naming the fix; GPU tasks on a
-    stock weight rule (weights not comparable with other DAGs' keys) are a warning naming the rule."""
+    """The cross-DAG policy at parse time: an unknown objective fails no DAG's import (the default is
+    used, one error logged) but is a lint error naming the fix; GPU tasks on a stock weight rule
+    (weights not comparable with other DAGs' keys) are a warning naming the rule."""
     from airflow.providers.standard.operators.empty import EmptyOperator
     from airflow.sdk import DAG
 
     from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
     from airflow_gpu_dag.airflow.policy import priority_findings
+    from airflow_gpu_dag.cli.lint import config_findings
 
     with DAG("stock_gpu", schedule=None) as stock_dag:
         EmptyOperator(task_id="train", executor_config=gpu_hints(duration="1h", gpus=2))
@@ -124,10 +126,9 @@ def test_unknown_objective_fails_the_import_and_stock_rules_on_gpu_tasks_are_fla
     assert "'downstream'" in warning.message and "CRITICAL_PATH_WEIGHT_RULE" in warning.fix
     assert priority_findings(ours_dag) == []
     monkeypatch.setenv("AIRFLOW__GPU_DAG__OBJECTIVE", "fastest")
-    (error,) = priority_findings(ours_dag)
-    assert (
-        error.is_error and error.code == "bad-objective" and "throughput, balanced, latency" in error.message
-    )
+    assert priority_findings(ours_dag) == []
+    (error,) = config_findings()
+    assert error.is_error and error.code == "bad-config" and "throughput, balanced, latency" in error.message
 
 
 def test_inventory_checks_requests_when_no_pool_sizes_are_given(
@@ -212,23 +213,26 @@ def test_weight_rules_airflow_cannot_load_are_errors_naming_the_task_and_the_rul
         ("key_epoch", "soon", "neither epoch seconds nor an ISO date"),
     ],
 )
-def test_unusable_config_values_are_parse_time_errors_naming_the_option(
+def test_unusable_config_values_are_lint_errors_naming_the_option(
     monkeypatch: pytest.MonkeyPatch, option: str, value: str, fragment: str
 ) -> None:
     """Such values are ignored where they are read (the scheduler must not stop), which hid them: a pool
     of -8 slots made every GPU DAG fail with "request at most -8 GPUs", a bad reservation_gap only
-    showed in scheduler logs. The cluster policy and lint now name the option."""
+    showed in scheduler logs. Lint names the option (the cluster policy logs it once, and the DAG
+    imports with the default)."""
     from airflow.providers.standard.operators.empty import EmptyOperator
     from airflow.sdk import DAG
 
     from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
     from airflow_gpu_dag.airflow.policy import priority_findings
+    from airflow_gpu_dag.cli.lint import config_findings
     from airflow_gpu_dag.settings import max_gpus_per_host, pool_capacities
 
     monkeypatch.setenv(f"AIRFLOW__GPU_DAG__{option.upper()}", value)
     with DAG("d", schedule=None, default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
-        EmptyOperator(task_id="train", executor_config=gpu_hints(duration="1h", gpus=2))
-    (error,) = priority_findings(dag)
+        EmptyOperator(task_id="train", pool="gpu_default", pool_slots=2, executor_config=gpu_hints(gpus=2))
+    assert priority_findings(dag) == []
+    (error,) = config_findings()
     assert error.code == "bad-config" and error.is_error
     assert f"[gpu_dag] {option} {value!r}" in error.message and fragment in error.message
     assert f"AIRFLOW__GPU_DAG__{option.upper()}" in error.fix

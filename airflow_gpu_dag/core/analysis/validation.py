@@ -11,7 +11,12 @@ import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from airflow_gpu_dag.core.analysis.gpu_requests import InventorySummary, RequestLimits, check_gpu_request
+from airflow_gpu_dag.core.analysis.gpu_requests import (
+    InventorySummary,
+    RequestLimits,
+    check_gpu_request,
+    default_pool_finding,
+)
 from airflow_gpu_dag.core.model.findings import ERROR, WARNING, Finding
 from airflow_gpu_dag.core.model.graph import TaskGraph, task_pool
 from airflow_gpu_dag.core.model.ladders import as_rung_findings
@@ -149,6 +154,8 @@ def _check_resources(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Fin
                 f"create it (airflow pools set {shlex.quote(pool)} <slots> '<description>') "
                 "or use a known pool.",
             )
+        if node.gpu is not None and node.pool == DEFAULT_POOL:  # as read from Airflow: no pool named
+            yield default_pool_finding(graph.dag_id, node.task_id, node.gpu.count)
         found = check_gpu_request(graph.dag_id, node.task_id, node.gpu, pool, node.pool_slots, limits)
         yield from as_rung_findings(found, node.attrs.get("fallback"))
 
