@@ -117,7 +117,7 @@ def pool_capacities() -> dict[str, int] | None:
         return None
     sizes = _pool_sizes(raw)
     if isinstance(sizes, str):
-        log.warning("[gpu_dag] pools %r %s; ignoring it", raw, sizes)
+        _warn_once(f"pools\0{raw}", "[gpu_dag] pools %r %s; ignoring it", raw, sizes)  # read per GPU task
         return None
     return sizes
 
@@ -138,7 +138,7 @@ def max_gpus_per_host() -> int | None:
         return None
     size = _host_size(raw)
     if isinstance(size, str):
-        log.warning("[gpu_dag] max_gpus_per_host %r %s; ignoring it", raw, size)
+        _warn_once(f"max_gpus_per_host\0{raw}", "[gpu_dag] max_gpus_per_host %r %s; ignoring it", raw, size)
         return None
     return size
 

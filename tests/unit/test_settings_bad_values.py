@@ -262,3 +262,21 @@ def test_a_malformed_inventory_does_not_fail_the_import_of_gpu_dags(
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "[gpu_dag] inventory" in errors[0]
     assert "checked against no inventory" in errors[0]
+
+
+@pytest.mark.parametrize(("option", "value"), [("pools", "nope"), ("max_gpus_per_host", "eight")])
+def test_a_malformed_limit_is_warned_once_not_at_every_gpu_task(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    _config_errors_fresh: None,
+    option: str,
+    value: str,
+) -> None:
+    """Every GPU operator reads ``pools`` and ``max_gpus_per_host`` when it is declared: a warning per
+    task buried the one error the cluster policy logs."""
+    _set(monkeypatch, option, value)
+    with caplog.at_level(logging.WARNING, logger="airflow_gpu_dag.settings"):
+        for dag_id in ("w_a", "w_b", "w_c"):
+            _gpu_dag(dag_id)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len([m for m in warned if f"[gpu_dag] {option}" in m]) == 1, warned
