@@ -5,13 +5,14 @@ command runs and its process sees only those (``CUDA_VISIBLE_DEVICES``/``NVIDIA_
 
 A lease records its holder (pid, the process start time from ``/proc`` to beat pid reuse, host,
 boot id, pid namespace: :mod:`airflow_gpu_dag.gpu.process`), the processes doing its work (e.g. the
-bash command's session), and a heartbeat that the holder renews every ``lease_heartbeat`` seconds.
-Before every allocation, stale leases are reclaimed: the holder process is gone (killed with -9, host
-rebooted), or the heartbeat is older than ``lease_ttl``. A stale lease therefore holds its GPUs for at
-most ``lease_ttl`` (plus one poll of the next waiting task). When a lease is reclaimed, its recorded
-work processes that are still running (orphans of a killed holder) are killed, so the GPUs are really
-free when they are given out again; the holder itself, if still alive, finds the lease lost at its
-next heartbeat.
+bash command's session, a Python task's own process group from the moment it takes the lease), and
+a heartbeat that the holder renews every ``lease_heartbeat`` seconds. Before every allocation, stale
+leases are reclaimed: the holder process is gone (killed with -9, host rebooted), or the heartbeat is
+older than ``lease_ttl``. A reclaimed lease's devices are given out again only once its work is gone:
+its recorded processes and groups, and processes started with its ``GPU_DAG_LEASE_ID``, get SIGTERM,
+then SIGKILL after ``reclaim_grace_s`` (:meth:`LeaseTable.stop_work`), and the lease keeps its devices
+until none is left. The holder itself, if still alive and not in a recorded group, finds the lease
+lost at its next heartbeat.
 
 Modules: this one is the API (:class:`LeaseManager`, :class:`Lease`);
 :mod:`~airflow_gpu_dag.gpu.lease_table` stores the table (one directory per host, ``[gpu_dag]
@@ -35,6 +36,7 @@ from typing import Any
 import airflow_gpu_dag.metrics as metrics
 from airflow_gpu_dag.core.model.resources import GpuRequest, format_memory
 from airflow_gpu_dag.gpu.inventory import GpuInventory, load_inventory, visible_to
+from airflow_gpu_dag.gpu.lease_dir_marker import LeaseDirMarkers
 from airflow_gpu_dag.gpu.lease_errors import (
     LeaseError,
     LeaseImpossible,
@@ -42,10 +44,10 @@ from airflow_gpu_dag.gpu.lease_errors import (
     LeaseTableCorrupt,
     LeaseTimeout,
 )
-from airflow_gpu_dag.gpu.lease_settings import LeaseOwner, LeaseSettings, default_lease_dir
+from airflow_gpu_dag.gpu.lease_settings import LeaseOwner, LeaseSettings, default_lease_dir, owner_of
+from airflow_gpu_dag.gpu.lease_table import LEASE_ENV, LeaseTable
 from airflow_gpu_dag.gpu.lease_table import LOCK_FILE as LOCK_FILE
 from airflow_gpu_dag.gpu.lease_table import TABLE_FILE as TABLE_FILE
-from airflow_gpu_dag.gpu.lease_table import LeaseTable
 from airflow_gpu_dag.gpu.process import process_alive, process_start_token
 
 __all__ = [
@@ -105,7 +107,7 @@ class Lease:
             "CUDA_VISIBLE_DEVICES": ids,
             "NVIDIA_VISIBLE_DEVICES": ids,
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # CUDA numbers like NVML (PCI bus order)
-            "GPU_DAG_LEASE_ID": self.lease_id,
+            LEASE_ENV: self.lease_id,  # also finds the work started with it when the lease is reclaimed
             "GPU_DAG_DEVICES": ids,
         }
 
@@ -230,6 +232,10 @@ class LeaseManager:
         self.lock_path = self.table.lock_path
         self.ledger = self.table.ledger
         self._host = self.table.identity.host
+        marker_dir = self.settings.host_marker_dir
+        self.markers = (
+            None if marker_dir is None else LeaseDirMarkers(marker_dir, self.dir, self.settings.ttl_s)
+        )
 
     # -- inventory --------------------------------------------------------------------------------
     def inventory(self) -> GpuInventory:
@@ -252,8 +258,8 @@ class LeaseManager:
             table = self.table.load()
             now = time.time()
             rebased = self.table.rebase_future_heartbeats(table, now)
-            reclaimed = self.table.reclaim(table, now)
-            if reclaimed or rebased:
+            reclaimed, changed = self.table.sweep(table, now)
+            if changed or rebased:
                 self.table.save(table)
             return reclaimed
 
@@ -278,11 +284,14 @@ class LeaseManager:
         *,
         holder_pid: int | None = None,
         lock_timeout: float | None = None,
+        work_groups: Iterable[int] = (),
     ) -> Lease | None:
         """Lease ``request`` now if the devices are free (after reclaiming stale leases), else None.
 
         ``lock_timeout``: seconds to wait for the table lock (None: as long as it takes), then
-        :class:`LeaseTimeout`.
+        :class:`LeaseTimeout`. ``work_groups``: process groups doing the lease's work, recorded in the
+        same write that grants the devices, so there is no moment the devices are leased and the work
+        unknown (a reclaim stops every process left in them).
         """
         owner = owner or LeaseOwner()
         inventory = self.inventory()
@@ -292,7 +301,7 @@ class LeaseManager:
             table = self.table.load()
             now = time.time()
             changed = self.table.rebase_future_heartbeats(table, now)
-            changed = bool(self.table.reclaim(table, now)) or changed
+            changed = self.table.sweep(table, now)[1] or changed
             held = _held_devices(inventory, table["leases"].values())
             chosen = self._choose(inventory, request, held)
             if chosen is None:
@@ -312,7 +321,7 @@ class LeaseManager:
                 },
                 "owner": asdict(owner),
                 "holder": self.table.identity.holder(pid),
-                "processes": [],
+                "processes": [_process_record(pgid) for pgid in work_groups],
                 "acquired_at": now,
                 "heartbeat_at": now,
                 "heartbeat_mono": time.monotonic(),  # ages the lease on this boot (wall clocks jump)
@@ -342,20 +351,26 @@ class LeaseManager:
         timeout: float | None = None,
         holder_pid: int | None = None,
         cancelled: Callable[[], bool] | None = None,
+        work_groups: Iterable[int] = (),
     ) -> Lease:
         """Lease ``request``, polling every ``poll_s`` until ``timeout`` (default ``wait_timeout_s``).
+        ``work_groups``: see :meth:`try_acquire`.
 
         :raises LeaseImpossible: at once, when this host can never satisfy the request.
         :raises LeaseTimeout: when the devices did not become free in time (the message lists holders).
         """
         owner = owner or LeaseOwner()
         timeout = self.settings.wait_timeout_s if timeout is None else timeout
+        if self.markers is not None:  # another lease_dir on this host would hand out our GPUs twice
+            self.markers.announce()
         asked = time.monotonic()
         deadline = asked + timeout
         waited_logged = False
         while True:
             lock_timeout = max(1.0, deadline - time.monotonic())  # brief contention is normal
-            lease = self.try_acquire(request, owner, holder_pid=holder_pid, lock_timeout=lock_timeout)
+            lease = self.try_acquire(
+                request, owner, holder_pid=holder_pid, lock_timeout=lock_timeout, work_groups=work_groups
+            )
             if lease is not None:
                 metrics.lease_waited(time.monotonic() - asked, owner.pool)
                 return lease
@@ -373,7 +388,12 @@ class LeaseManager:
         try:
             holders = [
                 f"#{','.join(str(d) for d in r.get('devices', ()))} by "
-                f"{LeaseOwner(**r.get('owner', {})).describe()} (pid {(r.get('holder') or {}).get('pid')})"
+                f"{owner_of(r).describe()} (pid {(r.get('holder') or {}).get('pid')})"
+                + (
+                    f", being reclaimed: waiting for its processes to exit ({r['reclaim'].get('reason')})"
+                    if isinstance(r.get("reclaim"), dict)
+                    else ""
+                )
                 for r in self.leases()
             ]
             inventory = self.inventory().describe()
@@ -406,16 +426,18 @@ class LeaseManager:
         return healthy if healthy < request.count <= len(devices) else None
 
     def heartbeat(self, lease_id: str) -> bool:
-        """Renew ``lease_id``; False when it is no longer in the table (reclaimed)."""
+        """Renew ``lease_id``; False when it is no longer in the table or is being reclaimed."""
         with self.table.locked():
             table = self.table.load()
             record = table["leases"].get(lease_id)
-            if record is None:
+            if record is None or "reclaim" in record:
                 return False
             record["heartbeat_at"] = time.time()
             record["heartbeat_mono"] = time.monotonic()
             self.table.save(table)
-            return True
+        if self.markers is not None:
+            self.markers.touch()
+        return True
 
     def register_process(self, lease_id: str, pid: int) -> bool:
         """Record a work process of ``lease_id`` (False when the lease is gone)."""
@@ -424,14 +446,11 @@ class LeaseManager:
             record = table["leases"].get(lease_id)
             if record is None:
                 return False
-            try:
-                pgid: int | None = os.getpgid(pid)
-            except OSError:
-                pgid = None
-            record.setdefault("processes", []).append(
-                {"pid": pid, "start": process_start_token(pid), "pgid": pgid}
-            )
-            self.table.save(table)
+            entry = _process_record(pid)
+            processes = record.setdefault("processes", [])
+            if entry not in processes:
+                processes.append(entry)
+                self.table.save(table)
             return True
 
     def release(self, lease_id: str, outcome: str = "success") -> bool:
@@ -441,6 +460,9 @@ class LeaseManager:
             record = table["leases"].get(lease_id)
             if record is None:
                 log.warning("GPU lease %s was already reclaimed; nothing to release", lease_id)
+                return False
+            if "reclaim" in record:  # its devices are freed once the reclaim has stopped its work
+                log.warning("GPU lease %s is being reclaimed; its devices are freed by the reclaim", lease_id)
                 return False
             # ledger first: a crash between the two leaves a record the reader de-duplicates by lease id
             self.table.record_usage(record, time.time(), outcome)
@@ -462,6 +484,16 @@ class LeaseManager:
             raise
         else:
             held.release("success")
+
+
+def _process_record(pid: int) -> dict[str, Any]:
+    """The table's record of work process ``pid``: with its start time (a reused pid is not it) and
+    its process group (``pgid == pid``: the whole group is the lease's work)."""
+    try:
+        pgid: int | None = os.getpgid(pid)
+    except OSError:
+        pgid = None
+    return {"pid": pid, "start": process_start_token(pid), "pgid": pgid}
 
 
 def _held_devices(inventory: GpuInventory, records: Iterable[Mapping[str, Any]]) -> set[int]:

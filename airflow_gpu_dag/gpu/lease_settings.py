@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from airflow_gpu_dag.core.model.resources import EstimateError, parse_duration
+from airflow_gpu_dag.gpu.lease_dir_marker import default_marker_dir
 from airflow_gpu_dag.gpu.usage import USAGE_FILE
+from airflow_gpu_dag.settings import conf_get
 
 __all__ = [
     "LeaseOwner",
@@ -17,6 +19,7 @@ __all__ = [
     "configured_lease_dir",
     "configured_usage_ledger",
     "default_lease_dir",
+    "owner_of",
 ]
 
 
@@ -27,8 +30,6 @@ def default_lease_dir() -> Path:
 
 def configured_lease_dir() -> Path:
     """``[gpu_dag] lease_dir``, else :func:`default_lease_dir`."""
-    from airflow_gpu_dag.settings import conf_get
-
     return Path(conf_get("lease_dir", None) or default_lease_dir())
 
 
@@ -39,8 +40,6 @@ def configured_usage_ledger() -> Path:
 
 
 def _usage_ledger_option() -> Path | None:
-    from airflow_gpu_dag.settings import conf_get
-
     configured = conf_get("usage_ledger", None)
     return Path(str(configured).strip()) if configured and str(configured).strip() else None
 
@@ -52,8 +51,12 @@ class LeaseSettings:
     ``ttl_s``: a lease whose heartbeat is older than this is reclaimed (the bound on how long a stale
     lease can hold a GPU). ``heartbeat_s``: how often a holder renews (must be well below ``ttl_s``).
     ``poll_s``: how often a waiting task retries. ``wait_timeout_s``: how long a task waits for its
-    devices before failing. ``kill_orphans``: kill a reclaimed lease's recorded work processes.
+    devices before failing. ``kill_orphans``: stop a stale lease's work that still runs (SIGTERM, then
+    SIGKILL after ``reclaim_grace_s``); off, the devices stay held until that work exits by itself.
     ``usage_ledger``: the file ended leases are charged to (None: ``<lease_dir>/usage.jsonl``).
+    ``host_marker_dir``: where the workers of this host announce their lease directories, so that a
+    worker using another one than its neighbours is warned about (:mod:`~airflow_gpu_dag.gpu.
+    lease_dir_marker`); None (the default outside :meth:`from_config`): no announcement, no check.
     """
 
     lease_dir: Path = field(default_factory=default_lease_dir)
@@ -63,14 +66,20 @@ class LeaseSettings:
     wait_timeout_s: float = 600.0
     kill_orphans: bool = True
     usage_ledger: Path | None = None
+    reclaim_grace_s: float = 10.0
+    host_marker_dir: Path | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lease_dir", Path(self.lease_dir))
         if self.usage_ledger is not None:
             object.__setattr__(self, "usage_ledger", Path(self.usage_ledger))
+        if self.host_marker_dir is not None:
+            object.__setattr__(self, "host_marker_dir", Path(self.host_marker_dir))
         for name in ("ttl_s", "heartbeat_s", "poll_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"lease setting {name}={getattr(self, name)} must be > 0")
+        if self.reclaim_grace_s < 0:
+            raise ValueError(f"lease setting reclaim_grace_s={self.reclaim_grace_s} must be >= 0")
         if self.wait_timeout_s < 0:
             raise ValueError(f"lease setting wait_timeout_s={self.wait_timeout_s} must be >= 0")
         if self.heartbeat_s * 2 > self.ttl_s:
@@ -87,8 +96,9 @@ class LeaseSettings:
     @classmethod
     def from_config(cls, **overrides: Any) -> LeaseSettings:
         """Settings from ``[gpu_dag]`` (``lease_dir``, ``lease_ttl``, ``lease_heartbeat``,
-        ``lease_poll_interval``, ``lease_wait_timeout``, ``usage_ledger``), then ``overrides``."""
-        from airflow_gpu_dag.settings import conf_get
+        ``lease_poll_interval``, ``lease_wait_timeout``, ``usage_ledger``), then ``overrides``.
+        ``host_marker_dir`` is the host's well-known one (:func:`~airflow_gpu_dag.gpu.lease_dir_marker.
+        default_marker_dir`)."""
 
         def seconds(key: str, default: float) -> float:
             raw = conf_get(key, None)
@@ -106,9 +116,25 @@ class LeaseSettings:
             "poll_s": seconds("lease_poll_interval", 2.0),
             "wait_timeout_s": seconds("lease_wait_timeout", 600.0),
             "usage_ledger": _usage_ledger_option(),  # None: <lease_dir>/usage.jsonl
+            "host_marker_dir": default_marker_dir(),  # a worker: announce the lease_dir it uses
         }
         values.update(overrides)
         return cls(**values)
+
+
+def owner_of(record: Mapping[str, Any]) -> LeaseOwner:
+    """The owner of a lease record; fields of the wrong type (a damaged or newer table) are left out
+    rather than failing the reader."""
+    raw = record.get("owner")
+    if not isinstance(raw, Mapping):
+        return LeaseOwner()
+    text = {k: raw[k] for k in ("dag_id", "run_id", "task_id", "pool") if isinstance(raw.get(k), str)}
+    numbers = {
+        k: raw[k]
+        for k in ("map_index", "try_number")
+        if type(raw.get(k)) is int  # not bool
+    }
+    return LeaseOwner(**text, **numbers)
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,20 @@ One directory per host (``[gpu_dag] lease_dir``) holds:
   usage_ledger`` puts it elsewhere (the file budget gates read).
 
 A lease is stale when its holder process is gone (same host, boot and pid namespace), the host
-rebooted, or its heartbeat is older than its ttl. Reclaiming it kills its recorded work processes
-that still run (orphans of a killed holder) and appends a ``reclaimed`` usage record. The lease API
-on top of this table is :mod:`airflow_gpu_dag.gpu.lease`.
+rebooted, or its heartbeat is older than its ttl. Its devices are freed only once its work is gone:
+the processes and process groups recorded in the lease (a Python GPU task records its own process
+group when it takes the lease, a bash task its command's session when it starts) and the processes
+started with the lease's environment (``GPU_DAG_LEASE_ID``). While any of them still runs, the lease
+stays in the table marked ``reclaim`` (its devices held, its holder's heartbeat refused): they get
+SIGTERM, and SIGKILL once ``reclaim_grace_s`` has passed, from whichever allocation on the host comes
+next (``kill_orphans=False``: none, it waits for them). Then the lease is removed with a
+``reclaimed`` usage record. The lease API on top of this table is :mod:`airflow_gpu_dag.gpu.lease`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -34,11 +40,17 @@ from typing import Any
 
 import airflow_gpu_dag.metrics as metrics
 from airflow_gpu_dag.gpu.lease_errors import LeaseError, LeaseTableCorrupt, LeaseTimeout
-from airflow_gpu_dag.gpu.lease_settings import LeaseOwner, LeaseSettings
-from airflow_gpu_dag.gpu.process import HostIdentity, process_alive, process_start_token
+from airflow_gpu_dag.gpu.lease_settings import LeaseSettings, owner_of
+from airflow_gpu_dag.gpu.process import (
+    HostIdentity,
+    group_members,
+    process_alive,
+    process_start_token,
+    processes_with_env,
+)
 from airflow_gpu_dag.gpu.usage import UsageLedger, UsageRecord
 
-__all__ = ["LOCK_FILE", "TABLE_FILE", "LeaseTable", "group_exists"]
+__all__ = ["LEASE_ENV", "LOCK_FILE", "TABLE_FILE", "LeaseTable", "group_exists"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +58,13 @@ TABLE_FILE = "leases.json"
 LOCK_FILE = "lock"
 _TMP_PREFIX = ".leases.json."
 _TMP_SUFFIX = ".tmp"
+#: errno values of a lease directory this process may not write (no permission, a read-only mount)
+_NOT_WRITABLE = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+#: The environment variable naming the lease in every process started for its work.
+LEASE_ENV = "GPU_DAG_LEASE_ID"
+#: Seconds one allocation waits, holding the table lock, for a reclaimed lease's work to exit after a
+#: signal; work still running then keeps the devices until a later allocation finds it gone.
+_EXIT_WAIT_S = {"SIGTERM": 0.5, "SIGKILL": 1.0}
 
 # lock files this thread holds: a signal handler (on_kill) that needs the table while the interrupted
 # code holds it would deadlock on flock, so it gets a LeaseError instead
@@ -131,6 +150,8 @@ class LeaseTable:
             raw = self.table_path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return {"version": 1, "leases": {}}
+        except PermissionError as err:
+            raise self._unwritable(err, "read") from err
         except OSError as err:  # a directory in its place, no permission, an I/O error
             raw = ""
             problem: Exception | None = err
@@ -152,12 +173,32 @@ class LeaseTable:
             ) from None
         return table
 
+    def _unwritable(self, err: OSError, action: str) -> LeaseError:
+        """The error for a lease directory this process may lock but not use (its files or the directory
+        itself belong to another user, or are read-only)."""
+        return LeaseError(
+            f"cannot {action} the GPU lease table in {self.dir} ([gpu_dag] lease_dir): "
+            f"{err.strerror or err} ({err.filename or self.dir}). The lock file can be opened, but the "
+            "table is replaced by writing a new file into the directory, so every worker of this host "
+            "needs write access to the directory itself (on a writable file system). Fix: give the "
+            f"workers' user write access to {self.dir} and its files (e.g. a group they share, with "
+            "`chmod g+rwxs`), or set [gpu_dag] lease_dir to a local directory they can all write"
+        )
+
     def save(self, table: dict[str, Any]) -> None:
-        """Replace the table atomically (temporary file, fsync, rename, directory fsync)."""
+        """Replace the table atomically (temporary file, fsync, rename, directory fsync).
+
+        :raises LeaseError: the directory cannot be written (with the fix).
+        """
         for stale in self.dir.glob(f"{_TMP_PREFIX}*{_TMP_SUFFIX}"):
             with contextlib.suppress(OSError):  # left by a writer that crashed
                 stale.unlink()
-        fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, dir=self.dir)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, dir=self.dir)
+        except OSError as err:
+            if err.errno in _NOT_WRITABLE:
+                raise self._unwritable(err, "write") from err
+            raise
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 json.dump(table, handle, sort_keys=True, indent=1)
@@ -165,9 +206,11 @@ class LeaseTable:
                 os.fsync(handle.fileno())
             os.chmod(tmp, 0o664)
             os.replace(tmp, self.table_path)
-        except BaseException:
+        except BaseException as err:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+            if isinstance(err, OSError) and err.errno in _NOT_WRITABLE:
+                raise self._unwritable(err, "write") from err
             raise
         dir_fd = os.open(self.dir, os.O_RDONLY)
         try:
@@ -177,7 +220,11 @@ class LeaseTable:
 
     # -- staleness ----------------------------------------------------------------------------------
     def stale_reason(self, record: Mapping[str, Any], now: float) -> str | None:
-        """Why the lease ``record`` is stale, or None while it is healthy."""
+        """Why the lease ``record`` is stale, or None while it is healthy. A lease being reclaimed
+        (its work still stopping) stays stale whatever its heartbeat says."""
+        reclaim = record.get("reclaim")
+        if isinstance(reclaim, dict):
+            return str(reclaim.get("reason") or "being reclaimed")
         me = self.identity
         holder = record.get("holder") or {}
         if holder.get("host") == me.host:
@@ -201,35 +248,136 @@ class LeaseTable:
         me = self.identity
         return bool(me.boot_id) and holder.get("host") == me.host and holder.get("boot_id") == me.boot_id
 
-    def kill_orphans(self, record: Mapping[str, Any]) -> None:
-        """Kill the recorded work processes of ``record`` that still run (on this host only)."""
+    def _sees_processes_of(self, record: Mapping[str, Any]) -> bool:
+        """Whether the pids of ``record`` are this process's to judge (same host, boot, pid namespace)."""
         holder = record.get("holder") or {}
-        if not self.settings.kill_orphans or holder.get("host") != self.identity.host:
-            return
-        if holder.get("pidns") != self.identity.pidns:
-            return
+        me = self.identity
+        if holder.get("host") != me.host or holder.get("pidns") != me.pidns:
+            return False
+        return not (holder.get("boot_id") and me.boot_id and holder["boot_id"] != me.boot_id)
+
+    def running_work(self, lease_id: str, record: Mapping[str, Any]) -> tuple[list[int], list[int]]:
+        """The work of lease ``lease_id`` that still runs on this host: (process groups, single pids).
+
+        Recorded process groups with a running member (also when their leader has exited: a pgid is
+        not reused while its group has members), recorded processes that still run (not a reused pid),
+        and processes started with ``GPU_DAG_LEASE_ID=<lease_id>`` in their environment (a command
+        started in the instant before its task recorded it, or one that left its task's group).
+        Nothing for a lease whose holder ran on another host, boot or pid namespace: its pids mean
+        nothing here.
+        """
+        if not self._sees_processes_of(record):
+            return [], []
+        me = os.getpid()
+        groups: set[int] = set()
+        pids: set[int] = set()
         for proc in record.get("processes") or ():
             pid, start, pgid = int(proc["pid"]), proc.get("start"), proc.get("pgid")
-            if pid == os.getpid():
-                continue
             leader = process_start_token(pid)
             if leader is not None and start is not None and leader != start:
-                continue  # the pid was reused by another process: not ours
+                continue  # the pid was reused by another process: not ours (nor is a group it leads)
             if pgid == pid:
-                # Its own process group (a bash command's session): kill all of it, also when its leader
-                # has exited and left workers behind (a pgid is not reused while the group has members).
-                if leader is None and not group_exists(pid):
-                    continue
-            elif leader is None:
-                continue
-            try:
-                if pgid == pid:
-                    os.killpg(pid, signal.SIGKILL)
-                else:
-                    os.kill(pid, signal.SIGKILL)
-                log.warning("GPU lease %s reclaimed: killed orphaned process %s", record["lease_id"], pid)
-            except (ProcessLookupError, PermissionError) as err:
-                log.warning("GPU lease %s: cannot kill orphan %s: %s", record["lease_id"], pid, err)
+                if group_members(pid):
+                    groups.add(pid)
+            elif leader is not None and pid != me:
+                pids.add(pid)
+        holder_start = (record.get("holder") or {}).get("start")
+        pids.update(processes_with_env(LEASE_ENV, lease_id, started_after=holder_start))
+        return sorted(groups), sorted(pids)
+
+    def stop_work(self, lease_id: str, record: dict[str, Any], reason: str) -> bool:
+        """Stop what runs of the stale lease ``record`` (changed in place: save the table); True once
+        nothing does, so its devices can be leased again.
+
+        The first call marks the lease ``reclaim`` and sends SIGTERM; a call ``reclaim_grace_s``
+        later sends SIGKILL. Each waits briefly for the work to exit. This process and its own
+        process group are never signalled (they count as running: the devices stay held).
+        """
+        groups, pids = self.running_work(lease_id, record)
+        if not groups and not pids:
+            return True
+        state = record.get("reclaim")
+        if not isinstance(state, dict):
+            state = record["reclaim"] = {
+                "reason": reason,
+                "since": time.time(),
+                "since_mono": time.monotonic(),
+                "boot_id": self.identity.boot_id,
+                "signal": None,
+            }
+        who = owner_of(record).describe()
+        if not self.settings.kill_orphans:
+            log.warning(
+                "GPU lease %s (devices %s, %s) is stale (%s); its devices stay held until its processes "
+                "%s exit (kill_orphans is off)",
+                lease_id,
+                record.get("devices"),
+                who,
+                reason,
+                groups + pids,
+            )
+            return False
+        sent = state.get("signal")
+        if sent is None:
+            sig = signal.SIGTERM
+        elif self._reclaiming_for(state) >= self.settings.reclaim_grace_s or sent == "SIGKILL":
+            sig = signal.SIGKILL
+        else:
+            return False  # SIGTERM sent; the grace is not over
+        state["signal"] = sig.name
+        self._signal(groups, pids, sig)
+        log.warning(
+            "GPU lease %s (devices %s, %s) is stale (%s): sent %s to its processes still running "
+            "(process groups %s, processes %s); its devices are leased again once they are gone",
+            lease_id,
+            record.get("devices"),
+            who,
+            reason,
+            sig.name,
+            groups,
+            pids,
+        )
+        deadline = time.monotonic() + _EXIT_WAIT_S[sig.name]
+        while True:
+            groups, pids = self.running_work(lease_id, record)
+            if not groups and not pids:
+                return True
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        if sig == signal.SIGKILL:
+            log.error(
+                "GPU lease %s (devices %s, %s): processes %s survive SIGKILL (stuck in the GPU driver, or "
+                "not this user's to signal); its devices stay held until they are gone",
+                lease_id,
+                record.get("devices"),
+                who,
+                groups + pids,
+            )
+        return False
+
+    def _reclaiming_for(self, state: Mapping[str, Any]) -> float:
+        """Seconds since the reclaim of ``state`` began (this boot's monotonic clock when it began on
+        this boot: a wall clock stepped back must not stretch the grace)."""
+        if state.get("since_mono") is not None and state.get("boot_id") == self.identity.boot_id:
+            return time.monotonic() - float(state["since_mono"])
+        return time.time() - float(state.get("since") or 0.0)
+
+    @staticmethod
+    def _signal(groups: list[int], pids: list[int], sig: signal.Signals) -> None:
+        try:
+            mine = os.getpgid(0)
+        except OSError:
+            mine = None
+        for pgid in groups:
+            if pgid == mine:
+                continue  # our own group: the reclaimer itself is in it
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, sig)
+        for pid in pids:
+            if pid != os.getpid():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
 
     def rebase_future_heartbeats(self, table: dict[str, Any], now: float) -> bool:
         """Count a heartbeat later than ``now`` (the clock was set back since) from ``now``; True when
@@ -243,13 +391,26 @@ class LeaseTable:
         return changed
 
     def reclaim(self, table: dict[str, Any], now: float) -> list[dict[str, Any]]:
-        """Remove every stale lease from ``table`` (not saved); returns them with ``reclaim_reason``."""
+        """Remove every stale lease whose work is gone from ``table`` (not saved); returns them with
+        ``reclaim_reason``. See :meth:`sweep`."""
+        return self.sweep(table, now)[0]
+
+    def sweep(self, table: dict[str, Any], now: float) -> tuple[list[dict[str, Any]], bool]:
+        """Reclaim stale leases in ``table`` (not saved): those whose work is gone are removed and
+        returned with ``reclaim_reason``; those whose work still runs are marked ``reclaim`` and their
+        work signalled (:meth:`stop_work`). Also True when the table changed (save it)."""
         reclaimed = []
+        changed = False
         for lease_id, record in list(table["leases"].items()):
             reason = self.stale_reason(record, now)
             if reason is None:
                 continue
-            self.kill_orphans(record)
+            before = json.dumps(record.get("reclaim"), sort_keys=True)
+            if not self.stop_work(lease_id, record, reason):
+                changed = changed or json.dumps(record.get("reclaim"), sort_keys=True) != before
+                continue
+            changed = True
+            record.pop("reclaim", None)
             end = max(float(record.get("acquired_at", now)), float(record.get("heartbeat_at", now)))
             self.record_usage(record, end, "reclaimed", reclaim_reason=reason)
             del table["leases"][lease_id]
@@ -257,11 +418,11 @@ class LeaseTable:
                 "GPU lease %s (devices %s, %s) reclaimed: %s",
                 lease_id,
                 record.get("devices"),
-                LeaseOwner(**record.get("owner", {})).describe(),
+                owner_of(record).describe(),
                 reason,
             )
             reclaimed.append({**record, "reclaim_reason": reason})
-        return reclaimed
+        return reclaimed, changed
 
     # -- usage --------------------------------------------------------------------------------------
     def record_usage(self, record: Mapping[str, Any], end: float, outcome: str, **extra: Any) -> None:
@@ -303,22 +464,66 @@ def group_exists(pgid: int) -> bool:
     return True
 
 
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def _optional_str(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
 def _check_record(lease_id: str, record: Any) -> None:
-    """Raise ``ValueError`` unless ``record`` has the shape every reader of the table relies on."""
+    """Raise ``ValueError`` unless ``record`` has the shape every reader of the table relies on.
+
+    Anything a reader could take for free devices or a dead holder is refused: a lease the table
+    misreads would hand its GPUs to a second task.
+    """
     if not isinstance(record, dict):
         raise ValueError(f"lease {lease_id!r} is not an object")
     devices = record.get("devices")
-    if not isinstance(devices, list) or not all(type(d) is int for d in devices):
+    if not isinstance(devices, list) or not all(_is_int(d) for d in devices):
         raise ValueError(f"lease {lease_id!r}: 'devices' is not a list of GPU indices")
+    uuids = record.get("uuids")
+    # a string here would be read one character per device: no UUID any worker knows, devices "free"
+    if uuids is not None and (not isinstance(uuids, list) or not all(_optional_str(u) for u in uuids)):
+        raise ValueError(f"lease {lease_id!r}: 'uuids' is not a list of GPU UUIDs")
     for key in ("acquired_at", "heartbeat_at", "heartbeat_mono", "ttl_s"):
         if key not in record or (key == "ttl_s" and record[key] is None):  # ttl_s None: the setting
             continue
         # null would crash every allocation (float(None)); NaN or Infinity would never go stale
-        if type(record[key]) not in (int, float) or not math.isfinite(record[key]):
+        if not _is_number(record[key]):
             raise ValueError(f"lease {lease_id!r}: {key!r} is not a number")
+    if "ttl_s" in record and record["ttl_s"] is not None and record["ttl_s"] <= 0:
+        # a live holder's lease would be stale at once and its GPUs handed out again
+        raise ValueError(f"lease {lease_id!r}: 'ttl_s' {record['ttl_s']} is not a positive number of seconds")
     holder = record.get("holder")
-    if not isinstance(holder, dict) or not isinstance(holder.get("pid"), int):
+    if not isinstance(holder, dict) or not _is_int(holder.get("pid")) or holder["pid"] < 1:
         raise ValueError(f"lease {lease_id!r}: 'holder' has no pid")
-    for proc in record.get("processes") or ():
-        if not isinstance(proc, dict) or not isinstance(proc.get("pid"), int):
+    for key in ("host", "boot_id", "pidns", "start"):
+        if not _optional_str(holder.get(key)):
+            raise ValueError(f"lease {lease_id!r}: the holder's {key!r} is not a string")
+    owner = record.get("owner")
+    if owner is not None and not isinstance(owner, dict):
+        raise ValueError(f"lease {lease_id!r}: 'owner' is not an object")
+    processes = record.get("processes")
+    if processes is not None and not isinstance(processes, list):
+        raise ValueError(f"lease {lease_id!r}: 'processes' is not a list")
+    for proc in processes or ():
+        if not isinstance(proc, dict) or not _is_int(proc.get("pid")) or proc["pid"] < 1:
             raise ValueError(f"lease {lease_id!r}: a recorded process has no pid")
+        pgid = proc.get("pgid")
+        if not _optional_str(proc.get("start")) or not (pgid is None or (_is_int(pgid) and pgid >= 1)):
+            raise ValueError(f"lease {lease_id!r}: process {proc['pid']} has a bad 'start' or 'pgid'")
+    reclaim = record.get("reclaim")
+    if reclaim is not None and (
+        not isinstance(reclaim, dict)
+        or not _optional_str(reclaim.get("reason"))
+        or not _optional_str(reclaim.get("boot_id"))
+        or reclaim.get("signal") not in (None, "SIGTERM", "SIGKILL")
+        or not all(reclaim.get(k) is None or _is_number(reclaim[k]) for k in ("since", "since_mono"))
+    ):
+        raise ValueError(f"lease {lease_id!r}: 'reclaim' is not a reclaim in progress")

@@ -16,7 +16,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from airflow_gpu_dag.gpu.lease_settings import LeaseOwner, LeaseSettings
+import psutil
+
+from airflow_gpu_dag.gpu.lease_settings import LeaseOwner, LeaseSettings, owner_of
 from airflow_gpu_dag.gpu.lease_table import LeaseTable
 from airflow_gpu_dag.gpu.process import HostIdentity
 
@@ -26,7 +28,8 @@ __all__ = ["HeldDevice", "held_devices", "parent_pid", "process_group"]
 @dataclass(frozen=True)
 class HeldDevice:
     """One GPU of a live lease: its index and UUID, the lease, its owner, and the processes the lease
-    recorded (holder and work processes, with their process groups). ``same_pidns``: the lease's
+    recorded (holder and work processes, with their process groups: a Python GPU task's own group, a
+    bash task's command session). ``same_pidns``: the lease's
     pids are comparable with this process's (same host, boot and pid namespace)."""
 
     index: int
@@ -79,8 +82,6 @@ def parent_pid(pid: int) -> int | None:
     if fields and len(fields) > 1:
         return int(fields[1])
     try:
-        import psutil
-
         return int(psutil.Process(pid).ppid())
     except Exception:
         return None
@@ -134,7 +135,7 @@ def held_devices(
             and (not holder.get("boot_id") or holder.get("boot_id") == me.boot_id)
             and holder.get("pidns") == me.pidns
         )
-        owner = LeaseOwner(**(record.get("owner") or {}))
+        owner = owner_of(record)
         uuids = list(record.get("uuids") or [])
         for position, index in enumerate(record.get("devices") or ()):
             held.append(

@@ -34,6 +34,7 @@ releases it on success, failure and SIGTERM (``on_kill``). A killed worker's lea
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import functools
 import os
@@ -43,6 +44,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import psutil
 from airflow.providers.standard.hooks.subprocess import SubprocessHook
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.providers.standard.operators.python import PythonOperator
@@ -50,7 +52,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_gpu_dag.gpu.lease import Lease
 from airflow_gpu_dag.gpu.lease_table import group_exists
-from airflow_gpu_dag.gpu.process import process_start_token
+from airflow_gpu_dag.gpu.process import own_process_group, process_start_token
 from airflow_gpu_dag.operators.gpu_lease import GpuLeaseMixin
 from airflow_gpu_dag.operators.gpu_spec import (
     GpuTaskError,
@@ -245,8 +247,6 @@ def _group_gone(proc: Any, wait: float) -> bool:
 
 def _descendants(root: int) -> dict[int, str]:
     """Every running (not zombie) descendant of process ``root``: pid -> start token."""
-    import psutil
-
     try:
         children = psutil.Process(root).children(recursive=True)
     except psutil.Error:
@@ -329,6 +329,23 @@ class GpuPythonOperator(GpuLeaseMixin, PythonOperator):
     #: Seconds the processes the callable left running get to exit after SIGTERM (then SIGKILL).
     child_stop_grace_s: float = 10.0
 
+    def _lease_work_groups(self) -> tuple[int, ...]:
+        """The task process's own process group, recorded in the lease as it is taken: every process the
+        callable starts (torchrun, DataLoader workers, multiprocessing) is in it from its first
+        instant, so a reclaim after this process is killed with -9 stops them before the GPUs are
+        leased again. Airflow's Task SDK supervisor makes each task process lead a group of its own; a
+        process that does not (``dag.test()``) shares its group with others and records none."""
+        group = own_process_group()
+        if group is None:
+            self.log.info(
+                "GPU task %s: the task process does not lead its own process group (not started by "
+                "Airflow's task supervisor); processes its callable starts are tied to the lease only "
+                "through its environment (GPU_DAG_LEASE_ID) and when the callable ends",
+                self.task_id,
+            )
+            return ()
+        return (group,)
+
     def execute(self, context: Any) -> Any:
         lease = self._acquire_gpu_lease(context)
         before = _descendants(os.getpid())  # not the callable's: left alone
@@ -399,8 +416,6 @@ class GpuPythonOperator(GpuLeaseMixin, PythonOperator):
         return False
 
     def _on_lease_lost(self, lease: Lease) -> None:
-        import _thread
-
         if self._gpu_running and self._gpu_interruptible and threading.main_thread().is_alive():
             _thread.interrupt_main()  # KeyboardInterrupt in the callable; execute raises LeaseLost
         elif self._gpu_running:

@@ -69,16 +69,26 @@ class GpuLeaseMixin:
     def _lease_manager(self) -> LeaseManager:
         return LeaseManager(LeaseSettings.from_config())
 
+    def _lease_work_groups(self) -> tuple[int, ...]:
+        """Process groups recorded with the lease when it is taken (a reclaim stops what is left in
+        them); the bash operator records its command's session when it starts instead."""
+        return ()
+
     def _acquire_gpu_lease(self, context: Mapping[str, Any]) -> Lease:
         request = request_from(self)
         owner = LeaseOwner.from_context(context, pool=getattr(self, "pool", None))
         manager = self._lease_manager()
         try:
             lease = manager.acquire(
-                request, owner, timeout=self.lease_timeout, cancelled=lambda: self._gpu_cancelled
+                request,
+                owner,
+                timeout=self.lease_timeout,
+                cancelled=lambda: self._gpu_cancelled,
+                work_groups=self._lease_work_groups(),
             )
         except LeaseError as err:
-            raise AirflowException(str(err)) from err
+            who = owner.describe()
+            raise AirflowException(str(err) if who in str(err) else f"{who}: {err}") from err
         self._gpu_lease = lease
         lease.start_heartbeat(on_lost=self._on_lease_lost)
         self.log.info(  # type: ignore[attr-defined]

@@ -517,3 +517,50 @@ def test_python_callable_does_not_run_on_a_lease_lost_before_it_started() -> Non
     with pytest.raises(LeaseLost):
         op.execute(context("victim"))
     assert not ran, "the callable ran on GPUs its lease no longer held"
+
+
+_RECORDS_ITS_GROUP = """
+import json, os
+from types import SimpleNamespace
+from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseSettings
+from airflow_gpu_dag.operators.gpu import GpuPythonOperator
+
+def train(gpu_lease=None):
+    # before the callable has started anything: what does the lease say its work is?
+    leases = LeaseManager(LeaseSettings.from_config()).leases()
+    (record,) = [r for r in leases if r["lease_id"] == gpu_lease["lease_id"]]
+    print("SEEN", json.dumps({"pid": os.getpid(), "processes": record["processes"]}), flush=True)
+
+ti = SimpleNamespace(dag_id="gpu_dag", run_id="run1", task_id="t", map_index=-1, try_number=1)
+GpuPythonOperator(task_id="t", python_callable=train, gpus=1).execute({"ti": ti, "task_instance": ti})
+"""
+
+
+@pytest.mark.parametrize("leads_its_group", [True, False], ids=["task_sdk_process", "shared_group"])
+def test_a_python_task_records_its_process_group_as_it_takes_the_lease(
+    static_host: Path, leads_its_group: bool
+) -> None:
+    # Airflow's task supervisor forks each task process into a group of its own (setpgid); here a new
+    # session does the same. Every process the callable starts is in that group from its first instant,
+    # so the lease records the group before the callable runs. Before, it recorded nothing until the
+    # callable ended, and a task process killed with -9 left its children on GPUs leased again.
+    # A process that shares its group (dag.test(), a test runner) records none: the group is not its own.
+    import json
+    import subprocess
+    import sys
+
+    task = subprocess.run(
+        [sys.executable, "-c", _RECORDS_ITS_GROUP],
+        start_new_session=leads_its_group,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert task.returncode == 0, task.stderr
+    (line,) = [line for line in task.stdout.splitlines() if line.startswith("SEEN ")]
+    seen = json.loads(line.removeprefix("SEEN "))
+    if leads_its_group:
+        assert [(p["pid"], p["pgid"]) for p in seen["processes"]] == [(seen["pid"], seen["pid"])]
+        assert seen["processes"][0]["start"] is not None
+    else:
+        assert seen["processes"] == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -238,7 +239,7 @@ def test_reclaim_kills_orphaned_work_processes(tmp_path: Path) -> None:
         holder.kill()
         holder.wait()
         assert [r["lease_id"] for r in m.reclaim_stale()] == [lease.lease_id]
-        assert work.wait(timeout=10) == -9
+        assert work.wait(timeout=10) == -signal.SIGTERM  # asked to stop first; sleep obeys at once
     finally:
         for proc in (holder, work):
             if proc.poll() is None:
@@ -273,6 +274,111 @@ def test_reclaim_kills_the_workers_a_command_left_in_its_process_group(tmp_path:
             holder.wait()
         if _running(worker):
             os.kill(worker, 9)
+
+
+def _stubborn_work() -> subprocess.Popen[str]:
+    """A GPU command in a session of its own that ignores SIGTERM (a trainer busy saving)."""
+    code = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
+    work = subprocess.Popen(
+        [sys.executable, "-c", code], start_new_session=True, stdout=subprocess.PIPE, text=True
+    )
+    assert work.stdout is not None and work.stdout.readline().strip() == "ready"
+    return work
+
+
+def test_work_that_ignores_sigterm_keeps_the_gpus_until_sigkill_after_the_grace(tmp_path: Path) -> None:
+    # Before: the reclaim sent SIGKILL and freed the devices in one step, with no chance for a clean
+    # exit. Now: SIGTERM, the devices held meanwhile, SIGKILL once reclaim_grace_s has passed.
+    m = manager(tmp_path, reclaim_grace_s=1.0)
+    work = _stubborn_work()
+    try:
+        ghost = m.acquire(GpuRequest(4), owner("ghost"), holder_pid=dead_pid())
+        ghost.register_process(work.pid)
+        started = time.monotonic()
+        assert m.try_acquire(GpuRequest(1), owner("next")) is None  # SIGTERM sent, ignored
+        (record,) = m.leases()
+        assert record["reclaim"]["signal"] == "SIGTERM" and "is gone" in record["reclaim"]["reason"]
+        assert _running(work.pid)
+        lease = m.acquire(GpuRequest(4), owner("next"), timeout=10)
+        assert time.monotonic() - started >= 1.0
+        assert work.wait(timeout=5) == -signal.SIGKILL
+        assert sorted(lease.devices) == [0, 1, 2, 3]
+        assert [r.outcome for r in m.ledger.read()] == ["reclaimed"]
+    finally:
+        if work.poll() is None:
+            work.kill()
+        work.wait()
+
+
+def test_without_kill_orphans_a_reclaim_waits_for_the_work_to_exit(tmp_path: Path) -> None:
+    settings = LeaseSettings(
+        lease_dir=tmp_path / "leases", poll_s=0.05, wait_timeout_s=10, kill_orphans=False
+    )
+    m = LeaseManager(settings, parse_inventory("2xa100:80GiB"))
+    work = subprocess.Popen(["sleep", "1.5"], start_new_session=True)
+    try:
+        ghost = m.acquire(GpuRequest(2), owner("ghost"), holder_pid=dead_pid())
+        ghost.register_process(work.pid)
+        assert m.try_acquire(GpuRequest(1), owner("next")) is None  # before: freed at once
+        lease = m.acquire(GpuRequest(2), owner("next"), timeout=10)
+        assert work.wait(timeout=1) == 0, "the work was signalled although kill_orphans is off"
+        assert len(lease.devices) == 2
+    finally:
+        if work.poll() is None:
+            work.kill()
+        work.wait()
+
+
+def test_a_lease_being_reclaimed_is_neither_renewed_nor_released_by_its_holder(tmp_path: Path) -> None:
+    # The holder (this process) stopped renewing for longer than the ttl; its command ignores SIGTERM.
+    # Waking up, the holder must not renew the lease nor free its devices while the command runs.
+    m = manager(tmp_path, ttl_s=0.5, heartbeat_s=0.1, reclaim_grace_s=30)
+    work = _stubborn_work()
+    try:
+        hung = m.acquire(GpuRequest(4), owner("hung"))
+        hung.register_process(work.pid)
+        time.sleep(0.7)
+        assert m.try_acquire(GpuRequest(1), owner("next")) is None  # reclaim begun: SIGTERM, ignored
+        assert not m.heartbeat(hung.lease_id) and not hung.heartbeat() and hung.lost
+        assert not m.release(hung.lease_id)
+        assert [r["lease_id"] for r in m.leases()] == [hung.lease_id]  # its devices still held
+        work.kill()
+        work.wait()
+        assert m.try_acquire(GpuRequest(4), owner("next")) is not None
+    finally:
+        if work.poll() is None:
+            work.kill()
+        work.wait()
+
+
+_OWN_GROUP = """
+import sys
+from pathlib import Path
+from airflow_gpu_dag.core.model.resources import GpuRequest
+from airflow_gpu_dag.gpu.inventory import parse_inventory
+from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseSettings
+m = LeaseManager(LeaseSettings(lease_dir=Path(sys.argv[1]), poll_s=0.05), parse_inventory("1xa100:80GiB"))
+m.try_acquire(GpuRequest(1), holder_pid=int(sys.argv[2]), work_groups=[__import__("os").getpgid(0)])
+print("reclaimed", m.reclaim_stale(), flush=True)
+print("alive", flush=True)
+"""
+
+
+def test_a_reclaim_never_signals_its_own_process_group(tmp_path: Path) -> None:
+    # A lease whose work group is the reclaimer's own (a child of the task reclaiming its lease): the
+    # reclaim must not kill itself, and the group's devices stay held while it runs.
+    probe = subprocess.run(
+        [sys.executable, "-c", _OWN_GROUP, str(tmp_path / "leases"), str(dead_pid())],
+        start_new_session=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert probe.returncode == 0, probe
+    assert probe.stdout.splitlines() == ["reclaimed []", "alive"], probe
 
 
 def _running(pid: int) -> bool:
@@ -357,6 +463,15 @@ def test_corrupt_table_refuses_allocation(tmp_path: Path) -> None:
         ({"x": {"devices": [0], "holder": {"host": "h"}}}, "'holder' has no pid"),
         ({"x": {"devices": "0,1", "holder": {"pid": 1}}}, "'devices' is not a list"),
         ({"x": {"devices": [0], "holder": {"pid": 1}, "heartbeat_at": "soon"}}, "'heartbeat_at' is not"),
+        # read one character per device, or stale at once: both handed a live holder's GPUs out again
+        ({"x": {"devices": [0], "holder": {"pid": 1}, "uuids": "GPU-0"}}, "'uuids' is not a list"),
+        ({"x": {"devices": [0], "holder": {"pid": 1}, "uuids": [7]}}, "'uuids' is not a list"),
+        ({"x": {"devices": [0], "holder": {"pid": 1}, "ttl_s": -5}}, "'ttl_s' -5 is not a positive"),
+        ({"x": {"devices": [0], "holder": {"pid": 1}, "owner": ["d", "t"]}}, "'owner' is not an object"),
+        ({"x": {"devices": [0], "holder": {"pid": True}}}, "'holder' has no pid"),
+        ({"x": {"devices": [0], "holder": {"pid": 1, "host": 5}}}, "holder's 'host' is not a string"),
+        ({"x": {"devices": [0], "holder": {"pid": 1}, "processes": "7"}}, "'processes' is not a list"),
+        ({"x": {"devices": [0], "holder": {"pid": 1}, "reclaim": "now"}}, "'reclaim' is not a reclaim"),
         (None, "Is a directory"),
     ],
 )

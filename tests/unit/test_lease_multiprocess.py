@@ -181,3 +181,126 @@ def test_stopped_holder_loses_its_lease_after_the_ttl(tmp_path: Path) -> None:
         assert manager.try_acquire(GpuRequest(1)) is None  # and does not get it back
     finally:
         _cleanup(holder, work_pid)
+
+
+# -- a GPU task process killed with -9 while the processes it started run on ---------------------------
+#: A GPU task process as Airflow's Task SDK runs one: the supervisor forks it into a process group of its
+#: own (``setpgid``); here ``start_new_session=True`` does the same. Its work writes the pids of the task
+#: process and of the processes it started to ``$WORK/pids.json``, then keeps running.
+_TASK = """
+import json, multiprocessing, os, signal, subprocess, sys, time
+from types import SimpleNamespace
+kind, work = sys.argv[1], sys.argv[2]
+
+def started(*children):
+    with open(os.path.join(work, "pids.tmp"), "w") as handle:
+        json.dump({"task": os.getpid(), "children": list(children)}, handle)
+    os.replace(os.path.join(work, "pids.tmp"), os.path.join(work, "pids.json"))
+
+def train():
+    # a trainer (torchrun, a DataLoader worker): one started with exec, one forked
+    trainer = subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    forked = multiprocessing.get_context("fork").Process(target=time.sleep, args=(300,), daemon=False)
+    forked.start()
+    started(trainer.pid, forked.pid)
+    time.sleep(300)
+
+ti = SimpleNamespace(dag_id="d", run_id="r", task_id="victim", map_index=-1, try_number=1)
+context = {"ti": ti, "task_instance": ti}
+if kind == "python":
+    from airflow_gpu_dag.operators.gpu import GpuPythonOperator
+    op = GpuPythonOperator(task_id="victim", python_callable=train, gpus=4)
+elif kind == "decorator":
+    from airflow.sdk import DAG
+    from airflow_gpu_dag.decorators.gpu import gpu_task
+    with DAG("d", schedule=None):
+        op = gpu_task(gpus=4)(train)().operator
+else:
+    from airflow_gpu_dag.operators.gpu import GpuBashOperator
+    command = f"echo $$ > {work}/command.pid; exec sleep 300"
+    op = GpuBashOperator(task_id="victim", bash_command=command, gpus=4)
+    if kind == "bash":
+        register = op._register_work_process
+        def register_then_report(pid):
+            register(pid)
+            started(pid)
+        op._register_work_process = register_then_report
+    else:  # killed in the instant between starting its command and recording it in the lease
+        def killed_before_recording(pid):
+            started(pid)
+            os.kill(os.getpid(), signal.SIGKILL)
+        op._register_work_process = killed_before_recording
+op.execute(context)
+"""
+
+
+def _task_env(lease_dir: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "AIRFLOW__GPU_DAG__INVENTORY_SOURCE": "static",
+        "AIRFLOW__GPU_DAG__INVENTORY": INVENTORY,
+        "AIRFLOW__GPU_DAG__LEASE_DIR": str(lease_dir),
+        "AIRFLOW__GPU_DAG__LEASE_POLL_INTERVAL": "0.05",
+        "AIRFLOW__GPU_DAG__LEASE_HEARTBEAT": "1s",
+    }
+
+
+def _wait_for_json(path: Path, task: subprocess.Popen[str], timeout: float = 60.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if task.poll() is not None and not path.exists():
+            raise AssertionError(f"the task process exited with {task.returncode}: {task.communicate()}")
+        assert time.monotonic() < deadline, "the GPU task did not start its work"
+        time.sleep(0.05)
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def _running(pid: int) -> bool:
+    from airflow_gpu_dag.gpu.process import process_start_token
+
+    return process_start_token(pid) is not None  # a zombie (killed, not reaped yet) is gone
+
+
+@pytest.mark.parametrize("kind", ["python", "decorator", "bash", "bash_killed_before_recording"])
+def test_the_processes_of_a_task_killed_with_sigkill_are_gone_before_its_gpus_are_leased_again(
+    tmp_path: Path, kind: str
+) -> None:
+    # The OOM killer (or a person) kills a GPU task's process with -9 while the processes it started
+    # run on: they are orphans now, still on the GPUs. Before, the reclaim freed the lease of the dead
+    # holder at once for a Python task (its children were never recorded), and the next task was handed
+    # the GPUs they still used.
+    lease_dir, work = tmp_path / "leases", tmp_path / "work"
+    work.mkdir()
+    task = subprocess.Popen(
+        [sys.executable, "-c", _TASK, kind, str(work)],
+        env=_task_env(lease_dir),
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    children: list[int] = []
+    try:
+        pids = _wait_for_json(work / "pids.json", task)
+        children = list(pids["children"])
+        assert all(_running(pid) for pid in children)
+        if task.poll() is None:
+            os.kill(pids["task"], signal.SIGKILL)
+        task.wait(timeout=30)
+        assert task.returncode == -signal.SIGKILL
+        assert all(_running(pid) for pid in children), "the orphans should still run before the reclaim"
+
+        manager = LeaseManager(_settings(lease_dir), parse_inventory(INVENTORY))
+        lease = manager.acquire(GpuRequest(4), LeaseOwner("d", "r", "next"), timeout=60)
+        still = [pid for pid in children if _running(pid)]
+        assert not still, f"GPUs {lease.devices} leased again while {still} of the killed task still run"
+        (reclaimed,) = [r for r in manager.ledger.read() if r.outcome == "reclaimed"]
+        assert reclaimed.task_id == "victim" and "is gone" in reclaimed.extra["reclaim_reason"]
+    finally:
+        if task.poll() is None:
+            task.kill()
+        task.wait()
+        for pid in children:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
