@@ -14,19 +14,27 @@ saw in its environment:
 Then a Python GPU task whose lease is reclaimed while it runs (``gpu_lease_lost``) is stopped by its
 lease heartbeat inside Airflow's task process (where SIGINT is ``SIG_DFL``) and fails with
 ``LeaseLost`` instead of working on for minutes on GPUs that are no longer its own.
+
+Last, a ``@task.gpu`` task process killed with -9 while a child it started runs on (``gpu_lease_orphan``):
+the next task on the same GPUs (``gpu_lease_orphan_next``) starts only once that child is gone.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
 import shutil
+import signal
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from airflow_gpu_dag.gpu.process import process_start_token
 from airflow_gpu_dag.gpu.usage import UsageLedger
 
 pytestmark = pytest.mark.airflow_real
@@ -129,3 +137,58 @@ def test_python_task_whose_lease_is_reclaimed_is_stopped(airflow_cluster) -> Non
     assert state == "failed", (state, log)
     assert not (TASK_LOG / "lost.finished").exists(), "the callable ran to the end on a reclaimed lease"
     assert "reclaimed while the task ran" in log, log
+
+
+def _wait_for_file(path: Path, cluster: Any, dag_id: str, run_id: str, timeout: float) -> None:
+    """Wait for ``path``; fail with the task's log and the scheduler's view when the run ends first."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        state = cluster.get_run(dag_id, run_id).get("state")
+        if state in ("success", "failed") or time.monotonic() >= deadline:
+            tis = cluster.task_instances(dag_id, run_id)
+            logs = "\n".join(cluster.task_log(dag_id, run_id, ti["task_id"]) for ti in tis)
+            raise AssertionError(
+                f"{path.name} not written (run {state}); task instances {tis}\n{logs}\n{cluster.log_tails()}"
+            )
+        time.sleep(0.5)
+
+
+def test_a_killed_python_tasks_child_is_gone_before_its_gpus_are_leased_again(airflow_cluster) -> None:
+    # A @task.gpu callable starts a trainer child; the OOM killer then kills the task process with -9.
+    # The child, an orphan now, still runs on the GPUs. Before, the lease was reclaimed because its
+    # holder died and the next task was handed the same GPUs while the child ran on; now the lease
+    # records the task process's group from the start, and the reclaim stops the child first.
+    cluster = airflow_cluster
+    cluster.wait_for_dags(["gpu_lease_orphan", "gpu_lease_orphan_next"])
+    log = TASK_LOG / "orphan"
+    run_id = cluster.trigger("gpu_lease_orphan")
+    _wait_for_file(log / "orphan.json", cluster, "gpu_lease_orphan", run_id, timeout=300)
+    info = json.loads((log / "orphan.json").read_text())
+    try:
+        # Airflow's task supervisor put the task process in a group of its own (setpgid)
+        assert info["task_pgid"] == info["task_pid"], info
+        assert process_start_token(info["child_pid"]) == info["child_start"], "the child did not start"
+        os.kill(info["task_pid"], signal.SIGKILL)
+        victim = cluster.wait_for_run("gpu_lease_orphan", run_id, timeout=300)
+        victim_log = cluster.task_log("gpu_lease_orphan", run_id, "victim")
+        assert victim == "failed", (victim, victim_log)
+
+        next_run = cluster.trigger("gpu_lease_orphan_next")
+        state = cluster.wait_for_run("gpu_lease_orphan_next", next_run, timeout=600)
+        next_log = cluster.task_log("gpu_lease_orphan_next", next_run, "successor")
+        assert state == "success", (state, next_log)
+        seen = json.loads((log / "successor.json").read_text())
+        assert seen["devices"] == info["devices"] == "0,1,2,3", (seen, info)
+        assert not seen["child_running"], (
+            f"the successor ran on GPUs the killed task's child still used\n{next_log}"
+        )
+        ended = float((log / "orphan.ended").read_text())  # the child was asked to stop (SIGTERM)
+        assert ended <= seen["started"], (ended, seen)
+        reclaimed = [
+            r for r in UsageLedger(LEASE_DIR / "usage.jsonl").read() if r.lease_id == info["lease_id"]
+        ]
+        assert [r.outcome for r in reclaimed] == ["reclaimed"], reclaimed
+        assert "is gone" in reclaimed[0].extra["reclaim_reason"], reclaimed
+    finally:
+        if process_start_token(info["child_pid"]) == info["child_start"]:
+            os.kill(info["child_pid"], signal.SIGKILL)
