@@ -37,6 +37,10 @@ __all__ = [
     "LEASE_RECLAIMS",
     "LEASE_WAIT",
     "METRICS",
+    "PLAN_END_ERROR_MEDIAN",
+    "PLAN_END_ERROR_TAIL",
+    "PLAN_START_ERROR_MEDIAN",
+    "PLAN_START_ERROR_TAIL",
     "PRIORITY_CACHE_HITS",
     "PRIORITY_CACHE_MISSES",
     "PRIORITY_PLAN_TIME",
@@ -56,6 +60,7 @@ __all__ = [
     "configure",
     "lease_used",
     "lease_waited",
+    "plan_error",
     "priority_cache",
     "priority_plan_time",
     "watermark_decision",
@@ -81,6 +86,10 @@ LEASE_WAIT = "gpu_dag.lease.wait_time"
 LEASE_RECLAIMS = "gpu_dag.lease.reclaims"
 LEASE_GPU_SECONDS = "gpu_dag.lease.gpu_seconds"
 PRIORITY_PLAN_TIME = "gpu_dag.priority.plan_time"
+PLAN_START_ERROR_MEDIAN = "gpu_dag.plan.start_error_median"
+PLAN_START_ERROR_TAIL = "gpu_dag.plan.start_error_tail"
+PLAN_END_ERROR_MEDIAN = "gpu_dag.plan.end_error_median"
+PLAN_END_ERROR_TAIL = "gpu_dag.plan.end_error_tail"
 PRIORITY_CACHE_HITS = "gpu_dag.priority.cache_hits"
 PRIORITY_CACHE_MISSES = "gpu_dag.priority.cache_misses"
 
@@ -97,13 +106,17 @@ METRICS: Mapping[str, tuple[str, tuple[str, ...], str]] = {
     WATERMARK_TICK_DURATION: ("timer", ("role",), "one controller tick, ms"),
     WATERMARK_TICKS: ("counter", ("role",), "ticks (role active or standby)"),
     WATERMARK_FAIL_OPEN: ("counter", ("pool", "by"), "pools written back to capacity (controller/watchdog)"),
-    WATERMARK_DECISIONS: ("counter", ("pool", "code"), "pool decisions by reason code (one per pool per tick)"),
+    WATERMARK_DECISIONS: ("counter", ("pool", "code"), "pool decisions by reason code (per tick)"),
     LEASE_WAIT: ("timer", ("pool",), "from asking for GPUs on a host to holding them, ms"),
     LEASE_RECLAIMS: ("counter", ("pool",), "stale leases reclaimed (holder dead or silent)"),
     LEASE_GPU_SECONDS: ("counter", ("pool", "outcome"), "GPU-seconds of ended leases"),
     PRIORITY_PLAN_TIME: ("timer", ("strategy",), "planning one DAG version for the weight rule, ms"),
     PRIORITY_CACHE_HITS: ("counter", ("strategy",), "weights served from a cached plan"),
     PRIORITY_CACHE_MISSES: ("counter", ("strategy",), "weights that needed a new plan"),
+    PLAN_START_ERROR_MEDIAN: ("gauge", ("dag_id",), "a finished run's median |actual - planned start|, s"),
+    PLAN_START_ERROR_TAIL: ("gauge", ("dag_id",), "a finished run's p90 |actual - planned start|, s"),
+    PLAN_END_ERROR_MEDIAN: ("gauge", ("dag_id",), "a finished run's median |actual - planned end|, s"),
+    PLAN_END_ERROR_TAIL: ("gauge", ("dag_id",), "a finished run's p90 |actual - planned end|, s"),
 }
 
 #: ``source_status`` gauge values.
@@ -231,8 +244,8 @@ def watermark_tick(seconds: float, active: bool) -> None:
 
 
 def watermark_decision(pool: str, code: str) -> None:
-    """One tick's decision for ``pool`` had reason ``code`` (:data:`airflow_gpu_dag.core.policy.reasons.CODES`):
-    counted per pool and code, so a dashboard shows how often each pool reserves, starves, or is idle."""
+    """One tick's decision for ``pool`` had reason ``code`` (``core.policy.reasons.CODES``): counted per
+    pool and code, so a dashboard shows how often each pool reserves, starves, or is idle."""
     _send("counter", WATERMARK_DECISIONS, 1, {"pool": pool, "code": code}, "pool")
 
 
@@ -254,6 +267,20 @@ def lease_used(devices: int, start: float, end: float, outcome: str, pool: str |
     _send("counter", LEASE_GPU_SECONDS, round(gpu_seconds, 3), tags, "pool")
     if outcome == "reclaimed":
         _send("counter", LEASE_RECLAIMS, 1, {"pool": pool or "none"}, "pool")
+
+
+# -- plan against what happened ----------------------------------------------------------------------
+def plan_error(dag_id: str, start: Mapping[str, float | None], end: Mapping[str, float | None]) -> None:
+    """How far a finished run of ``dag_id`` was from its plan (``airflow gpu-dag explain``): the median
+    and p90 of the absolute start and end errors over its GPU tasks, in seconds (gauges tagged ``dag_id``)."""
+    for name, value in (
+        (PLAN_START_ERROR_MEDIAN, start.get("median")),
+        (PLAN_START_ERROR_TAIL, start.get("p90")),
+        (PLAN_END_ERROR_MEDIAN, end.get("median")),
+        (PLAN_END_ERROR_TAIL, end.get("p90")),
+    ):
+        if value is not None:
+            _send("gauge", name, float(value), {"dag_id": dag_id}, "dag_id")
 
 
 # -- priority strategy --------------------------------------------------------------------------------

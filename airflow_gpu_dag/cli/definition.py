@@ -4,7 +4,7 @@ cncf-kubernetes provider).
 
 This module is imported by every ``airflow`` invocation, so it only declares arguments; the
 commands themselves (one module each: :mod:`airflow_gpu_dag.cli.lint`, ``plan``, ``simulate``,
-``watermark_command``) are imported when they run.
+``explain``, ``watermark_command``) are imported when they run.
 """
 
 from __future__ import annotations
@@ -158,6 +158,33 @@ ARG_OBJECTIVE = Arg(
     help="Cross-DAG objective of our policy (default: gpu_dag.objective); given with one DAG id, that "
     "DAG is simulated as one run of the cross-DAG policy.",
 )
+ARG_RUN_ID = Arg(
+    ("run_id",),
+    nargs="?",
+    default=None,
+    metavar="RUN_ID",
+    help="The DAG run id (default: the DAG's latest run).",
+)
+ARG_EXPLAIN_TASK = Arg(
+    ("--task",),
+    dest="task",
+    default=None,
+    metavar="TASK_ID",
+    help="Explain only this task (every map index of it).",
+)
+ARG_EXPLAIN_OUTPUT = Arg(
+    ("-o", "--output"),
+    choices=("table", "json", "yaml", "plain"),
+    default="table",
+    metavar="(table, json, yaml, plain)",
+    help="Output format: table (default), json, yaml, or plain (a tab-separated row per task).",
+)
+ARG_CONN_ID = Arg(
+    ("--conn-id",),
+    dest="conn_id",
+    default="gpu_dag_api",
+    help="Airflow connection with the REST API URL (host) and login/password (default: gpu_dag_api).",
+)
 ARG_GANTT = Arg(
     ("--gantt",),
     metavar="FILE",
@@ -231,6 +258,21 @@ GPU_DAG_COMMANDS: tuple[ActionCommand, ...] = (
             ARG_OUTPUT_TABLE_JSON,
             ARG_VERBOSE,
         ),
+    ),
+    ActionCommand(
+        name="explain",
+        help="Why each GPU task of a run waits, when it will start, and the plan against what happened",
+        description=(
+            "Read a DAG run's live state over the REST API (the gpu_dag_api connection) and say, for each "
+            "GPU task not finished yet, its state, key and rank in its pool's queue, the tasks ahead of it, "
+            "the watermark controller's decision that concerns it and its predicted start and end (the "
+            "simulator on the live state, with learned durations); for each finished one, its planned "
+            "start and end against the actual ones and where the difference came from. Exit codes: 0 "
+            "explained, 3 no such DAG/run/task, 4 api-server unreachable or login refused, 5 the DAG does "
+            "not use the provider, 6 explained but a GPU pool has no live watermark controller."
+        ),
+        func=lazy_load_command(f"{_CLI}.explain.explain"),
+        args=(ARG_DAG_ID, ARG_RUN_ID, ARG_EXPLAIN_TASK, ARG_EXPLAIN_OUTPUT, ARG_CONN_ID, ARG_VERBOSE),
     ),
 )
 

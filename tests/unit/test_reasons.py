@@ -106,7 +106,8 @@ def test_gate_cases_have_their_codes_and_the_gates_words() -> None:
     assert d.reason == gate.holds_for(now, wide, close)[1] == render(d.why)
     old = ready("wide", 4, key_weight(now - 9 * HOUR), 600.0)
     d = decide_pools(now, {"gpu": 8}, busy, [old, close], gate=gate)["gpu"]
-    assert d.why is not None and d.why.code == "overdue" and d.reason.endswith("; 32400s past its key: overdue")
+    assert d.why is not None and d.why.code == "overdue"
+    assert d.reason.endswith("; 32400s past its key: overdue")
 
 
 @st.composite

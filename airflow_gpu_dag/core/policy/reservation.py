@@ -268,9 +268,7 @@ def _leak_delays(
     return bool(takers) and not _is_safe(min(end for end, _s in freed), horizon, extra, takers, strict)
 
 
-def _no_head(
-    pool: str, capacity: int, used: int, walk: _Walk, waiting: _Waiting, now: float
-) -> PoolDecision:
+def _no_head(pool: str, capacity: int, used: int, walk: _Walk, waiting: _Waiting, now: float) -> PoolDecision:
     if not waiting.seen:
         code = "idle"
     elif walk.admitted:
@@ -346,9 +344,8 @@ def decide_pool(
     if not is_pending and wide == 1:
         # Airflow hands the next freed slot to the highest-priority task anyway: a 1-slot task cannot
         # be starved, and shrinking the pool would only keep that slot idle until the next tick.
-        why = Reason(
-            "next-slot", pool, capacity, now, head.key, 1, max(free, 0), free - remaining, admitted, len(admit)
-        )
+        starting, count = free - remaining, len(admit)
+        why = Reason("next-slot", pool, capacity, now, head.key, 1, max(free, 0), starting, admitted, count)
         return PoolDecision(
             pool, capacity, capacity, None, 0, 0, None, render(why), used, (), admitted, why=why
         )

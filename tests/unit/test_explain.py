@@ -1,0 +1,512 @@
+"""``airflow gpu-dag explain`` against an in-memory REST API whose pools were written by the real watermark
+controller: why each waiting GPU task waits, its rank and predicted start, a finished run against its
+plan, and every bad input with its exit code."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import unquote
+
+import httpx
+import pytest
+
+import airflow_gpu_dag.metrics as metrics
+from airflow_gpu_dag.cli import explain as explain_cli
+from airflow_gpu_dag.cli.explain_report import (
+    EXIT_API,
+    EXIT_NO_CONTROLLER,
+    EXIT_NOT_FOUND,
+    EXIT_NOT_PROVIDER,
+    ExplainError,
+    build_report,
+)
+from airflow_gpu_dag.core.policy.objective import ReservationGate, key_weight
+from airflow_gpu_dag.core.simulation.live import (
+    DoneTask,
+    LiveTask,
+    PoolUse,
+    compare_run,
+    error_summary,
+    plan_run,
+    predict_live,
+    wait_causes,
+)
+from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, RestError
+from airflow_gpu_dag.pool_claim.state import iso_time
+from airflow_gpu_dag.watermark.config import parse_config
+from airflow_gpu_dag.watermark.controller import WatermarkController
+from airflow_gpu_dag.watermark.durations import ControllerHistory
+from airflow_gpu_dag.watermark.sources import CapacityReading
+
+NOW = 1_800_000_000.0
+INTERVAL = 5.0
+OURS = "airflow_gpu_dag.priority_strategy.CriticalPathPriorityStrategy"
+
+
+def iso(epoch: float | None) -> str | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, UTC).isoformat()
+
+
+class FakeApi:
+    """Pools, DAGs, runs and task instances in memory, with the REST client's method names."""
+
+    def __init__(self) -> None:
+        self.pools: dict[str, dict[str, Any]] = {}
+        self.tis: list[dict[str, Any]] = []
+        self.dags: dict[str, list[dict[str, Any]]] = {}  # dag id -> its tasks (GET /dags/{id}/tasks)
+        self.runs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.down: RestError | None = None
+        self.pages_asked: list[list[tuple[str, Any]]] = []
+
+    def close(self) -> None:
+        pass
+
+    def _up(self) -> None:
+        if self.down is not None:
+            raise self.down
+
+    # -- what explain reads
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        self._up()
+        parts = [unquote(p) for p in path.strip("/").split("/")]
+        if parts[0] == "dags" and len(parts) == 2:
+            found = parts[1] in self.dags
+            return httpx.Response(200 if found else 404, json={"dag_id": parts[1]} if found else {})
+        if parts[0] == "dags" and len(parts) == 4 and parts[2] == "dagRuns":
+            run = self.runs.get((parts[1], parts[3]))
+            return httpx.Response(200 if run else 404, json=run or {"detail": "not found"})
+        return httpx.Response(404, json={})
+
+    def recent_runs(self, dag_id: str, limit: int = 5) -> list[dict[str, Any]]:
+        self._up()
+        runs = [r for (d, _r), r in self.runs.items() if d == dag_id]
+        return sorted(runs, key=lambda r: r["run_after"], reverse=True)[:limit]
+
+    def dag_tasks(self, dag_id: str) -> list[dict[str, Any]]:
+        self._up()
+        return [dict(t) for t in self.dags[dag_id]]
+
+    def run_task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        self._up()
+        return [dict(t) for t in self.tis if t["dag_id"] == dag_id and t["dag_run_id"] == run_id]
+
+    def task_instances(self, pools: Any, states: Any) -> list[dict[str, Any]]:
+        self._up()
+        wanted = {None if s == "no_status" else s for s in states}
+        return [dict(t) for t in self.tis if t["pool"] in set(pools) and t["state"] in wanted]
+
+    def pages(self, path: str, key: str, params: Any = ()) -> list[dict[str, Any]]:
+        self._up()
+        self.pages_asked.append(list(params))
+        asked = dict(params)
+        return [dict(t) for t in self.tis if t["pool"] == asked.get("pool") and t.get("start_date")]
+
+    def get_pool(self, name: str) -> dict[str, Any] | None:
+        self._up()
+        return dict(self.pools[name]) if name in self.pools else None
+
+    def task_history(self, dag_id: str, task_id: str, limit: int = 40, states: Any = ()) -> list[Any]:
+        return []  # no history: the declared estimates are the learned durations
+
+    # -- what the controller writes
+    def set_pool(self, name: str, slots: int, description: str, include_deferred: bool = False) -> Any:
+        self.pools[name] = {"name": name, "slots": slots, "description": description}
+        return self.pools[name]
+
+    def upstream_task_ids(self, dag_id: str) -> dict[str, list[str]]:
+        up: dict[str, list[str]] = {}
+        for task in self.dags[dag_id]:
+            up.setdefault(task["task_id"], [])
+            for down in task.get("downstream_task_ids") or []:
+                up.setdefault(down, []).append(task["task_id"])
+        return up
+
+    # -- building the state
+    def dag(self, dag_id: str, edges: dict[str, list[str]], rule: str = OURS, pool: str = "gpu") -> None:
+        self.dags[dag_id] = [
+            {"task_id": t, "downstream_task_ids": d, "weight_rule": rule, "pool": pool}
+            for t, d in edges.items()
+        ]
+
+    def run(self, dag_id: str, run_id: str, started: float, state: str = "running") -> None:
+        self.runs[(dag_id, run_id)] = {
+            "dag_id": dag_id,
+            "dag_run_id": run_id,
+            "state": state,
+            "start_date": iso(started),
+            "run_after": iso(started),
+            "logical_date": iso(started),
+        }
+
+    def ti(
+        self,
+        dag_id: str,
+        run_id: str,
+        task_id: str,
+        state: str | None,
+        slots: int = 1,
+        key_at: float = NOW,
+        duration: float = 60.0,
+        start: float | None = None,
+        end: float | None = None,
+        scheduled: float | None = None,
+        pool: str = "gpu",
+        weight: int | None = None,
+        cpu: bool = False,
+    ) -> None:
+        hints: dict[str, Any] = {"duration_s": duration} if cpu else {"duration_s": duration, "gpus": slots}
+        self.tis.append(
+            {
+                "dag_id": dag_id,
+                "dag_run_id": run_id,
+                "task_id": task_id,
+                "map_index": -1,
+                "state": state,
+                "pool": pool,
+                "pool_slots": slots,
+                "priority_weight": key_weight(key_at) if weight is None else weight,
+                "executor_config": str({"gpu_dag": hints}),
+                "logical_date": iso(NOW - 3600),
+                "start_date": iso(start),
+                "end_date": iso(end),
+                "scheduled_when": iso(scheduled),
+            }
+        )
+
+
+class Capacity:
+    kind = "fake"
+
+    def read(self) -> CapacityReading:
+        return CapacityReading(4, "fake 4")
+
+
+def tick(api: FakeApi, at: float = NOW) -> None:
+    """One tick of the real watermark controller on ``api`` (writes pool 'gpu' and its state)."""
+    config = parse_config(
+        {
+            "interval": INTERVAL,
+            "pools": {"gpu": {"source": 0}},
+            "lease": {"lock_file": None, "variable": None},
+        }
+    )
+    gate = ReservationGate(gap=4 * 3600, overdue=8 * 3600)
+    client: Any = api
+    controller = WatermarkController(
+        config, client, {"gpu": Capacity()}, default_duration=60.0, clock=lambda: at
+    )
+    controller.gate = gate
+    controller.tick()
+
+
+def reservation_state() -> FakeApi:
+    """A wide task (4 slots) of 'train' waits while 'hold' holds 3 slots until NOW+90: the controller
+    reserves for it. Then 'evals' is triggered: its 1-slot task waits behind the reservation."""
+    api = FakeApi()
+    api.dag("train", {"hold": [], "wide": []})
+    api.dag("evals", {"small": ["report"], "report": []})
+    api.run("train", "t1", NOW - 600)
+    api.run("evals", "e1", NOW - 5)
+    api.ti("train", "t1", "hold", "running", slots=3, key_at=NOW - 900, duration=100, start=NOW - 10)
+    api.ti(
+        "train", "t1", "wide", "scheduled", slots=4, key_at=NOW - 5 * 3600, duration=30, scheduled=NOW - 20
+    )
+    api.ti("evals", "e1", "small", "scheduled", key_at=NOW + 60, duration=120, scheduled=NOW - 4)
+    api.ti("evals", "e1", "report", None, key_at=NOW + 200, duration=10)
+    return api
+
+
+def report(
+    api: FakeApi, dag_id: str, run_id: str | None = None, task: str | None = None, now: float = NOW
+) -> Any:
+    return build_report(
+        api,
+        dag_id,
+        run_id,
+        task,
+        history=ControllerHistory(api, 60.0, clock=lambda: 0.0),
+        now=now,
+        gate=ReservationGate(gap=4 * 3600, overdue=8 * 3600),
+    )
+
+
+# -- a task waiting for a reservation -----------------------------------------------------------------
+def test_a_task_behind_a_reservation_is_explained_with_rank_ahead_and_predicted_start() -> None:
+    api = reservation_state()
+    tick(api, NOW - 2)
+    assert api.pools["gpu"]["slots"] == 0  # 4 - 4 held for wide: nothing else starts
+    out = report(api, "evals")
+    assert out["run_id"] == "e1" and out["warnings"] == []
+    assert out["controller"]["gpu"]["status"] == "running"
+    assert out["controller"]["gpu"]["decision"]["reserved_for"] == "train/t1/wide/-1"
+    small = next(t for t in out["tasks"] if t["task_id"] == "small")
+    assert small["reason"]["code"] == "waiting-for-reservation"
+    assert "held for train/t1/wide/-1" in small["reason"]["text"]
+    assert small["rank"] == 2 and small["queue_length"] == 2
+    assert [a["task"] for a in small["ahead"]] == ["train/t1/wide/-1"]
+    assert small["ahead"][0]["key"] == iso_time(NOW - 5 * 3600)  # the key of 'wide'
+    # hold ends at NOW+90; the controller's next tick after it (ticks at NOW-2 + 5k) is NOW+93, when wide
+    # starts for its 30 s; the 1-slot task does not fit beside it: it starts when wide ends
+    assert small["predicted_start"] == pytest.approx(NOW + 123)
+    assert small["predicted_end"] == pytest.approx(NOW + 243)
+    report_task = next(t for t in out["tasks"] if t["task_id"] == "report")
+    assert report_task["reason"]["code"] == "not-ready" and report_task["rank"] is None
+    assert report_task["predicted_start"] == pytest.approx(NOW + 243)
+
+
+def test_the_reserved_task_and_a_backfilled_one_are_told_apart() -> None:
+    api = reservation_state()
+    api.ti("evals", "e1", "quick", "scheduled", key_at=NOW + 30, duration=20, scheduled=NOW - 4)
+    api.dag("evals", {"small": ["report"], "report": [], "quick": []})
+    tick(api, NOW - 2)
+    wide = report(api, "train", "t1", task="wide")["tasks"]
+    assert [t["task_id"] for t in wide] == ["wide"]
+    assert wide[0]["reason"]["code"] == "reserved" and wide[0]["rank"] == 1
+    assert wide[0]["predicted_start"] == pytest.approx(NOW + 93)
+    quick = report(api, "evals", task="quick")["tasks"][0]
+    assert quick["reason"]["code"] == "backfill"  # 20 s end before the slots free at +90
+    assert quick["predicted_start"] == pytest.approx(NOW)
+
+
+def test_a_stale_controller_is_said_and_exits_6(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    api = reservation_state()
+    tick(api, NOW - 2)
+    later = NOW + 3 * 3600  # the claim (3 intervals) lapsed long ago
+    out = report(api, "evals", now=later)
+    assert out["controller"]["gpu"]["status"] == "stale"
+    assert "has not ticked since its claim lapsed" in out["warnings"][0]
+    small = next(t for t in out["tasks"] if t["task_id"] == "small")
+    assert small["reason"]["code"] == "waiting-for-slots"  # no decision taken from a dead controller
+    assert small["predicted_start"] is not None
+    code = run_cli(monkeypatch, api, ["evals", "-o", "json"], now=later)
+    assert code == EXIT_NO_CONTROLLER
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["controller"]["gpu"]["status"] == "stale"
+    assert "airflow gpu-dag watermark" in captured.err
+
+
+def test_a_pool_no_controller_ever_managed_is_said() -> None:
+    api = reservation_state()
+    api.pools["gpu"] = {"name": "gpu", "slots": 4, "description": "GPU pool"}
+    out = report(api, "evals")
+    assert out["controller"]["gpu"]["status"] == "absent" and out["controller"]["gpu"]["capacity"] == 4
+    assert "no watermark controller has ever managed it" in out["warnings"][0]
+    small = next(t for t in out["tasks"] if t["task_id"] == "small")
+    # Airflow alone: the 1 free slot goes to the small task now (wide needs 4)
+    assert small["predicted_start"] == pytest.approx(NOW)
+
+
+# -- bad input ------------------------------------------------------------------------------------------
+def test_unknown_dag_run_or_task_exit_3_with_what_to_do() -> None:
+    api = reservation_state()
+    tick(api)
+    cases = [
+        (("nope", None, None), "DAG 'nope' does not exist"),
+        (("evals", "e9", None), "has no run 'e9'. Its latest runs: e1"),
+        (("evals", None, "smal"), "has no task 'smal'. Did you mean small?"),
+    ]
+    for (dag_id, run_id, task), said in cases:
+        with pytest.raises(ExplainError, match=said) as err:
+            report(api, dag_id, run_id, task)
+        assert err.value.code == EXIT_NOT_FOUND
+    api.dag("fresh", {"a": []})
+    with pytest.raises(ExplainError, match="has no runs yet") as err:
+        report(api, "fresh")
+    assert err.value.code == EXIT_NOT_FOUND
+
+
+def test_a_dag_on_a_stock_weight_rule_or_without_gpu_tasks_exits_5() -> None:
+    api = reservation_state()
+    api.dag("evals", {"small": ["report"], "report": []}, rule="downstream")
+    with pytest.raises(ExplainError, match="does not use the provider's weight rule") as err:
+        report(api, "evals")
+    assert err.value.code == EXIT_NOT_PROVIDER and "CRITICAL_PATH_WEIGHT_RULE" in str(err.value)
+    cpu = FakeApi()
+    cpu.dag("etl", {"load": []}, pool="default_pool")
+    cpu.run("etl", "r", NOW - 60)
+    cpu.ti("etl", "r", "load", "running", pool="default_pool", start=NOW - 30, cpu=True)
+    with pytest.raises(ExplainError, match="has no GPU task") as err:
+        report(cpu, "etl")
+    assert err.value.code == EXIT_NOT_PROVIDER
+
+
+def test_an_api_server_that_cannot_be_reached_or_refuses_the_login_exits_4() -> None:
+    client = AirflowRestClient("http://127.0.0.1:9", "admin", "secret", timeout=2.0)
+    try:
+        with pytest.raises(ExplainError, match="cannot reach the api-server") as err:
+            report(client, "evals")  # type: ignore[arg-type]
+    finally:
+        client.close()
+    assert err.value.code == EXIT_API and "secret" not in str(err.value)
+    api = reservation_state()
+    api.down = RestError("POST /auth/token: HTTP 401", 401)
+    with pytest.raises(ExplainError, match="refused the connection's login") as err:
+        report(api, "evals")
+    assert err.value.code == EXIT_API
+
+
+def run_cli(monkeypatch: pytest.MonkeyPatch, api: FakeApi, argv: list[str], now: float = NOW) -> int:
+    """``airflow gpu-dag explain ARGV`` on ``api``; its exit code."""
+    from airflow_gpu_dag.cli.definition import get_parser
+
+    monkeypatch.setattr(explain_cli, "_client", lambda conn_id: api)
+    monkeypatch.setattr(explain_cli, "build_report", functools.partial(build_report, now=now))
+    args: argparse.Namespace = get_parser().parse_args(["gpu-dag", "explain", *argv])
+    try:
+        args.func(args)
+    except SystemExit as stop:
+        return int(stop.code or 0)
+    return 0
+
+
+def test_the_command_prints_a_table_and_exit_codes_scripts_rely_on(
+    monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    api = reservation_state()
+    tick(api, NOW - 2)
+    assert run_cli(monkeypatch, api, ["evals", "e1"]) == 0
+    out = capsys.readouterr().out
+    assert "evals/e1/small/-1 (scheduled, pool gpu, 1 slot(s), key" in out
+    assert "why: waiting for a reservation: 4 slots of pool gpu are held for train/t1/wide/-1" in out
+    assert "ahead: train/t1/wide/-1" in out and "rank 2 of 2 waiting" in out
+    assert run_cli(monkeypatch, api, ["evals", "--task", "small", "-o", "plain"]) == 0
+    plain = capsys.readouterr().out.splitlines()
+    assert plain[0].split("\t")[:3] == ["task", "state", "pool"]
+    assert plain[1].split("\t")[0] == "evals/e1/small/-1" and "waiting-for-reservation" in plain[1]
+    assert run_cli(monkeypatch, api, ["nope"]) == EXIT_NOT_FOUND
+    assert "airflow gpu-dag explain: DAG 'nope' does not exist" in capsys.readouterr().err
+
+
+# -- a finished run against its plan ---------------------------------------------------------------------
+def finished_state() -> FakeApi:
+    """'prep' ran 20 s longer than its 60-s estimate; 'train' (2 slots) then waited 30 s: the pool was
+    full with another DAG's 3-slot task until +110; then it waited 10 s more while slots were held for a
+    4-slot task of higher weight; 'eval' ran as planned after it."""
+    api = FakeApi()
+    t0 = NOW - 3600
+    api.dag("pipe", {"prep": ["train"], "train": ["eval"], "eval": []})
+    api.run("pipe", "p1", t0, state="success")
+    api.ti("pipe", "p1", "prep", "success", key_at=t0, duration=60, start=t0, end=t0 + 80, scheduled=t0)
+    api.ti(
+        "pipe",
+        "p1",
+        "train",
+        "success",
+        slots=2,
+        key_at=t0 + 60,
+        duration=100,
+        start=t0 + 120,
+        end=t0 + 220,
+        scheduled=t0 + 80,
+    )
+    api.ti(
+        "pipe",
+        "p1",
+        "eval",
+        "success",
+        key_at=t0 + 160,
+        duration=50,
+        start=t0 + 220,
+        end=t0 + 270,
+        scheduled=t0 + 220,
+    )
+    api.ti("other", "o1", "busy", "success", slots=3, key_at=t0 - 500, start=t0 + 20, end=t0 + 110)
+    api.ti(
+        "other",
+        "o1",
+        "big",
+        "success",
+        slots=4,
+        key_at=t0 - 400,
+        start=t0 + 400,
+        end=t0 + 500,
+        scheduled=t0 + 100,
+    )
+    api.pools["gpu"] = {"name": "gpu", "slots": 4, "description": "GPU pool"}
+    return api
+
+
+def test_a_finished_run_is_held_against_its_plan_with_the_causes_and_the_error_quantiles(
+    monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    api = finished_state()
+    t0 = NOW - 3600
+    out = report(api, "pipe")
+    tasks = {t["task_id"]: t for t in out["tasks"]}
+    # the plan: prep 0-60, train 60-160, eval 160-210 (the run alone, estimates, from its start)
+    assert [
+        (tasks[t]["planned_start"] - t0, tasks[t]["planned_end"] - t0) for t in ("prep", "train", "eval")
+    ] == [(0, 60), (60, 160), (160, 210)]
+    assert tasks["prep"]["main_cause"] == "ran_longer" and tasks["prep"]["causes"]["ran_longer"] == 20
+    train = tasks["train"]
+    assert train["start_error_s"] == 60 and train["causes"]["upstream_late"] == 20
+    assert train["causes"]["waited_for_slots"] == pytest.approx(30)
+    assert train["causes"]["waited_for_reservation"] == pytest.approx(10)
+    assert train["main_cause"] == "waited_for_slots"
+    assert tasks["eval"]["start_error_s"] == 60 and tasks["eval"]["main_cause"] == "upstream_late"
+    # absolute errors: starts 0, 60, 60 -> median 60, p90 60; ends 20, 60, 60
+    assert out["plan_error"] == {
+        "tasks": 3,
+        "start_error_s": {"median": 60.0, "p90": 60.0},
+        "end_error_s": {"median": 60.0, "p90": 60.0},
+    }
+    assert out["warnings"] == []  # a finished run needs no controller
+    sent: list[tuple[str, float, dict[str, Any]]] = []
+    monkeypatch.setattr(
+        metrics, "_send", lambda kind, name, value, tags, per=None: sent.append((name, value, tags))
+    )
+    assert run_cli(monkeypatch, api, ["pipe", "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["plan_error"]["tasks"] == 3
+    assert ("gpu_dag.plan.start_error_median", 60.0, {"dag_id": "pipe"}) in sent
+    assert ("gpu_dag.plan.end_error_tail", 60.0, {"dag_id": "pipe"}) in sent
+
+
+# -- the core pieces ----------------------------------------------------------------------------------------
+def test_predictions_follow_the_controllers_ticks_and_airflow_alone_without_one() -> None:
+    tasks = [
+        LiveTask("a", "ra", "gpu", 3, 5, 50.0, "holding"),
+        LiveTask("w", "rb", "gpu", 4, 100, 30.0, "waiting"),
+        LiveTask("s", "rc", "gpu", 1, 10, 80.0, "waiting"),
+        LiveTask("n", "rc", "gpu", 1, 10, 20.0, "later", ("s",)),
+    ]
+    held = predict_live(1000.0, tasks, {"gpu": 4}, interval=5.0, last_tick=997.0)
+    # 'a' ends at 1050; the tick after it is at 1052 (997 + 11 x 5): 'w' starts then; 's' would run past
+    # 1050, so it is not backfilled and starts when 'w' ends
+    assert (held["w"].start, held["w"].end) == (1052.0, 1082.0)
+    assert (held["s"].start, held["n"].start) == (1082.0, 1162.0)
+    alone = predict_live(1000.0, tasks, {"gpu": 4}, reservation=False)
+    assert alone["s"].start == 1000.0 and alone["w"].start == 1080.0  # greedy: 's' takes the free slot
+    assert "x" not in predict_live(1000.0, [LiveTask("x", "r", "gpu", 9, 1, 1.0, "waiting")], {"gpu": 4})
+
+
+def test_wait_causes_split_a_wait_by_what_the_pool_was_doing() -> None:
+    me = DoneTask("me", "gpu", 2, 10, 60.0, start=200.0, end=260.0)
+    pool = [
+        PoolUse("full", "gpu", 3, 50, 0.0, 130.0),  # leaves 1 free: not enough until 130
+        PoolUse("wide", "gpu", 4, 90, 170.0, 250.0, waiting_since=100.0),  # held for until it started
+        PoolUse("low", "gpu", 4, 1, None, None, waiting_since=50.0),  # lower weight: not a reservation
+    ]
+    # 100-130 the pool is full; 130-170 'wide' (ahead, 4 slots) waits: its slots are held; from 170 it
+    # holds them: full again
+    assert wait_causes(me, 100.0, 4, pool) == {
+        "waited_for_slots": 60.0,
+        "waited_for_reservation": 40.0,
+        "scheduler": 0.0,
+    }
+    assert sum(wait_causes(me, 100.0, None, pool).values()) == 100.0  # unlimited pool: never full
+
+
+def test_error_summary_is_median_and_p90_of_absolute_errors() -> None:
+    plan = plan_run(0.0, [LiveTask(str(i), "r", "gpu", 1, 1, 10.0, "later") for i in range(10)], {"gpu": 10})
+    done = [DoneTask(str(i), "gpu", 1, 1, 10.0, float(i), 10.0 + 2 * i) for i in range(10)]
+    summary = error_summary(compare_run(0.0, done, plan, {"gpu": 10}))
+    assert summary == {
+        "tasks": 10,
+        "start_error_s": {"median": 4.0, "p90": 8.0},
+        "end_error_s": {"median": 8.0, "p90": 16.0},
+    }
+    assert error_summary([])["start_error_s"] == {"median": None, "p90": None}
