@@ -6,9 +6,10 @@
 2. Creates the GPU pools from a static GPU inventory (default ``4xa100:80GiB``: pool
    ``gpu_default`` with 4 slots, plus ``gpu_a100``). A pool slot is one GPU.
 3. Prints the plan of the example DAG, computed from the parsed DAG: per task ES/EF/LS/LF, slack,
-   critical-path priority and GPUs, and the critical path.
-4. Triggers a run, waits for it, and prints per task its state, start, end and the priority weight
-   the scheduler used, and the order in which the tasks actually started.
+   critical-path priority (remaining seconds), its key (seconds after the trigger) and GPUs, and the
+   critical path.
+4. Triggers a run, waits for it, and prints per task its state, start, end and the key its priority
+   weight encodes (the plan's unit), and the order in which the tasks actually started.
 
 Exit status: 0 when the run succeeded, 1 when it failed, 2 when Airflow could not be booted or the
 run did not finish in time. Options: ``--help``.
@@ -68,11 +69,27 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
+def run_due(dag: Any) -> float:
+    """Seconds from a run's trigger to its due time, as the scheduler's weight rule computes it:
+    ``stretch x W`` (W: the run's GPU work over the ``[gpu_dag] pools`` capacity)."""
+    from airflow_gpu_dag.airflow.dag_reader import build_task_graph
+    from airflow_gpu_dag.core.policy.objective import run_shape
+    from airflow_gpu_dag.priority.weights import WeightSettings
+
+    current = WeightSettings.read()
+    graph, _ = build_task_graph(dag)
+    return current.objective.stretch * run_shape(graph, current.capacity).work
+
+
 def render_plan(dag: Any) -> str:
-    """The plan of ``dag`` (an Airflow DAG) as text: one row per task in topological order."""
+    """The plan of ``dag`` (an Airflow DAG) as text: one row per task in topological order.
+
+    Each task's ``key`` is in the unit of the outcome's ``key`` column (seconds after the run's
+    trigger): ``due - priority``, so the two tables can be compared line by line."""
     from airflow_gpu_dag.airflow.dag_reader import plan_dag
 
     plan = plan_dag(dag)
+    due = run_due(dag)
     rows = [
         [
             t.task_id,
@@ -83,6 +100,7 @@ def render_plan(dag: Any) -> str:
             _hm(t.latest_finish),
             _hm(t.slack),
             t.priority,
+            f"{due - t.priority:+.0f}s",
             t.gpus or "-",
             t.pool or "-",
             "*" if t.critical else "",
@@ -91,8 +109,10 @@ def render_plan(dag: Any) -> str:
     ]
     out = [
         f"Plan of {plan.dag_id} (times h:mm from the start of the run; priority = remaining "
-        "critical-path seconds)",
-        _table(["task", "dur", "ES", "EF", "LS", "LF", "slack", "priority", "GPUs", "pool", "crit"], rows),
+        f"critical-path seconds; key = due - priority, seconds after the trigger, due = {due:+.0f}s)",
+        _table(
+            ["task", "dur", "ES", "EF", "LS", "LF", "slack", "priority", "key", "GPUs", "pool", "crit"], rows
+        ),
         f"critical path: {' -> '.join(plan.critical_path)}",
         f"makespan with unlimited GPUs: {_hm(plan.makespan)}",
     ]
@@ -153,8 +173,9 @@ def render_outcome(tis: Sequence[dict[str, Any]]) -> str:
         [
             _table(["task", "state", "start (UTC)", "start", "end", "key", "pool", "slots"], rows),
             f"started in this order: {' -> '.join(started) or '(none)'}",
-            "key: the latest start of the task for its run's due time, seconds after the trigger "
-            "(its priority_weight encodes it; the earliest key starts first, across all DAGs)",
+            "key: the latest start of the task for its run's due time, seconds after the trigger, as in "
+            "the plan (due - priority; its priority_weight encodes it; the earliest key starts first, "
+            "across all DAGs)",
         ]
     )
 

@@ -21,17 +21,51 @@ def test_demo_pools_from_static_inventory() -> None:
     assert pools["gpu_default"] == 4
 
 
-def test_plan_of_example_dag_names_the_critical_path() -> None:
+def test_plan_of_example_dag_names_the_critical_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 4}')
     dag = load_dag(DEFAULT_DAGS_FOLDER, DEMO_DAG_ID)
     text = render_plan(dag)
     assert "critical path: load_data -> preprocess -> init_model -> train -> checkpoint -> evaluate" in text
     train = next(line for line in text.splitlines() if line.startswith("train "))
-    # duration 1:30, ES 0:45, slack 0:00, priority = 2h remaining = 7200 s, 4 GPUs, critical
-    assert train.split()[:9] == ["train", "1:30", "0:45", "2:15", "0:45", "2:15", "0:00", "7200", "4"]
+    # duration 1:30, ES 0:45, slack 0:00, priority = 2h remaining = 7200 s, key = due - priority, 4 GPUs
+    assert train.split()[:10] == [
+        "train", "1:30", "0:45", "2:15", "0:45", "2:15", "0:00", "7200", "+18225s", "4"
+    ]  # fmt: skip
     assert train.rstrip().endswith("*")
     ablation = next(line for line in text.splitlines() if line.startswith("ablation_train"))
     assert ablation.split()[6] == "1:30"  # slack
     assert "makespan with unlimited GPUs: 2:45" in text
+
+
+def test_plan_and_outcome_show_the_key_in_one_unit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan's priority (remaining critical-path seconds) and the outcome's key (seconds after the
+    trigger) were two units side by side (9900 against +15525s for one task): the plan now shows each
+    task's key too, and it is the number the outcome shows for the weight the scheduler stores."""
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 4}')
+    dag = load_dag(DEFAULT_DAGS_FOLDER, DEMO_DAG_ID)
+    plan_text = render_plan(dag)
+    # W = 33900 GPU-seconds / 4 GPUs = 8475 s; due = 3 (balanced stretch) x W = 25425 s after the trigger
+    assert "key = due - priority, seconds after the trigger, due = +25425s" in plan_text.splitlines()[0]
+    load = next(line for line in plan_text.splitlines() if line.startswith("load_data "))
+    assert load.split()[7:9] == ["9900", "+15525s"]
+    from airflow_gpu_dag.core.policy.objective import key_weight
+
+    trigger = 1767225600.0  # 2026-01-01T00:00:00Z
+    ti = {
+        "task_id": "load_data",
+        "map_index": -1,
+        "state": "success",
+        "start_date": "2026-01-01T00:00:01Z",
+        "end_date": "2026-01-01T00:00:02Z",
+        "priority_weight": key_weight(trigger + 25425.0 - 9900.0),  # the weight rule's key for load_data
+        "run_id": "manual__2026-01-01T00:00:00+00:00",
+        "pool": "default_pool",
+        "pool_slots": 1,
+    }
+    outcome = render_outcome([ti])
+    row = next(line for line in outcome.splitlines() if line.startswith("load_data "))
+    assert "+15525s" in row.split()
+    assert "as in the plan (due - priority" in outcome.splitlines()[-1]
 
 
 def test_example_dag_tasks_use_gpu_pool_slots_equal_to_gpus() -> None:
