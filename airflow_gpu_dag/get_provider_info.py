@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from airflow_gpu_dag import __version__
 from airflow_gpu_dag.hooks.connection_types import CONNECTION_TYPES
 
 
@@ -14,7 +15,8 @@ def get_provider_info() -> dict[str, Any]:
         "name": "GPU DAG",
         "description": "Dependency-graph-driven GPU scheduling: critical-path priority, GPU watermark "
         "pools, reservation for wide critical tasks.",
-        "versions": ["0.1.0"],
+        # newest first: this one, then the released ones
+        "versions": [__version__, "0.1.0"],
         "hooks": [{"integration-name": "GPU DAG", "python-modules": ["airflow_gpu_dag.hooks.airflow_api"]}],
         # The gpu_dag_api connection (docs/connections.md): type, hook, form fields and UI behaviour.
         "connection-types": copy.deepcopy(list(CONNECTION_TYPES)),

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+import airflow_gpu_dag
 from airflow_gpu_dag.get_provider_info import get_provider_info
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +53,7 @@ def _validate(obj: dict[str, Any]) -> None:
 
 
 def _version() -> str:
-    return str(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"])
+    return airflow_gpu_dag.__version__
 
 
 def _values() -> dict[str, Any]:
