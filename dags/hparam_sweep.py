@@ -36,6 +36,16 @@ HIDDEN = {"tiny": 8, "small": 32, "base": 64}
 #: The default sweep; its length is the expected number of trials the planner shows (``map_length``)
 #: until past runs tell how many there really were.
 LEARNING_RATES = [0.3, 0.1, 0.03, 0.01]
+#: A mean squared error above this is a diverged trial, reported as None. XCom values are JSON, which
+#: has no inf or NaN (the Task SDK refuses to send one), and a huge finite float does not survive a
+#: PostgreSQL metadata DB either: JSONB gives 1.58e102 back as a 103-digit integer, which the Task
+#: SDK cannot hand to the next task ("can't serialize ints > 2**64 - 1"; found by the Docker smoke run).
+DIVERGED_MSE = 1e6
+
+
+def _error(mse: float) -> float | None:
+    """The error as an XCom value: None when the trial diverged (not finite, or above DIVERGED_MSE)."""
+    return mse if np.isfinite(mse) and mse <= DIVERGED_MSE else None
 
 
 def _run_dir(params: dict[str, Any], run_id: str) -> Path:
@@ -141,17 +151,14 @@ with DAG(
             for key in weights:
                 weights[key] -= spec["lr"] * 2 * np.mean(grads[key], axis=0)
             loss = float(np.mean(losses))
-            if not np.isfinite(loss):
+            if _error(loss) is None:
                 break  # diverged: the evaluation reports it, the sweep goes on
         folder = run / f"trial_{spec['trial']:02d}"
         folder.mkdir(exist_ok=True)
         np.savez(folder / "model.npz", w1=weights["w1"], b1=weights["b1"], w2=weights["w2"], b2=weights["b2"])
         (folder / "_SUCCESS").write_text("")
         print(f"trial {spec['trial']} lr={spec['lr']}: train mse {loss:.4f} ({shards} shards)")
-        # an XCom value is JSON, which has no inf or NaN (the Task SDK refuses to send one): a
-        # diverged trial's error is None
-        train_mse = loss if np.isfinite(loss) else None
-        return {**spec, "checkpoint": str(folder / "model.npz"), "train_mse": train_mse}
+        return {**spec, "checkpoint": str(folder / "model.npz"), "train_mse": _error(loss)}
 
     @task.gpu(
         gpus=1,
@@ -160,14 +167,14 @@ with DAG(
         executor_config=gpu_hints(map_length=len(LEARNING_RATES)),
     )
     def evaluate_trial(result: dict[str, Any]) -> dict[str, Any]:
-        """Validation MSE of one trained trial (None if it diverged: XCom values are JSON, no inf)."""
+        """Validation MSE of one trained trial (None if it diverged, see DIVERGED_MSE)."""
         context = get_current_context()
         data = np.load(_run_dir(context["params"], context["run_id"]) / "data.npz")
         weights = dict(np.load(result["checkpoint"]))
         _, pred = _forward(weights, data["x_val"])
         mse = float(np.mean((pred - data["y_val"]) ** 2))
         print(f"trial {result['trial']} lr={result['lr']}: validation mse {mse:.4f}")
-        return {**result, "val_mse": mse if np.isfinite(mse) else None}
+        return {**result, "val_mse": _error(mse)}
 
     @task(executor_config=gpu_hints(duration="10m"))
     def select_best(evaluations: list[dict[str, Any]]) -> dict[str, Any]:
