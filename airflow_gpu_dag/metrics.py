@@ -4,12 +4,13 @@ configured in ``[metrics]``). Every name and tag is listed in ``docs/metrics.md`
 Each function is one call site's worth of metrics and never raises: a metric must never break a
 controller tick, a GPU lease or the scheduler's weight rule.
 
-Which backend: the one the process already configured (the task runner configures the Task SDK's
-stats in workers; the scheduler, dag-processor, triggerer and api-server configure Airflow core's),
-else, in a process Airflow did not configure (the watermark controller, a CLI), the Task SDK's stats
-are configured from ``[metrics]`` on first use (:func:`configure`). A process that has not imported
-Airflow at all (a script using :mod:`airflow_gpu_dag.gpu.lease` directly) sends nothing: a metric
-never loads Airflow.
+Which backend: the Task SDK's public stats API, ``airflow.sdk.observability.stats`` (what Airflow
+names as the replacement of ``airflow.stats`` and its providers send through), configured from
+``[metrics]`` once per process before the provider's first metric (:func:`configure`): the settings
+Airflow's own backends read, so the metrics go where Airflow's go, in workers, the scheduler, the
+api-server, the triggerer and the controller alike. No private Airflow module is imported
+(tests/unit/test_public_airflow_api.py). A process that has not imported Airflow at all (a script
+using :mod:`airflow_gpu_dag.gpu.lease` directly) sends nothing: a metric never loads Airflow.
 
 Names: ``gpu_dag.<component>.<metric>`` with tags (OpenTelemetry, Datadog, StatsD with
 ``statsd_influxdb_enabled``). Plain StatsD has no tags, so per-pool and per-strategy metrics are
@@ -127,29 +128,29 @@ _state: dict[str, Any] = {"pid": None, "stats": None, "legacy": True}
 
 
 def _sdk_stats() -> ModuleType:
-    from airflow.sdk._shared.observability.metrics import stats
+    # process boundary: importing this module never loads Airflow (a script using gpu.lease; see above)
+    from airflow.sdk.observability import stats
 
     return stats
 
 
-def _configured(module: ModuleType) -> bool:
-    return getattr(module, "_factory", None) is not None
-
-
 def configure(force: bool = False) -> None:
-    """Configure the Task SDK's stats from ``[metrics]`` in a process Airflow did not configure.
+    """Configure the Task SDK's public stats from ``[metrics]`` for this process, once.
 
-    Called by ``airflow gpu-dag watermark`` at start; ``force`` re-reads ``[metrics]`` (tests).
-    A process whose stats Airflow configured already is left alone unless ``force``.
+    Called before the first metric of a process (:func:`_stats`) and by ``airflow gpu-dag watermark``
+    at start; ``force`` re-reads ``[metrics]`` (tests). The public API has no way to ask whether Airflow
+    configured it already in this process, so it is configured from the same settings Airflow reads.
     """
+    if not force and _state["pid"] == os.getpid():
+        return
     try:
+        # process boundary: only an Airflow process configures its stats (see _sdk_stats)
         from airflow.sdk.configuration import conf
-        from airflow.sdk.observability.metrics.stats_utils import get_stats_factory
+        from airflow.sdk.observability.metrics.stats_utils import get_stats_factory  # process boundary
 
         stats = _sdk_stats()
         legacy = conf.getboolean("metrics", "legacy_names_on", fallback=True)
-        if force or not _configured(stats):
-            stats.initialize(factory=get_stats_factory(), export_legacy_names=legacy)
+        stats.initialize(factory=get_stats_factory(), export_legacy_names=legacy)
         _state.update(pid=os.getpid(), stats=stats, legacy=legacy)
     except Exception:  # metrics are best effort
         log.warning("airflow-gpu-dag: metrics disabled (cannot configure Airflow's stats)", exc_info=True)
@@ -162,24 +163,7 @@ def _stats() -> Any:
         return _state["stats"]
     if "airflow" not in sys.modules:  # not an Airflow process (a script, a test): do not load Airflow
         return None
-    try:
-        sdk = _sdk_stats()
-        if _configured(sdk):
-            chosen: Any = sdk
-        else:
-            from airflow._shared.observability.metrics import stats as core
-
-            chosen = core if _configured(core) else None
-        if chosen is None:
-            configure()
-            return _state["stats"]
-        from airflow.sdk.configuration import conf
-
-        legacy = conf.getboolean("metrics", "legacy_names_on", fallback=True)
-        _state.update(pid=os.getpid(), stats=chosen, legacy=legacy)
-    except Exception:
-        log.debug("airflow-gpu-dag: no stats backend", exc_info=True)
-        _state.update(pid=os.getpid(), stats=None)
+    configure()
     return _state["stats"]
 
 

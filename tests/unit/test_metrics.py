@@ -150,6 +150,32 @@ def test_cache_hits_are_added_up_not_sent_per_get_weight(monkeypatch: pytest.Mon
     assert sent == [("gpu_dag.priority.cache_hits", 1)]
 
 
+def test_metrics_go_through_the_public_task_sdk_stats(statsd: StatsdListener) -> None:
+    """The backend is ``airflow.sdk.observability.stats``, Airflow's public stats API (not its private
+    ``airflow.sdk._shared...`` / ``airflow._shared...`` modules, which move between versions)."""
+    from airflow.sdk.observability import stats
+
+    assert metrics._stats() is stats
+
+
+def test_a_new_process_configures_the_stats_from_metrics_settings(
+    statsd: StatsdListener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a process the provider has not configured yet (a worker, the scheduler), the first metric
+    configures the stats from ``[metrics]``, whatever backend the stats module held before."""
+    from airflow.sdk.observability import stats
+
+    class Nowhere:
+        def __getattr__(self, name: str) -> object:
+            return lambda *args, **kwargs: None
+
+    stats.initialize(factory=Nowhere, export_legacy_names=True)
+    monkeypatch.setitem(metrics._state, "pid", None)  # as after a fork: this process has sent nothing yet
+    metrics.watermark_tick(0.5, active=True)
+    statsd.drain(until="gpu_dag.watermark.ticks.active")
+    assert statsd.value("gpu_dag.watermark.ticks.active") == (1.0, "c")
+
+
 def test_metrics_never_raise_without_a_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken() -> object:
         raise RuntimeError("no stats")
