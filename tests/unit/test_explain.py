@@ -483,6 +483,21 @@ def test_predictions_follow_the_controllers_ticks_and_airflow_alone_without_one(
     assert "x" not in predict_live(1000.0, [LiveTask("x", "r", "gpu", 9, 1, 1.0, "waiting")], {"gpu": 4})
 
 
+def test_tasks_holding_slots_free_them_to_the_reserved_task_not_to_the_next_one() -> None:
+    """Two 1-slot tasks hold 2 of 4 slots and end in 2 s; 'wide' (4) waits, reserved for, and a 1-slot
+    task behind it. The controller, seeing the two run, keeps the pool at C - w: when they end, their
+    slots stay closed until its next tick starts 'wide' (not the 1-slot task)."""
+    tasks = [
+        LiveTask("h0", "t", "gpu", 1, 5, 2.1, "holding"),
+        LiveTask("h1", "t", "gpu", 1, 5, 2.1, "holding"),
+        LiveTask("wide", "t", "gpu", 4, 100, 7.0, "waiting"),
+        LiveTask("ev", "s", "gpu", 1, 5, 21.0, "waiting"),
+    ]
+    out = predict_live(36.3, tasks, {"gpu": 4}, interval=5.0, last_tick=34.5)
+    assert out["h0"].end == pytest.approx(38.4)
+    assert (out["wide"].start, out["ev"].start) == (pytest.approx(39.5), pytest.approx(46.5))
+
+
 def test_wait_causes_split_a_wait_by_what_the_pool_was_doing() -> None:
     me = DoneTask("me", "gpu", 2, 10, 60.0, start=200.0, end=260.0)
     pool = [

@@ -121,7 +121,13 @@ def predict_live(
     everything after it, is left out (it never runs).
     """
     live = list(tasks)
-    origin = _origin(now, interval, last_tick if reservation else None)
+    # The simulator has no task running at its start: a task holding slots is one it starts at time 0. A
+    # controller tick at 0 would count it as starting now and keep its slots open once it ends (pool =
+    # used + started), which the real controller, seeing it run, does not. So the simulation starts one
+    # tick early: the tasks holding slots start alone at that tick, the others turn ready at the next one
+    # (the controller's latest real tick), which sees them as running, as the controller did.
+    shift = interval if reservation and interval > 0 else 0.0
+    origin = _origin(now, interval, last_tick if reservation else None) - shift
     never = _too_large(live, capacity)
     by_run: dict[str, list[LiveTask]] = {}
     for task in sorted((t for t in live if t.key not in never), key=lambda t: (-t.priority, t.order, t.key)):
@@ -135,7 +141,9 @@ def predict_live(
         for task in run_tasks:
             held = task.state == "holding"
             duration = max(0.0, task.duration) + ((now - origin) if held else 0.0)
-            graph.add_task(TaskNode(task.key, duration, pool=task.pool, pool_slots=max(0, task.slots)))
+            node = TaskNode(task.key, duration, pool=task.pool, pool_slots=max(0, task.slots))
+            node.not_before = 0.0 if held else shift
+            graph.add_task(node)
             uid_key[task.key if len(by_run) == 1 else f"{index}:{run}/{task.key}"] = task.key
         for task in run_tasks:
             for up in task.upstream:
