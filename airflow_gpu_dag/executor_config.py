@@ -34,7 +34,10 @@ __all__ = [
     "HINTS_KEY",
     "control_task_hints",
     "duration_hint",
+    "fallback_hint",
     "gpu_hints",
+    "gpus_hint",
+    "map_length_hint",
     "merge_hints",
     "read_hints",
     "request_hints",
@@ -105,6 +108,7 @@ def _paths(paths: object) -> list[str]:
     ``pathlib.Path`` or an ``ObjectStoragePath``) is a list of one, not a list of its characters; a path
     is kept as ``str()`` writes it (an object storage path keeps its ``s3://``; one with a connection
     id is ``protocol://path``, without the ``conn@`` its ``str()`` puts in)."""
+    # process boundary: the core imports the package root, hence this module, and must not load Airflow
     from airflow_gpu_dag.datasets.completeness import storage_url
 
     if paths is None or (isinstance(paths, str | bytes) and not paths):
@@ -168,6 +172,22 @@ def duration_hint(executor_config: object) -> float | None:
     """The declared estimate of a task instance's ``executor_config`` (a dict, or the REST API's
     ``str(dict)``), in seconds, from its contract; None when absent or malformed."""
     return read_contract(executor_config).duration_s
+
+
+def gpus_hint(executor_config: object) -> int | None:
+    """The GPU count of a task instance's contract (None: no GPU, or a malformed request)."""
+    return read_contract(executor_config).gpus
+
+
+def map_length_hint(executor_config: object) -> int | None:
+    """The declared ``map_length`` of a task instance's contract (None when absent or malformed)."""
+    return read_contract(executor_config).map_length
+
+
+def fallback_hint(executor_config: object) -> dict[str, Any] | None:
+    """The fallback-rung hint of a task instance's contract, as its wire dict (None: not a rung)."""
+    fallback = read_contract(executor_config).fallback
+    return fallback.to_wire() if fallback is not None else None
 
 
 def request_hints(

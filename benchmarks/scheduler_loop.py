@@ -14,8 +14,9 @@ LocalExecutor, PostgreSQL by default), once per weight rule:
 
 The workload: ``--dags`` DAGs (default 200) written into a temporary DAG folder, most of 5-300 tasks and
 ``--large`` of 1,000-2,500 tasks (a root ``start`` task in ``default_pool``, then a layered graph of GPU
-tasks in the 4-slot pool ``bench_gpu``). Every DAG is scheduled on its own asset, so its run is created
-by the **scheduler** (runs triggered over REST get their weights in the api-server instead); the benchmark
+tasks in the 4-slot pool ``bench_gpu``; the large ones also have a mapped task of four GPU shards).
+Every DAG is scheduled on its own asset, so its run is created by the **scheduler** (runs triggered over
+REST get their weights in the api-server instead); the benchmark
 posts one asset event per DAG, spread evenly over ``--window`` seconds, and a third of the way through
 rewrites the files of some DAGs (two large ones among them: one task more, other estimates) so the
 dag-processor makes new versions while runs are being created.
@@ -31,8 +32,15 @@ Measured, each as p50 / p99 / max, per round:
 
 and the ratio ours / stock at p99 (target: within 1.2x; ``get_weight`` p99 at most about 50 ms).
 
+``--first-weight`` starts no Airflow: it times, in this process, the first ``get_weight`` of new versions
+of one generated DAG (``--first-weight-tasks``, default 5,000) without a mapped task and with one, parsed
+through the provider's cluster policy and serialized as the dag-processor does, and of a second object of
+each version (an api-server loads one per request), and counts the calls that analysed the DAG in the
+calling thread (issue #40: none may).
+
     .venv/bin/python benchmarks/scheduler_loop.py            # about 15 minutes on 2 cores, PostgreSQL
     .venv/bin/python benchmarks/scheduler_loop.py --quick    # smoke test: 40 DAGs, a 45 s window
+    .venv/bin/python benchmarks/scheduler_loop.py --first-weight   # the first get_weight of a new version
     options: --dags N --large N --window S --rules stock,critical_path,packing[,packing_nice0] --sqlite
              --json out.json
 """
@@ -44,6 +52,7 @@ import contextlib
 import importlib.util
 import json
 import math
+import os
 import random
 import re
 import socket
@@ -219,6 +228,7 @@ from airflow_gpu_dag import gpu_hints
 WEIGHT_RULE = {rule!r}
 VERSION = {version}
 SPECS = {specs!r}
+MAPPED_FROM = {mapped_from!r}  # DAGs of at least this many tasks get a mapped task (four shards)
 
 
 def build(dag_id: str, tasks: int, seed: int) -> DAG:
@@ -234,7 +244,9 @@ def build(dag_id: str, tasks: int, seed: int) -> DAG:
     ) as dag:
         start = BashOperator(task_id="start", bash_command="true", executor_config=gpu_hints(duration=0))
         layers, made = [[start]], 1
-        total = tasks + (1 if VERSION else 0)  # a new version has one task more
+        mapped = tasks >= MAPPED_FROM
+        # a new version has one task more; the mapped task is one of the DAG's tasks
+        total = tasks + (1 if VERSION else 0) - (1 if mapped else 0)
         while made < total:
             layer = []
             for _ in range(min(width, total - made)):
@@ -251,6 +263,13 @@ def build(dag_id: str, tasks: int, seed: int) -> DAG:
                 layer.append(task)
                 made += 1
             layers.append(layer)
+        if mapped:  # one mapped task: four GPU shards after the root
+            shards = BashOperator.partial(
+                task_id="shard",
+                pool={pool!r},
+                executor_config=gpu_hints(duration=900 + 60 * VERSION, gpus=1),
+            ).expand(bash_command=["sleep 20"] * 4)
+            start >> shards
     return dag
 
 
@@ -259,10 +278,24 @@ for _dag_id, _tasks, _seed in SPECS:
 '''
 
 
-def render_file(specs: Sequence[DagSpec], rule: str, version: int = 0) -> str:
-    """The Python source of one DAG file holding ``specs``."""
+#: The generated DAGs of at least this many tasks (the large ones) have a mapped task.
+MAPPED_FROM = 1000
+
+
+def render_file(
+    specs: Sequence[DagSpec], rule: str, version: int = 0, mapped_from: int | None = MAPPED_FROM
+) -> str:
+    """The Python source of one DAG file holding ``specs`` (``mapped_from``: the DAGs of at least that
+    many tasks get a mapped task; None: none does)."""
     rows = [(s.dag_id, s.tasks, s.seed) for s in specs]
-    return DAG_FILE.format(version=version, count=len(rows), rule=rule, specs=rows, pool=POOL)
+    return DAG_FILE.format(
+        version=version,
+        count=len(rows),
+        rule=rule,
+        specs=rows,
+        pool=POOL,
+        mapped_from=mapped_from if mapped_from is not None else 10**9,
+    )
 
 
 def write_dags(
@@ -577,6 +610,128 @@ def format_report(results: Sequence[RoundResult]) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------------------------- first weights
+
+
+@dataclass
+class FirstWeights:
+    """What the first ``get_weight`` of a new DAG version costs in the calling thread (the scheduler
+    loop), seconds: ``first`` for the first DAG object of the version, ``same_version`` for another
+    object of the same version (an api-server loads one per request), each as wall time and as the
+    calling thread's CPU time (``*_cpu``: what the call costs a core, whatever else the machine runs);
+    ``analysed_inline`` how many of those calls analysed the DAG in the calling thread."""
+
+    tasks: int
+    mapped: bool
+    first: list[float] = field(default_factory=list)
+    same_version: list[float] = field(default_factory=list)
+    first_cpu: list[float] = field(default_factory=list)
+    same_version_cpu: list[float] = field(default_factory=list)
+    analysed_inline: int = 0
+
+
+def first_weight_costs(tasks: int = 5000, repeats: int = 5, rule: str = "packing") -> list[FirstWeights]:
+    """Time the first ``get_weight`` of ``repeats`` new versions of a generated ``tasks``-task DAG (the
+    benchmark's DAG file, parsed through the provider's cluster policy and serialized as the
+    dag-processor does), without a mapped task and with one, and of a second object of each version.
+    In this process: no Airflow is started (``main`` sets ``[gpu_dag] pools`` and turns learned durations
+    off: there is no database)."""
+    from types import SimpleNamespace
+
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    import airflow_gpu_dag.priority.weights as weights_module
+    from airflow_gpu_dag.airflow.policy import dag_policy
+    from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, PackingPriorityStrategy
+
+    strategy_class = PackingPriorityStrategy if rule == "packing" else CriticalPathPriorityStrategy
+    path = f"airflow_gpu_dag.priority_strategy.{strategy_class.__name__}"
+    loop_thread = threading.current_thread()
+    inline: list[int] = []
+    build = weights_module.build_basis
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is loop_thread:
+            inline.append(1)
+        return build(*args, **kwargs)
+
+    def ti(dag: Any, version_id: str) -> Any:
+        task_id = "t1"
+        return SimpleNamespace(
+            task=dag.task_dict[task_id],
+            task_id=task_id,
+            dag_id=dag.dag_id,
+            run_id="manual__2026-11-30T12:00:00+00:00",
+            map_index=-1,
+            dag_version_id=version_id,
+        )
+
+    small: dict[str, Any] = {}
+    exec(compile(render_file([DagSpec("warm_up", 5, 1, "w.py")], path), "w.py", "exec"), small)
+    dag_policy(small["warm_up"])
+    warm_up = DagSerialization.from_dict(DagSerialization.to_dict(small["warm_up"]))
+    results = []
+    weights_module.build_basis = counting
+    try:
+        for mapped in (False, True):
+            result = FirstWeights(tasks, mapped)
+            for version in range(repeats):
+                spec = DagSpec("first_weight", tasks, 14 + version, "first_weight.py")
+                source = render_file([spec], path, version, mapped_from=tasks if mapped else None)
+                namespace: dict[str, Any] = {}
+                exec(compile(source, "first_weight.py", "exec"), namespace)
+                dag = namespace["first_weight"]
+                dag_policy(dag)  # the dag-processor: validate, derive the figures
+                data = DagSerialization.to_dict(dag)
+                first, second = DagSerialization.from_dict(data), DagSerialization.from_dict(data)
+                strategy_class._weights.reset()
+                strategy_class().get_weight(ti(warm_up, "warm-up"))  # settings read, threads started
+                background = strategy_class._weights.background
+                if background is not None:
+                    background.wait_idle(600)
+                inline.clear()
+                for dag_object, wall, cpu in (
+                    (first, result.first, result.first_cpu),
+                    (second, result.same_version, result.same_version_cpu),
+                ):
+                    started, started_cpu = time.perf_counter(), time.thread_time()
+                    strategy_class().get_weight(ti(dag_object, f"v{version}"))
+                    wall.append(time.perf_counter() - started)
+                    cpu.append(time.thread_time() - started_cpu)
+                result.analysed_inline += len(inline)
+                background = strategy_class._weights.background
+                if background is not None:
+                    background.wait_idle(600)
+            results.append(result)
+    finally:
+        weights_module.build_basis = build
+        strategy_class._weights.reset()
+    return results
+
+
+def format_first_weights(results: Sequence[FirstWeights]) -> str:
+    """A Markdown table: per DAG (with or without a mapped task), the median and the largest of each
+    cost, wall time and the calling thread's CPU time."""
+    lines = [
+        "| DAG | first get_weight of a new version: wall, median / max | CPU, median / max "
+        "| another object of the version: wall | CPU | analysed in the calling thread |",
+        "|---|---|---|---|---|---|",
+    ]
+
+    def cell(values: Sequence[float]) -> str:
+        spread = Spread.of(values)
+        return f"{spread.p50:.4f} / {spread.max:.4f} s"
+
+    for r in results:
+        name = f"{r.tasks:,} tasks{', one mapped' if r.mapped else ''}"
+        lines.append(
+            f"| {name} | {cell(r.first)} | {cell(r.first_cpu)} "
+            f"| {cell(r.same_version)} | {cell(r.same_version_cpu)} "
+            f"| {r.analysed_inline} of {2 * len(r.first)} calls |"
+        )
+    return "\n".join(lines)
+
+
 def _stress() -> Any:
     """``benchmarks/stress.py`` (its throwaway PostgreSQL, process-tree and paging helpers), loaded by
     path: ``benchmarks`` is no package."""
@@ -605,7 +760,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke test: 40 DAGs (1 large), 45 s window")
     parser.add_argument("--sqlite", action="store_true", help="SQLite instead of a throwaway PostgreSQL")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    parser.add_argument(
+        "--first-weight",
+        action="store_true",
+        help="only time the first get_weight of new versions of one DAG (no Airflow is started)",
+    )
+    parser.add_argument("--first-weight-tasks", type=int, default=5000)
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
+    if args.first_weight:
+        os.environ.setdefault("AIRFLOW__GPU_DAG__POOLS", json.dumps({POOL: POOL_SLOTS}))
+        os.environ.setdefault("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")  # no database here
+        costs = first_weight_costs(args.first_weight_tasks, args.repeats)
+        print(format_first_weights(costs))
+        if args.json:
+            args.json.write_text(json.dumps([asdict(c) for c in costs], indent=2))
+        return 0
     if args.quick:
         args.dags, args.large, args.window = 40, 1, 45.0
     try:

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_gpu_dag.airflow.mapped import expand_dag_graph, literal_map_length, mapped_task_ids
+from airflow_gpu_dag.airflow.mapped import expand_dag_graph, is_mapped, literal_map_length
 from airflow_gpu_dag.contract import (
     DERIVED_KEY,
     HINTS_KEY,
@@ -61,15 +61,11 @@ def _hints(task: Any) -> Mapping[str, Any]:
     return hints if isinstance(hints, Mapping) else {}
 
 
-#: The contract keys the derived figures depend on.
-_DIGESTED = ("duration_s", "gpus", "fallback", "map_length")
-
-
 def _text(value: object) -> str:
     """``value`` as stable text (dict keys sorted); an int too long to print (over 4,300 digits) by its
     size and low bits."""
     try:
-        if value is None or isinstance(value, int | float | str):  # most values: repr is 10x faster
+        if value is None or type(value) in (int, float, str, bool):  # most values: repr is 10x faster
             return repr(value)
         return json.dumps(value, sort_keys=True, default=repr)
     except (ValueError, TypeError):  # a huge int, a dict with keys of mixed types
@@ -83,19 +79,28 @@ def version_digest(dag: Any) -> str:
     edges, pools and pool slots, each task's estimate, GPU count, fallback rung and ``map_length`` as
     its contract holds them, and the literal ``expand()`` length of each mapped task. The same on the
     dag-processor's DAG (after the policy wrote the canonical contract) and the scheduler's serialized
-    DAG; one pass of string formatting and one SHA-256 (about 10 ms for 5,000 tasks)."""
-    mapped = set(mapped_task_ids(dag))
+    DAG. One pass of string formatting and one SHA-256: ``get_weight`` computes it once per DAG version
+    before it trusts the figures (about 10 ms for 5,000 tasks on an idle core)."""
     tasks = dag.task_dict
     lines = [str(dag.dag_id)]
+    append = lines.append
     for task_id in sorted(tasks):
         task = tasks[task_id]
-        hints = _hints(task)
-        count = literal_map_length(task) if task_id in mapped else None
-        lines.append(
+        config = task.executor_config
+        hints = config.get(HINTS_KEY) if type(config) is dict else _hints(task)
+        if type(hints) is not dict:
+            hints = _hints(task)
+        duration, gpus = hints.get("duration_s"), hints.get("gpus")
+        line = (
             f"{task_id}\t{task.pool}\t{task.pool_slots}\t{sorted(task.downstream_task_ids)}\t"
-            + "\t".join(_text(hints.get(key)) for key in _DIGESTED)
-            + f"\t{task_id in mapped}\t{count}"
+            f"{duration if type(duration) is float else _text(duration)}\t"
+            f"{gpus if type(gpus) is int else _text(gpus)}"
         )
+        if "fallback" in hints or "map_length" in hints:
+            line += f"\t{_text(hints.get('fallback'))}\t{_text(hints.get('map_length'))}"
+        if is_mapped(task):
+            line += f"\tmapped {literal_map_length(task)}"
+        append(line)
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:32]
 
 

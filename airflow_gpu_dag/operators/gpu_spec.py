@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_gpu_dag.airflow.declaring import declaring_dag
+from airflow_gpu_dag.contract import read as read_contract
 from airflow_gpu_dag.core.analysis.gpu_requests import RequestLimits, check_gpu_request, default_pool_finding
 from airflow_gpu_dag.core.model.ladders import as_rung_findings, never_runs
 from airflow_gpu_dag.core.model.pools import DEFAULT_POOL, pool_for_gpu_type
 from airflow_gpu_dag.core.model.resources import EstimateError, GpuRequest, parse_duration, parse_estimate
-from airflow_gpu_dag.executor_config import HINTS_KEY, gpu_hints, read_hints
+from airflow_gpu_dag.executor_config import read_hints, request_hints
 from airflow_gpu_dag.gpu import inventory as gpu_inventory
 from airflow_gpu_dag.gpu.inventory import GpuInventory
 from airflow_gpu_dag.settings import max_gpus_per_host, pool_capacities
@@ -135,9 +136,10 @@ def resolve_gpu_task(
         request = GpuRequest.parse(gpus, gpu_memory, gpu_type)
     except EstimateError as err:
         raise GpuTaskError(f"{where}: {err}. Fix: {_request_fix(gpus, gpu_memory)}") from None
+    duration_s = None
     if duration is not None:
         try:
-            parse_estimate(duration)
+            duration_s = parse_estimate(duration)
         except EstimateError as err:
             raise GpuTaskError(f"{where}: {err}. Fix: pass duration like '45m' or '1h30m'.") from None
     timeout_s = None
@@ -180,20 +182,8 @@ def resolve_gpu_task(
         if rung is not None and before.is_error:
             rung[1].append(never_runs(before))
 
-    config = gpu_hints(
-        duration=duration,
-        gpus=request.count,
-        gpu_memory=request.memory_mib,
-        gpu_type=request.gpu_type,
-        inputs=inputs,
-        outputs=outputs,
-        executor_config=executor_config,
-    )
-    # a re-declaration may drop memory/type: keep only what this declaration says
-    hints = config[HINTS_KEY]
-    for key, present in (("gpu_memory_mib", request.memory_mib), ("gpu_type", request.gpu_type)):
-        if not present:
-            hints.pop(key, None)
+    # the request parsed above, written once (a re-declaration that drops memory or type drops it here)
+    config = request_hints(request, duration_s, inputs, outputs, executor_config)
     return GpuTaskSpec(request, pool, request.count, config, timeout_s)
 
 
@@ -231,8 +221,19 @@ def gpu_scheduling_kwargs(kwargs: Mapping[str, Any], task_id: str | None = None)
 
 
 def request_from(operator: Any) -> GpuRequest:
+    """The GPU request of a GPU operator: the one it parsed when it was declared, else its task
+    contract's (a task rebuilt from a serialized DAG); one GPU when it declares none.
+
+    :raises EstimateError: the contract's GPU request is malformed (the cluster policy refuses such a
+        DAG; a DAG parsed without it fails here, when its task starts).
+    """
     request = getattr(operator, "gpu_request", None)
     if isinstance(request, GpuRequest):
         return request
-    hints = read_hints(getattr(operator, "executor_config", None))
-    return GpuRequest.parse(hints.get("gpus", 1), hints.get("gpu_memory_mib"), hints.get("gpu_type"))
+    contract = read_contract(getattr(operator, "executor_config", None))
+    if contract.gpu_request is not None:
+        return contract.gpu_request
+    for problem in contract.problems:
+        if problem.code == "bad-gpu-request":
+            raise EstimateError(problem.message.removesuffix("."))
+    return GpuRequest(1)

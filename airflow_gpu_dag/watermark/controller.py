@@ -35,7 +35,7 @@ from airflow_gpu_dag.core.model.ladders import can_fall_back
 from airflow_gpu_dag.core.policy.admission import PendingTask, ReadyTask, RunningTask
 from airflow_gpu_dag.core.policy.objective import ReservationGate
 from airflow_gpu_dag.core.policy.reservation import PoolDecision, decide_pools
-from airflow_gpu_dag.executor_config import read_hints
+from airflow_gpu_dag.executor_config import fallback_hint
 from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
 from airflow_gpu_dag.pool_claim.state import PoolState, needs_write, parse_pool_state, with_state
 from airflow_gpu_dag.watermark import task_instance_fields
@@ -229,7 +229,7 @@ class WatermarkController:
                             self._duration(ti),
                             task_instance_fields.order(ti),
                             run=_run(ti),
-                            falls_back=can_fall_back(read_hints(ti.get("executor_config")).get("fallback")),
+                            falls_back=can_fall_back(fallback_hint(ti.get("executor_config"))),
                             since=task_instance_fields.scheduled_time(ti),
                         )
                     )

@@ -27,7 +27,7 @@ from airflow_gpu_dag.core.analysis.estimates import (
 )
 from airflow_gpu_dag.core.model.mapping import typical_map_count
 from airflow_gpu_dag.core.policy.admission import PendingTask
-from airflow_gpu_dag.executor_config import duration_hint, read_hints
+from airflow_gpu_dag.executor_config import duration_hint, map_length_hint
 from airflow_gpu_dag.hooks.rest_client import parse_time
 from airflow_gpu_dag.log_once import LogOnce
 
@@ -161,8 +161,7 @@ class ControllerHistory:
         except Exception as err:
             self._once(f"watermark: cannot read mapped task counts over REST ({type(err).__name__}: {err})")
         if count is None:
-            hint = read_hints(ti.get("executor_config")).get("map_length")
-            count = hint if isinstance(hint, int) and not isinstance(hint, bool) and hint >= 0 else None
+            count = map_length_hint(ti.get("executor_config"))
         with self._lock:
             self._counts[key] = (self._clock(), count)
         return count

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from airflow_gpu_dag.core.model.pools import is_gpu_pool
-from airflow_gpu_dag.executor_config import read_hints
+from airflow_gpu_dag.executor_config import gpus_hint
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +42,9 @@ def normalize_host(name: object) -> str:
 def gpus_of_task_instance(ti: Mapping[str, Any]) -> int:
     """GPUs a task instance (as the REST API returns it) holds: its ``gpus`` hint, else its pool slots
     when it sits in a GPU pool, else 0."""
-    hints = read_hints(ti.get("executor_config"))
-    if "gpus" in hints:
-        try:
-            return max(0, int(hints["gpus"]))
-        except (TypeError, ValueError):
-            return 0
+    gpus = gpus_hint(ti.get("executor_config"))  # the task contract's (a malformed one is none)
+    if gpus is not None:
+        return gpus
     if is_gpu_pool(str(ti.get("pool") or "")):
         try:
             return max(0, int(ti.get("pool_slots") or 1))

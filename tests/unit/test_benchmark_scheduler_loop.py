@@ -135,3 +135,30 @@ def test_report_puts_the_rules_side_by_side() -> None:
     assert "| metric | stock | packing | packing / stock (p99) |" in report
     assert "1.10x" in report
     assert "1 over 50 ms (large_00 60)" in report
+
+
+def test_large_dags_have_a_mapped_task_and_keep_their_size() -> None:
+    from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE
+    from airflow_gpu_dag.airflow.mapped import mapped_task_ids
+
+    specs = [loop.DagSpec("large_x", 40, 3, "l.py")]
+    for version in (0, 1):
+        namespace: dict[str, object] = {}
+        source = loop.render_file(specs, CRITICAL_PATH_WEIGHT_RULE, version, mapped_from=40)
+        exec(compile(source, "l.py", "exec"), namespace)
+        dag = namespace["large_x"]
+        assert mapped_task_ids(dag) == ["shard"]
+        assert len(dag.task_dict) == 40 + version  # type: ignore[attr-defined]  # what _reversioned counts
+
+
+def test_first_weight_costs_no_analysis_in_the_calling_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "true")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"bench_gpu": 4}')
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")
+    results = loop.first_weight_costs(tasks=60, repeats=1)
+    assert [(r.mapped, r.analysed_inline, len(r.first), len(r.same_version)) for r in results] == [
+        (False, 0, 1, 1),
+        (True, 0, 1, 1),
+    ]
+    table = loop.format_first_weights(results)
+    assert "| 60 tasks, one mapped |" in table and "0 of 2 calls" in table

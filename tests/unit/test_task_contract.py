@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from airflow.exceptions import AirflowClusterPolicyViolation
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.sdk import DAG, task
 from airflow.serialization.serialized_objects import DagSerialization
@@ -360,3 +361,200 @@ def test_malformed_contracts_name_the_key_and_the_fix(raw: dict[str, Any], key: 
     assert [p.key for p in caught.value.problems][:1] == [key]
     assert expected in str(caught.value) and "Fix:" in str(caught.value)
     assert contract.read({"gpu_dag": raw}).problems == caught.value.problems  # the reader: same problems
+
+
+# -- item 8: fuzzed, not only enumerated ---------------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from airflow_gpu_dag import contract as contract_module  # noqa: E402
+from airflow_gpu_dag.core.analysis.weight_rules import INT32_MAX, INT32_MIN  # noqa: E402
+
+#: Anything JSON-like (and a little beyond: huge ints, NaN, tuples) a hand-written executor_config holds.
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.sampled_from([0, 1, 2, 8, -1, 2**31, 2**63, 10**400, -(2**5000)]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=10),
+    st.sampled_from(["30m", "1h30m", "-5m", "80GiB", "a100", "22:00", "skip", "", "nan"]),
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda children: st.one_of(
+        st.lists(children, max_size=3),
+        st.tuples(children),
+        st.dictionaries(st.text(max_size=8), children, max_size=3),
+    ),
+    max_leaves=8,
+)
+#: Keys of the contract, its aliases, near misses and anything else.
+KEYS = st.one_of(
+    st.sampled_from([*contract_module.json_schema()["properties"], "gpu_mem", "durations", "gpu", "fallbak"]),
+    st.text(max_size=8),
+)
+SUB_KEYS = st.sampled_from(
+    ["opens", "closes", "tz", "fixed", "templated", "on_missed", "index", "rungs", "assumed_index",
+     "start_within_s", "watched", "ladder", "rung", "remaining_s", "slot_seconds", "digest", "of"]
+)  # fmt: skip
+RAW = st.one_of(
+    VALUES,
+    st.dictionaries(KEYS, st.one_of(VALUES, st.dictionaries(SUB_KEYS, VALUES, max_size=4)), max_size=6),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=RAW)
+def test_the_parser_only_ever_refuses_with_the_documented_error(raw: Any) -> None:
+    """``parse`` returns a contract or raises ContractError naming each problem and its fix; ``read``
+    never raises and lists the same problems; what parses writes a wire form that matches the schema and
+    parses back to the same contract."""
+    import jsonschema
+
+    try:
+        parsed = contract_module.parse(raw)
+    except contract_module.ContractError as err:
+        assert err.problems and all(p.fix and p.message for p in err.problems)
+        assert "Fix:" in str(err)
+        assert contract_module.read({"gpu_dag": raw}).problems == err.problems
+        return
+    assert contract_module.read({"gpu_dag": raw}) == parsed
+    wire = parsed.to_wire()
+    jsonschema.validate(wire, contract_module.json_schema())
+    assert contract_module.parse(json.loads(json.dumps(wire))) == parsed  # JSON types only, a fixed point
+
+
+def _small_dag(dag_id: str, configs: list[Any], mapped: bool) -> DAG:
+    """A chain of BashOperators with these executor_configs; the last one mapped over two values."""
+    with DAG(dag_id, schedule=None, default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
+        previous = None
+        for i, config in enumerate(configs):
+            hints = config.get("gpu_dag") if isinstance(config, dict) else None
+            gpus = hints.get("gpus") if isinstance(hints, dict) else None
+            slots = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and 1 <= gpus <= 8 else 1
+            kwargs = {
+                "task_id": f"t{i}",
+                "executor_config": config,
+                "pool": "gpu_default",
+                "pool_slots": slots,
+            }
+            if mapped and i == len(configs) - 1:
+                task_ = BashOperator.partial(**kwargs).expand(bash_command=["true", "false"])
+            else:
+                task_ = BashOperator(bash_command="true", **kwargs)
+            if previous is not None:
+                previous >> task_
+            previous = task_
+    return dag
+
+
+GOOD = st.builds(
+    lambda d, g: gpu_hints(duration=d, gpus=g),
+    st.integers(0, 36_000),
+    st.one_of(st.none(), st.integers(1, 4)),
+)
+FORGERY = st.one_of(
+    st.fixed_dictionaries({"gpu_dag_critical_path": VALUES}),
+    st.fixed_dictionaries({"derived": VALUES}),
+    st.fixed_dictionaries(
+        {"derived": st.fixed_dictionaries(
+            {"remaining_s": st.floats(0, 1e9), "slot_seconds": st.just({}), "digest": st.text(max_size=32)}
+        )}
+    ),
+)  # fmt: skip
+
+
+def _forge(config: dict[str, Any], forgery: dict[str, Any]) -> dict[str, Any]:
+    forged = {**config, **{k: v for k, v in forgery.items() if k != "derived"}}
+    if "derived" in forgery:
+        forged["gpu_dag"] = {**config.get("gpu_dag", {}), "derived": forgery["derived"]}
+    return forged
+
+
+def _all_weights(sdag: Any) -> dict[tuple[str, int], int]:
+    out = {}
+    for cls in STRATEGIES:
+        for task_id in sdag.task_dict:
+            for map_index in (-1, 0, 1):
+                weight = _weight(sdag, task_id, cls(), map_index)
+                assert type(weight) is int and INT32_MIN <= weight <= INT32_MAX
+                out[(cls.__name__, task_id, map_index)] = weight
+        assert not cls._failed, f"{cls.__name__}.get_weight fell back (a swallowed crash) for {cls._failed}"
+    return out  # type: ignore[return-value]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    configs=st.lists(
+        st.one_of(st.none(), st.fixed_dictionaries({"gpu_dag": RAW}), GOOD), min_size=1, max_size=4
+    ),
+    mapped=st.booleans(),
+)
+def test_any_executor_config_fails_the_import_clearly_and_never_breaks_get_weight(
+    configs: list[Any], mapped: bool
+) -> None:
+    dag = _small_dag("fuzzed", configs, mapped)
+    try:
+        dag_policy(dag)
+    except AirflowClusterPolicyViolation as err:
+        assert "DAG 'fuzzed'" in str(err) and "Fix:" in str(err)
+        assert any(f"task '{t}'" in str(err) for t in dag.task_dict)
+    else:
+        sdag = _serialized(dag)
+        digests = {parse_time.read(t).version for t in sdag.task_dict.values()}  # type: ignore[union-attr]
+        assert digests == {parse_time.version_digest(sdag)}  # every task, mapped or not
+    for cls in STRATEGIES:
+        cls._weights.reset()
+    _all_weights(_serialized(dag))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    configs=st.lists(GOOD, min_size=1, max_size=4),
+    forgeries=st.lists(st.one_of(st.none(), FORGERY), min_size=4, max_size=4),
+    mapped=st.booleans(),
+)
+def test_derived_figures_a_dag_file_writes_change_no_weight(
+    configs: list[dict[str, Any]], forgeries: list[Any], mapped: bool
+) -> None:
+    forged = [c if f is None else _forge(c, f) for c, f in zip(configs, forgeries, strict=False)]
+    honest, forger = _small_dag("same", configs, mapped), _small_dag("same", forged, mapped)
+    dag_policy(honest)
+    dag_policy(forger)
+    expected = _all_weights(_serialized(honest))
+    for cls in STRATEGIES:
+        cls._weights.reset()
+    assert _all_weights(_serialized(forger)) == expected
+
+
+def test_the_controller_reads_the_contract_it_gets_over_rest() -> None:
+    """The controller gets executor_config as the REST API's ``str(dict)``: it reads the parsed
+    contract, so a malformed GPU count (2.5) is no GPU request (the task's pool slots count), not 2."""
+    from airflow_gpu_dag.executor_config import fallback_hint, map_length_hint
+    from airflow_gpu_dag.watermark.own_gpus import gpus_of_task_instance
+
+    malformed = {"executor_config": str({"gpu_dag": {"gpus": 2.5}}), "pool": "gpu_a100", "pool_slots": 3}
+    assert gpus_of_task_instance(malformed) == 3
+    rung = {"ladder": "train", "rung": "big", "index": 0, "rungs": 2, "start_within_s": 600, "watched": True}
+    canonical = str(
+        contract_module.parse({"gpus": 2, "map_length": 4, "fallback": rung}).to_executor_config()
+    )
+    assert gpus_of_task_instance({"executor_config": canonical, "pool": "gpu_a100"}) == 2
+    assert map_length_hint(canonical) == 4
+    assert fallback_hint(canonical) == {
+        **rung,
+        "start_within_s": 600.0,
+        "assumed_index": 0,
+        "assumed_rung": None,
+    }
+
+
+def test_lint_reports_derived_figures_a_dag_file_writes() -> None:
+    from airflow_gpu_dag.airflow.policy import priority_findings
+
+    forger = _training({"gpu_dag_critical_path": FORGED}, mapped=False)
+    found = [f for f in priority_findings(forger) if f.code == "derived-hint"]
+    assert [(f.task_id, f.is_error) for f in found] == [("train", False)]
+    assert "gpu_dag_critical_path" in found[0].message and "remove them" in found[0].fix
