@@ -5,6 +5,7 @@ Routes (all behind Airflow's authentication and authorization; plugin apps are o
 * ``GET /gpu-dag/critical-path/{dag_id}``: the page (needs read access to the DAG);
 * ``GET /gpu-dag/api/plan/{dag_id}``: the plan and predicted schedules as JSON (same access);
 * ``GET /gpu-dag/api/pools``: the live pools as JSON (needs read access to pools);
+* one run's live view and its data (:mod:`.live_routes`);
 * ``GET /gpu-dag/static/...``: the page's CSS and JS (no data).
 
 The user is the one of the api-server's JWT: the ``Authorization: Bearer`` header, or the ``_token``
@@ -35,6 +36,7 @@ from airflow_gpu_dag.plugins.critical_path_page.data import (
     pool_views,
     predicted_schedules,
 )
+from airflow_gpu_dag.plugins.critical_path_page.live_routes import add_live_routes
 
 log = logging.getLogger(__name__)
 
@@ -176,4 +178,5 @@ def create_app() -> FastAPI:
         """``?pool=a&pool=b``: the pools a DAG uses, listed first (as on the page)."""
         return {"pools": [p.to_dict() for p in _pools(session, set(pool or ()), user)]}
 
+    add_live_routes(app)  # one run's live view (live_routes.py)
     return app
