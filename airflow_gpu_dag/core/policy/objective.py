@@ -302,3 +302,8 @@ class StarvingWatch:
         while self._starving and self._starving[0][1].key in started:
             heapq.heappop(self._starving)
         return self._starving[0][1] if self._starving else None
+
+    def next_change(self) -> float:
+        """No task starts starving before this time (about: ``since + overdue`` of the longest wait not
+        yet starving; infinite when none ages), unless tasks turn ready."""
+        return self._aging[0][0] + self.gate.overdue if self._aging else math.inf

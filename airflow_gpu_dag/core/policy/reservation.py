@@ -22,16 +22,20 @@ decision needs: up to ``W``, then the tasks that Airflow's greedy admission coul
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict, deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, cast
 
 from airflow_gpu_dag.core.policy.admission import PendingTask, ReadyTask, RunningTask, admission_order
-from airflow_gpu_dag.core.policy.objective import ReservationGate
+from airflow_gpu_dag.core.policy.objective import ReservationGate, key_of_weight
 from airflow_gpu_dag.core.policy.reasons import Reason, gate_terms, render
 
 __all__ = [
+    "DecisionWindow",
     "PoolDecision",
+    "ReadyTail",
     "backfill_candidates",
     "decide_pool",
     "decide_pools",
@@ -68,6 +72,35 @@ class PoolDecision:
     admitted: tuple[str, ...] = ()
     lookahead: bool = False
     why: Reason | None = field(default=None, compare=False)
+
+
+class DecisionWindow:
+    """How long a decision of :func:`decide_pool` stays what it is while its other inputs do not change:
+    the simulator skips the controller ticks in it. The decision at any later ``now' < until`` whose
+    ``next_decision`` is at most ``next_until``, from the same running, waiting and starving tasks, has
+    the same pool size and the same reserved task. Filled in by :func:`decide_pool` from every
+    comparison it makes against ``now`` or ``next_decision``; conservative: a comparison whose outcome
+    may move with every tick (a task that has started now, one running past its expected end) closes
+    the window at ``now``."""
+
+    __slots__ = ("next_until", "until")
+
+    def __init__(self) -> None:
+        self.until = math.inf
+        self.next_until = math.inf
+
+    def before(self, when: float) -> None:
+        """The decision compared ``when <= now`` and found it false: the same until ``now`` reaches it."""
+        self.until = min(self.until, when)
+
+    def near(self, when: float) -> None:
+        """As :meth:`before`, for a threshold computed with rounding (``now - a >= b``): stops a little
+        earlier."""
+        self.until = min(self.until, when - 1e-6 * (1.0 + abs(when)))
+
+    def close(self, now: float) -> None:
+        """The decision may differ at any later ``now``."""
+        self.until = min(self.until, now)
 
 
 def shadow_time(
@@ -120,6 +153,7 @@ class _Waiting:
     """A pool's waiting tasks in admission order, read lazily, with a look-ahead for the next ready one."""
 
     def __init__(self, tasks: Iterable[ReadyTask]) -> None:
+        self._source = tasks
         self._tasks: Iterator[ReadyTask] = iter(tasks)
         self._buffer: deque[ReadyTask] = deque()
         self.seen = 0
@@ -170,6 +204,46 @@ class _Waiting:
                 ones += 1
                 full = ones >= limit
         return candidates, more
+
+    def tail(self, head: ReadyTask, capacity: int, limit: int) -> ReadyTail:
+        """The ready tasks after ``head`` that fit ``capacity``, for picks of at most ``limit`` open slots:
+        the source's own index when it has one (:class:`ReadyTail`), else read on (:meth:`ready_after`)."""
+        indexed = getattr(self._source, "ready_tail", None)
+        if indexed is not None:
+            return cast(ReadyTail, indexed(head, capacity))
+        return _ListTail(*self.ready_after(capacity, limit))
+
+
+class ReadyTail(Protocol):
+    """The ready tasks of a pool after its head ``W`` that fit its capacity, in admission order, as the
+    backfill reads them. A caller of :func:`decide_pool` that keeps its waiting tasks indexed may offer
+    one through a ``ready_tail(head, capacity)`` method of its ``waiting`` argument, so that a decision
+    does not read every waiting task; :class:`_ListTail` reads them from the queue."""
+
+    def pick(self, open_slots: int, skip: Sequence[ReadyTask] = ()) -> list[ReadyTask]:
+        """What Airflow's greedy admission takes from them (without ``skip``) with ``open_slots`` open."""
+        ...
+
+    def rest(self, picked: Sequence[ReadyTask]) -> bool:
+        """Whether any of them is not in ``picked``."""
+        ...
+
+
+class _ListTail:
+    """:class:`ReadyTail` from :meth:`_Waiting.ready_after`: the candidates :func:`backfill_candidates`
+    keeps for ``limit`` slots (a greedy pick of at most ``limit`` slots takes nothing else) and whether
+    another one waits."""
+
+    def __init__(self, candidates: list[ReadyTask], more: bool) -> None:
+        self.candidates = candidates
+        self.more = more
+
+    def pick(self, open_slots: int, skip: Sequence[ReadyTask] = ()) -> list[ReadyTask]:
+        tasks = [t for t in self.candidates if t not in skip] if skip else self.candidates
+        return _greedy_pick(tasks, open_slots)
+
+    def rest(self, picked: Sequence[ReadyTask]) -> bool:
+        return self.more or any(t not in picked for t in self.candidates)
 
 
 @dataclass
@@ -241,7 +315,7 @@ def _leak_delays(
     ready_at: float,
     shadow: float | None,
     extra: int,
-    others: Sequence[ReadyTask],
+    others: Callable[[int], list[ReadyTask]],
     used: int,
     closed_below: int,
     wide: int,
@@ -250,7 +324,7 @@ def _leak_delays(
 ) -> bool:
     """Would the slots that free before a pending ``W`` is ready, if left open, go to ready work that
     delays ``W``? With the pool at ``used`` they reopen as running tasks end; Airflow's greedy admission
-    hands them to ``others`` (the ready tasks after ``W``). Only the slots a pool of
+    hands them to the ready tasks after ``W`` (``others(slots)``: its pick). Only the slots a pool of
     ``closed_below = C - w`` would keep closed count; the pick is judged as a backfill from the first
     of those ends. Closed, they idle until the next decision admits ``W``: so the pick delays ``W`` only
     when it runs past both the shadow time and ``next_decision`` (None: the next event)."""
@@ -263,7 +337,7 @@ def _leak_delays(
     slots = min(max(0, used - closed_below), freed_slots)
     if shadow is None or slots <= 0 or freed_slots >= wide:
         return False  # nothing to hold, or W fits what frees by then (the first to take it when ready)
-    takers = _greedy_pick(others, slots)
+    takers = others(slots)
     horizon = shadow if next_decision is None else max(shadow, next_decision)
     return bool(takers) and not _is_safe(min(end for end, _s in freed), horizon, extra, takers, strict)
 
@@ -288,23 +362,61 @@ def _backfill(
     shadow: float | None,
     extra: int,
     remaining: int,
-    others: Sequence[ReadyTask],
+    others: Callable[[int], list[ReadyTask]],
     strict: bool,
     starving: ReadyTask | None = None,
 ) -> list[ReadyTask]:
-    """The largest safe backfill: what Airflow's greedy admission picks from ``others`` with the most
-    open slots (at most ``remaining``) for which no picked task delays ``W``; with a ``starving`` task,
+    """The largest safe backfill: what Airflow's greedy admission picks (``others(open_slots)``) with the
+    most open slots (at most ``remaining``) for which no picked task delays ``W``; with a ``starving`` task,
     only picks of tasks ahead of it in admission order."""
     if shadow is None or remaining <= 0:
         return []
     limit = None if starving is None else admission_order(starving)
     for open_slots in range(remaining, 0, -1):
-        candidate = _greedy_pick(others, open_slots)
+        candidate = others(open_slots)
         if limit is not None and any(admission_order(t) >= limit for t in candidate):
             continue
         if _is_safe(now, shadow, extra, candidate, strict):
             return candidate
     return []
+
+
+def _bound_window(
+    window: DecisionWindow,
+    now: float,
+    head: ReadyTask,
+    head_ready: float,
+    running: Sequence[RunningTask],
+    gate: ReservationGate | None,
+) -> None:
+    """What the rest of :func:`decide_pool` compares against ``now``: a pending head's expected ready time
+    (:func:`_walk`), the running tasks' expected ends (:func:`shadow_time`, :func:`_leak_delays`: one
+    past its end counts as ending now, which moves with now), and the head's key plus ``overdue``
+    (:meth:`ReservationGate.holds_for`). A backfill only turns unsafe as ``now`` grows (:func:`_is_safe`)."""
+    if isinstance(head, PendingTask):
+        window.before(head_ready)
+    for task in running:
+        if task.expected_end is not None:
+            if task.expected_end <= now:
+                window.close(now)
+            else:
+                window.before(task.expected_end)
+    if gate is not None:
+        key = key_of_weight(head.priority, gate.epoch)
+        if key is not None and now - key < gate.overdue:  # once overdue, always overdue
+            window.near(key + gate.overdue)
+
+
+def _bound_next_decision(
+    window: DecisionWindow, now: float, shadow: float | None, next_decision: float | None
+) -> None:
+    """:func:`_leak_delays` weighs ``max(shadow, next_decision)``: the same while the next decision comes
+    no later than the shadow time."""
+    if next_decision is not None and shadow is not None:
+        if next_decision > shadow:
+            window.close(now)
+        else:
+            window.next_until = min(window.next_until, shadow)
 
 
 def decide_pool(
@@ -318,6 +430,8 @@ def decide_pool(
     next_decision: float | None = None,
     gate: ReservationGate | None = None,
     starving: ReadyTask | None = None,
+    *,
+    window: DecisionWindow | None = None,
 ) -> PoolDecision:
     """Decide one pool's size: the reservation walk (see the module docstring).
 
@@ -328,6 +442,7 @@ def decide_pool(
     slots for a wide head only when it passes (:class:`ReservationGate`; None: always). ``starving``:
     a waiting task of the pool that has waited too long (:meth:`ReservationGate.starving`, found by the
     caller over every waiting task): the head is then reserved for and only work ahead of it backfilled.
+    ``window``: filled in with how long the decision holds (:class:`DecisionWindow`).
     """
     if starving is not None and starving.slots > capacity:
         starving = None  # it can never run here (the walk skips it): it bounds no one's wait
@@ -336,6 +451,8 @@ def decide_pool(
     queue = _Waiting(waiting)
     walk = _walk(now, capacity, free, queue)
     head, admit, remaining = walk.head, walk.admitted, walk.remaining
+    if window is not None and admit:
+        window.close(now)  # they start now: their expected ends move with now
     if head is None:
         return _no_head(pool, capacity, used, walk, queue, now)
     admitted = tuple(t.key for t in admit)
@@ -349,6 +466,8 @@ def decide_pool(
         return PoolDecision(
             pool, capacity, capacity, None, 0, 0, None, render(why), used, (), admitted, why=why
         )
+    if window is not None:
+        _bound_window(window, now, head, walk.head_ready, running, gate)
     terms: dict[str, object] = {"code": "reserving"}
     if gate is not None:
         competitor = queue.peek_ready(capacity, other_run=head.run)
@@ -377,15 +496,20 @@ def decide_pool(
     if shadow is not None and is_pending:
         shadow = max(shadow, walk.head_ready)  # not before it is expected ready
     # a pending head: what would take the slots freed before it is ready is judged with up to C of them
-    others, more = queue.ready_after(capacity, capacity if is_pending else remaining)
+    tail = queue.tail(head, capacity, capacity if is_pending else remaining)
     # starving: only work ahead of the starving task is backfilled, and with nothing starting the pool
     # closes to min(used, C - w) below: the wait bound
     starved = starving is not None
-    picked = _backfill(now, shadow, extra, remaining, others, strict_backfill, starving) if backfill else []
+    picked = []
+    if backfill:
+        picked = _backfill(now, shadow, extra, remaining, tail.pick, strict_backfill, starving)
     backfill_open = sum(t.slots for t in picked)
     started = free - remaining
-    left = [t for t in others if t not in picked]
-    nothing_else = is_pending and not left and not more and not starved
+    if window is not None and (picked or (shadow == now and not is_pending)):
+        window.close(now)  # a backfill starts now; a shadow time of now moves with now
+    nothing_else = is_pending and not starved and not tail.rest(picked)
+    if window is not None and started == 0 and backfill_open == 0 and is_pending:
+        _bound_next_decision(window, now, shadow, next_decision)
     if nothing_else:
         # nothing else waits that could take W's slots: keep them open, W starts the moment it is
         # ready instead of at the next tick
@@ -405,7 +529,7 @@ def decide_pool(
                 walk.head_ready,
                 shadow,
                 extra,
-                left,
+                lambda slots: tail.pick(slots, picked),
                 used,
                 capacity - wide,
                 wide,

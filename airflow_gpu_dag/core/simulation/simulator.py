@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +39,7 @@ from airflow_gpu_dag.core.model.graph import TaskGraph, task_pool, task_slots
 from airflow_gpu_dag.core.model.ladders import fit_ladders
 from airflow_gpu_dag.core.policy.admission import PendingTask, ReadyTask, RunningTask
 from airflow_gpu_dag.core.policy.objective import ReservationGate, StarvingWatch
-from airflow_gpu_dag.core.policy.reservation import decide_pool, decide_pools
+from airflow_gpu_dag.core.policy.reservation import DecisionWindow, decide_pool, decide_pools
 
 __all__ = [
     "POLICIES",
@@ -179,12 +179,27 @@ def next_multiple(now: float, interval: float) -> float:
     """The first controller tick after ``now``: the least ``k * interval`` > ``now``. Computed as
     ``(floor(now / interval) + 1) * interval`` alone it can equal ``now`` when the division rounds down
     (``now = 3 * 0.7``), and the event loop never moved on."""
+    return tick_index(now, interval) * interval
+
+
+def tick_index(now: float, interval: float) -> int:
+    """``k`` of :func:`next_multiple`: the least ``k`` with ``k * interval > now``."""
     k = math.floor(now / interval) + 1
     while k * interval <= now:
         k += 1
     while k > 1 and (k - 1) * interval > now:
         k -= 1
-    return k * interval
+    return k
+
+
+def _first_index_from(when: float, interval: float) -> int:
+    """The least ``k >= 0`` with ``k * interval >= when`` (``when`` finite)."""
+    k = max(0, math.ceil(when / interval))
+    while k * interval < when:
+        k += 1
+    while k > 0 and (k - 1) * interval >= when:
+        k -= 1
+    return k
 
 
 #: Weights of one run: ``(graph, trigger time) -> {task_id: weight}`` (Airflow computes a run's weights
@@ -308,6 +323,13 @@ class _Simulation:
         self.pending_lists: dict[str, list[tuple[int, int, str]]] = {}
         self.pending_set: set[str] = set()
         self.ready_lists: dict[str, list[tuple[int, int, str]]] = {}
+        # a capacity pool's ready tasks again, one sorted list per slot count (0 .. capacity): Airflow's
+        # greedy pick reads them without walking every waiting task (see admit, _ReadyTail)
+        self.by_slots: dict[str, list[list[tuple[int, int, str]]]] = {
+            pool: [[] for _ in range(max(0, cap) + 1)] for pool, cap in capacity.items()
+        }
+        self.ready_tasks: dict[str, ReadyTask] = {}  # uid -> the ReadyTask of a ready task (fixed)
+        self.reference = False  # the reference way: tick by tick, admission reads every waiting task
         self.ready_at: dict[str, float] = {}
         self.gate: ReservationGate | None = None  # set by run()
         self.starving: dict[str, StarvingWatch] = {}  # pool -> its starving tasks (with a gate)
@@ -321,6 +343,11 @@ class _Simulation:
         self.schedule: list[ScheduledTask] = []
         self.ticks = 0
         self.reservation_ticks = 0
+        # tick skipping: what the last decision was, how long it holds, and whether anything changed since
+        self.window: DecisionWindow | None = None
+        self.reserving = False
+        self.changed = True
+        self.now_read = False  # a pending task's expected ready time was read as now + estimate
 
     # -- readiness ---------------------------------------------------------------------------------
     def upstream_done(self, uid: str, now: float, lookahead: bool) -> None:
@@ -337,17 +364,22 @@ class _Simulation:
             self.make_ready(uid, now, lookahead)
 
     def make_ready(self, uid: str, now: float, lookahead: bool) -> None:
+        self.changed = True
         self.ready_at[uid] = now
         pool = self.pools[uid]
+        self.ready_tasks[uid] = ReadyTask(*self._fields(uid, pool), run=str(self.run_of[uid]), since=now)
         if self.gate is not None:
             self.starving.setdefault(pool, StarvingWatch(self.gate)).add(self._ready_task(uid, pool))
         item = (-self.prio[uid], self.order[uid], uid)
         if uid in self.pending_set:
             self.pending_set.discard(uid)
-            self.pending_lists[pool].remove(item)
+            pending = self.pending_lists[pool]
+            del pending[bisect.bisect_left(pending, item)]
         if lookahead:
             self._upstream_queued(uid)
         bisect.insort(self.ready_lists.setdefault(pool, []), item)
+        if pool in self.by_slots:
+            bisect.insort(self.by_slots[pool][self.slots[uid]], item)
 
     def _upstream_queued(self, uid: str) -> None:
         for down in self.downstream[uid]:
@@ -370,13 +402,20 @@ class _Simulation:
                 known.append(self.started[u] + self.believed[u])
             elif self.pools[u] not in self.capacity:
                 known.append(now + self.believed[u])
+                self.now_read = True
             else:
                 after.append(u)
         fields = self._fields(uid, pool)
         return PendingTask(*fields, max(known, default=-math.inf), tuple(after), run=str(self.run_of[uid]))
 
-    def waiting(self, pool: str, now: float, lookahead: bool) -> Iterator[ReadyTask]:
-        """The pool's ready and pending tasks in admission order, built only as far as they are read."""
+    def waiting(self, pool: str, now: float, lookahead: bool) -> Iterable[ReadyTask]:
+        """The pool's ready and pending tasks in admission order, built only as far as they are read,
+        with the index of its ready tasks (:class:`_PoolWaiting`; the reference way: read only)."""
+        if self.reference:
+            return self._waiting(pool, now, lookahead)
+        return _PoolWaiting(self, pool, now, lookahead)
+
+    def _waiting(self, pool: str, now: float, lookahead: bool) -> Iterator[ReadyTask]:
         ready = self.ready_lists.get(pool) or []
         pending = (self.pending_lists.get(pool) or []) if lookahead else []
         # A pending task with an upstream task waiting in another capacity pool does not start with this
@@ -396,16 +435,22 @@ class _Simulation:
         return uid, pool, self.slots[uid], self.prio[uid], self.believed[uid], (self.order[uid],)
 
     def _ready_task(self, uid: str, pool: str) -> ReadyTask:
-        return ReadyTask(*self._fields(uid, pool), run=str(self.run_of[uid]), since=self.ready_at[uid])
+        return self.ready_tasks[uid]
 
-    def tick(self, now: float, options: ControllerOptions) -> None:
-        """One controller tick: :func:`decide_pool` for every capacity pool."""
+    def tick(self, now: float, options: ControllerOptions, skipping: bool = False) -> None:
+        """One controller tick: :func:`decide_pool` for every capacity pool. With ``skipping``, also how
+        long the decisions hold (:attr:`window`), for :meth:`holds`."""
         self.ticks += 1
         reserving = False
+        window = DecisionWindow() if skipping else None
+        self.now_read = False
         for pool, cap in self.capacity.items():
             if not self.ready_lists.get(pool) and not (options.lookahead and self.pending_lists.get(pool)):
                 self.pool_size[pool] = cap
                 continue
+            starving = self.starving[pool].first(now, self.started) if pool in self.starving else None
+            if window is not None and pool in self.starving:
+                window.near(self.starving[pool].next_change())  # (after first(): what starves now is out)
             decision = decide_pool(
                 now,
                 pool,
@@ -416,12 +461,45 @@ class _Simulation:
                 options.strict_backfill,
                 options.next_decision(now),
                 options.gate,
-                self.starving[pool].first(now, self.started) if pool in self.starving else None,
+                starving,
+                window=window,
             )
             self.pool_size[pool] = decision.pool_size
             reserving = reserving or decision.reserved_for is not None
         if reserving:
             self.reservation_ticks += 1
+        if window is not None and self.now_read:
+            window.close(now)
+        self.window, self.reserving, self.changed = window, reserving, False
+
+    def holds(self, now: float, interval: float) -> bool:
+        """Whether the last decisions are what a tick at ``now`` decides: nothing changed since (no task
+        started, ended or turned ready) and ``now`` is inside their :class:`DecisionWindow`."""
+        window = self.window
+        return (
+            window is not None
+            and not self.changed
+            and now < window.until
+            and next_multiple(now, interval) <= window.next_until
+        )
+
+    def skip_ticks(self, first: int, interval: float, until: float) -> int:
+        """Skip the ticks ``k * interval`` from ``k = first`` on that the last decisions hold for
+        (:meth:`holds`) and that come before ``until`` (the next event), counting them as decided;
+        returns the index of the first tick not skipped."""
+        window = self.window
+        if window is None or self.changed:
+            return first
+        end = min(until, window.until)
+        if not math.isfinite(end):
+            return first
+        stop = _first_index_from(end, interval)  # ticks before `end`
+        if window.next_until < math.inf:  # ticks whose next tick comes no later than next_until
+            stop = min(stop, tick_index(window.next_until, interval) - 1)
+        skipped = max(0, stop - first)
+        self.ticks += skipped
+        self.reservation_ticks += skipped if self.reserving else 0
+        return first + skipped
 
     def check_against_full_decision(self, now: float, options: ControllerOptions) -> None:
         """The decision from every waiting task, built as the watermark controller builds it (lists,
@@ -467,6 +545,9 @@ class _Simulation:
         for pool, lst in self.ready_lists.items():
             if not lst:
                 continue
+            if pool in self.capacity and not self.reference:
+                self._admit_indexed(pool, lst, now)
+                continue
             limited = pool in self.capacity
             size = self.pool_size.get(pool, 0)
             open_slots = size - self.used[pool] if limited else 0
@@ -489,7 +570,24 @@ class _Simulation:
                 self.used[pool] = size - open_slots if taken else self.used[pool]
                 self.max_usage[pool] = max(self.max_usage[pool], self.used[pool])
 
+    def _admit_indexed(self, pool: str, lst: list[tuple[int, int, str]], now: float) -> None:
+        """:meth:`admit` in a capacity pool through its lists by slot count: the first waiting task that
+        fits the open slots, then the first after it that fits what is left, ... (the same tasks, in the
+        same order, as the walk over every waiting task)."""
+        size = self.pool_size.get(pool, 0)
+        open_slots = size - self.used[pool]
+        if open_slots <= 0:
+            return
+        lists = self.by_slots[pool]
+        for slots, item in _greedy_pick(lists, None, open_slots):
+            del lists[slots][bisect.bisect_left(lists[slots], item)]
+            del lst[bisect.bisect_left(lst, item)]
+            self._start(item[2], pool, now, -item[0])
+            self.used[pool] += slots
+        self.max_usage[pool] = max(self.max_usage[pool], self.used[pool])
+
     def _start(self, uid: str, pool: str, now: float, priority: int) -> None:
+        self.changed = True
         end = now + self.durations[uid]
         self.running[uid] = end
         self.started[uid] = now
@@ -505,6 +603,7 @@ class _Simulation:
     def finish_until(self, now: float, lookahead: bool) -> None:
         """End every task whose end is due; their downstream tasks turn ready."""
         while self.events and self.events[0][0] <= now:
+            self.changed = True
             _end, _o, uid = heapq.heappop(self.events)
             del self.running[uid]
             pool = self.pools[uid]
@@ -516,28 +615,46 @@ class _Simulation:
                 if self.waiting_on[down] == 0:
                     self.upstream_done(down, now, lookahead)
 
-    def run(self, reserve: bool, options: ControllerOptions) -> None:
-        """The event loop: controller tick (when due), admission, then on to the next event or tick."""
+    def run(self, reserve: bool, options: ControllerOptions, every_tick: bool = False) -> None:
+        """The event loop: controller tick (when due), admission, then on to the next event or tick.
+
+        With a controller interval, a tick whose decisions cannot differ from the last ones (nothing
+        changed since, and inside their :class:`DecisionWindow`) is counted but not decided again, and
+        the loop jumps over runs of such ticks (admission after them would start nothing either).
+        ``every_tick`` decides at every tick instead: the reference the skipping is tested against.
+        ``options.verify`` visits every tick too, and checks the skipped ones against the full decision.
+        """
         self.gate = options.gate if reserve else None
+        self.reference = every_tick
         for uid, count in self.waiting_on.items():
             if count == 0:
                 self.upstream_done(uid, 0.0, options.lookahead)
         now = 0.0
+        tick_k = 0  # the next tick is at tick_k * interval
         next_tick = 0.0
         interval = options.interval
+        skipping = reserve and interval > 0 and not every_tick
         while True:
             self.release_due(now, options.lookahead)
             if reserve and (interval == 0 or now >= next_tick):
-                self.tick(now, options)
+                if skipping and self.holds(now, interval):
+                    self.ticks += 1
+                    self.reservation_ticks += 1 if self.reserving else 0
+                else:
+                    self.tick(now, options, skipping)
                 if options.verify:
                     self.check_against_full_decision(now, options)
                 if interval > 0:
-                    next_tick = next_multiple(now, interval)
+                    tick_k = tick_index(now, interval)
+                    next_tick = tick_k * interval
             self.admit(now)
             candidates = [self.events[0][0]] if self.events else []
             if self.timers:
                 candidates.append(self.timers[0][0])
             if reserve and interval > 0 and any(self.ready_lists.values()):
+                if skipping and not options.verify:
+                    tick_k = self.skip_ticks(tick_k, interval, min(candidates, default=math.inf))
+                    next_tick = tick_k * interval
                 candidates.append(next_tick)
             if not candidates:
                 break
@@ -547,6 +664,79 @@ class _Simulation:
             stuck = sorted(uid for lst in self.ready_lists.values() for _p, _o, uid in lst)[:5]
             left = len(self.durations) - len(self.schedule)
             raise RuntimeError(f"simulation stalled with {left} tasks left, e.g. {stuck}")
+
+
+_Item = tuple[int, int, str]  # a waiting task in admission order: (-priority, order, uid)
+
+
+def _greedy_pick(
+    lists: Sequence[list[_Item]], after: _Item | None, open_slots: int, skip: Container[str] = ()
+) -> list[tuple[int, _Item]]:
+    """Airflow's greedy admission with ``open_slots`` open, over the waiting tasks after ``after`` (None:
+    all) held as one sorted list per slot count (``lists[s]``: the tasks that need ``s`` slots), less
+    those in ``skip``: the first task that fits, then the first after it that fits what is left, ...
+    Returns ``(slots, item)`` in admission order. Each step compares the next task of each list that
+    still fits: ``O(open_slots ** 2)`` steps, however many tasks wait."""
+    top = len(lists) - 1
+    remaining = open_slots
+    pos = [
+        0 if after is None else bisect.bisect_right(lists[s], after) for s in range(min(remaining, top) + 1)
+    ]
+    picked: list[tuple[int, _Item]] = []
+    while remaining > 0:
+        best: _Item | None = None
+        best_slots = -1
+        for slots in range(min(remaining, top) + 1):
+            lst = lists[slots]
+            i = pos[slots]
+            if skip:
+                while i < len(lst) and lst[i][2] in skip:
+                    i += 1
+                pos[slots] = i
+            if i < len(lst) and (best is None or lst[i] < best):
+                best, best_slots = lst[i], slots
+        if best is None:
+            break
+        picked.append((best_slots, best))
+        remaining -= best_slots
+        pos[best_slots] += 1
+    return picked
+
+
+class _ReadyTail:
+    """:class:`~airflow_gpu_dag.core.policy.reservation.ReadyTail` from a pool's lists by slot count: the
+    ready tasks after the head, picked without reading the ones that do not fit."""
+
+    def __init__(self, sim: _Simulation, pool: str, after: _Item, capacity: int) -> None:
+        self.sim = sim
+        self.lists = sim.by_slots[pool][: max(0, capacity) + 1]
+        self.after = after
+
+    def pick(self, open_slots: int, skip: Sequence[ReadyTask] = ()) -> list[ReadyTask]:
+        keys = {t.key for t in skip}
+        return [
+            self.sim.ready_tasks[item[2]]
+            for _s, item in _greedy_pick(self.lists, self.after, open_slots, keys)
+        ]
+
+    def rest(self, picked: Sequence[ReadyTask]) -> bool:
+        after = self.after
+        return sum(len(lst) - bisect.bisect_right(lst, after) for lst in self.lists) > len(picked)
+
+
+class _PoolWaiting:
+    """A pool's waiting tasks for :func:`decide_pool`: read lazily in admission order, and the ready
+    ones after the head through the pool's lists by slot count (``ready_tail``)."""
+
+    def __init__(self, sim: _Simulation, pool: str, now: float, lookahead: bool) -> None:
+        self.sim, self.pool, self.now, self.lookahead = sim, pool, now, lookahead
+
+    def __iter__(self) -> Iterator[ReadyTask]:
+        return self.sim._waiting(self.pool, self.now, self.lookahead)
+
+    def ready_tail(self, head: ReadyTask, capacity: int) -> _ReadyTail:
+        sim, uid = self.sim, head.key
+        return _ReadyTail(sim, self.pool, (-sim.prio[uid], sim.order[uid], uid), capacity)
 
 
 def simulate(
@@ -563,6 +753,8 @@ def simulate(
     triggers: Sequence[float] | None = None,
     run_priority: RunPriority | None = None,
     gate: ReservationGate | None = None,
+    *,
+    _every_tick: bool = False,
 ) -> SimulationResult:
     """Simulate one run of ``graph`` (or one run of each graph, at its trigger time) and return the
     schedule and each run's completion time.
@@ -599,14 +791,19 @@ def simulate(
         cross-DAG keys of :mod:`airflow_gpu_dag.core.policy.objective` depend on the trigger time).
     :param gate: ``reservation`` only: the objective's
         :class:`~airflow_gpu_dag.core.policy.reservation.ReservationGate` (None: reserve for every wide head).
+    :param _every_tick: private, for tests and benchmarks: decide at every controller tick, as the
+        simulator did before it skipped the ticks that cannot change a decision (the same schedule).
     :raises CapacityError: a task needs more slots than its pool's capacity.
-    :raises ValueError: unknown policy or priority rule, an interval not finite >= 0, bad trigger times,
-        a task duration that is NaN, infinite or negative.
+    :raises ValueError: unknown policy or priority rule, a negative, NaN or infinite interval, bad trigger
+        times, a task duration that is NaN, infinite or negative.
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
     if not 0 <= controller_interval < math.inf:  # also NaN
-        raise ValueError(f"controller_interval must be finite seconds >= 0, got {controller_interval!r}")
+        raise ValueError(
+            "controller_interval must be finite seconds >= 0 (0: at every event), "
+            f"got {controller_interval!r}"
+        )
     caps = {p: int(c) for p, c in capacity.items()}
     graphs = [fit_ladders(g, caps) for g in _as_graphs(graph)]  # a rung that never fits falls back
     _check_capacity(graphs, caps)
@@ -635,7 +832,7 @@ def simulate(
         gate if reserve else None,
     )
     sim = _Simulation(graphs, caps, rule, estimates, times, run_priority is not None)
-    sim.run(reserve, options)
+    sim.run(reserve, options, _every_tick)
     ends = list(times)
     for task in sim.schedule:
         run = sim.run_of[task.task_id]
