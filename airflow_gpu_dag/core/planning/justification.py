@@ -15,6 +15,8 @@ number of breakpoints of the usage profile.
 from __future__ import annotations
 
 import bisect
+import heapq
+import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from airflow_gpu_dag.core.model.graph import TaskGraph, task_pool, task_slots
@@ -24,15 +26,38 @@ __all__ = ["UsageProfile", "justify", "ordered_schedule", "priority_serial_sched
 
 class UsageProfile:
     """Slots in use over time for one pool: a step function, 0 before the first and after the last
-    interval."""
+    interval.
+
+    Beside the steps it keeps, for every ``limit`` below the capacity, the time ranges where more than
+    ``limit`` slots are in use, merged (``_full[limit]``: sorted starts and ends). Use only grows, so a
+    range never shrinks: :meth:`earliest` jumps over a range in one step instead of walking its steps,
+    which made a pass over a crowded pool quadratic."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.times: list[float] = [0.0]
         self.use: list[int] = [0]  # use[i] holds on [times[i], times[i+1]); the last one forever
+        self._full: list[tuple[list[float], list[float]]] = [([], []) for _ in range(max(0, capacity))]
 
     def earliest(self, not_before: float, duration: float, slots: int) -> float:
         """The earliest start >= ``not_before`` at which ``slots`` fit for ``duration`` seconds."""
+        reach = max(abs(not_before), abs(self.times[0]), abs(self.times[-1]))
+        if not duration > math.ulp(reach) or slots <= 0 or slots > self.capacity:
+            # a task so short that start + duration can round to start (or NaN, or no slots, or too
+            # wide): what the walk finds there (the jumps below assume start + duration > start)
+            return self.earliest_by_steps(not_before, duration, slots)
+        starts, ends = self._full[self.capacity - slots]
+        start = not_before
+        k = bisect.bisect_right(starts, start)
+        if k and ends[k - 1] > start:
+            start = ends[k - 1]  # inside a range with too many slots in use: the first time after it
+        while k < len(starts) and starts[k] < start + duration:
+            start = ends[k]  # the next such range begins before the task would end
+            k += 1
+        return start
+
+    def earliest_by_steps(self, not_before: float, duration: float, slots: int) -> float:
+        """:meth:`earliest` by walking the steps of the profile (the reference the tests compare with)."""
         if duration <= 0 or slots <= 0:
             return not_before
         limit = self.capacity - slots
@@ -69,7 +94,28 @@ class UsageProfile:
         first = bisect.bisect_left(times, start)
         last = bisect.bisect_left(times, end)
         for k in range(first, last):
+            before = use[k]
             use[k] += slots
+            for limit in range(max(0, before), min(use[k], self.capacity)):
+                self._cover(limit, times[k], times[k + 1])
+
+    def _cover(self, limit: int, begin: float, end: float) -> None:
+        """The step ``[begin, end)`` now uses more than ``limit`` slots: add it to that limit's ranges,
+        merged with a range it touches."""
+        starts, ends = self._full[limit]
+        i = bisect.bisect_left(starts, begin)
+        joins_left = i > 0 and ends[i - 1] == begin
+        joins_right = i < len(starts) and starts[i] == end
+        if joins_left and joins_right:
+            ends[i - 1] = ends[i]
+            del starts[i], ends[i]
+        elif joins_left:
+            ends[i - 1] = end
+        elif joins_right:
+            starts[i] = begin
+        else:
+            starts.insert(i, begin)
+            ends.insert(i, end)
 
 
 def _task_pool(graph: TaskGraph, task_id: str) -> tuple[str, int]:
@@ -145,8 +191,6 @@ def priority_serial_schedule(
     time its dependencies and its pool allow. Unlike Airflow's greedy admission (parallel generation),
     a task may be placed before work that was placed earlier, into a hole that work left; the schedule
     is *active*, and some active schedule is optimal."""
-    import heapq
-
     topo = {t: i for i, t in enumerate(graph.topological_order())}
     missing = {t: len(graph.upstream(t)) for t in graph.nodes}
     eligible = [(-priority.get(t, 0.0), topo[t], t) for t, count in missing.items() if count == 0]
