@@ -8,10 +8,13 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
+from airflow.sdk.configuration import conf
+
 __all__ = [
     "RESUME_RACE_RETRIES",
     "RESUME_RACE_RETRY_DELAY",
     "declared_where",
+    "is_deferrable",
     "require_timeout",
     "resume_race_retry",
     "soft_failing",
@@ -28,6 +31,16 @@ __all__ = [
 RESUME_RACE_RETRIES = 1
 #: Delay before that retry (Airflow's default of 5 minutes would hold the whole chain back).
 RESUME_RACE_RETRY_DELAY = timedelta(seconds=5)
+
+
+def is_deferrable(deferrable: bool | None) -> bool:
+    """Whether a sensor or gate defers: ``deferrable`` when its author gave it (also through
+    ``default_args``), else ``[operators] default_deferrable`` (False unless set), as Airflow's own
+    deferrable operators choose. Deferring needs a running ``airflow triggerer``: a deployment without
+    one keeps the default and waits in a worker instead of leaving the task deferred for ever."""
+    if deferrable is not None:
+        return bool(deferrable)
+    return conf.getboolean("operators", "default_deferrable", fallback=False)
 
 
 def declared_where(kwargs: dict[str, Any]) -> str:

@@ -38,11 +38,13 @@ def budget_gate(
     ledger: str | None = None,
     poke_interval: float = 30.0,
     task_id: str | None = None,
+    deferrable: bool | None = None,
 ) -> BudgetGateOperator:
     """Insert a :class:`BudgetGateOperator` before ``task`` (it takes over ``task``'s upstream edges).
 
     ``pool`` defaults to ``task.pool`` (the GPU pool whose daily usage is capped). The gate itself
-    runs in the default pool, so waiting for budget never holds a GPU slot.
+    runs in the default pool, so waiting for budget never holds a GPU slot. ``deferrable``: the gate
+    waits in the triggerer; default ``[operators] default_deferrable`` (else it checks from a worker).
 
     :raises ValueError: a cap <= 0, a pool cap without a pool, or a task expected to use more than a
         cap; the message names the DAG, the task and the fix.
@@ -82,6 +84,8 @@ def budget_gate(
         execution_timeout=None,
         gated_task_id=task.task_id,
         claim_gpu_seconds=gpu_seconds,
+        # not given: the DAG's default_args, else [operators] default_deferrable
+        **({} if deferrable is None else {"deferrable": deferrable}),
     )
     gate.doc_md = "GPU-hour budget gate: defers while the budget is used up."
     insert_before(task, gate, label="budget")

@@ -95,7 +95,7 @@ def data_edge(
     poke_interval: float = 10.0,
     conn_id: str | None = None,
     task_id: str | None = None,
-    deferrable: bool = True,
+    deferrable: bool | None = None,
 ) -> DatasetCompleteSensor:
     """Wire ``producer -data-> <completeness sensor> -data-> consumer`` and return the sensor.
 
@@ -107,6 +107,8 @@ def data_edge(
     :param fallback_to_last_good: opt-in: continue on the newest earlier complete artifact when
         the producer failed; the sensor's XCom says ``fallback: true``.
     :param task_id: the sensor's task id instead (needed when that name is taken in the DAG).
+    :param deferrable: the sensor waits in the triggerer; default ``[operators] default_deferrable``
+        (False unless set), also through the DAG's ``default_args``.
     :raises ValueError: the sensor's name is already taken in the DAG (the message names the DAG,
         the producer, the consumer and the fix: pass ``task_id=`` or a distinct ``asset=``).
     """
@@ -127,8 +129,9 @@ def data_edge(
             asset=asset,
             fallback_to_last_good=fallback_to_last_good,
             producer_task_id=producer.task_id if fallback_to_last_good else None,
-            deferrable=deferrable,
             dag=dag,
+            # not given: the DAG's default_args, else [operators] default_deferrable
+            **({} if deferrable is None else {"deferrable": deferrable}),
         )
     except DuplicateTaskIdFound as err:  # inside a TaskGroup: the id gets the group's prefix
         raise ValueError(_taken(dag, producer, consumer, sensor_id, name, asset)) from err

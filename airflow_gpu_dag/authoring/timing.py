@@ -48,11 +48,13 @@ def start_window(
     tz: str = "UTC",
     on_missed: str = "skip",
     task_id: str | None = None,
+    deferrable: bool | None = None,
 ) -> StartWindowSensor:
     """Gate ``task`` on a start window; see :class:`~airflow_gpu_dag.sensors.StartWindowSensor`.
 
     ``opens``/``closes``: two times of day (daily window; ``closes <= opens`` spans midnight) or two
-    date-times (a one-off window), or Jinja templates (checked at run time).
+    date-times (a one-off window), or Jinja templates (checked at run time). ``deferrable``: the sensor
+    defers until the window opens (needs a triggerer); default ``[operators] default_deferrable``.
 
     :raises ValueError: an impossible window (equal times of day, a one-off window that closes before
         it opens), a malformed time, an unknown timezone or policy; the message names the DAG and the
@@ -72,6 +74,8 @@ def start_window(
         on_missed=on_missed,
         dag=dag,
         task_group=getattr(task, "task_group", None),
+        # not given: the DAG's default_args, else [operators] default_deferrable
+        **({} if deferrable is None else {"deferrable": deferrable}),
     )
     insert_before(task, sensor, label=TIME)
     hint = WindowHint.of(window, on_missed)
@@ -100,11 +104,13 @@ def stage_dependency(
     poke_interval: float = 10.0,
     conn_id: str | None = None,
     task_id: str | None = None,
+    deferrable: bool | None = None,
 ) -> CheckpointSensor:
     """``downstream`` starts once ``upstream`` wrote checkpoint ``step`` (upstream keeps running).
 
     The checkpoint sensor watches ``upstream``: if it ends without writing the checkpoint (failed, or
     succeeded too early), the sensor fails at once, naming it, instead of waiting out ``timeout``.
+    ``deferrable``: it waits in the triggerer; default ``[operators] default_deferrable``.
 
     :raises ValueError: ``downstream`` already waits for ``upstream`` to finish (an edge or a path:
         the checkpoint would change nothing), or ``upstream`` waits for ``downstream`` (a cycle); the
@@ -153,6 +159,8 @@ def stage_dependency(
         training_task_id=upstream.task_id,
         dag=dag,
         task_group=getattr(upstream, "task_group", None),
+        # not given: the DAG's default_args, else [operators] default_deferrable
+        **({} if deferrable is None else {"deferrable": deferrable}),
     )
     sensor.doc_md = (
         f"Stage dependency: {downstream.task_id} starts at checkpoint {step} of {upstream.task_id}."

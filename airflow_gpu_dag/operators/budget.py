@@ -14,6 +14,7 @@ room cannot both pass unless both fit. The gated task settles the claim when it 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ from airflow.sdk import BaseOperator
 from airflow_gpu_dag.budget.check import claim_budget, pool_variable, run_variable
 from airflow_gpu_dag.core.model.budget import BudgetCap
 from airflow_gpu_dag.core.model.resources import real_number
-from airflow_gpu_dag.deferral import resume_race_retry
+from airflow_gpu_dag.deferral import is_deferrable, resume_race_retry
 from airflow_gpu_dag.executor_config import control_task_hints
 from airflow_gpu_dag.triggers.budget import BudgetTrigger
 
@@ -58,6 +59,9 @@ class BudgetGateOperator(BaseOperator):
     :param gated_task_id: the task the gate lets through (its claim is keyed by it); default: the
         gate's own id.
     :param claim_gpu_seconds: what the gated task is expected to use (0: only check the caps); >= 0.
+    :param deferrable: wait in the triggerer (no worker slot held); default ``[operators]
+        default_deferrable`` (False unless set: deferring needs ``airflow triggerer``). Not deferring,
+        the gate checks again every ``poke_interval`` from its worker.
     """
 
     template_fields: Sequence[str] = ("ledger",)
@@ -73,6 +77,7 @@ class BudgetGateOperator(BaseOperator):
         poke_interval: float = 30.0,
         gated_task_id: str | None = None,
         claim_gpu_seconds: float = 0.0,
+        deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs["executor_config"] = control_task_hints(kwargs.get("executor_config"))
@@ -84,6 +89,7 @@ class BudgetGateOperator(BaseOperator):
         self.ledger = ledger
         self.poke_interval = _number(poke_interval, "poke_interval", where, zero_ok=False)
         self.gated_task_id = gated_task_id or self.task_id
+        self.deferrable = is_deferrable(deferrable)
 
     def _claim(self, context: Any) -> Any:
         ti = context.get("ti")
@@ -101,14 +107,19 @@ class BudgetGateOperator(BaseOperator):
     def _wait(self, context: Any, reason: str) -> None:
         dag_id = context["dag"].dag_id
         self.log.warning(
-            "GPU budget reached: %s. Deferring (no worker, no GPU held) until the cap is raised "
-            "(Variable %s / %s), the day resets or claims are settled.",
+            "GPU budget reached: %s. %s until the cap is raised (Variable %s / %s), the day resets or "
+            "claims are settled.",
             reason,
+            "Deferring (no worker, no GPU held)"
+            if self.deferrable
+            else f"Checking again every {self.poke_interval:g}s (no GPU held)",
             run_variable(dag_id),
             pool_variable(self.cap.pool)
             if self.cap.pool and self.cap.gpu_hours_per_pool_day is not None
             else "-",
         )
+        if not self.deferrable:
+            return
         self.defer(
             trigger=BudgetTrigger(
                 dag_id=dag_id,
@@ -127,7 +138,12 @@ class BudgetGateOperator(BaseOperator):
             self.log.info("budget ok, claimed %.3f GPU-h: %s", self.claim_gpu_seconds / 3600, decision.reason)
             return {"allowed": True, "reason": decision.reason, "waited": False}
         self._wait(context, decision.reason)
-        raise AssertionError("unreachable: defer() raises")  # pragma: no cover
+        while True:  # not deferring (defer() raises): check again from this worker
+            time.sleep(self.poke_interval)
+            decision = self._claim(context)
+            if decision.allowed:
+                self.log.info("budget available again, claimed %.3f GPU-h", self.claim_gpu_seconds / 3600)
+                return {"allowed": True, "reason": decision.reason, "waited": True}
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> dict[str, Any]:
         decision = self._claim(context)

@@ -27,7 +27,13 @@ from airflow_gpu_dag.datasets.completeness import (
     permanent_error,
     storage_url,
 )
-from airflow_gpu_dag.deferral import declared_where, require_timeout, resume_race_retry, soft_failing
+from airflow_gpu_dag.deferral import (
+    declared_where,
+    is_deferrable,
+    require_timeout,
+    resume_race_retry,
+    soft_failing,
+)
 from airflow_gpu_dag.executor_config import control_task_hints
 from airflow_gpu_dag.triggers.checkpoint import (
     checkpoint_regex,
@@ -50,6 +56,8 @@ class CheckpointSensor(BaseSensorOperator):
     :param completeness: ``"marker"`` or ``"manifest"`` (a checkpoint is written once, then marked).
     :param timeout: required.
     :param conn_id: Airflow connection for object storage (default: the ``ObjectStoragePath``'s).
+    :param deferrable: wait in the triggerer instead of poking in a worker; default
+        ``[operators] default_deferrable`` (False unless set: deferring needs ``airflow triggerer``).
     :param training_task_id: the task of this DAG that writes the checkpoints. Once it has ended
         (``failed``, ``upstream_failed``, ``removed``, or ``success`` without the checkpoint) the
         sensor fails at once, naming it, instead of waiting out ``timeout``; once it was
@@ -69,7 +77,7 @@ class CheckpointSensor(BaseSensorOperator):
         timeout: float | timedelta | None = None,
         poke_interval: float = 10.0,
         conn_id: str | None = None,
-        deferrable: bool = True,
+        deferrable: bool | None = None,
         training_task_id: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -96,7 +104,7 @@ class CheckpointSensor(BaseSensorOperator):
         self.pattern = pattern
         self.completeness = rule.to_dict()
         self.conn_id = conn_id if conn_id is not None else path_conn_id
-        self.deferrable = deferrable
+        self.deferrable = is_deferrable(deferrable)
         self.training_task_id = training_task_id
         self._reason = "not checked yet"
 

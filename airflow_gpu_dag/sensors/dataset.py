@@ -42,6 +42,7 @@ from airflow_gpu_dag.datasets.completeness import (
 )
 from airflow_gpu_dag.deferral import (
     declared_where,
+    is_deferrable,
     require_timeout,
     resume_race_retry,
     soft_failing,
@@ -68,7 +69,8 @@ class DatasetCompleteSensor(BaseSensorOperator):
     :param fallback_to_last_good: when the producer failed, continue on the newest complete
         artifact recorded in ``asset``'s events.
     :param producer_task_id: the producing task in this DAG (needed for the fallback).
-    :param deferrable: wait in the triggerer (default) instead of poking in a worker.
+    :param deferrable: wait in the triggerer instead of poking in a worker; default
+        ``[operators] default_deferrable`` (False unless set: deferring needs ``airflow triggerer``).
     """
 
     template_fields: Sequence[str] = ("path",)
@@ -85,7 +87,7 @@ class DatasetCompleteSensor(BaseSensorOperator):
         asset: Asset | None = None,
         fallback_to_last_good: bool = False,
         producer_task_id: str | None = None,
-        deferrable: bool = True,
+        deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
         task_id = kwargs.get("task_id", "?")
@@ -96,13 +98,14 @@ class DatasetCompleteSensor(BaseSensorOperator):
         except ValueError as err:
             raise ValueError(f"{where}: {err}") from None
         mode = partial_default(kwargs, "mode")  # the DAG's default_args too
+        deferrable = is_deferrable(deferrable)
         if isinstance(rule, StableSize) and not deferrable and mode == "reschedule":
             # Each reschedule is a new process: the sizes seen last time are gone, so "unchanged for
             # the period" could never be proven and the sensor would wait out its timeout.
             raise ValueError(
                 f"{where}: completeness='stable' cannot run in mode='reschedule' (each check "
-                "starts afresh and never sees the sizes stay unchanged). Fix: keep deferrable=True "
-                "(the default), or use mode='poke'."
+                "starts afresh and never sees the sizes stay unchanged). Fix: pass deferrable=True "
+                "(with a running triggerer), or use mode='poke'."
             )
         if fallback_to_last_good and (asset is None or not producer_task_id):
             raise ValueError(

@@ -26,9 +26,10 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+from airflow_gpu_dag.airflow.declaring import partial_default
 from airflow_gpu_dag.core.model.windows import (
     ON_MISSED,
     FixedWindow,
@@ -37,7 +38,7 @@ from airflow_gpu_dag.core.model.windows import (
     parse_time_of_day,
     parse_window,
 )
-from airflow_gpu_dag.deferral import declared_where, resume_race_retry
+from airflow_gpu_dag.deferral import declared_where, is_deferrable, resume_race_retry
 from airflow_gpu_dag.executor_config import control_task_hints
 
 __all__ = [
@@ -87,7 +88,7 @@ def _missed(who: str, start: datetime, end: datetime, on_missed: str, what: str)
 
 
 class StartWindowSensor(BaseSensorOperator):
-    """Succeeds inside the run's start window; defers until it opens; skips/fails once it is missed.
+    """Succeeds inside the run's start window; waits until it opens; skips/fails once it is missed.
 
     :param opens: time of day the window opens (``"HH:MM[:SS]"``), or a date-time for a one-off
         window; templated.
@@ -95,6 +96,10 @@ class StartWindowSensor(BaseSensorOperator):
         ``opens``; templated.
     :param tz: IANA timezone of the times (default UTC).
     :param on_missed: ``"skip"`` (the gated task and its chain are skipped) or ``"fail"``.
+    :param deferrable: defer until the window opens (needs a running ``airflow triggerer``) instead of
+        checking every ``poke_interval`` from a worker; default ``[operators] default_deferrable``
+        (False unless set). Not deferring, it checks in ``mode="reschedule"`` unless given a mode, so
+        it holds no worker slot while the window is closed.
     """
 
     template_fields: Sequence[str] = ("opens", "closes")
@@ -107,10 +112,14 @@ class StartWindowSensor(BaseSensorOperator):
         closes: Any,
         tz: str = "UTC",
         on_missed: str = "skip",
+        deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
         where = declared_where(kwargs)
         check_on_missed(on_missed, where)
+        deferrable = is_deferrable(deferrable)
+        if not deferrable:
+            kwargs["mode"] = partial_default(kwargs, "mode") or "reschedule"  # default_args' mode too
         if not (templated(opens) or templated(closes)):
             parse_window(opens, closes, tz, where=where)
         # The window bounds the wait; the sensor timeout is only a backstop (2 days).
@@ -121,6 +130,7 @@ class StartWindowSensor(BaseSensorOperator):
         self.closes = closes
         self.tz = tz
         self.on_missed = on_missed
+        self.deferrable = deferrable
 
     def _window(self) -> Window:
         return parse_window(self.opens, self.closes, self.tz, where=f"task {self.task_id!r}")
@@ -133,6 +143,8 @@ class StartWindowSensor(BaseSensorOperator):
             return {"window_start": start.isoformat(), "window_end": end.isoformat()}
         if state == "missed":
             raise _missed(self.task_id, start, end, self.on_missed, "")
+        if not self.deferrable:  # poke() until it opens (or is missed), from a worker
+            return super().execute(context)
         from airflow.providers.standard.triggers.temporal import DateTimeTrigger
 
         self.log.info("start window opens at %s; deferring until then", start.isoformat())
@@ -141,8 +153,17 @@ class StartWindowSensor(BaseSensorOperator):
     def execute(self, context: Any) -> Any:
         return self._decide(context)
 
-    def poke(self, context: Any) -> bool:  # not used: execute() decides; kept for the sensor API
-        return self._window().state(_anchor(context), datetime.now(UTC))[0] == "open"
+    def poke(self, context: Any) -> PokeReturnValue:
+        """Not deferring: done once the window is open; a missed window skips or fails."""
+        state, start, end = self._window().state(_anchor(context), datetime.now(UTC))
+        if state == "missed":
+            raise _missed(self.task_id, start, end, self.on_missed, "")
+        if state == "open":
+            return PokeReturnValue(True, {"window_start": start.isoformat(), "window_end": end.isoformat()})
+        self.log.info(
+            "start window opens at %s; checking again in %ss", start.isoformat(), self.poke_interval
+        )
+        return PokeReturnValue(False)
 
     def execute_complete(self, context: Any, event: Any = None) -> Any:
         return self._decide(context)

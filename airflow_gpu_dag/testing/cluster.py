@@ -467,6 +467,8 @@ class AirflowCluster(ClusterRest):
                 "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(self._log_ports[1]),
             }
         )
+        if self.with_triggerer:  # with a triggerer, the sensors and gates defer (settings given in env= win)
+            env["AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE"] = "True"
         env.update(self._extra_env)
         if env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("sqlite"):
             # SQLite only (psycopg2 refuses a "timeout" argument); settings given in env= win.

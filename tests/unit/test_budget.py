@@ -33,6 +33,13 @@ from airflow_gpu_dag.triggers.budget import BudgetTrigger
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC).timestamp()
 
 
+@pytest.fixture(autouse=True)
+def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests exercise the deferring path: a deployment with a triggerer, which turns on
+    ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
+
+
 def _record(run_id: str, hours: float, devices: int = 1, pool: str = "gpu", end: float = NOW) -> UsageRecord:
     return UsageRecord(
         dag_id="train",
