@@ -9,6 +9,7 @@ from typing import Any
 
 from airflow_gpu_dag.cli import display
 from airflow_gpu_dag.cli.common import quiet, status
+from airflow_gpu_dag.cli.inputs import history_note
 from airflow_gpu_dag.cli.loading import find_dag
 from airflow_gpu_dag.core.analysis.estimates import DurationEstimate, EstimateSettings
 
@@ -117,6 +118,7 @@ def estimates(args: argparse.Namespace) -> None:
     with status(display.error_console(), reading, output != "table"):
         dag = find_dag(args.dag_id, args.file)
         learned = learned_task_graph(dag, expand_mapped=False, settings=settings)
+    learned.note = history_note(learned.note)
     report = estimates_report(args.dag_id, learned.estimates, settings, factor, learned.note)
 
     def table() -> None:

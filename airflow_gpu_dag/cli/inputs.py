@@ -18,16 +18,38 @@ if TYPE_CHECKING:
     from airflow_gpu_dag.core.model.graph import TaskGraph
     from airflow_gpu_dag.core.model.ladders import UnfitRung
 
-__all__ = ["history_note_line", "input_json", "input_notes", "mapped_tasks", "planning_graph"]
+__all__ = [
+    "history_note",
+    "history_note_line",
+    "input_json",
+    "input_notes",
+    "mapped_tasks",
+    "planning_graph",
+]
+
+#: What the database drivers say about a table that is not there: SQLite, PostgreSQL, MySQL.
+_NO_TABLE = ("no such table", "UndefinedTable", "does not exist", "doesn't exist")
+
+
+def history_note(note: str) -> str:
+    """``note`` (why the history could not be read) with the fix when the metadata database has no
+    tables: a fresh ``AIRFLOW_HOME`` where ``airflow db migrate`` never ran reads as ``no such table:
+    task_instance``, which does not say what to do."""
+    if note.startswith("history unreadable") and any(words in note for words in _NO_TABLE):
+        return f"the metadata database is not set up: run `airflow db migrate` ({note})"
+    return note
 
 
 def planning_graph(dag: Any, *, declared_only: bool = False) -> LearnedGraph:
     """The graph of ``dag`` with learned durations and mapped tasks expanded; never raises because of
-    the history (an unreadable one is in ``.note``). ``declared_only``: past runs are not read at all
-    (declared estimates; map counts from literal ``expand()`` arguments or ``map_length``)."""
+    the history (an unreadable one is in ``.note``, with the fix: :func:`history_note`).
+    ``declared_only``: past runs are not read at all (declared estimates; map counts from literal
+    ``expand()`` arguments or ``map_length``)."""
     from airflow_gpu_dag.airflow.history import learned_task_graph
 
-    return learned_task_graph(dag, past_runs=not declared_only)
+    learned = learned_task_graph(dag, past_runs=not declared_only)
+    learned.note = history_note(learned.note)
+    return learned
 
 
 def mapped_tasks(graph: TaskGraph) -> tuple[dict[str, int], list[str]]:

@@ -101,23 +101,38 @@ def _dagbag_class() -> type:
     return LintDagBag
 
 
-def load_dags(paths: Sequence[str | os.PathLike[str]]) -> LoadedDags:
+def _no_dags_folder(folder: str, option: str) -> DagLoadError:
+    """The configured DAGs folder is missing (a fresh ``AIRFLOW_HOME``): say where it comes from and
+    both fixes, pointing the setting at the DAG files or naming them with ``option``."""
+    return DagLoadError(
+        f"the DAGs folder {folder!r} does not exist. It is [core] dags_folder (AIRFLOW__CORE__DAGS_FOLDER, "
+        f"default $AIRFLOW_HOME/dags): set it to the folder of your DAG files, or name them with {option}."
+    )
+
+
+def load_dags(
+    paths: Sequence[str | os.PathLike[str]], *, option: str = "arguments (airflow gpu-dag lint PATH ...)"
+) -> LoadedDags:
     """Parse every DAG file under ``paths`` (files or folders; default: the dags folder).
 
     An explicitly named file is always parsed; folders follow Airflow's discovery rules
     (``.airflowignore``, ``[core] dag_discovery_safe_mode``).
 
-    :raises DagLoadError: a path does not exist.
+    :param option: how the command names DAG files instead of the dags folder (for the message).
+    :raises DagLoadError: a path does not exist (for the configured dags folder: where it comes from).
     """
     from airflow import settings
     from airflow.configuration import conf
 
+    configured = not paths
     targets = [str(p) for p in paths] or [str(settings.DAGS_FOLDER)]
     result = LoadedDags(paths=targets)
     bag_class = _dagbag_class()
     parsed: set[str] = set()  # files, once each however many of the paths name them
     for target in targets:
         path = Path(target)
+        if not path.exists() and configured:
+            raise _no_dags_folder(target, option)
         if not path.exists():
             raise DagLoadError(f"path {target!r} does not exist; give a DAG file or a folder of DAG files.")
         safe_mode = conf.getboolean("core", "dag_discovery_safe_mode") if path.is_dir() else False
@@ -171,7 +186,7 @@ def find_dag(dag_id: str, file: str | None = None) -> Any:
     except ImportError:  # pragma: no cover - older SDK
         parsing = contextlib.nullcontext()
     with parsing:
-        loaded = load_dags([where])
+        loaded = load_dags([file] if file else [], option="--file PATH")
     if dag_id in loaded.dags:
         if dag_id in loaded.duplicates:
             _warn_duplicate(dag_id, loaded.duplicates[dag_id])

@@ -224,9 +224,13 @@ def _print_table(
     dry_run: bool,
     missing: list[str] | None = None,
     created: list[str] | None = None,
+    offline: str | None = None,
 ) -> None:
     """The human form of ``--once``: the pools the start-up check created (or, in a dry run, found
-    missing), a line per pool, then the pools written back to their capacity."""
+    missing), a line per pool, then the pools written back to their capacity. ``offline``: why a dry
+    run read nothing from Airflow (its sizes assume no task waits)."""
+    if offline:
+        print(f"offline dry run ({offline}; sizes assume no task waits)")
     for pool in missing or ():
         print(f"pool {pool} does not exist (dry run: would be created)")
     for pool in created or ():
@@ -270,14 +274,21 @@ def _unwritable(path: str) -> str | None:
     return None
 
 
-def _client(hook_class: Any, conn_id: str) -> Any:
+def _client(hook_class: Any, conn_id: str, offline_ok: bool = False) -> Any:
     """The REST client of connection ``conn_id``; a missing or unusable connection is a one-line error
-    that says how to create it, not a traceback."""
+    that says how to create it, not a traceback. ``offline_ok`` (a dry run): a connection that is not
+    defined gives the :class:`~airflow_gpu_dag.watermark.offline.OfflineClient` instead, which reads an
+    empty Airflow (docs/watermarks.md#checking-a-configuration)."""
     from airflow.sdk.exceptions import AirflowNotFoundException
 
     try:
         return hook_class(conn_id).get_client()
     except AirflowNotFoundException:
+        if offline_ok:
+            # start-up: every `airflow` command loads this module; the offline client only for a dry run
+            from airflow_gpu_dag.watermark.offline import OfflineClient  # start-up
+
+            return OfflineClient()
         env = "AIRFLOW_CONN_" + conn_id.upper()
         raise _fail(
             f"Airflow connection {conn_id!r} (the REST API the controller writes pools through) is not "
@@ -326,7 +337,9 @@ def watermark(args: argparse.Namespace) -> None:
     risk = config.fail_open_risk()
     if risk:
         log.warning("%s", risk)
-    client = _client(AirflowApiHook, getattr(args, "conn_id", None) or "gpu_dag_api")
+    conn_id = getattr(args, "conn_id", None) or "gpu_dag_api"
+    client = _client(AirflowApiHook, conn_id, offline_ok=dry_run)
+    offline = f"no Airflow connection {conn_id!r}: {client.reason}" if hasattr(client, "reason") else None
     server = None
     try:
         heartbeat = Heartbeat(config.interval, getattr(args, "heartbeat_file", None))
@@ -361,6 +374,7 @@ def watermark(args: argparse.Namespace) -> None:
             rows = [outcome_row(o) for o in outcomes]
             data = {
                 "dry_run": dry_run,
+                "offline": offline,
                 "standing_by": not outcomes,
                 "created": report.created,
                 "missing": report.missing,
@@ -372,7 +386,9 @@ def watermark(args: argparse.Namespace) -> None:
                 data,
                 rows=rows,
                 columns=OUTCOME_COLUMNS,
-                table=lambda: _print_table(outcomes, released, dry_run, report.missing, report.created),
+                table=lambda: _print_table(
+                    outcomes, released, dry_run, report.missing, report.created, offline
+                ),
             )
             failed = [f"{o.pool} ({o.error})" for o in outcomes if o.error]
             if failed:  # a script or a config check must see that the tick did not do its work

@@ -587,7 +587,8 @@ def test_declared_only_reads_no_past_run(
     assert declared["dags"]["sweep_hinted"]["mapped_tasks"] == {"trial": 3}
     _, read = run_json(capsys, *argv)
     assert {d["history_note"] for d in read["dags"].values()} == {
-        "history unreadable (RuntimeError: no such table: task_instance)"
+        "the metadata database is not set up: run `airflow db migrate` "
+        "(history unreadable (RuntimeError: no such table: task_instance))"
     }
     assert run_cli(*argv, "--declared-only") == 0
     out = capsys.readouterr().out

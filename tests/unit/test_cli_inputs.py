@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,3 +170,51 @@ def test_an_objective_with_one_dag_simulates_it_as_one_run(capsys: pytest.Captur
     ]
     code, result = run_json(capsys, *argv)
     assert code == 0 and result["objective"]["name"] == "latency" and len(result["runs"]) == 1
+
+
+# -- the first run ---------------------------------------------------------------------------------------
+def test_no_dags_folder_names_the_setting_and_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fresh AIRFLOW_HOME has no dags folder: the error says where the folder comes from and how to
+    name the DAG files instead, not only that a path does not exist."""
+    from airflow import settings
+
+    monkeypatch.setattr(settings, "DAGS_FOLDER", str(tmp_path / "dags"))
+    assert run_cli("plan", "my_dag") == 1
+    err = capsys.readouterr().err
+    assert f"the DAGs folder '{tmp_path / 'dags'}' does not exist" in err
+    assert "[core] dags_folder" in err and "--file PATH" in err
+    assert run_cli("lint") == 1
+    err = capsys.readouterr().err
+    assert "[core] dags_folder" in err and "airflow gpu-dag lint PATH" in err
+
+
+def test_a_database_without_tables_says_run_db_migrate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fresh AIRFLOW_HOME where `airflow db migrate` never ran: reading past runs fails with ``no
+    such table: task_instance``; plan and estimates still work on the declared estimates and say the
+    fix."""
+    import contextlib
+
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    from airflow_gpu_dag.airflow import history
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'airflow.db'}")  # an empty database
+
+    @contextlib.contextmanager
+    def empty_database(scoped: bool = True) -> Any:
+        with Session(engine) as session:
+            yield session
+
+    monkeypatch.setattr(history, "create_session", empty_database)
+    good = Path(__file__).resolve().parents[2] / "tests" / "integration" / "dags" / "ui"
+    code, plan = run_json(capsys, "plan", "gpu_pipeline", "--file", str(good))
+    assert code == 0
+    assert plan["history_note"].startswith("the metadata database is not set up: run `airflow db migrate`")
+    assert "no such table: task_instance" in plan["history_note"]
+    assert run_cli("estimates", "gpu_pipeline", "--file", str(good)) == 0
+    assert "run `airflow db migrate`" in capsys.readouterr().out

@@ -183,6 +183,26 @@ def test_a_missing_connection_says_how_to_create_it(
     assert "AIRFLOW_CONN_NO_SUCH_API" in err
 
 
+def test_a_dry_run_without_a_connection_reads_no_airflow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Checking a watermark.yaml needs no api-server and no gpu_dag_api connection: the sources are read
+    by the controller itself; without a connection every pool reads as missing, no task waits, so each
+    pool's size is its capacity, and the output says so. A run that writes still needs the connection."""
+    monkeypatch.delenv("AIRFLOW_CONN_NO_SUCH_API", raising=False)
+    argv = ("watermark", "--config", config(tmp_path), "--once", "--dry-run", "--conn-id", "no_such_api")
+    assert run_cli(*argv, "-o", "json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["offline"] == "no Airflow connection 'no_such_api': pools and queues not read"
+    assert out["missing"] == ["gpu"] and out["released"] == []
+    (pool,) = out["pools"]
+    assert (pool["capacity"], pool["size"], pool["action"], pool["error"]) == (4, 4, "would write", None)
+    assert run_cli(*argv) == 0
+    assert capsys.readouterr().out.startswith("offline dry run (no Airflow connection 'no_such_api'")
+    assert run_cli(*argv[:-3], "--conn-id", "no_such_api") == 1  # --once without --dry-run
+    assert "is not defined" in capsys.readouterr().err
+
+
 def test_a_connection_without_a_host_is_a_one_line_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
