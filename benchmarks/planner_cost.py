@@ -10,19 +10,40 @@ learned from five runs (declared estimates off by +/- 30 %, as in ``learned_esti
 unhedged (``estimate_error=0``), hedged over four worlds without the last choice on fresh worlds
 (``final_worlds=0``), and as shipped.
 
+With ``--scale`` it times the planner at the scale of a platform (issue #44): random DAGs of 1,000 to
+8,000 tasks (``scale_dags.py``: 1-8 GPUs of one 8-GPU pool, 10 min-2 h, up to 2 of the 30 tasks before
+each) planned for the reservation controller deciding at every event and every 60 s, ``predict`` (the
+plan and the simulation ``airflow gpu-dag simulate`` shows, 60-s controller) and one simulation with
+critical-path weights; CPU seconds of this process (wall seconds in brackets), best of ``--repeat``,
+and the exponent of a fit ``seconds = a * tasks ** b`` per column (``n log n`` gives 1.13 over
+1,000-8,000). ``--baseline REV`` times the same, for the sizes up to ``--baseline-max``, with the
+package as git revision ``REV`` had it (exported to a temporary folder, run in a subprocess) and prints
+the ratio new / old.
+
     .venv/bin/python benchmarks/planner_cost.py [--gpus 16] [--learned]
+    .venv/bin/python benchmarks/planner_cost.py --scale [--sizes 1000,2000,4000,8000] [--repeat 2]
+    .venv/bin/python benchmarks/planner_cost.py --scale --baseline 80e5799 --baseline-max 1000
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import json
+import os
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from learned_estimates import history_seed, learned_graph  # type: ignore[import-not-found]
 from makespan import DEFAULT_WORKLOADS  # type: ignore[import-not-found]
+from scale_dags import SIZES as SCALE_SIZES
+from scale_dags import fitted_exponent, nlogn_exponent, random_graph
 from workloads import GPU_POOL, Workload, load_workloads
 
 from airflow_gpu_dag.core.planning import planner as priority
@@ -37,7 +58,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--gpus", type=int, default=16, help="GPU pool capacity")
     parser.add_argument("--learned", action="store_true", help="time the hedging of learned durations")
+    parser.add_argument("--scale", action="store_true", help="time random DAGs of 1,000-8,000 tasks")
+    parser.add_argument("--sizes", default=",".join(map(str, SCALE_SIZES)), help="--scale: task counts")
+    parser.add_argument("--repeat", type=int, default=2, help="--scale: best of this many runs")
+    parser.add_argument("--baseline", default="", help="--scale: also time git revision REV (before/after)")
+    parser.add_argument("--baseline-max", type=int, default=1000, help="--baseline: up to this many tasks")
+    parser.add_argument("--json", action="store_true", help="--scale: print the figures as JSON")
     args = parser.parse_args(argv)
+    if args.scale:
+        sizes = [int(n) for n in args.sizes.split(",") if n.strip()]
+        return scale(sizes, args.repeat, args.baseline, args.baseline_max, args.json)
     workloads = load_workloads(DEFAULT_WORKLOADS)
     if args.learned:
         return learned_cost(workloads, args.gpus)
@@ -86,6 +116,110 @@ def learned_cost(workloads: Sequence[Workload], gpus: int) -> int:
             seconds.append(time.perf_counter() - started)
         cells = " | ".join(f"{s:.2f}" for s in seconds)
         print(f"| {workload.name.rsplit('/', 1)[-1]} | {size} | {cells} |", flush=True)
+    return 0
+
+
+#: The columns of ``--scale``: what is timed, on a random DAG of ``tasks`` tasks.
+SCALE_COLUMNS = {
+    "plan0": "plan, every event",
+    "plan60": "plan, 60-s controller",
+    "predict60": "predict, 60-s",
+    "sim60": "simulate (critical path, 60-s)",
+}
+
+
+Row = dict[str, tuple[float, float]]  # column -> (CPU s, wall s)
+
+
+def _best(repeat: int, func: Callable[[], object]) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of the run of ``func`` that took the least CPU."""
+    runs = []
+    for _ in range(max(1, repeat)):
+        cpu, wall = time.process_time(), time.perf_counter()
+        func()
+        runs.append((time.process_time() - cpu, time.perf_counter() - wall))
+    return min(runs)
+
+
+def scale_row(tasks: int, repeat: int) -> Row:
+    """The ``--scale`` figures of one size (only the package's public functions: the same code times a
+    baseline revision)."""
+    from airflow_gpu_dag.core.planning import planner
+    from airflow_gpu_dag.core.simulation.simulator import simulate
+
+    graph = random_graph(tasks)
+    caps = {GPU_POOL: 8}
+
+    def plan(interval: float) -> None:
+        planner._STAGE_CACHE.clear()  # cold: steps 1-2 are cached per graph object
+        planner.packing_weights_plan(graph, caps, "reservation", controller_interval=interval)
+
+    def predict() -> None:
+        planner._STAGE_CACHE.clear()
+        planner.predict(graph, caps, "reservation", 60.0, priority="packing")
+
+    return {
+        "plan0": _best(repeat, lambda: plan(0.0)),
+        "plan60": _best(repeat, lambda: plan(60.0)),
+        "predict60": _best(repeat, predict),
+        "sim60": _best(repeat, lambda: simulate(graph, caps, "reservation", 60.0, priority="critical_path")),
+    }
+
+
+def baseline_rows(revision: str, sizes: Sequence[int], repeat: int) -> dict[int, Row]:
+    """The ``--scale`` figures with the package of git ``revision``: exported next to nothing else, put
+    first on ``PYTHONPATH`` of a subprocess that runs this script (``--scale --json``)."""
+    root = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(["git", "archive", revision, "airflow_gpu_dag"], cwd=root, capture_output=True)
+    if archive.returncode:
+        raise SystemExit(f"error: --baseline {revision}: {archive.stderr.decode().strip()}")
+    folder = tempfile.mkdtemp(prefix="planner-cost-baseline-")
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(folder, filter="data")
+    command = [sys.executable, __file__, "--scale", "--json", "--repeat", str(repeat)]
+    command += ["--sizes", ",".join(map(str, sizes))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([folder, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"error: the baseline run failed:\n{done.stderr[-2000:]}")
+    figures = json.loads(done.stdout)
+    return {int(k): {c: (v[0], v[1]) for c, v in row.items()} for k, row in figures.items()}
+
+
+def scale(sizes: Sequence[int], repeat: int, baseline: str, baseline_max: int, as_json: bool) -> int:
+    """``--scale``: the table, the fitted exponents and, with a baseline, the ratios new / old."""
+    rows: dict[int, Row] = {}
+    if not as_json:
+        print(f"# random DAGs on one 8-GPU pool; CPU s (wall s), best of {repeat}")
+        print(f"| tasks | {' | '.join(SCALE_COLUMNS.values())} | 60 s / every event |")
+        print("|---|" + "---|" * (len(SCALE_COLUMNS) + 1))
+    for tasks in sizes:
+        rows[tasks] = row = scale_row(tasks, repeat)
+        if not as_json:
+            cells = " | ".join(f"{row[c][0]:.2f} ({row[c][1]:.2f})" for c in SCALE_COLUMNS)
+            print(f"| {tasks:,} | {cells} | {row['plan60'][0] / row['plan0'][0]:.2f} |", flush=True)
+    if as_json:
+        print(json.dumps(rows))
+        return 0
+    if len(sizes) > 1:
+        fits = ", ".join(
+            f"{name} {fitted_exponent(sizes, [rows[n][c][0] for n in sizes]):.2f}"
+            for c, name in SCALE_COLUMNS.items()
+        )
+        print(f"fitted exponent b of CPU s = a * tasks ** b: {fits} (n log n: {nlogn_exponent(sizes):.2f})")
+    if baseline:
+        old_sizes = [n for n in sizes if n <= baseline_max]
+        old = baseline_rows(baseline, old_sizes, 1)
+        print(f"\n# before ({baseline}) / after, CPU s")
+        print(f"| tasks | {' | '.join(SCALE_COLUMNS.values())} |")
+        print("|---|" + "---|" * len(SCALE_COLUMNS))
+        for tasks in old_sizes:
+            before, after = old[tasks], rows[tasks]
+            cells = " | ".join(
+                f"{before[c][0]:.2f} / {after[c][0]:.2f} = {before[c][0] / after[c][0]:.1f}x"
+                for c in SCALE_COLUMNS
+            )
+            print(f"| {tasks:,} | {cells} |", flush=True)
     return 0
 
 

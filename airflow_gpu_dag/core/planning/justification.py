@@ -8,15 +8,15 @@ Each pass is a *serial schedule generation*: tasks are placed one by one at the 
 time their dependencies and the pools' free slots allow. The result never has a longer makespan and
 often a shorter one: work that waited in the greedy schedule fills the holes in front of it.
 
-Pure and deterministic. Pools not in ``capacity`` are unlimited. ``O(n * b)`` per pass, ``b`` the
-number of breakpoints of the usage profile.
+Pure and deterministic. Pools not in ``capacity`` are unlimited. A placement costs a binary search
+and a jump over each too-full stretch of the pool it cannot start in (:class:`UsageProfile`), not a
+walk over every breakpoint of the usage profile.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
-import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from airflow_gpu_dag.core.model.graph import TaskGraph, task_pool, task_slots
@@ -41,8 +41,8 @@ class UsageProfile:
 
     def earliest(self, not_before: float, duration: float, slots: int) -> float:
         """The earliest start >= ``not_before`` at which ``slots`` fit for ``duration`` seconds."""
-        reach = max(abs(not_before), abs(self.times[0]), abs(self.times[-1]))
-        if not duration > math.ulp(reach) or slots <= 0 or slots > self.capacity:
+        reach = abs(not_before) + abs(self.times[0]) + abs(self.times[-1])
+        if not duration > 1e-12 * reach or slots <= 0 or slots > self.capacity:
             # a task so short that start + duration can round to start (or NaN, or no slots, or too
             # wide): what the walk finds there (the jumps below assume start + duration > start)
             return self.earliest_by_steps(not_before, duration, slots)
@@ -83,21 +83,36 @@ class UsageProfile:
         if end <= start or slots <= 0:
             return
         times, use = self.times, self.use
-        for moment in (start, end):
-            k = bisect.bisect_right(times, moment) - 1
-            if k < 0:
-                times.insert(0, moment)
-                use.insert(0, 0)
-            elif times[k] != moment:
-                times.insert(k + 1, moment)
-                use.insert(k + 1, use[k])
-        first = bisect.bisect_left(times, start)
-        last = bisect.bisect_left(times, end)
+        first = bisect.bisect_right(times, start) - 1  # the steps [first, last) get the slots
+        if first < 0:
+            first = 0
+            times.insert(0, start)
+            use.insert(0, 0)
+        elif times[first] != start:
+            first += 1
+            times.insert(first, start)
+            use.insert(first, use[first - 1])
+        last = bisect.bisect_right(times, end, first) - 1
+        if times[last] != end:
+            last += 1
+            times.insert(last, end)
+            use.insert(last, use[last - 1])
+        capacity, full = self.capacity, self._full
         for k in range(first, last):
             before = use[k]
-            use[k] += slots
-            for limit in range(max(0, before), min(use[k], self.capacity)):
-                self._cover(limit, times[k], times[k + 1])
+            use[k] = after = before + slots
+            if before >= capacity:
+                continue
+            begin, finish = times[k], times[k + 1]
+            for limit in range(before if before > 0 else 0, after if after < capacity else capacity):
+                starts, ends = full[limit]
+                if not ends or ends[-1] < begin:  # after every range (steps are mostly added in time order)
+                    starts.append(begin)
+                    ends.append(finish)
+                elif ends[-1] == begin:  # right after the last range
+                    ends[-1] = finish
+                else:
+                    self._cover(limit, begin, finish)
 
     def _cover(self, limit: int, begin: float, end: float) -> None:
         """The step ``[begin, end)`` now uses more than ``limit`` slots: add it to that limit's ranges,
@@ -118,13 +133,20 @@ class UsageProfile:
             ends.insert(i, end)
 
 
-def _task_pool(graph: TaskGraph, task_id: str) -> tuple[str, int]:
-    node = graph.nodes[task_id]
-    return task_pool(node), task_slots(node)
+class _Tasks:
+    """What the passes read of every task, read from the graph once per call: duration, pool, slots,
+    upstream and downstream tasks."""
+
+    def __init__(self, graph: TaskGraph) -> None:
+        self.duration = {t: node.duration for t, node in graph.nodes.items()}
+        self.pool = {t: task_pool(node) for t, node in graph.nodes.items()}
+        self.slots = {t: task_slots(node) for t, node in graph.nodes.items()}
+        self.up = {t: graph.upstream(t) for t in graph.nodes}
+        self.down = {t: graph.downstream(t) for t in graph.nodes}
 
 
 def _place(
-    graph: TaskGraph,
+    tasks: _Tasks,
     profiles: Mapping[str, UsageProfile],
     start: dict[str, float],
     task_id: str,
@@ -135,15 +157,15 @@ def _place(
     pool allows, not before ``not_before`` in a capacity pool; record it in ``start``. Returns the
     start and whether the task holds slots of a capacity pool (a task of an unlimited pool starts
     when ``before`` has ended)."""
-    duration = graph.nodes[task_id].duration
-    ready = max((start[t] + graph.nodes[t].duration for t in before), default=0.0)
-    pool, slots = _task_pool(graph, task_id)
-    profile = profiles.get(pool)
+    duration = tasks.duration
+    ready = max((start[t] + duration[t] for t in before), default=0.0)
+    profile = profiles.get(tasks.pool[task_id])
     if profile is None:
         start[task_id] = ready
         return ready, False
-    begin = profile.earliest(max(ready, not_before), duration, slots)
-    profile.add(begin, begin + duration, slots)
+    slots = tasks.slots[task_id]
+    begin = profile.earliest(max(ready, not_before), duration[task_id], slots)
+    profile.add(begin, begin + duration[task_id], slots)
     start[task_id] = begin
     return begin, True
 
@@ -157,11 +179,35 @@ def serial_schedule(
     when ``reverse``: then the graph is scheduled backwards in mirrored time, and the returned value
     of a task is its mirrored start, i.e. ``makespan - finish``).
     """
+    return _serial(_Tasks(graph), capacity, order, reverse)
+
+
+def _serial(
+    tasks: _Tasks, capacity: Mapping[str, int], order: Sequence[str], reverse: bool
+) -> dict[str, float]:
+    """:func:`serial_schedule` from the tasks read once (:func:`_place` inlined: this loop is most of what
+    a plan costs)."""
     profiles = {pool: UsageProfile(cap) for pool, cap in capacity.items()}
     start: dict[str, float] = {}
+    before = tasks.down if reverse else tasks.up
+    duration, pools, slots = tasks.duration, tasks.pool, tasks.slots
     for task_id in order:
-        before = graph.downstream(task_id) if reverse else graph.upstream(task_id)
-        _place(graph, profiles, start, task_id, before)
+        ready = 0.0
+        ups = before[task_id]
+        if ups:  # the latest end, the first one kept on ties, as max() does
+            ready = start[ups[0]] + duration[ups[0]]
+            for up in ups[1:]:
+                end = start[up] + duration[up]
+                if end > ready:
+                    ready = end
+        profile = profiles.get(pools[task_id])
+        if profile is None:
+            start[task_id] = ready
+            continue
+        seconds = duration[task_id]
+        begin = profile.earliest(max(ready, 0.0), seconds, slots[task_id])
+        profile.add(begin, begin + seconds, slots[task_id])
+        start[task_id] = begin
     return start
 
 
@@ -175,9 +221,10 @@ def ordered_schedule(graph: TaskGraph, capacity: Mapping[str, int], order: Seque
     profiles = {pool: UsageProfile(cap) for pool, cap in capacity.items()}
     last = dict.fromkeys(capacity, 0.0)
     start: dict[str, float] = {}
+    tasks = _Tasks(graph)
     for task_id in order:
-        pool = _task_pool(graph, task_id)[0]
-        begin, limited = _place(graph, profiles, start, task_id, graph.upstream(task_id), last.get(pool, 0.0))
+        pool = tasks.pool[task_id]
+        begin, limited = _place(tasks, profiles, start, task_id, tasks.up[task_id], last.get(pool, 0.0))
         if limited:
             last[pool] = begin
     return start
@@ -192,15 +239,16 @@ def priority_serial_schedule(
     a task may be placed before work that was placed earlier, into a hole that work left; the schedule
     is *active*, and some active schedule is optimal."""
     topo = {t: i for i, t in enumerate(graph.topological_order())}
-    missing = {t: len(graph.upstream(t)) for t in graph.nodes}
+    tasks = _Tasks(graph)
+    missing = {t: len(tasks.up[t]) for t in graph.nodes}
     eligible = [(-priority.get(t, 0.0), topo[t], t) for t, count in missing.items() if count == 0]
     heapq.heapify(eligible)
     profiles = {pool: UsageProfile(cap) for pool, cap in capacity.items()}
     start: dict[str, float] = {}
     while eligible:
         _p, _i, task_id = heapq.heappop(eligible)
-        _place(graph, profiles, start, task_id, graph.upstream(task_id))
-        for down in graph.downstream(task_id):
+        _place(tasks, profiles, start, task_id, tasks.up[task_id])
+        for down in tasks.down[task_id]:
             missing[down] -= 1
             if missing[down] == 0:
                 heapq.heappush(eligible, (-priority.get(down, 0.0), topo[down], down))
@@ -216,16 +264,17 @@ def justify(
     ``max_rounds`` rounds or when a round does not shorten the schedule.
     """
     topo = {t: i for i, t in enumerate(graph.topological_order())}
-    dur = {t: graph.nodes[t].duration for t in graph.nodes}
+    tasks = _Tasks(graph)
+    dur = tasks.duration
     best = dict(start)
     best_makespan = max((best[t] + dur[t] for t in best), default=0.0)
     current, makespan = best, best_makespan
     for _round in range(max_rounds):
         backward_order = sorted(current, key=lambda t: (-(current[t] + dur[t]), -topo[t]))
-        mirrored = serial_schedule(graph, capacity, backward_order, reverse=True)
+        mirrored = _serial(tasks, capacity, backward_order, reverse=True)
         right = {t: makespan - mirrored[t] - dur[t] for t in mirrored}
         forward_order = sorted(right, key=lambda t: (right[t], topo[t]))
-        forward = serial_schedule(graph, capacity, forward_order)
+        forward = _serial(tasks, capacity, forward_order, reverse=False)
         new_makespan = max((forward[t] + dur[t] for t in forward), default=0.0)
         if new_makespan < best_makespan - 1e-9 * max(1.0, best_makespan):
             best, best_makespan = forward, new_makespan

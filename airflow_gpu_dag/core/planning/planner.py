@@ -268,7 +268,12 @@ def packing_weights_plan(
             strict_backfill=strict_backfill,
         ).makespan
 
+    runs: dict[frozenset[tuple[str, int]], tuple[float, dict[str, float]]] = {}
+
     def run(weights: Mapping[str, int]) -> tuple[float, dict[str, float]]:
+        key = frozenset(weights.items())  # two options with the same weights: one simulation
+        if key in runs:
+            return runs[key][0], dict(runs[key][1])
         result = simulate(
             graph,
             capacity,
@@ -279,7 +284,8 @@ def packing_weights_plan(
         )
         # durations off by the estimate error: score the mean
         score = result.makespan + sum(makespan_in(weights, world) for world in scored_worlds)
-        return score / (1 + len(scored_worlds)), {t.task_id: t.start for t in result.schedule}
+        runs[key] = (score / (1 + len(scored_worlds)), {t.task_id: t.start for t in result.schedule})
+        return runs[key][0], dict(runs[key][1])
 
     tried: dict[str, float] = {}
     options: list[tuple[str, dict[str, int]]] = []

@@ -423,7 +423,7 @@ class _Simulation:
         # built (the decision's reason tells "nothing ready" from "nothing waiting"): building each at
         # every tick made a large mapped task quadratic.
         blocked = False
-        for _p, _o, uid in heapq.merge(ready, pending) if pending else ready:
+        for _p, _o, uid in _merged(ready, pending) if pending else ready:
             if uid not in self.pending_set:
                 yield self._ready_task(uid, pool)
             elif not (elsewhere := self.elsewhere[uid] > 0) or not blocked:
@@ -579,7 +579,7 @@ class _Simulation:
         if open_slots <= 0:
             return
         lists = self.by_slots[pool]
-        for slots, item in _greedy_pick(lists, None, open_slots):
+        for slots, item in _greedy_pick(lists, [0] * len(lists), open_slots):
             del lists[slots][bisect.bisect_left(lists[slots], item)]
             del lst[bisect.bisect_left(lst, item)]
             self._start(item[2], pool, now, -item[0])
@@ -669,19 +669,37 @@ class _Simulation:
 _Item = tuple[int, int, str]  # a waiting task in admission order: (-priority, order, uid)
 
 
+def _merged(first: list[_Item], second: list[_Item]) -> Iterator[_Item]:
+    """Two sorted lists of distinct items as one, read lazily (``heapq.merge`` for two lists, without
+    its set-up, which a decision that reads a few tasks paid every time)."""
+    i = j = 0
+    while i < len(first) and j < len(second):
+        if first[i] < second[j]:
+            yield first[i]
+            i += 1
+        else:
+            yield second[j]
+            j += 1
+    rest, k = (first, i) if i < len(first) else (second, j)
+    while k < len(rest):  # (not a slice: that would copy the whole rest of a long queue)
+        yield rest[k]
+        k += 1
+
+
 def _greedy_pick(
-    lists: Sequence[list[_Item]], after: _Item | None, open_slots: int, skip: Container[str] = ()
+    lists: Sequence[list[_Item]],
+    first: Sequence[int],
+    open_slots: int,
+    skip: Container[str] = (),
 ) -> list[tuple[int, _Item]]:
-    """Airflow's greedy admission with ``open_slots`` open, over the waiting tasks after ``after`` (None:
-    all) held as one sorted list per slot count (``lists[s]``: the tasks that need ``s`` slots), less
-    those in ``skip``: the first task that fits, then the first after it that fits what is left, ...
-    Returns ``(slots, item)`` in admission order. Each step compares the next task of each list that
-    still fits: ``O(open_slots ** 2)`` steps, however many tasks wait."""
+    """Airflow's greedy admission with ``open_slots`` open, over the waiting tasks held as one sorted
+    list per slot count (``lists[s]``: the tasks that need ``s`` slots) from ``first[s]`` on, less those
+    in ``skip``: the first task that fits, then the first after it that fits what is left, ... Returns
+    ``(slots, item)`` in admission order. Each step compares the next task of each list that still
+    fits: ``O(open_slots ** 2)`` steps, however many tasks wait."""
     top = len(lists) - 1
     remaining = open_slots
-    pos = [
-        0 if after is None else bisect.bisect_right(lists[s], after) for s in range(min(remaining, top) + 1)
-    ]
+    pos = list(first[: min(remaining, top) + 1])
     picked: list[tuple[int, _Item]] = []
     while remaining > 0:
         best: _Item | None = None
@@ -708,20 +726,16 @@ class _ReadyTail:
     ready tasks after the head, picked without reading the ones that do not fit."""
 
     def __init__(self, sim: _Simulation, pool: str, after: _Item, capacity: int) -> None:
-        self.sim = sim
+        self.ready = sim.ready_tasks
         self.lists = sim.by_slots[pool][: max(0, capacity) + 1]
-        self.after = after
+        self.first = [bisect.bisect_right(lst, after) for lst in self.lists]  # the tasks after the head
 
     def pick(self, open_slots: int, skip: Sequence[ReadyTask] = ()) -> list[ReadyTask]:
-        keys = {t.key for t in skip}
-        return [
-            self.sim.ready_tasks[item[2]]
-            for _s, item in _greedy_pick(self.lists, self.after, open_slots, keys)
-        ]
+        keys = {t.key for t in skip} if skip else ()
+        return [self.ready[item[2]] for _s, item in _greedy_pick(self.lists, self.first, open_slots, keys)]
 
     def rest(self, picked: Sequence[ReadyTask]) -> bool:
-        after = self.after
-        return sum(len(lst) - bisect.bisect_right(lst, after) for lst in self.lists) > len(picked)
+        return sum(len(lst) - i for lst, i in zip(self.lists, self.first, strict=True)) > len(picked)
 
 
 class _PoolWaiting:
