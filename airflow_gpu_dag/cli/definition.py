@@ -86,14 +86,6 @@ ARG_OUTPUT = Arg(
     metavar="(table, json, yaml, plain)",
     help="Output format: table (default), json, yaml, or plain (tab-separated rows for scripts).",
 )
-#: simulate keeps table/json until it prints through ``render.emit`` too.
-ARG_OUTPUT_TABLE_JSON = Arg(
-    ("-o", "--output"),
-    choices=("table", "json"),
-    default="table",
-    metavar="(table, json)",
-    help="Output format (default: table).",
-)
 ARG_FACTOR = Arg(
     ("--factor",),
     type=float,
@@ -255,7 +247,7 @@ GPU_DAG_COMMANDS: tuple[ActionCommand, ...] = (
             ARG_INTERVAL,
             ARG_DECLARED_ONLY,
             ARG_GANTT,
-            ARG_OUTPUT_TABLE_JSON,
+            ARG_OUTPUT,
             ARG_VERBOSE,
         ),
     ),

@@ -22,7 +22,20 @@ if TYPE_CHECKING:
     from airflow_gpu_dag.airflow.history import LearnedGraph
     from airflow_gpu_dag.core.model.graph import TaskGraph
 
-__all__ = ["simulate"]
+__all__ = ["SIMULATE_COLUMNS", "simulate"]
+
+#: The header of ``simulate -o plain``: one row per task and policy (``stock``, then ours), times in s.
+SIMULATE_COLUMNS = (
+    "policy",
+    "task_id",
+    "critical",
+    "start_s",
+    "end_s",
+    "wait_s",
+    "slots",
+    "pool",
+    "priority",
+)
 
 
 # -- load and capacity -----------------------------------------------------------------------------
@@ -88,6 +101,26 @@ def _json_result(
     }
 
 
+def _rows(results: dict[str, Any], critical: list[str]) -> list[dict[str, Any]]:
+    """``-o plain``: every policy's schedule, a row per task, in start order."""
+    marked = set(critical)
+    return [
+        {
+            "policy": label,
+            "task_id": t.task_id,
+            "critical": t.task_id in marked,
+            "start_s": t.start,
+            "end_s": t.end,
+            "wait_s": t.wait,
+            "slots": t.slots,
+            "pool": t.pool,
+            "priority": t.priority,
+        }
+        for label, result in results.items()
+        for t in sorted(result.schedule, key=lambda t: (t.start, t.task_id))
+    ]
+
+
 def _print_tables(
     results: dict[str, Any],
     critical: list[str],
@@ -118,12 +151,12 @@ def _print_tables(
 
 @quiet
 def simulate(args: argparse.Namespace) -> None:
-    """``airflow gpu-dag simulate DAG_ID --capacity POOL=N ... [--gantt out.html]``."""
+    """``airflow gpu-dag simulate DAG_ID --capacity POOL=N ... [--gantt out.html] [-o FORMAT]``."""
     from airflow_gpu_dag.charts.gantt import check_gantt_path
     from airflow_gpu_dag.cli.simulate_runs import simulate_runs, wants_several_runs
     from airflow_gpu_dag.core.analysis.critical_path import analyze
 
-    json_output = args.output == "json"
+    json_output = args.output != "table"  # any output for scripts: no spinner
     err = display.error_console()
     interval = args.controller_interval
     if not 0 <= interval < math.inf:  # also NaN
@@ -147,8 +180,11 @@ def simulate(args: argparse.Namespace) -> None:
     title = f"DAG {graph.dag_id}: predicted schedules ({display.pools_text(capacity, '')})"
     gantt_path = display.write_schedules_gantt(args.gantt, title, results, critical) if args.gantt else None
     if json_output:
-        data = _json_result(graph, capacity, critical, gantt_path, results)
-        display.print_json({**data, **input_json(learned, capacity)})
+        data = {
+            **_json_result(graph, capacity, critical, gantt_path, results),
+            **input_json(learned, capacity),
+        }
+        display.emit(args.output, data, rows=lambda: _rows(results, critical), columns=SIMULATE_COLUMNS)
         return
     _print_tables(results, critical, capacity, args.policy, gantt_path)
     out = display.console()

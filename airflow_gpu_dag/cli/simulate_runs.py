@@ -212,6 +212,33 @@ def _json(outcome: _Outcome) -> dict:
     }
 
 
+#: The header of several runs' ``simulate -o plain``: one row per run, completion times in seconds.
+RUNS_COLUMNS = (
+    "run",
+    "dag_id",
+    "trigger_offset_s",
+    "stock_completion_s",
+    "objective",
+    "objective_completion_s",
+)
+
+
+def _rows(outcome: _Outcome) -> list[dict[str, Any]]:
+    name = outcome.objective.name
+    stock, ours = outcome.results["stock"], outcome.results[name]
+    return [
+        {
+            "run": i + 1,
+            "dag_id": run.dag_id,
+            "trigger_offset_s": run.offset,
+            "stock_completion_s": stock.runs[i].completion,
+            "objective": name,
+            "objective_completion_s": ours.runs[i].completion,
+        }
+        for i, run in enumerate(outcome.runs)
+    ]
+
+
 def _print(outcome: _Outcome) -> None:
     from rich.table import Table
 
@@ -268,7 +295,7 @@ def simulate_runs(args: argparse.Namespace, err: Console) -> None:
     from airflow_gpu_dag.core.policy.objective import get_objective
     from airflow_gpu_dag.settings import objective as configured_objective
 
-    json_output = args.output == "json"
+    json_output = args.output != "table"  # any output for scripts: no spinner
     if getattr(args, "policy", "reservation") != "reservation":
         raise ValueError(
             f"--policy {args.policy} compares the admission of one DAG; several runs are predicted with the "
@@ -294,7 +321,8 @@ def simulate_runs(args: argparse.Namespace, err: Console) -> None:
         title = f"{len(runs)} runs of {len(graphs)} DAG(s): predicted schedules ({pools})"
         gantt = display.write_schedules_gantt(args.gantt, title, results)
     if json_output:
-        display.print_json({**_json(outcome), "gantt": str(gantt) if gantt else None})
+        data = {**_json(outcome), "gantt": str(gantt) if gantt else None}
+        display.emit(args.output, data, rows=lambda: _rows(outcome), columns=RUNS_COLUMNS)
         return
     _print(outcome)
     if gantt:

@@ -136,6 +136,13 @@ ARG_HEALTH_MAX_AGE = Arg(
     metavar="SECONDS",
     help="Stale when the last tick is at least this old (default: 3 x the controller's interval).",
 )
+ARG_HEALTH_OUTPUT = Arg(
+    ("-o", "--output"),
+    choices=("table", "json", "yaml", "plain"),
+    default="table",
+    metavar="(table, json, yaml, plain)",
+    help="Output format (default: table, the one line; the exit code is the same in every format).",
+)
 
 #: The command's options, for building the ``ActionCommand`` elsewhere.
 WATERMARK_ARGS = (
@@ -163,8 +170,11 @@ WATERMARK_HEALTH_COMMAND = ActionCommand(
     name="watermark-health",
     help="Exit 0 when the watermark controller's heartbeat file is fresh, 1 otherwise (probes)",
     func=lazy_load_command("airflow_gpu_dag.cli.watermark_command.watermark_health"),
-    args=(ARG_HEALTH_FILE, ARG_HEALTH_MAX_AGE),
+    args=(ARG_HEALTH_FILE, ARG_HEALTH_MAX_AGE, ARG_HEALTH_OUTPUT),
 )
+
+#: The keys of ``watermark-health -o json``, in order: the header of ``-o plain``.
+HEALTH_COLUMNS = ("fresh", "status", "age_s", "limit_s", "active", "pid", "heartbeat_file", "message")
 
 
 #: The keys of :func:`outcome_row`, in order: the header of ``-o plain`` (printed also with no pool).
@@ -447,10 +457,17 @@ def _run_forever(controller: Any, config: Any, heartbeat: Any) -> None:
 
 def watermark_health(args: argparse.Namespace) -> None:
     """Entry point of ``airflow gpu-dag watermark-health``: exit 0 when fresh, 1 otherwise."""
-    from airflow_gpu_dag.watermark.health import check_heartbeat_file
+    from airflow_gpu_dag.cli import display  # start-up: the CLI loads this module
+    from airflow_gpu_dag.watermark.health import heartbeat_status  # start-up: the CLI loads this module
 
-    fresh, message = check_heartbeat_file(args.heartbeat_file, getattr(args, "max_age", None))
-    print(message)
+    status = heartbeat_status(args.heartbeat_file, getattr(args, "max_age", None))
+    display.emit(
+        getattr(args, "output", None) or "table",
+        status,
+        rows=[status],
+        columns=HEALTH_COLUMNS,
+        table=lambda: print(status["message"]),
+    )
     sys.stdout.flush()
-    if not fresh:
+    if not status["fresh"]:
         raise SystemExit(1)

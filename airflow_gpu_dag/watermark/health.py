@@ -36,6 +36,7 @@ __all__ = [
     "HealthServer",
     "Heartbeat",
     "check_heartbeat_file",
+    "heartbeat_status",
     "read_heartbeat_file",
     "write_heartbeat_file",
 ]
@@ -83,27 +84,53 @@ def check_heartbeat_file(
 ) -> tuple[bool, str]:
     """``(fresh, message)``: fresh when the last tick is younger than ``max_age`` seconds (default
     ``3 x`` the controller's interval, from the file) and not as far in the future (clock skew)."""
+    status = heartbeat_status(path, max_age, now)
+    return status["fresh"], status["message"]
+
+
+def heartbeat_status(
+    path: str | Path, max_age: float | None = None, now: float | None = None
+) -> dict[str, Any]:
+    """What ``airflow gpu-dag watermark-health`` reports (``-o json``): ``fresh``, ``status`` (``ok``,
+    ``stale``, ``clock_skew``, ``unreadable``), ``message`` (the line it prints), ``heartbeat_file``,
+    ``age_s``, ``limit_s``, ``active`` and ``pid`` (None when the file cannot be read)."""
+    status: dict[str, Any] = {
+        "fresh": False,
+        "status": "unreadable",
+        "message": "",
+        "heartbeat_file": str(path),
+        "age_s": None,
+        "limit_s": None,
+        "active": None,
+        "pid": None,
+    }
     try:
         beat = read_heartbeat_file(path)
     except ValueError as err:
-        return False, str(err)
+        return {**status, "message": str(err)}
     now = time.time() if now is None else now
     limit = float(max_age) if max_age is not None else STALE_AFTER_INTERVALS * float(beat["interval"])
     age = now - float(beat["last_tick"])
     role = "active" if beat.get("active") else "standby"
+    status.update(age_s=round(age, 3), limit_s=limit, active=bool(beat.get("active")), pid=beat.get("pid"))
     if age <= -limit:
         # A tick "in the future": this check's clock is behind the controller's. Trusting it would
         # read a controller that died as alive until the clocks meet.
-        return False, (
-            f"clock skew: last tick {-age:.1f}s in the future (limit {limit:g}s; {role}, pid "
-            f"{beat.get('pid')}): this host's clock and the controller's disagree; sync them (NTP)"
-        )
+        return {
+            **status,
+            "status": "clock_skew",
+            "message": f"clock skew: last tick {-age:.1f}s in the future (limit {limit:g}s; {role}, pid "
+            f"{beat.get('pid')}): this host's clock and the controller's disagree; sync them (NTP)",
+        }
     if age < limit:
-        return True, f"ok: last tick {age:.1f}s ago (limit {limit:g}s), {role}, pid {beat.get('pid')}"
-    return False, (
-        f"stale: last tick {age:.1f}s ago, limit {limit:g}s ({role}, pid {beat.get('pid')}): "
-        "the watermark controller is not ticking"
-    )
+        message = f"ok: last tick {age:.1f}s ago (limit {limit:g}s), {role}, pid {beat.get('pid')}"
+        return {**status, "fresh": True, "status": "ok", "message": message}
+    return {
+        **status,
+        "status": "stale",
+        "message": f"stale: last tick {age:.1f}s ago, limit {limit:g}s ({role}, pid {beat.get('pid')}): "
+        "the watermark controller is not ticking",
+    }
 
 
 class Heartbeat:
