@@ -1,5 +1,11 @@
 """Terminal output of the ``airflow gpu-dag`` commands: rich tables on a terminal, plain text in a
-pipe, and ``--output json|yaml|plain`` for scripts (:func:`emit`, one helper for every command)."""
+pipe, and ``--output json|yaml|plain`` for scripts (:func:`emit`, one helper for every command).
+
+Airflow's ``AirflowConsole`` (``airflow.cli.simple_table``) is not used for these: its ``print_as``
+writes JSON on one line through a syntax highlighter, YAML with sorted keys, ``plain`` as
+space-aligned columns (``tabulate``) and "No data found" for an empty listing, where the commands
+promise indented JSON in the result's order, tab-separated rows with a header always, and titled
+tables with critical rows marked; its one fixed width in a pipe (200) is what :func:`console` uses."""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from rich.box import Box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -21,7 +28,9 @@ from airflow_gpu_dag.core.planning.plan import Plan
 
 __all__ = [
     "OUTPUT_FORMATS",
+    "PIPE_BOX",
     "PLAN_COLUMNS",
+    "PipeConsole",
     "PlainTable",
     "console",
     "emit",
@@ -40,11 +49,31 @@ __all__ = [
 ]
 
 
+#: How a table is drawn in a pipe or a file: plain text, a line of dashes under the header, no
+#: box-drawing characters (which ``grep``, ``cut``, CI logs and e-mails do not want).
+PIPE_BOX = Box("    \n    \n -  \n    \n    \n    \n    \n    \n", ascii=True)
+
+
+class PipeConsole(Console):
+    """The console of a stream that is not a terminal: tables in plain text (:data:`PIPE_BOX`), no
+    colour, no trailing blanks."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        for table in objects:
+            if isinstance(table, Table):
+                table.box, table.show_edge, table.pad_edge = PIPE_BOX, False, False
+        with self.capture() as captured:
+            super().print(*objects, **kwargs)
+        self.file.write("\n".join(line.rstrip() for line in captured.get().split("\n")))
+
+
 def console(file: IO[str] | None = None) -> Console:
-    """A console on ``file`` (stdout): colours on a terminal; wide, uncoloured lines in a pipe."""
+    """A console on ``file`` (stdout): rich tables in colour on a terminal; plain text in a pipe
+    (:class:`PipeConsole`: wide, uncoloured lines, tables without box drawing)."""
     stream = file or sys.stdout
     is_tty = hasattr(stream, "isatty") and stream.isatty()
-    return Console(
+    kind = Console if is_tty else PipeConsole
+    return kind(
         file=stream, width=_width(stream, is_tty), no_color=not is_tty, highlight=False, soft_wrap=False
     )
 

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -46,10 +47,20 @@ def _long_ids(folder: Path) -> Path:
     return path
 
 
-def _column(out: str, index: int) -> str:
-    """The cells of column ``index`` of the rich table in ``out``, joined in order (a wrapped cell's
-    lines join back into its text; rows follow each other)."""
-    parts = [line.split("│")[index + 1].strip() for line in out.splitlines() if line.startswith("│")]
+def table_column(out: str, index: int, table: int = 0) -> str:
+    """The cells of column ``index`` of the ``table``-th table in ``out`` (as printed in a pipe: a line
+    of dashes under the header), joined in order (a wrapped cell's lines join back into its text; rows
+    follow each other). The dashes give each column's span; a row has blanks between the spans."""
+    lines = out.splitlines()
+    underlines = [n for n, line in enumerate(lines) if line.startswith("-") and set(line) <= {"-", " "}]
+    first = underlines[table]
+    spans = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[first])]
+    parts = []
+    for line in lines[first + 1 :]:
+        if not line.strip() or any(line[end : end + 1] not in ("", " ") for _, end in spans[:-1]):
+            break  # the table ended: an empty line, or text across the gaps between columns
+        start, end = spans[index]
+        parts.append(line[start : end + 1].strip())
     return "".join(parts)
 
 
@@ -60,8 +71,8 @@ def test_a_narrow_table_wraps_task_ids_instead_of_cutting_them(
     monkeypatch.setenv("COLUMNS", "100")
     assert run_cli(command, _DAG, "--file", str(_long_ids(tmp_path))) == 0
     out = capsys.readouterr().out
-    assert "…" not in _column(out, 0)
-    assert _column(out, 0) == "".join(_IDS)
+    assert "…" not in table_column(out, 0)
+    assert table_column(out, 0) == "".join(_IDS)
 
 
 def test_a_narrow_lint_table_wraps_codes_dags_and_tasks_instead_of_cutting_them(
@@ -71,7 +82,7 @@ def test_a_narrow_lint_table_wraps_codes_dags_and_tasks_instead_of_cutting_them(
     assert run_cli("lint", str(_long_ids(tmp_path)), "--no-granularity") == 0
     out = capsys.readouterr().out
     # one finding: the GPU tasks are on a stock weight rule
-    assert [_column(out, i) for i in (1, 2, 3)] == ["incomparable-priority", _DAG, _IDS[0]]
+    assert [table_column(out, i) for i in (1, 2, 3)] == ["incomparable-priority", _DAG, _IDS[0]]
 
 
 # -- 2. watermark --health-port on a port in use --------------------------------------------------------

@@ -113,3 +113,48 @@ def test_watermark_health_in_every_format(tmp_path: Path, capsys: pytest.Capture
     assert (cells["fresh"], cells["status"]) == ("False", "stale")
     assert run_cli("watermark-health", "--heartbeat-file", str(tmp_path / "none.json"), "-o", "json") == 1
     assert json.loads(capsys.readouterr().out)["status"] == "unreadable"
+
+
+#: Rich's box-drawing characters (U+2500 to U+257F).
+_BOX_DRAWING = {chr(c) for c in range(0x2500, 0x2580)}
+_BROKEN = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "dags_broken"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("lint", str(_BROKEN), "--pool", "gpu_default=8"),
+        ("plan", PIPELINE, "--file", str(GOOD)),
+        ("estimates", PIPELINE, "--file", str(GOOD)),
+        _ONE_RUN,
+        _SEVERAL_RUNS,
+    ],
+    ids=["lint", "plan", "estimates", "simulate", "simulate several runs"],
+)
+def test_tables_are_plain_text_in_a_pipe(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]) -> None:
+    """docs/cli.md: "rich tables on a terminal, plain text in a pipe" (`lint | cat` printed the boxes):
+    no box-drawing character, a line of dashes under each header, no trailing blanks."""
+    run_cli(*argv)
+    out = capsys.readouterr().out
+    assert not _BOX_DRAWING & set(out), sorted(_BOX_DRAWING & set(out))
+    assert any(line.startswith("---") and set(line) <= {"-", " "} for line in out.splitlines()), out
+    assert all(line == line.rstrip() for line in out.splitlines())
+
+
+def test_tables_keep_their_boxes_on_a_terminal() -> None:
+    import io
+
+    from rich.table import Table
+
+    from airflow_gpu_dag.cli.display import console
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    table = Table(title="t")
+    table.add_column("a")
+    table.add_row("1")
+    stream = Terminal()
+    console(stream).print(table)
+    assert _BOX_DRAWING & set(stream.getvalue())
