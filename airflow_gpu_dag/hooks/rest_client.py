@@ -16,9 +16,12 @@ expected) is a :class:`RestError` that names the URL and shows the start of what
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import re
+import socket
+import ssl
 import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -31,7 +34,7 @@ from airflow_gpu_dag.hooks.deadline import deadline, deadline_client, fetch
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AirflowRestClient", "RestError", "decode_json", "mask", "parse_time"]
+__all__ = ["AirflowRestClient", "RestError", "decode_json", "mask", "parse_time", "transport_failure"]
 
 PAGE = 100
 #: A list endpoint that keeps answering full pages past this many items is refused (a broken or
@@ -45,6 +48,58 @@ class RestError(RuntimeError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+def _chain(err: BaseException) -> list[BaseException]:
+    """``err`` and the errors it was raised from (httpx wraps httpcore's, which wraps the socket's)."""
+    seen: list[BaseException] = []
+    current: BaseException | None = err
+    while current is not None and current not in seen and len(seen) < 10:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def transport_failure(err: BaseException, base_url: str = "") -> str:
+    """What a failed connection means, in words: ``ConnectError: api:8080 refused the connection ...``.
+
+    The class name alone (``ConnectError``) does not say whether nothing listens on the port, the host
+    name does not resolve, the host does not answer in time or TLS failed; each needs another fix. The
+    host and port come from the request (else ``base_url``); the cause from the chain of errors."""
+    try:
+        url = err.request.url if isinstance(err, httpx.RequestError) else httpx.URL(base_url)
+    except (RuntimeError, httpx.InvalidURL):  # a RequestError raised without its request
+        url = httpx.URL(base_url) if base_url else None
+    host = (url.host or "?") if url is not None else "?"
+    port = (url.port or (443 if url.scheme == "https" else 80)) if url is not None else "?"
+    where = f"{host}:{port}"
+    errors = _chain(err)
+    text = " ".join(str(e) for e in errors).lower()
+    name = type(err).__name__
+    if any(isinstance(e, ConnectionRefusedError) for e in errors) or "refused" in text:
+        cause = (
+            f"{where} refused the connection: nothing listens there (is the api-server running, and is "
+            "this its host and port?)"
+        )
+    elif any(isinstance(e, socket.gaierror) for e in errors) or "resolv" in text:
+        cause = f"the host name {host!r} cannot be resolved (DNS): check the connection's host"
+    elif isinstance(err, httpx.TimeoutException) or any(isinstance(e, TimeoutError) for e in errors):
+        cause = (
+            f"no complete answer from {where} within the call's deadline (the host is unreachable or "
+            "drops packets, or the api-server, or a proxy in front of it, is overloaded)"
+        )
+    elif any(isinstance(e, ssl.SSLError) for e in errors):
+        cause = (
+            f"TLS with {where} failed ({err}): an https URL for a plain-http server, or a certificate "
+            "this host does not trust?"
+        )
+    elif any(isinstance(e, ConnectionResetError) for e in errors) or "reset" in text:
+        cause = f"{where} reset the connection (a proxy or a server that closed it)"
+    elif any(getattr(e, "errno", None) in (errno.EHOSTUNREACH, errno.ENETUNREACH) for e in errors):
+        cause = f"no route to {where} (host or network unreachable)"
+    else:
+        cause = f"{where}: {err}" if str(err) else where
+    return f"{name}: {cause}"
 
 
 def mask(secret: str | None) -> None:
@@ -197,13 +252,8 @@ class AirflowRestClient:
         :raises RestError: a transport error, or no complete answer in time."""
         try:
             return fetch(self._http, method, url, **kwargs)
-        except httpx.TimeoutException as err:
-            raise RestError(
-                f"{method} {url}: {type(err).__name__} (no complete answer within the call's deadline; "
-                "is the api-server, or a proxy in front of it, overloaded?)"
-            ) from None
-        except httpx.HTTPError as err:
-            raise RestError(f"{method} {url}: {type(err).__name__}") from None
+        except httpx.HTTPError as err:  # the host, the port and the cause: refused, DNS, timeout, TLS
+            raise RestError(f"{method} {url}: {transport_failure(err, self.base_url)}") from None
 
     def _login(self) -> str:
         if self._username is None:

@@ -355,3 +355,33 @@ def test_connection_to_a_trickling_server_fails_by_its_timeout(monkeypatch: pyte
         took = time.monotonic() - started
     assert not ok and "GET /api/v2/monitor/health: ReadTimeout" in message
     assert took < 1 + 3.0
+
+
+@pytest.mark.parametrize("failure", ["refused", "dns", "timeout"])
+def test_a_network_failure_says_what_failed(monkeypatch: pytest.MonkeyPatch, failure: str) -> None:
+    """docs/connections.md promises "the connection was refused": the Test button said only
+    ``ConnectError``. Now it names the host and port and the cause, each with its fix: nothing listens
+    on the port, the host name does not resolve, or no answer in time (real sockets, no fake)."""
+    import socket
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        free_port = closed.getsockname()[1]  # closed at once: nothing listens there
+    with socket.socket() as silent:  # accepts connections and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        hosts = {
+            "refused": (f"http://127.0.0.1:{free_port}", f"127.0.0.1:{free_port} refused the connection"),
+            "dns": ("http://no-such-host.invalid:8080", "'no-such-host.invalid' cannot be resolved (DNS)"),
+            "timeout": (
+                f"http://127.0.0.1:{silent.getsockname()[1]}",
+                f"no complete answer from 127.0.0.1:{silent.getsockname()[1]} within the call's deadline",
+            ),
+        }
+        host, expected = hosts[failure]
+        conn = {"conn_type": CONN_TYPE, "host": host, "login": "admin", "password": PASSWORD}
+        _set_conn(monkeypatch, "probe", {**conn, "extra": {"timeout": 1}})
+        ok, message = AirflowApiHook("probe").test_connection()
+    assert not ok
+    assert expected in message, message
+    assert PASSWORD not in message
