@@ -66,6 +66,7 @@ def transport_failure(err: BaseException, base_url: str = "") -> str:
     The class name alone (``ConnectError``) does not say whether nothing listens on the port, the host
     name does not resolve, the host does not answer in time or TLS failed; each needs another fix. The
     host and port come from the request (else ``base_url``); the cause from the chain of errors."""
+    url: httpx.URL | None
     try:
         url = err.request.url if isinstance(err, httpx.RequestError) else httpx.URL(base_url)
     except (RuntimeError, httpx.InvalidURL):  # a RequestError raised without its request
