@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,7 +15,14 @@ from airflow_gpu_dag.core.policy.admission import (
     admission_order,
     stock_admission,
 )
-from airflow_gpu_dag.core.policy.reservation import decide_pools, shadow_time
+from airflow_gpu_dag.core.policy.objective import ReservationGate, key_weight
+from airflow_gpu_dag.core.policy.reservation import (
+    DecisionWindow,
+    PoolDecision,
+    decide_pool,
+    decide_pools,
+    shadow_time,
+)
 
 
 def ready(key: str, slots: int, priority: int, duration: float = 10.0, order: int = 0) -> ReadyTask:
@@ -237,7 +247,7 @@ def test_the_shared_lazy_walk_decides_what_the_whole_list_pass_decides(data: st.
     if data.draw(st.booleans()):  # upstream tasks waiting in the same pool (PendingTask.after)
         after = tuple(x.key for x in waiting[: data.draw(st.integers(0, 2))])
         pending = [PendingTask(**{**p.__dict__, "after": after}) for p in pending]
-    options = {
+    options: dict[str, Any] = {
         "backfill": data.draw(st.booleans()),
         "strict_backfill": data.draw(st.booleans()),
         "next_decision": data.draw(st.one_of(st.none(), st.floats(0.0, 200.0))),
@@ -400,3 +410,47 @@ def test_work_of_unknown_length_is_never_backfilled_as_if_it_ended_in_time() -> 
     known = [ready("wide", 4, 100), ready("known", 1, 5, 40.0, 1)]
     d = decide_pools(0.0, {"gpu": 8}, running, known, strict_backfill=True)["gpu"]
     assert d.backfill_tasks == ("known",)  # a task known to end in time still is
+
+
+def _as_simulated(decision: PoolDecision) -> tuple[object, ...]:
+    """What the simulator reads of a decision (the pool size, the head) and what Airflow then starts."""
+    return decision.pool_size, decision.reserved_for, decision.admitted, decision.backfill_tasks
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.data())
+def test_a_decision_holds_inside_its_window_and_explain_changes_only_the_words(data: st.DataObject) -> None:
+    """decide_pool's DecisionWindow (how the simulator skips ticks): at any later ``now`` before
+    ``until``, with the next decision no later than ``next_until``, the same running and waiting tasks
+    get the same pool size, head and backfill; running tasks past their expected end, pending tasks,
+    keys that pass the gate's ``overdue`` included. ``explain=False`` decides the same, without words."""
+    capacity, running, waiting = data.draw(pool_states())
+    now = data.draw(st.sampled_from([0.0, 30.0, 60.0]))  # running tasks end in 0.5-100: some have overrun
+    tasks: list[ReadyTask] = [*waiting, *data.draw(pending_tasks(capacity))]
+    gate = None
+    if data.draw(st.booleans()):  # weights that are keys: the gate weighs the head against other runs
+        epoch = -1000.0
+        keyed = {t.key: key_weight(epoch + 10.0 * t.priority, epoch) for t in tasks}
+        tasks = [dataclasses.replace(t, priority=keyed[t.key], run=t.key[-1]) for t in tasks]
+        overdue = data.draw(st.floats(1.0, 90.0))
+        gate = ReservationGate(gap=data.draw(st.sampled_from([0.0, 20.0])), overdue=overdue, epoch=epoch)
+    tasks.sort(key=admission_order)
+    interval = data.draw(st.sampled_from([None, 2.0, 60.0]))
+    options: dict[str, Any] = {
+        "backfill": data.draw(st.booleans()),
+        "strict_backfill": data.draw(st.booleans()),
+        "gate": gate,
+    }
+
+    def decide(at: float, **more: Any) -> PoolDecision:
+        following = None if interval is None else at + interval
+        return decide_pool(at, "gpu", capacity, running, tasks, next_decision=following, **options, **more)
+
+    window = DecisionWindow()
+    first = decide(now, window=window)
+    quiet = decide(now, explain=False)
+    assert quiet == dataclasses.replace(first, reason="") and quiet.why is None
+    for fraction in (0.3, 0.999):
+        later = now + fraction * (min(window.until, now + 500.0) - now)
+        if now < later < window.until and (interval is None or later + interval <= window.next_until):
+            assert _as_simulated(decide(later)) == _as_simulated(first), (later, window.until)

@@ -19,6 +19,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from airflow_gpu_dag.core.analysis.bounds import lower_bound
 from airflow_gpu_dag.core.analysis.critical_path import analyze
 from airflow_gpu_dag.core.analysis.estimates import planning_error
 from airflow_gpu_dag.core.analysis.weight_rules import (
@@ -73,8 +74,10 @@ def _greedy_stage(
     if key in per_graph:
         return per_graph[key]
 
+    bound = lower_bound(graph, {p: int(c) for p, c in capacity.items()})  # as simulate() has it, once
+
     def greedy(label: str, weights: dict[str, int]) -> _GreedyRun:
-        result = simulate(graph, capacity, "critical_path", priority=lambda g: weights)
+        result = simulate(graph, capacity, "critical_path", priority=lambda g: weights, _lower_bound=bound)
         return (result.makespan, label, weights, {t.task_id: t.start for t in result.schedule})
 
     runs = [
@@ -256,6 +259,12 @@ def packing_weights_plan(
     if estimate_error is None:
         estimate_error = planning_error(graph)
     scored_worlds = worlds(graph, estimate_error, scenarios)
+    bounds: dict[int, float] = {}  # id(graph or world) -> its lower bound, each computed once
+
+    def bound_of(world: TaskGraph) -> float:
+        if id(world) not in bounds:
+            bounds[id(world)] = lower_bound(world, {p: int(c) for p, c in capacity.items()})
+        return bounds[id(world)]
 
     def makespan_in(weights: Mapping[str, int], world: TaskGraph) -> float:
         return simulate(
@@ -266,6 +275,7 @@ def packing_weights_plan(
             priority=lambda g: weights,
             estimates=believed,
             strict_backfill=strict_backfill,
+            _lower_bound=bound_of(world),
         ).makespan
 
     runs: dict[frozenset[tuple[str, int]], tuple[float, dict[str, float]]] = {}
@@ -281,6 +291,7 @@ def packing_weights_plan(
             controller_interval,
             priority=lambda g: weights,
             strict_backfill=strict_backfill,
+            _lower_bound=bound_of(graph),
         )
         # durations off by the estimate error: score the mean
         score = result.makespan + sum(makespan_in(weights, world) for world in scored_worlds)

@@ -246,16 +246,18 @@ class _ListTail:
         return self.more or any(t not in picked for t in self.candidates)
 
 
-@dataclass
 class _Walk:
     """The walk over a pool's waiting tasks up to the head ``W``: ``admitted`` start now (``ends``: their
     expected ends), ``remaining`` slots are free after them; ``head_ready``: when ``W`` is expected ready."""
 
-    admitted: list[ReadyTask] = field(default_factory=list)
-    ends: dict[str, float] = field(default_factory=dict)
-    remaining: int = 0
-    head: ReadyTask | None = None
-    head_ready: float = 0.0
+    __slots__ = ("admitted", "ends", "head", "head_ready", "remaining")
+
+    def __init__(self, remaining: int, head_ready: float) -> None:
+        self.admitted: list[ReadyTask] = []
+        self.ends: dict[str, float] = {}
+        self.remaining = remaining
+        self.head: ReadyTask | None = None
+        self.head_ready = head_ready
 
 
 def _walk(now: float, capacity: int, free: int, waiting: _Waiting) -> _Walk:
@@ -263,7 +265,7 @@ def _walk(now: float, capacity: int, free: int, waiting: _Waiting) -> _Walk:
     now (``W``). A pending task is ``W`` only when every upstream waiting here starts now, no ready task
     of the same or a higher priority follows it (a tie is not a plan) and its expected ready time is
     still ahead (an upstream that overran: when it turns ready is unknown)."""
-    walk = _Walk(remaining=free, head_ready=now)
+    walk = _Walk(free, now)
     while (task := waiting.next()) is not None:
         if task.slots > capacity:
             continue  # can never run here; Airflow skips it too
@@ -372,12 +374,15 @@ def _backfill(
     if shadow is None or remaining <= 0:
         return []
     limit = None if starving is None else admission_order(starving)
-    for open_slots in range(remaining, 0, -1):
+    open_slots = remaining
+    while open_slots > 0:
         candidate = others(open_slots)
-        if limit is not None and any(admission_order(t) >= limit for t in candidate):
-            continue
-        if _is_safe(now, shadow, extra, candidate, strict):
+        if (limit is None or all(admission_order(t) < limit for t in candidate)) and _is_safe(
+            now, shadow, extra, candidate, strict
+        ):
             return candidate
+        # with fewer open slots, down to the slots this pick holds, the greedy pick is the same: skip them
+        open_slots = min(open_slots, sum(t.slots for t in candidate)) - 1
     return []
 
 
@@ -432,6 +437,7 @@ def decide_pool(
     starving: ReadyTask | None = None,
     *,
     window: DecisionWindow | None = None,
+    explain: bool = True,
 ) -> PoolDecision:
     """Decide one pool's size: the reservation walk (see the module docstring).
 
@@ -442,7 +448,8 @@ def decide_pool(
     slots for a wide head only when it passes (:class:`ReservationGate`; None: always). ``starving``:
     a waiting task of the pool that has waited too long (:meth:`ReservationGate.starving`, found by the
     caller over every waiting task): the head is then reserved for and only work ahead of it backfilled.
-    ``window``: filled in with how long the decision holds (:class:`DecisionWindow`).
+    ``window``: filled in with how long the decision holds (:class:`DecisionWindow`). ``explain=False``
+    leaves ``reason`` empty and ``why`` None (the simulator reads only the pool size and the head).
     """
     if starving is not None and starving.slots > capacity:
         starving = None  # it can never run here (the walk skips it): it bounds no one's wait
@@ -454,6 +461,9 @@ def decide_pool(
     if window is not None and admit:
         window.close(now)  # they start now: their expected ends move with now
     if head is None:
+        if not explain:
+            admitted_keys = tuple(t.key for t in walk.admitted)
+            return PoolDecision(pool, capacity, capacity, None, 0, 0, None, "", used, (), admitted_keys)
         return _no_head(pool, capacity, used, walk, queue, now)
     admitted = tuple(t.key for t in admit)
     wide = head.slots
@@ -461,6 +471,8 @@ def decide_pool(
     if not is_pending and wide == 1:
         # Airflow hands the next freed slot to the highest-priority task anyway: a 1-slot task cannot
         # be starved, and shrinking the pool would only keep that slot idle until the next tick.
+        if not explain:
+            return PoolDecision(pool, capacity, capacity, None, 0, 0, None, "", used, (), admitted)
         starting, count = free - remaining, len(admit)
         why = Reason("next-slot", pool, capacity, now, head.key, 1, max(free, 0), starting, admitted, count)
         return PoolDecision(
@@ -472,7 +484,9 @@ def decide_pool(
     if gate is not None:
         competitor = queue.peek_ready(capacity, other_run=head.run)
         hold, _words = gate.holds_for(now, head, competitor, starving)
-        terms = gate_terms(gate, now, head, competitor, starving)
+        if not hold and not explain:
+            return PoolDecision(pool, capacity, capacity, None, 0, 0, None, "", used, (), admitted)
+        terms = gate_terms(gate, now, head, competitor, starving) if explain else terms
         if not hold:
             why = Reason(
                 pool=pool,
@@ -545,6 +559,23 @@ def decide_pool(
     else:
         size = used + started + backfill_open
     size = max(0, min(capacity, size))
+    if not explain:
+        backfill_keys = tuple(t.key for t in picked)
+        slots_open = max(0, size - (capacity - wide))
+        return PoolDecision(
+            pool,
+            capacity,
+            size,
+            head.key,
+            wide,
+            slots_open,
+            shadow,
+            "",
+            used,
+            backfill_keys,
+            admitted,
+            is_pending,
+        )
     why = Reason(
         pool=pool,
         capacity=capacity,

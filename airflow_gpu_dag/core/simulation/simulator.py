@@ -294,19 +294,18 @@ class _Simulation:
             g = graphs[gi]
             weights = rule(g, triggers[gi]) if per_run else rule(g)  # type: ignore[call-arg]
 
-            def uid(task_id: str, gi: int = gi, g: TaskGraph = g) -> str:
-                return task_id if len(graphs) == 1 else f"{gi}:{g.dag_id}/{task_id}"
-
+            prefix = "" if len(graphs) == 1 else f"{gi}:{g.dag_id}/"  # task keys: prefix + task id
             for task_id, node in g.nodes.items():
-                key = uid(task_id)
+                key = prefix + task_id
                 self.durations[key] = float(node.duration)
                 self.pools[key] = task_pool(node)
                 self.slots[key] = task_slots(node)
                 self.prio[key] = clamp_int32(weights.get(task_id, 1))
                 self.order[key] = len(self.order)
-                self.downstream[key] = [uid(d) for d in g.downstream(task_id)]
-                self.upstream[key] = [uid(u) for u in g.upstream(task_id)]
-                self.waiting_on[key] = len(self.upstream[key])
+                downs, ups = g.downstream(task_id), g.upstream(task_id)
+                self.downstream[key] = [prefix + d for d in downs] if prefix else downs
+                self.upstream[key] = [prefix + u for u in ups] if prefix else ups
+                self.waiting_on[key] = len(ups)
                 self.release[key] = triggers[gi] + max(0.0, float(getattr(node, "not_before", 0.0) or 0.0))
                 self.run_of[key] = gi
         self.triggers = list(triggers)
@@ -328,7 +327,7 @@ class _Simulation:
         self.by_slots: dict[str, list[list[tuple[int, int, str]]]] = {
             pool: [[] for _ in range(max(0, cap) + 1)] for pool, cap in capacity.items()
         }
-        self.ready_tasks: dict[str, ReadyTask] = {}  # uid -> the ReadyTask of a ready task (fixed)
+        self.ready_tasks: dict[str, ReadyTask] = {}  # uid -> the ReadyTask of a ready task (see _ready_task)
         self.reference = False  # the reference way: tick by tick, admission reads every waiting task
         self.ready_at: dict[str, float] = {}
         self.gate: ReservationGate | None = None  # set by run()
@@ -367,7 +366,6 @@ class _Simulation:
         self.changed = True
         self.ready_at[uid] = now
         pool = self.pools[uid]
-        self.ready_tasks[uid] = ReadyTask(*self._fields(uid, pool), run=str(self.run_of[uid]), since=now)
         if self.gate is not None:
             self.starving.setdefault(pool, StarvingWatch(self.gate)).add(self._ready_task(uid, pool))
         item = (-self.prio[uid], self.order[uid], uid)
@@ -435,7 +433,12 @@ class _Simulation:
         return uid, pool, self.slots[uid], self.prio[uid], self.believed[uid], (self.order[uid],)
 
     def _ready_task(self, uid: str, pool: str) -> ReadyTask:
-        return self.ready_tasks[uid]
+        """A ready task as the controller sees it (built once: it does not change while it waits)."""
+        task = self.ready_tasks.get(uid)
+        if task is None:
+            task = ReadyTask(*self._fields(uid, pool), run=str(self.run_of[uid]), since=self.ready_at[uid])
+            self.ready_tasks[uid] = task
+        return task
 
     def tick(self, now: float, options: ControllerOptions, skipping: bool = False) -> None:
         """One controller tick: :func:`decide_pool` for every capacity pool. With ``skipping``, also how
@@ -463,6 +466,7 @@ class _Simulation:
                 options.gate,
                 starving,
                 window=window,
+                explain=False,
             )
             self.pool_size[pool] = decision.pool_size
             reserving = reserving or decision.reserved_for is not None
@@ -726,13 +730,14 @@ class _ReadyTail:
     ready tasks after the head, picked without reading the ones that do not fit."""
 
     def __init__(self, sim: _Simulation, pool: str, after: _Item, capacity: int) -> None:
-        self.ready = sim.ready_tasks
+        self.sim, self.pool = sim, pool
         self.lists = sim.by_slots[pool][: max(0, capacity) + 1]
         self.first = [bisect.bisect_right(lst, after) for lst in self.lists]  # the tasks after the head
 
     def pick(self, open_slots: int, skip: Sequence[ReadyTask] = ()) -> list[ReadyTask]:
         keys = {t.key for t in skip} if skip else ()
-        return [self.ready[item[2]] for _s, item in _greedy_pick(self.lists, self.first, open_slots, keys)]
+        picked = _greedy_pick(self.lists, self.first, open_slots, keys)
+        return [self.sim._ready_task(item[2], self.pool) for _s, item in picked]
 
     def rest(self, picked: Sequence[ReadyTask]) -> bool:
         return sum(len(lst) - i for lst, i in zip(self.lists, self.first, strict=True)) > len(picked)
@@ -769,6 +774,7 @@ def simulate(
     gate: ReservationGate | None = None,
     *,
     _every_tick: bool = False,
+    _lower_bound: float | None = None,
 ) -> SimulationResult:
     """Simulate one run of ``graph`` (or one run of each graph, at its trigger time) and return the
     schedule and each run's completion time.
@@ -807,6 +813,8 @@ def simulate(
         :class:`~airflow_gpu_dag.core.policy.reservation.ReservationGate` (None: reserve for every wide head).
     :param _every_tick: private, for tests and benchmarks: decide at every controller tick, as the
         simulator did before it skipped the ticks that cannot change a decision (the same schedule).
+    :param _lower_bound: private, for the planner, which simulates one graph many times: its
+        :func:`~airflow_gpu_dag.core.analysis.bounds.lower_bound` on ``capacity``, computed once.
     :raises CapacityError: a task needs more slots than its pool's capacity.
     :raises ValueError: unknown policy or priority rule, a negative, NaN or infinite interval, bad trigger
         times, a task duration that is NaN, infinite or negative.
@@ -855,7 +863,7 @@ def simulate(
         policy=policy,
         makespan=max((t.end for t in sim.schedule), default=0.0),
         schedule=sim.schedule,
-        lower_bound=lower_bound(graphs, caps),
+        lower_bound=lower_bound(graphs, caps) if _lower_bound is None else _lower_bound,
         priority_rule=str(rule_name),
         max_pool_usage=sim.max_usage,
         controller_ticks=sim.ticks,
