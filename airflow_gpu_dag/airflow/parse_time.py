@@ -80,28 +80,35 @@ def version_digest(dag: Any) -> str:
     its contract holds them, and the literal ``expand()`` length of each mapped task. The same on the
     dag-processor's DAG (after the policy wrote the canonical contract) and the scheduler's serialized
     DAG. One pass of string formatting and one SHA-256: ``get_weight`` computes it once per DAG version
-    before it trusts the figures (about 10 ms for 5,000 tasks on an idle core)."""
+    before it trusts the figures (about 0.02 s of CPU for 5,000 tasks)."""
     tasks = dag.task_dict
     lines = [str(dag.dag_id)]
     append = lines.append
     for task_id in sorted(tasks):
         task = tasks[task_id]
         config = task.executor_config
-        hints = config.get(HINTS_KEY) if type(config) is dict else _hints(task)
+        hints = config.get(HINTS_KEY) if type(config) is dict else None
         if type(hints) is not dict:
             hints = _hints(task)
-        duration, gpus = hints.get("duration_s"), hints.get("gpus")
-        line = (
-            f"{task_id}\t{task.pool}\t{task.pool_slots}\t{sorted(task.downstream_task_ids)}\t"
+        duration, gpus, down = hints.get("duration_s"), hints.get("gpus"), task.downstream_task_ids
+        line = (  # task ids are [\w.-]+: a unit separator cannot be in one
+            f"{task_id}\t{task.pool}\t{task.pool_slots}\t{chr(31).join(sorted(down)) if down else ''}\t"
             f"{duration if type(duration) is float else _text(duration)}\t"
             f"{gpus if type(gpus) is int else _text(gpus)}"
         )
         if "fallback" in hints or "map_length" in hints:
             line += f"\t{_text(hints.get('fallback'))}\t{_text(hints.get('map_length'))}"
-        if is_mapped(task):
+        if _needs_expansion(task):
             line += f"\tmapped {literal_map_length(task)}"
         append(line)
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:32]
+
+
+def _needs_expansion(task: Any) -> bool:
+    try:
+        return bool(task.get_needs_expansion())  # SDK and serialized operators: an attribute
+    except Exception:  # an unusual operator
+        return is_mapped(task)
 
 
 def set_executor_config(task: Any, config: dict[str, Any]) -> None:

@@ -11,11 +11,12 @@ once the plan is ready; the critical path until then; for a DAG of more than
 :data:`PACKING_PLAN_MAX_TASKS` tasks, which is not planned, the ``width_aware`` critical path), ``W``
 the DAG's GPU work over the pool capacity, ``s`` the objective's stretch, ``E`` ``[gpu_dag] key_epoch``.
 Work per call: dictionary lookups, plus, once per DAG object, the O(V + E) basis (:mod:`.basis`): made
-off the scheduler loop when the task carries the critical path the dag-processor computed
-(:mod:`airflow_gpu_dag.airflow.parse_time`, written by the cluster policy; the weights use it until the
-basis is ready), else inline. Plans come from :class:`~.background.Background`, durations learned from
-past runs from :class:`~.learned.LearnedDurations` (both off the scheduler loop). Settings are re-read
-at most every :data:`SETTINGS_TTL_S` seconds.
+off the scheduler loop when the task carries the figures the cluster policy derived
+(:mod:`airflow_gpu_dag.airflow.parse_time`; the weights use them until the basis is ready, once their
+digest is checked against the DAG, one pass over its tasks per DAG version), else inline (a DAG parsed
+without the policy, or whose figures are not its own). Plans come from :class:`~.background.Background`,
+durations learned from past runs from :class:`~.learned.LearnedDurations` (both off the scheduler loop).
+Settings are re-read at most every :data:`SETTINGS_TTL_S` seconds.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ def key_capacities() -> dict[str, int]:
     pools = settings.pool_capacities()
     if pools:
         return {p: c for p, c in pools.items() if c > 0}
+    # start-up: the plugin imports the weight rule in every process; the GPU package loads only without pools
     from airflow_gpu_dag.gpu.inventory import InventoryError, configured_inventory_spec, parse_inventory
 
     spec = configured_inventory_spec()
