@@ -27,11 +27,13 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy.exc import DBAPIError
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
 from airflow_gpu_dag.budget.ledger import summarise, today
 from airflow_gpu_dag.core.model.budget import BudgetCap, BudgetClaim, BudgetDecision, BudgetUsage, evaluate
@@ -136,21 +138,18 @@ def _schema(url: str) -> tuple[Any, Any, Any, Any]:
 _CREATE_ATTEMPTS = 5
 
 
+@retry(
+    stop=stop_after_attempt(_CREATE_ATTEMPTS),
+    wait=wait_incrementing(start=0.05, increment=0.05),  # 0.05 s x the attempt that failed
+    retry=retry_if_exception_type(DBAPIError),
+    reraise=True,
+)
 def _create_tables(meta: Any, engine: Any) -> None:
     """Create the ledger's tables unless they exist. Processes that first use a new ledger at the same
     moment (two budget gates starting together) all see no table and all create it; all but one then
     fail ("table ... already exists" on SQLite, a duplicate type on PostgreSQL). Checking again sees the
     winner's tables, so a failed attempt is retried (the last failure is raised)."""
-    from sqlalchemy.exc import DBAPIError
-
-    for attempt in range(1, _CREATE_ATTEMPTS + 1):
-        try:
-            meta.create_all(engine, checkfirst=True)
-            return
-        except DBAPIError:
-            if attempt == _CREATE_ATTEMPTS:
-                raise
-            time.sleep(0.05 * attempt)
+    meta.create_all(engine, checkfirst=True)
 
 
 def _to_record(row: Any) -> UsageRecord:

@@ -22,13 +22,13 @@ import math
 import re
 import socket
 import ssl
-import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_fixed
 
 from airflow_gpu_dag.hooks.deadline import deadline, deadline_client, fetch
 
@@ -302,15 +302,20 @@ class AirflowRestClient:
         status."""
         seconds = self.timeout if timeout is None else float(timeout)
         attempts = 1 + (self._get_retries if retry and method.upper() == "GET" else 0)
-        for attempt in range(1, attempts + 1):
-            try:
-                with deadline(seconds):
-                    return self._send_once(method, url, authenticate, dict(headers or {}), kwargs)
-            except RestError as err:
-                if err.status is not None or attempt >= attempts:
-                    raise
-                time.sleep(self._retry_wait)
-        raise AssertionError("unreachable")
+
+        def once() -> httpx.Response:
+            with deadline(seconds):  # each try gets the whole time again
+                return self._send_once(method, url, authenticate, dict(headers or {}), kwargs)
+
+        if attempts == 1:  # the usual call: no retry machinery (tenacity costs ~20-50 us a call)
+            return once()
+        retrying = Retrying(  # transport errors only (no status): an HTTP answer is the answer
+            stop=stop_after_attempt(attempts),
+            wait=wait_fixed(self._retry_wait),
+            retry=retry_if_exception(lambda err: isinstance(err, RestError) and err.status is None),
+            reraise=True,
+        )
+        return retrying(once)
 
     def _send_once(
         self, method: str, url: str, authenticate: bool, headers: dict[str, str], kwargs: dict[str, Any]

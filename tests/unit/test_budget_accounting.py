@@ -178,3 +178,33 @@ def test_an_unreadable_claims_file_makes_gates_wait_instead_of_dropping_its_clai
     with pytest.raises(RuntimeError, match="cannot be read"):
         book.settle(held.claim_id, record)
     assert [r.lease_id for r in book._records()] == ["x"]  # the usage is recorded all the same
+
+
+def test_creating_the_shared_ledger_tables_is_retried_then_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Processes that create a new shared ledger at once all but one fail ("table already exists"): the
+    creation is tried 5 times, 0.05 s x the attempt apart, and the last failure is raised."""
+    from sqlalchemy.exc import OperationalError
+
+    from airflow_gpu_dag.budget import shared
+
+    slept: list[float] = []
+    monkeypatch.setattr("time.sleep", slept.append)  # tenacity's sleep
+    failures = [OperationalError("CREATE TABLE", {}, Exception(f"already exists {n}")) for n in range(5)]
+
+    class Meta:
+        calls = 0
+
+        def create_all(self, engine: object, checkfirst: bool) -> None:
+            assert checkfirst
+            Meta.calls += 1
+            if failures:
+                raise failures.pop(0)
+
+    del failures[2:]  # two processes won the race first
+    shared._create_tables(Meta(), None)
+    assert Meta.calls == 3 and slept == pytest.approx([0.05, 0.1])
+    Meta.calls, slept[:] = 0, []
+    failures[:] = [OperationalError("CREATE TABLE", {}, Exception(f"already exists {n}")) for n in range(6)]
+    with pytest.raises(OperationalError, match="already exists 4"):
+        shared._create_tables(Meta(), None)
+    assert Meta.calls == 5 and slept == pytest.approx([0.05, 0.1, 0.15, 0.2])

@@ -251,3 +251,42 @@ def test_base_url_of(host: str, port: int | None, expected: str) -> None:
 def test_base_url_of_a_host_with_a_bad_port() -> None:
     with pytest.raises(ValueError, match="has a port that is not a number"):
         base_url_of("http://api:80x", None)
+
+
+def test_gets_are_retried_after_transport_errors_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The retry bounds of ``send``: a GET is tried ``1 + get_retries`` times after transport errors,
+    ``retry_wait`` apart, and the last error is raised; an HTTP answer (even a 503) is never retried,
+    nor is a POST or a call with ``retry=False``."""
+    calls: list[str] = []
+    slept: list[float] = []
+    answers: list[Any] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.method)
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return httpx.Response(answer)
+
+    monkeypatch.setattr("time.sleep", slept.append)  # tenacity's sleep
+    client = AirflowRestClient(
+        "http://api:8080", token="t", transport=httpx.MockTransport(handler), get_retries=2, retry_wait=0.25
+    )
+    refused = httpx.ConnectError("connection refused")
+    answers[:] = [refused, refused, 200]
+    assert client.send("GET", "/api/v2/pools").status_code == 200
+    assert (calls, slept) == (["GET"] * 3, [0.25, 0.25])
+    calls.clear(), slept.clear()
+    answers[:] = [refused, refused, httpx.ConnectError("connection refused at last")]
+    with pytest.raises(RestError, match="refused the connection") as raised:
+        client.send("GET", "/api/v2/pools")
+    assert len(calls) == 3 and raised.value.status is None
+    for method, retry, answer in (("GET", True, 503), ("POST", True, refused), ("GET", False, refused)):
+        calls.clear()
+        answers[:] = [answer]
+        if isinstance(answer, int):
+            assert client.send(method, "/api/v2/pools", retry=retry).status_code == answer
+        else:
+            with pytest.raises(RestError):
+                client.send(method, "/api/v2/pools", retry=retry)
+        assert calls == [method], (method, retry, answer)
