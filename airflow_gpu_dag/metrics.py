@@ -9,7 +9,7 @@ names as the replacement of ``airflow.stats`` and its providers send through), c
 ``[metrics]`` once per process before the provider's first metric (:func:`configure`): the settings
 Airflow's own backends read, so the metrics go where Airflow's go, in workers, the scheduler, the
 api-server, the triggerer and the controller alike. No private Airflow module is imported
-(tests/unit/test_public_airflow_api.py). A process that has not imported Airflow at all (a script
+(tests/repo/test_public_airflow_api.py). A process that has not imported Airflow at all (a script
 using :mod:`airflow_gpu_dag.gpu.lease` directly) sends nothing: a metric never loads Airflow.
 
 Names: ``gpu_dag.<component>.<metric>`` with tags (OpenTelemetry, Datadog, StatsD with

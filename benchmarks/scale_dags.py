@@ -1,7 +1,7 @@
 """Random DAGs the size of a real platform's, for the planner's scale benchmarks (issue #44).
 
 ``planner_cost.py --scale`` and ``plan_speed.py --scale`` time the packing plan, the simulator and the
-CLI on them; ``tests/unit/test_simulation_equivalence.py`` runs small ones. Each task needs 1-8 GPUs
+CLI on them; ``tests/unit/core/simulation/test_simulator.py`` runs small ones. Each task needs 1-8 GPUs
 (uniform) of one 8-GPU pool and runs 10 min-2 h (uniform whole seconds); each depends on 0, 1 or 2
 (uniform) of the 30 tasks before it, so about a third of the tasks are ready at the start and the
 waiting queue is long. Deterministic from (tasks, seed).

@@ -2,7 +2,7 @@
 
 Airflow reads the options (descriptions, types, defaults) from ``get_provider_info()["config"]``;
 this script renders the same data as the configuration reference. Run it after adding or changing
-an option; ``tests/unit/test_configuration_docs.py`` fails while the page is out of date.
+an option; ``tests/repo/test_configuration_docs.py`` fails while the page is out of date.
 
     python scripts/config_docs.py          # rewrite docs/configuration.md
     python scripts/config_docs.py --check  # exit 1 when it is out of date

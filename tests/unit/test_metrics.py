@@ -17,7 +17,12 @@ from airflow_gpu_dag.gpu.inventory import parse_inventory
 from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseOwner, LeaseSettings
 from airflow_gpu_dag.watermark.config import parse_config
 from airflow_gpu_dag.watermark.controller import WatermarkController
-from tests.unit.test_watermark_controller import NOW, FakeRest, Source, ti
+from tests.unit.watermark.conftest import (
+    NOW,
+    FakeRest,
+    Source,
+    ti,
+)
 
 DOCS = Path(__file__).parents[2] / "docs" / "metrics.md"
 

@@ -3,33 +3,49 @@
 
 from __future__ import annotations
 
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
 import pytest
+from airflow.exceptions import AirflowClusterPolicyViolation
 from airflow.providers.standard.operators.bash import BashOperator
+from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, TaskGroup, task
 from airflow.serialization.serialized_objects import DagSerialization
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
-from airflow_gpu_dag.core.analysis.weight_rules import INT32_MAX
+from airflow_gpu_dag.airflow.policy import dag_policy
+from airflow_gpu_dag.core.analysis.weight_rules import INT32_MAX, INT32_MIN
 from airflow_gpu_dag.core.policy.objective import DEFAULT_EPOCH, key_of_weight
 from airflow_gpu_dag.log_once import LogOnce
 from airflow_gpu_dag.priority.background import Background
-from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, clamp_weight
+from airflow_gpu_dag.priority_strategy import (
+    CriticalPathPriorityStrategy,
+    PackingPriorityStrategy,
+    clamp_weight,
+)
 
 RUN_ID = "manual__2026-11-30T12:00:00+00:00"
+
+
 TRIGGER = 1_796_040_000.0  # the time in RUN_ID
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def _fresh_weights(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Every test starts with no cached settings or bases, no pool sizes and plans made inline."""
     from airflow_gpu_dag.priority_strategy import PackingPriorityStrategy
 
     monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
     monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")  # tests/unit/test_priority_learned.py
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")  # tests/unit/priority/test_learned.py
     for cls in (CriticalPathPriorityStrategy, PackingPriorityStrategy):
         cls._weights.reset()
     yield
@@ -64,6 +80,7 @@ def _bash(task_id: str, duration: str, **kwargs: Any) -> BashOperator:
     )
 
 
+@pytest.mark.usefixtures("_fresh_weights")
 def test_weights_are_keys_of_the_remaining_critical_path() -> None:
     with DAG("cp", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
         load = _bash("load", "10m")
@@ -82,6 +99,7 @@ def test_weights_are_keys_of_the_remaining_critical_path() -> None:
     }
 
 
+@pytest.mark.usefixtures("_fresh_weights")
 def test_task_group_mapped_and_setup_teardown() -> None:
     with DAG("shapes", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
         setup = _bash("create_cluster", "5m").as_setup()
@@ -104,6 +122,7 @@ def test_task_group_mapped_and_setup_teardown() -> None:
     assert TRIGGER - _key(_weight(sdag, "create_cluster")) == 300 + 1200 + 1800 + 300
 
 
+@pytest.mark.usefixtures("_fresh_weights")
 def test_never_raises_and_falls_back_to_priority_weight() -> None:
     def broken_dag() -> Any:
         raise RuntimeError("boom")
@@ -120,6 +139,7 @@ def test_never_raises_and_falls_back_to_priority_weight() -> None:
     assert CriticalPathPriorityStrategy().get_weight(nothing) == 1  # type: ignore[arg-type]
 
 
+@pytest.mark.usefixtures("_fresh_weights")
 def test_cyclic_or_malformed_dag_does_not_raise() -> None:
     class FakeTask:
         def __init__(self, task_id: str, downstream: set[str], config: Any) -> None:
@@ -143,18 +163,21 @@ def test_cyclic_or_malformed_dag_does_not_raise() -> None:
     assert CriticalPathPriorityStrategy().get_weight(ti) == 5  # type: ignore[arg-type]
 
 
+@pytest.mark.usefixtures("_fresh_weights")
 def test_clamp_to_int32() -> None:
     assert clamp_weight(1e20) == INT32_MAX
     assert clamp_weight(-1e20) == -(2**31)
     assert clamp_weight(12.6) == 13
 
 
+@pytest.mark.usefixtures("_fresh_weights")
 def test_huge_estimates_are_clamped() -> None:
     with DAG("huge", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
         _bash("a", "300d") >> _bash("b", "300d") >> _bash("c", "300d")
     assert _weight(_serialized(dag), "a") == INT32_MAX  # a key before the epoch: clamped, not wrapped
 
 
+@pytest.mark.usefixtures("_fresh_weights")
 def test_an_estimate_refused_at_parse_time_is_logged_and_weighed_with_the_default(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -172,6 +195,7 @@ def test_an_estimate_refused_at_parse_time_is_logged_and_weighed_with_the_defaul
     assert "DAG 'typo', task 'a'" in record.getMessage() and "'100000d'" in record.getMessage()
 
 
+@pytest.mark.usefixtures("_fresh_weights")
 def test_analysis_once_per_dag_object() -> None:
     weights = CriticalPathPriorityStrategy._weights
     with DAG("cache", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
@@ -189,6 +213,7 @@ def test_analysis_once_per_dag_object() -> None:
     assert weights.basis_builds == 2
 
 
+@pytest.mark.usefixtures("_fresh_weights")
 def test_runs_age_and_small_runs_go_first(monkeypatch: pytest.MonkeyPatch) -> None:
     """With pool sizes known, a run's due time includes its GPU work: a small run triggered with a big one
     goes first; runs triggered later come later; the objective's stretch is what changes."""
@@ -220,6 +245,7 @@ def test_runs_age_and_small_runs_go_first(monkeypatch: pytest.MonkeyPatch) -> No
     assert _key(_weight(sbig, "pretrain")) == TRIGGER + 2 * 6 * 3600 - 6 * 3600
 
 
+@pytest.mark.usefixtures("_fresh_weights")
 def test_unknown_objective_is_logged_once_and_the_default_used(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -232,6 +258,7 @@ def test_unknown_objective_is_logged_once_and_the_default_used(
     assert caplog.text.count("unknown objective 'fastest'") == 1
 
 
+@pytest.mark.usefixtures("_fresh_weights")
 def test_packing_keys_follow_the_plan_and_start_from_the_critical_path(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -260,6 +287,7 @@ def test_packing_keys_follow_the_plan_and_start_from_the_critical_path(
         assert _key(_weight(sdag, task_id, strategy=strategy)) == TRIGGER + 3 * work - round(rest)
 
 
+@pytest.mark.usefixtures("_fresh_weights")
 def test_packing_dags_above_the_planning_limit_use_the_width_aware_weights(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -305,6 +333,7 @@ def test_packing_dags_above_the_planning_limit_use_the_width_aware_weights(
     assert _key(_weight(sdag, "wide")) > _key(_weight(sdag, "narrow0"))
 
 
+@pytest.mark.usefixtures("_fresh_weights")
 def test_a_plan_in_the_background_does_not_block_get_weight(monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow_gpu_dag import PACKING_WEIGHT_RULE
     from airflow_gpu_dag.priority_strategy import PackingPriorityStrategy
@@ -335,6 +364,7 @@ def test_a_plan_in_the_background_does_not_block_get_weight(monkeypatch: pytest.
     assert _weight(sdag, "a", strategy=strategy) == before  # alone on the pool: the plan is the chain
 
 
+@pytest.mark.usefixtures("_fresh_weights")
 @pytest.mark.parametrize("configured, expected", [(None, 19), ("5", 5), ("0", 0), ("99", 19), ("x", 19)])
 def test_the_planning_subprocess_yields_the_cpu_to_the_scheduler(
     monkeypatch: pytest.MonkeyPatch, configured: str | None, expected: int
@@ -358,6 +388,7 @@ def test_the_planning_subprocess_yields_the_cpu_to_the_scheduler(
         background._reset_executor()
 
 
+@pytest.mark.usefixtures("_fresh_weights")
 def test_graph_records_the_provider_rule_the_dag_uses() -> None:
     from airflow_gpu_dag import PACKING_WEIGHT_RULE
     from airflow_gpu_dag.airflow.dag_reader import build_task_graph
@@ -373,6 +404,7 @@ def test_graph_records_the_provider_rule_the_dag_uses() -> None:
         assert build_task_graph(_serialized(dag))[0].priority_rule == expected  # scheduler: instance
 
 
+@pytest.mark.usefixtures("_fresh_weights")
 def test_edge_labels_across_task_groups_become_edge_kinds() -> None:
     from airflow.sdk import Label
 
@@ -392,6 +424,7 @@ def test_edge_labels_across_task_groups_become_edge_kinds() -> None:
         assert graph.edge_kind("pretrain.train", "pretrain.evaluate") is None
 
 
+@pytest.mark.usefixtures("_fresh_weights")
 def test_the_weight_rule_constants_name_the_strategy_classes() -> None:
     """The constants DAG files use are the class paths stored in serialized DAGs."""
     from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, PACKING_WEIGHT_RULE
@@ -404,6 +437,7 @@ def test_the_weight_rule_constants_name_the_strategy_classes() -> None:
         assert constant == f"{cls.__module__}.{cls.__qualname__}"
 
 
+@pytest.mark.usefixtures("_fresh_weights")
 def test_the_strategy_reports_cache_hits_and_plan_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/metrics.md: gpu_dag.priority.cache_hits / cache_misses per get_weight, plan_time per plan."""
     import airflow_gpu_dag.metrics as metrics
@@ -440,6 +474,7 @@ def test_the_strategy_reports_cache_hits_and_plan_time(monkeypatch: pytest.Monke
     assert seen == [("cache", False, "packing"), ("plan", True, "packing"), ("cache", True, "packing")]
 
 
+@pytest.mark.usefixtures("_fresh_weights")
 def test_background_keeps_a_bounded_record_of_plan_times(monkeypatch: pytest.MonkeyPatch) -> None:
     """Plans are capped (MAX_PLANS); the list of their durations grew by one float per plan for ever."""
     from airflow_gpu_dag.core.model.graph import TaskGraph
@@ -452,3 +487,441 @@ def test_background_keeps_a_bounded_record_of_plan_times(monkeypatch: pytest.Mon
     for i in range(module.MAX_PLANS + 50):
         planner.plan((f"fp{i}", graph, {"gpu": 8}, "reservation", 0, False))
     assert len(planner._plans) == len(planner.plan_seconds) == module.MAX_PLANS
+
+
+CRITICAL = "airflow_gpu_dag.priority_strategy.CriticalPathPriorityStrategy"
+
+
+PACKING = "airflow_gpu_dag.priority_strategy.PackingPriorityStrategy"
+
+
+STRATEGIES = (CriticalPathPriorityStrategy, PackingPriorityStrategy)
+
+
+#: [gpu_dag] pools settings a case runs under (None: unset; packing then has nothing to plan against).
+POOL_SETTINGS = (None, '{"gpu_default": 8}', '{"gpu_default": 2, "gpu_a100": 4, "gpu_ü": 1}')
+
+
+#: Anything a hand-written ``executor_config`` might hold where a hint is expected.
+ANY_VALUE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.sampled_from([0, 1, 2, 8, -1, 2**31, 2**63]),
+    st.sampled_from([64, 1100, 1329, 4000]).map(lambda bits: 2**bits),  # past float: OverflowError
+    st.sampled_from([64, 1329]).map(lambda bits: -(2**bits)),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([math.nan, math.inf, -math.inf, 1e308, -0.0, 5e-324]),
+    st.text(max_size=12),
+    st.sampled_from(["30m", "1h30m", "-5m", "1e400", "9" * 400 + "d", "80GiB", "eighty", "nan", "inf", ""]),
+    st.lists(st.one_of(st.integers(-5, 5), st.text(max_size=4)), max_size=3),
+    st.dictionaries(st.text(max_size=4), st.integers(-5, 5), max_size=2),
+)
+
+
+PATHS = st.one_of(ANY_VALUE, st.lists(st.text(max_size=10), max_size=3))
+
+
+FALLBACK = st.one_of(
+    ANY_VALUE,
+    st.fixed_dictionaries({}, optional={"index": ANY_VALUE, "of": ANY_VALUE, "ladder": ANY_VALUE}),
+)
+
+
+MALFORMED_HINTS = st.fixed_dictionaries(
+    {},
+    optional={
+        "duration_s": ANY_VALUE,
+        "gpus": ANY_VALUE,
+        "gpu_memory_mib": ANY_VALUE,
+        "gpu_type": ANY_VALUE,
+        "inputs": PATHS,
+        "outputs": PATHS,
+        "awaits": PATHS,
+        "fallback": FALLBACK,
+    },
+)
+
+
+GOOD_HINTS = st.fixed_dictionaries(
+    {"duration_s": st.integers(0, 10 * 86400)},
+    optional={"gpus": st.integers(1, 8), "gpu_memory_mib": st.integers(0, 81920)},
+)
+
+
+#: What a task's ``executor_config`` is: nothing, our hints (or garbage under our key), or garbage.
+EXECUTOR_CONFIG = st.one_of(
+    st.none(),
+    st.builds(lambda h: {"gpu_dag": h}, MALFORMED_HINTS),
+    st.builds(lambda h: {"gpu_dag": h}, ANY_VALUE),
+    st.builds(lambda h: {"gpu_dag": h, "pod_override": None}, GOOD_HINTS),
+)
+
+
+#: Task ids Airflow accepts (``[\w.-]+``), unicode letters included.
+TASK_ID = st.text(
+    alphabet=st.characters(categories=("Ll", "Lu", "Lo", "Nd"), include_characters="_-"),
+    min_size=1,
+    max_size=16,
+)
+
+
+RUN_ID_bad_input_properties = st.one_of(
+    st.just("manual__2026-11-30T12:00:00+00:00"),
+    st.sampled_from(
+        [
+            "manual__0001-01-01T00:00:00+14:00",
+            "manual__9999-12-31T23:59:59-14:00",
+            "manual__2026-13-45T99:00:00",
+            "asset_triggered__2026-11-30T12:00:00Z",
+            "scheduled__2026-11-30T12:00:00+00:00",
+            "",
+        ]
+    ),
+    st.text(max_size=40),
+    st.builds(lambda s: f"manual__{s}", st.text(max_size=30)),
+)
+
+
+@st.composite
+def airflow_dags(
+    draw: st.DrawFn, hints: st.SearchStrategy[Any] = EXECUTOR_CONFIG, max_tasks: int = 12
+) -> DAG:
+    """A random acyclic Airflow DAG: unique (unicode) task ids, each task with up to 3 earlier upstream
+    tasks, a random pool, pool slots, priority weight, weight rule and ``executor_config``."""
+    ids = draw(st.lists(TASK_ID, min_size=1, max_size=max_tasks, unique_by=str.lower))
+    dag_id = "bad_" + draw(TASK_ID)
+    with DAG(dag_id, schedule=None) as dag:
+        tasks = []
+        for task_id in ids:
+            tasks.append(
+                EmptyOperator(
+                    task_id=task_id,
+                    executor_config=draw(hints),
+                    pool=draw(st.sampled_from(["default_pool", "gpu_default", "gpu_a100", "gpu_ü", "nope"])),
+                    pool_slots=draw(st.integers(1, 16)),
+                    priority_weight=draw(st.integers(-(2**31), 2**31 - 1)),
+                    weight_rule=draw(
+                        st.sampled_from([CRITICAL, CRITICAL, PACKING, "downstream", "absolute"])
+                    ),
+                )
+            )
+        for i in range(1, len(tasks)):
+            for j in draw(st.lists(st.integers(0, i - 1), max_size=3, unique=True)):
+                tasks[j] >> tasks[i]
+    return dag
+
+
+def _ti_bad_input_properties(sdag: Any, task_id: str, run_id: str, map_index: int | None = -1) -> Any:
+    """What ``get_weight`` is given: the serialized task (``ti.task.get_dag()`` is the serialized DAG)."""
+    return SimpleNamespace(
+        task=sdag.task_dict[task_id], task_id=task_id, dag_id=sdag.dag_id, run_id=run_id, map_index=map_index
+    )
+
+
+@pytest.fixture
+def _fresh_strategies() -> Iterator[None]:
+    _reset()
+    yield
+    _reset()
+
+
+def _reset() -> None:
+    for cls in STRATEGIES:
+        cls._weights.reset()
+        cls._failed.clear()
+
+
+@mock.patch.dict(os.environ, {"AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND": "false"})
+def _under(pools: str | None, check: Any) -> None:
+    """Run ``check()`` with ``[gpu_dag] pools`` = ``pools`` and plans made inline, fresh caches."""
+    env = {"AIRFLOW__GPU_DAG__POOLS": pools} if pools else {}
+    with mock.patch.dict(os.environ, env):
+        if not pools:
+            os.environ.pop("AIRFLOW__GPU_DAG__POOLS", None)
+        _reset()
+        check()
+
+
+def _check_policy(dag: DAG) -> None:
+    """Passes, or an AirflowClusterPolicyViolation naming the DAG, a task of it and the fix."""
+    try:
+        dag_policy(dag)
+    except AirflowClusterPolicyViolation as err:
+        message = str(err)
+        assert f"DAG {dag.dag_id!r}" in message, message
+        assert "Fix:" in message, message
+        assert any(f"task {t!r}" in message for t in dag.task_dict), message
+
+
+def _check_weights(sdag: Any, run_ids: list[str]) -> dict[str, dict[str, int]]:
+    """Every task's weight under both strategies: an int within int32, no exception, no fallback."""
+    out: dict[str, dict[str, int]] = {}
+    for cls in STRATEGIES:
+        strategy = cls()
+        weights = out.setdefault(cls.__name__, {})
+        for task_id in sdag.task_dict:
+            for run_id in run_ids:
+                for map_index in (-1, 0, None):
+                    weight = strategy.get_weight(_ti_bad_input_properties(sdag, task_id, run_id, map_index))
+                    assert type(weight) is int, (cls.__name__, task_id, weight)
+                    assert INT32_MIN <= weight <= INT32_MAX, (cls.__name__, task_id, weight)
+            weights[task_id] = strategy.get_weight(_ti_bad_input_properties(sdag, task_id, run_ids[0]))
+        assert not cls._failed, f"{cls.__name__}.get_weight fell back (a swallowed crash) for {cls._failed}"
+    return out
+
+
+@pytest.mark.usefixtures("_fresh_strategies")
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    dag=airflow_dags(),
+    pools=st.sampled_from(POOL_SETTINGS),
+    run_ids=st.lists(RUN_ID_bad_input_properties, min_size=1, max_size=3),
+)
+def test_policy_is_clear_and_weights_never_raise(dag: DAG, pools: str | None, run_ids: list[str]) -> None:
+    def check() -> None:
+        _check_policy(dag)
+        _check_weights(_serialized(dag), run_ids)
+
+    _under(pools, check)
+
+
+@pytest.mark.usefixtures("_fresh_strategies")
+def test_found_a_failing_analysis_is_not_repeated_per_task_instance(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DAG whose analysis raised was analysed again for every task instance (0.4 s each for 10,000
+    tasks: hours in the scheduler loop for one run); now once per DAG object, then the fallback."""
+    import airflow_gpu_dag.priority.weights as weights
+
+    calls = []
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        raise OverflowError("int too large to convert to float")
+
+    monkeypatch.setattr(weights, "build_basis", broken)
+    with DAG("broken", schedule=None, default_args={"weight_rule": CRITICAL}) as dag:
+        for i in range(20):
+            EmptyOperator(task_id=f"t{i}", priority_weight=3)
+    sdag = _serialized(dag)
+
+    def check() -> None:
+        strategy = CriticalPathPriorityStrategy()
+        assert {
+            strategy.get_weight(_ti_bad_input_properties(sdag, t, "manual__2026-11-30T12:00:00+00:00"))
+            for t in sdag.task_dict
+        } == {3}
+        assert len(calls) == 1
+
+    _under(None, check)
+
+
+@pytest.mark.usefixtures("_fresh_strategies")
+def test_found_through_the_dag_processor_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end through Airflow's DagBag (what the dag-processor runs): a hand-written hint that used
+    to raise OverflowError in the policy is now an import error naming the DAG, the task and the fix."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 8}')
+    path = tmp_path / "bad_hints.py"
+    path.write_text(
+        "from airflow.sdk import DAG\n"
+        "from airflow.providers.standard.operators.empty import EmptyOperator\n"
+        f"with DAG('bad_hints', schedule=None, default_args={{'weight_rule': {CRITICAL!r}}}):\n"
+        "    EmptyOperator(task_id='train', pool='gpu_default',\n"
+        "                  executor_config={'gpu_dag': {'duration_s': 60, 'gpus': 10**400, 'inputs': 5}})\n"
+    )
+    bag = DagBag(dag_folder=str(path))
+    errors = list(bag.import_errors.values())
+    assert len(errors) == 1, errors
+    assert "DAG 'bad_hints', task 'train'" in errors[0] and "Fix:" in errors[0]
+    assert "out of range" in errors[0] and "'inputs' must be a list" in errors[0]
+    assert "OverflowError" not in errors[0] and "Traceback" not in errors[0]
+
+
+@pytest.fixture
+def _fresh_audit_priority2(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")
+    for cls in (CriticalPathPriorityStrategy, PackingPriorityStrategy):
+        cls._weights.reset()
+    yield
+    for cls in (CriticalPathPriorityStrategy, PackingPriorityStrategy):
+        cls._weights.reset()
+
+
+@pytest.mark.usefixtures("_fresh_audit_priority2")
+@pytest.mark.parametrize("rule", ["critical_path", "CRITICAL_PATH_WEIGHT_RULE", "PackingPriorityStrategy"])
+def test_a_dag_naming_our_rule_the_way_airflow_cannot_load_fails_its_import_with_the_task_and_fix(
+    tmp_path: Any, rule: str
+) -> None:
+    """A DAG without GPU hints that means our rule but writes its short name was skipped by the cluster
+    policy (it looked for ``airflow_gpu_dag`` in the rule): the DAG file imported, and its serialization
+    then failed with ``Unknown priority strategy critical_path``, naming neither the task nor the fix."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    path = tmp_path / "short_rule.py"
+    path.write_text(
+        "from airflow.sdk import DAG\n"
+        "from airflow.providers.standard.operators.bash import BashOperator\n"
+        f"with DAG('short_rule', schedule=None, default_args={{'weight_rule': {rule!r}}}):\n"
+        "    BashOperator(task_id='evaluate', bash_command='true')\n"
+    )
+    bag = DagBag(dag_folder=str(path))
+    errors = list(bag.import_errors.values())
+    assert len(errors) == 1, errors
+    assert "DAG 'short_rule', task 'evaluate'" in errors[0] and "bad-weight-rule" in errors[0]
+    meant = "PackingPriorityStrategy" if "Packing" in rule else "CriticalPathPriorityStrategy"
+    assert f"did you mean 'airflow_gpu_dag.priority_strategy.{meant}'" in errors[0]
+
+
+def test_packing_strategy_never_raises_and_follows_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    from airflow_gpu_dag import PACKING_WEIGHT_RULE, gpu_hints
+    from airflow_gpu_dag import priority_strategy as ps
+    from airflow_gpu_dag.airflow.dag_reader import build_task_graph
+    from airflow_gpu_dag.core.planning.planner import planned_remaining
+    from airflow_gpu_dag.core.policy.objective import key_of_weight
+
+    assert PACKING_WEIGHT_RULE == "airflow_gpu_dag.priority_strategy.PackingPriorityStrategy"
+    with DAG("packing_strategy_dag", schedule=None) as dag:
+        a = EmptyOperator(task_id="a", pool="gpu", executor_config=gpu_hints(duration=10, gpus=1))
+        b = EmptyOperator(task_id="b", pool="gpu", executor_config=gpu_hints(duration=100, gpus=8))
+        c = EmptyOperator(task_id="c", pool="gpu", executor_config=gpu_hints(duration=5, gpus=1))
+        a >> b
+    del c
+    strategy = ps.PackingPriorityStrategy()
+    run_id = "manual__2026-11-30T12:00:00+00:00"
+
+    def ti(task_id: str) -> Any:
+        return SimpleNamespace(task=dag.task_dict[task_id], task_id=task_id, dag_id=dag.dag_id, run_id=run_id)
+
+    def rest(task_id: str) -> float:  # the remaining time a weight encodes (trigger and work removed)
+        key = key_of_weight(strategy.get_weight(ti(task_id)))
+        assert key is not None
+        return -key
+
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu": 8}')
+    ps.PackingPriorityStrategy._weights.reset()
+    planned = planned_remaining(build_task_graph(dag)[0], {"gpu": 8})
+    base = rest("a") - round(planned["a"])  # -(trigger + s * W): the same for every task of the run
+    assert {t: rest(t) - round(planned[t]) for t in ("a", "b", "c")} == dict.fromkeys(("a", "b", "c"), base)
+    assert strategy.get_weight(ti("a")) > strategy.get_weight(ti("b"))  # a gates the long wide task
+    # a task wider than the configured pool: the planner refuses, critical-path remaining, no exception
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu": 4}')
+    ps.PackingPriorityStrategy._weights.reset()
+    assert rest("a") - rest("b") == 10  # remaining 110 vs 100: the critical path
+    # no pool sizes configured: the critical path too
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS")
+    ps.PackingPriorityStrategy._weights.reset()
+    assert rest("a") - rest("c") == 105
+    no_task: Any = SimpleNamespace(task=None, task_id="x")
+    assert strategy.get_weight(no_task) == 1
+    # anything else failing: the task's own priority_weight
+    import airflow_gpu_dag.priority.basis as basis
+
+    monkeypatch.setattr(basis, "build_task_graph", lambda dag: 1 / 0)
+    ps.PackingPriorityStrategy._weights.reset()
+    assert strategy.get_weight(ti("c")) == dag.task_dict["c"].priority_weight
+    ps.PackingPriorityStrategy._weights.reset()
+
+
+def test_packing_strategy_reads_the_search_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``[gpu_dag] plan_search_budget`` reaches the planner; unset or malformed it stays 0 (off)."""
+    import airflow_gpu_dag.settings as config
+
+    seen: list[int] = []
+
+    def fake_conf(key: str, fallback: str | None) -> str | None:
+        return {"plan_search_budget": budget}.get(key, fallback)
+
+    for budget, expected in (("60000", 60000), ("", 0), ("lots", 0), ("-5", 0)):
+        monkeypatch.setattr(config, "conf_get", fake_conf)
+        seen.append(config.plan_search_budget())
+        assert seen[-1] == expected, budget
+    monkeypatch.setattr(config, "conf_get", lambda key, fallback: fallback)
+    assert config.plan_search_budget() == 0
+
+
+def test_packing_strategy_reads_the_backfill_it_plans_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``[gpu_dag] plan_backfill = strict`` makes the planner predict a strict-backfill controller."""
+    import airflow_gpu_dag.settings as config
+
+    for raw, expected in (("strict", True), (" Strict ", True), ("easy", False), ("", False)):
+        monkeypatch.setattr(
+            config, "conf_get", lambda key, fallback, raw=raw: raw if key == "plan_backfill" else fallback
+        )
+        assert config.plan_strict_backfill() is expected, raw
+    monkeypatch.setattr(config, "conf_get", lambda key, fallback: fallback)
+    assert config.plan_strict_backfill() is False
+
+
+FORGED_DERIVED = {"remaining_s": 3e7, "slot_seconds": {}, "digest": "0" * 32}
+
+
+@pytest.fixture
+def _fresh_task_contract(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 8}')
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
+    for cls in STRATEGIES:
+        cls._weights.reset()
+        cls._failed.clear()
+    yield
+    for cls in STRATEGIES:
+        cls._weights.reset()
+        cls._failed.clear()
+
+
+def _weight_task_contract(
+    sdag: Any, task_id: str, strategy: Any = None, map_index: int = -1, **extra: Any
+) -> int:
+    ti = SimpleNamespace(
+        task=sdag.task_dict[task_id],
+        task_id=task_id,
+        dag_id=sdag.dag_id,
+        run_id=RUN_ID,
+        map_index=map_index,
+        **extra,
+    )
+    return int((strategy or CriticalPathPriorityStrategy()).get_weight(ti))
+
+
+def _training(forged: dict[str, Any] | None, dag_id: str = "pretrain", mapped: bool = True) -> DAG:
+    """The issue's DAG: a 4-GPU, 250-hour training and one mapped evaluation; ``forged`` goes into the
+    training task's executor_config (the version-1 key, or the contract's ``derived``)."""
+    with DAG(dag_id, schedule=None, default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
+        config = gpu_hints(duration="250h", gpus=4)
+        if forged is not None:
+            config = {**config, **forged}
+        train = BashOperator(
+            task_id="train", bash_command="true", pool="gpu_default", pool_slots=4, executor_config=config
+        )
+        if mapped:
+
+            @task(executor_config=gpu_hints(duration="20m"))
+            def shard(x: int) -> int:
+                return x
+
+            train >> shard.expand(x=[1, 2, 3])
+    return dag
+
+
+@pytest.mark.usefixtures("_fresh_task_contract")
+def test_derived_figures_written_without_the_policy_are_ignored(caplog: pytest.LogCaptureFixture) -> None:
+    """A DAG parsed where the provider's policy does not run keeps what its file wrote; the scheduler
+    uses derived figures only when their digest is the DAG's own."""
+    forger = _training(
+        {"gpu_dag": {**gpu_hints(duration="250h", gpus=4)["gpu_dag"], "derived": FORGED_DERIVED}},
+        mapped=False,
+    )
+    weight = _weight_task_contract(_serialized(forger), "train")
+    CriticalPathPriorityStrategy._weights.reset()
+    clean = _weight_task_contract(
+        _serialized(_training(None, mapped=False)), "train"
+    )  # analysed by the scheduler
+    assert weight == clean
+    assert "not this DAG version's" in caplog.text

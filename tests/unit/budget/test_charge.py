@@ -1,0 +1,333 @@
+"""Tests of ``airflow_gpu_dag.budget.charge``."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+from unittest import mock
+
+import pytest
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG
+from kubernetes.client import models as k8s
+
+from airflow_gpu_dag.authoring import budget_gate
+from airflow_gpu_dag.budget import check as gate_module
+from airflow_gpu_dag.budget import read_usage
+from airflow_gpu_dag.budget.charge import SettleBudgetClaim
+from airflow_gpu_dag.core.model.resources import GpuRequest
+from airflow_gpu_dag.executor_config import gpu_hints
+from airflow_gpu_dag.gpu.inventory import parse_inventory
+from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseOwner, LeaseSettings
+from airflow_gpu_dag.gpu.usage import UsageLedger, UsageRecord
+from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator
+from tests.unit.operators.conftest import _dag
+
+
+@pytest.fixture
+def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests exercise the deferring path: a deployment with a triggerer, which turns on
+    ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
+
+
+@pytest.fixture
+def _no_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gate_module, "_variable_float", lambda key: None)
+
+
+def _ctx(dag_id: str, run_id: str = "r1") -> dict[str, Any]:
+    return {"dag": SimpleNamespace(dag_id=dag_id), "run_id": run_id, "ti": SimpleNamespace(map_index=-1)}
+
+
+def _ti(dag_id: str, task_id: str, hours: float, try_number: int = 1) -> SimpleNamespace:
+    return SimpleNamespace(
+        dag_id=dag_id,
+        run_id="r1",
+        task_id=task_id,
+        map_index=-1,
+        try_number=try_number,
+        start_date=datetime.now(UTC) - timedelta(hours=hours),
+        state="failed",
+    )
+
+
+def _settle(task: Any, kind: str = "on_failure_callback") -> SettleBudgetClaim:
+    (callback,) = [c for c in getattr(task, kind) if isinstance(c, SettleBudgetClaim)]
+    return callback
+
+
+@pytest.mark.usefixtures("_deferring", "_no_variables")
+def test_a_gpu_operator_that_never_got_its_lease_is_charged_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_gpu_dag.operators.gpu import GpuBashOperator
+
+    ledger = str(tmp_path / "usage.jsonl")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__USAGE_LEDGER", ledger)  # where its leases are charged
+    with DAG("d", schedule=None):
+        fit = GpuBashOperator(task_id="fit", bash_command="true", gpus=4, duration="2h")
+        gate = budget_gate(fit, gpu_hours_per_run=40)
+        hints = gpu_hints(gpus=2, duration="1h")
+        plain = EmptyOperator(task_id="plain", pool="gpu_a100", executor_config=hints)
+        budget_gate(plain, gpu_hours_per_run=40)
+    assert gate.execute(_ctx("d"))["allowed"]
+    # the try waited an hour for its lease and timed out: it never held a GPU
+    _settle(fit)({"ti": _ti("d", "fit", hours=1.0)})
+    usage = read_usage(ledger, "d", "r1", None)
+    assert (usage.run_gpu_seconds, usage.run_claimed_seconds) == (0, 0)  # before: 4 GPU-h
+    # a task with neither a lease nor a pod is still charged GPUs x its run time
+    _settle(plain)({"ti": _ti("d", "plain", hours=0.5)})
+    assert read_usage(ledger, "d", "r1", None).run_gpu_hours == pytest.approx(1.0, abs=0.01)
+
+
+@pytest.mark.usefixtures("_deferring", "_no_variables")
+def test_a_lease_left_to_be_reclaimed_is_charged_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_gpu_dag.operators.gpu import GpuBashOperator
+
+    ledger = tmp_path / "usage.jsonl"
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_DIR", str(tmp_path / "leases"))
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__USAGE_LEDGER", str(ledger))
+    with DAG("d", schedule=None):
+        fit = GpuBashOperator(task_id="fit", bash_command="true", gpus=2, duration="1h")
+        budget_gate(fit, gpu_hours_per_run=40, ledger=str(ledger))  # the same file, named
+    manager = LeaseManager(LeaseSettings.from_config(), parse_inventory("2xa100:80GiB"))
+    owner = LeaseOwner(dag_id="d", run_id="r1", task_id="fit", try_number=1, pool=fit.pool)
+    lease = manager.acquire(GpuRequest(2), owner)
+    time.sleep(0.05)
+    # the command could not be stopped: the lease is left to be reclaimed, the task fails first
+    _settle(fit)({"ti": _ti("d", "fit", hours=1.0)})
+    lease.release("reclaimed")
+    used = read_usage(str(ledger), "d", "r1", None).run_gpu_seconds
+    assert 0 < used < 10  # the lease's seconds only; before: plus 2 GPUs x 1 h of run time
+
+
+@pytest.mark.usefixtures("_deferring", "_no_variables")
+def test_a_gpu_pod_that_never_started_is_charged_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator
+
+    ledger = str(tmp_path / "usage.jsonl")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__USAGE_LEDGER", ledger)
+    with DAG("pods", schedule=None):
+        train = GpuKubernetesPodOperator(task_id="train", image="i", gpus=2, duration="1h")
+        budget_gate(train, gpu_hours_per_run=40)
+    _settle(train)({"ti": _ti("pods", "train", hours=0.5)})  # GpuPodNotScheduled after 30 min
+    assert read_usage(ledger, "pods", "r1", None).run_gpu_seconds == 0  # before: 1 GPU-h
+
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC).timestamp()
+
+
+def _record(run_id: str, hours: float, devices: int = 1, pool: str = "gpu", end: float = NOW) -> UsageRecord:
+    return UsageRecord(
+        dag_id="train",
+        run_id=run_id,
+        task_id="fit",
+        try_number=1,
+        devices=tuple(range(devices)),
+        start=end - hours * 3600 / devices,
+        end=end,
+        pool=pool,
+    )
+
+
+@pytest.fixture
+def ledger(tmp_path) -> str:
+    path = tmp_path / "usage.jsonl"
+    book = UsageLedger(path)
+    book.append(_record("r1", 2.0, devices=2))
+    book.append(_record("r1", 1.0))
+    book.append(_record("r2", 4.0, pool="gpu"))
+    book.append(_record("r2", 8.0, pool="other"))
+    book.append(_record("r3", 5.0, end=NOW - 86400))  # yesterday
+    return str(path)
+
+
+def _pod(started: datetime | None, finished: datetime | None, phase: str = "Succeeded") -> Any:
+    from kubernetes.client import models as k8s
+
+    state = k8s.V1ContainerState(
+        terminated=k8s.V1ContainerStateTerminated(exit_code=0, started_at=started, finished_at=finished)
+        if finished
+        else None,
+        running=k8s.V1ContainerStateRunning(started_at=started) if started and not finished else None,
+    )
+    return k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name="train-abc", namespace="ml", uid="u-1", labels={"run_id": "r7"}),
+        spec=k8s.V1PodSpec(containers=[], node_name="node-7"),
+        status=k8s.V1PodStatus(
+            phase=phase,
+            start_time=started,
+            container_statuses=[
+                k8s.V1ContainerStatus(
+                    name="base", image="i", image_id="", ready=False, restart_count=0, state=state
+                )
+            ],
+        ),
+    )
+
+
+@pytest.mark.usefixtures("_deferring")
+def test_gpu_pod_charges_the_budget_when_it_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator
+
+    ledger = tmp_path / "usage.jsonl"
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__USAGE_LEDGER", str(ledger))
+    monkeypatch.setattr(KubernetesPodOperator, "cleanup", lambda self, *a, **k: None)
+    with DAG("pods", schedule=None):
+        op = GpuKubernetesPodOperator(task_id="train", image="i", gpus=2, gpu_type="a100")
+    start = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+    ti = SimpleNamespace(dag_id="pods", run_id="r7", task_id="train", map_index=-1, try_number=1)
+    pod = _pod(start, start + timedelta(hours=1))
+    op.cleanup(pod, pod, context={"ti": ti})
+    op.cleanup(pod, pod, context={"ti": ti})  # cleaned up twice: charged once
+    records = UsageLedger(ledger).read()
+    assert len(records) == 1 and records[0].gpu_seconds == 2 * 3600
+    assert (records[0].dag_id, records[0].run_id, records[0].pool) == ("pods", "r7", "gpu_a100")
+    assert read_usage(str(ledger), "pods", "r7", "gpu_a100", now=start.timestamp() + 7200).run_gpu_hours == 2
+
+
+HOOK = "airflow.providers.cncf.kubernetes.operators.pod.KubernetesHook"
+
+
+RUN_ID = "manual__2026-11-30T00:00:00+00:00"
+
+
+def _dag_kubernetes_audit2(dag_id: str = "audit2", **kwargs: Any) -> DAG:
+    return DAG(dag_id, schedule=None, start_date=datetime(2026, 1, 1), **kwargs)
+
+
+def _build(op: Any, context: dict[str, Any]) -> k8s.V1Pod:
+    with mock.patch(HOOK) as hook:
+        hook.return_value.is_in_cluster = False
+        hook.return_value.get_namespace.return_value = "default"
+        return op.build_pod_request_obj(context)
+
+
+def test_a_killed_pod_is_charged_to_its_run_map_index_and_try() -> None:
+    # Before: on_kill charged the pod with the ids read from its labels, which the provider
+    # sanitizes (run_id 'manual__2026-11-30T0000000000-<hash>') and which carry no try number:
+    # the GPU time went to a run that does not exist, as map index -1, so the run's budget never saw it.
+    with _dag_kubernetes_audit2("killed") as dag:
+        op = GpuKubernetesPodOperator(task_id="train", image="i", namespace="ml", gpus=4)
+    ti = SimpleNamespace(dag_id="killed", task_id="train", run_id=RUN_ID, map_index=3, try_number=2)
+    context = {"ti": ti, "run_id": RUN_ID, "dag": dag}
+    pod = _build(op, context)
+    assert pod.metadata.labels["run_id"] != RUN_ID  # what the old code charged
+    started = datetime(2026, 11, 30, tzinfo=UTC)
+    running = k8s.V1Pod(
+        metadata=pod.metadata,
+        spec=pod.spec,
+        status=k8s.V1PodStatus(
+            phase="Running",
+            container_statuses=[
+                k8s.V1ContainerStatus(
+                    name="base",
+                    image="i",
+                    image_id="",
+                    ready=True,
+                    restart_count=0,
+                    state=k8s.V1ContainerState(running=k8s.V1ContainerStateRunning(started_at=started)),
+                )
+            ],
+        ),
+    )
+    manager = mock.Mock()
+    manager.read_pod.return_value = running
+    op.__dict__["pod_manager"] = manager
+    op.__dict__["client"] = mock.Mock()
+    charged: list[Any] = []
+
+    def provider_execute(self: Any, context: Any) -> None:
+        self.pod = pod  # created; the kill arrives while the provider waits for it
+
+    with (
+        mock.patch("airflow_gpu_dag.budget.charge.charge", side_effect=lambda r: charged.append(r) or True),
+        mock.patch.object(KubernetesPodOperator, "execute", provider_execute),
+        mock.patch.object(KubernetesPodOperator, "on_kill"),
+    ):
+        op.execute(context)
+        op.on_kill()
+    assert len(charged) == 1
+    record = charged[0]
+    assert (record.dag_id, record.run_id, record.task_id) == ("killed", RUN_ID, "train")
+    assert (record.map_index, record.try_number) == (3, 2)
+    assert record.gpu_seconds > 0 and len(record.devices) == 4
+
+
+def _pod_kubernetes_shared_args(phase: str, state: k8s.V1ContainerState | None = None) -> k8s.V1Pod:
+    import datetime as dt
+
+    start = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
+    statuses = (
+        [
+            k8s.V1ContainerStatus(
+                name="base", image="i", image_id="", ready=False, restart_count=0, state=state
+            )
+        ]
+        if state
+        else None
+    )
+    return k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(
+            name="train-abc",
+            namespace="ml",
+            uid="u1",
+            labels={"dag_id": "k8s_gpu", "run_id": "r", "task_id": "train"},
+        ),
+        spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="base", image="i")], node_name="n1"),
+        status=k8s.V1PodStatus(phase=phase, start_time=start, container_statuses=statuses),
+    )
+
+
+def test_a_pod_ended_by_timeout_or_kill_is_charged_from_its_current_status() -> None:
+    # The pod the operator holds can be the snapshot taken at creation (Pending, no container status):
+    # before, a task ended by execution_timeout or killed while its container ran was charged nothing.
+    import datetime as dt
+    from unittest import mock
+
+    running = _pod_kubernetes_shared_args(
+        "Running",
+        k8s.V1ContainerState(
+            running=k8s.V1ContainerStateRunning(started_at=dt.datetime(2026, 11, 30, tzinfo=dt.UTC))
+        ),
+    )
+    dag = _dag()
+    with dag:
+        op = GpuKubernetesPodOperator(task_id="train", image="i", namespace="ml", gpus=8)
+    manager = mock.Mock()
+    manager.read_pod.return_value = running
+    op.__dict__["pod_manager"] = manager
+    op.__dict__["client"] = mock.Mock()
+    charged: list[Any] = []
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    def record(usage: Any) -> bool:
+        charged.append(usage)
+        return True
+
+    with (
+        mock.patch("airflow_gpu_dag.budget.charge.charge", side_effect=record),
+        mock.patch.object(KubernetesPodOperator, "cleanup"),  # the provider's part (raises: pod failed)
+        mock.patch.object(KubernetesPodOperator, "on_kill"),
+    ):
+        op.cleanup(
+            _pod_kubernetes_shared_args("Pending"),
+            _pod_kubernetes_shared_args("Pending"),
+            context={"ti": None},
+        )  # an exception mid-run
+        assert len(charged) == 1 and charged[0].gpu_seconds > 0 and len(charged[0].devices) == 8
+        op.pod = _pod_kubernetes_shared_args("Pending")
+        op.on_kill()  # killed: charged before the provider deletes the pod
+    assert len(charged) == 2 and charged[1].task_id == "train" and charged[1].gpu_seconds > 0
+    assert manager.read_pod.call_count == 2

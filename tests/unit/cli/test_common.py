@@ -1,0 +1,35 @@
+"""Tests of ``airflow_gpu_dag.cli.common``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _no_configured_pools(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+def test_a_reader_that_stops_early_is_not_an_error(tmp_path: Path) -> None:
+    """`airflow gpu-dag plan ... -o plain | head -1` ended in a BrokenPipeError traceback."""
+    script = tmp_path / "pipe.py"
+    script.write_text(
+        "import argparse\n"
+        "from airflow_gpu_dag.cli.common import quiet\n"
+        "@quiet\n"
+        "def command(args):\n"
+        "    for i in range(200_000):\n"
+        "        print('row', i)\n"
+        "command(argparse.Namespace(verbose=True))\n"
+    )
+    result = subprocess.run(
+        f"{sys.executable} {script} | head -1", shell=True, capture_output=True, text=True, check=False
+    )
+    assert result.stdout == "row 0\n"
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr

@@ -1,0 +1,80 @@
+"""Tests of ``airflow_gpu_dag.cli.estimates``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from airflow_gpu_dag.cli.estimates import estimates_table
+from airflow_gpu_dag.core.analysis.estimates import DurationEstimate, EstimateSettings
+from tests.unit.cli.conftest import (
+    GOOD,
+    PIPELINE,
+    run_cli,
+    run_json,
+)
+
+
+@pytest.fixture
+def _settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+# -- 5. the quantile column of estimates -------------------------------------------------------------------
+@pytest.mark.usefixtures("_settings")
+@pytest.mark.parametrize(("quantile", "label"), [(0.9, "p90"), (0.995, "p99.5"), (0.999, "p99.9")])
+def test_estimates_table_names_the_quantile_it_shows(quantile: float, label: str) -> None:
+    settings = EstimateSettings(quantile=quantile)
+    estimate = DurationEstimate("train", declared=600.0, fallback=600.0)
+    table = estimates_table("d", {"train": estimate}, settings, 1.5)
+    assert [name for name, _ in table.columns][3] == label
+
+
+@pytest.fixture
+def _no_configured_pools(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+# -- learned durations: estimates and plan ------------------------------------------------------------
+def _fake_history(monkeypatch: pytest.MonkeyPatch, durations: dict[str, float], runs: int = 4) -> None:
+    from airflow_gpu_dag.airflow import history
+    from airflow_gpu_dag.core.analysis.estimates import RunSample
+
+    def read(dag_id: str, task_ids: Any = None, window: int = 20, *, session: Any = None) -> Any:
+        return {
+            t: [RunSample(d, "success", 1000.0 * i, 1000.0 * i + d) for i in range(runs)]
+            for t, d in durations.items()
+        }
+
+    monkeypatch.setattr(history, "read_history", read)
+    monkeypatch.setattr(history, "read_map_counts", lambda *a, **k: {})
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
+def test_estimates_flags_declared_estimates_that_are_off(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # train declares 2h but takes 20m; load declares 20m and takes 21m
+    _fake_history(monkeypatch, {"train": 1200.0, "load": 1260.0})
+    code, report = run_json(capsys, "estimates", PIPELINE, "--file", str(GOOD))
+    assert code == 0 and report["flagged"] == ["train"]
+    by_task = {t["task_id"]: t for t in report["tasks"]}
+    assert by_task["train"]["source"] == "learned" and by_task["train"]["runs"] == 4
+    assert by_task["train"]["learned"] == pytest.approx(1200, rel=0.02)
+    assert by_task["train"]["declared"] == 7200 and by_task["train"]["ratio"] == pytest.approx(
+        1 / 6, rel=0.02
+    )
+    assert by_task["evaluate"]["source"] == "declared" and not by_task["evaluate"]["flagged"]
+    code, report = run_json(capsys, "estimates", PIPELINE, "--file", str(GOOD), "--factor", "1.01")
+    assert report["flagged"] == ["load", "train"]
+    for factor in ("1", "nan", "inf"):
+        assert run_cli("estimates", PIPELINE, "--file", str(GOOD), "--factor", factor) == 1
+        assert "must be a finite number greater than 1" in capsys.readouterr().err
+    assert run_cli("estimates", PIPELINE, "--file", str(GOOD)) == 0
+    out = capsys.readouterr().out
+    assert "OFF >1.5x" in out and "1 of 13 task(s) flagged" in out

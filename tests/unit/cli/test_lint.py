@@ -1,0 +1,387 @@
+"""Tests of ``airflow_gpu_dag.cli.lint``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from airflow_gpu_dag.cli.definition import get_parser
+from airflow_gpu_dag.cli.lint import LINT_COLUMNS
+from tests.unit.cli.conftest import (
+    GOOD,
+    PIPELINE,
+    ROOT,
+    run_cli,
+    run_json,
+    table_column,
+)
+
+
+def test_lint_yaml_and_plain(capsys: pytest.CaptureFixture[str]) -> None:
+    broken = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "dags_broken"
+    assert run_cli("lint", str(broken / "unknown_pool_dag.py"), "--pool", "gpu_default=8", "-o", "yaml") == 1
+    report = yaml.safe_load(capsys.readouterr().out)
+    assert report["ok"] is False and report["findings"][0]["code"] == "unknown-pool"
+    assert run_cli("lint", str(broken), "--pool", "gpu_default=8", "-o", "plain") == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split("\t") == ["severity", "code", "dag_id", "task_id", "message", "fix"]
+    codes = {line.split("\t")[1] for line in lines[1:]}
+    assert {"import-error", "cycle", "unknown-pool"} <= codes
+    assert all(len(line.split("\t")) == 6 for line in lines)
+
+
+BROKEN = ROOT / "tests" / "fixtures" / "dags_broken"
+
+
+@pytest.fixture
+def _no_configured_pools(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+# -- lint ------------------------------------------------------------------------------------------------
+@pytest.mark.usefixtures("_no_configured_pools")
+def test_lint_good_dag_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = run_json(capsys, "lint", str(GOOD), "--pool", "gpu_default=8")
+    assert code == 0
+    assert report["dags"] == [PIPELINE]
+    assert report["errors"] == 0 and report["import_errors"] == [] and report["ok"] is True
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
+def test_lint_broken_folder_reports_every_problem(capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = run_json(capsys, "lint", str(BROKEN), "--pool", "gpu_a100=8", "--pool", "gpu_default=8")
+    assert code == 1 and report["ok"] is False
+    found = {(f["dag_id"], f["code"], f["task_id"]) for f in report["findings"]}
+    assert ("broken_cycle", "cycle", "prepare") in found
+    assert ("broken_estimate", "bad-estimate", "train") in found
+    assert ("broken_impossible", "impossible-request", "pretrain") in found
+    assert ("broken_unknown_pool", "unknown-pool", "finetune") in found
+    assert ("broken_hidden_dependency", "hidden-dependency", "evaluate") in found
+    cycle = next(f for f in report["findings"] if f["code"] == "cycle")
+    assert "prepare -> train -> evaluate -> prepare" in cycle["message"]
+    unknown = next(f for f in report["findings"] if f["code"] == "unknown-pool")
+    assert "gpu_h100" in unknown["message"] and "airflow pools set gpu_h100" in unknown["fix"]
+    assert [e["file"].endswith("import_error_dag.py") for e in report["import_errors"]] == [True]
+    assert "NameError" in report["import_errors"][0]["message"]
+    assert report["errors"] == 5  # cycle, bad estimate, impossible, unknown pool, import error
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
+@pytest.mark.parametrize(
+    ("file", "code"),
+    [
+        ("cycle_dag.py", "cycle"),
+        ("bad_estimate_dag.py", "bad-estimate"),
+        ("impossible_request_dag.py", "impossible-request"),
+        ("unknown_pool_dag.py", "unknown-pool"),
+    ],
+)
+def test_lint_each_broken_file_fails(capsys: pytest.CaptureFixture[str], file: str, code: str) -> None:
+    exit_code, report = run_json(capsys, "lint", str(BROKEN / file), "--pool", "gpu_a100=8")
+    assert exit_code == 1
+    assert code in {f["code"] for f in report["findings"] if f["severity"] == "error"}
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
+def test_hidden_dependency_is_a_warning_unless_strict(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(BROKEN / "hidden_dependency_dag.py")
+    code, report = run_json(capsys, "lint", path)
+    assert code == 0 and report["warnings"] == 1 and report["errors"] == 0
+    code, _ = run_json(capsys, "lint", path, "--strict")
+    assert code == 1
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
+def test_lint_reads_pools_from_config(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = str(BROKEN / "impossible_request_dag.py")
+    code, report = run_json(capsys, "lint", path)
+    assert code == 0, "without any pool sizes the request cannot be judged"
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_a100": 8}')
+    code, report = run_json(capsys, "lint", path)
+    assert code == 1
+    assert [f["code"] for f in report["findings"] if f["severity"] == "error"] == ["impossible-request"]
+    code, report = run_json(capsys, "lint", path, "--pool", "gpu_a100=16")
+    assert code == 0, "--pool overrides the configured size"
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
+def test_lint_pool_option_also_holds_for_gpu_operators_checked_when_declared(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A GPU operator checks its request against [gpu_dag] pools when the file is imported: with pools
+    of 4 configured, `--pool gpu_default=8` still failed a 6-GPU task as an import error."""
+    import os
+
+    dag_file = tmp_path / "six.py"
+    dag_file.write_text(
+        "from airflow.sdk import DAG\n"
+        "from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE\n"
+        "from airflow_gpu_dag.operators.gpu import GpuBashOperator\n"
+        "with DAG('six', default_args={'weight_rule': CRITICAL_PATH_WEIGHT_RULE}, schedule=None):\n"
+        "    GpuBashOperator(task_id='train', bash_command='true', gpus=6, duration='1h')\n"
+    )
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 4}')
+    code, report = run_json(capsys, "lint", str(dag_file))
+    assert code == 1 and report["import_errors"], "the configured pool of 4 cannot hold 6 GPUs"
+    code, report = run_json(capsys, "lint", str(dag_file), "--pool", "gpu_default=8")
+    assert code == 0 and report["import_errors"] == [] and report["dags"] == ["six"]
+    assert os.environ["AIRFLOW__GPU_DAG__POOLS"] == '{"gpu_default": 4}'  # restored after the import
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
+def test_lint_max_gpus_per_host(capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = run_json(capsys, "lint", str(GOOD), "--max-gpus-per-host", "2")
+    assert code == 1
+    assert {(f["task_id"], f["code"]) for f in report["findings"] if f["severity"] == "error"} == {
+        ("train", "impossible-request")
+    }
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
+def test_lint_human_output(capsys: pytest.CaptureFixture[str]) -> None:
+    code = run_cli("lint", str(BROKEN), "--pool", "gpu_a100=8", "--pool", "gpu_default=8")
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "IMPORT ERROR" in out and "import_error_dag.py" in out
+    assert "prepare -> train -> evaluate -> prepare" in out
+    assert "FAILED: 5 DAG(s) in 6 file(s); 5 error(s), 1 warning(s)" in out
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
+def test_lint_unknown_path(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli("lint", "/no/such/dags") == 1
+    assert "'/no/such/dags' does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
+def test_lint_checks_against_the_inventory_without_pools(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__INVENTORY_SOURCE", "static")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__INVENTORY", "2xa100:80GiB")
+    code = run_cli("lint", str(GOOD))
+    out = capsys.readouterr().out
+    assert code == 1  # the pipeline's 4-GPU train cannot fit a 2-GPU host
+    assert "impossible-request" in out and "static inventory" in out
+    assert "GPUs checked against the static inventory" in out
+
+
+# -- an unknown [gpu_dag] objective ------------------------------------------------------------------------
+@pytest.mark.usefixtures("_no_configured_pools")
+def test_lint_table_keeps_the_setting_name_in_brackets(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rich would read "[gpu_dag]" in a cell as markup and drop it: the message must keep it.
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__OBJECTIVE", "bogus")
+    assert run_cli("lint", str(GOOD), "--pool", "gpu_default=8") == 1
+    out = capsys.readouterr().out
+    assert "bad-config" in out
+    assert "[gpu_dag] objective" in out and "fix or unset [gpu_dag] objective" in out
+
+
+@pytest.fixture
+def _no_configured_pools_cli_fixes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``[gpu_dag] pools`` from the environment; wide lines (as in
+    ``tests/unit/cli/test_definition.py``)."""
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+# -- 2. lint of a path without DAG files -------------------------------------------------------------------
+@pytest.mark.usefixtures("_no_configured_pools_cli_fixes")
+@pytest.mark.parametrize("name", ["README.md", "docs"])
+def test_lint_of_a_path_without_dag_files_fails(capsys: pytest.CaptureFixture[str], name: str) -> None:
+    path = str(ROOT / name)
+    assert run_cli("lint", path) == 1
+    captured = capsys.readouterr()
+    assert f"error: path {path!r} holds no DAG file (a .py file defining a DAG" in captured.err
+    assert "OK:" not in captured.out
+
+
+@pytest.mark.usefixtures("_no_configured_pools_cli_fixes")
+def test_lint_names_only_the_paths_without_dag_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "helpers.py").write_text("# airflow dag helpers, no DAG here\nVALUE = 1\n")
+    assert run_cli("lint", str(GOOD), str(tmp_path), "-o", "json") == 1
+    captured = capsys.readouterr()
+    assert f"error: path {str(tmp_path)!r} holds no DAG file" in captured.err
+    assert str(GOOD) not in captured.err and captured.out == ""
+
+
+# -- 5. -o plain: the header also without rows ---------------------------------------------------------------
+@pytest.mark.usefixtures("_no_configured_pools_cli_fixes")
+def test_plain_lint_without_problems_prints_the_header(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli("lint", str(GOOD), "--pool", "gpu_default=8", "-o", "plain") == 0
+    assert capsys.readouterr().out == "\t".join(LINT_COLUMNS) + "\n"
+
+
+@pytest.fixture
+def _nothing_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    for option in ("POOLS", "MAX_GPUS_PER_HOST", "INVENTORY", "INVENTORY_SOURCE"):
+        monkeypatch.delenv(f"AIRFLOW__GPU_DAG__{option}", raising=False)
+
+
+# -- lint ----------------------------------------------------------------------------------------
+def _lint(*argv: str) -> int:
+    args = get_parser().parse_args(["gpu-dag", "lint", *argv])
+    try:
+        args.func(args)
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+            return 1
+        return int(exc.code or 0)
+    return 0
+
+
+def _dag_file(folder: Path, dag_id: str, pool_size: int) -> Path:
+    path = folder / f"{dag_id}.py"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            from airflow.sdk import DAG
+            from airflow_gpu_dag.authoring import exclusive
+            from airflow_gpu_dag.operators.gpu import GpuBashOperator
+
+            with DAG({dag_id!r}, schedule=None) as dag:
+                b1 = GpuBashOperator(task_id="b1", bash_command="true", duration="30m")
+                b2 = GpuBashOperator(task_id="b2", bash_command="true", duration="30m")
+            exclusive([b1, b2], pool="gpu_node1", pool_size={pool_size})
+            """
+        )
+    )
+    return path
+
+
+@pytest.mark.usefixtures("_nothing_configured")
+def test_lint_with_the_pool_size_refuses_an_exclusive_that_does_not_exclude(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _dag_file(tmp_path, "team_a", 4)
+    assert _lint(str(path), "--pool", "gpu_node1=8", "-o", "plain") == 1  # before: OK
+    out = capsys.readouterr().out
+    assert "DAG 'team_a'" in out and "'gpu_node1' has 8 slots" in out and "pool_size=4" in out
+
+
+@pytest.mark.usefixtures("_nothing_configured")
+def test_lint_refuses_two_dags_that_claim_one_pool_with_different_sizes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _dag_file(tmp_path, "team_a", 4)
+    _dag_file(tmp_path, "team_b", 8)
+    assert _lint(str(tmp_path), "-o", "json") == 1
+    report = json.loads(capsys.readouterr().out)
+    (conflict,) = [f for f in report["findings"] if f["code"] == "pool-size-conflict"]
+    assert conflict["severity"] == "error"
+    assert "'team_a'" in conflict["message"] and "'team_b'" in conflict["message"]
+    assert "pool_size=4" in conflict["message"] and "pool_size=8" in conflict["message"]
+
+
+@pytest.mark.usefixtures("_nothing_configured")
+def test_lint_says_when_it_cannot_check_a_claimed_pool_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _dag_file(tmp_path, "team_a", 8)
+    assert _lint(str(path), "-o", "json") == 0
+    report = json.loads(capsys.readouterr().out)
+    (unchecked,) = [f for f in report["findings"] if f["code"] == "pool-size-unchecked"]
+    assert unchecked["severity"] == "warning" and "--pool gpu_node1=<slots>" in unchecked["fix"]
+    assert _lint(str(path), "--pool", "gpu_node1=8", "-o", "json") == 0
+    found = json.loads(capsys.readouterr().out)["findings"]
+    assert not [f for f in found if f["code"].startswith("pool-size")]
+
+
+_HEAD = """
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG, task
+from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
+"""
+
+
+@pytest.fixture
+def _settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+def _dag_file_cli_inputs(folder: Path, name: str, body: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(_HEAD + body)
+    return path
+
+
+@pytest.mark.usefixtures("_settings")
+def test_lint_reports_a_dag_id_defined_in_two_of_the_files_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = 'EmptyOperator(task_id="t1", executor_config=gpu_hints(duration="forty minutes"))'
+    broken = _dag_file_cli_inputs(tmp_path, "d1.py", f'with DAG("dup", schedule=None):\n    {bad}\n')
+    clean = _dag_file_cli_inputs(
+        tmp_path, "d2.py", 'with DAG("dup", schedule=None):\n    EmptyOperator(task_id="t1")\n'
+    )
+    code, result = run_json(capsys, "lint", str(broken), str(clean))
+    assert code == 1 and result["ok"] is False
+    codes = {(f["code"], f.get("task_id")) for f in result["findings"]}
+    assert ("bad-estimate", "t1") in codes  # the first file's DAG is checked, not replaced
+    (error,) = result["import_errors"]
+    assert error["file"] == str(clean)
+    assert "Ignoring DAG dup from" in error["message"] and "also found in" in error["message"]
+    assert run_cli("lint", str(tmp_path), str(clean), str(tmp_path)) == 1
+    assert "in 2 file(s)" in capsys.readouterr().out  # each file counted once
+
+
+@pytest.mark.usefixtures("_settings")
+def test_lint_refuses_a_host_of_zero_gpus(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        run_cli("lint", "--max-gpus-per-host", "0")
+    assert exit_.value.code == 2 and "a whole number >= 1" in capsys.readouterr().err
+
+
+_LONG = "preprocessing_stage_for_the_large_language_model_training_shard_"
+
+
+_IDS = (f"{_LONG}alpha", f"{_LONG}bravo")
+
+
+_DAG = "long_ids_dag"
+
+
+# -- 1. rich tables must not cut ids --------------------------------------------------------------------
+def _long_ids(folder: Path) -> Path:
+    path = folder / "long_ids.py"
+    tasks = "\n".join(
+        f'    EmptyOperator(task_id="{task_id}", pool="gpu_default", '
+        'executor_config=gpu_hints(duration="5m", gpus=1))'
+        for task_id in _IDS
+    )
+    path.write_text(
+        "from airflow.providers.standard.operators.empty import EmptyOperator\n"
+        "from airflow.sdk import DAG\n"
+        "from airflow_gpu_dag import gpu_hints\n"
+        f'with DAG("{_DAG}", schedule=None):\n{tasks}\n'
+    )
+    return path
+
+
+@pytest.mark.usefixtures("_settings")
+def test_a_narrow_lint_table_wraps_codes_dags_and_tasks_instead_of_cutting_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    assert run_cli("lint", str(_long_ids(tmp_path)), "--no-granularity") == 0
+    out = capsys.readouterr().out
+    # one finding: the GPU tasks are on a stock weight rule
+    assert [table_column(out, i) for i in (1, 2, 3)] == ["incomparable-priority", _DAG, _IDS[0]]

@@ -1,0 +1,370 @@
+"""``airflow gpu-dag watermark`` in-process against an in-memory REST API: ``--once``, ``--dry-run``,
+``-o json|yaml|plain``, start-up errors; and ``-o yaml|plain`` of lint and plan."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from airflow_gpu_dag.hooks.airflow_api import AirflowApiHook
+from airflow_gpu_dag.watermark.health import write_heartbeat_file
+from tests.unit.cli.conftest import (
+    ClosingRest,
+    config,
+    run_cli,
+)
+from tests.unit.watermark.conftest import (
+    NOW,
+    ti,
+)
+
+
+def test_once_dry_run_json_decides_and_writes_nothing(
+    rest: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli("watermark", "--config", config(tmp_path), "--once", "--dry-run", "-o", "json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["dry_run"] is True and out["missing"] == ["gpu"] and out["released"] == []
+    (pool,) = out["pools"]
+    assert pool["pool"] == "gpu" and pool["capacity"] == 4 and pool["size"] == 0
+    assert pool["action"] == "would write" and pool["reserved_for"] == "d/r/wide/-1"
+    assert pool["reserved_slots"] == 4 and pool["source_status"] == "ok"
+    assert rest.writes == [] and rest.pools == {} and rest.variables == {}
+
+
+def test_once_writes_then_fails_open_at_its_end(
+    rest: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli("watermark", "--config", config(tmp_path), "--once") == 0
+    out = capsys.readouterr().out
+    assert "gpu: size 0 capacity 4 (source ok: static 4) written | reserving 4 slots for d/r/wide/-1" in out
+    assert "gpu: written back to its capacity (the controller stops: fail open)" in out
+    # created (size 0), the reservation, then back to capacity
+    assert rest.writes == [("gpu", 0), ("gpu", 0), ("gpu", 4)]
+    assert '"expires"' not in rest.pools["gpu"]["description"]
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "plain"])
+def test_once_yaml_and_plain(
+    rest: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    assert run_cli("watermark", "--config", config(tmp_path), "--once", "--dry-run", "-o", fmt) == 0
+    out = capsys.readouterr().out
+    if fmt == "yaml":
+        data = yaml.safe_load(out)
+        assert data["pools"][0]["size"] == 0 and data["dry_run"] is True
+    else:
+        header, row = out.splitlines()
+        cells = dict(zip(header.split("\t"), row.split("\t"), strict=True))
+        assert cells["pool"] == "gpu" and cells["size"] == "0" and cells["action"] == "would write"
+
+
+def test_dry_run_needs_once(rest: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli("watermark", "--config", config(tmp_path), "--dry-run") == 1
+    assert "--dry-run needs --once" in capsys.readouterr().err
+
+
+def test_start_refuses_a_pool_of_another_controller(
+    rest: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = config(tmp_path, lease={"lock_file": None, "variable": "lease_a"})
+    (tmp_path / "a.yaml").write_text(Path(first).read_text())
+    # the other controller holds its pool at 0 and keeps renewing (simulated: its claim is fresh)
+    from airflow_gpu_dag.watermark.config import load_config
+    from airflow_gpu_dag.watermark.controller import WatermarkController
+
+    other = WatermarkController(load_config(tmp_path / "a.yaml"), rest, default_duration=60.0, holder="a:1")  # type: ignore[arg-type]
+    other.tick()
+    writes = list(rest.writes)
+    second = config(tmp_path, lease={"lock_file": None, "variable": "lease_b"})
+    assert run_cli("watermark", "--config", second, "--once") == 1
+    err = capsys.readouterr().err
+    assert "pool(s) 'gpu' (managed by variable:lease_a" in err and "this one is variable:lease_b" in err
+    assert rest.writes == writes and rest.variables == {}
+
+
+def test_bad_config_is_one_line(
+    rest: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = config(tmp_path, interval="soon")
+    assert run_cli("watermark", "--config", bad, "--once") == 1
+    err = capsys.readouterr().err
+    assert "interval: expected seconds > 0 or a duration" in err and "Traceback" not in err
+
+
+def test_interval_option_is_checked_like_the_files_interval(
+    rest: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: --interval replaced the file's interval unchecked; a 300 s interval with a 180 s lease
+    # let a second controller take the lapsed lease between ticks, and both acted.
+    path = config(tmp_path, lease={"lock_file": None, "variable": None, "ttl": "3m"})
+    assert run_cli("watermark", "--config", path, "--once", "--interval", "300") == 1
+    err = capsys.readouterr().err
+    assert "--interval 300: lease.ttl: 180 s must be longer than the interval (300 s" in err
+    assert "Traceback" not in err and rest.writes == []
+
+
+def test_bad_source_options_are_a_config_error(
+    rest: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "wm.yaml"
+    path.write_text("pools:\n  gpu:\n    source: {type: file, path: /x, colour: blue}\n")
+    assert run_cli("watermark", "--config", str(path), "--once") == 1
+    err = capsys.readouterr().err
+    assert "pools.gpu.source: unknown options ['colour'] for a file source" in err
+    path.write_text("pools:\n  gpu:\n    source: {type: nvml, colour: blue}\n")
+    assert run_cli("watermark", "--config", str(path), "--once") == 1
+    err = capsys.readouterr().err
+    assert "pools.gpu.source: source type 'nvml': bad options ['colour']" in err and "Traceback" not in err
+    assert rest.writes == []
+
+
+def test_a_missing_connection_says_how_to_create_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("AIRFLOW_CONN_NO_SUCH_API", raising=False)
+    assert run_cli("watermark", "--config", config(tmp_path), "--once", "--conn-id", "no_such_api") == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "connection 'no_such_api'" in err and "is not defined" in err
+    assert "airflow connections add no_such_api --conn-type gpu_dag_api" in err
+    assert "AIRFLOW_CONN_NO_SUCH_API" in err
+
+
+def test_a_dry_run_without_a_connection_reads_no_airflow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Checking a watermark.yaml needs no api-server and no gpu_dag_api connection: the sources are read
+    by the controller itself; without a connection every pool reads as missing, no task waits, so each
+    pool's size is its capacity, and the output says so. A run that writes still needs the connection."""
+    monkeypatch.delenv("AIRFLOW_CONN_NO_SUCH_API", raising=False)
+    argv = ("watermark", "--config", config(tmp_path), "--once", "--dry-run", "--conn-id", "no_such_api")
+    assert run_cli(*argv, "-o", "json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["offline"] == "no Airflow connection 'no_such_api': pools and queues not read"
+    assert out["missing"] == ["gpu"] and out["released"] == []
+    (pool,) = out["pools"]
+    assert (pool["capacity"], pool["size"], pool["action"], pool["error"]) == (4, 4, "would write", None)
+    assert run_cli(*argv) == 0
+    assert capsys.readouterr().out.startswith("offline dry run (no Airflow connection 'no_such_api'")
+    assert run_cli(*argv[:-3], "--conn-id", "no_such_api") == 1  # --once without --dry-run
+    assert "is not defined" in capsys.readouterr().err
+
+
+def test_a_connection_without_a_host_is_a_one_line_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_HOSTLESS_API", '{"conn_type": "gpu_dag_api"}')
+    assert run_cli("watermark", "--config", config(tmp_path), "--once", "--conn-id", "hostless_api") == 1
+    err = capsys.readouterr().err
+    assert "connection 'hostless_api'" in err and "no host" in err and "docs/connections.md" in err
+
+
+def test_once_against_a_trickling_api_server_fails_by_the_connections_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: `watermark --once` still ran after 45 s with timeout=3 against a server that answers one
+    # byte at a time (httpx's timeout applies to each read, and each read got its byte in time).
+    import time
+
+    from tests.unit.hooks.conftest import TrickleServer
+
+    monkeypatch.setattr("airflow_gpu_dag.metrics.configure", lambda force=False: None)
+    with TrickleServer() as server:
+        conn = {"conn_type": "gpu_dag_api", "host": server.url, "extra": {"token": "t", "timeout": 1}}
+        monkeypatch.setenv("AIRFLOW_CONN_TRICKLE_API", json.dumps(conn))
+        started = time.monotonic()
+        code = run_cli("watermark", "--config", config(tmp_path), "--once", "--conn-id", "trickle_api")
+        took = time.monotonic() - started
+        assert server.wait_closed()
+    err = capsys.readouterr().err
+    assert code == 1 and took < 1 + 3.0, f"exit {code} after {took:.1f}s"
+    assert "cannot read pool 'gpu' over the REST API" in err and "ReadTimeout" in err
+    assert "Traceback" not in err
+
+
+# -- Every ``airflow gpu-dag`` command takes ``-o table|json|yaml|plain``, as Airflow's own commands do:
+
+
+@pytest.fixture
+def _no_configured_pools(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
+def test_watermark_health_in_every_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "heartbeat.json"
+    write_heartbeat_file(path, {"last_tick": time.time(), "interval": 60, "pid": 7, "active": True})
+    base = ("watermark-health", "--heartbeat-file", str(path))
+    assert run_cli(*base) == 0
+    assert capsys.readouterr().out.startswith("ok: last tick ")
+    assert run_cli(*base, "-o", "json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["fresh"], data["status"], data["limit_s"], data["active"], data["pid"]) == (
+        True,
+        "ok",
+        180.0,
+        True,
+        7,
+    )
+    assert run_cli(*base, "-o", "yaml") == 0
+    assert yaml.safe_load(capsys.readouterr().out)["status"] == "ok"
+    assert run_cli(*base, "--max-age", "1e-9", "-o", "plain") == 1  # stale: exit 1 in every format
+    header, row = capsys.readouterr().out.splitlines()
+    cells = dict(zip(header.split("\t"), row.split("\t"), strict=True))
+    assert (cells["fresh"], cells["status"]) == ("False", "stale")
+    assert run_cli("watermark-health", "--heartbeat-file", str(tmp_path / "none.json"), "-o", "json") == 1
+    assert json.loads(capsys.readouterr().out)["status"] == "unreadable"
+
+
+@pytest.fixture
+def _settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+# -- 2. watermark --once: a failed tick is exit code 1 ----------------------------------------------------
+@pytest.mark.usefixtures("_settings")
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_watermark_once_exits_1_when_its_tick_failed(
+    rest: ClosingRest,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    dry_run: bool,
+) -> None:
+    rest.ti_error = RuntimeError("api-server unreachable")
+    argv = ["watermark", "--config", config(tmp_path), "--once", "-o", "json"]
+    assert run_cli(*argv, *(["--dry-run"] if dry_run else [])) == 1
+    captured = capsys.readouterr()
+    (pool,) = json.loads(captured.out)["pools"]  # the output still says what happened to every pool
+    assert pool["action"] == "error" and "api-server unreachable" in pool["error"]
+    assert "the tick failed for 1 pool(s): gpu (task instances: api-server unreachable)" in captured.err
+
+
+@pytest.mark.usefixtures("_settings")
+def test_watermark_once_exits_0_when_its_tick_worked(
+    rest: ClosingRest,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run_cli("watermark", "--config", config(tmp_path), "--once", "--dry-run", "-o", "json") == 0
+    assert json.loads(capsys.readouterr().out)["pools"][0]["error"] is None
+
+
+# -- 4. watermark --heartbeat-file that can never be written ----------------------------------------------
+@pytest.mark.usefixtures("_settings")
+@pytest.mark.parametrize("where", ["folder", "under a file"])
+def test_watermark_refuses_a_heartbeat_file_it_cannot_write(
+    rest: ClosingRest,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    where: str,
+) -> None:
+    if where == "folder":
+        heartbeat = tmp_path / "beats"
+        heartbeat.mkdir()
+    else:
+        (tmp_path / "a_file").write_text("x")
+        heartbeat = tmp_path / "a_file" / "heartbeat.json"
+    argv = ["watermark", "--config", config(tmp_path), "--once", "--heartbeat-file", str(heartbeat)]
+    assert run_cli(*argv) == 1
+    err = capsys.readouterr().err
+    assert f"--heartbeat-file {str(heartbeat)!r}: cannot write" in err
+    assert rest.writes == [] and rest.pools == {}  # refused before the start-up check made any pool
+
+
+@pytest.mark.usefixtures("_settings")
+def test_watermark_makes_the_heartbeat_files_folder(
+    rest: ClosingRest,
+    tmp_path: Path,
+) -> None:
+    heartbeat = tmp_path / "run" / "gpu-dag" / "heartbeat.json"
+    argv = ["watermark", "--config", config(tmp_path), "--once", "--heartbeat-file", str(heartbeat)]
+    assert run_cli(*argv) == 0
+    assert json.loads(heartbeat.read_text())["last_tick"] is not None
+
+
+@pytest.fixture
+def _no_configured_pools_cli_fixes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``[gpu_dag] pools`` from the environment; wide lines (as in
+    ``tests/unit/cli/test_definition.py``)."""
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+# -- 4. watermark --once: pools created / missing in the table ----------------------------------------------
+@pytest.fixture
+def rest_cli_fixes(monkeypatch: pytest.MonkeyPatch) -> ClosingRest:
+    """An in-memory REST API with no pool yet (as in ``tests/unit/cli/test_watermark_command.py``)."""
+    api = ClosingRest()
+    monkeypatch.setattr(AirflowApiHook, "get_client", lambda self: api)
+    monkeypatch.setattr("airflow_gpu_dag.metrics.configure", lambda force=False: None)
+    api.tis = [ti("hold", "running", started=NOW - 10, duration=100)]
+    return api
+
+
+@pytest.mark.usefixtures("_no_configured_pools_cli_fixes")
+def test_watermark_once_table_names_the_missing_pool_in_a_dry_run(
+    rest_cli_fixes: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli("watermark", "--config", config(tmp_path), "--once", "--dry-run") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "pool gpu does not exist (dry run: would be created)"
+    assert rest_cli_fixes.pools == {}
+
+
+@pytest.mark.usefixtures("_no_configured_pools_cli_fixes")
+def test_watermark_once_table_names_the_created_pool(
+    rest_cli_fixes: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli("watermark", "--config", config(tmp_path), "--once") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "created pool gpu (size 0 until the first tick)"
+    assert "does not exist" not in "\n".join(lines)
+
+
+# -- 2. watermark --health-port on a port in use --------------------------------------------------------
+@pytest.fixture
+def rest_cli_audit3(monkeypatch: pytest.MonkeyPatch) -> ClosingRest:
+    """An in-memory REST API with no pool: what the start-up check creates shows in ``pools``."""
+    api = ClosingRest()
+    monkeypatch.setattr(AirflowApiHook, "get_client", lambda self: api)
+    monkeypatch.setattr("airflow_gpu_dag.metrics.configure", lambda force=False: None)
+    return api
+
+
+@pytest.mark.usefixtures("_settings")
+def test_watermark_health_port_in_use_is_one_line_before_touching_pools(
+    rest_cli_audit3: ClosingRest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--health-port`` on a port another process holds: an OSError traceback after the start-up check
+    had created the pools at size 0; now one line, and no pool created."""
+
+    def run_forever(*args: Any) -> None:
+        raise AssertionError("the controller started although its health port is taken")
+
+    monkeypatch.setattr("airflow_gpu_dag.cli.watermark_command._run_forever", run_forever)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = run_cli("watermark", "--config", config(tmp_path), "--health-port", str(port))
+    assert code == 1
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"airflow gpu-dag watermark: --health-port {port}: cannot serve /health on ")
+    assert f"127.0.0.1:{port}" in last and "Traceback" not in err
+    assert rest_cli_audit3.pools == {} and rest_cli_audit3.writes == []
+    assert rest_cli_audit3.closed

@@ -1,0 +1,173 @@
+"""Makespan lower bounds (core.analysis.bounds): never above the true optimum, and tight where they should be.
+
+The optimum of a small DAG is found exhaustively: the serial schedule generation scheme over every
+topological order reaches every active schedule, and among those is an optimal one (for makespan with
+renewable resources), so the best of them is the optimum."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_gpu_dag.core.analysis.bounds import (
+    best_lower_bound,
+    dependency_lower_bound,
+    lower_bound,
+    overlap_bound,
+    release_profile_bound,
+    rounds_bound,
+)
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.planning.justification import serial_schedule
+from airflow_gpu_dag.core.planning.planner import predict
+from airflow_gpu_dag.core.simulation.simulator import simulate
+from tests.unit.graphs import gpu_graph
+
+
+def optimum(graph: TaskGraph, capacity: Mapping[str, int]) -> float:
+    best = float("inf")
+    tasks = list(graph.nodes)
+    for order in itertools.permutations(tasks):
+        position = {t: i for i, t in enumerate(order)}
+        if any(position[u] > position[t] for t in tasks for u in graph.upstream(t)):
+            continue
+        start = serial_schedule(graph, capacity, order)
+        best = min(best, max((start[t] + graph.nodes[t].duration for t in tasks), default=0.0))
+    return best
+
+
+@st.composite
+def small_dags(draw: st.DrawFn) -> TaskGraph:
+    n = draw(st.integers(1, 6))
+    tasks = {f"t{i}": (draw(st.integers(0, 30)), draw(st.sampled_from([0, 1, 1, 2, 3, 4]))) for i in range(n)}
+    edges = [
+        (f"t{j}", f"t{i}")
+        for i in range(1, n)
+        for j in draw(st.lists(st.integers(0, i - 1), max_size=2, unique=True))
+    ]
+    return gpu_graph(tasks, edges)
+
+
+@settings(max_examples=150, deadline=None)
+@given(small_dags(), st.sampled_from([4, 5]))
+def test_bounds_never_exceed_the_optimum(graph: TaskGraph, cap: int) -> None:
+    caps = {"gpu": cap}
+    best = optimum(graph, caps)
+    tolerance = 1e-6 * max(1.0, best)
+    assert release_profile_bound(graph, caps) <= best + tolerance
+    assert overlap_bound(graph, caps) <= best + tolerance
+    assert rounds_bound(graph, caps) <= best + tolerance
+    combined = best_lower_bound(graph, caps)
+    assert dependency_lower_bound(graph, caps) <= combined <= best + tolerance
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 40), st.sampled_from([1, 2, 4, 8])), min_size=1, max_size=40))
+def test_bounds_never_exceed_a_simulated_schedule(shards: list[tuple[int, int]]) -> None:
+    graph = gpu_graph({f"s{i}": shard for i, shard in enumerate(shards)}, [])
+    graph.add("merge", 5, 1).pool = "gpu"
+    for i in range(len(shards)):
+        graph.add_edge(f"s{i}", "merge")
+    for cap in (8, 16):
+        made = min(
+            predict(graph, {"gpu": cap}, p).makespan for p in ("stock", "critical_path", "reservation")
+        )
+        assert best_lower_bound(graph, {"gpu": cap}) <= made + 1e-6 * made
+
+
+def test_overlap_bound_sees_that_one_rigid_task_must_wait() -> None:
+    """Three independent 10-s single-GPU tasks on 2 GPUs: slot-seconds say 15 s, but each pair of them
+    overlaps in any schedule shorter than 20 s, and all three cannot run at once."""
+    graph = gpu_graph({"a": (10, 1), "b": (10, 1), "c": (10, 1)}, [])
+    caps = {"gpu": 2}
+    assert lower_bound(graph, caps) == 15
+    assert abs(overlap_bound(graph, caps) - 20) < 1e-4
+    assert abs(best_lower_bound(graph, caps) - optimum(graph, caps)) < 1e-4
+
+
+def test_overlap_bound_counts_a_wide_phase_that_needs_more_than_the_pool() -> None:
+    """A 34-GPU phase on 32 GPUs (the 1000genome shape): two single-GPU tasks wait a task length."""
+    tasks = {f"i{k}": (50.0, 1) for k in range(18)} | {"w1": (50.0, 8), "w2": (50.0, 8)}
+    graph = gpu_graph({**tasks, "merge": (30.0, 1)}, [(t, "merge") for t in tasks])
+    caps = {"gpu": 32}
+    assert lower_bound(graph, caps) == 80.0  # critical path
+    assert abs(overlap_bound(graph, caps) - 130.0) < 1e-3  # 50 + 50 + 30
+    assert simulate(graph, caps, "stock").makespan == 130.0
+
+
+def test_release_profile_bound_counts_idle_gpus_before_work_is_released() -> None:
+    """A long split releases most of the work late: the pool idles before, whatever the schedule."""
+    tasks = {"split": (40.0, 1), "early": (10.0, 1)}
+    tasks |= {f"m{k}": (10.0, 1) for k in range(8)}
+    edges = [("split", f"m{k}") for k in range(8)]
+    graph = gpu_graph(tasks, edges)
+    caps = {"gpu": 4}
+    # slot-seconds / capacity = 32.5, critical path 50; the 8 maps need 80 slot-seconds after t=40
+    assert release_profile_bound(graph, caps) == best_lower_bound(graph, caps) == 60.0
+    # a schedule reaches it, so the bound is the optimum (the exhaustive search over 10! orders took
+    # 24 s of CI for the same answer)
+    start = serial_schedule(graph, caps, ["split", "early", *(f"m{k}" for k in range(8))])
+    assert max(start[t] + graph.nodes[t].duration for t in graph.nodes) == 60.0
+
+
+def test_rounds_bound_counts_whole_rounds_of_equal_shards() -> None:
+    """70 GPUs' worth of 9-s shards on 32 GPUs between a 1-s split and a 1-s merge (the BLAST shape):
+    slot-seconds say 21.7 s, but no GPU fits three shards in less than 27 s."""
+    shards = {f"n{k}": (9.0, 1) for k in range(34)} | {f"w{k}": (9.0, 4 if k < 3 else 8) for k in range(6)}
+    edges = [("split", s) for s in shards] + [(s, "merge") for s in shards]
+    graph = gpu_graph({"split": (1.0, 1), **shards, "merge": (1.0, 1)}, edges)
+    caps = {"gpu": 32}
+    assert lower_bound(graph, caps) < 22.0
+    assert rounds_bound(graph, caps) == 29.0  # 1 + 3 x 9 + 1
+    assert predict(graph, caps, "reservation").makespan == 29.0  # and a schedule reaches it
+
+
+def test_bounds_of_a_dag_without_pool_tasks_are_zero() -> None:
+    graph = gpu_graph({"cpu": (10, 0)}, [])
+    assert release_profile_bound(graph, {"gpu": 4}) == 0.0
+    assert overlap_bound(graph, {"gpu": 4}) == 0.0
+    assert rounds_bound(graph, {"gpu": 4}) == 0.0
+    assert best_lower_bound(graph, {"gpu": 4}) == 10.0
+
+
+H = 3600.0
+
+
+def _ladder(wait: float, small: float, others: int = 0) -> TaskGraph:
+    """Rung ``eight`` (8 GPUs) fell back after waiting ``wait`` s; rung ``one`` (1 GPU, ``small`` s) is
+    the one the plan assumes (``plan_rung``); ``others`` independent 8-GPU tasks of 2 h next to them."""
+    graph = TaskGraph("ladder")
+    rung = {"ladder": "train", "rungs": 2, "start_within_s": wait}
+    eight = {**rung, "rung": "eight", "index": 0, "role": "fell back", "expected_duration": H}
+    one = {**rung, "rung": "one", "index": 1, "role": "assumed", "expected_duration": small}
+    graph.add("train.eight", wait, 8, pool="gpu", attrs={"fallback": eight})
+    graph.add("train.one", small, 1, pool="gpu", attrs={"fallback": one})
+    graph.add_edge("train.eight", "train.one")
+    for i in range(others):
+        graph.add(f"other{i}", 2 * H, 8, pool="gpu")
+    return graph
+
+
+# -- 2. the lower bounds of a DAG with a fallback ladder --------------------------------------------------
+def test_the_bounds_of_a_ladder_hold_for_the_schedule_the_simulator_makes() -> None:
+    """Three 8-GPU tasks of 2 h run one after another on 8 GPUs; the rung that fell back waits 2 h
+    holding nothing, the 10-minute rung after it squeezes in: 6h10m. Before, every bound counted the
+    8 GPUs x 2 h of the wait: 8h01m, a bound above an achieved makespan."""
+    graph = _ladder(wait=2 * H, small=600.0, others=3)
+    caps = {"gpu": 8}
+    made = min(predict(graph, caps, policy).makespan for policy in ("stock", "critical_path", "reservation"))
+    assert made == pytest.approx(6 * H + 600)
+    for bound in (
+        lower_bound,
+        dependency_lower_bound,
+        release_profile_bound,
+        overlap_bound,
+        rounds_bound,
+        best_lower_bound,
+    ):
+        assert bound(graph, caps) <= made + 1e-6 * made, bound.__name__
+    assert best_lower_bound(graph, caps) == pytest.approx(6 * H + 75)  # (3 x 8 x 2 h + 600) / 8

@@ -1,0 +1,107 @@
+"""Priority rules (downstream, critical path, width-aware, work), the packing planner, justification,
+and the PackingPriorityStrategy wrapper."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from airflow_gpu_dag.core.analysis.weight_rules import (
+    INT32_MAX,
+    INT32_MIN,
+    clamp_int32,
+    critical_path_weights,
+    downstream_weights,
+    plan_order_weights,
+    resolve_priority,
+    width_aware_weights,
+    work_weights,
+)
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.simulation.cross_dag import predict_runs
+from airflow_gpu_dag.core.simulation.simulator import SimulationResult
+from tests.unit.graphs import gpu_graph
+
+DIAMOND = gpu_graph(
+    {"a": (10, 1), "b": (5, 8), "c": (20, 1), "d": (1, 1), "e": (3, 1)},
+    [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")],
+)
+
+
+def test_downstream_is_airflows_rule() -> None:
+    assert downstream_weights(DIAMOND) == {"a": 4, "b": 2, "c": 2, "d": 1, "e": 1}
+
+
+def test_critical_path_weights_are_remaining_seconds() -> None:
+    assert critical_path_weights(DIAMOND) == {"a": 31, "b": 6, "c": 21, "d": 1, "e": 3}
+
+
+def test_width_aware_charges_a_drain_to_wide_tasks_only() -> None:
+    w = width_aware_weights(DIAMOND, {"gpu": 8})
+    # slot-weighted mean duration of the pool: (10+40+20+1+3)/(1+8+1+1+1) = 74/12; b pays it in full
+    mean = 74 / 12
+    assert w["b"] == round((5 + mean + 1) * 10)
+    assert w["c"] == 210 and w["d"] == 10 and w["e"] == 30
+    # with only 1-slot tasks it orders exactly like the critical path
+    narrow = gpu_graph({"x": (3, 1), "y": (7, 1), "z": (2, 1)}, [("x", "z")])
+    cp = critical_path_weights(narrow)
+    wa = width_aware_weights(narrow, {"gpu": 4})
+    assert sorted(narrow.nodes, key=cp.__getitem__) == sorted(narrow.nodes, key=wa.__getitem__)
+
+
+def test_work_weights_count_what_a_task_unlocks() -> None:
+    w = work_weights(DIAMOND, {"gpu": 8})
+    # a unlocks everything but e: (10 + 40 + 20 + 1) / 8 = 8.875 s
+    assert w["a"] == round(71 / 8 * 10)
+    assert w["e"] == round(3 / 8 * 10)
+
+
+def test_resolve_priority_errors() -> None:
+    with pytest.raises(ValueError, match="needs the pool capacities"):
+        resolve_priority("width_aware")
+    with pytest.raises(ValueError, match="unknown priority rule 'x'"):
+        resolve_priority("x")
+
+
+def test_plan_order_weights_follow_the_plan() -> None:
+    w = plan_order_weights(DIAMOND, {"a": 0, "e": 0, "c": 10, "b": 30, "d": 35})
+    assert w == {"a": 5, "e": 4, "c": 3, "b": 2, "d": 1}
+
+
+def _train(fit_s: float, fit_gpus: int, with_eval: bool) -> TaskGraph:
+    """Two versions of one DAG ``train``: v1 a short fit, v2 a long wide one and an evaluation after."""
+    graph = TaskGraph("train")
+    graph.add("prep", 60.0, 1, pool="gpu")
+    graph.add("fit", fit_s, fit_gpus, pool="gpu")
+    graph.add_edge("prep", "fit")
+    if with_eval:
+        graph.add("eval", 60.0, 1, pool="gpu")
+        graph.add_edge("fit", "eval")
+    return graph
+
+
+def _weights(result: SimulationResult, run: int) -> dict[str, int]:
+    return {
+        t.task_id.split("/", 1)[1]: t.priority for t in result.schedule if t.task_id.startswith(f"{run}:")
+    }
+
+
+def test_stock_weights_of_two_runs_of_one_dag_follow_each_runs_version() -> None:
+    """Before: stock Airflow's ``downstream`` weights of the v2 run came from v1's graph (fit 1, not 2)."""
+    v1, v2 = _train(60.0, 1, False), _train(7200.0, 4, True)
+    result = predict_runs([v2, v1], [0.0, 100.0], {"gpu": 4}, None)
+    assert _weights(result, 0) == downstream_weights(v2)
+    assert _weights(result, 1) == downstream_weights(v1)
+
+
+np = pytest.importorskip("numpy")
+
+
+def test_clamp_int32_clamps_infinities() -> None:
+    assert clamp_int32(math.inf) == INT32_MAX
+    assert clamp_int32(-math.inf) == INT32_MIN
+    assert clamp_int32(np.float32("inf")) == INT32_MAX
+    assert clamp_int32(10**400) == INT32_MAX and clamp_int32(2**31 - 1.4) == INT32_MAX
+    with pytest.raises(ValueError):
+        clamp_int32(math.nan)

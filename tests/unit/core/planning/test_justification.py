@@ -1,0 +1,68 @@
+"""Tests of ``airflow_gpu_dag.core.planning.justification``."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_gpu_dag.core.analysis.weight_rules import critical_path_weights
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.planning.justification import (
+    UsageProfile,
+    justify,
+    ordered_schedule,
+    priority_serial_schedule,
+    serial_schedule,
+)
+from airflow_gpu_dag.core.simulation.simulator import simulate
+from tests.unit.graphs import draw_task_graph
+
+
+def _feasible(graph: TaskGraph, cap: int, start: dict[str, float]) -> None:
+    for up, down, _ in graph.edges():
+        assert start[down] >= start[up] + graph.nodes[up].duration - 1e-9
+    moments = sorted(set(start.values()))
+    for m in moments:
+        held = sum(
+            graph.nodes[t].gpus
+            for t in graph.nodes
+            if graph.nodes[t].pool == "gpu" and start[t] <= m < start[t] + graph.nodes[t].duration
+        )
+        assert held <= cap
+
+
+@st.composite
+def random_dags(draw: st.DrawFn) -> TaskGraph:
+    return draw_task_graph(draw, "random", (1, 18), [0, 1, 1, 2, 4, 8], 40)
+
+
+def test_usage_profile_earliest_and_add() -> None:
+    p = UsageProfile(8)
+    p.add(0, 10, 6)
+    p.add(5, 20, 2)
+    # in use: 6 on [0, 5), 8 on [5, 10), 2 on [10, 20), 0 after
+    assert p.earliest(0, 5, 2) == 0
+    assert p.earliest(0, 6, 2) == 10
+    assert p.earliest(0, 5, 6) == 10
+    assert p.earliest(12, 100, 8) == 20
+    assert p.earliest(0, 0, 8) == 0  # zero length fits anywhere
+    with pytest.raises(ValueError, match="never fit"):
+        p.earliest(0, 1, 9)
+
+
+@settings(max_examples=120, deadline=None)
+@given(random_dags(), st.sampled_from([8, 10]))
+def test_justification_never_lengthens_and_stays_feasible(graph: TaskGraph, cap: int) -> None:
+    greedy = simulate(graph, {"gpu": cap}, "stock")
+    start = {t.task_id: t.start for t in greedy.schedule}
+    improved, makespan = justify(graph, {"gpu": cap}, start)
+    assert makespan <= greedy.makespan + 1e-9
+    assert makespan == max((improved[t] + graph.nodes[t].duration for t in improved), default=0.0)
+    _feasible(graph, cap, improved)
+    serial = serial_schedule(graph, {"gpu": cap}, graph.topological_order())
+    _feasible(graph, cap, serial)
+    by_rule = priority_serial_schedule(graph, {"gpu": cap}, critical_path_weights(graph))
+    _feasible(graph, cap, by_rule)
+    ordered = ordered_schedule(graph, {"gpu": cap}, graph.topological_order())
+    _feasible(graph, cap, ordered)

@@ -1,0 +1,442 @@
+"""Cross-DAG keys (core.policy.objective), the reservation gate, and the simulator with trigger times."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_gpu_dag.core.analysis.critical_path import analyze
+from airflow_gpu_dag.core.analysis.weight_rules import INT32_MAX, critical_path_weights, downstream_weights
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.model.ladders import fit_ladders
+from airflow_gpu_dag.core.policy.admission import PendingTask, ReadyTask, RunningTask
+from airflow_gpu_dag.core.policy.objective import (
+    DEFAULT_EPOCH,
+    KEY_WEIGHT_FLOOR,
+    OBJECTIVES,
+    ReservationGate,
+    StarvingWatch,
+    get_objective,
+    key_of_weight,
+    key_weight,
+    run_shape,
+    run_weights,
+    slot_seconds,
+    task_keys,
+)
+from airflow_gpu_dag.core.policy.reservation import decide_pools
+from airflow_gpu_dag.core.simulation.cross_dag import SIMULATION_EPOCH, predict_runs
+from airflow_gpu_dag.core.simulation.simulator import SimulationResult, simulate
+from airflow_gpu_dag.log_once import LogOnce
+from tests.unit.graphs import (
+    draw_task_graph,
+    gpu_graph,
+)
+
+HOUR = 3600.0
+
+
+NOW = DEFAULT_EPOCH + 400 * 24 * HOUR  # some day in 2026
+
+
+def _ready(key: str, slots: int, weight: int) -> ReadyTask:
+    return ReadyTask(key, "gpu", slots, weight, 600.0, (0,))
+
+
+def _waiting(key: str, slots: int, key_at: float, since: float | None, duration: float = 600.0) -> ReadyTask:
+    return ReadyTask(key, "gpu", slots, key_weight(key_at), duration, (0,), since=since)
+
+
+def test_unknown_objective_names_the_known_ones() -> None:
+    assert get_objective(None).name == "balanced"
+    assert get_objective(" Latency ").name == "latency"
+    with pytest.raises(ValueError, match=r"unknown objective 'fast'.*throughput, balanced, latency"):
+        get_objective("fast")
+
+
+def test_keys_are_latest_starts_of_the_run_due_time() -> None:
+    g = gpu_graph({"a": (600, 2), "b": (1200, 4), "c": (60, 0)}, [("a", "b"), ("b", "c")])
+    shape = run_shape(g, {"gpu": 8})
+    assert shape.work == (600 * 2 + 1200 * 4) / 8  # c holds no slot of the capacity pool
+    objective = get_objective("balanced")
+    keys = task_keys(shape, NOW, objective)
+    due = NOW + objective.stretch * shape.work
+    assert keys == {"a": due - 1860, "b": due - 1260, "c": due - 60}
+    weights = run_weights(g, NOW, {"gpu": 8}, objective)
+    assert all(KEY_WEIGHT_FLOOR <= w <= INT32_MAX for w in weights.values())
+    assert key_of_weight(weights["a"]) == math.floor(keys["a"] - DEFAULT_EPOCH + 0.5) + DEFAULT_EPOCH
+
+
+def test_key_weight_round_trip_and_stock_weights_are_not_keys() -> None:
+    for key in (DEFAULT_EPOCH, NOW, NOW + 12_345.4):
+        assert abs(key_of_weight(key_weight(key)) - key) <= 0.5  # type: ignore[operator]
+    assert key_of_weight(42) is None
+    assert key_weight(math.nan) == 1
+    assert key_weight(DEFAULT_EPOCH - 10**12) == INT32_MAX  # clamped, never overflows the column
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_within_one_run_the_key_order_is_the_critical_path_order(data: st.DataObject) -> None:
+    g = draw_task_graph(data.draw, "k", (1, 14), [0, 1, 2, 4], 40)
+    objective = OBJECTIVES[data.draw(st.sampled_from(sorted(OBJECTIVES)))]
+    trigger = NOW + data.draw(st.integers(0, 10**6))
+    weights = run_weights(g, trigger, {"gpu": 8}, objective)
+    cp = critical_path_weights(g)
+    for a in g.nodes:
+        for b in g.nodes:
+            if cp[a] > cp[b]:
+                assert weights[a] >= weights[b]
+
+
+def test_small_runs_triggered_together_go_first_and_later_runs_age() -> None:
+    pipeline = gpu_graph(
+        {"pretrain": (6 * HOUR, 8), "sft": (2 * HOUR, 4)}, [("pretrain", "sft")], dag_id="pipeline"
+    )
+    evaluation = gpu_graph({"eval": (1800, 1)}, [], dag_id="eval")
+    objective = get_objective("balanced")
+    caps = {"gpu": 8}
+    p = run_weights(pipeline, NOW, caps, objective)
+    e_now = run_weights(evaluation, NOW, caps, objective)
+    assert e_now["eval"] > p["pretrain"]  # triggered at the same time: the small run first
+    # an evaluation triggered long enough after the pipeline's key does not overtake it
+    late = NOW + objective.stretch * run_shape(pipeline, caps).work
+    assert run_weights(evaluation, late, caps, objective)["eval"] < p["pretrain"]
+
+
+def test_gate_holds_slots_only_for_a_clearly_more_urgent_or_overdue_head() -> None:
+    gate = ReservationGate(gap=4 * HOUR, overdue=8 * HOUR)
+    running = [RunningTask("busy", "gpu", 6, NOW + 3600)]
+    head_key = NOW - HOUR  # one hour past its key
+    wide = _ready("wide", 4, key_weight(head_key))
+    # the next waiting task is due only one hour after it: not worth idling slots for
+    close = _ready("eval", 1, key_weight(head_key + HOUR))
+    d = decide_pools(NOW, {"gpu": 8}, running, [wide, close], gate=gate)["gpu"]
+    assert d.pool_size == 8 and d.reserved_for is None and "not urgent enough" in d.reason
+    # 5 hours apart: reserve
+    far = _ready("eval", 1, key_weight(head_key + 5 * HOUR))
+    d = decide_pools(NOW, {"gpu": 8}, running, [wide, far], gate=gate)["gpu"]
+    assert d.reserved_for == "wide"
+    # overdue by more than 8 hours: reserve whatever waits behind it
+    old = _ready("wide", 4, key_weight(NOW - 9 * HOUR))
+    behind = _ready("eval", 1, key_weight(NOW - 9 * HOUR + 60))
+    d = decide_pools(NOW, {"gpu": 8}, running, [old, behind], gate=gate)
+    assert d["gpu"].reserved_for == "wide" and "overdue" in d["gpu"].reason
+    # a head on a stock weight, or nothing else waiting: reserved for as always
+    stock = _ready("stock_wide", 4, 100)
+    assert (
+        decide_pools(NOW, {"gpu": 8}, running, [stock, close], gate=gate)["gpu"].reserved_for == "stock_wide"
+    )
+    assert decide_pools(NOW, {"gpu": 8}, running, [wide], gate=gate)["gpu"].reserved_for == "wide"
+    # a competitor on a stock weight is less urgent than any key
+    assert decide_pools(NOW, {"gpu": 8}, running, [wide, _ready("s", 1, 7)], gate=gate)["gpu"].reserved_for
+
+
+def test_starving_is_measured_from_the_ready_time_or_the_key_whichever_is_later() -> None:
+    gate = ReservationGate(gap=4 * HOUR, overdue=8 * HOUR)
+    # key 10 h ago but ready only an hour ago (a long pipeline's task): not starving
+    assert gate.starving(NOW, [_waiting("late", 4, NOW - 10 * HOUR, NOW - HOUR)]) is None
+    # ready 9 h ago, key 10 h ago: starving; ready 9 h ago but key 7 h ago: not yet
+    old = _waiting("old", 1, NOW - 10 * HOUR, NOW - 9 * HOUR)
+    assert gate.starving(NOW, [old]) == old
+    assert gate.starving(NOW, [_waiting("young", 1, NOW - 7 * HOUR, NOW - 9 * HOUR)]) is None
+    # the one waiting since longest wins; unknown ready time, stock weight or pending: never starving
+    older = _waiting("older", 1, NOW - 12 * HOUR, NOW - 11 * HOUR)
+    assert gate.starving(NOW, [old, older]) == older
+    unknown = _waiting("unknown", 1, NOW - 12 * HOUR, None)
+    stock = ReadyTask("stock", "gpu", 1, 5, 600.0, (0,), since=NOW - 20 * HOUR)
+    pending = PendingTask(
+        "pending", "gpu", 1, key_weight(NOW - 12 * HOUR), 600.0, (0,), NOW, since=NOW - 20 * HOUR
+    )
+    assert gate.starving(NOW, [unknown, stock, pending]) is None
+
+
+def test_starving_watch_is_the_gates_choice_kept_as_tasks_turn_ready_and_start() -> None:
+    """The first starving task in admission order (not the one waiting longest): backfill stops ahead of
+    every starving task. The simulator's incremental copy agrees with the gate over a list."""
+    gate = ReservationGate(gap=4 * HOUR, overdue=8 * HOUR)
+    longest = _waiting("longest", 1, NOW - 11 * HOUR, NOW - 11 * HOUR)  # later key, waiting longest
+    first = _waiting("first", 1, NOW - 12 * HOUR, NOW - 9 * HOUR)  # earlier key: ahead in the order
+    young = _waiting("young", 1, NOW - 13 * HOUR, NOW - HOUR)  # earliest key, ready an hour ago
+    watch = StarvingWatch(gate)
+    for task in (longest, first, young):
+        watch.add(task)
+    assert (
+        watch.first(NOW - 2.5 * HOUR, set())
+        == longest
+        == gate.starving(NOW - 2.5 * HOUR, [longest, first, young])
+    )
+    assert watch.first(NOW, set()) == first == gate.starving(NOW, [longest, first, young])
+    assert watch.first(NOW, {"first"}) == longest == gate.starving(NOW, [longest, young])
+    assert watch.first(NOW, {"first", "longest"}) is None
+    assert watch.first(NOW + 7 * HOUR, {"first", "longest"}) == young
+
+
+def test_a_starving_task_stops_backfill_of_later_work() -> None:
+    """The leak between ticks: a backfilled or freed slot goes to later work. While a task starves only
+    work ahead of it is backfilled, and with nothing starting the pool closes to min(used, C - w)."""
+    gate = ReservationGate(gap=4 * HOUR, overdue=8 * HOUR)
+    running = [RunningTask("busy", "gpu", 3, NOW + 2 * HOUR)]
+    head = _waiting("wide", 4, NOW - 10 * HOUR, NOW - 60)  # overdue past its key: always held for
+    # behind it: a 2-GPU task ready for 7 h (its key 9 h ago; it does not fit), and a 60-s task
+    waiting_long = _waiting("waiting", 2, NOW - 9 * HOUR, NOW - 7 * HOUR, duration=3600.0)
+    quick = ReadyTask("quick", "gpu", 1, key_weight(NOW), 60.0, (0,), run="other", since=NOW)
+    d = decide_pools(NOW, {"gpu": 4}, running, [head, waiting_long, quick], gate=gate)["gpu"]
+    assert d.reserved_for == "wide" and d.backfill_tasks == ("quick",) and d.pool_size == 4
+    # an hour later the 2-GPU task has waited 8 h since it turned ready: "quick" (behind it) is not
+    # backfilled, and the pool closes to min(used, C - w) = 0 until "wide" fits
+    later = NOW + HOUR
+    d = decide_pools(later, {"gpu": 4}, running, [head, waiting_long, quick], gate=gate)["gpu"]
+    assert d.reserved_for == "wide" and d.backfill_tasks == () and d.pool_size == 0
+    assert "waiting starving (28800s waited): nothing behind it backfilled" in d.reason
+    # work ahead of the starving task is still backfilled
+    ahead = ReadyTask("ahead", "gpu", 1, key_weight(NOW - 9.5 * HOUR), 60.0, (0,), since=later)
+    d = decide_pools(later, {"gpu": 4}, running, [head, ahead, waiting_long, quick], gate=gate)["gpu"]
+    assert d.backfill_tasks == ("ahead",) and d.pool_size == 4
+
+
+def test_gate_applies_to_pending_heads_too() -> None:
+    gate = ReservationGate(gap=4 * HOUR, overdue=8 * HOUR)
+    soon = PendingTask("next", "gpu", 4, key_weight(NOW - HOUR), 3600.0, (0,), ready_at=NOW + 60)
+    close = _ready("eval", 1, key_weight(NOW))
+    d = decide_pools(
+        NOW, {"gpu": 8}, [RunningTask("up", "gpu", 1, NOW + 60)], [close], pending=[soon], gate=gate
+    )
+    assert d["gpu"].reserved_for is None and d["gpu"].pool_size == 8
+
+
+def test_throughput_reserves_for_every_wide_head() -> None:
+    gate = ReservationGate.for_objective(get_objective("throughput"))
+    assert gate == ReservationGate(0.0, 8 * HOUR, DEFAULT_EPOCH)
+    wide = _ready("wide", 4, key_weight(NOW - HOUR))
+    close = _ready("eval", 1, key_weight(NOW - HOUR + 60))  # due a minute later: balanced would not hold
+    running = [RunningTask("busy", "gpu", 6, NOW + 3600)]
+    assert decide_pools(NOW, {"gpu": 8}, running, [wide, close], gate=gate)["gpu"].reserved_for == "wide"
+    assert ReservationGate.for_objective(get_objective("balanced"), 5.0) == ReservationGate(
+        4 * HOUR, 8 * HOUR, 5.0
+    )
+
+
+def test_runs_start_at_their_trigger_and_report_completion() -> None:
+    a = gpu_graph({"x": (100, 4), "y": (50, 4)}, [("x", "y")], dag_id="a")
+    b = gpu_graph({"z": (30, 8)}, [], dag_id="b")
+    r = simulate([a, b], {"gpu": 8}, "stock", triggers=[0.0, 120.0])
+    by_id = r.by_id()
+    assert by_id["1:b/z"].start >= 120.0  # not before its run exists
+    assert [(run.dag_id, run.trigger) for run in r.runs] == [("a", 0.0), ("b", 120.0)]
+    assert r.runs[0].completion == 150.0 and r.runs[1].completion == by_id["1:b/z"].end - 120.0
+    assert r.mean_completion == (r.runs[0].completion + r.runs[1].completion) / 2
+    assert r.completion_quantile(0.95) == max(run.completion for run in r.runs)
+    with pytest.raises(ValueError, match="triggers"):
+        simulate([a, b], {"gpu": 8}, "stock", triggers=[0.0])
+    with pytest.raises(ValueError, match="triggers"):
+        simulate([a, b], {"gpu": 8}, "stock", triggers=[0.0, -1.0])
+
+
+def test_one_dag_alone_is_the_same_schedule_shifted_by_its_trigger() -> None:
+    g = gpu_graph({"a": (10, 2), "b": (20, 8), "c": (5, 1), "d": (7, 1)}, [("a", "b"), ("a", "c")])
+    base = simulate(g, {"gpu": 8}, "critical_path", priority="critical_path")
+    shifted = simulate(g, {"gpu": 8}, "critical_path", priority="critical_path", triggers=[500.0])
+    assert [(t.task_id, t.start + 500.0) for t in base.schedule] == [
+        (t.task_id, t.start) for t in shifted.schedule
+    ]
+
+
+def test_a_task_waits_for_its_not_before_after_the_trigger() -> None:
+    g = gpu_graph({"a": (10, 1), "late": (5, 1)}, [])
+    g.nodes["late"].not_before = 100.0  # type: ignore[attr-defined]
+    r = simulate(g, {"gpu": 8}, "stock", triggers=[50.0]).by_id()
+    assert r["a"].start == 50.0 and r["late"].start == 150.0
+
+
+def test_run_priority_sees_each_run_with_its_trigger_and_ties_go_to_the_earlier_run() -> None:
+    first = gpu_graph({"t": (100, 8)}, [], dag_id="first")
+    second = gpu_graph({"t": (100, 8)}, [], dag_id="second")
+    seen = []
+
+    def same_weight(graph: TaskGraph, trigger: float) -> dict[str, int]:
+        seen.append((graph.dag_id, trigger))
+        return dict.fromkeys(graph.nodes, 1)
+
+    # listed second-first, but triggered later: the earlier trigger wins the tie (Airflow: logical date)
+    r = simulate([second, first], {"gpu": 8}, "stock", triggers=[10.0, 0.0], run_priority=same_weight)
+    assert sorted(seen) == [("first", 0.0), ("second", 10.0)]
+    assert r.by_id()["1:first/t"].start == 0.0 and r.by_id()["0:second/t"].start == 100.0
+
+
+def test_the_lazy_walk_with_a_gate_decides_what_decide_pools_decides() -> None:
+    """The simulator's ticks and decide_pools over every waiting task agree with the gate on, across many
+    runs with trigger times (verify_controller raises on any difference)."""
+    caps = {"gpu": 8}
+    graphs = []
+    for i in range(12):
+        g = gpu_graph(
+            {"prep": (300 + 40 * i, 1), "wide": (1200, 4 + (i % 2) * 4), "eval": (200, 1)},
+            [("prep", "wide"), ("wide", "eval")] if i % 3 else [],
+        )
+        g.dag_id = f"run{i}"
+        graphs.append(g)
+    objective = get_objective("balanced")
+    epoch = -10_000_000.0
+
+    def keys(graph: TaskGraph, trigger: float) -> dict[str, int]:
+        return run_weights(graph, trigger, caps, objective, epoch)
+
+    for overdue, interval in ((1800.0, 0.0), (1800.0, 60.0), (300.0, 60.0)):  # 300 s: tasks starve
+        gate = ReservationGate(gap=600.0, overdue=overdue, epoch=epoch)
+        r = simulate(
+            graphs,
+            caps,
+            "reservation",
+            interval,
+            run_priority=keys,
+            gate=gate,
+            triggers=[150.0 * i for i in range(12)],
+            verify_controller=True,
+        )
+        assert len(r.schedule) == 36
+
+
+def test_stock_policy_with_run_priority_is_stocks_downstream_rule() -> None:
+    g = gpu_graph({"a": (10, 2), "b": (20, 8)}, [("a", "b")])
+    by_rule = simulate(g, {"gpu": 8}, "stock")
+    by_run = simulate(g, {"gpu": 8}, "stock", run_priority=lambda graph, t: downstream_weights(graph))
+    assert by_rule.schedule == by_run.schedule
+    assert analyze(g).makespan == by_run.makespan
+
+
+@pytest.mark.parametrize(
+    ("configured", "expected"),
+    [
+        (None, DEFAULT_EPOCH),
+        ("1700000000", 1_700_000_000.0),
+        ("2024-01-01", 1_704_067_200.0),
+        ("2024-01-01T00:00:00Z", 1_704_067_200.0),
+        ("soon", DEFAULT_EPOCH),
+        ("nan", DEFAULT_EPOCH),  # every key would be NaN: every weight the floor
+        ("inf", DEFAULT_EPOCH),
+    ],
+)
+def test_key_epoch_setting(monkeypatch: pytest.MonkeyPatch, configured: str | None, expected: float) -> None:
+    from airflow_gpu_dag import settings as gpu_settings
+
+    if configured is None:
+        monkeypatch.delenv("AIRFLOW__GPU_DAG__KEY_EPOCH", raising=False)
+    else:
+        monkeypatch.setenv("AIRFLOW__GPU_DAG__KEY_EPOCH", configured)
+    monkeypatch.setattr(gpu_settings, "_warned", LogOnce(gpu_settings.log))
+    assert gpu_settings.key_epoch() == expected
+
+
+# -- The wait bound of the cross-DAG policy (docs/priority.md, "Nothing waits without bound"), checked on
+
+
+EPOCH = -10_000_000.0
+
+
+def _mix(rng: random.Random, capacity: int) -> tuple[list[TaskGraph], list[float]]:
+    """4-30 runs of 1-3 chained tasks, 1 GPU to the whole pool (or CPU), 3 s to about an hour each,
+    triggered over the first 100 minutes."""
+    graphs, triggers = [], []
+    for r in range(rng.randint(4, 30)):
+        n = rng.randint(1, 3)
+        tasks = {}
+        for i in range(n):
+            gpus = rng.choice([0, 1, 1, 1, 2, capacity, rng.randint(1, capacity)])
+            tasks[f"t{i}"] = (float(round(10 ** rng.uniform(0.5, 3.5))), gpus)
+        graphs.append(gpu_graph(tasks, [(f"t{i}", f"t{i + 1}") for i in range(n - 1)], dag_id=f"r{r}"))
+        triggers.append(float(round(rng.uniform(0, 6000))))
+    return graphs, triggers
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_every_gpu_task_starts_within_the_wait_bound(seed: int) -> None:
+    rng = random.Random(seed)
+    capacity = rng.choice([2, 4, 8])
+    caps = {"gpu": capacity}
+    objective = get_objective(rng.choice(["throughput", "balanced", "latency"]))
+    graphs, triggers = _mix(rng, capacity)
+    gap = 0.0 if objective.name == "throughput" else rng.choice([300.0, 600.0, 3600.0])
+    overdue = rng.choice([120.0, 600.0, 1800.0])
+    interval = rng.choice([0.0, 10.0, 30.0, 60.0, 120.0])
+    gate = ReservationGate(gap, overdue, EPOCH)
+    result = simulate(
+        graphs,
+        caps,
+        "reservation",
+        interval,
+        run_priority=lambda g, t: run_weights(g, t, caps, objective, EPOCH),
+        gate=gate,
+        triggers=triggers,
+        verify_controller=True,
+    )
+    pool = [s for s in result.schedule if s.pool == "gpu"]
+    longest = max((s.end - s.start for s in pool), default=0.0)
+    for task in pool:
+        key = key_of_weight(task.priority, EPOCH)
+        assert key is not None
+        ahead = sum(1 for other in pool if other.priority >= task.priority) - 1  # earlier keys (and ties)
+        bound = gate.wait_bound(key, task.ready, ahead, longest, interval)
+        assert task.wait <= bound, (
+            f"{task.task_id} waited {task.wait:.0f}s > bound {bound:.0f}s "
+            f"(|A|={ahead}, D={longest:.0f}s, Δ={interval:g}s, C={capacity}, {objective.name})"
+        )
+
+
+def _train(fit_s: float, fit_gpus: int, with_eval: bool) -> TaskGraph:
+    """Two versions of one DAG ``train``: v1 a short fit, v2 a long wide one and an evaluation after."""
+    graph = TaskGraph("train")
+    graph.add("prep", 60.0, 1, pool="gpu")
+    graph.add("fit", fit_s, fit_gpus, pool="gpu")
+    graph.add_edge("prep", "fit")
+    if with_eval:
+        graph.add("eval", 60.0, 1, pool="gpu")
+        graph.add_edge("fit", "eval")
+    return graph
+
+
+def _weights(result: SimulationResult, run: int) -> dict[str, int]:
+    return {
+        t.task_id.split("/", 1)[1]: t.priority for t in result.schedule if t.task_id.startswith(f"{run}:")
+    }
+
+
+def test_cross_dag_keys_of_two_runs_of_one_dag_follow_each_runs_version() -> None:
+    """Before: the believed graphs were keyed by DAG id, so the run created under v1 got the keys of v2
+    (the last run's graph): its due time from v2's hours of work."""
+    v1, v2 = _train(60.0, 1, False), _train(7200.0, 4, True)
+    caps, objective = {"gpu": 4}, OBJECTIVES["balanced"]
+    result = predict_runs([v1, v2], [0.0, 100.0], caps, objective)
+    assert _weights(result, 0) == run_weights(v1, 0.0, caps, objective, SIMULATION_EPOCH)
+    assert _weights(result, 1) == run_weights(v2, 100.0, caps, objective, SIMULATION_EPOCH)
+
+
+H = 3600.0
+
+
+def _ladder(wait: float, small: float, others: int = 0) -> TaskGraph:
+    """Rung ``eight`` (8 GPUs) fell back after waiting ``wait`` s; rung ``one`` (1 GPU, ``small`` s) is
+    the one the plan assumes (``plan_rung``); ``others`` independent 8-GPU tasks of 2 h next to them."""
+    graph = TaskGraph("ladder")
+    rung = {"ladder": "train", "rungs": 2, "start_within_s": wait}
+    eight = {**rung, "rung": "eight", "index": 0, "role": "fell back", "expected_duration": H}
+    one = {**rung, "rung": "one", "index": 1, "role": "assumed", "expected_duration": small}
+    graph.add("train.eight", wait, 8, pool="gpu", attrs={"fallback": eight})
+    graph.add("train.one", small, 1, pool="gpu", attrs={"fallback": one})
+    graph.add_edge("train.eight", "train.one")
+    for i in range(others):
+        graph.add(f"other{i}", 2 * H, 8, pool="gpu")
+    return graph
+
+
+# -- 1. a rung that fell back adds no GPU work to its run ---------------------------------------------------
+def test_a_rung_the_plan_falls_back_from_adds_no_gpu_work() -> None:
+    graph = _ladder(wait=2 * H, small=3 * H)
+    assert slot_seconds(graph) == {"gpu": 3 * H}  # before: 8 x 2 h more for the rung that only waited
+    assert run_shape(graph, {"gpu": 8}).work == pytest.approx(3 * H / 8)  # before: 8550 s, not 1350 s
+    # the same W as the graph the simulator runs (where the rung holds no GPU)
+    assert run_shape(fit_ladders(graph, {"gpu": 8}), {"gpu": 8}).work == pytest.approx(3 * H / 8)

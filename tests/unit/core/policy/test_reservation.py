@@ -1,0 +1,497 @@
+"""Reservation through the pool size (decide_pools): the agreed mechanism, hand cases and properties."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_gpu_dag.core.policy.admission import (
+    PendingTask,
+    ReadyTask,
+    RunningTask,
+    admission_order,
+    stock_admission,
+)
+from airflow_gpu_dag.core.policy.objective import ReservationGate, key_weight
+from airflow_gpu_dag.core.policy.reservation import (
+    DecisionWindow,
+    PoolDecision,
+    decide_pool,
+    decide_pools,
+    shadow_time,
+)
+
+
+def ready(key: str, slots: int, priority: int, duration: float = 10.0, order: int = 0) -> ReadyTask:
+    return ReadyTask(key, "gpu", slots, priority, duration, (order,))
+
+
+def run(key: str, slots: int, end: float | None) -> RunningTask:
+    return RunningTask(key, "gpu", slots, end)
+
+
+@st.composite
+def pool_states(draw: st.DrawFn) -> tuple[int, list[RunningTask], list[ReadyTask]]:
+    capacity = draw(st.integers(1, 16))
+    running: list[RunningTask] = []
+    used = 0
+    for i in range(draw(st.integers(0, 8))):
+        slots = draw(st.integers(1, capacity))
+        if used + slots > capacity:
+            break
+        used += slots
+        running.append(run(f"r{i}", slots, draw(st.floats(0.5, 100.0))))
+    waiting = [
+        ready(
+            f"q{i}",
+            draw(st.integers(1, capacity + 2)),
+            draw(st.integers(0, 9)),
+            draw(st.floats(0.5, 150.0)),
+            i,
+        )
+        for i in range(draw(st.integers(0, 10)))
+    ]
+    return capacity, running, waiting
+
+
+@st.composite
+def pending_tasks(draw: st.DrawFn, capacity: int) -> list[PendingTask]:
+    return [
+        PendingTask(
+            f"p{i}",
+            "gpu",
+            draw(st.integers(1, capacity)),
+            draw(st.integers(0, 9)),
+            draw(st.floats(0.5, 150.0)),
+            (100 + i,),
+            ready_at=draw(st.floats(0.0, 120.0)),
+        )
+        for i in range(draw(st.integers(0, 3)))
+    ]
+
+
+def _start_of(
+    head_slots: int, capacity: int, running: list[tuple[float, int]], not_before: float = 0.0
+) -> float:
+    """When ``head_slots`` are free (not before ``not_before``) given (end, slots) of everything holding
+    slots (from t=0)."""
+    free = capacity - sum(s for _e, s in running)
+    if free >= head_slots:
+        return not_before
+    for end, slots in sorted(running):
+        free += slots
+        if free >= head_slots:
+            return max(end, not_before)
+    raise AssertionError("never fits")
+
+
+def _between_ticks(
+    size: int, running: list[RunningTask], ended: set[str], waiting: list[ReadyTask]
+) -> list[str]:
+    """What Airflow starts after the tasks in ``ended`` finished, before the next decision (the pending
+    task is not scheduled yet, so only ``waiting`` competes)."""
+    used = sum(r.slots for r in running if r.key not in ended)
+    return [x.key for x in stock_admission(waiting, {"gpu": size - used}, {"gpu": size})]
+
+
+def _as_simulated(decision: PoolDecision) -> tuple[object, ...]:
+    """What the simulator reads of a decision (the pool size, the head) and what Airflow then starts."""
+    return decision.pool_size, decision.reserved_for, decision.admitted, decision.backfill_tasks
+
+
+def test_head_task_fits_pool_is_capacity() -> None:
+    d = decide_pools(0.0, {"gpu": 8}, [run("r", 4, 50)], [ready("w", 4, 10), ready("s", 1, 1)])["gpu"]
+    assert d.pool_size == 8 and d.reserved_for is None and d.backfill_slots == 0
+
+
+def test_no_ready_task_pool_is_capacity() -> None:
+    d = decide_pools(0.0, {"gpu": 8}, [run("r", 4, 50)], [])["gpu"]
+    assert (d.pool_size, d.reserved_for, d.shadow_time) == (8, None, None)
+
+
+def test_reservation_without_backfill_blocks_everything() -> None:
+    running = [run("r1", 3, 100.0), run("r2", 2, 40.0)]
+    waiting = [ready("wide", 8, 100), ready("s1", 1, 1), ready("s2", 1, 1)]
+    d = decide_pools(0.0, {"gpu": 8}, running, waiting, backfill=False)["gpu"]
+    assert d.reserved_for == "wide" and d.reserved_slots == 8
+    assert d.pool_size == 0  # C - w
+    assert d.shadow_time == 100.0
+    open_slots = d.pool_size - 5
+    assert stock_admission(waiting, {"gpu": open_slots}) == []
+    assert "wide" in d.reason
+
+
+def test_safe_backfill_lets_short_tasks_through_only() -> None:
+    # 3 free now; wide (8) needs everything; the running tasks end at 100 -> shadow 100.
+    running = [run("r1", 5, 100.0)]
+    waiting = [
+        ready("wide", 8, 100),
+        ready("long", 1, 50, duration=500.0, order=1),
+        ready("short_a", 1, 10, duration=30.0, order=2),
+        ready("short_b", 1, 10, duration=90.0, order=3),
+    ]
+    d = decide_pools(0.0, {"gpu": 8}, running, waiting)["gpu"]
+    assert d.reserved_for == "wide" and d.shadow_time == 100.0
+    open_slots = d.pool_size - 5
+    admitted = [x.key for x in stock_admission(waiting, {"gpu": open_slots})]
+    # greedy with 3 open slots would pick "long" (higher priority), which ends after the shadow time:
+    # the largest safe open count is 0 -> nothing. With "long" absent, both short tasks fit.
+    assert admitted == []
+    d2 = decide_pools(0.0, {"gpu": 8}, running, [w for w in waiting if w.key != "long"])["gpu"]
+    admitted2 = [x.key for x in stock_admission(waiting[:1] + waiting[2:], {"gpu": d2.pool_size - 5})]
+    assert admitted2 == ["short_a", "short_b"]
+    assert d2.backfill_slots == 8 - 3 + 2 and d2.pool_size == 5 + 2  # trimmed to what is admitted
+
+
+def test_extra_slots_at_shadow_time_may_run_long_work() -> None:
+    # wide needs 4; 2 free; r1 (4 slots) ends at 50 -> at the shadow time 6 are free: 2 extra.
+    running = [run("r1", 4, 50.0), run("r2", 2, 1000.0)]
+    waiting = [ready("wide", 4, 100), ready("long1", 1, 5, 900.0, 1), ready("long2", 1, 5, 900.0, 2)]
+    d = decide_pools(0.0, {"gpu": 8}, running, waiting)["gpu"]
+    assert d.shadow_time == 50.0
+    admitted = stock_admission(waiting, {"gpu": d.pool_size - 6})
+    assert [x.key for x in admitted] == ["long1", "long2"]
+
+
+def test_strict_backfill_never_runs_past_the_shadow_time() -> None:
+    # the same state: strict backfill keeps the 2 spare slots for the tasks planned after wide
+    running = [run("r1", 4, 50.0), run("r2", 2, 1000.0)]
+    waiting = [ready("wide", 4, 100), ready("long1", 1, 5, 900.0, 1), ready("short", 1, 4, 40.0, 2)]
+    d = decide_pools(0.0, {"gpu": 8}, running, waiting, strict_backfill=True)["gpu"]
+    assert d.shadow_time == 50.0
+    admitted = stock_admission(waiting, {"gpu": d.pool_size - 6})
+    assert [x.key for x in admitted] == [] and d.pool_size == 8 - 4  # long1 first in greedy order: unsafe
+    rest = [w for w in waiting if w.key != "long1"]
+    d2 = decide_pools(0.0, {"gpu": 8}, running, rest, strict_backfill=True)["gpu"]
+    assert [x.key for x in stock_admission(rest, {"gpu": d2.pool_size - 6})] == ["short"]
+
+
+def test_unknown_end_means_no_backfill() -> None:
+    d = decide_pools(0.0, {"gpu": 8}, [run("r", 6, None)], [ready("wide", 8, 9), ready("s", 1, 1, 1.0)])[
+        "gpu"
+    ]
+    assert d.shadow_time is None and d.backfill_slots == 0 and d.pool_size == 0
+
+
+def test_task_wider_than_capacity_is_not_reserved_for() -> None:
+    d = decide_pools(0.0, {"gpu": 4}, [], [ready("huge", 8, 100), ready("s", 1, 1)])["gpu"]
+    assert d.reserved_for is None and d.pool_size == 4
+
+
+def test_shadow_time_counts_all_tasks_ending_then() -> None:
+    when, extra = shadow_time(0.0, 0, 2, [run("a", 1, 10.0), run("b", 1, 10.0), run("c", 1, 10.0)])
+    assert (when, extra) == (10.0, 1)
+    assert shadow_time(5.0, 0, 1, [run("late", 1, 1.0)]) == (5.0, 0)  # overdue: ends "now"
+
+
+def test_29474_stream_of_small_tasks_cannot_starve_wide_task() -> None:
+    """A stream of 1-slot tasks keeps arriving; stock admission never starts the 8-slot task,
+    reservation starts it as soon as the slots it waits for drain."""
+    capacity = 8
+
+    def play(reserve: bool) -> float | None:
+        now = 0.0
+        running: list[RunningTask] = [RunningTask(f"init{i}", "gpu", 1, float(i + 1)) for i in range(8)]
+        waiting = [ready("wide", 8, 100, duration=10.0)]
+        serial = 0
+        for _step in range(200):
+            # two fresh 1-slot tasks (lower priority, 5 s) arrive every second
+            for _ in range(2):
+                waiting.append(ready(f"s{serial}", 1, 1, duration=5.0, order=serial))
+                serial += 1
+            running = [r for r in running if r.expected_end is None or r.expected_end > now]
+            used = sum(r.slots for r in running)
+            size = capacity
+            if reserve:
+                size = decide_pools(now, {"gpu": capacity}, running, waiting)["gpu"].pool_size
+            for task in stock_admission(waiting, {"gpu": size - used}, {"gpu": size}):
+                if task.key == "wide":
+                    return now
+                waiting.remove(task)
+                running.append(RunningTask(task.key, "gpu", task.slots, now + task.duration))
+            now += 1.0
+        return None
+
+    assert play(reserve=False) is None  # starved for all 200 s
+    started = play(reserve=True)
+    assert started is not None and started <= 8.0  # the initial tasks drain by t=8
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_pool_never_oversubscribed_and_backfill_never_delays_head(data: st.DataObject) -> None:
+    capacity, running, waiting = data.draw(pool_states())
+    pending = data.draw(pending_tasks(capacity))
+    strict = data.draw(st.booleans())
+    d = decide_pools(0.0, {"gpu": capacity}, running, waiting, pending=pending, strict_backfill=strict)["gpu"]
+    used = sum(r.slots for r in running)
+    assert 0 <= d.pool_size <= capacity
+    admitted = stock_admission(waiting, {"gpu": d.pool_size - used}, {"gpu": d.pool_size})
+    assert used + sum(x.slots for x in admitted) <= capacity
+    if d.reserved_for is None:
+        return
+    # Airflow starts exactly the tasks ahead of W and the backfill, never W's competitors
+    assert [x.key for x in admitted] == [*d.admitted, *d.backfill_tasks]
+    head = next(x for x in [*waiting, *pending] if x.key == d.reserved_for)
+    assert head not in admitted and d.lookahead is isinstance(head, PendingTask)
+    ahead = [x for x in waiting if x.key in d.admitted]
+    assert all(admission_order(x) < admission_order(head) for x in ahead)
+    assert all(admission_order(x) > admission_order(head) for x in admitted if x.key in d.backfill_tasks)
+    held = [(r.expected_end or 0.0, r.slots) for r in running] + [(x.duration, x.slots) for x in ahead]
+    ready_at = head.ready_at if isinstance(head, PendingTask) else 0.0
+    alone = _start_of(head.slots, capacity, held, ready_at or 0.0)
+    backfilled = [(x.duration, x.slots) for x in admitted if x.key in d.backfill_tasks]
+    with_backfill = _start_of(head.slots, capacity, held + backfilled, ready_at or 0.0)
+    assert d.shadow_time == alone
+    assert with_backfill <= alone  # the model's start of W is not delayed by what b lets through
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.data())
+def test_the_shared_lazy_walk_decides_what_the_whole_list_pass_decides(data: st.DataObject) -> None:
+    """decide_pools (the one walk, shared with the simulator, reading the waiting tasks lazily) equals the
+    earlier whole-list implementation kept in tests/unit/reservation_reference.py, field for field."""
+    from tests.unit.reservation_reference import reference_decide_pools
+
+    capacity, running, waiting = data.draw(pool_states())
+    pending = data.draw(pending_tasks(capacity))
+    if data.draw(st.booleans()):  # upstream tasks waiting in the same pool (PendingTask.after)
+        after = tuple(x.key for x in waiting[: data.draw(st.integers(0, 2))])
+        pending = [PendingTask(**{**p.__dict__, "after": after}) for p in pending]
+    options: dict[str, Any] = {
+        "backfill": data.draw(st.booleans()),
+        "strict_backfill": data.draw(st.booleans()),
+        "next_decision": data.draw(st.one_of(st.none(), st.floats(0.0, 200.0))),
+    }
+    now = data.draw(st.sampled_from([0.0, 5.0]))
+    ours = decide_pools(now, {"gpu": capacity}, running, waiting, pending=pending, **options)
+    reference = reference_decide_pools(now, {"gpu": capacity}, running, waiting, pending=pending, **options)
+    assert ours == reference
+
+
+def test_lookahead_holds_slots_for_a_task_about_to_be_ready() -> None:
+    """A planned-early task whose upstream ends in 20 s: ready work that would still run then waits;
+    work that ends before it does not."""
+    running = [run("upstream", 2, 20.0)]
+    soon = PendingTask("soon", "gpu", 6, 100, 60.0, (0,), ready_at=20.0)
+    waiting = [ready("short", 2, 50, duration=10.0, order=1), ready("long", 2, 40, duration=300.0, order=2)]
+    d = decide_pools(0.0, {"gpu": 6}, running, waiting, pending=[soon])["gpu"]
+    assert d.reserved_for == "soon" and d.lookahead and d.shadow_time == 20.0
+    admitted = [x.key for x in stock_admission(waiting, {"gpu": d.pool_size - 2})]
+    assert admitted == ["short"]
+    # without the lookahead both start, and "soon" waits until the long task ends at 300 s
+    plain = decide_pools(0.0, {"gpu": 6}, running, waiting)["gpu"]
+    assert plain.pool_size == 6 and plain.reserved_for is None and plain.admitted == ("short", "long")
+
+
+def test_overran_upstream_means_no_lookahead() -> None:
+    """The upstream task was expected to end at 20 and is still running at 30: when the pending task
+    turns ready is unknown, so nothing is held for it (it is reserved for once ready)."""
+    late = PendingTask("late", "gpu", 4, 100, 60.0, (0,), ready_at=20.0)
+    d = decide_pools(30.0, {"gpu": 6}, [run("upstream", 2, 20.0)], [ready("a", 2, 1)], pending=[late])["gpu"]
+    assert d.reserved_for is None and d.admitted == ("a",)
+
+
+def test_unknown_ready_time_is_ignored() -> None:
+    unknown = PendingTask("p", "gpu", 4, 100, 60.0, (0,), ready_at=None)
+    d = decide_pools(0.0, {"gpu": 4}, [], [ready("a", 1, 1)], pending=[unknown])["gpu"]
+    assert d.pool_size == 4 and d.reserved_for is None and d.admitted == ("a",)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pool_states())
+def test_simulator_cut_of_the_ready_list_decides_the_same(state: tuple) -> None:
+    """The simulator hands decide_pools only the part of the ready list that can matter: the tasks
+    ahead of the head, the head, and backfill_candidates() of the rest."""
+    from airflow_gpu_dag.core.policy.reservation import backfill_candidates
+
+    capacity, running, waiting = state
+    full = decide_pools(0.0, {"gpu": capacity}, running, waiting)["gpu"]
+    if full.reserved_for is None:
+        return
+    ordered = sorted(waiting, key=admission_order)
+    ahead = [x for x in ordered if x.key in full.admitted]
+    head = next(x for x in ordered if x.key == full.reserved_for)
+    after = [x for x in ordered[ordered.index(head) + 1 :] if x.slots <= capacity]
+    free = capacity - sum(r.slots for r in running) - sum(x.slots for x in ahead)
+    cut = [*ahead, head, *backfill_candidates(after, free)]
+    part = decide_pools(0.0, {"gpu": capacity}, running, cut)["gpu"]
+    assert (part.pool_size, part.reserved_for, part.admitted, part.backfill_tasks) == (
+        full.pool_size,
+        full.reserved_for,
+        full.admitted,
+        full.backfill_tasks,
+    )
+
+
+def test_no_reservation_for_a_one_slot_head() -> None:
+    """A 1-slot head gets the next freed slot from Airflow itself; a shrunken pool would idle it."""
+    running = [RunningTask(f"r{i}", "gpu", 1, expected_end=10.0 + i) for i in range(4)]
+    ready = [ReadyTask("head", "gpu", 1, priority=100, duration=5.0), ReadyTask("low", "gpu", 1, 1, 5.0)]
+    decision = decide_pools(0.0, {"gpu": 4}, running, ready)["gpu"]
+    assert decision.pool_size == 4
+    assert decision.reserved_for is None
+
+
+def test_pending_head_with_nothing_else_waiting_keeps_the_pool_open() -> None:
+    """Nothing could take the slots: the pool stays at C and the task starts the moment it is ready,
+    not at the next controller tick."""
+    soon = PendingTask("soon", "gpu", 4, 100, 60.0, (0,), ready_at=20.0)
+    d = decide_pools(0.0, {"gpu": 4}, [run("upstream", 1, 20.0)], [], pending=[soon])["gpu"]
+    assert d.reserved_for == "soon" and d.pool_size == 4 and "nothing else waiting" in d.reason
+
+
+def test_a_tie_is_not_a_plan() -> None:
+    """A pending task holds back only ready work of lower priority; equal priorities (e.g. the
+    ``downstream`` rule's ties) are not an order to enforce."""
+    soon = PendingTask("soon", "gpu", 2, 5, 60.0, (0,), ready_at=20.0)
+    same = [ready("a", 2, 5, duration=100.0, order=1)]
+    d = decide_pools(0.0, {"gpu": 4}, [run("upstream", 1, 20.0)], same, pending=[soon])["gpu"]
+    assert d.reserved_for is None and d.admitted == ("a",)
+    lower = [ready("a", 2, 4, duration=100.0, order=1)]
+    d = decide_pools(0.0, {"gpu": 4}, [run("upstream", 1, 20.0)], lower, pending=[soon])["gpu"]
+    assert d.reserved_for == "soon" and d.admitted == () and d.pool_size == 1
+
+
+def test_pending_task_behind_an_upstream_started_now() -> None:
+    """ "train" waits for "init", which waits in the pool and is started by this decision: "train" is
+    expected ready when "init" ends, and the slots it needs then are kept."""
+    init = ready("init", 1, 9, duration=10.0, order=0)
+    train = PendingTask("train", "gpu", 4, 8, 100.0, (1,), ready_at=0.0, after=("init",))
+    filler = ready("filler", 2, 1, duration=50.0, order=2)
+    d = decide_pools(0.0, {"gpu": 4}, [], [init, filler], pending=[train])["gpu"]
+    assert d.admitted == ("init",) and d.reserved_for == "train" and d.shadow_time == 10.0
+    assert d.pool_size == 1  # "filler" would run past 10 s
+    # an upstream that does not start now: "train" is not about to be ready, nothing is held back
+    blocked = PendingTask("train", "gpu", 4, 8, 100.0, (1,), ready_at=0.0, after=("elsewhere",))
+    d = decide_pools(0.0, {"gpu": 4}, [], [init, filler], pending=[blocked])["gpu"]
+    assert d.reserved_for is None and d.admitted == ("init", "filler")
+
+
+def test_slots_freed_before_a_pending_task_is_ready_are_held_when_they_would_delay_it() -> None:
+    """ "prep" (1 slot) ends at 5 and makes "wide" (4 slots) ready; three 1-slot tasks run until 8. A
+    600-s task would take prep's slot between two ticks and hold it past 8: the pool is C - w = 0."""
+    running = [run("prep", 1, 5.0), *(run(f"s{i}", 1, 8.0) for i in range(3))]
+    wide = PendingTask("wide", "gpu", 4, 100, 60.0, (0,), ready_at=5.0)
+    long = [ready("long", 1, 1, duration=600.0, order=1)]
+    d = decide_pools(0.0, {"gpu": 4}, running, long, pending=[wide], next_decision=2.0)["gpu"]
+    assert d.reserved_for == "wide" and d.shadow_time == 8.0 and d.pool_size == 0
+    assert _between_ticks(d.pool_size, running, {"prep"}, long) == []
+    # the same pool sized to what runs (4) would hand prep's slot to "long"
+    assert _between_ticks(4, running, {"prep"}, long) == ["long"]
+
+
+def test_slots_freed_before_a_pending_task_is_ready_stay_open_when_harmless() -> None:
+    running = [run("prep", 1, 5.0), *(run(f"s{i}", 1, 8.0) for i in range(3))]
+    wide = PendingTask("wide", "gpu", 4, 100, 60.0, (0,), ready_at=5.0)
+    # work that ends by the shadow time (8) may take the slot: pool = what runs
+    short = [ready("short", 1, 1, duration=2.0, order=1)]
+    assert (
+        decide_pools(0.0, {"gpu": 4}, running, short, pending=[wide], next_decision=2.0)["gpu"].pool_size == 4
+    )
+    # the next decision is far away (60-s tick): what the slot idles until then costs more than a 30-s
+    # task delays "wide" past it, so the slot stays open
+    medium = [ready("medium", 1, 1, duration=30.0, order=1)]
+    far = decide_pools(0.0, {"gpu": 4}, running, medium, pending=[wide], next_decision=60.0)["gpu"]
+    near = decide_pools(0.0, {"gpu": 4}, running, medium, pending=[wide], next_decision=2.0)["gpu"]
+    assert (far.pool_size, near.pool_size) == (4, 0)
+    # enough slots free by the time "wide" is ready: it takes them first (Airflow admits by priority)
+    narrow = PendingTask("narrow", "gpu", 1, 100, 60.0, (0,), ready_at=5.0)
+    long = [ready("long", 1, 1, duration=600.0, order=1)]
+    d = decide_pools(0.0, {"gpu": 4}, running, long, pending=[narrow], next_decision=2.0)["gpu"]
+    assert d.reserved_for == "narrow" and d.pool_size == 4
+
+
+def test_work_of_unknown_length_is_never_backfilled_as_if_it_ended_in_time() -> None:
+    """A NaN estimate made `now + duration > shadow` false: with strict backfill the task was admitted as
+    "work that ends before the reserved task can start". Its end is unknown: it may run past it."""
+    running = [run("r1", 4, 50.0), run("r2", 2, 1000.0)]
+    waiting = [ready("wide", 4, 100), ready("unknown", 1, 5, float("nan"), 1)]
+    d = decide_pools(0.0, {"gpu": 8}, running, waiting, strict_backfill=True)["gpu"]
+    assert d.backfill_tasks == () and stock_admission(waiting, {"gpu": d.pool_size - 6}) == []
+    known = [ready("wide", 4, 100), ready("known", 1, 5, 40.0, 1)]
+    d = decide_pools(0.0, {"gpu": 8}, running, known, strict_backfill=True)["gpu"]
+    assert d.backfill_tasks == ("known",)  # a task known to end in time still is
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.data())
+def test_a_decision_holds_inside_its_window_and_explain_changes_only_the_words(data: st.DataObject) -> None:
+    """decide_pool's DecisionWindow (how the simulator skips ticks): at any later ``now`` before
+    ``until``, with the next decision no later than ``next_until``, the same running and waiting tasks
+    get the same pool size, head and backfill; running tasks past their expected end, pending tasks,
+    keys that pass the gate's ``overdue`` included. ``explain=False`` decides the same, without words."""
+    capacity, running, waiting = data.draw(pool_states())
+    now = data.draw(st.sampled_from([0.0, 30.0, 60.0]))  # running tasks end in 0.5-100: some have overrun
+    tasks: list[ReadyTask] = [*waiting, *data.draw(pending_tasks(capacity))]
+    gate = None
+    if data.draw(st.booleans()):  # weights that are keys: the gate weighs the head against other runs
+        epoch = -1000.0
+        keyed = {t.key: key_weight(epoch + 10.0 * t.priority, epoch) for t in tasks}
+        tasks = [dataclasses.replace(t, priority=keyed[t.key], run=t.key[-1]) for t in tasks]
+        overdue = data.draw(st.floats(1.0, 90.0))
+        gate = ReservationGate(gap=data.draw(st.sampled_from([0.0, 20.0])), overdue=overdue, epoch=epoch)
+    tasks.sort(key=admission_order)
+    interval = data.draw(st.sampled_from([None, 2.0, 60.0]))
+    options: dict[str, Any] = {
+        "backfill": data.draw(st.booleans()),
+        "strict_backfill": data.draw(st.booleans()),
+        "gate": gate,
+    }
+
+    def decide(at: float, **more: Any) -> PoolDecision:
+        following = None if interval is None else at + interval
+        return decide_pool(at, "gpu", capacity, running, tasks, next_decision=following, **options, **more)
+
+    window = DecisionWindow()
+    first = decide(now, window=window)
+    quiet = decide(now, explain=False)
+    assert quiet == dataclasses.replace(first, reason="") and quiet.why is None
+    for fraction in (0.3, 0.999):
+        later = now + fraction * (min(window.until, now + 500.0) - now)
+        if now < later < window.until and (interval is None or later + interval <= window.next_until):
+            assert _as_simulated(decide(later)) == _as_simulated(first), (later, window.until)
+
+
+EPOCH = 0.0
+
+
+NOW = 1000.0
+
+
+def _task(key: str, slots: int, at: float, duration: float, order: int, since: float) -> ReadyTask:
+    return ReadyTask(key, "gpu", slots, key_weight(at, EPOCH), duration, (order,), run=key, since=since)
+
+
+def test_a_task_wider_than_the_pool_does_not_override_the_reservation_gate() -> None:
+    """An 8-GPU task kept waiting in a pool now of 4 (a host lost, ``too_large_action = keep``, a fallback
+    rung) has waited past ``overdue``: before, as 'starving' it forced a reservation the gate refuses and
+    closed the pool to 0, although Airflow can never run it there."""
+    gate = ReservationGate(gap=3600.0, overdue=100.0, epoch=EPOCH)
+    too_wide = _task("x", 8, 0.0, 50.0, 0, since=0.0)
+    wide = _task("w", 4, 1000.0, 50.0, 1, since=990.0)
+    small = _task("b", 1, 1010.0, 10.0, 2, since=990.0)
+    running = [RunningTask("r", "gpu", 2, NOW + 100.0)]
+    without = decide_pools(NOW, {"gpu": 4}, running, [wide, small], gate=gate)["gpu"]
+    assert without.reserved_for is None and without.pool_size == 4
+    decision = decide_pools(NOW, {"gpu": 4}, running, [too_wide, wide, small], gate=gate)["gpu"]
+    assert (decision.reserved_for, decision.pool_size) == (None, 4), decision.reason
+
+
+def test_a_task_wider_than_the_pool_does_not_stop_the_backfill() -> None:
+    """With every wide head reserved for (gap 0), a short task that ends before the wide one could
+    start is backfilled; before, the unrunnable 'starving' task stopped every backfill behind it."""
+    gate = ReservationGate(gap=0.0, overdue=100.0, epoch=EPOCH)
+    too_wide = _task("x", 8, 0.0, 50.0, 0, since=0.0)
+    wide = _task("w", 4, 10.0, 50.0, 1, since=990.0)
+    small = _task("b", 1, 20.0, 10.0, 2, since=990.0)
+    running = [RunningTask("r", "gpu", 2, NOW + 100.0)]
+    decision = decide_pools(NOW, {"gpu": 4}, running, [too_wide, wide, small], gate=gate)["gpu"]
+    assert decision.reserved_for == "w"
+    assert decision.backfill_tasks == ("b",) and decision.pool_size == 3, decision.reason
+    # the same when a caller hands decide_pool that task as the starving one
+    alone = decide_pool(NOW, "gpu", 4, running, [too_wide, wide, small], gate=gate, starving=too_wide)
+    assert alone.backfill_tasks == ("b",) and alone.pool_size == 3, alone.reason

@@ -1,0 +1,523 @@
+"""REST client (auth, pools, pagination), the connection hook, and that secrets never reach logs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from airflow_gpu_dag.hooks.airflow_api import AirflowApiHook, base_url_of
+from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, RestError, excerpt
+from airflow_gpu_dag.watermark.config import parse_config
+from airflow_gpu_dag.watermark.controller import WatermarkController
+from airflow_gpu_dag.watermark.sources import CapacityReading, SourceError
+from tests.unit.hooks.conftest import TrickleServer
+
+PASSWORD = "pa55-w0rd-SECRET"
+
+
+TOKEN = "tok-eyJhbGciOi-SECRET"
+
+
+class FakeApi:
+    """An api-server answering /auth/token, pools and task instances."""
+
+    def __init__(self) -> None:
+        self.pools: dict[str, dict[str, Any]] = {}
+        self.tis: list[dict[str, Any]] = []
+        self.logins = 0
+        self.expire_next = False
+        self.requests: list[httpx.Request] = []
+        self.fail_pools = False
+        #: ``[api] maximum_page_limit``: the server answers at most this many items per page.
+        self.max_limit: int | None = None
+        self.send_total = True
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        path = request.url.path
+        if path == "/auth/token":
+            body = json.loads(request.content)
+            if body["password"] != PASSWORD:
+                return httpx.Response(401, json={"detail": "Invalid credentials"})
+            self.logins += 1
+            return httpx.Response(201, json={"access_token": TOKEN})
+        if request.headers.get("Authorization") != f"Bearer {TOKEN}" or self.expire_next:
+            self.expire_next = False
+            return httpx.Response(401, json={"detail": "Not authenticated"})
+        if path.startswith("/api/v2/pools"):
+            if self.fail_pools:
+                return httpx.Response(500, text="boom")
+            name = path.rsplit("/", 1)[-1]
+            if request.method == "GET":
+                return (
+                    httpx.Response(200, json=self.pools[name]) if name in self.pools else httpx.Response(404)
+                )
+            body = json.loads(request.content)
+            if request.method == "PATCH":
+                if name not in self.pools:
+                    return httpx.Response(404, json={"detail": "not found"})
+                if set(body) != {"name", "slots", "description", "include_deferred"}:
+                    return httpx.Response(422)
+            self.pools[body["name"]] = body
+            return httpx.Response(201 if request.method == "POST" else 200, json=body)
+        if path == "/api/v2/dags/~/dagRuns/~/taskInstances":
+            offset = int(request.url.params["offset"])
+            limit = int(request.url.params["limit"])
+            if self.max_limit is not None:
+                limit = min(limit, self.max_limit)  # Airflow's LimitFilter caps the limit asked for
+            answer: dict[str, Any] = {"task_instances": self.tis[offset : offset + limit]}
+            if self.send_total:
+                answer["total_entries"] = len(self.tis)
+            return httpx.Response(200, json=answer)
+        return httpx.Response(404)
+
+
+def client(api: FakeApi, password: str = PASSWORD) -> AirflowRestClient:
+    return AirflowRestClient(
+        "http://api:8080/", "admin", password, transport=httpx.MockTransport(api.handler)
+    )
+
+
+class _RestartingApi:
+    """An api-server that restarts with a new JWT secret: tokens signed before are refused with
+    ``403 Invalid JWT token`` (Airflow answers 401 only for an expired or missing token)."""
+
+    def __init__(self) -> None:
+        self.secret = "s1"
+        self.logins = 0
+        self.forbidden = False  # the user may not read pools: 403 whatever the token
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/auth/token":
+            self.logins += 1
+            return httpx.Response(201, json={"access_token": f"tok-{self.secret}-{self.logins}"})
+        auth = request.headers.get("Authorization", "")
+        if not auth:
+            return httpx.Response(401, json={"detail": "Not authenticated"})
+        if f"tok-{self.secret}-" not in auth:
+            return httpx.Response(403, json={"detail": "Invalid JWT token"})
+        if self.forbidden:
+            return httpx.Response(403, json={"detail": "Forbidden"})
+        return httpx.Response(200, json={"name": "gpu", "slots": 4})
+
+
+class _Failing:
+    kind = "fake"
+
+    def read(self) -> CapacityReading:
+        raise SourceError("exporter down")
+
+
+def test_login_create_patch_and_relogin_on_expiry() -> None:
+    api = FakeApi()
+    rest = client(api)
+    assert rest.get_pool("gpu") is None
+    rest.set_pool("gpu", 4, "first")  # PATCH 404 -> POST
+    rest.set_pool("gpu", 2, "second")  # full-body PATCH
+    assert api.pools["gpu"] == {"name": "gpu", "slots": 2, "description": "second", "include_deferred": False}
+    api.expire_next = True
+    assert rest.get_pool("gpu")["slots"] == 2  # type: ignore[index]
+    assert api.logins == 2
+    methods = [(r.method, r.url.path) for r in api.requests[:4]]
+    assert methods == [
+        ("POST", "/auth/token"),
+        ("GET", "/api/v2/pools/gpu"),
+        ("PATCH", "/api/v2/pools/gpu"),
+        ("POST", "/api/v2/pools"),
+    ]
+
+
+def test_task_instances_are_paginated() -> None:
+    api = FakeApi()
+    api.tis = [{"task_id": f"t{i}"} for i in range(230)]
+    rest = client(api)
+    found = rest.task_instances(["gpu", "cpu"], ["scheduled", "running"])
+    assert [t["task_id"] for t in found] == [f"t{i}" for i in range(230)]
+    params = api.requests[-1].url.params
+    assert params.get_list("pool") == ["gpu", "cpu"] and params.get_list("state") == ["scheduled", "running"]
+
+
+def test_pagination_follows_total_entries_past_pages_the_server_capped() -> None:
+    # Before: a server with [api] maximum_page_limit=50 answered 50 of the 100 asked for, and the
+    # client took the short page for the last one: 50 of 230 task instances, silently.
+    api = FakeApi()
+    api.max_limit = 50
+    api.tis = [{"task_id": f"t{i}"} for i in range(230)]
+    found = client(api).task_instances(["gpu"], ["scheduled"])
+    assert [t["task_id"] for t in found] == [f"t{i}" for i in range(230)]
+    offsets = [int(r.url.params["offset"]) for r in api.requests if "offset" in r.url.params]
+    assert offsets == [0, 50, 100, 150, 200]
+
+
+def test_pagination_without_total_entries_stops_at_a_short_page() -> None:
+    api = FakeApi()
+    api.send_total = False
+    api.tis = [{"task_id": f"t{i}"} for i in range(130)]
+    found = client(api).task_instances(["gpu"], ["scheduled"])
+    assert len(found) == 130
+    assert [int(r.url.params["offset"]) for r in api.requests if "offset" in r.url.params] == [0, 100]
+    api.tis = [{"task_id": f"t{i}"} for i in range(200)]  # a full last page: one more, empty, page
+    api.requests.clear()
+    assert len(client(api).task_instances(["gpu"], ["scheduled"])) == 200
+    assert [int(r.url.params["offset"]) for r in api.requests if "offset" in r.url.params] == [0, 100, 200]
+
+
+def test_a_token_refused_as_invalid_after_a_restart_is_renewed_once() -> None:
+    # Before: every call after the restart failed with HTTP 403 until the controller restarted.
+    api = _RestartingApi()
+    rest = AirflowRestClient("http://api:8080", "ctrl", PASSWORD, transport=httpx.MockTransport(api.handler))
+    assert rest.get_pool("gpu") == {"name": "gpu", "slots": 4}
+    api.secret = "s2"
+    assert rest.get_pool("gpu") == {"name": "gpu", "slots": 4}
+    assert rest.get_pool("gpu") == {"name": "gpu", "slots": 4}
+    assert api.logins == 2
+    # a 403 that a new login does not cure (no permission) is the answer: one more login, no loop
+    api.forbidden = True
+    with pytest.raises(RestError, match=r"GET /api/v2/pools/gpu: HTTP 403"):
+        rest.get_pool("gpu")
+    assert api.logins == 3
+
+
+def test_a_ready_token_is_not_replaced_on_403() -> None:
+    api = _RestartingApi()
+    rest = AirflowRestClient("http://api:8080", token="tok-old-1", transport=httpx.MockTransport(api.handler))
+    with pytest.raises(RestError, match="HTTP 403"):
+        rest.get_pool("gpu")
+    assert api.logins == 0
+
+
+def test_bad_password_is_a_clear_error_without_the_password() -> None:
+    with pytest.raises(RestError, match=r"POST /auth/token: HTTP 401") as err:
+        client(FakeApi(), password="wrong-SECRET").get_pool("gpu")
+    assert "SECRET" not in str(err.value)
+
+
+def test_secrets_never_reach_logs_or_repr(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    api = FakeApi()
+    rest = client(api)
+    config = parse_config(
+        {
+            "pools": {"gpu": {"source": 2}, "gpu2": {"source": 2}},
+            "lease": {"lock_file": None, "variable": None},
+        }
+    )
+    controller = WatermarkController(config, rest, {"gpu2": _Failing()}, default_duration=60)
+    controller.tick()
+    api.fail_pools = True
+    failed = controller.tick()  # reported per pool, not raised: the loop goes on
+    assert failed and all(o.error and "HTTP 500" in o.error and o.size is None for o in failed)
+    api.fail_pools = False
+    api.expire_next = True
+    controller.tick()
+    text = caplog.text + repr(rest) + repr(controller.__dict__)
+    assert "pool gpu:" in caplog.text and "exporter down" in caplog.text  # it did log
+    assert PASSWORD not in text and TOKEN not in text
+    assert "SECRET" not in text
+
+
+def test_hook_builds_client_from_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_GPU_DAG_API", f"http://admin:{PASSWORD}@localhost:8080")
+    rest = AirflowApiHook().get_client()
+    assert rest.base_url == "http://localhost:8080"
+    assert PASSWORD not in repr(rest)
+    monkeypatch.setenv("AIRFLOW_CONN_OTHER", json.dumps({"conn_type": "http", "host": "", "login": "x"}))
+    with pytest.raises(ValueError, match="connection 'other': the connection has no host"):
+        AirflowApiHook("other").get_client()
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "expected"),
+    [
+        ("http://api:8080/", None, "http://api:8080"),
+        ("https://api.example.com", 8443, "https://api.example.com:8443"),
+        ("api", 8080, "http://api:8080"),
+        ("api", None, "http://api"),
+        # a reverse proxy's path prefix: the port goes into the network location, not after the path
+        ("https://gw.example.com/airflow", 8443, "https://gw.example.com:8443/airflow"),
+        ("https://gw.example.com:9443/airflow/", 8443, "https://gw.example.com:9443/airflow"),
+        ("gw.example.com/airflow", 8080, "http://gw.example.com:8080/airflow"),
+        ("http://[::1]", 8080, "http://[::1]:8080"),
+        # the REST API root given as the host: the client adds /api/v2 itself
+        ("http://127.0.0.1:8080/api/v2/", None, "http://127.0.0.1:8080"),
+        ("https://gw.example.com/airflow/api/v2", 8443, "https://gw.example.com:8443/airflow"),
+    ],
+)
+def test_base_url_of(host: str, port: int | None, expected: str) -> None:
+    assert base_url_of(host, port) == expected
+
+
+def test_base_url_of_a_host_with_a_bad_port() -> None:
+    with pytest.raises(ValueError, match="has a port that is not a number"):
+        base_url_of("http://api:80x", None)
+
+
+def test_gets_are_retried_after_transport_errors_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The retry bounds of ``send``: a GET is tried ``1 + get_retries`` times after transport errors,
+    ``retry_wait`` apart, and the last error is raised; an HTTP answer (even a 503) is never retried,
+    nor is a POST or a call with ``retry=False``."""
+    calls: list[str] = []
+    slept: list[float] = []
+    answers: list[Any] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.method)
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return httpx.Response(answer)
+
+    monkeypatch.setattr("time.sleep", slept.append)  # tenacity's sleep
+    client = AirflowRestClient(
+        "http://api:8080", token="t", transport=httpx.MockTransport(handler), get_retries=2, retry_wait=0.25
+    )
+    refused = httpx.ConnectError("connection refused")
+    answers[:] = [refused, refused, 200]
+    assert client.send("GET", "/api/v2/pools").status_code == 200
+    assert (calls, slept) == (["GET"] * 3, [0.25, 0.25])
+    calls.clear(), slept.clear()
+    answers[:] = [refused, refused, httpx.ConnectError("connection refused at last")]
+    with pytest.raises(RestError, match="refused the connection") as raised:
+        client.send("GET", "/api/v2/pools")
+    assert len(calls) == 3 and raised.value.status is None
+    for method, retry, answer in (("GET", True, 503), ("POST", True, refused), ("GET", False, refused)):
+        calls.clear()
+        answers[:] = [answer]
+        if isinstance(answer, int):
+            assert client.send(method, "/api/v2/pools", retry=retry).status_code == answer
+        else:
+            with pytest.raises(RestError):
+                client.send(method, "/api/v2/pools", retry=retry)
+        assert calls == [method], (method, retry, answer)
+
+
+#: The client's limit in these tests, and what a call may take beyond it on a loaded machine.
+TIMEOUT = 1.0
+
+
+MARGIN = 3.0
+
+
+@pytest.fixture
+def trickle() -> Iterator[TrickleServer]:
+    with TrickleServer() as server:
+        yield server
+
+
+def _timed(call: Callable[[], Any]) -> tuple[BaseException | None, float]:
+    started = time.monotonic()
+    try:
+        call()
+    except BaseException as err:  # what the call raised, for the test to look at
+        return err, time.monotonic() - started
+    return None, time.monotonic() - started
+
+
+CALLS: dict[str, Callable[[AirflowRestClient], Any]] = {
+    "get_pool": lambda c: c.get_pool("gpu"),
+    "set_pool": lambda c: c.set_pool("gpu", 2, "x"),
+    "task_instances": lambda c: c.task_instances(["gpu"], ["scheduled"]),
+    "run_task_instances": lambda c: c.run_task_instances("d", "r"),
+    "upstream_task_ids": lambda c: c.upstream_task_ids("d"),
+    "task_history": lambda c: c.task_history("d", "t"),
+    "set_task_instance_state": lambda c: c.set_task_instance_state("d", "r", "t", -1, "failed"),
+    "get_variable": lambda c: c.get_variable("lease"),
+    "create_variable": lambda c: c.create_variable("lease", "{}"),
+    "put_variable": lambda c: c.put_variable("lease", "{}"),
+}
+
+
+# -- answers that are not the JSON expected ---------------------------------------------------------------
+LOGIN_PAGE = (
+    b"<html><head><title>Sign in</title></head><body><form>"
+    b'<input name="password" value="pw-SECRET"> token=other-SECRET</form></body></html>'
+)
+
+
+def _answering(body: bytes, content_type: str = "text/html", status: int = 200) -> AirflowRestClient:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/auth/token"):
+            return httpx.Response(201, json={"access_token": "tok-SECRET"})
+        return httpx.Response(status, content=body, headers={"content-type": content_type})
+
+    return AirflowRestClient(
+        "http://gw.example.com/airflow", "admin", "pw-SECRET", transport=httpx.MockTransport(handler)
+    )
+
+
+@pytest.mark.parametrize("call", sorted(CALLS))
+def test_a_trickling_answer_ends_every_call_in_a_rest_error_by_the_deadline(
+    trickle: TrickleServer, call: str
+) -> None:
+    client = AirflowRestClient(trickle.url, token="t", timeout=TIMEOUT)
+    try:
+        err, took = _timed(lambda: CALLS[call](client))
+    finally:
+        client.close()
+    assert isinstance(err, RestError), err
+    assert "ReadTimeout" in str(err) and "deadline" in str(err)
+    assert took < TIMEOUT + MARGIN, f"{call} took {took:.1f}s with timeout={TIMEOUT}"
+    assert trickle.wait_closed(), "the connection of a call that gave up was left open"
+
+
+@pytest.mark.parametrize("mode", ["body", "headers"])
+def test_the_login_and_the_call_share_one_deadline(mode: str) -> None:
+    with TrickleServer(mode=mode) as server:
+        client = AirflowRestClient(server.url, "admin", "secret", timeout=TIMEOUT)
+        err, took = _timed(lambda: client.get_pool("gpu"))
+        client.close()
+        assert isinstance(err, RestError) and "/auth/token" in str(err)
+        assert took < TIMEOUT + MARGIN
+        assert [r.split()[:2] for r in server.requests] == [[b"POST", b"/auth/token"]]
+        err, took = _timed(lambda: AirflowRestClient(server.url, "admin", "pw", timeout=TIMEOUT).token())
+        assert isinstance(err, RestError) and took < TIMEOUT + MARGIN
+
+
+def test_headers_that_never_end_are_cut_off_too() -> None:
+    with TrickleServer(mode="headers") as server:
+        client = AirflowRestClient(server.url, token="t", timeout=TIMEOUT)
+        err, took = _timed(lambda: client.get_pool("gpu"))
+        client.close()
+        assert isinstance(err, RestError) and took < TIMEOUT + MARGIN
+        assert server.wait_closed()
+
+
+def test_a_calls_own_timeout_wins_and_each_retry_is_bounded(trickle: TrickleServer) -> None:
+    client = AirflowRestClient(trickle.url, token="t", timeout=30.0, get_retries=1, retry_wait=0.1)
+    err, took = _timed(lambda: client.send("GET", "/api/v2/pools", timeout=TIMEOUT))
+    client.close()
+    # two tries of TIMEOUT each, 0.1 s apart: (1 + get_retries) * timeout + get_retries * retry_wait
+    assert isinstance(err, RestError) and 2 * TIMEOUT <= took < 2 * TIMEOUT + 0.1 + MARGIN
+    assert len(trickle.requests) == 2
+
+
+def test_each_thread_keeps_its_own_deadline(trickle: TrickleServer) -> None:
+    client = AirflowRestClient(trickle.url, token="t", timeout=10.0)
+    took: dict[float, float] = {}
+
+    def call(seconds: float) -> None:
+        err, took[seconds] = _timed(lambda: client.send("GET", "/api/v2/pools", timeout=seconds))
+        assert isinstance(err, RestError)
+
+    threads = [threading.Thread(target=call, args=(s,)) for s in (TIMEOUT, 3 * TIMEOUT)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    client.close()
+    assert took[TIMEOUT] < TIMEOUT + MARGIN
+    assert 3 * TIMEOUT <= took[3 * TIMEOUT] < 3 * TIMEOUT + MARGIN
+
+
+def test_a_hung_name_lookup_ends_by_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    release = threading.Event()
+    real = socket.getaddrinfo
+
+    def hung(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "api.slow-dns.test":
+            release.wait(30)
+            raise socket.gaierror("gave up")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", hung)
+    client = AirflowRestClient("http://api.slow-dns.test:8080", token="t", timeout=TIMEOUT)
+    try:
+        err, took = _timed(lambda: client.get_pool("gpu"))
+    finally:
+        release.set()  # the lookup's thread ends with it
+        client.close()
+    assert isinstance(err, RestError) and "ConnectTimeout" in str(err)
+    assert took < TIMEOUT + MARGIN
+
+
+def test_a_name_lookup_that_fails_is_a_connect_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(host: Any, *args: Any, **kwargs: Any) -> Any:
+        raise socket.gaierror("Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", failing)
+    client = AirflowRestClient("http://api.nowhere.test:8080", token="t", timeout=TIMEOUT)
+    with pytest.raises(RestError, match="GET /api/v2/pools/gpu: ConnectError"):
+        client.get_pool("gpu")
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, float("inf"), float("nan"), "10"])
+def test_a_client_without_a_finite_timeout_is_refused(timeout: Any) -> None:
+    with pytest.raises(ValueError, match="timeout must be a number of seconds > 0"):
+        AirflowRestClient("http://api", token="t", timeout=timeout)
+
+
+@pytest.mark.parametrize("call", sorted(set(CALLS) - {"create_variable"}))
+def test_an_html_page_is_a_rest_error_naming_the_url(call: str) -> None:
+    with pytest.raises(RestError) as err:
+        CALLS[call](_answering(LOGIN_PAGE))
+    message = str(err.value)
+    assert "http://gw.example.com/airflow/api/v2/" in message, message
+    assert "not JSON" in message and "text/html" in message and "<title>Sign in</title>" in message
+    assert "SECRET" not in message
+
+
+def test_a_login_answered_with_a_page_names_the_token_url() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=LOGIN_PAGE, headers={"content-type": "text/html"})
+
+    client = AirflowRestClient("http://api:8080", "admin", "pw", transport=httpx.MockTransport(handler))
+    with pytest.raises(
+        RestError, match=r"POST http://api:8080/auth/token: expected a JSON object, got not JSON"
+    ):
+        client.get_pool("gpu")
+
+
+@pytest.mark.parametrize(
+    ("call", "body", "expected"),
+    [
+        ("get_pool", b"[]", "expected a JSON object, got a JSON list"),
+        ("get_pool", b'"gpu"', "expected a JSON object, got a JSON str"),
+        ("get_pool", b"", "got not JSON (HTTP 200, application/json): (empty)"),
+        ("set_pool", b"[1, 2]", "expected a JSON object, got a JSON list"),
+        ("get_variable", b"[]", "expected a JSON object, got a JSON list"),
+        ("task_instances", b'[{"task_id": "t"}]', "expected a JSON object, got a JSON list"),
+        ("task_instances", b'{"task_instances": {"a": 1}}', "the answer has no list 'task_instances'"),
+        ("upstream_task_ids", b'{"tasks": [1, 2]}', "expected a list of objects under 'tasks'"),
+        ("upstream_task_ids", b'{"tasks": [{"downstream_task_ids": []}]}', "a task without a task_id"),
+        ("upstream_task_ids", b'{"tasks": [{"task_id": "a", "downstream_task_ids": 3}]}', "is not a list"),
+        ("task_history", b'{"task_instances": "none"}', "expected a list of objects under 'task_instances'"),
+        ("set_task_instance_state", b'{"task_instances": [null]}', "expected a list of objects"),
+    ],
+)
+def test_json_of_the_wrong_shape_is_a_rest_error(call: str, body: bytes, expected: str) -> None:
+    with pytest.raises(RestError, match=r"http://gw\.example\.com/airflow/api/v2/") as err:
+        CALLS[call](_answering(body, "application/json"))
+    assert expected in str(err.value)
+
+
+def test_map_counts_skip_task_instances_they_cannot_read() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/dagRuns"):
+            return httpx.Response(200, json={"dag_runs": [{"dag_run_id": "r1"}]})
+        tis = [
+            1,
+            {"map_index": "x"},
+            {"map_index": 0},
+            {"map_index": 1, "state": "removed"},
+            {"map_index": 2},
+        ]
+        return httpx.Response(200, json={"task_instances": tis, "total_entries": 5})
+
+    client = AirflowRestClient("http://api", token="t", transport=httpx.MockTransport(handler))
+    assert client.map_counts("d", "t") == [2]
+
+
+def test_an_excerpt_is_one_short_line_with_credentials_masked() -> None:
+    text = 'Error\n\x00 {"access_token": "eyJ.abc", "password": "p"} Authorization: Bearer xyz ' + "z" * 500
+    shown = excerpt(text, ["p-known"], limit=120)
+    assert len(shown) <= 120 and "\n" not in shown and "\x00" not in shown
+    assert "eyJ" not in shown and '"p"' not in shown and "xyz" not in shown
+    assert excerpt("the key is p-known here", ["p-known"]) == "the key is *** here"

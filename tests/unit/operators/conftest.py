@@ -1,0 +1,73 @@
+"""Shared fakes and helpers of the tests under ``tests/unit/operators/``."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+from unittest import mock
+
+import kubernetes_validate
+import pendulum
+import pytest
+from airflow.sdk import DAG
+from kubernetes.client import ApiClient
+
+
+@pytest.fixture
+def static_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A 4x A100 static inventory and a private lease directory for every test."""
+    lease_dir = tmp_path / "leases"
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__INVENTORY_SOURCE", "static")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__INVENTORY", "4xa100:80GiB")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_DIR", str(lease_dir))
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_POLL_INTERVAL", "0.05")
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
+    return lease_dir
+
+
+def make_dag(dag_id: str = "gpu_dag") -> Any:
+    from airflow.sdk import DAG
+
+    return DAG(dag_id, schedule=None, start_date=pendulum.datetime(2026, 1, 1))
+
+
+# -- execution --------------------------------------------------------------------------------------------
+def context(task_id: str) -> dict[str, Any]:
+    ti = SimpleNamespace(dag_id="gpu_dag", run_id="run1", task_id=task_id, map_index=-1, try_number=1)
+    return {"ti": ti, "task_instance": ti}
+
+
+K8S_VERSION = "1.37.0"
+
+
+RUN_ID = "manual__2026-11-30T00:00:00+00:00"
+
+
+HOOK = "airflow.providers.cncf.kubernetes.operators.pod.KubernetesHook"
+
+
+SER = ApiClient().sanitize_for_serialization
+
+
+def _context(dag: DAG, task_id: str, ti: Any = None) -> dict[str, Any]:
+    ti = ti or SimpleNamespace(dag_id=dag.dag_id, task_id=task_id, map_index=-1, try_number=1)
+    return {"ti": ti, "run_id": RUN_ID, "dag": dag}
+
+
+def _build(op: Any, dag: DAG) -> dict[str, Any]:
+    with mock.patch(HOOK) as hook:
+        hook.return_value.is_in_cluster = False
+        hook.return_value.get_namespace.return_value = "default"
+        pod = op.build_pod_request_obj(_context(dag, op.task_id))
+    return SER(pod)
+
+
+def _validate(manifest: dict[str, Any]) -> None:
+    assert kubernetes_validate.validate(manifest, K8S_VERSION, strict=True) == "1.37"
+
+
+def _dag(dag_id: str = "k8s_gpu") -> DAG:
+    return DAG(dag_id, schedule=None, start_date=datetime.datetime(2026, 1, 1))

@@ -1,0 +1,144 @@
+"""Critical-path page and Gantt charts: defects found by a second audit, each test failing on the old
+code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from airflow_gpu_dag.airflow.history import LearnedGraph
+from airflow_gpu_dag.core.analysis.estimates import DurationEstimate, with_estimates
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.planning.plan import build_plan
+from airflow_gpu_dag.plugins.critical_path_page.data import pool_views
+
+
+def _pools(gpus: int = 4) -> Any:
+    return pool_views(
+        {
+            "gpu_default": {"total": gpus, "running": 0, "queued": 0, "open": gpus},
+            "default_pool": {"total": 128, "running": 0, "queued": 0, "open": 128},
+        },
+        {},
+        {"gpu_default", "default_pool"},
+    )
+
+
+def _graph(rule: str | None = None) -> TaskGraph:
+    graph = TaskGraph("pipe", priority_rule=rule)
+    graph.add("load", 600)
+    graph.add("train", 3600, gpus=2, pool="gpu_default")
+    graph.add_edge("load", "train")
+    return graph
+
+
+def _endpoint(path: str) -> Any:
+    from airflow_gpu_dag.plugins.critical_path_page.app import create_app
+
+    (route,) = [r for r in create_app().routes if getattr(r, "path", None) == path]
+    return route.endpoint  # type: ignore[attr-defined]
+
+
+def _serve(monkeypatch: pytest.MonkeyPatch, learned: LearnedGraph) -> None:
+    """The app's endpoints on ``learned`` (as read from the metadata DB) and :func:`_pools`."""
+    from airflow_gpu_dag.plugins.critical_path_page import app
+
+    plan = build_plan(learned.graph, learned.findings)
+    monkeypatch.setattr(app, "_load", lambda dag_id, session: (learned.graph, plan, learned))
+    monkeypatch.setattr(app, "_may_read_pools", lambda user: True)
+    monkeypatch.setattr(app, "_pools", lambda session, dag_pools, user: _pools())
+    monkeypatch.setattr(app, "_flag_factor", lambda: 1.5)
+
+
+def _learned_marker_graph() -> LearnedGraph:
+    """``done`` declares 0 (a marker task) but its past runs took 5 s; ``train`` learned 2h; ``fit[0]``
+    and ``fit[1]`` are instances of the mapped task ``fit``."""
+    declared = _graph()
+    declared.add("done", 0)
+    declared.add_edge("train", "done")
+    declared.add("fit[0]", 300, attrs={"map_of": "fit", "map_index": 0})
+    declared.add("fit[1]", 300, attrs={"map_of": "fit", "map_index": 1})
+    estimates = {
+        "done": DurationEstimate("done", 0.0, 0.0, learned=5.0, runs=5),
+        "train": DurationEstimate("train", 3600.0, 3600.0, learned=7200.0, runs=5),
+    }
+    return LearnedGraph(with_estimates(declared, estimates), declared, estimates)
+
+
+def test_the_plan_endpoint_says_which_rule_each_prediction_assumes(monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = _graph()
+    _serve(monkeypatch, LearnedGraph(graph, graph, {}))
+    data = _endpoint("/api/plan/{dag_id}")("pipe", session=None, user=None)
+    results = data["predicted"]["results"]
+    assert {label: (r["policy"], r["priority_rule"]) for label, r in results.items()} == {
+        "stock": ("stock", "downstream"),
+        "reservation": ("reservation", "packing"),
+    }
+    train = next(t for t in results["stock"]["schedule"] if t["task_id"] == "train")
+    assert train["pool"] == "gpu_default" and "priority" in train
+
+
+def test_the_plan_endpoint_returns_the_json_of_plan_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/ui.md and docs/cli.md: the data endpoint returns the same object as `plan -o json`; it
+    # lacked the per-task duration_source, declared_duration, map_of and map_index.
+    from airflow_gpu_dag.cli.plan import _json as plan_cli_json
+
+    learned = _learned_marker_graph()
+    _serve(monkeypatch, learned)
+    data = _endpoint("/api/plan/{dag_id}")("pipe", session=None, user=None)
+    cli = plan_cli_json(build_plan(learned.graph), learned.graph, learned.estimates, "")
+    assert data["tasks"] == cli["tasks"]
+    tasks = {t["task_id"]: t for t in data["tasks"]}
+    assert tasks["train"]["duration_source"] == "learned" and tasks["train"]["declared_duration"] == 3600
+    assert tasks["done"]["duration_source"] == "declared"
+    assert (tasks["fit[1]"]["map_of"], tasks["fit[1]"]["map_index"]) == ("fit", 1)
+
+
+def test_anonymous_requests_are_refused() -> None:
+    from fastapi.testclient import TestClient
+
+    from airflow_gpu_dag.plugins.critical_path_page.app import create_app
+
+    client = TestClient(create_app())
+    for path in ("/critical-path/page", "/api/plan/page", "/api/pools"):
+        resp = client.get(path)
+        assert resp.status_code == 401, (path, resp.text)
+        assert resp.json() == {"detail": "Not authenticated"}
+    assert client.get("/static/page.js").status_code == 200
+
+
+def test_the_pool_table_shows_only_the_pools_the_user_may_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    # With [core] multi_team, Airflow's pools API shows a team its own pools; the page showed every
+    # pool, and another team's DAG and task ids in its description.
+    from types import SimpleNamespace
+
+    from airflow.models.pool import Pool
+
+    from airflow_gpu_dag.plugins.critical_path_page import app
+
+    stats = {
+        name: {"total": slots, "running": 0, "queued": 0, "open": slots}
+        for name, slots in (("default_pool", 128), ("gpu_team_a", 4), ("gpu_team_b", 8))
+    }
+    descriptions = [
+        ("default_pool", "Default pool"),
+        ("gpu_team_a", "gpu-dag watermark: pool 4 of capacity 4"),
+        (
+            "gpu_team_b",
+            "gpu-dag watermark: pool 8 of capacity 8 | reserving 8 slots for secret/r/task/-1: 0 of 8 free",
+        ),
+    ]
+    monkeypatch.setattr(Pool, "slots_stats", staticmethod(lambda session: stats))
+    asked: list[Any] = []
+
+    class AuthManager:
+        def get_authorized_pools(self, *, user: Any, method: str, session: Any) -> set[str]:
+            asked.append((user, method))
+            return {"default_pool", "gpu_team_a"}
+
+    monkeypatch.setattr("airflow.api_fastapi.app.get_auth_manager", lambda: AuthManager())
+    session = SimpleNamespace(execute=lambda query: SimpleNamespace(all=lambda: descriptions))
+    views = app._pools(session, {"gpu_team_a"}, user="viewer_a")
+    assert [v.name for v in views] == ["gpu_team_a", "default_pool"]
+    assert asked == [("viewer_a", "GET")]

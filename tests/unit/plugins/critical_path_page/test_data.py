@@ -1,0 +1,272 @@
+"""Critical-path page: defects found by an audit of the plugin, each test failing on the old code."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from airflow_gpu_dag.airflow.history import LearnedGraph
+from airflow_gpu_dag.core.analysis.estimates import DurationEstimate, with_estimates
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.planning.plan import build_plan
+from airflow_gpu_dag.plugins.critical_path_page.data import (
+    ScheduleView,
+    parse_pool_description,
+    pool_views,
+    predicted_schedules,
+)
+from airflow_gpu_dag.plugins.critical_path_page.page_html import render_page
+
+
+def _pool_slots_graph() -> TaskGraph:
+    """``train`` asks for no GPU but holds 4 slots of ``gpu_default`` (the plan counts 4 GPUs)."""
+    graph = TaskGraph("slots")
+    graph.add("load", 600)
+    graph.add("train", 3600, pool="gpu_default", pool_slots=4)
+    graph.add_edge("load", "train")
+    return graph
+
+
+def test_a_gpu_pool_task_without_a_gpu_request_in_a_missing_pool_gets_no_makespan() -> None:
+    # Before: only tasks with a GPU request were checked, so a task holding slots of a GPU pool that
+    # does not exist was simulated on an unlimited pool and the page showed a makespan (4200 s) for
+    # a run whose GPU task Airflow never starts.
+    graph = _pool_slots_graph()
+    assert build_plan(graph).task("train").gpus == 4
+    views = pool_views({"default_pool": {"total": 128, "running": 0, "queued": 0, "open": 128}}, {})
+    schedules = predicted_schedules(graph, views)
+    assert schedules.results == {}
+    assert "pool(s) gpu_default do not exist" in schedules.note
+    page = render_page(build_plan(graph), schedules, views, "s", "p")
+    assert "pool(s) gpu_default do not exist" in page and "makespan 1h10m" not in page
+    # with the pool, it is simulated on its 4 slots
+    views = pool_views({"gpu_default": {"total": 4, "running": 0, "queued": 0, "open": 4}}, {})
+    schedules = predicted_schedules(graph, views)
+    assert schedules.note == "" and schedules.results["stock"].makespan == 4200.0
+
+
+def _graph() -> TaskGraph:
+    graph = TaskGraph("page")
+    graph.add("load", 600)
+    graph.add("train", 7200, gpus=4, pool="gpu_default", pool_slots=4)
+    graph.add("stats", 1200)
+    graph.add("eval", 1800, gpus=1, pool="gpu_default")
+    for up, down in (("load", "train"), ("load", "stats"), ("train", "eval"), ("stats", "eval")):
+        graph.add_edge(up, down)
+    return graph
+
+
+def test_parse_pool_description_from_the_watermark_controller() -> None:
+    text = (
+        "gpu-dag watermark: pool 4 of capacity 8 | source ok: static 8 GPUs | reserving 4 slots for "
+        "dag/train: 2 of 8 free, slots expected free at +600s; backfill 0 slot(s) for work that cannot "
+        'delay it [gpu-dag-state {"last_good":8,"failures":0}]'
+    )
+    assert parse_pool_description(text) == (8, 4, "dag/train")
+    assert parse_pool_description("gpu-dag watermark: pool 8 of capacity 8 | no task waiting") == (8, 0, None)
+    assert parse_pool_description("Default pool") == (None, 0, None)
+
+
+def test_parse_the_description_the_controller_really_writes() -> None:
+    from airflow_gpu_dag.core.policy.admission import ReadyTask, RunningTask
+    from airflow_gpu_dag.core.policy.reservation import decide_pools
+    from airflow_gpu_dag.watermark.controller import describe
+    from airflow_gpu_dag.watermark.sources import PoolCapacity
+
+    key = "gpu_pipeline/manual__2026-11-30T01:00:00+00:00/train/-1"
+    decision = decide_pools(
+        0.0,
+        {"gpu_default": 8},
+        [RunningTask("d/r/small/-1", "gpu_default", 6, 600.0)],
+        [ReadyTask(key, "gpu_default", 4, 9000, 7200.0)],
+    )["gpu_default"]
+    assert decision.reserved_slots == 4
+    text = describe(PoolCapacity(8, "ok", "static 8 GPUs", 0, 8), decision, decision.pool_size)
+    assert parse_pool_description(text) == (8, 4, key)
+    assert parse_pool_description("Default pool") == (None, 0, None)
+    assert parse_pool_description(None) == (None, 0, None)
+
+
+def test_pool_views_put_the_dags_pools_first() -> None:
+    stats = {
+        "default_pool": {"total": 128, "running": 1, "queued": 0, "open": 127},
+        "gpu_default": {"total": 4, "running": 2, "queued": 1, "open": 1},
+        "unlimited": {"total": float("inf"), "running": 0, "queued": 0, "open": float("inf")},
+    }
+    descriptions = {
+        "gpu_default": "gpu-dag watermark: pool 4 of capacity 6 | reserving 2 slots for d/t: 0 of 6 free, ..."
+    }
+    views = pool_views(stats, descriptions, {"gpu_default"})
+    assert [v.name for v in views] == ["gpu_default", "default_pool", "unlimited"]
+    gpu = views[0]
+    assert (gpu.slots, gpu.used, gpu.open, gpu.capacity, gpu.reserved, gpu.reserved_for) == (
+        4,
+        3,
+        1,
+        6,
+        2,
+        "d/t",
+    )
+    assert views[2].slots == -1 and views[2].open == -1
+
+
+def test_predicted_schedules_use_measured_capacity() -> None:
+    graph = _graph()
+    views = pool_views(
+        {"gpu_default": {"total": 2, "running": 0, "queued": 0, "open": 2}},
+        {"gpu_default": "gpu-dag watermark: pool 2 of capacity 4 | reserving 2 slots for page/train: x"},
+        {"gpu_default"},
+    )
+    schedules = predicted_schedules(graph, views)
+    assert schedules.capacity == {"gpu_default": 4}
+    assert set(schedules.results) == {"stock", "reservation"}
+    too_small = pool_views({"gpu_default": {"total": 2, "running": 0, "queued": 0, "open": 2}}, {}, ())
+    schedules = predicted_schedules(graph, too_small)
+    assert schedules.results == {} and "train" in schedules.note
+
+
+def test_render_page_has_every_section() -> None:
+    graph = _graph()
+    plan = build_plan(graph)
+    views = pool_views(
+        {"gpu_default": {"total": 4, "running": 0, "queued": 0, "open": 4}}, {}, {"gpu_default"}
+    )
+    page = render_page(plan, predicted_schedules(graph, views), views, "../static", "../api/pools")
+    assert page.startswith("<!DOCTYPE html>")
+    assert 'href="../static/page.css"' in page and 'data-pools-url="../api/pools"' in page
+    assert page.count('class="node critical"') == 3
+    assert page.count('class="gantt-bar') == 8  # 4 tasks x (stock, reservation)
+    assert '<tr data-pool="gpu_default">' in page
+    assert "load → train → eval" in page
+    assert '<p id="policy">' not in page  # no policy line unless the caller says which one
+    with_policy = render_page(
+        replace(plan, policy="Priority: critical path, objective balanced"),
+        predicted_schedules(graph, views),
+        views,
+        "s",
+        "p",
+    )
+    assert '<p id="policy">Priority: critical path, objective balanced</p>' in with_policy
+    no_pools = render_page(plan, ScheduleView(note="No access to pools."), None, "s", "p")
+    assert "You may not read pools." in no_pools
+    assert "unlimited GPUs (earliest starts)" in no_pools
+
+
+def test_a_persons_description_is_not_read_as_the_controllers() -> None:
+    # "4 of capacity 16" in a hand-written description made the page simulate on 16 GPUs.
+    text = "A100 node pool (4 of capacity 16 lent to us by team ML) - jobs too large: ask infra"
+    assert parse_pool_description(text) == (None, 0, None)
+    views = pool_views(
+        {"gpu_default": {"total": 4, "running": 0, "queued": 0, "open": 4}}, {"gpu_default": text}
+    )
+    assert views[0].capacity is None and views[0].too_large is None
+    assert predicted_schedules(_graph(), views).capacity == {"gpu_default": 4}
+
+
+def test_no_makespan_is_predicted_for_gpu_tasks_in_a_pool_that_does_not_exist() -> None:
+    # Airflow never runs them; before, the missing pool counted as unlimited and a makespan was shown.
+    views = pool_views({"default_pool": {"total": 128, "running": 0, "queued": 0, "open": 128}}, {})
+    schedules = predicted_schedules(_graph(), views)
+    assert schedules.results == {} and "pool(s) gpu_default do not exist" in schedules.note
+
+
+def _pools(gpus: int = 4) -> Any:
+    return pool_views(
+        {
+            "gpu_default": {"total": gpus, "running": 0, "queued": 0, "open": gpus},
+            "default_pool": {"total": 128, "running": 0, "queued": 0, "open": 128},
+        },
+        {},
+        {"gpu_default", "default_pool"},
+    )
+
+
+def _graph_audit_page2(rule: str | None = None) -> TaskGraph:
+    graph = TaskGraph("pipe", priority_rule=rule)
+    graph.add("load", 600)
+    graph.add("train", 3600, gpus=2, pool="gpu_default")
+    graph.add_edge("load", "train")
+    return graph
+
+
+def _endpoint(path: str) -> Any:
+    from airflow_gpu_dag.plugins.critical_path_page.app import create_app
+
+    (route,) = [r for r in create_app().routes if getattr(r, "path", None) == path]
+    return route.endpoint  # type: ignore[attr-defined]
+
+
+def _serve(monkeypatch: pytest.MonkeyPatch, learned: LearnedGraph) -> None:
+    """The app's endpoints on ``learned`` (as read from the metadata DB) and :func:`_pools`."""
+    from airflow_gpu_dag.plugins.critical_path_page import app
+
+    plan = build_plan(learned.graph, learned.findings)
+    monkeypatch.setattr(app, "_load", lambda dag_id, session: (learned.graph, plan, learned))
+    monkeypatch.setattr(app, "_may_read_pools", lambda user: True)
+    monkeypatch.setattr(app, "_pools", lambda session, dag_pools, user: _pools())
+    monkeypatch.setattr(app, "_flag_factor", lambda: 1.5)
+
+
+def _learned_marker_graph() -> LearnedGraph:
+    """``done`` declares 0 (a marker task) but its past runs took 5 s; ``train`` learned 2h; ``fit[0]``
+    and ``fit[1]`` are instances of the mapped task ``fit``."""
+    declared = _graph_audit_page2()
+    declared.add("done", 0)
+    declared.add_edge("train", "done")
+    declared.add("fit[0]", 300, attrs={"map_of": "fit", "map_index": 0})
+    declared.add("fit[1]", 300, attrs={"map_of": "fit", "map_index": 1})
+    estimates = {
+        "done": DurationEstimate("done", 0.0, 0.0, learned=5.0, runs=5),
+        "train": DurationEstimate("train", 3600.0, 3600.0, learned=7200.0, runs=5),
+    }
+    return LearnedGraph(with_estimates(declared, estimates), declared, estimates)
+
+
+def test_an_over_committed_pool_has_no_open_slots_not_unlimited() -> None:
+    # Airflow's slots_stats gives open = total - running - queued, negative once the watermark
+    # controller shrinks a pool below the slots its running tasks hold; -1 is also the page's
+    # "unlimited", so the pool table (and the JSON the table refreshes from) said "unlimited".
+    views = pool_views({"gpu_default": {"total": 2, "running": 4, "queued": 1, "open": -3}}, {})
+    assert views[0].open == 0 and views[0].used == 5
+    page = render_page(
+        build_plan(_graph_audit_page2()), predicted_schedules(_graph_audit_page2(), views), views, "s", "p"
+    )
+    row = re.search(r'<tr data-pool="gpu_default">(.*?)</tr>', page)
+    assert row is not None
+    cells = re.findall(r"<td>([^<]*)</td>", row.group(1))
+    assert cells[1] == "2" and cells[6] == "0" and "unlimited" not in row.group(1)
+    unlimited = pool_views(
+        {"p": {"total": float("inf"), "running": 1, "queued": 0, "open": float("inf")}}, {}
+    )
+    assert unlimited[0].open == -1 and unlimited[0].slots == -1
+
+
+def test_predicted_schedules_say_which_priority_rule_they_assume() -> None:
+    # The page showed "reservation: makespan ..." under a policy line saying a stock-rule DAG's weights
+    # are Airflow's, while that chart was planned with the packing rule (`simulate` says so, the page
+    # did not).
+    for rule, ours in ((None, "packing"), ("critical_path", "critical_path")):
+        graph = _graph_audit_page2(rule)
+        page = render_page(build_plan(graph), predicted_schedules(graph, _pools()), _pools(), "s", "p")
+        summary = re.search(r'<p id="gantt-summary">(.*?)</p>', page)
+        assert summary is not None
+        assert "stock (priority rule downstream)" in summary.group(1)
+        assert f"reservation (priority rule {ours})" in summary.group(1)
+        assert f"priority rule {ours}; lower bound" in page
+
+
+def test_a_task_declaring_zero_is_not_marked_learned(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The plan keeps a marker task's declared 0 (with_estimates) and `plan` shows it as declared; the
+    # page's task table said "0s (learned)", from the estimate instead of the plan.
+    learned = _learned_marker_graph()
+    assert build_plan(learned.graph).task("done").duration == 0.0
+    _serve(monkeypatch, learned)
+    page = _endpoint("/critical-path/{dag_id}")("pipe", session=None, user=None).body.decode()
+    done = re.search(r'<tr[^>]*data-task-id="done"[^>]*>(.*?)</tr>', page)
+    train = re.search(r'<tr[^>]*data-task-id="train"[^>]*>(.*?)</tr>', page)
+    assert done is not None and train is not None
+    assert re.findall(r"<td>([^<]*)</td>", done.group(1))[2] == "0s"
+    assert re.findall(r"<td>([^<]*)</td>", train.group(1))[2] == "2h00m (learned)"

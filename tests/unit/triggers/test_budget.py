@@ -1,0 +1,68 @@
+"""Tests of ``airflow_gpu_dag.triggers.budget``."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import pytest
+
+from airflow_gpu_dag.budget import check as gate_module
+from airflow_gpu_dag.core.model.budget import BudgetCap
+from airflow_gpu_dag.gpu.usage import UsageLedger, UsageRecord
+from airflow_gpu_dag.triggers.budget import BudgetTrigger
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC).timestamp()
+
+
+@pytest.fixture(autouse=True)
+def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests exercise the deferring path: a deployment with a triggerer, which turns on
+    ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
+
+
+def _record(run_id: str, hours: float, devices: int = 1, pool: str = "gpu", end: float = NOW) -> UsageRecord:
+    return UsageRecord(
+        dag_id="train",
+        run_id=run_id,
+        task_id="fit",
+        try_number=1,
+        devices=tuple(range(devices)),
+        start=end - hours * 3600 / devices,
+        end=end,
+        pool=pool,
+    )
+
+
+@pytest.fixture
+def ledger(tmp_path) -> str:
+    path = tmp_path / "usage.jsonl"
+    book = UsageLedger(path)
+    book.append(_record("r1", 2.0, devices=2))
+    book.append(_record("r1", 1.0))
+    book.append(_record("r2", 4.0, pool="gpu"))
+    book.append(_record("r2", 8.0, pool="other"))
+    book.append(_record("r3", 5.0, end=NOW - 86400))  # yesterday
+    return str(path)
+
+
+def test_budget_trigger_fires_when_cap_is_raised(ledger: str, monkeypatch) -> None:
+    calls = {"n": 0}
+
+    def variable(key: str) -> float | None:
+        calls["n"] += 1
+        assert key == "gpu_dag_budget.run.train"
+        return None if calls["n"] < 3 else 10.0  # the operator raises the cap on the 3rd check
+
+    monkeypatch.setattr(gate_module, "_variable_float", variable)
+    trigger = BudgetTrigger("train", "r1", BudgetCap(gpu_hours_per_run=3).to_dict(), ledger, 0.05)
+
+    async def first() -> dict:
+        async for event in trigger.run():
+            return event.payload
+        raise AssertionError("no event")
+
+    payload = asyncio.run(asyncio.wait_for(first(), 20))
+    assert payload["status"] == "allowed" and calls["n"] == 3
+    assert "within budget" in payload["reason"]

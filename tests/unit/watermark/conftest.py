@@ -1,0 +1,251 @@
+"""Shared fakes and helpers of the tests under ``tests/unit/watermark/``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from airflow_gpu_dag.watermark.config import parse_config
+from airflow_gpu_dag.watermark.controller import WatermarkController
+from airflow_gpu_dag.watermark.sources import (
+    CapacityReading,
+)
+
+NOW = 1_800_000_000.0
+
+
+class FakeRest:
+    """Pools, task instances and Variables in memory, with the REST client's method names."""
+
+    def __init__(self) -> None:
+        self.pools: dict[str, dict[str, Any]] = {}
+        self.tis: list[dict[str, Any]] = []
+        self.variables: dict[str, str] = {}
+        self.writes: list[tuple[str, int]] = []
+        self.ti_error: Exception | None = None
+        self.upstream: dict[str, list[str]] = {}  # task id -> upstream task ids (DAG "d")
+        self.tasks_error: Exception | None = None
+
+    def get_pool(self, name: str) -> dict[str, Any] | None:
+        return dict(self.pools[name]) if name in self.pools else None
+
+    def set_pool(
+        self, name: str, slots: int, description: str, include_deferred: bool = False
+    ) -> dict[str, Any]:
+        self.pools[name] = {
+            "name": name,
+            "slots": slots,
+            "description": description,
+            "include_deferred": include_deferred,
+        }
+        self.writes.append((name, slots))
+        return self.pools[name]
+
+    def task_instances(self, pools: Any, states: Any) -> list[dict[str, Any]]:
+        if self.ti_error:
+            raise self.ti_error
+        wanted = {None if s == "no_status" else s for s in states}
+        return [t for t in self.tis if t["pool"] in set(pools) and t["state"] in wanted]
+
+    def run_task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        return [t for t in self.tis if t["dag_id"] == dag_id and t["dag_run_id"] == run_id]
+
+    def upstream_task_ids(self, dag_id: str) -> dict[str, list[str]]:
+        if self.tasks_error:
+            raise self.tasks_error
+        return dict(self.upstream)
+
+    def get_variable(self, key: str) -> str | None:
+        return self.variables.get(key)
+
+    def create_variable(self, key: str, value: str, description: str = "") -> bool:
+        if key in self.variables:
+            return False
+        self.variables[key] = value
+        return True
+
+    def put_variable(self, key: str, value: str, description: str = "") -> None:
+        self.variables[key] = value
+
+
+def ti(
+    task_id: str,
+    state: str | None,
+    slots: int = 1,
+    priority: int = 1,
+    duration: float | None = 60.0,
+    started: float | None = None,
+    pool: str = "gpu",
+    scheduled: float | None = None,
+) -> dict[str, Any]:
+    config = {"gpu_dag": {"duration_s": duration}} if duration is not None else {}
+    return {
+        "dag_id": "d",
+        "dag_run_id": "r",
+        "task_id": task_id,
+        "map_index": -1,
+        "state": state,
+        "pool": pool,
+        "pool_slots": slots,
+        "priority_weight": priority,
+        "executor_config": str(config),
+        "logical_date": "2026-11-30T00:00:00Z",
+        "start_date": datetime.fromtimestamp(started, UTC).isoformat() if started is not None else None,
+        "scheduled_when": datetime.fromtimestamp(scheduled, UTC).isoformat()
+        if scheduled is not None
+        else None,
+    }
+
+
+class Source:
+    kind = "fake"
+
+    def __init__(self, value: int | Exception) -> None:
+        self.value = value
+
+    def read(self) -> CapacityReading:
+        if isinstance(self.value, Exception):
+            raise self.value
+        return CapacityReading(self.value, f"fake {self.value}")
+
+
+def controller(rest: FakeRest, source: Source, **pool: Any) -> WatermarkController:
+    config = parse_config(
+        {"pools": {"gpu": {"source": 0, **pool}}, "lease": {"lock_file": None, "variable": None}}
+    )
+    return WatermarkController(config, rest, {"gpu": source}, default_duration=60.0, clock=lambda: NOW)  # type: ignore[arg-type]
+
+
+MIB = 1024 * 1024
+
+
+N = 8
+
+
+class FakeNvml:
+    """pynvml over fake GPUs that know their UUID and the processes running on them."""
+
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+    NVML_VOLATILE_ECC = 0
+
+    def __init__(self, count: int = N, list_processes: bool = True) -> None:
+        self.gpus = [
+            {"index": i, "uuid": f"GPU-{i:04d}", "free_mib": 80000, "util": 0, "procs": []}
+            for i in range(count)
+        ]
+        self.list_processes = list_processes
+
+    def busy(self, index: int, pid: int, used_mib: int = 70000, util: int = 97) -> None:
+        gpu = self.gpus[index]
+        gpu["procs"].append(SimpleNamespace(pid=pid, usedGpuMemory=used_mib * MIB))
+        gpu["free_mib"] -= used_mib
+        gpu["util"] = max(gpu["util"], util)
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> dict[str, Any]:
+        return self.gpus[index]
+
+    def nvmlDeviceGetUUID(self, handle: dict[str, Any]) -> bytes:
+        return handle["uuid"].encode()
+
+    def nvmlDeviceGetMemoryInfo(self, handle: dict[str, Any]) -> SimpleNamespace:
+        return SimpleNamespace(free=handle["free_mib"] * MIB, total=80 * 1024 * MIB)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: dict[str, Any]) -> SimpleNamespace:
+        return SimpleNamespace(gpu=handle["util"], memory=0)
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: dict[str, Any], kind: int, counter: int) -> int:
+        return 0
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: dict[str, Any]) -> list[SimpleNamespace]:
+        if not self.list_processes:
+            raise RuntimeError("Not Supported")
+        return list(handle["procs"])
+
+
+def _load(started: list[subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(["sleep", "120"])
+    started.append(proc)
+    return proc
+
+
+class FailingRest(FakeRest):
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed: list[tuple[str, str, str, int, str, str | None]] = []
+        self.fail_error: Exception | None = None
+
+    def set_task_instance_state(
+        self, dag_id: str, run_id: str, task_id: str, map_index: int, state: str, note: str | None = None
+    ) -> list[dict[str, Any]]:
+        if self.fail_error:
+            raise self.fail_error
+        self.failed.append((dag_id, run_id, task_id, map_index, state, note))
+        for t in self.tis:
+            if (t["task_id"], t["map_index"]) == (task_id, map_index):
+                t["state"] = state
+        return []
+
+
+# -- Prometheus -----------------------------------------------------------------------------------
+class _PromState:
+    def __init__(self) -> None:
+        self.status = 200
+        self.results: dict[str, list[dict[str, Any]]] = {}
+        self.queries: list[str] = []
+        self.authorization: list[str | None] = []  # the Authorization header of each query
+        self.body_status = "success"
+        self.page: bytes | None = None  # an HTML page answered instead of the query's JSON
+
+
+@pytest.fixture
+def prometheus() -> Iterator[tuple[str, _PromState]]:
+    state = _PromState()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            url = urlparse(self.path)
+            query = parse_qs(url.query).get("query", [""])[0]
+            state.queries.append(query)
+            state.authorization.append(self.headers.get("Authorization"))
+            metric = query.split("{")[0]
+            body = {
+                "status": state.body_status,
+                "data": {"resultType": "vector", "result": state.results.get(metric, [])},
+            }
+            payload = json.dumps(body).encode() if state.page is None else state.page
+            self.send_response(state.status if url.path == "/api/v1/query" else 404)
+            self.send_header("Content-Type", "application/json" if state.page is None else "text/html")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

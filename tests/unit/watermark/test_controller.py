@@ -1,0 +1,596 @@
+"""The watermark controller against an in-memory stand-in of the Airflow REST API."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from airflow_gpu_dag.core.policy.objective import key_weight
+from airflow_gpu_dag.executor_config import duration_hint
+from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, RestError
+from airflow_gpu_dag.pool_claim.state import parse_pool_state
+from airflow_gpu_dag.watermark.config import LeaderLockSpec, parse_config
+from airflow_gpu_dag.watermark.controller import WatermarkController, build_controller, describe, parse_state
+from airflow_gpu_dag.watermark.sources import CapacityReading, PoolCapacity, SourceError
+from tests.unit.watermark.conftest import (
+    NOW,
+    FakeRest,
+    Source,
+    controller,
+    ti,
+)
+
+
+def _lookahead_state(rest: FakeRest) -> None:
+    # "prep" (1 GPU) ends in 5 s; "wide" (4 GPUs, highest priority) waits for it, not scheduled yet;
+    # a 600-s small task is ready and would take the slots "wide" needs when it turns ready
+    rest.upstream = {"prep": [], "wide": ["prep"], "small_long": []}
+    rest.tis = [
+        ti("prep", "running", started=NOW - 5, duration=10),
+        ti("wide", None, slots=4, priority=100, duration=600),
+        ti("small_long", "scheduled", slots=1, priority=1, duration=600),
+    ]
+
+
+def test_pool_follows_capacity_and_is_created_when_missing() -> None:
+    rest, source = FakeRest(), Source(4)
+    ctl = controller(rest, source)
+    [outcome] = ctl.tick()
+    assert outcome.written and rest.pools["gpu"]["slots"] == 4
+    assert "pool 4 of capacity 4" in rest.pools["gpu"]["description"]
+    assert ctl.tick()[0].written is False  # nothing changed: no write
+    source.value = 2
+    ctl.tick()
+    assert rest.writes == [("gpu", 4), ("gpu", 2)]
+
+
+def test_reservation_holds_back_small_tasks_for_a_wide_one() -> None:
+    rest = FakeRest()
+    rest.tis = [
+        ti("small_running_a", "running", started=NOW - 10, duration=60),
+        ti("small_running_b", "running", started=NOW - 10, duration=60),
+        ti("small_queued", "queued", duration=60),
+        ti("wide", "scheduled", slots=4, priority=100, duration=600),
+        ti("small_waiting", "scheduled", slots=1, priority=1, duration=600),
+    ]
+    ctl = controller(rest, Source(4))
+    [outcome] = ctl.tick()
+    decision = outcome.decision
+    assert decision is not None and decision.reserved_for == "d/r/wide/-1"
+    # C - w + b with b = 0: the long small task would delay the wide one, so nothing is let through
+    assert rest.pools["gpu"]["slots"] == 0
+    assert "reserving 4 slots for d/r/wide/-1" in rest.pools["gpu"]["description"]
+    # once the slots drain, the pool returns to capacity and the wide task fits
+    rest.tis = [t for t in rest.tis if t["state"] == "scheduled"]
+    ctl.tick()
+    assert rest.pools["gpu"]["slots"] == 4
+
+
+def test_reservation_disabled_means_pool_equals_capacity() -> None:
+    rest = FakeRest()
+    rest.tis = [ti("a", "running", started=NOW), ti("wide", "scheduled", slots=4, priority=100)]
+    controller(rest, Source(4), reservation=False).tick()
+    assert rest.pools["gpu"]["slots"] == 4
+
+
+def test_duration_hint_and_default_duration() -> None:
+    assert duration_hint("{'gpu_dag': {'duration_s': 12.5}}") == 12.5
+    assert duration_hint({"gpu_dag": {"duration_s": "7"}}) == 7.0
+    for junk in ("", "{}", "__import__('os')", "{'gpu_dag': 3}", None, "{'gpu_dag': {'duration_s': -1}}"):
+        assert duration_hint(junk) is None
+    rest = FakeRest()
+    rest.tis = [ti("a", "running", started=NOW - 5, duration=None), ti("b", "scheduled", duration=None)]
+    ctl = controller(rest, Source(4))
+    running, ready = ctl._tasks(NOW)
+    assert running[0].expected_end == NOW - 5 + 60.0
+    assert ready[0].duration == 60.0
+
+
+def test_source_fault_ladder_is_written_to_the_description() -> None:
+    rest, source = FakeRest(), Source(4)
+    ctl = controller(rest, source, floor=1, stale_intervals=2)
+    ctl.tick()
+    source.value = SourceError("dcgm exporter down")
+    ctl.tick()
+    assert rest.pools["gpu"]["slots"] == 4
+    assert (
+        "source stale: fake failed 1/2: dcgm exporter down; last good 4 kept"
+        in rest.pools["gpu"]["description"]
+    )
+    ctl.tick()
+    ctl.tick()
+    assert rest.pools["gpu"]["slots"] == 1
+    assert "source floor:" in rest.pools["gpu"]["description"]
+    assert parse_state(rest.pools["gpu"]["description"]) == (4, 3)
+
+
+def test_restarted_controller_continues_the_ladder_from_the_description() -> None:
+    rest, source = FakeRest(), Source(6)
+    controller(rest, source, stale_intervals=2).tick()
+    source.value = SourceError("down")
+    controller(rest, source, stale_intervals=2).tick()  # "crash" after one failed tick
+    assert rest.pools["gpu"]["slots"] == 6  # a fresh controller kept the last good value it read back
+    restarted = controller(rest, source, stale_intervals=2, floor=0)
+    restarted.tick()
+    assert parse_state(rest.pools["gpu"]["description"]) == (6, 2)
+    restarted.tick()
+    assert rest.pools["gpu"]["slots"] == 0
+
+
+def test_restart_restores_sizes_changed_behind_its_back() -> None:
+    rest = FakeRest()
+    rest.tis = [ti("a", "running", started=NOW, duration=100), ti("wide", "scheduled", slots=4, priority=9)]
+    controller(rest, Source(4), backfill=False).tick()
+    rest.pools["gpu"]["slots"] = 4  # e.g. someone reset it while no controller ran
+    controller(rest, Source(4), backfill=False).tick()
+    assert rest.pools["gpu"]["slots"] == 0
+
+
+def test_unreadable_task_instances_leave_pools_alone(caplog: pytest.LogCaptureFixture) -> None:
+    rest = FakeRest()
+    rest.pools["gpu"] = {"name": "gpu", "slots": 3, "description": "", "include_deferred": False}
+    rest.ti_error = RestError("GET /api/v2/...: HTTP 500")
+    [outcome] = controller(rest, Source(4)).tick()
+    assert outcome.size is None and outcome.error and rest.pools["gpu"]["slots"] == 3
+    assert "pool sizes left unchanged" in caplog.text
+
+
+def test_describe_and_parse_state_round_trip() -> None:
+    text = describe(PoolCapacity(3, "stale", "x [y]", 2, 5), None, 3)
+    assert parse_state(text) == (5, 2)
+    assert parse_state("hand-written description") is None
+    assert parse_state(None) is None
+
+
+def test_two_controllers_with_a_lease_do_not_fight(tmp_path: Any) -> None:
+    rest = FakeRest()
+    clock = {"t": NOW}
+    config = parse_config({"pools": {"gpu": {"source": 0, "source_timeout": "1s"}}, "interval": 10})
+    config = type(config)(config.pools, config.interval, LeaderLockSpec(None, "lease", 30))
+    one = build_controller(config, rest, "one", {"gpu": Source(4)}, clock=lambda: clock["t"])  # type: ignore[arg-type]
+    two = build_controller(config, rest, "two", {"gpu": Source(2)}, clock=lambda: clock["t"])  # type: ignore[arg-type]
+    assert one.tick() and not two.tick()
+    clock["t"] += 5
+    assert one.tick() and not two.tick()  # lease renewed; the pool claim still has 25 of 30 s
+    assert json.loads(rest.variables["lease"])["holder"] == "one"
+    assert rest.writes == [("gpu", 4)]
+    clock["t"] += 31  # "one" stopped renewing (crashed)
+    assert two.tick()
+    assert not one.tick()  # lost its lease: it releases only pools it claimed last, none now
+    assert rest.writes == [("gpu", 4), ("gpu", 2)]
+
+
+def test_file_lock_lease_between_controllers(tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    rest = FakeRest()
+    raw = {
+        "pools": {"gpu": {"source": 0}},
+        "lease": {"lock_file": str(tmp_path / "wm.lock"), "variable": None},
+    }
+    config = parse_config(raw)
+    one = build_controller(config, rest, "one", {"gpu": Source(4)})  # type: ignore[arg-type]
+    two = build_controller(config, rest, "two", {"gpu": Source(2)})  # type: ignore[arg-type]
+    assert one.tick() and not two.tick()
+    assert "standing by" in caplog.text
+    assert one.leader_lock is not None
+    one.leader_lock.release()
+    assert two.tick() and rest.pools["gpu"]["slots"] == 2
+    assert two.leader_lock is not None
+    two.leader_lock.release()
+
+
+def test_backfill_with_nothing_to_backfill_keeps_the_reservation_closed() -> None:
+    """Slots a wide task waits for are not re-opened just because nothing else is waiting yet."""
+    rest = FakeRest()
+    rest.tis = [ti("a", "running", started=NOW, duration=100), ti("wide", "scheduled", slots=4, priority=9)]
+    controller(rest, Source(4)).tick()
+    assert rest.pools["gpu"]["slots"] == 0
+
+
+def test_a_task_scheduled_long_ago_starves_and_stops_backfill_behind_it() -> None:
+    """``scheduled_when`` (when a task instance turned SCHEDULED) is its ready time: a task waiting the
+    objective's ``overdue`` (8 h) since then, and since its key, lets no later work backfill."""
+    hour = 3600.0
+    rest = FakeRest()
+    rest.tis = [
+        ti("busy", "running", slots=3, started=NOW - 10, duration=2 * hour),
+        ti("wide", "scheduled", slots=4, priority=key_weight(NOW - 10 * hour), scheduled=NOW - 60),
+        ti("waiting", "scheduled", slots=2, priority=key_weight(NOW - 9 * hour), duration=hour),
+        ti("quick", "scheduled", slots=1, priority=key_weight(NOW), duration=60, scheduled=NOW),
+    ]
+    controller(rest, Source(4)).tick()
+    assert rest.pools["gpu"]["slots"] == 4  # "quick" backfills the free slot: its end cannot delay "wide"
+    rest.tis[2]["scheduled_when"] = datetime.fromtimestamp(NOW - 8 * hour, UTC).isoformat()
+    controller(rest, Source(4)).tick()
+    assert rest.pools["gpu"]["slots"] == 0
+    assert "d/r/waiting/-1 starving" in rest.pools["gpu"]["description"]
+
+
+def test_lookahead_reserves_for_a_task_about_to_be_ready() -> None:
+    rest = FakeRest()
+    _lookahead_state(rest)
+    [outcome] = controller(rest, Source(4)).tick()
+    decision = outcome.decision
+    assert decision is not None and decision.reserved_for == "d/r/wide/-1" and decision.lookahead
+    assert decision.shadow_time == NOW + 5
+    # C - w: the small task would delay "wide", and the slot "prep" frees stays closed until the next
+    # tick admits "wide" (with the pool at 1, what runs, Airflow could hand it to the small task first)
+    assert rest.pools["gpu"]["slots"] == 0
+    assert "expected ready and its slots free at +5s" in rest.pools["gpu"]["description"]
+
+
+def test_lookahead_off_lets_ready_work_take_the_slots() -> None:
+    rest = FakeRest()
+    _lookahead_state(rest)
+    [outcome] = controller(rest, Source(4), lookahead=False).tick()
+    assert outcome.decision is not None and outcome.decision.reserved_for is None
+    assert rest.pools["gpu"]["slots"] == 4
+
+
+def test_lookahead_waits_for_upstream_tasks_that_have_not_started() -> None:
+    rest = FakeRest()
+    _lookahead_state(rest)
+    rest.tis[0]["state"] = None  # prep not started: "wide" is not about to be ready
+    [outcome] = controller(rest, Source(4)).tick()
+    assert outcome.decision is not None and outcome.decision.reserved_for is None
+    assert rest.pools["gpu"]["slots"] == 4
+
+
+def test_lookahead_read_failure_falls_back_to_ready_tasks(caplog: pytest.LogCaptureFixture) -> None:
+    rest = FakeRest()
+    _lookahead_state(rest)
+    rest.tasks_error = RestError("GET /dags/d/tasks: 503", 503)
+    with caplog.at_level(logging.WARNING):
+        [outcome] = controller(rest, Source(4)).tick()
+    assert outcome.written and rest.pools["gpu"]["slots"] == 4  # the tick still decides, without lookahead
+    assert "cannot read the tasks about to be ready" in caplog.text
+
+
+def test_backfill_strict_keeps_spare_slots_for_planned_work() -> None:
+    """``backfill: true`` (EASY) lets a long task take the slot the reserved task leaves spare when its
+    slots drain; ``backfill: strict`` lets through only work that ends before it can start."""
+
+    def state(rest: FakeRest) -> None:
+        rest.tis = [
+            ti("r1", "running", slots=2, started=NOW - 10, duration=40),  # ends at NOW + 30
+            ti("wide", "scheduled", slots=3, priority=100, duration=600),
+            ti("long", "scheduled", slots=1, priority=5, duration=900),
+        ]
+
+    easy, strict = FakeRest(), FakeRest()
+    state(easy)
+    state(strict)
+    controller(easy, Source(4)).tick()
+    controller(strict, Source(4), backfill="strict").tick()
+    assert easy.pools["gpu"]["slots"] == 3  # r1 + long: at +30 s wide finds its 3 of the 4
+    assert strict.pools["gpu"]["slots"] == 1  # C - w: nothing starts
+
+
+def test_backfill_setting_is_validated() -> None:
+    from airflow_gpu_dag.watermark.config import ConfigError
+
+    spec = parse_config({"pools": {"gpu": {"source": 4, "backfill": "strict"}}}).pools[0]
+    assert spec.backfill and spec.strict_backfill
+    assert not parse_config({"pools": {"gpu": {"source": 4, "backfill": False}}}).pools[0].backfill
+    with pytest.raises(ConfigError, match=r"pools\.gpu\.backfill: expected true, false or strict"):
+        parse_config({"pools": {"gpu": {"source": 4, "backfill": "sometimes"}}})
+
+
+# -- The watermark controller under faults it got wrong before, each with the state it must keep.
+
+
+def _reserving_rest(rest: FakeRest) -> FakeRest:
+    rest.tis = [
+        ti("small_running", "running", started=NOW - 10, duration=600),
+        ti("wide", "scheduled", slots=4, priority=100, duration=600),
+        ti("small_waiting", "scheduled", slots=1, duration=600),
+    ]
+    return rest
+
+
+class FlakyVariables(FakeRest):
+    failing = False
+
+    def get_variable(self, key: str) -> str | None:
+        if self.failing:
+            raise RuntimeError("503 Service Unavailable on GET /variables")
+        return super().get_variable(key)
+
+
+class SlowSource:
+    """A source whose read takes ``seconds`` of the controller's clock."""
+
+    kind = "fake"
+
+    def __init__(self, clock: dict[str, float], seconds: float) -> None:
+        self.clock, self.seconds = clock, seconds
+
+    def read(self) -> CapacityReading:
+        self.clock["t"] += self.seconds
+        return CapacityReading(4, "fake 4")
+
+
+def test_one_failed_lease_read_keeps_the_reservation_until_the_lease_runs_out() -> None:
+    rest = _reserving_rest(FlakyVariables())
+    clock = {"t": NOW}
+    config = parse_config(
+        {"pools": {"gpu": {"source": 0}}, "lease": {"lock_file": None, "variable": "lease", "ttl": "3m"}}
+    )
+    ctl = build_controller(config, rest, holder="h1", sources={"gpu": Source(4)}, clock=lambda: clock["t"])
+    ctl.preflight()
+    ctl.tick()
+    assert rest.pools["gpu"]["slots"] == 0  # 0 of 4 free: held back for the 4-slot task
+    rest.failing = True
+    clock["t"] += 60
+    ctl.tick()
+    assert ctl.active and rest.pools["gpu"]["slots"] == 0  # not released for one failed read
+    clock["t"] += 200  # past our lease's 3 minutes: no longer ours for sure
+    ctl.tick()
+    assert not ctl.active and rest.pools["gpu"]["slots"] == 4  # released to its capacity
+
+
+def test_the_claim_runs_from_the_write_not_from_the_start_of_the_tick() -> None:
+    rest = _reserving_rest(FakeRest())
+    clock = {"t": NOW}
+    config = parse_config(
+        {"interval": 10, "pools": {"gpu": {"source": 0}}, "lease": {"lock_file": None, "variable": None}}
+    )
+    source: Any = SlowSource(clock, 25.0)  # e.g. an overloaded Prometheus, under its 30 s timeout
+    ctl = WatermarkController(config, rest, {"gpu": source}, default_duration=60.0, clock=lambda: clock["t"])
+    ctl.tick()
+    state = parse_pool_state(rest.pools["gpu"]["description"])
+    assert rest.pools["gpu"]["slots"] == 0
+    assert state.expires is not None and state.expires >= clock["t"] + config.fail_open_window() - 1e-6
+
+
+def test_a_controller_back_from_a_freeze_leaves_a_pool_another_group_took_over() -> None:
+    # A freezes past its claim, B (another lease, another size) takes the pool over at its start;
+    # before, A came back and both wrote every tick: the pool flipped between 4 and 8.
+    rest = FakeRest()
+    clock = {"t": NOW}
+
+    def config(variable: str, gpus: int) -> Any:
+        return parse_config(
+            {
+                "interval": 60,
+                "lease": {"lock_file": None, "variable": variable},
+                "pools": {"gpu": {"source": gpus}},
+            }
+        )
+
+    a = build_controller(
+        config("team_a", 4), rest, holder="A", sources={"gpu": Source(4)}, clock=lambda: clock["t"]
+    )
+    a.preflight()
+    a.tick()
+    assert rest.pools["gpu"]["slots"] == 4
+    clock["t"] += 400  # longer than A's claim (3 x 60 s)
+    b = build_controller(
+        config("team_b", 8), rest, holder="B", sources={"gpu": Source(8)}, clock=lambda: clock["t"]
+    )
+    assert b.preflight().taken_over == ["gpu"]
+    sizes = []
+    for _ in range(3):
+        b.tick()
+        (outcome,) = a.tick()
+        sizes.append(rest.pools["gpu"]["slots"])
+        clock["t"] += 60
+    assert sizes == [8, 8, 8]
+    assert not outcome.written and "managed by another watermark controller (variable:team_b" in (
+        outcome.error or ""
+    )
+
+
+def test_a_last_good_value_of_another_source_configuration_is_not_restored() -> None:
+    # The pool moves to another source (config v2), which fails at start: before, the 8 GPUs the old
+    # source measured were restored from the pool description and kept for stale_intervals ticks.
+    from airflow_gpu_dag.watermark.sources import SourceError
+
+    rest = FakeRest()
+
+    def run(source_config: Any, source: Source) -> WatermarkController:
+        config = parse_config(
+            {
+                "pools": {"gpu": {"source": source_config, "stale_intervals": 3, "floor": 0}},
+                "lease": {"lock_file": None, "variable": None},
+            }
+        )
+        return WatermarkController(config, rest, {"gpu": source}, default_duration=60.0, clock=lambda: NOW)  # type: ignore[dict-item]
+
+    old = run({"type": "file", "path": "/run/gpus-v1"}, Source(8))
+    old.tick()
+    old.shutdown()
+    assert "last_good" in rest.pools["gpu"]["description"]
+    (outcome,) = run(
+        {"type": "file", "path": "/run/gpus-v2"}, Source(SourceError("connection refused"))
+    ).tick()
+    assert (outcome.capacity.status, rest.pools["gpu"]["slots"]) == ("floor", 0)
+    # the same configuration restarted does continue from its saved value
+    same = run({"type": "file", "path": "/run/gpus-v2"}, Source(4))
+    same.tick()
+    same.shutdown()
+    (again,) = run({"type": "file", "path": "/run/gpus-v2"}, Source(SourceError("connection refused"))).tick()
+    assert (again.capacity.status, rest.pools["gpu"]["slots"]) == ("stale", 4)
+
+
+def test_a_tick_on_a_trickling_api_server_ends_by_the_clients_timeout(tmp_path: Any) -> None:
+    # Before: httpx's timeout applied to each read, so a server sending a byte now and then held the
+    # tick, and the controller's lock with it, for as long as it kept sending.
+    import time
+
+    from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
+    from tests.unit.hooks.conftest import TrickleServer
+
+    config = parse_config(
+        {
+            "pools": {"gpu": {"source": 4}, "gpu2": {"source": 2}},
+            "lease": {"lock_file": str(tmp_path / "wm.lock"), "variable": None},
+        }
+    )
+    with TrickleServer() as server:
+        client = AirflowRestClient(server.url, token="t", timeout=1.0)
+        controller = build_controller(config, client, clock=lambda: NOW)
+        started = time.monotonic()
+        outcomes = controller.tick()
+        took = time.monotonic() - started
+        controller.shutdown()
+        client.close()
+        assert server.wait_closed()
+    assert took < 1.0 + 3.0, f"the tick took {took:.1f}s"
+    assert [o.pool for o in outcomes] == ["gpu", "gpu2"]
+    assert all(o.size is None and o.error and "ReadTimeout" in o.error for o in outcomes)
+
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from(["30s", "2m", "-1s", "1h30m", "NaN", "inf", "8", "", "static", "strict", "💥"]),
+)
+
+
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+ti_fields = {
+    "dag_id": st.one_of(st.text(max_size=20), values),
+    "dag_run_id": values,
+    "task_id": st.one_of(st.text(max_size=30), values),
+    "map_index": values,
+    "state": st.sampled_from(["scheduled", "queued", "running", "deferred", None, "success", 7]),
+    "pool": st.sampled_from(["gpu", "gpu", "other", None, 3]),
+    "pool_slots": values,
+    "priority_weight": values,
+    "executor_config": st.one_of(
+        values,
+        st.builds(lambda d: str({"gpu_dag": {"duration_s": d}}), values),
+        st.just("{'gpu_dag': {'duration_s': float('nan')}}"),
+        st.just("__import__('os').system('false')"),
+    ),
+    "logical_date": values,
+    "start_date": st.one_of(values, st.just("2026-11-30T00:00:00Z"), st.just("not a date")),
+}
+
+
+task_instances = st.lists(st.one_of(st.fixed_dictionaries({}, optional=ti_fields), values), max_size=25)
+
+
+pool_bodies = st.one_of(
+    st.none(),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "slots": values,
+            "description": st.one_of(
+                values,
+                st.builds(lambda v: f"x [gpu-dag-state {json.dumps(v, default=str)}]", values),
+                st.just('[gpu-dag-state {"last_good": 1e400, "failures": "many", "capacity": -1}]'),
+            ),
+            "include_deferred": values,
+        },
+    ),
+)
+
+
+class GarbageRest(FakeRest):
+    def __init__(self, tis: list[Any], pool: Any) -> None:
+        super().__init__()
+        self.tis = tis
+        self.pool = pool
+
+    def get_pool(self, name: str) -> Any:
+        return self.pools.get(name, self.pool)
+
+    def task_instances(self, pools: Any, states: Any) -> list[Any]:
+        return list(self.tis)
+
+    def run_task_instances(self, dag_id: str, run_id: str) -> list[Any]:
+        return list(self.tis)
+
+    def upstream_task_ids(self, dag_id: str) -> dict[str, list[str]]:
+        return {"t": ["u"]}
+
+
+# -- the REST client on a broken api-server ----------------------------------------------------------------
+def _client(handler: Any) -> AirflowRestClient:
+    return AirflowRestClient("http://api", token="t", transport=httpx.MockTransport(handler))
+
+
+@SETTINGS
+@given(task_instances, pool_bodies, st.integers(min_value=0, max_value=16), st.booleans())
+def test_a_tick_never_raises_on_malformed_task_instances_or_pools(
+    tis: list[Any], pool: Any, gpus: int, backfill: bool
+) -> None:
+    rest = GarbageRest(tis, pool)
+    config = parse_config(
+        {
+            "pools": {"gpu": {"source": 0, "backfill": backfill}},
+            "lease": {"lock_file": None, "variable": None},
+        }
+    )
+    controller = WatermarkController(
+        config, rest, {"gpu": Source(gpus)}, default_duration=60.0, clock=lambda: NOW
+    )  # type: ignore[arg-type,dict-item]
+    for _ in range(2):
+        for outcome in controller.tick():
+            assert outcome.size is None or 0 <= outcome.size <= outcome.capacity.gpus
+    for name, slots in rest.writes:
+        assert name == "gpu" and isinstance(slots, int) and 0 <= slots <= gpus
+        state = parse_pool_state(rest.pools[name]["description"])
+        assert state is not None and state.capacity == gpus
+
+
+def test_ten_thousand_task_instances_in_one_answer() -> None:
+    rest = FakeRest()
+    rest.tis = [ti("hold", "running", started=NOW - 10, duration=100)] + [
+        ti(f"t_{i}_ünï", "scheduled", slots=1 + i % 3, priority=i % 7) for i in range(10_000)
+    ]
+    config = parse_config({"pools": {"gpu": {"source": 0}}, "lease": {"lock_file": None, "variable": None}})
+    controller = WatermarkController(
+        config, rest, {"gpu": Source(8)}, default_duration=60.0, clock=lambda: NOW
+    )  # type: ignore[arg-type]
+    (outcome,) = controller.tick()
+    assert outcome.error is None and outcome.size is not None and 0 <= outcome.size <= 8
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"<html>502 Bad Gateway</html>",
+        b"[]",
+        b'{"task_instances": "nope"}',
+        b'{"task_instances": [1, "x", null, {"pool": "gpu", "state": "running", "pool_slots": 1e999}]}',
+        b'{"slots": "NaN", "description": {"x": 1}}',
+        b"",
+    ],
+)
+def test_garbage_answers_cost_the_tick_not_the_loop(body: bytes) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body, headers={"content-type": "application/json"})
+
+    rest = _client(handler)
+    config = parse_config({"pools": {"gpu": {"source": 0}}, "lease": {"lock_file": None, "variable": None}})
+    controller = WatermarkController(
+        config, rest, {"gpu": Source(4)}, default_duration=60.0, clock=lambda: NOW
+    )  # type: ignore[dict-item]
+    outcomes = controller.tick()
+    assert [o.pool for o in outcomes] == ["gpu"]
+    assert outcomes[0].size is None or 0 <= outcomes[0].size <= 4

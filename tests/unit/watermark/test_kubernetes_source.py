@@ -1,0 +1,266 @@
+"""Tests of ``airflow_gpu_dag.watermark.kubernetes_source``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.client import (
+    V1Container,
+    V1Node,
+    V1NodeCondition,
+    V1NodeList,
+    V1NodeSpec,
+    V1NodeStatus,
+    V1ObjectMeta,
+    V1Pod,
+    V1PodList,
+    V1PodSpec,
+    V1ResourceRequirements,
+)
+
+from airflow_gpu_dag.watermark.config import parse_config
+from airflow_gpu_dag.watermark.kubernetes_source import pod_request
+from airflow_gpu_dag.watermark.sources import KubernetesSource, SourceError
+
+
+@pytest.fixture
+def _own_lease_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The nvml source reads the host's lease table: give every test an empty one of its own."""
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_DIR", str(tmp_path / "leases"))
+
+
+# -- Kubernetes -----------------------------------------------------------------------------------
+def _node(name: str, gpus: str, ready: bool = True, unschedulable: bool = False) -> V1Node:
+    return V1Node(
+        metadata=V1ObjectMeta(name=name, labels={"gpu": "a100"}),
+        spec=V1NodeSpec(unschedulable=unschedulable),
+        status=V1NodeStatus(
+            allocatable={"nvidia.com/gpu": gpus, "cpu": "64"},
+            conditions=[V1NodeCondition(type="Ready", status="True" if ready else "False")],
+        ),
+    )
+
+
+def _pod(node: str, gpus: int, labels: dict[str, str] | None = None) -> V1Pod:
+    resources = V1ResourceRequirements(limits={"nvidia.com/gpu": str(gpus)})
+    return V1Pod(
+        metadata=V1ObjectMeta(name=f"p{gpus}", labels=labels),
+        spec=V1PodSpec(node_name=node, containers=[V1Container(name="base", resources=resources)]),
+    )
+
+
+class FakeCoreV1:
+    def __init__(self, nodes: list[V1Node], pods: list[V1Pod], fail: Exception | None = None) -> None:
+        self.nodes, self.pods, self.fail = nodes, pods, fail
+        self.calls: list[tuple[str, Any]] = []
+
+    def list_node(self, label_selector: str | None = None, _request_timeout: Any = None) -> V1NodeList:
+        self.calls.append(("list_node", label_selector))
+        if self.fail:
+            raise self.fail
+        return V1NodeList(items=self.nodes)
+
+    def list_pod_for_all_namespaces(
+        self, field_selector: str | None = None, _request_timeout: Any = None
+    ) -> V1PodList:
+        self.calls.append(("list_pod", field_selector))
+        return V1PodList(items=self.pods)
+
+
+@pytest.mark.usefixtures("_own_lease_dir")
+def test_kubernetes_allocatable_minus_foreign_pods() -> None:
+    api = FakeCoreV1(
+        nodes=[
+            _node("n1", "8"),
+            _node("n2", "8"),
+            _node("down", "8", ready=False),
+            _node("cord", "8", True, True),
+        ],
+        pods=[
+            _pod("n1", 2),  # someone else's job: not available to Airflow
+            _pod(
+                "n2", 4, {"kubernetes_pod_operator": "True", "dag_id": "x"}
+            ),  # ours: the pool accounts for it
+            _pod("down", 8),  # on a node not counted
+            _pod("elsewhere", 1),
+        ],
+    )
+    reading = KubernetesSource(label_selector="gpu=a100", api=api).read()
+    assert reading.gpus == 14
+    assert reading.detail == "kubernetes 14 = 16 allocatable on 2 nodes - 2 held"
+    assert ("list_node", "gpu=a100") in api.calls
+    assert ("list_pod", "status.phase!=Succeeded,status.phase!=Failed") in api.calls
+
+
+@pytest.mark.usefixtures("_own_lease_dir")
+def test_kubernetes_api_failure_is_a_source_error() -> None:
+    api = FakeCoreV1([], [], fail=RuntimeError("connection refused\ntraceback"))
+    with pytest.raises(SourceError, match=r"kubernetes API: RuntimeError: connection refused$"):
+        KubernetesSource(api=api).read()
+
+
+@pytest.mark.usefixtures("_own_lease_dir")
+def test_the_kubernetes_requests_share_the_sources_timeout() -> None:
+    class SlowNodes(FakeCoreV1):
+        def __init__(self, delay: float) -> None:
+            super().__init__([_node("n1", "8")], [])
+            self.delay = delay
+            self.timeouts: list[float] = []
+
+        def list_node(self, label_selector: str | None = None, _request_timeout: Any = None) -> V1NodeList:
+            self.timeouts.append(_request_timeout)
+            time.sleep(self.delay)
+            return super().list_node(label_selector, _request_timeout)
+
+        def list_pod_for_all_namespaces(
+            self, field_selector: str | None = None, _request_timeout: Any = None
+        ) -> V1PodList:
+            self.timeouts.append(_request_timeout)
+            return super().list_pod_for_all_namespaces(field_selector, _request_timeout)
+
+    api = SlowNodes(delay=0.3)
+    assert KubernetesSource(api=api, timeout=2.0).read().gpus == 8
+    first, second = api.timeouts
+    assert 1.5 < first <= 2.0 and second <= first - 0.3  # the second gets what the first left
+    api = SlowNodes(delay=0.6)
+    with pytest.raises(SourceError, match=r"kubernetes API: no complete answer within 0.5s"):
+        KubernetesSource(api=api, timeout=0.5).read()
+    assert len(api.timeouts) == 1  # no second request once the time is spent
+
+
+# -- Kubernetes: per-node accounting ------------------------------------------------------------------
+def _node_audit_hooks2(name: str, gpus: str) -> V1Node:
+    return V1Node(
+        metadata=V1ObjectMeta(name=name),
+        spec=V1NodeSpec(),
+        status=V1NodeStatus(
+            allocatable={"nvidia.com/gpu": gpus},
+            conditions=[V1NodeCondition(type="Ready", status="True")],
+        ),
+    )
+
+
+def _pod_audit_hooks2(node: str, gpus: int) -> V1Pod:
+    resources = V1ResourceRequirements(limits={"nvidia.com/gpu": str(gpus)})
+    return V1Pod(
+        metadata=V1ObjectMeta(name=f"foreign-{node}"),
+        spec=V1PodSpec(node_name=node, containers=[V1Container(name="c", resources=resources)]),
+    )
+
+
+class _Api:
+    def __init__(self, nodes: list[V1Node], pods: list[V1Pod]) -> None:
+        self.nodes, self.pods = nodes, pods
+
+    def list_node(self, label_selector: str | None = None, _request_timeout: Any = None) -> V1NodeList:
+        return V1NodeList(items=self.nodes)
+
+    def list_pod_for_all_namespaces(
+        self, field_selector: str | None = None, _request_timeout: Any = None
+    ) -> V1PodList:
+        return V1PodList(items=self.pods)
+
+
+def test_kubernetes_pods_over_a_nodes_allocatable_hold_nothing_elsewhere() -> None:
+    """The device plugin marked n1's GPUs unhealthy (allocatable 0) after a foreign 4-GPU pod was
+    scheduled there: n2's 8 free GPUs are still all usable."""
+    api = _Api(
+        [_node_audit_hooks2("n1", "0"), _node_audit_hooks2("n2", "8"), _node_audit_hooks2("n3", "4")],
+        [_pod_audit_hooks2("n1", 4), _pod_audit_hooks2("n3", 1)],
+    )
+    reading = KubernetesSource(api=api).read()
+    assert reading.gpus == 11
+    assert reading.detail == "kubernetes 11 = 12 allocatable on 3 nodes - 1 held"
+
+
+def test_kubernetes_client_is_built_again_after_a_401(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hook's client holds the credentials of the connection when it was built: after a 401 the
+    next read builds it again (a rotated token), instead of failing until the controller restarts."""
+    from kubernetes.client.exceptions import ApiException
+
+    class Expired(_Api):
+        def list_node(self, label_selector: str | None = None, _request_timeout: Any = None) -> V1NodeList:
+            raise ApiException(status=401, reason="Unauthorized")
+
+    clients: list[_Api] = [Expired([], []), _Api([_node_audit_hooks2("n1", "8")], [])]
+    built: list[dict[str, Any]] = []
+
+    class FakeHook:
+        def __init__(self, **kwargs: Any) -> None:
+            built.append(kwargs)
+            self.core_v1_client = clients[len(built) - 1]
+
+    import airflow.providers.cncf.kubernetes.hooks.kubernetes as hooks
+
+    monkeypatch.setattr(hooks, "KubernetesHook", FakeHook)
+    source = KubernetesSource(kubernetes_conn_id="k8s_gpu")
+    with pytest.raises(SourceError, match="401"):
+        source.read()
+    assert source.read().gpus == 8
+    assert len(built) == 2
+    # a client given by the caller is kept
+    given = Expired([], [])
+    fixed = KubernetesSource(api=given)
+    with pytest.raises(SourceError):
+        fixed.read()
+    assert fixed._client() is given
+
+
+# -- kubernetes -----------------------------------------------------------------------------------
+class _HangingApi:
+    """As the real client: without ``_request_timeout`` a dead connection never answers."""
+
+    def __init__(self) -> None:
+        self.timeouts: list[Any] = []
+
+    def list_node(self, label_selector: str | None = None, _request_timeout: Any = None) -> V1NodeList:
+        self.timeouts.append(_request_timeout)
+        if _request_timeout is None:
+            raise AssertionError("list_node without a timeout would hang on a dead connection")
+        return V1NodeList(items=[])
+
+    def list_pod_for_all_namespaces(
+        self, field_selector: str | None = None, _request_timeout: Any = None
+    ) -> V1PodList:
+        self.timeouts.append(_request_timeout)
+        if _request_timeout is None:
+            raise AssertionError("list_pod without a timeout would hang on a dead connection")
+        return V1PodList(items=[])
+
+
+def test_kubernetes_requests_carry_a_timeout() -> None:
+    api = _HangingApi()
+    assert KubernetesSource(api=api).read().gpus == 0
+    assert 14.0 < api.timeouts[0] <= 15.0 and 0 < api.timeouts[1] <= api.timeouts[0]  # both within 15 s
+    config = parse_config({"pools": {"gpu_k": {"source": {"type": "kubernetes", "timeout": "30s"}}}})
+    assert config.pools[0].source.options["timeout"] == 30.0
+    api = _HangingApi()
+    KubernetesSource(api=api, timeout=config.pools[0].source.options["timeout"]).read()
+    assert 29.0 < api.timeouts[0] <= 30.0 and 0 < api.timeouts[1] <= api.timeouts[0]
+
+
+# -- Kubernetes -------------------------------------------------------------------------------------
+def _c(name: str, gpus: str | None, restart: str | None = None, limits_only: bool = False) -> V1Container:
+    amounts = {"nvidia.com/gpu": gpus} if gpus is not None else {}
+    resources = (
+        V1ResourceRequirements(limits=amounts) if limits_only else V1ResourceRequirements(requests=amounts)
+    )
+    container = V1Container(name=name, resources=resources)
+    container.restart_policy = restart
+    return container
+
+
+def test_pod_request_counts_init_containers_like_the_scheduler() -> None:
+    spec = V1PodSpec(
+        containers=[_c("a", "1"), _c("b", "2", limits_only=True)], init_containers=[_c("i", "4")]
+    )
+    assert pod_request(spec) == 4  # max(init 4, apps 1 + 2)
+    spec = V1PodSpec(containers=[_c("a", "3")], init_containers=[_c("i", "2"), _c("j", None)])
+    assert pod_request(spec) == 3
+    sidecar = V1PodSpec(containers=[_c("a", "2")], init_containers=[_c("s", "1", "Always"), _c("i", "2")])
+    assert pod_request(sidecar) == 3  # the sidecar runs next to the app (and next to init i)
+    assert pod_request(V1PodSpec(containers=[_c("a", "1k")])) == 1000  # parse_quantity
+    assert pod_request(V1PodSpec(containers=[_c("a", "lots")])) == 0

@@ -1,0 +1,248 @@
+"""Tests of ``airflow_gpu_dag.watermark.nvml_source``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from airflow_gpu_dag.core.model.resources import GpuRequest
+from airflow_gpu_dag.gpu.inventory import GpuDevice, GpuInventory
+from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseOwner, LeaseSettings
+from airflow_gpu_dag.watermark.nvml_source import NvmlSource
+from airflow_gpu_dag.watermark.sources import SourceError
+from tests.unit.watermark.conftest import (
+    FakeNvml,
+    N,
+    _load,
+)
+
+
+@pytest.fixture
+def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Real processes standing for CUDA loads (ours once registered with a lease, else foreign)."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        proc.kill()
+        proc.wait(10)
+
+
+def _manager(lease_dir: Path) -> LeaseManager:
+    inventory = GpuInventory(tuple(GpuDevice(i, "a100", 81920, uuid=f"GPU-{i:04d}") for i in range(N)))
+    return LeaseManager(LeaseSettings(lease_dir=lease_dir, poll_s=0.1), inventory)
+
+
+@pytest.mark.parametrize(("k", "j"), [(4, 0), (4, 2), (0, 3), (8, 0), (3, 5)])
+def test_nvml_counts_gpus_of_our_leased_tasks_and_not_foreign_ones(
+    tmp_path: Path, workers: list[subprocess.Popen[bytes]], k: int, j: int
+) -> None:
+    """k GPUs busy with our leased tasks, j with a foreign process: capacity N - j."""
+    manager = _manager(tmp_path)
+    nvml = FakeNvml()
+    leases = [manager.acquire(GpuRequest(1), LeaseOwner("train", "r1", f"t{i}")) for i in range(k)]
+    for lease in leases:
+        proc = _load(workers)
+        lease.register_process(proc.pid)
+        nvml.busy(lease.devices[0], proc.pid)
+    free = [i for i in range(N) if i not in {lease.devices[0] for lease in leases}]
+    for index in free[:j]:
+        nvml.busy(index, _load(workers).pid)
+    reading = NvmlSource(min_free_memory=40960, max_utilization=10, nvml=nvml, lease_dir=str(tmp_path)).read()
+    assert reading.gpus == N - j, reading.detail
+    if k:
+        assert f"{k} of them held by our tasks" in reading.detail
+    # without the lease table every busy GPU is excluded: the double counting of issue #12
+    blind = NvmlSource(min_free_memory=40960, max_utilization=10, nvml=nvml, leases=False).read()
+    assert blind.gpus == N - j - k
+
+
+def test_a_child_of_the_lease_holder_is_ours(tmp_path: Path, workers: list[subprocess.Popen[bytes]]) -> None:
+    """A CUDA process started by the task (a child of the lease holder, here this test process)
+    counts as the lease's even when it was never registered."""
+    manager = _manager(tmp_path)
+    nvml = FakeNvml()
+    lease = manager.acquire(GpuRequest(1), LeaseOwner("d", "r", "t"))
+    nvml.busy(lease.devices[0], _load(workers).pid)
+    source = NvmlSource(min_free_memory=40960, max_utilization=10, nvml=nvml, lease_dir=str(tmp_path))
+    assert source.read().gpus == N
+
+
+def test_a_foreign_process_on_a_leased_gpu_is_judged_without_our_memory(
+    tmp_path: Path, workers: list[subprocess.Popen[bytes]]
+) -> None:
+    manager = _manager(tmp_path)
+    ours = manager.acquire(GpuRequest(1), LeaseOwner("d", "r", "ours"))
+    worker = _load(workers)
+    ours.register_process(worker.pid)
+    stranger = subprocess.Popen(  # not a child of this process: start it through a shell that exits
+        ["/bin/sh", "-c", "sleep 120 >/dev/null 2>&1 & echo $!"],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    foreign_pid = int(stranger.communicate(timeout=30)[0].decode().strip())
+    try:
+        nvml = FakeNvml()
+        index = ours.devices[0]
+        nvml.busy(index, worker.pid, used_mib=30000)
+        nvml.busy(index, foreign_pid, used_mib=5000, util=50)  # small: room left without our memory
+        source = NvmlSource(min_free_memory=40960, max_utilization=100, nvml=nvml, lease_dir=str(tmp_path))
+        assert source.read().gpus == N
+        nvml.busy(index, foreign_pid, used_mib=40000)  # now the stranger alone leaves too little
+        reading = source.read()
+        assert reading.gpus == N - 1
+        assert f"foreign pid {foreign_pid} on a leased GPU" in reading.detail
+    finally:
+        os.kill(foreign_pid, 9)
+
+
+def test_an_unreadable_lease_table_is_said_and_busy_gpus_are_excluded(tmp_path: Path) -> None:
+    (tmp_path / "leases.json").write_text("{not json")
+    nvml = FakeNvml()
+    nvml.busy(0, 4242)
+    reading = NvmlSource(min_free_memory=40960, nvml=nvml, lease_dir=str(tmp_path)).read()
+    assert reading.gpus == N - 1 and "lease table unreadable" in reading.detail
+
+
+MIB_sources = 1024 * 1024
+
+
+@pytest.fixture
+def _own_lease_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The nvml source reads the host's lease table: give every test an empty one of its own."""
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_DIR", str(tmp_path / "leases"))
+
+
+# -- NVML -----------------------------------------------------------------------------------------
+class FakeNvmlError(Exception):
+    pass
+
+
+class FakeNvml_sources:
+    """The pynvml functions the source uses, over a list of fake GPUs."""
+
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+    NVML_VOLATILE_ECC = 0
+
+    def __init__(self, gpus: list[dict[str, Any]], init_fails: bool = False) -> None:
+        self.gpus = gpus
+        self.init_fails = init_fails
+        self.shutdowns = 0
+
+    def nvmlInit(self) -> None:
+        if self.init_fails:
+            raise FakeNvmlError("Driver Not Loaded")
+
+    def nvmlShutdown(self) -> None:
+        self.shutdowns += 1
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> dict[str, Any]:
+        gpu = self.gpus[index]
+        if gpu.get("lost"):
+            raise FakeNvmlError("GPU is lost")
+        return gpu
+
+    def nvmlDeviceGetMemoryInfo(self, handle: dict[str, Any]) -> SimpleNamespace:
+        return SimpleNamespace(free=handle["free_mib"] * MIB_sources, total=80 * 1024 * MIB_sources)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: dict[str, Any]) -> SimpleNamespace:
+        return SimpleNamespace(gpu=handle["util"], memory=0)
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: dict[str, Any], kind: int, counter: int) -> int:
+        if "ecc" not in handle:
+            raise FakeNvmlError("Not Supported")
+        return int(handle["ecc"])
+
+
+@pytest.mark.usefixtures("_own_lease_dir")
+def test_nvml_counts_healthy_gpus_within_thresholds() -> None:
+    nvml = FakeNvml_sources(
+        [
+            {"free_mib": 80000, "util": 0},
+            {"free_mib": 80000, "util": 95},  # busy
+            {"free_mib": 1000, "util": 0},  # memory taken
+            {"free_mib": 80000, "util": 0, "lost": True},  # fell off the bus
+            {"free_mib": 80000, "util": 0, "ecc": 3},  # uncorrected ECC errors
+            {"free_mib": 40960, "util": 10, "ecc": 0},  # exactly at the thresholds
+        ]
+    )
+    reading = NvmlSource(min_free_memory=40960, max_utilization=10, nvml=nvml).read()
+    assert reading.gpus == 2
+    assert "gpu1 util 95% > 10%" in reading.detail
+    assert "gpu2 free 1000MiB" in reading.detail
+    assert "gpu3 unhealthy (GPU is lost)" in reading.detail
+    assert "gpu4 unhealthy (3 uncorrected ECC" in reading.detail
+    assert nvml.shutdowns == 1
+
+
+@pytest.mark.usefixtures("_own_lease_dir")
+def test_nvml_device_filter_and_init_failure() -> None:
+    gpus = [{"free_mib": 80000, "util": 0}] * 4
+    assert NvmlSource(devices=[0, 2], nvml=FakeNvml_sources(gpus)).read().gpus == 2
+    with pytest.raises(SourceError, match="NVML init failed: Driver Not Loaded"):
+        NvmlSource(nvml=FakeNvml_sources(gpus, init_fails=True)).read()
+    nvml = FakeNvml_sources(gpus)
+    with pytest.raises(SourceError, match=r"devices \[7, 9\] are not on this host \(NVML sees 4 GPU"):
+        NvmlSource(devices=[0, 7, 9], nvml=nvml).read()  # was "ok, 1 usable": a typo read as capacity
+    assert nvml.shutdowns == 1
+
+
+@pytest.fixture
+def workers_sources_per_pool() -> Iterator[list[Any]]:
+    """Real processes standing for CUDA loads."""
+    started: list[Any] = []
+    yield started
+    for proc in started:
+        proc.kill()
+        proc.wait(10)
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Iterator[tuple[LeaseManager, FakeNvml]]:
+    """GPUs 0, 1 are A100 (pool gpu_a100), 2, 3 are T4 (pool gpu_t4), on one host."""
+    inventory = GpuInventory(
+        (
+            GpuDevice(0, "a100", 81920, uuid="GPU-0000"),
+            GpuDevice(1, "a100", 81920, uuid="GPU-0001"),
+            GpuDevice(2, "t4", 16384, uuid="GPU-0002"),
+            GpuDevice(3, "t4", 16384, uuid="GPU-0003"),
+        )
+    )
+    yield LeaseManager(LeaseSettings(lease_dir=tmp_path, poll_s=0.1), inventory), FakeNvml(4)
+
+
+def _source(tmp_path: Path, nvml: FakeNvml, devices: list[int], pool: str | None) -> NvmlSource:
+    return NvmlSource(
+        min_free_memory=8000,
+        max_utilization=10,
+        devices=devices,
+        nvml=nvml,
+        lease_dir=str(tmp_path),
+        pool=pool,
+    )
+
+
+def test_a_gpu_leased_by_another_pools_task_is_held_not_free(
+    tmp_path: Path, host: tuple[LeaseManager, FakeNvml], workers_sources_per_pool: list[Any]
+) -> None:
+    manager, nvml = host
+    # a task of pool gpu_a100 that names no GPU type is leased a T4 (best fit: the smallest GPU)
+    lease = manager.acquire(GpuRequest(1), LeaseOwner("d", "r", "prep", pool="gpu_a100"))
+    assert lease.devices == (2,)
+    nvml.busy(2, _load(workers_sources_per_pool).pid)
+    lease.register_process(workers_sources_per_pool[-1].pid)
+    t4 = _source(tmp_path, nvml, [2, 3], "gpu_t4").read()
+    assert t4.gpus == 1, t4.detail  # before: 2, and Airflow opened 2 slots on 1 free T4
+    assert "gpu2 held by d.prep" in t4.detail and "of pool gpu_a100" in t4.detail
+    a100 = _source(tmp_path, nvml, [0, 1, 2, 3], "gpu_a100").read()
+    assert a100.gpus == 4 and "1 of them held by our tasks" in a100.detail  # its own lease counts
+    unknown_pool = _source(tmp_path, nvml, [2, 3], None).read()
+    assert unknown_pool.gpus == 2  # outside the controller (no pool named): every lease counts
