@@ -9,6 +9,9 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk.configuration import conf
+from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, AirflowSkipException
+
+from airflow_gpu_dag.airflow.declaring import declaring_dag, declaring_group, partial_default
 
 __all__ = [
     "RESUME_RACE_RETRIES",
@@ -46,8 +49,6 @@ def is_deferrable(deferrable: bool | None) -> bool:
 def declared_where(kwargs: dict[str, Any]) -> str:
     """``DAG 'd', task 't'`` for a sensor being constructed with ``kwargs`` (``task 't'`` outside any
     DAG): how its constructor errors name it. ``t`` carries its task group's prefix, as Airflow will."""
-    from airflow_gpu_dag.airflow.declaring import declaring_dag, declaring_group
-
     task_id = str(kwargs.get("task_id", "?"))
     dag = declaring_dag(kwargs)
     dag_id = getattr(dag, "dag_id", None)
@@ -66,8 +67,6 @@ def soft_failing(sensor: Any) -> Iterator[None]:
     """Raise what Airflow's own sensor loop raises for a failure the sensor finds outside ``poke()`` (its
     first check, before it defers or pokes): ``AirflowSkipException`` under ``soft_fail`` or
     ``never_fail``, the failure itself otherwise."""
-    from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, AirflowSkipException
-
     try:
         yield
     except (AirflowFailException, AirflowSensorTimeout) as err:
@@ -106,8 +105,6 @@ def resume_race_retry(kwargs: dict[str, Any]) -> dict[str, Any]:
     these sensors 1), and ``retry_delay`` stays :data:`RESUME_RACE_RETRY_DELAY`: a retried sensor
     only checks again, and a DAG's 5- or 10-minute delay would hold the whole chain back.
     """
-    from airflow_gpu_dag.airflow.declaring import partial_default
-
     retries = partial_default(kwargs, "retries")  # the task's own, else its default_args
     if isinstance(retries, int) and not isinstance(retries, bool):
         kwargs.setdefault("retries", max(retries, RESUME_RACE_RETRIES))

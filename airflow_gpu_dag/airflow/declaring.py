@@ -7,6 +7,9 @@ from collections.abc import Mapping
 from contextlib import suppress
 from typing import Any
 
+from airflow.sdk.bases.operator import get_merged_defaults
+from airflow.sdk.definitions._internal.contextmanager import DagContext, TaskGroupContext
+
 __all__ = ["declaring_dag", "declaring_group", "partial_default"]
 
 
@@ -16,8 +19,6 @@ def declaring_dag(kwargs: Mapping[str, Any]) -> Any:
     dag = kwargs.get("dag")
     if dag is None:
         with suppress(Exception):
-            from airflow.sdk.definitions._internal.contextmanager import DagContext
-
             dag = DagContext.get_current()
     return dag
 
@@ -25,8 +26,6 @@ def declaring_dag(kwargs: Mapping[str, Any]) -> Any:
 def declaring_group(kwargs: Mapping[str, Any], dag: Any) -> Any:
     """The task group of an operator's constructor ``kwargs`` in ``dag``: ``kwargs["task_group"]``, else
     the current task-group context (the DAG's root group outside any); None without a DAG."""
-    from airflow.sdk.definitions._internal.contextmanager import TaskGroupContext
-
     return kwargs.get("task_group") or (TaskGroupContext.get_current(dag) if dag is not None else None)
 
 
@@ -36,8 +35,6 @@ def partial_default(kwargs: Mapping[str, Any], key: str) -> Any:
     GPU operators give ``executor_config`` (the GPU hints), so a task lost the DAG's ``pod_override``."""
     if key in kwargs:
         return kwargs[key]
-    from airflow.sdk.bases.operator import get_merged_defaults
-
     dag = declaring_dag(kwargs)
     defaults, _ = get_merged_defaults(dag, declaring_group(kwargs, dag), None, kwargs.get("default_args"))
     return defaults.get(key)

@@ -26,6 +26,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from airflow.utils.session import create_session
+from sqlalchemy import func, or_, select
+
 from airflow_gpu_dag.airflow.dag_reader import build_task_graph
 from airflow_gpu_dag.airflow.mapped import mapped_task_ids
 from airflow_gpu_dag.core.analysis.estimates import (
@@ -73,8 +76,6 @@ def _session(session: Any) -> Iterator[Any]:
     if session is not None:
         yield session
         return
-    from airflow.utils.session import create_session
-
     # not the thread's scoped session: in the scheduler's thread (plan_in_background = false) that is
     # the scheduler's own, mid-transaction, and create_session() would commit and close it
     with create_session(scoped=False) as own:
@@ -89,8 +90,8 @@ def read_history(
 
     Reads the ``task_instance`` table: a task instance's final try. Raises what the database raises.
     """
+    # start-up: the ORM models load at the first read, not when the weight rule imports this module
     from airflow.models.taskinstance import TaskInstance as TI
-    from sqlalchemy import func, select
 
     rank = (
         func.row_number()
@@ -126,8 +127,7 @@ def read_history(
 def has_history(dag_id: str, *, session: Any = None) -> bool:
     """Whether ``dag_id`` has anything to learn from: a successful task instance, or a mapped one (its
     map count). One indexed ``LIMIT 1`` query; raises what the database raises."""
-    from airflow.models.taskinstance import TaskInstance as TI
-    from sqlalchemy import or_, select
+    from airflow.models.taskinstance import TaskInstance as TI  # start-up: see read_history
 
     query = (
         select(TI.task_id).where(TI.dag_id == dag_id, or_(TI.state == "success", TI.map_index >= 0)).limit(1)
@@ -143,9 +143,8 @@ def read_map_counts(
     where it was expanded (the median, rounded up; instances marked ``removed`` do not count)."""
     if not task_ids:
         return {}
-    from airflow.models.dagrun import DagRun
+    from airflow.models.dagrun import DagRun  # start-up: see read_history
     from airflow.models.taskinstance import TaskInstance as TI
-    from sqlalchemy import func, select
 
     # the runs looked at: more than `runs`, as the newest ones may not have expanded the task yet
     # (queued, running, failed before it): they hold no instance and are skipped, not counted as none.

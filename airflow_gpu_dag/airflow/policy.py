@@ -16,7 +16,9 @@ import enum
 import logging
 from typing import Any
 
+from airflow.exceptions import AirflowClusterPolicyViolation
 from airflow.policies import hookimpl
+from airflow.task import priority_strategy as airflow_strategies
 
 from airflow_gpu_dag.airflow import parse_time
 from airflow_gpu_dag.airflow.dag_reader import build_task_graph
@@ -106,10 +108,8 @@ def _unloadable_rules(dag: Any) -> dict[str, list[str]]:
 def _cannot_load(rule: str) -> bool:
     """Whether Airflow fails on weight rule ``rule`` (``Unknown priority strategy X``) when it serializes
     the DAG; a plugin that fails to load, say, is not the DAG's error (serialization judges)."""
-    from airflow.task.priority_strategy import validate_and_load_priority_weight_strategy
-
     try:
-        validate_and_load_priority_weight_strategy(rule)
+        airflow_strategies.validate_and_load_priority_weight_strategy(rule)
     except ValueError:
         return True
     except Exception:
@@ -150,6 +150,7 @@ def weight_rule_findings(dag: Any, bad: dict[str, list[str]] | None = None) -> l
 def _lease_problem() -> str | None:
     """What makes ``[gpu_dag]``'s lease options unusable (the GPU operators read them when a task
     starts, and fail on them), or None."""
+    # start-up: every Airflow process imports this policy; the GPU package loads at the first DAG checked
     from airflow_gpu_dag.gpu.lease_settings import LeaseSettings
 
     try:
@@ -252,6 +253,7 @@ def _validate(dag: Any) -> tuple[TaskGraph, ValidationReport]:
 
 def _inventory() -> Any:
     """The parse-time GPU inventory (None when there is none or its configuration is invalid)."""
+    # start-up: every Airflow process imports this policy; the GPU package loads at the first DAG checked
     from airflow_gpu_dag.gpu.inventory import InventoryError, parse_time_inventory_summary
 
     try:
@@ -275,8 +277,6 @@ def dag_policy(dag: Any) -> None:
     for warning in report.warnings:
         log.warning("%s", warning)
     if report.errors:
-        from airflow.exceptions import AirflowClusterPolicyViolation
-
         raise AirflowClusterPolicyViolation("\n".join(str(f) for f in report.errors))
     try:  # the figures for the scheduler's first get_weight (airflow/parse_time.py)
         written = parse_time.annotate(dag, graph)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import Label
+from airflow.sdk import Label, TriggerRule
+
+from airflow_gpu_dag.airflow.mapped import is_mapped
 
 __all__ = [
     "as_operator",
@@ -51,8 +53,6 @@ def check_gatable(task: Any) -> Any:
     :raises ValueError: the task is mapped (the gate would run once for all instances) or a teardown
         (its trigger rule is about its setups); the message names the DAG, the task and the fix.
     """
-    from airflow_gpu_dag.airflow.mapped import is_mapped
-
     dag = require_dag(task, "insert_before")
     if is_mapped(task):
         raise ValueError(
@@ -118,8 +118,6 @@ def insert_before(task: Any, new: Any, label: str | None = None) -> None:
 
     :raises ValueError: ``task`` is a teardown (its rule is about its setups; gate the work instead).
     """
-    from airflow.sdk import TriggerRule
-
     dag = check_gatable(task)
     rule = getattr(task, "trigger_rule", TriggerRule.ALL_SUCCESS)
     if str(getattr(rule, "value", rule)) != TriggerRule.ALL_SUCCESS.value:

@@ -34,7 +34,7 @@ __all__ = ["data_affinity", "pin_to_queue"]
 
 
 def _is_pod(task: Any) -> bool:
-    try:
+    try:  # start-up: importing the helpers must not load the pod operator (~2,000 modules with Kubernetes)
         from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
     except ImportError:  # pragma: no cover - the provider is a dependency
         return False
@@ -42,9 +42,9 @@ def _is_pod(task: Any) -> bool:
 
 
 def _node_affinity(task: Any, labels: Mapping[str, str], where: str) -> None:
-    from kubernetes.client import models as k8s
+    from kubernetes.client import models as k8s  # start-up: only a pod loads the Kubernetes client
 
-    from airflow_gpu_dag.kubernetes.pod_spec import merge_affinity
+    from airflow_gpu_dag.kubernetes.pod_spec import merge_affinity  # start-up: it loads the client too
 
     required = [
         k8s.V1NodeSelectorRequirement(key=str(key), operator="In", values=[str(value)])

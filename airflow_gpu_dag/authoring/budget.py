@@ -25,6 +25,8 @@ from airflow_gpu_dag.core.model.pools import is_gpu_pool
 from airflow_gpu_dag.core.model.resources import EstimateError, parse_duration
 from airflow_gpu_dag.executor_config import read_hints
 from airflow_gpu_dag.operators.budget import BudgetGateOperator
+from airflow_gpu_dag.operators.gpu_lease import GpuLeaseMixin
+from airflow_gpu_dag.settings import default_duration_seconds
 
 __all__ = ["budget_gate"]
 
@@ -104,8 +106,6 @@ def budget_gate(
 
 def _charged_by(task: Any) -> str | None:
     """``"lease"``/``"pod"`` when ``task`` charges its own GPU time (GPU operators, GPU pods)."""
-    from airflow_gpu_dag.operators.gpu_lease import GpuLeaseMixin
-
     if isinstance(task, GpuLeaseMixin):
         return "lease"
     pods = sys.modules.get("airflow_gpu_dag.operators.kubernetes")  # not imported: not a GPU pod
@@ -117,8 +117,6 @@ def _charged_by(task: Any) -> str | None:
 def expected_gpu_seconds(task: Any) -> tuple[int, float]:
     """``(GPUs, GPUs x duration estimate)`` of a task from its hints (a GPU pool's slots when it
     declares no GPUs; the default estimate when it declares no duration)."""
-    from airflow_gpu_dag.settings import default_duration_seconds
-
     hints = read_hints(getattr(task, "executor_config", None))
     try:
         gpus = int(hints["gpus"]) if "gpus" in hints else 0

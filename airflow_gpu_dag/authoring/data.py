@@ -157,8 +157,8 @@ def lineage_dataset(uri: str | None) -> Any:
     else its object-storage rule), or None when the provider is not installed."""
     if not uri:
         return None
-    try:
-        from airflow.providers.openlineage.extractors.manager import ExtractorManager
+    try:  # optional dependency: the openlineage extra
+        from airflow.providers.openlineage.extractors.manager import ExtractorManager  # optional dependency
         from airflow.providers.openlineage.utils.utils import translate_airflow_asset
     except ImportError:
         return None

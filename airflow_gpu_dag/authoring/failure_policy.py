@@ -38,7 +38,18 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from airflow.sdk import TriggerRule
+from airflow.sdk.exceptions import (
+    AirflowFailException,
+    AirflowSensorTimeout,
+    AirflowSkipException,
+    AirflowTaskTimeout,
+)
+
+from airflow_gpu_dag.airflow.mapped import is_mapped
+from airflow_gpu_dag.authoring._wiring import as_operator, run_original, where_of
 from airflow_gpu_dag.core.model.resources import EstimateError, parse_duration
+from airflow_gpu_dag.operators.fallback import FallbackDecision, FallbackResult
 
 __all__ = ["POLICY_NAMES", "Abort", "Retry", "Skip", "failure_policy", "parse_policy"]
 
@@ -136,15 +147,6 @@ def _tries_left(ti: Any, task: Any) -> bool:
 
 
 def _skip_on_failure(task: Any) -> None:
-    from airflow.sdk.exceptions import (
-        AirflowFailException,
-        AirflowSensorTimeout,
-        AirflowSkipException,
-        AirflowTaskTimeout,
-    )
-
-    from airflow_gpu_dag.authoring._wiring import run_original
-
     original = task.execute
     if getattr(original, "_gpu_dag_skip_policy", False):
         return
@@ -178,9 +180,6 @@ def failure_policy(task: Any, policy: object = "retry", **overrides: Any) -> lis
     ``overrides`` are fields of the policy, e.g. ``failure_policy(t, "retry", retries=5, delay="5m")``;
     on a policy object they replace only the fields they name (``Retry(retries=5), delay="5m"``).
     """
-    from airflow_gpu_dag.airflow.mapped import is_mapped
-    from airflow_gpu_dag.authoring._wiring import as_operator, where_of
-
     task = as_operator(task)  # an @task call's result: its operator
     where = where_of(task)
     parsed = parse_policy(policy, where)
@@ -208,8 +207,6 @@ def failure_policy(task: Any, policy: object = "retry", **overrides: Any) -> lis
         task.retries = _check_retries(parsed.retries, where)
         _skip_on_failure(task)
         return []
-    from airflow.sdk import TriggerRule
-
     if not task.has_dag():  # ``task.dag`` itself raises a RuntimeError naming neither task nor fix
         raise ValueError(
             f"{where}: add the task to a DAG (create it inside with DAG(...):) before applying the "
@@ -217,8 +214,6 @@ def failure_policy(task: Any, policy: object = "retry", **overrides: Any) -> lis
         )
     task.retries = 0
     changed: list[str] = []
-    from airflow_gpu_dag.operators.fallback import FallbackDecision, FallbackResult
-
     for down in task.get_flat_relatives(upstream=False):
         if getattr(down, "is_teardown", False):
             continue

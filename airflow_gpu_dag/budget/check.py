@@ -13,7 +13,10 @@ import math
 import os
 from datetime import UTC, datetime
 
+from airflow.sdk import Variable
+
 from airflow_gpu_dag.budget.ledger import BudgetLedger, FileBudgetLedger, today, usage_ledger_path
+from airflow_gpu_dag.budget.shared import SqlBudgetLedger, forward_local_usage
 from airflow_gpu_dag.core.model.budget import BudgetCap, BudgetClaim, BudgetDecision, evaluate
 from airflow_gpu_dag.core.model.resources import EstimateError, parse_duration
 from airflow_gpu_dag.settings import conf_get
@@ -77,16 +80,12 @@ def budget_ledger(explicit: str | os.PathLike[str] | None = None) -> BudgetLedge
     if not explicit:
         conn_id = shared_conn_id()
         if conn_id:
-            from airflow_gpu_dag.budget.shared import SqlBudgetLedger
-
             return SqlBudgetLedger.from_conn_id(conn_id)
     return FileBudgetLedger(usage_ledger_path(explicit))
 
 
 def _variable_float(key: str) -> float | None:
     try:
-        from airflow.sdk import Variable
-
         raw = Variable.get(key, default=None)
     except Exception as err:  # no Variable backend reachable, access denied: say so, the cap stays
         log.warning(
@@ -129,8 +128,6 @@ def effective_cap(cap: BudgetCap, dag_id: str) -> BudgetCap:
 
 def forward_host_usage(ledger: BudgetLedger) -> None:
     """Shared ledger: first send this host's finished leases (see ``budget.shared``)."""
-    from airflow_gpu_dag.budget.shared import SqlBudgetLedger, forward_local_usage
-
     if isinstance(ledger, SqlBudgetLedger):
         try:
             forward_local_usage(ledger, usage_ledger_path())

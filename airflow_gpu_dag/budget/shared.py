@@ -25,6 +25,8 @@ run time when it ends.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import logging
 import os
 from collections.abc import Iterator
@@ -32,7 +34,25 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError
+from airflow.sdk import BaseHook
+from sqlalchemy import (
+    Column,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    and_,
+    create_engine,
+    delete,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.pool import NullPool
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
 from airflow_gpu_dag.budget.ledger import summarise, today
@@ -58,8 +78,6 @@ def sqlalchemy_url(conn: Any) -> str:
         if not path:
             raise ValueError("a sqlite budget connection needs host=<path of the database file>")
         return f"sqlite:///{path}"
-    from sqlalchemy.engine import URL
-
     driver = {"postgres": "postgresql+psycopg2", "postgresql": "postgresql+psycopg2", "mysql": "mysql"}.get(
         conn_type
     )
@@ -81,10 +99,6 @@ def sqlalchemy_url(conn: Any) -> str:
 @functools.lru_cache(maxsize=4)
 def _schema(url: str) -> tuple[Any, Any, Any, Any]:
     """Engine and tables for ``url`` (created once per process)."""
-    from sqlalchemy import Column, Float, Integer, MetaData, String, Table, create_engine, insert
-    from sqlalchemy.exc import IntegrityError
-    from sqlalchemy.pool import NullPool
-
     connect_args = {"timeout": 60} if url.startswith("sqlite") else {}
     engine = create_engine(url, poolclass=NullPool, connect_args=connect_args)
     meta = MetaData()
@@ -202,8 +216,6 @@ class SqlBudgetLedger:
     @classmethod
     def from_conn_id(cls, conn_id: str) -> SqlBudgetLedger:
         """The ledger of an Airflow connection (workers; triggers call it via ``asyncio.to_thread``)."""
-        from airflow.sdk import BaseHook
-
         try:
             return cls(sqlalchemy_url(BaseHook.get_connection(conn_id)))
         except ValueError as err:
@@ -211,8 +223,6 @@ class SqlBudgetLedger:
 
     # -- reading ------------------------------------------------------------------------------------
     def _read(self, conn: Any, dag_id: str, run_id: str, pool: str | None, now: float) -> BudgetUsage:
-        from sqlalchemy import and_, or_, select
-
         day = today(now)
         day_start = datetime.fromisoformat(day).replace(tzinfo=UTC).timestamp()
         day_end = day_start + timedelta(days=1).total_seconds()
@@ -231,8 +241,6 @@ class SqlBudgetLedger:
             return self._read(conn, dag_id, run_id, pool, moment)
 
     def charged(self, dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int | None) -> bool:
-        from sqlalchemy import select
-
         u = self.usage_table
         query = select(u.c.id).where(
             u.c.dag_id == dag_id, u.c.run_id == run_id, u.c.task_id == task_id, u.c.map_index == map_index
@@ -245,14 +253,10 @@ class SqlBudgetLedger:
     # -- writing ------------------------------------------------------------------------------------
     def _lock(self, conn: Any) -> None:
         """Take the ledger's write lock for the rest of the transaction."""
-        from sqlalchemy import update
-
         table = self.lock_table
         conn.execute(update(table).where(table.c.name == _LOCK_NAME).values(counter=table.c.counter + 1))
 
     def claim(self, cap: BudgetCap, claim: BudgetClaim, now: float | None = None) -> BudgetDecision:
-        from sqlalchemy import delete, insert, select
-
         moment = now if now is not None else datetime.now(UTC).timestamp()
         c = self.claim_table
         with self.engine.begin() as conn:
@@ -268,8 +272,6 @@ class SqlBudgetLedger:
         return decision
 
     def _insert_missing(self, conn: Any, records: list[UsageRecord]) -> int:
-        from sqlalchemy import insert, select
-
         u = self.usage_table
         ids = {_record_id(r): r for r in records}
         if not ids:
@@ -313,8 +315,6 @@ class SqlBudgetLedger:
             return self._insert_missing(conn, records)
 
     def settle(self, claim_id: str, record: UsageRecord | None = None) -> bool:
-        from sqlalchemy import delete
-
         c = self.claim_table
         with self.engine.begin() as conn:
             self._lock(conn)
@@ -325,16 +325,12 @@ class SqlBudgetLedger:
 
 
 def _offset_file(local: Path, url: str) -> Path:
-    import hashlib
-
     digest = hashlib.sha1(url.encode()).hexdigest()[:12]
     return local.with_name(f"{local.name}.forwarded-{digest}")
 
 
 def _new_records(local: Path, offset: int) -> Iterator[tuple[int, UsageRecord | None]]:
     """Records appended to ``local`` after byte ``offset`` (complete lines only), with their end."""
-    import json
-
     with local.open("rb") as handle:
         handle.seek(offset)
         for raw in handle:

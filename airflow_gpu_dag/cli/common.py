@@ -6,15 +6,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import logging
 import os
 import sys
-import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from airflow.utils.cli import suppress_logs_and_warning
+
 from airflow_gpu_dag.cli.loading import DagLoadError
 from airflow_gpu_dag.core.model.graph import CycleError
+from airflow_gpu_dag.core.policy.objective import get_objective
+from airflow_gpu_dag.settings import objective_name, pool_capacities, pools_problem
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -56,16 +58,6 @@ def quiet(func: F) -> F:
     def wrapper(args: argparse.Namespace) -> Any:
         if getattr(args, "verbose", False):
             return run(args)
-        try:
-            from airflow.utils.cli import suppress_logs_and_warning
-        except ImportError:  # pragma: no cover
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                logging.disable(logging.CRITICAL)
-                try:
-                    return run(args)
-                finally:
-                    logging.disable(logging.NOTSET)
         return suppress_logs_and_warning(run)(args)
 
     return wrapper  # type: ignore[return-value]
@@ -77,9 +69,6 @@ def check_objective_setting() -> None:
 
     :raises ValueError: the unknown name and the known ones (:func:`quiet` prints it, exit code 1).
     """
-    from airflow_gpu_dag.core.policy.objective import get_objective
-    from airflow_gpu_dag.settings import objective_name
-
     get_objective(objective_name())
 
 
@@ -121,8 +110,6 @@ def parse_pool_args(values: Sequence[str] | None, option: str = "--pool") -> dic
 
 def configured_pools() -> dict[str, int]:
     """The pools of ``[gpu_dag] pools`` (empty when not set)."""
-    from airflow_gpu_dag.settings import pool_capacities
-
     return dict(pool_capacities() or {})
 
 
@@ -138,8 +125,6 @@ def simulation_capacity(
     :raises ValueError: a ``--capacity`` pool nothing uses (a typo), or a GPU pool with no capacity;
         the message says what ``[gpu_dag] pools`` holds, or what is wrong with it.
     """
-    from airflow_gpu_dag.settings import pools_problem
-
     unknown = sorted(set(given) - used)
     if unknown:
         raise ValueError(

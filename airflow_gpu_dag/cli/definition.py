@@ -9,16 +9,14 @@ commands themselves (one module each: :mod:`airflow_gpu_dag.cli.lint`, ``plan``,
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import importlib.util
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow.cli.cli_config import ARG_VERBOSE, ActionCommand, Arg, GroupCommand, lazy_load_command
-
-if TYPE_CHECKING:
-    import argparse
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +50,6 @@ ARG_POOL = Arg(
 
 def _host_gpus(value: str) -> int:
     """``--max-gpus-per-host``: a whole number >= 1 (0 made every GPU request "too large")."""
-    import argparse
-
     try:
         number = int(value)
     except ValueError:
@@ -327,6 +323,7 @@ def get_parser() -> argparse.ArgumentParser:
 
     :meta private:
     """
+    # start-up: airflow.cli.cli_parser imports this module as it builds Airflow's parser (a cycle at the top)
     from airflow.cli.cli_parser import AirflowHelpFormatter, DefaultHelpParser, _add_command
 
     parser: Any = DefaultHelpParser(prog="airflow", formatter_class=AirflowHelpFormatter)

@@ -16,11 +16,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+import yaml
 from rich.box import Box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from airflow_gpu_dag.charts.gantt import GanttChart, bars_from_schedule, write_gantt
 from airflow_gpu_dag.core.analysis.validation import Finding
 from airflow_gpu_dag.core.model.pools import DEFAULT_POOL
 from airflow_gpu_dag.core.model.resources import format_duration
@@ -110,8 +112,6 @@ OUTPUT_FORMATS = ("table", "json", "yaml", "plain")
 
 def print_yaml(data: Any, file: IO[str] | None = None) -> None:
     """Print ``data`` as YAML (the same content as the JSON output, keys in the same order)."""
-    import yaml
-
     plain = json.loads(json.dumps(data, default=str))
     (file or sys.stdout).write(yaml.safe_dump(plain, sort_keys=False, allow_unicode=True, width=1000))
 
@@ -416,8 +416,6 @@ def write_schedules_gantt(
 ) -> Path:
     """Write predicted schedules (label -> a simulation result) as one Gantt chart each, with a summary
     table, to ``path`` (``.html`` page or ``.svg`` image); tasks in ``critical`` are highlighted."""
-    from airflow_gpu_dag.charts.gantt import GanttChart, bars_from_schedule, write_gantt
-
     charts = [
         GanttChart(
             f"{label}: makespan {hours(r.makespan)}",

@@ -7,11 +7,13 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from airflow_gpu_dag.airflow.history import learned_task_graph
 from airflow_gpu_dag.cli import display
 from airflow_gpu_dag.cli.common import quiet, status
 from airflow_gpu_dag.cli.inputs import history_note
 from airflow_gpu_dag.cli.loading import find_dag
 from airflow_gpu_dag.core.analysis.estimates import DurationEstimate, EstimateSettings
+from airflow_gpu_dag.settings import estimate_settings
 
 __all__ = ["ESTIMATE_COLUMNS", "estimates", "estimates_report", "estimates_table"]
 
@@ -101,9 +103,6 @@ def estimates_table(
 @quiet
 def estimates(args: argparse.Namespace) -> None:
     """``airflow gpu-dag estimates DAG_ID [--file PATH] [--factor F] [-o table|json|yaml|plain]``."""
-    from airflow_gpu_dag.airflow.history import learned_task_graph
-    from airflow_gpu_dag.settings import estimate_settings
-
     settings = estimate_settings()
     if args.factor is not None:
         try:  # EstimateSettings checks a flag factor (finite, > 1) for the option as for the setting

@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from airflow_gpu_dag.airflow.history import LearnedGraph, learned_task_graph
+from airflow_gpu_dag.core.model.ladders import UnfitRung, unfit_rungs
+
 if TYPE_CHECKING:
-    from airflow_gpu_dag.airflow.history import LearnedGraph
     from airflow_gpu_dag.core.analysis.estimates import DurationEstimate
     from airflow_gpu_dag.core.model.graph import TaskGraph
-    from airflow_gpu_dag.core.model.ladders import UnfitRung
 
 __all__ = [
     "history_note",
@@ -45,8 +46,6 @@ def planning_graph(dag: Any, *, declared_only: bool = False) -> LearnedGraph:
     the history (an unreadable one is in ``.note``, with the fix: :func:`history_note`).
     ``declared_only``: past runs are not read at all (declared estimates; map counts from literal
     ``expand()`` arguments or ``map_length``)."""
-    from airflow_gpu_dag.airflow.history import learned_task_graph
-
     learned = learned_task_graph(dag, past_runs=not declared_only)
     learned.note = history_note(learned.note)
     return learned
@@ -112,8 +111,6 @@ def input_notes(
 
 
 def _unfit(graph: TaskGraph, capacity: Mapping[str, int] | None) -> list[UnfitRung]:
-    from airflow_gpu_dag.core.model.ladders import unfit_rungs
-
     return unfit_rungs(graph, capacity) if capacity else []
 
 

@@ -16,6 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airflow import settings
+from airflow.configuration import conf
+from airflow.dag_processing.dagbag import DagBag
+from airflow.exceptions import AirflowDagDuplicatedIdException
+from airflow.sdk.definitions._internal.dag_parsing_context import _airflow_parsing_context_manager
+from airflow.sdk.exceptions import AirflowDagCycleException
+
 __all__ = ["DagLoadError", "LoadedDags", "find_dag", "load_dags"]
 
 _PROVIDER_POLICY_MODULE = "airflow_gpu_dag.airflow.policy"
@@ -49,8 +56,6 @@ class LoadedDags:
 @contextlib.contextmanager
 def _provider_policy_skipped() -> Iterator[None]:
     """Run every ``dag_policy`` except this provider's while the block runs."""
-    from airflow import settings
-
     try:
         manager = settings.get_policy_plugin_manager()
         ours = [p for p in manager.get_plugins() if getattr(p, "__name__", None) == _PROVIDER_POLICY_MODULE]
@@ -73,10 +78,6 @@ def _provider_policy_skipped() -> Iterator[None]:
 
 
 def _dagbag_class() -> type:
-    from airflow.dag_processing.dagbag import DagBag
-    from airflow.exceptions import AirflowDagDuplicatedIdException
-    from airflow.sdk.exceptions import AirflowDagCycleException
-
     class LintDagBag(DagBag):
         """A DagBag that keeps cyclic DAGs (in ``cyclic``) instead of dropping them, and records the
         DAG ids two files define (``duplicated``: (dag_id, kept file, ignored file))."""
@@ -121,9 +122,6 @@ def load_dags(
     :param option: how the command names DAG files instead of the dags folder (for the message).
     :raises DagLoadError: a path does not exist (for the configured dags folder: where it comes from).
     """
-    from airflow import settings
-    from airflow.configuration import conf
-
     configured = not paths
     targets = [str(p) for p in paths] or [str(settings.DAGS_FOLDER)]
     result = LoadedDags(paths=targets)
@@ -176,16 +174,8 @@ def find_dag(dag_id: str, file: str | None = None) -> Any:
     :raises DagLoadError: the DAG is not there; the message lists the DAGs that are and the files
         that failed to import.
     """
-    from airflow import settings
-
     where = file or str(settings.DAGS_FOLDER)
-    try:
-        from airflow.sdk.definitions._internal.dag_parsing_context import _airflow_parsing_context_manager
-
-        parsing: contextlib.AbstractContextManager[Any] = _airflow_parsing_context_manager(dag_id=dag_id)
-    except ImportError:  # pragma: no cover - older SDK
-        parsing = contextlib.nullcontext()
-    with parsing:
+    with _airflow_parsing_context_manager(dag_id=dag_id):
         loaded = load_dags([file] if file else [], option="--file PATH")
     if dag_id in loaded.dags:
         if dag_id in loaded.duplicates:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from airflow_gpu_dag.cli import display
@@ -18,6 +19,7 @@ from airflow_gpu_dag.cli.loading import find_dag
 from airflow_gpu_dag.core.analysis.estimates import DurationEstimate
 from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.core.planning.plan import Plan, build_plan
+from airflow_gpu_dag.priority.weights import policy_text
 
 __all__ = ["plan"]
 
@@ -90,10 +92,6 @@ def _json(
 @quiet
 def plan(args: argparse.Namespace) -> None:
     """``airflow gpu-dag plan DAG_ID [--file PATH] [--declared-only]``."""
-    from dataclasses import replace
-
-    from airflow_gpu_dag.priority.weights import policy_text
-
     check_objective_setting()
     output = getattr(args, "output", "table") or "table"
     declared_only = bool(getattr(args, "declared_only", False))

@@ -10,11 +10,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_gpu_dag.charts import gantt
 from airflow_gpu_dag.cli import display
 from airflow_gpu_dag.cli.common import parse_pool_args, quiet, simulation_capacity, status
 from airflow_gpu_dag.cli.inputs import input_json, input_notes, planning_graph
 from airflow_gpu_dag.cli.loading import find_dag
+from airflow_gpu_dag.cli.simulate_runs import simulate_runs, wants_several_runs
+from airflow_gpu_dag.core.analysis.critical_path import analyze
 from airflow_gpu_dag.core.model.graph import task_pool
+from airflow_gpu_dag.core.planning import planner
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -73,12 +77,10 @@ def _run(
     graph: TaskGraph, capacity: dict[str, int], args: argparse.Namespace, err: Console, json_output: bool
 ) -> dict[str, Any]:
     """Predictions by label: ``stock`` and ``args.policy``."""
-    from airflow_gpu_dag.core.planning.planner import predict as run_simulation
-
     results: dict[str, Any] = {}
     with status(err, "Simulating...", json_output):
-        results["stock"] = run_simulation(graph, capacity, policy="stock")
-        results[args.policy] = run_simulation(
+        results["stock"] = planner.predict(graph, capacity, policy="stock")
+        results[args.policy] = planner.predict(
             graph, capacity, policy=args.policy, controller_interval=args.controller_interval
         )
     return results
@@ -152,10 +154,6 @@ def _print_tables(
 @quiet
 def simulate(args: argparse.Namespace) -> None:
     """``airflow gpu-dag simulate DAG_ID --capacity POOL=N ... [--gantt out.html] [-o FORMAT]``."""
-    from airflow_gpu_dag.charts.gantt import check_gantt_path
-    from airflow_gpu_dag.cli.simulate_runs import simulate_runs, wants_several_runs
-    from airflow_gpu_dag.core.analysis.critical_path import analyze
-
     json_output = args.output != "table"  # any output for scripts: no spinner
     err = display.error_console()
     interval = args.controller_interval
@@ -164,7 +162,7 @@ def simulate(args: argparse.Namespace) -> None:
             f"--controller-interval {interval:g}: expected finite seconds >= 0 (0: at every event)"
         )
     if args.gantt:  # before the work: an unwritable chart must not cost the simulation's output
-        check_gantt_path(args.gantt)
+        gantt.check_gantt_path(args.gantt)
     if wants_several_runs(args):
         simulate_runs(args, err)
         return

@@ -11,9 +11,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from rich.table import Table
+
+from airflow_gpu_dag.airflow.dag_reader import windows_from
 from airflow_gpu_dag.cli import display
 from airflow_gpu_dag.cli.common import check_objective_setting, parse_pool_args, simulation_capacity, status
 from airflow_gpu_dag.cli.inputs import history_note_line, input_json, input_notes, planning_graph
+from airflow_gpu_dag.cli.loading import find_dag, load_dags
 from airflow_gpu_dag.core.model.graph import task_pool
 from airflow_gpu_dag.core.model.resources import (
     MAX_ESTIMATE_S,
@@ -21,6 +25,10 @@ from airflow_gpu_dag.core.model.resources import (
     format_duration,
     parse_duration,
 )
+from airflow_gpu_dag.core.planning.planner import planned_remaining
+from airflow_gpu_dag.core.policy.objective import get_objective
+from airflow_gpu_dag.core.simulation import cross_dag
+from airflow_gpu_dag.settings import objective as configured_objective
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -75,8 +83,6 @@ def parse_triggers(values: Sequence[str] | None) -> list[RunSpec]:
 
 def _runs(args: argparse.Namespace) -> tuple[list[RunSpec], dict[str, Any]]:
     """The runs to simulate and the DAG objects by id."""
-    from airflow_gpu_dag.cli.loading import find_dag, load_dags
-
     triggered = parse_triggers(getattr(args, "triggers", None))
     dags: dict[str, Any] = {}
     folder = getattr(args, "folder", None)
@@ -150,10 +156,6 @@ def _predict(
     interval: float,
     dags: dict[str, Any],
 ) -> dict[str, SimulationResult]:
-    from airflow_gpu_dag.airflow.dag_reader import windows_from
-    from airflow_gpu_dag.core.planning.planner import planned_remaining
-    from airflow_gpu_dag.core.simulation.cross_dag import predict_runs
-
     remaining = {
         dag_id: planned_remaining(graph, capacity)
         for dag_id, graph in graphs.items()
@@ -165,8 +167,10 @@ def _predict(
     ]
     offsets = [r.offset for r in runs]
     return {
-        "stock": predict_runs(ordered, offsets, capacity, None),
-        objective.name: predict_runs(ordered, offsets, capacity, objective, interval, remaining=remaining),
+        "stock": cross_dag.predict_runs(ordered, offsets, capacity, None),
+        objective.name: cross_dag.predict_runs(
+            ordered, offsets, capacity, objective, interval, remaining=remaining
+        ),
     }
 
 
@@ -240,8 +244,6 @@ def _rows(outcome: _Outcome) -> list[dict[str, Any]]:
 
 
 def _print(outcome: _Outcome) -> None:
-    from rich.table import Table
-
     runs, capacity, results, objective = outcome.runs, outcome.capacity, outcome.results, outcome.objective
 
     out = display.console()
@@ -292,9 +294,6 @@ def _print(outcome: _Outcome) -> None:
 
 def simulate_runs(args: argparse.Namespace, err: Console) -> None:
     """The multi-run simulation (see the module docstring)."""
-    from airflow_gpu_dag.core.policy.objective import get_objective
-    from airflow_gpu_dag.settings import objective as configured_objective
-
     json_output = args.output != "table"  # any output for scripts: no spinner
     if getattr(args, "policy", "reservation") != "reservation":
         raise ValueError(

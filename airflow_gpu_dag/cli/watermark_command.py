@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow.cli.cli_config import ARG_VERBOSE, ActionCommand, Arg, lazy_load_command
+from airflow.sdk.exceptions import AirflowNotFoundException
 
 __all__ = [
     "ARG_WATERMARK_CONFIG",
@@ -289,8 +290,6 @@ def _client(hook_class: Any, conn_id: str, offline_ok: bool = False) -> Any:
     that says how to create it, not a traceback. ``offline_ok`` (a dry run): a connection that is not
     defined gives the :class:`~airflow_gpu_dag.watermark.offline.OfflineClient` instead, which reads an
     empty Airflow (docs/watermarks.md#checking-a-configuration)."""
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
     try:
         return hook_class(conn_id).get_client()
     except AirflowNotFoundException:
@@ -312,13 +311,14 @@ def _client(hook_class: Any, conn_id: str, offline_ok: bool = False) -> Any:
 
 def watermark(args: argparse.Namespace) -> None:
     """Entry point of ``airflow gpu-dag watermark`` (see :data:`WATERMARK_ARGS`)."""
-    import airflow_gpu_dag.metrics as metrics
-    from airflow_gpu_dag.cli import display
-    from airflow_gpu_dag.hooks.airflow_api import AirflowApiHook
-    from airflow_gpu_dag.watermark.config import ConfigError, load_config, with_interval
-    from airflow_gpu_dag.watermark.controller import build_controller
-    from airflow_gpu_dag.watermark.health import Heartbeat
-    from airflow_gpu_dag.watermark.lifecycle import PreflightError
+    # start-up: every `airflow` command loads this module (its arguments); the controller loads when it runs
+    import airflow_gpu_dag.metrics as metrics  # start-up
+    from airflow_gpu_dag.cli import display  # start-up
+    from airflow_gpu_dag.hooks.airflow_api import AirflowApiHook  # start-up
+    from airflow_gpu_dag.watermark.config import ConfigError, load_config, with_interval  # start-up
+    from airflow_gpu_dag.watermark.controller import build_controller  # start-up
+    from airflow_gpu_dag.watermark.health import Heartbeat  # start-up
+    from airflow_gpu_dag.watermark.lifecycle import PreflightError  # start-up
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -12,8 +12,7 @@ an Airflow ``ObjectStoragePath``. Three rules:
   ``period`` seconds (for producers that write neither). Needs several observations:
   :class:`StabilityTracker` keeps them.
 
-Producers can call :func:`write_marker` and :func:`write_manifest` when they finish. No Airflow
-import at module level: the triggerer, the worker and the unit tests all use the same code.
+Producers can call :func:`write_marker` and :func:`write_manifest` when they finish.
 """
 
 from __future__ import annotations
@@ -23,9 +22,13 @@ import json
 import math
 import os
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import fsspec.core
+from airflow.sdk import ObjectStoragePath
 
 __all__ = [
     "CheckStopped",
@@ -161,12 +164,8 @@ def resolve(path: Any, conn_id: str | None = None) -> tuple[Any, str]:
         return fs, str(path.path)
     text = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
     if conn_id:
-        from airflow.sdk import ObjectStoragePath
-
         osp = ObjectStoragePath(text, conn_id=conn_id)
         return osp.fs, str(osp.path)
-    import fsspec.core
-
     fs, inner = fsspec.core.url_to_fs(text)
     return fs, str(inner)
 
@@ -400,8 +399,6 @@ def check_once(
         return check_manifest(fs, inner, parsed, stop)
     if tracker is None:
         tracker = StabilityTracker(parsed)
-    import time
-
     return tracker.observe(snapshot(fs, inner), time.time() if now is None else now)
 
 

@@ -8,11 +8,13 @@ never started (unschedulable, image pull failure) used no GPU time and gives no 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from contextlib import suppress
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_gpu_dag.budget import charge as budget_charge
 from airflow_gpu_dag.gpu.usage import UsageRecord
 
 __all__ = ["pod_run_window", "pod_usage_record"]
@@ -107,8 +109,6 @@ def charge_finished_pod(
     pod an operator holds can be the snapshot taken when it was created (still Pending), when the task
     ended by an exception or a kill while the container ran (hours of GPU time charged as none).
     """
-    from airflow_gpu_dag.budget.charge import charge
-
     if reread is not None and not _ended(pod, container):
         with suppress(Exception):
             pod = reread(pod) or pod
@@ -128,11 +128,9 @@ def charge_finished_pod(
             container=container,
         )
     except Exception:
-        import logging
-
         logging.getLogger(__name__).exception("budget: cannot read the run time of a finished pod")
         return False
-    return record is not None and charge(record)
+    return record is not None and budget_charge.charge(record)
 
 
 def _ended(pod: Any, container: str) -> bool:

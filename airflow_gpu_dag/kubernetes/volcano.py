@@ -24,6 +24,9 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+import jsonschema
+from kubernetes.client.exceptions import ApiException
+
 __all__ = [
     "GROUP_NAME_ANNOTATION",
     "OBJECT_NAME",
@@ -144,8 +147,6 @@ def validate_podgroup(manifest: Mapping[str, Any], *, strict: bool = True) -> No
 
     ``strict`` also rejects fields the CRD does not define (the API server would drop them).
     """
-    import jsonschema
-
     schema = podgroup_schema()
     if strict:
         schema = _strict(schema)
@@ -168,8 +169,6 @@ def ensure_podgroup(hook: Any, manifest: Mapping[str, Any], namespace: str) -> b
     Returns True when this call created it, False when it already existed (another task of the same
     gang was first). Any other API error propagates.
     """
-    from kubernetes.client.exceptions import ApiException
-
     validate_podgroup(manifest)
     try:
         hook.create_custom_object(

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from airflow_gpu_dag.deferral import resume_race_retry
+
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
@@ -114,8 +116,6 @@ def _infrastructure_retries(kwargs: dict[str, Any]) -> dict[str, Any]:
     outcomes never retry (a skip, or ``AirflowFailException`` for an exhausted ladder); with none, a
     try killed with the scheduler or an Execution API call made while the api-server restarted failed
     the run (the chaos test caught an ``exhausted`` that way)."""
-    from airflow_gpu_dag.deferral import resume_race_retry  # (sensors import this module)
-
     return resume_race_retry(kwargs)
 
 

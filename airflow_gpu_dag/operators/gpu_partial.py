@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
+from airflow.sdk.bases.operator import partial as sdk_partial
 from airflow.sdk.definitions.mappedoperator import OperatorPartial
 
 from airflow_gpu_dag.executor_config import read_hints
@@ -74,8 +75,6 @@ class GpuOperatorPartial(OperatorPartial):
 
 def gpu_partial(operator_class: type, kwargs: dict[str, Any]) -> GpuOperatorPartial:
     """``airflow.sdk``'s ``partial`` of ``operator_class``, as a :class:`GpuOperatorPartial`."""
-    from airflow.sdk.bases.operator import partial as sdk_partial
-
     plain = sdk_partial(operator_class, **kwargs)  # Airflow's checks and defaults
     plain._expand_called = True  # replaced below: no "never mapped" warning for this copy
     return GpuOperatorPartial(operator_class=plain.operator_class, kwargs=plain.kwargs, params=plain.params)

@@ -3,36 +3,32 @@ scheduler's fail-open watchdog of GPU pools (a listener)."""
 
 from __future__ import annotations
 
+import logging
+
 from airflow.plugins_manager import AirflowPlugin
 
 from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, PackingPriorityStrategy
 
+log = logging.getLogger(__name__)
 
-def _critical_path_page() -> tuple[list[dict], list[dict]]:
-    """The critical-path tab (FastAPI app + external view); never breaks plugin loading."""
-    try:
-        from airflow_gpu_dag.plugins.critical_path_page import CRITICAL_PATH_APP, CRITICAL_PATH_VIEW
-    except Exception:
-        import logging
+# The critical-path tab (FastAPI app + external view) and the fail-open watchdog of GPU pools (started in
+# the scheduler only): neither may break the loading of the plugin, which every Airflow process does.
+try:
+    from airflow_gpu_dag.plugins.critical_path_page import CRITICAL_PATH_APP, CRITICAL_PATH_VIEW
+except Exception:
+    log.exception("airflow-gpu-dag: critical-path page disabled")
+    _FASTAPI_APPS: list[dict] = []
+    _EXTERNAL_VIEWS: list[dict] = []
+else:
+    _FASTAPI_APPS, _EXTERNAL_VIEWS = [CRITICAL_PATH_APP], [CRITICAL_PATH_VIEW]
 
-        logging.getLogger(__name__).exception("airflow-gpu-dag: critical-path page disabled")
-        return [], []
-    return [CRITICAL_PATH_APP], [CRITICAL_PATH_VIEW]
-
-
-_FASTAPI_APPS, _EXTERNAL_VIEWS = _critical_path_page()
-
-
-def _listeners() -> list:
-    """The fail-open watchdog of GPU pools (started in the scheduler only); never breaks loading."""
-    try:
-        from airflow_gpu_dag.pool_claim import watchdog
-    except Exception:
-        import logging
-
-        logging.getLogger(__name__).exception("airflow-gpu-dag: pool watchdog disabled")
-        return []
-    return [watchdog]
+try:
+    from airflow_gpu_dag.pool_claim import watchdog
+except Exception:
+    log.exception("airflow-gpu-dag: pool watchdog disabled")
+    _LISTENERS: list = []
+else:
+    _LISTENERS = [watchdog]
 
 
 class GpuDagPlugin(AirflowPlugin):
@@ -42,4 +38,4 @@ class GpuDagPlugin(AirflowPlugin):
     priority_weight_strategies = [CriticalPathPriorityStrategy, PackingPriorityStrategy]
     fastapi_apps = _FASTAPI_APPS
     external_views = _EXTERNAL_VIEWS
-    listeners = _listeners()
+    listeners = _LISTENERS

@@ -30,7 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pluggy import HookimplMarker
+from sqlalchemy import select, update
 
+import airflow_gpu_dag.metrics as metrics
 from airflow_gpu_dag.pool_claim.state import (
     PoolState,
     iso_time,
@@ -38,6 +40,7 @@ from airflow_gpu_dag.pool_claim.state import (
     unsized_description,
     with_state,
 )
+from airflow_gpu_dag.settings import watermark_watchdog_interval
 
 log = logging.getLogger(__name__)
 
@@ -124,11 +127,9 @@ def restore_expired(now: float | None = None) -> list[Restore]:
     """Write back every lapsed pool (database access: runs in the scheduler). A pool is written only
     if its size and description are still those read (compare-and-swap), so a controller that wrote
     in between wins."""
-    from airflow.models.pool import Pool
+    # process boundary: the plugin loads this module in every process, workers too; the ORM only here
+    from airflow.models.pool import Pool  # process boundary: the scheduler's ORM
     from airflow.utils.session import create_session
-    from sqlalchemy import select, update
-
-    import airflow_gpu_dag.metrics as metrics
 
     now = time.time() if now is None else now
     done = []
@@ -228,8 +229,6 @@ def on_starting(component: Any) -> None:
     if type(component).__name__ != "Job" or "watchdog" in _running:
         return
     try:
-        from airflow_gpu_dag.settings import watermark_watchdog_interval
-
         period = watermark_watchdog_interval()
         if period <= 0:
             return

@@ -31,6 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from airflow import settings as airflow_settings
+
+from airflow_gpu_dag.airflow import history
 from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.settings import MIN_LEARNED_REFRESH_S
 
@@ -84,18 +87,16 @@ def read_learned(dag: Any) -> tuple[TaskGraph | None, int]:
     """The learned graph of ``dag`` and how many of its tasks have a learned duration or map count;
     ``(None, 0)`` without building anything when the DAG has no history yet (one ``LIMIT 1`` query).
     Never raises for an unreadable history: the declared estimates are used."""
-    from airflow_gpu_dag.airflow.history import has_history, learned_task_graph
-
     session = _own_session()
     try:
         try:
-            if not has_history(str(dag.dag_id), session=session):
+            if not history.has_history(str(dag.dag_id), session=session):
                 return None, 0
         except Exception:  # learned_task_graph says why, once
             if session is not None:
                 with contextlib.suppress(Exception):
                     session.rollback()  # else the next query fails on the aborted transaction
-        learned = learned_task_graph(dag, expand_mapped=True, session=session)
+        learned = history.learned_task_graph(dag, expand_mapped=True, session=session)
     finally:
         if session is not None:
             with contextlib.suppress(Exception):
@@ -110,8 +111,6 @@ def _own_session() -> Any:
     scheduler's own, mid-transaction (``create_session()`` would commit and close it). None when no
     session can be made (the history functions then say why; the declared estimates are used)."""
     try:
-        from airflow import settings as airflow_settings
-
         maker = airflow_settings.NonScopedSession
         return maker() if maker is not None else None
     except Exception:

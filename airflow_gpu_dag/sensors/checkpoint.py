@@ -36,6 +36,7 @@ from airflow_gpu_dag.deferral import (
 )
 from airflow_gpu_dag.executor_config import control_task_hints
 from airflow_gpu_dag.triggers.checkpoint import (
+    CheckpointTrigger,
     checkpoint_regex,
     ended_training_state,
     find_checkpoint,
@@ -195,8 +196,6 @@ class CheckpointSensor(BaseSensorOperator):
                 return super().execute(context)
             except AirflowSensorTimeout:
                 raise AirflowSensorTimeout(self._message(self._reason)) from None
-        from airflow_gpu_dag.triggers.checkpoint import CheckpointTrigger
-
         self.log.info("%s; deferring", reason)
         self.defer(
             trigger=CheckpointTrigger(

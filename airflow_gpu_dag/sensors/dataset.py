@@ -48,6 +48,7 @@ from airflow_gpu_dag.deferral import (
     soft_failing,
 )
 from airflow_gpu_dag.executor_config import control_task_hints, merge_hints
+from airflow_gpu_dag.triggers.dataset import DatasetCompleteTrigger
 
 __all__ = ["DatasetCompleteSensor"]
 
@@ -236,8 +237,6 @@ class DatasetCompleteSensor(BaseSensorOperator):
                 return super().execute(context)
             except AirflowSensorTimeout:
                 raise AirflowSensorTimeout(self._timeout_message(self._last.reason)) from None
-        from airflow_gpu_dag.triggers.dataset import DatasetCompleteTrigger
-
         self.log.info("dataset %s not complete yet (%s); deferring", self.path, result.reason)
         self.defer(
             trigger=DatasetCompleteTrigger(

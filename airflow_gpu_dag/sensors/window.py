@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from airflow.providers.standard.triggers.temporal import DateTimeTrigger
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
@@ -145,8 +146,6 @@ class StartWindowSensor(BaseSensorOperator):
             raise _missed(self.task_id, start, end, self.on_missed, "")
         if not self.deferrable:  # poke() until it opens (or is missed), from a worker
             return super().execute(context)
-        from airflow.providers.standard.triggers.temporal import DateTimeTrigger
-
         self.log.info("start window opens at %s; deferring until then", start.isoformat())
         self.defer(trigger=DateTimeTrigger(moment=start.astimezone(UTC)), method_name="execute_complete")
 

@@ -8,6 +8,9 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+import airflow_gpu_dag.budget.check as budget_check
+from airflow_gpu_dag.core.model.budget import BudgetCap
+
 __all__ = ["BudgetTrigger"]
 
 #: Shortest wait between two checks (the dataset and checkpoint triggers wait at least 0.1 s too): a
@@ -53,9 +56,6 @@ class BudgetTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from airflow_gpu_dag.budget.check import check_budget
-        from airflow_gpu_dag.core.model.budget import BudgetCap
-
         cap = BudgetCap(**self.cap)
         while True:
             try:
@@ -64,7 +64,7 @@ class BudgetTrigger(BaseTrigger):
                 # thread the triggerer's thread-sensitive calls share (ExternalTaskSensor's and
                 # human-in-the-loop triggers, other gates), so one slow read held all of those.
                 decision = await asyncio.to_thread(
-                    check_budget,
+                    budget_check.check_budget,
                     cap,
                     self.dag_id,
                     self.run_id,

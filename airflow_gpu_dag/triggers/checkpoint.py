@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_gpu_dag.datasets.completeness import (
@@ -89,8 +90,6 @@ def find_checkpoint(
 def training_state(dag_id: str, run_id: str, task_id: str) -> str | None:
     """The state of ``task_id`` in the run ``run_id`` of ``dag_id`` (None: no task instance yet), read
     through the Task SDK (a worker or the triggerer; Airflow's ``GetTaskStates``)."""
-    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
-
     states = RuntimeTaskInstance.get_task_states(dag_id=dag_id, task_ids=[task_id], run_ids=[run_id])
     state = (states.get(run_id) or {}).get(task_id)
     return None if state is None else str(getattr(state, "value", state))

@@ -30,6 +30,7 @@ from airflow_gpu_dag.core.policy.admission import PendingTask
 from airflow_gpu_dag.executor_config import duration_hint, map_length_hint
 from airflow_gpu_dag.hooks.rest_client import parse_time
 from airflow_gpu_dag.log_once import LogOnce
+from airflow_gpu_dag.settings import estimate_settings
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,6 @@ class ControllerHistory:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if settings is None:
-            from airflow_gpu_dag.settings import estimate_settings
-
             settings = estimate_settings()
         self.client = client
         self.default_duration = float(default_duration)

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import airflow_gpu_dag.settings as settings
 from airflow_gpu_dag.core.policy.admission import ReadyTask
 
 log = logging.getLogger(__name__)
@@ -103,17 +104,16 @@ class TooLargeWatch:
         gpus_of: Mapping[str, int] | None = None,
         dry_run: bool = False,
     ) -> None:
-        from airflow_gpu_dag.settings import max_gpus_per_host as configured_host_max
-        from airflow_gpu_dag.settings import too_large_policy
-
-        default_intervals, default_action = too_large_policy()
+        default_intervals, default_action = settings.too_large_policy()
         self.client = client
         self.dry_run = dry_run
         self.intervals = int(intervals if intervals is not None else default_intervals)
         self.action = action or default_action
         if self.action not in ("fail", "keep"):
             raise ValueError(f"too_large action must be fail or keep, got {self.action!r}")
-        self.max_gpus_per_host = max_gpus_per_host if max_gpus_per_host is not None else configured_host_max()
+        self.max_gpus_per_host = (
+            max_gpus_per_host if max_gpus_per_host is not None else settings.max_gpus_per_host()
+        )
         self._counts: dict[str, int] = {}
         self.current: dict[str, list[TooLarge]] = {}
 

@@ -16,17 +16,22 @@ origin). An anonymous request gets 401, a user without access to the DAG 403.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
+import airflow.api_fastapi.app as airflow_app
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag, requires_access_pool
+from airflow.models.pool import Pool
+from airflow.models.serialized_dag import SerializedDagModel
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy import select
 
+from airflow_gpu_dag.airflow.history import learned_task_graph
 from airflow_gpu_dag.core.model.graph import task_pool
 from airflow_gpu_dag.core.planning.plan import Plan
 from airflow_gpu_dag.plugins.critical_path_page.data import (
@@ -37,6 +42,9 @@ from airflow_gpu_dag.plugins.critical_path_page.data import (
     predicted_schedules,
 )
 from airflow_gpu_dag.plugins.critical_path_page.live_routes import add_live_routes
+from airflow_gpu_dag.plugins.critical_path_page.page_html import render_page
+from airflow_gpu_dag.priority.weights import policy_text
+from airflow_gpu_dag.settings import estimate_settings
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +58,6 @@ _STATIC = Path(__file__).parent / "static"
 def _load(dag_id: str, session: Any) -> tuple[Any, Plan, Any]:
     """The serialized DAG's task graph (durations learned from past runs, mapped tasks expanded), its
     plan and the :class:`~airflow_gpu_dag.airflow.history.LearnedGraph`; 404 when the DAG is unknown."""
-    from airflow.models.serialized_dag import SerializedDagModel
-
-    from airflow_gpu_dag.airflow.history import learned_task_graph
-
     dag = SerializedDagModel.get_dag(dag_id, session=session)
     if dag is None:
         raise HTTPException(404, f"DAG {dag_id!r} not found (not parsed yet, or removed).")
@@ -62,10 +66,6 @@ def _load(dag_id: str, session: Any) -> tuple[Any, Plan, Any]:
     cycle = graph.find_cycle()
     if cycle:
         raise HTTPException(422, f"DAG {dag_id!r} has a dependency cycle: {' -> '.join(cycle)}")
-    from dataclasses import replace
-
-    from airflow_gpu_dag.priority.weights import policy_text
-
     return graph, replace(plan_of(graph, learned.findings), policy=policy_text(graph)), learned
 
 
@@ -73,28 +73,21 @@ def _pools(session: Any, dag_pools: set[str], user: Any) -> list[PoolView]:
     """The pools ``user`` may read, as Airflow's own pools API filters them (per team with
     ``[core] multi_team``: another team's pools, and the DAG and task ids in their descriptions, are
     not shown)."""
-    from airflow.api_fastapi.app import get_auth_manager
-    from airflow.models.pool import Pool
-
-    readable = get_auth_manager().get_authorized_pools(user=user, method="GET", session=session)
+    readable = airflow_app.get_auth_manager().get_authorized_pools(user=user, method="GET", session=session)
     stats = {name: dict(stat) for name, stat in Pool.slots_stats(session=session).items() if name in readable}
     descriptions = dict(session.execute(select(Pool.pool, Pool.description)).all())
     return pool_views(stats, descriptions, dag_pools)
 
 
 def _may_read_pools(user: Any) -> bool:
-    from airflow.api_fastapi.app import get_auth_manager
-
     try:
-        return bool(get_auth_manager().is_authorized_pool(method="GET", user=user))
+        return bool(airflow_app.get_auth_manager().is_authorized_pool(method="GET", user=user))
     except Exception:
         log.exception("airflow-gpu-dag: pool authorization check failed")
         return False
 
 
 def _flag_factor() -> float:
-    from airflow_gpu_dag.settings import estimate_settings
-
     return estimate_settings().flag_factor
 
 
@@ -129,8 +122,6 @@ def create_app() -> FastAPI:
         dependencies=[Depends(requires_access_dag(method="GET"))],
     )
     def critical_path_page(dag_id: str, session: SessionDep, user: GetUserDep) -> HTMLResponse:
-        from airflow_gpu_dag.plugins.critical_path_page.page_html import render_page
-
         graph, plan, learned = _load(dag_id, session)
         dag_pools = {task_pool(node) for node in graph.nodes.values()}
         pools = _pools(session, dag_pools, user) if _may_read_pools(user) else None

@@ -9,8 +9,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.model.graph import TaskGraph, task_pool
+from airflow_gpu_dag.core.model.ladders import unfit_rungs
+from airflow_gpu_dag.core.model.pools import is_gpu_pool
 from airflow_gpu_dag.core.planning.plan import Plan, build_plan
+from airflow_gpu_dag.core.planning.planner import predict
 
 __all__ = [
     "PoolView",
@@ -124,11 +127,6 @@ class ScheduleView:
 def predicted_schedules(graph: TaskGraph, pools: Iterable[PoolView]) -> ScheduleView:
     """Simulate the DAG under stock admission and under reservation on the live pool capacities
     (the measured capacity when the watermark controller manages the pool, else its size)."""
-    from airflow_gpu_dag.core.model.graph import task_pool
-    from airflow_gpu_dag.core.model.ladders import unfit_rungs
-    from airflow_gpu_dag.core.model.pools import is_gpu_pool
-    from airflow_gpu_dag.core.planning.planner import predict
-
     pools = list(pools)
     used = {task_pool(node) for node in graph.nodes.values()}
     capacity = {
