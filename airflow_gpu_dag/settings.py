@@ -160,6 +160,7 @@ def config_problems() -> list[tuple[str, str]]:
     raw = conf_get("max_gpus_per_host", None)
     if raw and isinstance(size := _host_size(raw), str):
         problems.append(("max_gpus_per_host", f"{raw!r} {size}"))
+
     for key in _DURATIONS:
         raw = conf_get(key, None)
         if raw:
@@ -170,15 +171,18 @@ def config_problems() -> list[tuple[str, str]]:
                 continue
             if key in _DURATION_FLOORS and not _DURATION_FLOORS[key][0](seconds):
                 problems.append((key, f"{raw!r} {_DURATION_FLOORS[key][1]}"))
+
     raw = conf_get("key_epoch", None)
     if raw and (problem := _epoch_problem(raw)):
         problems.append(("key_epoch", problem))
+
     for key, known in _CHOICES.items():
         if problem := _choice(key, known)[1]:
             problems.append((key, problem))
     for key in _BOOLEANS:
         if problem := _boolean(key)[1]:
             problems.append((key, problem))
+
     numbers: dict[str, Any] = {}
     for key, kind in _NUMBERS.items():
         if raw := (conf_get(key, None) or "").strip():
@@ -186,10 +190,12 @@ def config_problems() -> list[tuple[str, str]]:
                 numbers[key] = kind(raw)
             except ValueError:
                 problems.append((key, f"{raw!r} is not a {'whole ' if kind is int else ''}number"))
+
     try:  # the learned_* options' ranges, as EstimateSettings checks them
         _learning(**{k.removeprefix("learned_"): v for k, v in numbers.items() if "learned_" in k})
     except ValueError as err:
         problems.append((str(err).split()[0], str(err).split(" ", 1)[1]))
+
     for key, (low, high) in _RANGES.items():
         if key in numbers and not low <= numbers[key] <= high:
             bound = f"must be >= {low}" + (f" and <= {high}" if math.isfinite(high) else "")
@@ -226,6 +232,7 @@ def log_config_problems() -> None:
 
 #: Whole-number options with a range (``config_problems`` reports a value outside it).
 _RANGES = {"too_large_intervals": (1, math.inf), "planner_nice": (0, 19), "plan_search_budget": (0, math.inf)}
+
 #: Options that are numbers: where read, one that is not is ignored (its default used).
 _NUMBERS: dict[str, type] = {
     "plan_search_budget": int,
@@ -237,15 +244,22 @@ _NUMBERS: dict[str, type] = {
     "too_large_intervals": int,
 }
 
-
 #: Options that are durations (``parse_duration``): where read, one that does not parse is ignored.
-_DURATIONS: tuple[str, ...] = ("default_duration", "reservation_gap", "reservation_overdue")
-_DURATIONS += ("watermark_watchdog_interval", "learned_refresh", "budget_claim_ttl")
+_DURATIONS = (
+    "default_duration",
+    "reservation_gap",
+    "reservation_overdue",
+    "watermark_watchdog_interval",
+    "learned_refresh",
+    "budget_claim_ttl",
+)
+
 #: Durations with a floor: where read, one under it is ignored (its default used) with a warning.
 _DURATION_FLOORS: dict[str, tuple[Callable[[float], bool], str]] = {
     "learned_refresh": (lambda s: s >= MIN_LEARNED_REFRESH_S, "is under 1s, the shortest refresh"),
     "budget_claim_ttl": (lambda s: s > 0, "is not > 0 (a claim would lapse as it is made: gates pass)"),
 }
+
 #: Options with a fixed set of values: the values, each with the one it means (the first: the default).
 _CHOICES: dict[str, dict[str, str]] = {
     "plan_policy": {
@@ -257,8 +271,10 @@ _CHOICES: dict[str, dict[str, str]] = {
     "plan_backfill": {"easy": "easy", "strict": "strict"},
     "too_large_action": {"fail": "fail", "keep": "keep"},
 }
+
 #: Boolean options and their defaults.
 _BOOLEANS = {"plan_in_background": True, "learned_durations": True}
+
 #: Boolean values: those of Airflow's ``conf.getboolean`` (t, true, 1 / f, false, 0; any case, an inline
 #: ``# comment`` dropped) and the yes/no, on/off the provider has always accepted.
 _TRUE = frozenset({"t", "true", "1", "y", "yes", "on"})
@@ -306,7 +322,9 @@ def watermark_watchdog_interval() -> float:
     try:
         return parse_duration(raw)
     except EstimateError as err:
-        log.warning("[gpu_dag] watermark_watchdog_interval %r: %s; using %s", raw, err, WATCHDOG_INTERVAL)
+        log.warning(
+            "[gpu_dag] watermark_watchdog_interval %r is invalid (%s); using %s", raw, err, WATCHDOG_INTERVAL
+        )
         return parse_duration(WATCHDOG_INTERVAL)
 
 
@@ -342,7 +360,9 @@ def objective() -> Objective:
                 seconds = parse_duration(raw)
                 chosen = replace(chosen, gap=seconds) if field == "gap" else replace(chosen, overdue=seconds)
             except EstimateError as err:
-                _warn_once(key, f"airflow-gpu-dag: [gpu_dag] {key} %r is invalid (%s); ignoring it", raw, err)
+                _warn_once(
+                    key, "airflow-gpu-dag: [gpu_dag] %s %r is invalid (%s); ignoring it", key, raw, err
+                )
     return chosen
 
 
@@ -510,8 +530,11 @@ def _conf_number(key: str, default: float, kind: type = float) -> float:
         return default
 
 
-def _learning(**values: Any) -> EstimateSettings:  # EstimateSettings, with a window that holds min_runs
-    if (learn := EstimateSettings(**values)).min_runs > learn.window:  # at most window tries are read
+def _learning(**values: Any) -> EstimateSettings:
+    """``EstimateSettings(**values)``, refused when its window cannot hold ``min_runs`` tries (at most
+    ``window`` tries of a task are read, so no task would ever learn)."""
+    learn = EstimateSettings(**values)
+    if learn.min_runs > learn.window:
         raise ValueError(f"learned_window {learn.window} < learned_min_runs {learn.min_runs}: no task learns")
     return learn
 

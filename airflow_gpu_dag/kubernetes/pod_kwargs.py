@@ -15,7 +15,7 @@ from airflow.providers.cncf.kubernetes.backcompat.backwards_compat_converters im
     convert_toleration,
 )
 
-from airflow_gpu_dag.airflow.declaring import partial_default
+from airflow_gpu_dag.airflow.declaring import declaring_dag
 from airflow_gpu_dag.core.model.pools import pool_for_gpu_type
 from airflow_gpu_dag.core.model.resources import EstimateError
 from airflow_gpu_dag.executor_config import gpu_hints
@@ -33,7 +33,6 @@ __all__ = [
     "GpuPodConfigError",
     "gpu_pod_kwargs",
     "parse_pod_spec",
-    "partial_default",
     "pod_where",
     "with_defaults",
     "with_gpu_parts",
@@ -83,8 +82,6 @@ GPU_ARGS = (
 
 
 def pod_where(kwargs: Mapping[str, Any]) -> str:
-    from airflow_gpu_dag.airflow.declaring import declaring_dag
-
     dag_id = getattr(declaring_dag(kwargs), "dag_id", None) or "<no dag>"
     return f"GpuKubernetesPodOperator {dag_id}.{kwargs.get('task_id', '<no task_id>')}"
 

@@ -50,23 +50,27 @@ that was scheduled but did not start (image pull, ...) fails as in the provider,
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
 from airflow.providers.cncf.kubernetes.utils.pod_manager import PodLaunchTimeoutException
 from airflow.sdk.exceptions import AirflowException
 from kubernetes.client import models as k8s
 
+from airflow_gpu_dag.airflow.dag_reader import build_task_graph
+from airflow_gpu_dag.airflow.declaring import partial_default
+from airflow_gpu_dag.core.analysis.critical_path import analyze
 from airflow_gpu_dag.kubernetes.kueue import POD_GROUP_LABEL, KueueError, kueue_pod_metadata
 from airflow_gpu_dag.kubernetes.pod_kwargs import (
     GPU_ARGS,
     GpuPodConfigError,
     gpu_pod_kwargs,
     parse_pod_spec,
-    partial_default,
     pod_where,
     with_defaults,
     with_gpu_parts,
@@ -184,11 +188,13 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
             kueue_priority_class=kueue_priority_class,
             schedulername=kwargs.get("schedulername"),
         )
+
         spec = parse_pod_spec(
             kwargs, gpus, gpu_memory, gpu_type, datasets, data_affinity, gpu_products, gpu_memory_affinity
         )
         check_unmapped_request(kwargs, spec.gpus, spec.gpu_type, mapped=from_mapped(self))
         merged = with_gpu_parts(spec, kwargs, duration=duration, inputs=inputs, outputs=outputs)
+
         labels = dict(merged.get("labels") or {})
         annotations = dict(merged.get("annotations") or {})
         if kueue:
@@ -203,15 +209,18 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
                 raise GpuPodConfigError(f"{where}: {err}") from None
             labels.update(k_labels)
             annotations.update(k_annotations)
+
         if volcano:
             merged["schedulername"] = VOLCANO_SCHEDULER
             if volcano_queue:
                 annotations[QUEUE_ANNOTATION] = volcano_queue
             if volcano_pod_group:
                 annotations[GROUP_NAME_ANNOTATION] = volcano_pod_group
+
         merged["labels"] = labels
         merged["annotations"] = annotations
         super().__init__(**merged)
+
         self.gpus = int(merged["container_resources"].limits["nvidia.com/gpu"])
         self.critical_priority_class = critical_priority_class
         self.noncritical_priority_class = noncritical_priority_class
@@ -234,14 +243,13 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
         """``GpuKubernetesPodOperator.partial(task_id=..., gpus=4, ...).expand(...)``: checked, and with
         its pool, slots and hints, at parse time (no operator is built then for a mapped task, so
         without this it ran in ``default_pool`` with one slot and no hints)."""
-        import inspect
-
         where = pod_where(kwargs)
         if "gpus" not in kwargs:
             raise GpuPodConfigError(
                 f"{where}: give gpus= in .partial(): a mapped task's GPUs (its pool slots) are the same "
                 "for every instance and must be known when the DAG is parsed"
             )
+
         parameters = inspect.signature(cls.__init__).parameters
         modes = {
             name: kwargs.get(name, parameters[name].default)
@@ -249,6 +257,7 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
             if name.startswith(("volcano", "kueue"))
         }
         cls._check_modes(where, **modes, schedulername=kwargs.get("schedulername"))
+
         gpu_args = {name: kwargs[name] for name in GPU_ARGS if name in kwargs}
         merged = gpu_pod_kwargs(
             **gpu_args,
@@ -279,6 +288,7 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
                 "volcano_queue/volcano_gang/volcano_gang_size/volcano_pod_group only apply with "
                 "volcano=True; add volcano=True"
             )
+
         if m["kueue_pod_group_size"] is not None and not m["kueue_pod_group"]:
             fail("kueue_pod_group_size needs kueue_pod_group='<name shared by the group's pods>'")
         if not m["kueue"] and any(
@@ -290,6 +300,7 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
             )
         if m["kueue"] and not m["kueue_queue"]:
             fail("kueue=True needs kueue_queue='<LocalQueue name>' (the kueue.x-k8s.io/queue-name label)")
+
         if m["volcano"]:
             if m["schedulername"] not in (None, VOLCANO_SCHEDULER):
                 fail(
@@ -327,9 +338,6 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
         if not (self.critical_priority_class or self.noncritical_priority_class):
             return None
         try:
-            from airflow_gpu_dag.airflow.dag_reader import build_task_graph
-            from airflow_gpu_dag.core.analysis.critical_path import analyze
-
             graph, _ = build_task_graph(self.dag)
             critical = analyze(graph).timings[self.task_id].critical
         except Exception:
@@ -367,10 +375,12 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
         """The provider's pod, plus the derived priority class and the PodGroup annotation."""
         pod = super().build_pod_request_obj(context, dry_run=dry_run)
         self._merge_into_template_fields(pod)
+
         if not pod.spec.priority_class_name:
             derived = self._critical_priority_class()
             if derived:
                 pod.spec.priority_class_name = derived
+
         group = self.pod_group_name(context)
         if group:
             pod.metadata.annotations = {**(pod.metadata.annotations or {}), GROUP_NAME_ANNOTATION: group}
@@ -385,17 +395,17 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
         merged in. The provider lets the operator's values replace the template's, and this operator
         always has its own (the GPU toleration, node affinity and GPU count): without this a template's
         toleration of a tainted node pool or its memory request was silently dropped."""
-        from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
-
         if self.pod_template_file:
             template = PodGenerator.deserialize_model_file(self.pod_template_file)
         elif self.pod_template_dict:
             template = PodGenerator.deserialize_model_dict(self.pod_template_dict)
         else:
             template = self.full_pod_spec
+
         spec = getattr(template, "spec", None)
         if spec is None or pod.spec is None:
             return
+
         kept = getattr(self, "_template_kept", ())
         gpu = self._gpu_pod_spec
         if "tolerations" in kept and spec.tolerations:

@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import astuple, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import airflow_gpu_dag.metrics as metrics
@@ -38,6 +38,7 @@ from airflow_gpu_dag.core.policy.reservation import PoolDecision, decide_pools
 from airflow_gpu_dag.executor_config import fallback_hint
 from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
 from airflow_gpu_dag.pool_claim.state import PoolState, needs_write, parse_pool_state, with_state
+from airflow_gpu_dag.settings import default_duration_seconds, key_epoch, objective
 from airflow_gpu_dag.watermark import task_instance_fields
 from airflow_gpu_dag.watermark.config import ConfigError, PoolSpec, WatermarkConfig
 from airflow_gpu_dag.watermark.durations import ControllerHistory
@@ -149,20 +150,25 @@ class WatermarkController:
         self.holder = holder or default_holder_id()
         self.group = config.lease_group()
         self.dry_run = dry_run
-        if default_duration is None:
-            from airflow_gpu_dag.settings import default_duration_seconds
 
+        if default_duration is None:
             default_duration = default_duration_seconds()
         self.default_duration = float(default_duration)
+
         #: the cross-DAG objective's reservation gate ([gpu_dag] objective; None: reserve for every head)
         self.gate = reservation_gate()
         # durations learned from past runs, mapped-task counts (over REST, cached)
         self.history = ControllerHistory(client, self.default_duration)
-        self.too_large = TooLargeWatch(client, dry_run=dry_run)  # never pending forever (too_large.py)
+        # a task too large for any host is never pending forever (watermark/too_large.py)
+        self.too_large = TooLargeWatch(client, dry_run=dry_run)
+
+        # each pool's source: the one given (tests), else built from the config (build_sources)
         given = dict(sources or {})
-        by_pool = {**build_sources([s for s in config.pools if s.name not in given], client), **given}
+        built = build_sources([spec for spec in config.pools if spec.name not in given], client)
+        by_pool = {**built, **given}
         self.trackers = {spec.name: CapacityTracker(spec, by_pool[spec.name]) for spec in config.pools}
         self.specs: dict[str, PoolSpec] = {spec.name: spec for spec in config.pools}
+
         self.active = False
         self.ticks = 0
         self.released: list[str] = []
@@ -203,7 +209,12 @@ class WatermarkController:
             pool = pools.get(name)
             state = parse_pool_state(pool.get("description") if isinstance(pool, dict) else None)
             if state is not None and tracker.restore(state.last_good, state.failures, state.source):
-                log.info("pool %s: restored last good %s, %d failed intervals", name, *astuple(state)[:2])
+                log.info(
+                    "pool %s: restored last good %s, %d failed intervals",
+                    name,
+                    state.last_good,
+                    state.failures,
+                )
 
     # -- task instances ---------------------------------------------------------------------------
     def _tasks(self, now: float) -> tuple[list[RunningTask], list[ReadyTask]]:
@@ -520,6 +531,4 @@ def build_controller(
 
 def reservation_gate() -> ReservationGate | None:
     """The gate of ``[gpu_dag] objective`` with ``[gpu_dag] key_epoch`` (the priority strategy's keys)."""
-    from airflow_gpu_dag.settings import key_epoch, objective
-
     return ReservationGate.for_objective(objective(), key_epoch())
