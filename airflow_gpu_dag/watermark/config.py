@@ -150,7 +150,8 @@ class WatermarkConfig:
     def fail_open_risk(self) -> str | None:
         """Why a slow tick could cost this live controller its pools: a claim (the watchdog opens them) or a
         Variable lease (no write, a standby takes over) not longer than a tick waiting on its sources."""
-        need, risks = self.interval + self.source_wait(), []
+        need = self.interval + self.source_wait()
+        risks: list[str] = []
         if self.fail_open_window() <= need:
             risks.append(
                 f"fail_open_after x interval ({self.fail_open_window():g} s) is not longer than one interval "
@@ -158,6 +159,7 @@ class WatermarkConfig:
                 "scheduler's watchdog open the pools of this live controller. Fix: raise fail_open_after to "
                 f"{int(need // self.interval) + 2}, or lower source_timeout"
             )
+
         if self.lease.variable and self.lease_ttl() <= need:
             risks.append(
                 f"lease.ttl ({self.lease_ttl():g} s) is not longer than one interval plus the sources' "
@@ -165,6 +167,7 @@ class WatermarkConfig:
                 f"pool and lets a standby take over. Fix: set lease.ttl to {need + self.interval:g}s, or "
                 "lower source_timeout"
             )
+
         return "; ".join(risks) or None
 
     def lease_group(self, host: str | None = None) -> str:
