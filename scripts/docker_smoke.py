@@ -22,7 +22,8 @@ What it does, in order (docs/deployment.md, "The smoke run"):
 4. ``docker compose up -d`` (Compose v2 where present, else ``docker-compose`` v1) with a generated
    env file (random secrets, free loopback ports) and one override file: the scheduler gets a static
    inventory of two simulated GPUs, the controller a config whose ``gpu_default`` source is static
-   (2 GPUs; there is no NVML here). Waits until every service is healthy and airflow-init exited 0.
+   (2 GPUs; there is no NVML here). Waits until every service is healthy and airflow-init exited 0
+   (the controller's healthcheck, whose first probe comes 60 s after its start, while the DAGs run).
 5. Checks, over the published api-server: the controller sized ``gpu_default`` (8 slots from
    docker/pools.json -> 2, its decision in the description); ``llm_pipeline`` and ``hparam_sweep``
    triggered over the REST API both succeed; the scheduler and the controller mount the same
@@ -69,6 +70,16 @@ DEBIAN_BASE = "airflow-gpu-dag-smoke/debian:bookworm"
 APP_IMAGE = "airflow-gpu-dag:smoke"
 STANDIN_LABEL = "airflow-gpu-dag.smoke.standin"
 PROJECT = "airflow-gpu-dag-smoke"
+#: The services of the default profile (LocalExecutor): every one must get healthy (init: exit 0).
+SERVICES = {
+    "postgres",
+    "airflow-init",
+    "airflow-api-server",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
+    "airflow-watermark",
+}
 #: The GPUs the smoke run pretends to have: the scheduler's static inventory and the controller's
 #: static source agree on it.
 SMOKE_GPUS = 2
@@ -464,6 +475,8 @@ class Stack:
         self.env_file = work / "smoke.env"
         self.override = work / "docker-compose.smoke.yaml"
         self.api_url = f"http://127.0.0.1:{self.api_port}"
+        self.up_started = time.monotonic()
+        self.timeline: dict[str, dict[str, float]] = {}
         fernet = base64.urlsafe_b64encode(os.urandom(32)).decode()
         values = {
             "POSTGRES_PASSWORD": secrets.token_urlsafe(16),
@@ -520,18 +533,51 @@ class Stack:
         data = json.loads(self.docker.docker("inspect", *ids, capture=True).stdout)
         return {c["Config"]["Labels"]["com.docker.compose.service"]: c for c in data}
 
-    def wait_healthy(self, timeout: float) -> dict[str, float]:
-        """Until airflow-init exited 0 and every other service is running and healthy; returns the
-        seconds each took from now."""
-        started = time.monotonic()
-        ready: dict[str, float] = {}
-        expected: set[str] = set()
+    def up(self, timeout: float, needed: set[str]) -> None:
+        """``compose up -d`` (Compose v1 blocks while dependencies get healthy), watched until it
+        returned and the ``needed`` services are ready (airflow-init exited 0, the others running and
+        healthy). :meth:`wait_healthy` then waits for the rest; ``self.timeline`` has, per service,
+        the seconds from ``up`` until its container was seen and until it was ready."""
+        self.up_started = time.monotonic()
+        up = subprocess.Popen(
+            [*self.compose_cmd(), "up", "-d", "--no-build"],
+            env=self.docker.env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        output: list[str] = []
+        reader = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        reader.submit(lambda: output.extend(up.stdout or []))
+        try:
+            self._watch(needed, timeout, up, output)
+        finally:
+            if up.poll() is None:
+                up.terminate()
+                up.wait(timeout=60)
+            reader.shutdown(wait=True)
+            print("".join(output), end="", flush=True)
+
+    def wait_healthy(self, timeout: float) -> dict[str, dict[str, float]]:
+        """Until every service of the project is ready; returns ``self.timeline``."""
+        self._watch(SERVICES, timeout)
+        return self.timeline
+
+    def _watch(
+        self,
+        needed: set[str],
+        timeout: float,
+        up: subprocess.Popen[str] | None = None,
+        output: Sequence[str] = (),
+    ) -> None:
         last = ""
-        while time.monotonic() - started < timeout:
-            containers = self.containers()
-            expected |= set(containers)
+        while time.monotonic() - self.up_started < timeout:
+            if up is not None and up.poll() not in (None, 0):
+                time.sleep(1)  # the rest of its output
+                raise CheckFailed(f"compose up exited {up.returncode}:\n{''.join(output)[-3000:]}")
             states = {}
-            for service, info in containers.items():
+            for service, info in self.containers().items():
                 state = info["State"]
                 if service == "airflow-init":
                     if state["Status"] == "exited":
@@ -545,16 +591,39 @@ class Stack:
                     states[service] = health if state["Status"] == "running" else state["Status"]
                     if state.get("RestartCount"):
                         states[service] += f" (restarted {state['RestartCount']}x)"
+                now = round(time.monotonic() - self.up_started, 1)
+                self.timeline.setdefault(service, {}).setdefault("started", now)
                 if states[service] in ("done", "healthy"):
-                    ready.setdefault(service, round(time.monotonic() - started, 1))
+                    self.timeline[service].setdefault("ready", now)
             line = ", ".join(f"{s}={v}" for s, v in sorted(states.items()))
             if line != last:
-                log(f"[{time.monotonic() - started:5.0f} s] {line}")
+                log(f"[{time.monotonic() - self.up_started:5.0f} s after up] {line}")
                 last = line
-            if containers and all(v in ("done", "healthy") for v in states.values()) and len(states) >= 7:
-                return ready
-            time.sleep(3)
+            ready = {s for s, v in states.items() if v in ("done", "healthy")}
+            if needed <= ready and (up is None or up.poll() == 0):
+                return
+            time.sleep(2)
         raise CheckFailed(f"not every service became healthy within {timeout:.0f} s: {last}")
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time each running container used so far, from its cgroup (v1 cpuacct or v2 cpu.stat),
+        where this host lets us read it: what the run costs, whatever else loads the machine."""
+        out = {}
+        for service, info in self.containers().items():
+            cid = info["Id"]
+            v1 = Path(f"/sys/fs/cgroup/cpuacct/docker/{cid}/cpuacct.usage")
+            v2 = [
+                Path(f"/sys/fs/cgroup/docker/{cid}/cpu.stat"),
+                Path(f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat"),
+            ]
+            with contextlib.suppress(OSError, ValueError):
+                if v1.exists():
+                    out[service] = round(int(v1.read_text()) / 1e9, 1)
+                for stat in v2:
+                    if stat.exists():
+                        usage = dict(line.split() for line in stat.read_text().splitlines())
+                        out[service] = round(int(usage["usage_usec"]) / 1e6, 1)
+        return out
 
     def diagnostics(self) -> None:
         log("docker compose ps:")
@@ -788,8 +857,10 @@ def smoke(args: argparse.Namespace, summary: dict[str, Any]) -> None:
         stack = Stack(docker, work)
         stack.down()  # what a killed earlier run may have left on a cached data root
         try:
-            stack.compose("up", "-d", "--no-build", timeout=args.timeout)
-            summary["healthy_after_s"] = stack.wait_healthy(args.timeout)
+            # The DAGs need the api-server, the scheduler, the dag-processor and the controller's
+            # first tick (the pool check), not the controller's healthcheck (its first probe comes
+            # 60 s after its start): that one is awaited while they run.
+            stack.up(args.timeout, needed=SERVICES - {"airflow-watermark"})
             lap("up")
             api = Api(stack.api_url, stack.password)
             api.login()
@@ -797,6 +868,9 @@ def smoke(args: argparse.Namespace, summary: dict[str, Any]) -> None:
             lap("pool")
             summary["runs"] = run_dags(api, args.timeout)
             lap("dags")
+            summary["up_timeline_s"] = stack.wait_healthy(args.timeout)
+            summary["healthy_after_s"] = {s: t["ready"] for s, t in summary["up_timeline_s"].items()}
+            lap("healthy")
             failed = {dag: r for dag, r in summary["runs"].items() if r["state"] != "success"}
             if failed:
                 raise CheckFailed(f"example DAG runs did not succeed: {json.dumps(failed, indent=1)}")
@@ -818,6 +892,9 @@ def smoke(args: argparse.Namespace, summary: dict[str, Any]) -> None:
         if keep:
             pass
         elif stack is not None and docker.compose:
+            summary["cpu_s"] = stack.cpu_seconds()
+            if summary["cpu_s"]:
+                log(f"CPU seconds per container: {summary['cpu_s']}")
             log("docker compose down -v")
             stack.down()
             summary["left_behind"] = stack.leftovers()
