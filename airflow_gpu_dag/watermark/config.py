@@ -27,6 +27,11 @@ static sources. Errors name the pool and the key at fault. Every duration (``int
 ``lease.ttl``, ``source_timeout``, a source's ``max_age``/``timeout``) takes seconds or a string like
 ``"30s"``, ``"2m"``, ``"1h30m"`` (as the ``[gpu_dag]`` options do). ``source_timeout`` and a source's
 ``timeout`` cannot be null: nothing the controller waits on may block a tick without limit.
+
+The file's JSON Schema ships in the package (``watermark.schema.json``, :data:`SCHEMA`; editors use it
+through a ``# yaml-language-server: $schema=...`` line). The controller checks the document's structure
+against it (mappings, their keys, what is required: :func:`_check_structure`), then parses the values
+here, with messages that name the key and the fix.
 """
 
 from __future__ import annotations
@@ -37,9 +42,11 @@ import reprlib
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import yaml
 
 from airflow_gpu_dag.core.model.resources import EstimateError, parse_duration, parse_memory_mib
@@ -52,6 +59,7 @@ __all__ = [
     "DEFAULT_LEASE_VARIABLE",
     "DEFAULT_LOCK_FILE",
     "DEFAULT_SOURCE_TIMEOUT",
+    "SCHEMA",
     "SOURCE_TYPES",
     "ConfigError",
     "LeaderLockSpec",
@@ -70,15 +78,23 @@ MAX_INTERVAL = 86400.0
 MAX_CLAIM = 30 * 86400.0
 #: Longest pool name Airflow stores (``slot_pool.pool``).
 MAX_POOL_NAME = 256
-_TOP_KEYS = {"interval", "fail_open_after", "lease", "pools"}
-_LEASE_KEYS = {"lock_file", "variable", "ttl"}
+#: The JSON Schema of the file (``airflow_gpu_dag/watermark/watermark.schema.json``): the keys below
+#: are read from it, so the schema editors check with and the parser cannot disagree on them.
+SCHEMA: Mapping[str, Any] = json.loads(
+    resources.files("airflow_gpu_dag.watermark").joinpath("watermark.schema.json").read_text(encoding="utf-8")
+)
+_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+_TOP_KEYS = frozenset(SCHEMA["properties"])
+_LEASE_KEYS = frozenset(SCHEMA["properties"]["lease"]["properties"])
 #: Options given in seconds (or a duration string) per source type.
 _DURATION_OPTIONS = {"file": ("max_age",), "prometheus": ("timeout",), "kubernetes": ("timeout",)}
 #: The options of the sources that ignore unknown ones (the others reject them when built).
-_KNOWN_OPTIONS = {"static": {"gpus"}, "file": {"path", "max_age"}}
+_KNOWN_OPTIONS = {
+    kind: set(SCHEMA["$defs"][f"{kind}_source"]["properties"]) - {"type"} for kind in ("static", "file")
+}
 DEFAULT_LOCK_FILE = "/tmp/airflow-gpu-dag-watermark.lock"
 DEFAULT_LEASE_VARIABLE = "gpu_dag_watermark_lease"
-SOURCE_TYPES = ("static", "file", "nvml", "kubernetes", "prometheus")
+SOURCE_TYPES: tuple[str, ...] = tuple(SCHEMA["$defs"]["source"]["anyOf"][1]["enum"])
 #: Seconds a pool's source may take to answer, when ``source_timeout`` is left out.
 DEFAULT_SOURCE_TIMEOUT = 30.0
 
@@ -258,18 +274,7 @@ def _backfill(value: object, where: str) -> str:
 
 
 #: The keys of one pool's entry under ``pools``.
-_POOL_KEYS = frozenset(
-    {
-        "source",
-        "floor",
-        "stale_intervals",
-        "reservation",
-        "backfill",
-        "lookahead",
-        "include_deferred",
-        "source_timeout",
-    }
-)
+_POOL_KEYS = frozenset(SCHEMA["$defs"]["pool"]["properties"])
 
 
 #: Options of some capacity source, named when they are misplaced at the pool's level.
@@ -357,21 +362,89 @@ def _pool_name(name: object) -> str:
     return str(name)
 
 
-def _pool(name: str, raw: object) -> PoolSpec:
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"pools.{name}: expected a mapping with a 'source', got {_show(raw)}")
-    unknown = {str(k) for k in raw} - _POOL_KEYS
-    if unknown:
-        source_options = sorted(unknown & _SOURCE_OPTIONS)
-        hint = (
-            f"; {', '.join(source_options)} belong inside the source, e.g. "
-            f"source: {{type: nvml, min_free_memory: 40GiB, max_utilization: 10}}"
-            if source_options
-            else ""
-        )
-        raise ConfigError(f"pools.{name}: unknown keys {sorted(unknown)} (known: {sorted(_POOL_KEYS)}){hint}")
-    if "source" not in raw:
-        raise ConfigError(f"pools.{name}.source: missing (e.g. source: {{type: static, gpus: 8}})")
+#: The schema's rules about the document's shape (a mapping where one is expected, its keys, the keys
+#: it needs) and where they apply: the top level, ``lease``, ``pools`` and each pool.
+_STRUCTURAL = frozenset({"type", "additionalProperties", "required", "minProperties"})
+_POOLS_NEEDED = "watermark config: 'pools' must map at least one pool name to its settings"
+
+
+def _path(err: Any) -> tuple[str, ...]:
+    return tuple(str(part) for part in err.absolute_path)
+
+
+def _skeleton(value: object, depth: int = 0) -> Any:
+    """``value`` down to a pool's keys (the depth the shape rules look at), with text keys (YAML keys
+    may be numbers); anything deeper, or any value that is not a mapping, becomes an empty stand-in of
+    its kind: a YAML alias bomb is never walked or written out."""
+    if isinstance(value, Mapping):
+        return {str(k): _skeleton(v, depth + 1) for k, v in value.items()} if depth < 3 else {}
+    if isinstance(value, bool | int | float):
+        return value
+    return [] if isinstance(value, list | tuple) else "" if isinstance(value, str) else None
+
+
+def _at(raw: object, path: tuple[str, ...]) -> object:
+    """The value of ``raw`` at a schema error's ``path`` (keys compared as text)."""
+    for part in path:
+        if not isinstance(raw, Mapping):
+            return None
+        raw = next((v for k, v in raw.items() if str(k) == part), None)
+    return raw
+
+
+def _shape_errors(raw: object) -> list[Any]:
+    """The schema's errors about the shape of ``raw`` (see :data:`_STRUCTURAL`), outermost first;
+    values are left to the parsers below."""
+    where = {(), ("lease",), ("pools",)}
+    shape = [
+        e
+        for e in _VALIDATOR.iter_errors(_skeleton(raw))
+        if e.validator in _STRUCTURAL
+        and (_path(e) in where or (len(_path(e)) == 2 and _path(e)[0] == "pools"))
+    ]
+    return sorted(shape, key=lambda e: len(_path(e)))
+
+
+def _shape_message(err: Any, raw: object) -> str:
+    """The message of a shape error: what is wrong where, and the fix (the keys known, an example)."""
+    path = _path(err)
+    instance = _at(raw, path)
+    if path == ("pools",) or (path == () and err.validator == "required"):
+        return _POOLS_NEEDED
+    if err.validator == "type":
+        if path == ():
+            return f"watermark config: expected a mapping at the top level, got {type(raw).__name__}"
+        if path == ("lease",):
+            return (
+                f"lease: expected a mapping, got {_show(instance)}; to run without a lease set "
+                "{lock_file: null, variable: null}"
+            )
+        return f"pools.{path[1]}: expected a mapping with a 'source', got {_show(instance)}"
+    if err.validator == "required":
+        return f"pools.{path[1]}.source: missing (e.g. source: {{type: static, gpus: 8}})"
+    known = {(): _TOP_KEYS, ("lease",): _LEASE_KEYS}.get(path, _POOL_KEYS)
+    unknown = sorted({str(k) for k in instance} - known) if isinstance(instance, Mapping) else []
+    where = "watermark config" if path == () else "lease" if path == ("lease",) else f"pools.{path[-1]}"
+    source_options = [key for key in unknown if key in _SOURCE_OPTIONS] if known is _POOL_KEYS else []
+    hint = (
+        f"; {', '.join(source_options)} belong inside the source, e.g. "
+        f"source: {{type: nvml, min_free_memory: 40GiB, max_utilization: 10}}"
+        if source_options
+        else ""
+    )
+    return f"{where}: unknown keys {unknown} (known: {sorted(known)}){hint}"
+
+
+def _check_structure(errors: list[Any], raw: object, pool: str | None = None) -> None:
+    """Raise the first shape error: of the top level and ``lease`` (``pool`` None), else of ``pool``."""
+    for err in errors:
+        path = _path(err)
+        if (pool is None and len(path) < 2) or (pool is not None and path == ("pools", pool)):
+            raise ConfigError(_shape_message(err, raw))
+
+
+def _pool(name: str, raw: Mapping[str, Any]) -> PoolSpec:
+    """One pool's settings (its shape already checked against the schema)."""
     source = _source(name, raw["source"])
     floor = _int(raw.get("floor", 0), f"pools.{name}.floor", 0, MAX_POOL_SLOTS)
     devices = source.options.get("devices") if source.type == "nvml" else None
@@ -402,28 +475,13 @@ def parse_config(raw: Mapping[str, Any]) -> WatermarkConfig:
 
     :raises ConfigError: naming the pool and key at fault.
     """
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"watermark config: expected a mapping at the top level, got {type(raw).__name__}")
-    pools_raw = raw.get("pools")
-    if not isinstance(pools_raw, Mapping) or not pools_raw:
-        raise ConfigError("watermark config: 'pools' must map at least one pool name to its settings")
-    unknown = {str(k) for k in raw} - _TOP_KEYS
-    if unknown:
-        raise ConfigError(f"watermark config: unknown keys {sorted(unknown)} (known: {sorted(_TOP_KEYS)})")
+    shape = _shape_errors(raw)
+    _check_structure(shape, raw)  # the top level, pools and lease: mappings with known keys
+    pools_raw = raw["pools"]
     interval = _duration(raw.get("interval", DEFAULT_INTERVAL), "interval")
     fail_open_after = _int(raw.get("fail_open_after", DEFAULT_FAIL_OPEN_AFTER), "fail_open_after", 2)
     _check_interval(interval, fail_open_after, _show(raw.get("interval")))
-    lease_raw = raw.get("lease")
-    if lease_raw is None:  # left out, or an empty "lease:" key: the defaults
-        lease_raw = {}
-    if not isinstance(lease_raw, Mapping):
-        raise ConfigError(
-            f"lease: expected a mapping, got {_show(lease_raw)}; to run without a lease set "
-            "{lock_file: null, variable: null}"
-        )
-    unknown = {str(k) for k in lease_raw} - _LEASE_KEYS
-    if unknown:
-        raise ConfigError(f"lease: unknown keys {sorted(unknown)} (known: {sorted(_LEASE_KEYS)})")
+    lease_raw = raw.get("lease") or {}  # left out, or an empty "lease:" key: the defaults
     ttl = _duration(lease_raw["ttl"], "lease.ttl") if lease_raw.get("ttl") is not None else None
     _check_ttl(ttl, interval)
     lease = LeaderLockSpec(
@@ -435,8 +493,13 @@ def parse_config(raw: Mapping[str, Any]) -> WatermarkConfig:
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
         raise ConfigError(f"pools: {', '.join(map(repr, twice))} defined twice; give each pool one entry")
-    pools = tuple(_pool(name, spec) for name, spec in zip(names, pools_raw.values(), strict=True))
-    return WatermarkConfig(pools=pools, interval=interval, lease=lease, fail_open_after=fail_open_after)
+    pools = []
+    for name, spec in zip(names, pools_raw.values(), strict=True):
+        _check_structure(shape, raw, name)  # a mapping with a source and known keys
+        pools.append(_pool(name, spec))
+    return WatermarkConfig(
+        pools=tuple(pools), interval=interval, lease=lease, fail_open_after=fail_open_after
+    )
 
 
 def _check_interval(interval: float, fail_open_after: int, shown: str) -> None:
