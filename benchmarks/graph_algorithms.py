@@ -1,5 +1,5 @@
-"""Our graph algorithms (``core.model.graph``, ``core.analysis.critical_path``) against networkx's, same
-graphs.
+"""Our graph algorithms (``core.model.graph``, ``core.analysis.critical_path``) against networkx's and
+the standard library's ``graphlib``, same graphs.
 
 The measurement behind "networkx: why not in the package" in docs/dependencies.md. For layered random
 DAGs (1-3 upstream tasks each, like benchmarks/plan_speed.py) it times, best of ``--repeat``:
@@ -15,12 +15,21 @@ DAGs (1-3 upstream tasks each, like benchmarks/plan_speed.py) it times, best of 
   converting the ``TaskGraph`` first (the package's model is a ``TaskGraph``: using networkx means
   converting, or keeping both).
 
+Then against ``graphlib.TopologicalSorter`` (the standard library, so it would cost no dependency), the
+measurement behind docs/benchmarks.md#graph-algorithms-graphlib:
+
+* topological order: ``TaskGraph.topological_order`` / ``list(TopologicalSorter(...).static_order())``;
+* cycle check of an acyclic graph: ``find_cycle`` / ``TopologicalSorter(...).prepare()``;
+* cycle found: the same graph with one edge back from its last task to its first, both naming the
+  whole cycle (``CycleError``'s ``cycle`` / ``graphlib.CycleError.args[1]``).
+
     .venv/bin/python benchmarks/graph_algorithms.py [--tasks 1000 10000] [--repeat 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import graphlib
 import random
 import time
 from collections.abc import Callable
@@ -132,6 +141,48 @@ def measure(tasks: int, repeat: int, sample: int = 200) -> list[tuple[str, float
     return rows
 
 
+def predecessors(graph: TaskGraph) -> dict[str, list[str]]:
+    """What ``graphlib`` takes: task -> its upstream tasks (built before the timing: inside the package
+    it would be the graph's own upstream mapping)."""
+    return {task_id: graph.upstream(task_id) for task_id in graph}
+
+
+def graphlib_cycle(before: dict[str, list[str]]) -> list[str] | None:
+    """The cycle ``graphlib`` finds in the graph of ``before`` (task -> upstream tasks), or None."""
+    try:
+        graphlib.TopologicalSorter(before).prepare()
+    except graphlib.CycleError as err:
+        return list(err.args[1])
+    return None
+
+
+def measure_graphlib(tasks: int, repeat: int) -> list[tuple[str, float, float]]:
+    """``(operation, ours s, graphlib s)``: topological order, cycle check, cycle found (see above)."""
+    durations, edges = layered_dag(tasks)
+    graph = TaskGraph.from_edges(f"bench_{tasks}", durations, edges)
+    before = predecessors(graph)
+    order = list(graphlib.TopologicalSorter(before).static_order())
+    position = {task_id: i for i, task_id in enumerate(order)}
+    assert sorted(order) == sorted(graph) and all(position[u] < position[v] for u, v, _ in graph.edges())
+    cyclic = TaskGraph.from_edges(f"cyclic_{tasks}", durations, [*edges, (order[-1], order[0])])
+    cyclic_before = predecessors(cyclic)
+    ours_cycle, their_cycle = cyclic.find_cycle(), graphlib_cycle(cyclic_before)
+    assert ours_cycle and their_cycle and set(ours_cycle) == set(their_cycle), (ours_cycle, their_cycle)
+    return [
+        (
+            "topological order",
+            best(repeat, graph.topological_order),
+            best(repeat, lambda: list(graphlib.TopologicalSorter(before).static_order())),
+        ),
+        (
+            "cycle check (acyclic)",
+            best(repeat, graph.find_cycle),
+            best(repeat, lambda: graphlib_cycle(before)),
+        ),
+        ("cycle found", best(repeat, cyclic.find_cycle), best(repeat, lambda: graphlib_cycle(cyclic_before))),
+    ]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -145,6 +196,12 @@ def main(argv: list[str] | None = None) -> None:
     print("|---:|---|---:|---:|---:|")
     for tasks in args.tasks:
         for name, ours, theirs in measure(tasks, args.repeat, args.sample):
+            print(f"| {tasks:,} | {name} | {ours * 1000:.2f} | {theirs * 1000:.2f} | {theirs / ours:.1f}x |")
+    print()
+    print("| tasks | operation | ours | graphlib | graphlib / ours |")
+    print("|---:|---|---:|---:|---:|")
+    for tasks in args.tasks:
+        for name, ours, theirs in measure_graphlib(tasks, args.repeat):
             print(f"| {tasks:,} | {name} | {ours * 1000:.2f} | {theirs * 1000:.2f} | {theirs / ours:.1f}x |")
 
 
