@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from airflow_gpu_dag.executor_config import gpu_hints
+from airflow_gpu_dag.version import __version__
 
-#: The one version of the package (pyproject reads it); ``.devN`` while unreleased.
-__version__ = "0.2.0.dev0"
 
 #: ``weight_rule`` value for critical-path priority.
 CRITICAL_PATH_WEIGHT_RULE = "airflow_gpu_dag.priority_strategy.CriticalPathPriorityStrategy"

@@ -22,6 +22,7 @@ ROOT = "airflow_gpu_dag"
 #: Layers from docs/architecture.md, bottom up: a module may import modules of its own layer or below.
 LAYERS: dict[str, int] = {
     "core": 0,
+    "version": 0,
     "contract": 1,
     "executor_config": 1,
     "settings": 1,
