@@ -94,7 +94,7 @@ def version_digest(dag: Any) -> str:
         line = (  # task ids are [\w.-]+: a unit separator cannot be in one
             f"{task_id}\t{task.pool}\t{task.pool_slots}\t{chr(31).join(sorted(down)) if down else ''}\t"
             f"{duration if type(duration) is float else _text(duration)}\t"
-            f"{gpus if type(gpus) is int else _text(gpus)}"
+            f"{gpus if type(gpus) is int and -(2**63) <= gpus < 2**63 else _text(gpus)}"
         )
         if "fallback" in hints or "map_length" in hints:
             line += f"\t{_text(hints.get('fallback'))}\t{_text(hints.get('map_length'))}"
