@@ -5,7 +5,6 @@ from __future__ import annotations
 from airflow_gpu_dag.executor_config import gpu_hints
 from airflow_gpu_dag.version import __version__
 
-
 #: ``weight_rule`` value for critical-path priority.
 CRITICAL_PATH_WEIGHT_RULE = "airflow_gpu_dag.priority_strategy.CriticalPathPriorityStrategy"
 #: ``weight_rule`` value for the planned priority that packs the GPU pools (docs/priority.md).

@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from airflow_gpu_dag.version import __version__
 from airflow_gpu_dag.hooks.connection_types import CONNECTION_TYPES
+from airflow_gpu_dag.version import __version__
 
 
 def get_provider_info() -> dict[str, Any]:

@@ -22,7 +22,9 @@ def test_pyproject_reads_the_package_version() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "version" not in project["project"], "the version is written in airflow_gpu_dag/__init__.py"
     assert "version" in project["project"]["dynamic"]
-    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "airflow_gpu_dag.version.__version__"}
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "airflow_gpu_dag.version.__version__"
+    }
 
 
 def test_the_installed_distribution_and_the_provider_info_agree() -> None:

@@ -250,7 +250,8 @@ def wait_causes(
     """How the time ``task`` waited from ``ready`` to its start splits: ``waited_for_slots`` while the
     other tasks running in its pool left fewer free slots than it needs, ``waited_for_reservation``
     while enough were free but a task of the pool ahead of it (a higher weight) waited that could not
-    start beside it (the controller held the slots for that one), ``scheduler`` the rest. ``capacity`` None: the pool is unlimited."""
+    start beside it (the controller held the slots for that one), ``scheduler`` the rest. ``capacity``
+    None: the pool is unlimited."""
     out = {"waited_for_slots": 0.0, "waited_for_reservation": 0.0, "scheduler": 0.0}
     if task.start <= ready:
         return out
