@@ -14,7 +14,8 @@ The description ends with a machine-readable state::
   (:mod:`.watchdog`) then writes the pool back to ``capacity``. A controller that stops cleanly writes
   the pool back itself and drops the claim;
 - ``why``: the controller's latest decision as data
-  (:func:`~airflow_gpu_dag.core.policy.reasons.reason_to_json`: a code, the tasks involved, the times; bounded), which the human part says in words, and ``interval``
+  (:func:`~airflow_gpu_dag.core.policy.reasons.reason_to_json`: a code, the tasks involved, the times;
+  bounded), which the human part says in words, and ``interval``
   the controller's seconds between ticks: what ``airflow gpu-dag explain`` and the Critical path page
   read. Both go with the claim.
 
