@@ -16,7 +16,7 @@ import yaml
 from airflow_gpu_dag.watermark import config as watermark_config
 from airflow_gpu_dag.watermark.config import SCHEMA, ConfigError, parse_config
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _examples() -> dict[str, Any]:
