@@ -221,3 +221,23 @@ def test_the_check_sees_a_cycle_and_an_upward_import(tmp_path: Path) -> None:
         "airflow_gpu_dag.watermark.controller",
     }
     assert expected <= found
+
+
+def test_unit_tests_mirror_the_package() -> None:
+    """``tests/unit/<folder>/test_<module>.py`` tests ``airflow_gpu_dag/<folder>/<module>.py`` (or a data
+    file of that folder, such as ``watermark/watermark.schema.json``): one home for each module's tests.
+    Checks of the repository go under ``tests/repo/``, tests of the benchmark scripts under
+    ``tests/benchmarks/`` (CONTRIBUTING.md)."""
+    unit = Path(__file__).resolve().parents[1] / "unit"
+    strays = []
+    for path in sorted(unit.rglob("test_*.py")):
+        folder = PACKAGE / path.parent.relative_to(unit)
+        name = path.stem.removeprefix("test_")
+        data = [
+            *folder.glob(f"{name}.*"),
+            *folder.glob(name.replace("_", ".") + ".*"),
+        ]
+        homes = [folder / f"{name}.py", folder / f"_{name}.py", *data]  # data: watermark.schema.json
+        if not any(home.is_file() for home in homes):
+            strays.append(str(path.relative_to(unit.parent.parent)))
+    assert not strays, "tests with no module of that name in airflow_gpu_dag/: " + ", ".join(strays)
