@@ -11,7 +11,15 @@ hints on every task) to a temporary folder and times, best of ``--repeat``:
 * mapped: the page's two predicted schedules for a mapped task group of ``--mapped`` instances
   (``train[i]`` on 1 GPU, then ``score[i]`` in a 2-slot CPU pool) beside an 8-GPU task.
 
+With ``--scale`` it times instead the whole ``airflow gpu-dag plan`` and ``airflow gpu-dag simulate``
+(in-process, ``--declared-only``, an 8-GPU pool; stock and the reservation controller at every event, as
+by default, and every 60 s) on the random DAGs of ``scale_dags.py`` with one mapped task of
+``--scale-mapped`` instances, for each of ``--sizes`` (default 1,000-8,000 tasks and 5,000), CPU seconds
+(wall in brackets) of one run each, and the exponent of a fit ``seconds = a * tasks ** b`` over the
+sizes (``n log n`` gives 1.13 over 1,000-8,000). The DagBag parse is timed apart: every command pays it.
+
     .venv/bin/python benchmarks/plan_speed.py [--tasks 1000] [--repeat 3] [--mapped 1024]
+    .venv/bin/python benchmarks/plan_speed.py --scale [--sizes 1000,2000,4000,5000,8000] [--scale-mapped 200]
 """
 
 from __future__ import annotations
@@ -86,12 +94,84 @@ def best(repeat: int, func: Callable[[], object]) -> float:
     return min(times)
 
 
+def _clock(func: Callable[[], object]) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of one call of ``func``."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    func()
+    return time.process_time() - cpu, time.perf_counter() - wall
+
+
+_SCALE_COLUMNS = {
+    "parse": "DagBag parse",
+    "plan": "plan",
+    "simulate": "simulate (every event)",
+    "simulate60": "simulate --controller-interval 60",
+}
+
+
+def _cli(*argv: str) -> None:
+    """``airflow gpu-dag ARGV`` in this process, its output dropped."""
+    from airflow_gpu_dag.cli.definition import get_parser
+
+    args = get_parser().parse_args(["gpu-dag", *argv])
+    with redirect_stdout(io.StringIO()):
+        args.func(args)
+
+
+def _scale_row(folder: Path, tasks: int, mapped: int) -> dict[str, tuple[float, float]]:
+    """The ``--scale`` figures of one DAG file written into ``folder``."""
+    from scale_dags import dag_file
+
+    from airflow_gpu_dag.cli.loading import find_dag
+
+    folder.mkdir()
+    dag_id = dag_file(folder, tasks, mapped)
+    where = ["--file", str(folder), "--declared-only"]
+    pool = ["--capacity", "gpu_default=8"]
+    return {
+        "parse": _clock(lambda: find_dag(dag_id, str(folder))),
+        "plan": _clock(lambda: _cli("plan", dag_id, *where)),
+        "simulate": _clock(lambda: _cli("simulate", dag_id, *where, *pool)),
+        "simulate60": _clock(lambda: _cli("simulate", dag_id, *where, *pool, "--controller-interval", "60")),
+    }
+
+
+def scale(sizes: list[int], mapped: int) -> None:
+    """``--scale``: the CLI's plan and simulate on random DAGs of ``sizes`` tasks with a mapped task."""
+    from scale_dags import fitted_exponent, nlogn_exponent
+
+    folder = Path(tempfile.mkdtemp(prefix="gpu-dag-bench-scale-"))
+    print(f"# random DAGs + a mapped task of {mapped} instances, 8-GPU pool; CPU s (wall s), one run each")
+    print(f"| tasks | {' | '.join(_SCALE_COLUMNS.values())} |")
+    print("|---|" + "---|" * len(_SCALE_COLUMNS))
+    rows = {}
+    for tasks in sizes:
+        rows[tasks] = row = _scale_row(folder / str(tasks), tasks, mapped)
+        cells = " | ".join(f"{row[c][0]:.2f} ({row[c][1]:.2f})" for c in _SCALE_COLUMNS)
+        print(f"| {tasks:,} | {cells} |", flush=True)
+    fit = sorted(n for n in sizes if 1000 <= n <= 8000)
+    if len(fit) > 1:
+        exponents = ", ".join(
+            f"{name} {fitted_exponent(fit, [rows[n][c][0] for n in fit]):.2f}"
+            for c, name in _SCALE_COLUMNS.items()
+        )
+        print(f"fitted exponent b of CPU s = a * tasks ** b: {exponents}; n log n: {nlogn_exponent(fit):.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--mapped", type=int, default=1024, help="instances of the mapped task group")
+    parser.add_argument(
+        "--scale", action="store_true", help="time the CLI on random DAGs of 1,000-8,000 tasks"
+    )
+    parser.add_argument("--sizes", default="1000,2000,4000,5000,8000", help="--scale: task counts")
+    parser.add_argument("--scale-mapped", type=int, default=200, help="--scale: instances of the mapped one")
     opts = parser.parse_args()
+    if opts.scale:
+        scale([int(n) for n in opts.sizes.split(",") if n.strip()], opts.scale_mapped)
+        return
 
     from airflow_gpu_dag.airflow.dag_reader import build_task_graph, plan_dag
     from airflow_gpu_dag.cli.definition import get_parser

@@ -21,7 +21,14 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from airflow_gpu_dag.core.model.graph import TaskGraph, task_pool, task_slots
 
-__all__ = ["UsageProfile", "justify", "ordered_schedule", "priority_serial_schedule", "serial_schedule"]
+__all__ = [
+    "TaskTable",
+    "UsageProfile",
+    "justify",
+    "ordered_schedule",
+    "priority_serial_schedule",
+    "serial_schedule",
+]
 
 
 class UsageProfile:
@@ -133,20 +140,36 @@ class UsageProfile:
             ends.insert(i, end)
 
 
-class _Tasks:
-    """What the passes read of every task, read from the graph once per call: duration, pool, slots,
-    upstream and downstream tasks."""
+class TaskTable:
+    """What the passes read of every task of a graph: duration, pool, slots, upstream and downstream
+    tasks, topological position. Read once per call of :func:`justify` or
+    :func:`priority_serial_schedule`, or once for many calls on one graph (the planner's): pass it as
+    ``table`` (the graph must not change meanwhile)."""
 
     def __init__(self, graph: TaskGraph) -> None:
+        self.graph = graph
         self.duration = {t: node.duration for t, node in graph.nodes.items()}
         self.pool = {t: task_pool(node) for t, node in graph.nodes.items()}
         self.slots = {t: task_slots(node) for t, node in graph.nodes.items()}
         self.up = {t: graph.upstream(t) for t in graph.nodes}
         self.down = {t: graph.downstream(t) for t in graph.nodes}
+        self._topo: dict[str, int] | None = None
+
+    @property
+    def topo(self) -> dict[str, int]:
+        """Task -> position in the graph's topological order (read when first needed)."""
+        if self._topo is None:
+            self._topo = {t: i for i, t in enumerate(self.graph.topological_order())}
+        return self._topo
+
+    @classmethod
+    def of(cls, graph: TaskGraph, table: TaskTable | None) -> TaskTable:
+        """``table`` when it was read from ``graph``, else a new one."""
+        return table if table is not None and table.graph is graph else cls(graph)
 
 
 def _place(
-    tasks: _Tasks,
+    tasks: TaskTable,
     profiles: Mapping[str, UsageProfile],
     start: dict[str, float],
     task_id: str,
@@ -179,11 +202,11 @@ def serial_schedule(
     when ``reverse``: then the graph is scheduled backwards in mirrored time, and the returned value
     of a task is its mirrored start, i.e. ``makespan - finish``).
     """
-    return _serial(_Tasks(graph), capacity, order, reverse)
+    return _serial(TaskTable(graph), capacity, order, reverse)
 
 
 def _serial(
-    tasks: _Tasks, capacity: Mapping[str, int], order: Sequence[str], reverse: bool
+    tasks: TaskTable, capacity: Mapping[str, int], order: Sequence[str], reverse: bool
 ) -> dict[str, float]:
     """:func:`serial_schedule` from the tasks read once (:func:`_place` inlined: this loop is most of what
     a plan costs)."""
@@ -216,12 +239,13 @@ def ordered_schedule(graph: TaskGraph, capacity: Mapping[str, int], order: Seque
     on): each task of a capacity pool starts at the earliest time its dependencies and its pool allow,
     but not before the task of its pool placed before it; a task of an unlimited pool starts when it is
     ready. ``order`` must list every task after its upstream tasks. For DAGs whose tasks all hold slots
-    of capacity pools this is exactly what the simulator predicts (``tests/unit/test_simulator.py``);
-    the planner scores start orders with it because it costs one pass, not a simulation."""
+    of capacity pools this is exactly what the simulator predicts
+    (``tests/unit/core/simulation/test_simulator.py``); the planner scores start orders with it because
+    it costs one pass, not a simulation."""
     profiles = {pool: UsageProfile(cap) for pool, cap in capacity.items()}
     last = dict.fromkeys(capacity, 0.0)
     start: dict[str, float] = {}
-    tasks = _Tasks(graph)
+    tasks = TaskTable(graph)
     for task_id in order:
         pool = tasks.pool[task_id]
         begin, limited = _place(tasks, profiles, start, task_id, tasks.up[task_id], last.get(pool, 0.0))
@@ -231,15 +255,18 @@ def ordered_schedule(graph: TaskGraph, capacity: Mapping[str, int], order: Seque
 
 
 def priority_serial_schedule(
-    graph: TaskGraph, capacity: Mapping[str, int], priority: Mapping[str, float]
+    graph: TaskGraph,
+    capacity: Mapping[str, int],
+    priority: Mapping[str, float],
+    table: TaskTable | None = None,
 ) -> dict[str, float]:
     """Serial schedule generation by a priority rule: of the tasks whose upstream tasks are all
     placed, the one with the highest ``priority`` (ties by graph order) is placed next, at the earliest
     time its dependencies and its pool allow. Unlike Airflow's greedy admission (parallel generation),
     a task may be placed before work that was placed earlier, into a hole that work left; the schedule
     is *active*, and some active schedule is optimal."""
-    topo = {t: i for i, t in enumerate(graph.topological_order())}
-    tasks = _Tasks(graph)
+    tasks = TaskTable.of(graph, table)
+    topo = tasks.topo
     missing = {t: len(tasks.up[t]) for t in graph.nodes}
     eligible = [(-priority.get(t, 0.0), topo[t], t) for t, count in missing.items() if count == 0]
     heapq.heapify(eligible)
@@ -256,16 +283,19 @@ def priority_serial_schedule(
 
 
 def justify(
-    graph: TaskGraph, capacity: Mapping[str, int], start: Mapping[str, float], max_rounds: int = 4
+    graph: TaskGraph,
+    capacity: Mapping[str, int],
+    start: Mapping[str, float],
+    max_rounds: int = 4,
+    table: TaskTable | None = None,
 ) -> tuple[dict[str, float], float]:
     """Improve a resource-feasible schedule (task -> start) by forward-backward passes.
 
     Returns the best schedule found and its makespan (never longer than the input's). Stops after
     ``max_rounds`` rounds or when a round does not shorten the schedule.
     """
-    topo = {t: i for i, t in enumerate(graph.topological_order())}
-    tasks = _Tasks(graph)
-    dur = tasks.duration
+    tasks = TaskTable.of(graph, table)
+    topo, dur = tasks.topo, tasks.duration
     best = dict(start)
     best_makespan = max((best[t] + dur[t] for t in best), default=0.0)
     current, makespan = best, best_makespan

@@ -32,7 +32,12 @@ from airflow_gpu_dag.core.analysis.weight_rules import (
 from airflow_gpu_dag.core.model.graph import TaskGraph, task_pool
 from airflow_gpu_dag.core.model.ladders import fitted_once
 from airflow_gpu_dag.core.planning.hedging import FINAL_WORLDS, FINALISTS, final_choice, perturbed, worlds
-from airflow_gpu_dag.core.planning.justification import justify, ordered_schedule, priority_serial_schedule
+from airflow_gpu_dag.core.planning.justification import (
+    TaskTable,
+    justify,
+    ordered_schedule,
+    priority_serial_schedule,
+)
 from airflow_gpu_dag.core.simulation.simulator import SimulationResult, default_rule, simulate
 
 __all__ = [
@@ -75,6 +80,7 @@ def _greedy_stage(
         return per_graph[key]
 
     bound = lower_bound(graph, {p: int(c) for p, c in capacity.items()})  # as simulate() has it, once
+    table = TaskTable(graph)  # what justification reads of the graph, once
 
     def greedy(label: str, weights: dict[str, int]) -> _GreedyRun:
         result = simulate(graph, capacity, "critical_path", priority=lambda g: weights, _lower_bound=bound)
@@ -94,15 +100,17 @@ def _greedy_stage(
     sampled.sort(key=lambda r: r[0])
     justified: list[_Justified] = []
     for _makespan, name, _weights, start in [*runs, *sampled[:2]]:
-        improved, makespan = justify(graph, capacity, start, max_rounds=justify_rounds)
+        improved, makespan = justify(graph, capacity, start, max_rounds=justify_rounds, table=table)
         justified.append((makespan, name, improved))
-    justified.extend(_serial_samples(graph, capacity, serial_samples))
+    justified.extend(_serial_samples(graph, capacity, serial_samples, table))
     justified.sort(key=lambda j: j[0])
     per_graph[key] = (runs, sampled, justified[:_JUSTIFIED_KEPT])
     return per_graph[key]
 
 
-def _serial_samples(graph: TaskGraph, capacity: Mapping[str, int], count: int) -> list[_Justified]:
+def _serial_samples(
+    graph: TaskGraph, capacity: Mapping[str, int], count: int, table: TaskTable | None = None
+) -> list[_Justified]:
     """Biased random sampling (Kolisch's regret-based sampling, simplified): ``count`` serial
     schedules (:func:`~airflow_gpu_dag.core.planning.justification.priority_serial_schedule`) by the
     critical-path priority times ``exp(N(0, sigma))`` (``sigma`` from 0.05 to 0.4, seeded), each
@@ -118,8 +126,8 @@ def _serial_samples(graph: TaskGraph, capacity: Mapping[str, int], count: int) -
     for k in range(count):
         sigma = (0.05, 0.1, 0.2, 0.4)[k % 4]
         priority = {t: r * math.exp(rng.gauss(0.0, sigma)) for t, r in remaining.items()}
-        start = priority_serial_schedule(graph, capacity, priority)
-        improved, makespan = justify(graph, capacity, start, max_rounds=2)
+        start = priority_serial_schedule(graph, capacity, priority, table)
+        improved, makespan = justify(graph, capacity, start, max_rounds=2, table=table)
         found.append((makespan, f"serial~{k}", improved))
     found.sort(key=lambda j: j[0])
     return found[:2]
@@ -259,6 +267,7 @@ def packing_weights_plan(
     if estimate_error is None:
         estimate_error = planning_error(graph)
     scored_worlds = worlds(graph, estimate_error, scenarios)
+    table = TaskTable(graph)  # what justification reads of the graph, once
     bounds: dict[int, float] = {}  # id(graph or world) -> its lower bound, each computed once
 
     def bound_of(world: TaskGraph) -> float:
@@ -337,7 +346,7 @@ def packing_weights_plan(
     for option in scored[: max(1, refine_options)]:
         current = option
         for round_ in range(1, refine_rounds + 1):
-            improved, _ = justify(graph, capacity, current.schedule, max_rounds=justify_rounds)
+            improved, _ = justify(graph, capacity, current.schedule, max_rounds=justify_rounds, table=table)
             weights = plan_order_weights(graph, improved)
             makespan, start = run(weights)
             label = f"{option.rule}+refined{round_}"
