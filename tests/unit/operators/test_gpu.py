@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import fcntl
 import json
 import logging
 import os
@@ -373,13 +374,19 @@ def test_a_background_process_left_by_the_command_is_stopped_before_the_release(
 
 
 def _forget_lease(lease_dir: Path) -> None:
-    """Remove every lease from the table, as a reclaim by another worker would."""
-    import json
+    """Remove every lease from the table, as a reclaim by another worker would: under the table lock,
+    so a heartbeat that read the table just before cannot write the lease back."""
+    from airflow_gpu_dag.gpu.lease_table import LOCK_FILE, TABLE_FILE
 
-    table_path = lease_dir / "leases.json"
-    table = json.loads(table_path.read_text())
-    table["leases"] = {}
-    table_path.write_text(json.dumps(table))
+    with open(lease_dir / LOCK_FILE, "a+") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            table_path = lease_dir / TABLE_FILE
+            table = json.loads(table_path.read_text())
+            table["leases"] = {}
+            table_path.write_text(json.dumps(table))
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
 
 def _lost_once_leased(op: Any, *, after_get_env: bool = False) -> None:
