@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import operator
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import compress, repeat
+from itertools import count as count_from
 
 from airflow_gpu_dag.core.model.graph import TaskGraph, task_pool, task_slots
 
@@ -58,9 +61,20 @@ class UsageProfile:
         k = bisect.bisect_right(starts, start)
         if k and ends[k - 1] > start:
             start = ends[k - 1]  # inside a range with too many slots in use: the first time after it
-        while k < len(starts) and starts[k] < start + duration:
+        count = len(starts)
+        walked = min(count, k + 6)
+        while k < walked and starts[k] < start + duration:
             start = ends[k]  # the next such range begins before the task would end
             k += 1
+        if k == walked < count and starts[k] < start + duration:
+            # many short gaps (a crowded pool): the first range j after k whose gap to the one before
+            # is long enough, starts[j] >= ends[j - 1] + duration, found by C-level iterators
+            fits = map(
+                operator.ge,
+                map(starts.__getitem__, range(k + 1, count)),
+                map(operator.add, map(ends.__getitem__, range(k, count - 1)), repeat(duration)),
+            )
+            start = ends[next(compress(count_from(k + 1), fits), count) - 1]
         return start
 
     def earliest_by_steps(self, not_before: float, duration: float, slots: int) -> float:

@@ -51,6 +51,29 @@ def test_usage_profile_earliest_and_add() -> None:
         p.earliest(0, 1, 9)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 400), st.integers(1, 30), st.integers(1, 4)
+        ),  # start, length, slots: many short busy ranges, so the search runs past its short walk
+        max_size=60,
+    ),
+    st.integers(0, 500),
+    st.integers(1, 40),
+    st.integers(1, 4),
+)
+def test_usage_profile_earliest_matches_the_step_walk(
+    intervals: list[tuple[int, int, int]], not_before: int, duration: int, slots: int
+) -> None:
+    """The jumps over merged busy ranges find the same start as walking the steps one by one."""
+    p = UsageProfile(4)
+    for begin, length, width in intervals:
+        at = p.earliest(begin, length, width)
+        p.add(at, at + length, width)
+    assert p.earliest(not_before, duration, slots) == p.earliest_by_steps(not_before, duration, slots)
+
+
 @settings(max_examples=120, deadline=None)
 @given(random_dags(), st.sampled_from([8, 10]))
 def test_justification_never_lengthens_and_stays_feasible(graph: TaskGraph, cap: int) -> None:
