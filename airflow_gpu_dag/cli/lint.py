@@ -26,9 +26,19 @@ from airflow_gpu_dag.gpu.inventory import (
     parse_time_inventory_summary,
     parse_time_pool_sizes,
 )
+from airflow_gpu_dag.operators.gpu_spec import DeclarationErrors, collecting_declaration_errors
 from airflow_gpu_dag.settings import config_problems, max_gpus_per_host
 
-__all__ = ["LINT_COLUMNS", "LintReport", "claim_findings", "config_findings", "lint", "lint_dags"]
+__all__ = [
+    "LINT_COLUMNS",
+    "LintReport",
+    "claim_findings",
+    "config_findings",
+    "declaration_findings",
+    "exception_text",
+    "lint",
+    "lint_dags",
+]
 
 
 #: The columns of ``lint -o plain`` (one row per problem; the header is printed also with none).
@@ -63,7 +73,7 @@ class LintReport:
                 "code": "import-error",
                 "dag_id": "",
                 "task_id": "",
-                "message": f"{path}: " + (message.strip().splitlines() or [""])[-1],
+                "message": f"{path}: {exception_text(message)}",
                 "fix": "make the file import (-o table or -o json shows the whole traceback).",
             }
             for path, message in sorted(self.import_errors.items())
@@ -81,6 +91,39 @@ class LintReport:
             "errors": self.errors,
             "warnings": self.warnings,
         }
+
+
+def exception_text(message: str) -> str:
+    """The exception of an import error's traceback on one line: its type and whole message (a message
+    of several lines joined), without the frames; a message without a traceback as it is, on one line."""
+    lines = message.strip().splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    if starts:
+        rest = lines[starts[-1] + 1 :]
+        frames = 0
+        while frames < len(rest) and (not rest[frames] or rest[frames][0].isspace()):
+            frames += 1
+        lines = rest[frames:] or lines[-1:]
+    return " ".join(line.strip() for line in lines if line.strip())
+
+
+def declaration_findings(
+    declared: DeclarationErrors, import_errors: dict[str, str]
+) -> tuple[list[Finding], dict[str, str]]:
+    """The GPU declaration errors collected while the DAG files were imported, as findings, and the
+    import errors left: a file stopped by a declaration error (one that cannot be collected, such as a
+    GPU keyword mapped over) is reported as that error's findings, not as an import error."""
+    findings = list(declared.findings)
+    left = dict(import_errors)
+    for file, error in declared.raised.items():
+        first = str(error).splitlines()[0] if str(error) else ""
+        for path, text in import_errors.items():
+            same = os.path.realpath(path) == os.path.realpath(file) or file.endswith(os.sep + path)
+            if same and error.findings and first in text:
+                findings.extend(error.findings)
+                left.pop(path, None)
+    unique = list(dict.fromkeys(findings))
+    return unique, left
 
 
 def config_findings() -> list[Finding]:
@@ -152,25 +195,35 @@ def claim_findings(dags: dict[str, Any], pools: dict[str, int]) -> list[Finding]
     return findings
 
 
-def lint_dags(loaded: LoadedDags, policy: ValidationPolicy) -> LintReport:
+def lint_dags(
+    loaded: LoadedDags, policy: ValidationPolicy, declared: DeclarationErrors | None = None
+) -> LintReport:
     """Validate every loaded DAG. GPU DAGs (using this provider's hints or weight rule) get every
     check; other DAGs only the cycle check. The configuration (:func:`config_findings`) and the pool
-    sizes claimed across DAGs (:func:`claim_findings`) are checked once."""
+    sizes claimed across DAGs (:func:`claim_findings`) are checked once. ``declared``: the GPU
+    declaration errors collected while the files were imported (:func:`declaration_findings`)."""
+    found, import_errors = declaration_findings(declared or DeclarationErrors(), dict(loaded.import_errors))
     report = LintReport(
         paths=loaded.paths,
         files=loaded.files,
         dags=sorted(loaded.dags),
-        import_errors=dict(loaded.import_errors),
+        import_errors=import_errors,
+        findings=found,
     )
+    # a problem found when the task was declared is not reported again by the graph's checks
+    seen = {(f.code, f.dag_id, f.task_id) for f in found}
     for dag_id in sorted(loaded.dags):
         dag = loaded.dags[dag_id]
         graph, extra = build_task_graph(dag)
         if uses_provider(dag):
             findings = validate_graph(graph, policy, extra=[*extra, *priority_findings(dag)]).findings
             # a malformed estimate is already an error; do not also call it "missing"
-            bad = {f.task_id for f in findings if f.code == "bad-estimate"}
+            bad = {f.task_id for f in [*findings, *found] if f.code == "bad-estimate" and f.dag_id == dag_id}
             report.findings.extend(
-                f for f in findings if not (f.code == "missing-estimate" and f.task_id in bad)
+                f
+                for f in findings
+                if not (f.code == "missing-estimate" and f.task_id in bad)
+                and (f.code, f.dag_id, f.task_id) not in seen
             )
             continue
         report.skipped.append(dag_id)
@@ -253,10 +306,10 @@ def lint(args: argparse.Namespace) -> None:
     policy = _policy(args, pools)
     output = getattr(args, "output", "table") or "table"
     with status(display.error_console(), "Parsing DAG files...", output != "table"):
-        with _limits_while_importing(args, pools):
+        with _limits_while_importing(args, pools), collecting_declaration_errors() as declared:
             loaded = load_dags(args.paths)
         _refuse_empty(loaded)
-        report = lint_dags(loaded, policy)
+        report = lint_dags(loaded, policy, declared)
     failed = report.errors > 0 or (args.strict and report.warnings > 0)
     display.emit(
         output,

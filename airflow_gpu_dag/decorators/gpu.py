@@ -36,8 +36,9 @@ from airflow.sdk.bases.decorator import (
 )
 
 from airflow_gpu_dag.airflow.declaring import partial_default
+from airflow_gpu_dag.core.model.findings import ERROR, Finding
 from airflow_gpu_dag.operators.gpu import GpuPythonOperator, gpu_scheduling_kwargs
-from airflow_gpu_dag.operators.gpu_spec import GpuTaskError, current_dag_id
+from airflow_gpu_dag.operators.gpu_spec import GpuTaskError, current_dag_id, declaration_failed
 
 __all__ = ["gpu_task"]
 
@@ -94,7 +95,6 @@ def check_keywords(kwargs: Mapping[str, Any], task_id: str | None) -> None:
     if not unknown:
         return
     dag_id = current_dag_id(kwargs)
-    where = f"GPU task {task_id!r}" + (f" in DAG {dag_id!r}" if dag_id else "")
     hints = []
     for key in unknown:
         close = difflib.get_close_matches(key, accepted, n=1)
@@ -102,12 +102,17 @@ def check_keywords(kwargs: Mapping[str, Any], task_id: str | None) -> None:
             hints.append("map_length goes in executor_config=gpu_hints(map_length=N)")
         elif close:
             hints.append(f"{close[0]!r} instead of {key!r}")
-    raise GpuTaskError(
-        f"{where}: @task.gpu does not take {', '.join(map(repr, unknown))}. Fix: "
-        + ("; ".join(hints) + ". " if hints else "")
+    problem = Finding(
+        ERROR,
+        "unknown-gpu-keyword",
+        dag_id or "",
+        task_id,
+        f"@task.gpu does not take {', '.join(map(repr, unknown))}.",
+        ("; ".join(hints) + ". " if hints else "")
         + "The GPU keywords are gpus, gpu_memory, gpu_type, duration, lease_timeout, inputs and outputs; "
-        "any other keyword must be an operator argument (retries, pool, queue, ...)."
+        "any other keyword must be an operator argument (retries, pool, queue, ...).",
     )
+    declaration_failed(GpuTaskError([problem]), can_continue=False)
 
 
 class _GpuTaskDecorator(_TaskDecorator):  # type: ignore[type-arg]

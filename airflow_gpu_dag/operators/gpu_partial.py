@@ -18,8 +18,9 @@ import attrs
 from airflow.sdk.bases.operator import partial as sdk_partial
 from airflow.sdk.definitions.mappedoperator import OperatorPartial
 
+from airflow_gpu_dag.core.model.findings import ERROR, Finding
 from airflow_gpu_dag.executor_config import read_hints
-from airflow_gpu_dag.operators.gpu_spec import GpuTaskError, current_dag_id
+from airflow_gpu_dag.operators.gpu_spec import GpuTaskError, current_dag_id, declaration_failed
 
 __all__ = ["UNMAPPABLE", "GpuOperatorPartial", "check_unmapped_request", "from_mapped", "gpu_partial"]
 
@@ -47,10 +48,16 @@ def _refuse(kwargs: Mapping[str, Any], mapped: Any) -> None:
         keys = {k for item in mapped if isinstance(item, Mapping) for k in item}
     bad = sorted(keys & UNMAPPABLE)
     if bad:
-        raise GpuTaskError(
-            f"{_where(kwargs)}: cannot map over {', '.join(map(repr, bad))}: every mapped instance is "
-            f"admitted with the pool and slots of .partial(). {_FIX}"
+        problem = Finding(
+            ERROR,
+            "mapped-gpu-request",
+            current_dag_id(kwargs) or "",
+            kwargs.get("task_id"),
+            f"cannot map over {', '.join(map(repr, bad))}: every mapped instance is admitted with the pool "
+            "and slots of .partial().",
+            _FIX.removeprefix("Fix: "),
         )
+        declaration_failed(GpuTaskError([problem]), can_continue=False)
 
 
 @attrs.define(kw_only=True, repr=False)

@@ -131,7 +131,8 @@ def test_lint_pool_option_also_holds_for_gpu_operators_checked_when_declared(
     )
     monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 4}')
     code, report = run_json(capsys, "lint", str(dag_file))
-    assert code == 1 and report["import_errors"], "the configured pool of 4 cannot hold 6 GPUs"
+    assert code == 1, "the configured pool of 4 cannot hold 6 GPUs"
+    assert [(f["code"], f["task_id"]) for f in report["findings"]] == [("impossible-request", "train")]
     code, report = run_json(capsys, "lint", str(dag_file), "--pool", "gpu_default=8")
     assert code == 0 and report["import_errors"] == [] and report["dags"] == ["six"]
     assert os.environ["AIRFLOW__GPU_DAG__POOLS"] == '{"gpu_default": 4}'  # restored after the import

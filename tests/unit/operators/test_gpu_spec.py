@@ -224,7 +224,7 @@ def test_a_bad_gpu_request_gets_the_fix_for_the_wrong_argument(kwargs: dict[str,
     # '80GiB'", also for a bad gpu_type (where gpus and memory were fine).
     with pytest.raises(GpuTaskError) as err:
         resolve_gpu_task("train", dag_id="finetune", **kwargs)
-    assert str(err.value).startswith("GPU task 'train' in DAG 'finetune': ")
+    assert str(err.value).startswith("[bad-gpu-request] GPU task 'train' in DAG 'finetune': ")
     assert fix in str(err.value)
 
 
@@ -285,3 +285,51 @@ def test_a_gpu_type_that_is_not_one_name_is_refused(gpu_type: Any) -> None:
         GpuRequest.parse(1, None, gpu_type)
     with DAG("types", schedule=None), pytest.raises(GpuTaskError, match=r"task 't' in DAG 'types'"):
         GpuBashOperator(task_id="t", gpus=1, gpu_type=gpu_type, bash_command="true")
+
+
+# -- declaration errors: every problem with its code; the traceback at the declaring line ----------------
+@pytest.mark.usefixtures("static_host")
+def test_a_declaration_error_lists_every_problem_of_the_task_with_its_code() -> None:
+    """Before: only the first problem (the duration) was raised, with no code."""
+    with pytest.raises(GpuTaskError) as err, make_dag("codes"):
+        GpuBashOperator(task_id="train", bash_command="echo", gpus=8, duration="soon", gpu_type="h100")
+    assert [f.code for f in err.value.findings] == ["bad-estimate", "unknown-gpu-type"]
+    lines = str(err.value).splitlines()
+    assert lines[0].startswith("[bad-estimate] GPU task 'train' in DAG 'codes': ")
+    assert lines[1].startswith("[unknown-gpu-type] GPU task 'train' in DAG 'codes': ") and "Fix: " in lines[1]
+    assert (err.value.code, err.value.dag_id, err.value.task_id) == ("bad-estimate", "codes", "train")
+    assert err.value.fix == "pass duration like '45m' or '1h30m'."
+
+
+@pytest.mark.usefixtures("static_host")
+def test_a_declaration_errors_traceback_ends_at_the_line_that_declared_the_task() -> None:
+    """Before: it ended in operators/gpu_spec.py; Airflow shows the last two entries as the import error."""
+    import traceback
+
+    with make_dag("where"):
+        try:
+            GpuBashOperator(task_id="train", bash_command="echo", gpus=16)
+        except GpuTaskError as error:
+            raised = error
+    *_, last = traceback.extract_tb(raised.__traceback__)
+    assert (last.filename, last.line) == (
+        __file__,
+        'GpuBashOperator(task_id="train", bash_command="echo", gpus=16)',
+    )
+    assert raised.__cause__ is None and raised.__suppress_context__
+
+
+@pytest.mark.usefixtures("static_host")
+def test_declaration_errors_are_collected_while_lint_imports_and_the_task_is_still_built() -> None:
+    from airflow_gpu_dag.operators.gpu_spec import collecting_declaration_errors
+
+    with collecting_declaration_errors() as collected, make_dag("many"):
+        bad_count = GpuBashOperator(task_id="a", bash_command="echo", gpus="two")
+        GpuBashOperator(task_id="b", bash_command="echo", gpus=8, duration="1h")
+    assert [(f.code, f.dag_id, f.task_id) for f in collected.findings] == [
+        ("bad-gpu-request", "many", "a"),
+        ("impossible-request", "many", "b"),
+    ]
+    assert (bad_count.pool, bad_count.pool_slots) == ("gpu_default", 1)  # the stand-in: one GPU
+    with pytest.raises(GpuTaskError), make_dag("after"):  # raised again once the block is left
+        GpuBashOperator(task_id="a", bash_command="echo", gpus="two")
