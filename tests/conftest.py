@@ -3,10 +3,11 @@ touches ~/airflow (the real-Airflow harness makes its own home per boot), and ``
 ``sys.path`` so tests import the benchmark workloads as the benchmark scripts do (``import workloads``).
 
 ``scripts/test.sh`` runs the suite on two pytest-xdist workers, one test file per work unit
-(``--dist loadfile``): the modules that boot a real Airflow spend most of their time waiting on the
-scheduler, so two of them, or one and the unit tests, share the machine well. The files that boot
-Airflow are handed out first (see ``pytest_collection_modifyitems``), so the short unit-test files
-fill the gaps at the end instead of a long real-Airflow module starting last.
+(``--dist loadfile --no-loadscope-reorder``: handed out in collection order): the modules that boot a
+real Airflow spend most of their time waiting on the scheduler, so two of them, or one and the unit
+tests, share the machine well. The files that boot Airflow are handed out first, the longest of them
+first (``LONGEST_FIRST``, see ``pytest_collection_modifyitems``), so the two workers end together and
+the short unit-test files fill the gaps at the end instead of a long real-Airflow module starting last.
 """
 
 from __future__ import annotations
@@ -35,9 +36,43 @@ os.environ.pop("CUDA_VISIBLE_DEVICES", None)
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
 
 
+#: The real-Airflow files that take longest on CI, longest first (a CI run's ``--durations``, in
+#: seconds on the 2-core CI machine with the other worker busy: the Docker smoke run about 300, chaos
+#: 190, authoring 180, stress 130, priority 110, explain 100, edges 100, example pipelines 70,
+#: multi-DAG 65). Longest-processing-time-first: the two workers take them in this order, each the
+#: next one when it is free, and end within the length of a short file of each other. The other
+#: real-Airflow files follow in file order, then the unit tests. Keep it roughly right when a file
+#: grows or shrinks by a minute; an unknown name here is an error (a renamed file).
+LONGEST_FIRST = (
+    "tests/integration/test_docker_stack.py",
+    "tests/integration/test_chaos_real.py",
+    "tests/integration/test_authoring_real.py",
+    "tests/integration/test_stress_real.py",
+    "tests/integration/test_priority_real_scheduler.py",
+    "tests/integration/test_explain_real.py",
+    "tests/integration/test_edges_real.py",
+    "tests/integration/test_example_pipelines_real.py",
+    "tests/integration/test_multi_dag_real.py",
+)
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _handout_rank(item: pytest.Item) -> tuple[bool, int]:
+    """(not a real-Airflow test, place in LONGEST_FIRST or after it)."""
+    if item.get_closest_marker("airflow_real") is None:
+        return True, 0
+    path = item.path.resolve()
+    name = path.relative_to(_ROOT).as_posix() if path.is_relative_to(_ROOT) else ""
+    return False, LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests that boot a real Airflow first (a stable sort: file order and test order are kept)."""
-    items.sort(key=lambda item: item.get_closest_marker("airflow_real") is None)
+    """Tests that boot a real Airflow first, the files of ``LONGEST_FIRST`` in its order (a stable
+    sort: otherwise file order and test order are kept)."""
+    missing = [name for name in LONGEST_FIRST if not (_ROOT / name).is_file()]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py LONGEST_FIRST names files that do not exist: {missing}")
+    items.sort(key=_handout_rank)
 
 
 @pytest.fixture(autouse=True)
