@@ -49,6 +49,7 @@ from airflow_gpu_dag.watermark.leader_lock import (
     default_holder_id,
 )
 from airflow_gpu_dag.watermark.lifecycle import Preflight, preflight, release_pools
+from airflow_gpu_dag.watermark.plan_quality import PlanErrorReporter
 from airflow_gpu_dag.watermark.sources import CapacitySource, CapacityTracker, PoolCapacity, build_sources
 from airflow_gpu_dag.watermark.too_large import TooLargeWatch
 
@@ -168,6 +169,10 @@ class WatermarkController:
         by_pool = {**built, **given}
         self.trackers = {spec.name: CapacityTracker(spec, by_pool[spec.name]) for spec in config.pools}
         self.specs: dict[str, PoolSpec] = {spec.name: spec for spec in config.pools}
+        # the plan error of each run that finishes in these pools, sent once (watermark/plan_quality.py)
+        self.plan_errors = PlanErrorReporter(
+            client, self.specs, history=self.history, gate=self.gate, epoch=key_epoch(), clock=clock
+        )
 
         self.active = False
         self.ticks = 0
@@ -328,6 +333,8 @@ class WatermarkController:
         finally:
             if not self.dry_run:
                 _report(outcomes, time.monotonic() - started, self.active)
+        if self.active and not self.dry_run:  # after the pools are written: it never delays a decision
+            self.plan_errors.check()
         return outcomes
 
     def _tick(self) -> list[PoolOutcome]:

@@ -594,3 +594,40 @@ def test_garbage_answers_cost_the_tick_not_the_loop(body: bytes) -> None:
     outcomes = controller.tick()
     assert [o.pool for o in outcomes] == ["gpu"]
     assert outcomes[0].size is None or 0 <= outcomes[0].size <= 4
+
+
+class _FinishedRuns(FakeRest):
+    """FakeRest that also lists finished DAG runs (``GET /dags/~/dagRuns``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.finished: list[dict[str, Any]] = []
+
+    def pages(self, path: str, key: str, params: Any = ()) -> list[dict[str, Any]]:
+        assert (path, key) == ("/dags/~/dagRuns", "dag_runs")
+        return list(self.finished)
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_tick_sends_the_plan_error_of_a_run_that_finished_since_the_last(
+    dry_run: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import airflow_gpu_dag.watermark.plan_quality as plan_quality
+
+    sent: list[tuple[str, Any, Any]] = []
+    monkeypatch.setattr(plan_quality.metrics, "plan_error", lambda dag, s, e: sent.append((dag, s, e)))
+    rest = _FinishedRuns()
+    ctl = controller(rest, Source(4))
+    ctl.dry_run = dry_run
+    error = {
+        "tasks": 2,
+        "start_error_s": {"median": 1.0, "p90": 2.0},
+        "end_error_s": {"median": 3.0, "p90": 4.0},
+    }
+    ctl.plan_errors.report = lambda dag_id, run_id: {"controller": {"gpu": {}}, "plan_error": error}
+    ctl.tick()
+    end = datetime.fromtimestamp(NOW + 1, UTC).isoformat()
+    rest.finished.append({"dag_id": "pipe", "dag_run_id": "r1", "state": "success", "end_date": end})
+    ctl.tick()
+    ctl.tick()
+    assert sent == ([] if dry_run else [("pipe", error["start_error_s"], error["end_error_s"])])
