@@ -210,8 +210,10 @@ def lint_dags(
         import_errors=import_errors,
         findings=found,
     )
-    # a problem found when the task was declared is not reported again by the graph's checks
+    # a problem found when the task was declared is not reported again by the graph's checks, nor the
+    # pool of an unknown GPU type (gpu_<type>): the type is the mistake
     seen = {(f.code, f.dag_id, f.task_id) for f in found}
+    seen |= {("unknown-pool", d, t) for code, d, t in seen if code == "unknown-gpu-type"}
     for dag_id in sorted(loaded.dags):
         dag = loaded.dags[dag_id]
         graph, extra = build_task_graph(dag)

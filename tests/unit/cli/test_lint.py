@@ -386,3 +386,90 @@ def test_a_narrow_lint_table_wraps_codes_dags_and_tasks_instead_of_cutting_them(
     out = capsys.readouterr().out
     # one finding: the GPU tasks are on a stock weight rule
     assert [table_column(out, i) for i in (1, 2, 3)] == ["incomparable-priority", _DAG, _IDS[0]]
+
+
+# -- GPU declaration errors: findings with code, DAG and task, in every format -----------------------------
+_DECLARED_WRONGLY = """
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG
+from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
+from airflow_gpu_dag.operators.gpu import GpuBashOperator
+
+with DAG("declared", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}, schedule=None):
+    GpuBashOperator(task_id="huge", bash_command="true", gpus=16, duration="1h")
+    GpuBashOperator(task_id="typo", bash_command="true", duration="forty", lease_timeout="soon")
+    GpuBashOperator(task_id="kind", bash_command="true", gpu_type="h999", duration="1h")
+    EmptyOperator(task_id="hinted", executor_config=gpu_hints(duration="forty minutes"))
+"""
+
+_MAPPED_WRONGLY = """
+from airflow.sdk import DAG
+from airflow_gpu_dag.operators.gpu import GpuBashOperator
+
+with DAG("mapped", schedule=None):
+    GpuBashOperator.partial(task_id="sweep", bash_command="true", duration="1h").expand(gpus=[1, 2])
+"""
+
+_EXPECTED = {
+    ("impossible-request", "declared", "huge"),
+    ("bad-estimate", "declared", "typo"),
+    ("bad-lease-timeout", "declared", "typo"),
+    ("unknown-gpu-type", "declared", "kind"),
+    ("bad-estimate", "declared", "hinted"),
+    ("mapped-gpu-request", "mapped", "sweep"),
+}
+
+
+@pytest.fixture
+def _static_eight(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__INVENTORY_SOURCE", "static")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__INVENTORY", "8xa100:80GiB")
+    monkeypatch.setenv("COLUMNS", "250")
+
+
+@pytest.mark.usefixtures("_static_eight")
+@pytest.mark.parametrize("output", ["json", "yaml", "plain", "table"])
+def test_every_gpu_declaration_error_of_a_file_is_a_finding_in_every_format(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str
+) -> None:
+    """Before: the first wrongly declared task failed the file's import: one ``import-error`` with no
+    code, DAG or task (in plain, the last line of its traceback), and the other tasks went unchecked."""
+    (tmp_path / "declared.py").write_text(_DECLARED_WRONGLY)
+    (tmp_path / "mapped.py").write_text(_MAPPED_WRONGLY)
+    assert run_cli("lint", str(tmp_path), "--pool", "gpu_default=8", "-o", output) == 1
+    out = capsys.readouterr().out
+    if output in ("json", "yaml"):
+        report = json.loads(out) if output == "json" else yaml.safe_load(out)
+        assert report["import_errors"] == []
+        rows = report["findings"]
+        assert {(f["code"], f["dag_id"], f["task_id"]) for f in rows if f["severity"] == "error"} == _EXPECTED
+        assert all(f["message"] and f["fix"] for f in rows)
+    elif output == "plain":
+        rows = [dict(zip(LINT_COLUMNS, line.split("\t"), strict=True)) for line in out.splitlines()[1:]]
+        assert {(r["code"], r["dag_id"], r["task_id"]) for r in rows if r["severity"] == "error"} == _EXPECTED
+    else:
+        assert "IMPORT ERROR" not in out
+        for code, dag_id, task_id in _EXPECTED:
+            assert f" {code} " in out and f" {dag_id} " in out and f" {task_id} " in out
+        # the mapped DAG's file stops at its error (no DAG); 'huge' is beyond the pool and the inventory
+        assert "FAILED: 1 DAG(s) in 2 file(s); 7 error(s)" in out
+
+
+def test_plain_keeps_an_import_errors_whole_exception() -> None:
+    """Before: ``-o plain`` printed the last line of the traceback only: a message of several lines
+    shrank to its last one."""
+    from airflow_gpu_dag.cli.lint import exception_text
+
+    traceback = (
+        "Traceback (most recent call last):\n"
+        '  File "dags/a.py", line 3, in <module>\n'
+        "    build()\n"
+        "ValueError: first problem\n"
+        "second problem\n"
+    )
+    assert exception_text(traceback) == "ValueError: first problem second problem"
+    assert exception_text("AirflowDagDuplicatedIdException: Ignoring DAG d") == (
+        "AirflowDagDuplicatedIdException: Ignoring DAG d"
+    )
