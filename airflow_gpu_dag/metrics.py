@@ -255,8 +255,10 @@ def lease_used(devices: int, start: float, end: float, outcome: str, pool: str |
 
 # -- plan against what happened ----------------------------------------------------------------------
 def plan_error(dag_id: str, start: Mapping[str, float | None], end: Mapping[str, float | None]) -> None:
-    """How far a finished run of ``dag_id`` was from its plan (``airflow gpu-dag explain``): the median
-    and p90 of the absolute start and end errors over its GPU tasks, in seconds (gauges tagged ``dag_id``)."""
+    """How far a finished run of ``dag_id`` was from its plan: the median and p90 of the absolute start and
+    end errors over its GPU tasks, in seconds (gauges tagged ``dag_id``; a None value is not sent). Sent
+    by the watermark controller once per run that finishes in its pools
+    (:mod:`airflow_gpu_dag.watermark.plan_quality`) and by ``airflow gpu-dag explain``."""
     for name, value in (
         (PLAN_START_ERROR_MEDIAN, start.get("median")),
         (PLAN_START_ERROR_TAIL, start.get("p90")),

@@ -136,6 +136,16 @@ def test_priority_metrics_reach_statsd(statsd: StatsdListener, monkeypatch: pyte
     assert statsd.value("gpu_dag.priority.cache_misses.packing") == (1.0, "c")
 
 
+def test_plan_error_metrics_reach_statsd(statsd: StatsdListener) -> None:
+    metrics.plan_error("pipe", {"median": 4.5, "p90": 12.0}, {"median": None, "p90": 30.0})
+    statsd.drain(until="gpu_dag.plan.end_error_tail.pipe")
+    assert statsd.value("gpu_dag.plan.start_error_median.pipe") == (4.5, "g")
+    assert statsd.value("gpu_dag.plan.start_error_tail.pipe") == (12.0, "g")
+    assert statsd.value("gpu_dag.plan.end_error_tail.pipe") == (30.0, "g")
+    with pytest.raises(AssertionError, match="never arrived"):  # no value: nothing sent
+        statsd.value("gpu_dag.plan.end_error_median.pipe")
+
+
 def test_cache_hits_are_added_up_not_sent_per_get_weight(monkeypatch: pytest.MonkeyPatch) -> None:
     """get_weight runs per task instance in the scheduler loop: a hit must not cost a StatsD packet."""
     sent: list[tuple[str, float]] = []
