@@ -542,7 +542,15 @@ def test_random_scale_dags(interval: float) -> None:
 
 @pytest.mark.parametrize(
     ("interval", "variant", "errors"),
-    [(60.0, "A", 0.0), (60.0, "A", -0.3), (60.0, "B", 0.3), (2.0, "A", 0.0), (2.0, "A", -0.3)],
+    [
+        (0.0, "A", 0.0),
+        (0.0, "B", 0.3),
+        (60.0, "A", 0.0),
+        (60.0, "A", -0.3),
+        (60.0, "B", 0.3),
+        (2.0, "A", 0.0),
+        (2.0, "A", -0.3),
+    ],
 )
 def test_many_dag_mixes(interval: float, variant: str, errors: float) -> None:
     """Runs triggered over time, the objective's gate, and durations off their estimates (a running task
