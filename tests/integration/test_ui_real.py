@@ -7,6 +7,10 @@ tasks highlighted, slack on every node, the predicted Gantt chart and the GPU po
 shows the reservation the watermark controller wrote in the pool's description). Screenshots go to a
 temp folder, or with GPU_DAG_UPDATE_SCREENSHOTS=1 to ``docs/img/critical_path.png`` (graph),
 ``critical_path_gantt.png`` and ``critical_path_pools.png``.
+A run's live view (``/gpu-dag/critical-path/<dag>/runs/<run>``) is opened while a task of a real run
+waits for slots (the plan's bars with the actual and predicted ones over them, the waiting tasks with
+their reasons and predicted starts; ``critical_path_live.png``) and again once the run has finished
+(every task's actual bar, the plan's error).
 Anonymous requests to the page and its data are refused. The connection form offers the
 ``gpu_dag_api`` type, and the api-server's *Test* (``POST /api/v2/connections/test``, enabled here by
 ``[core] test_connection``) runs its hook against this api-server.
@@ -26,8 +30,10 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 import requests
@@ -36,8 +42,21 @@ from airflow_gpu_dag.testing import AirflowCluster
 
 AIRFLOW_DAGS = "ui"
 AIRFLOW_POOLS = {"gpu_default": 4}
-#: The connection form's Test button (off by default in Airflow 3).
-AIRFLOW_ENV = {"AIRFLOW__CORE__TEST_CONNECTION": "Enabled"}
+#: The live view's DAG: its own folder (tests/integration/dags/ui_live), parsed as a second DAG bundle.
+LIVE_DAGS = Path(__file__).resolve().parent / "dags" / "ui_live"
+_BUNDLES = [
+    {"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle", "kwargs": {}},
+    {
+        "name": "ui-live",
+        "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+        "kwargs": {"path": str(LIVE_DAGS)},
+    },
+]
+AIRFLOW_ENV = {
+    # the connection form's Test button (off by default in Airflow 3)
+    "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
+    "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(_BUNDLES),
+}
 DAG_ID = "gpu_pipeline"
 #: Zero-slack tasks of tests/integration/dags/ui/pipeline_dag.py (its docstring derives them).
 EXPECTED_CRITICAL = {"load", "preprocess", "train", "checkpoint", "evaluate"}
@@ -50,6 +69,9 @@ _SHOT_DIR = (
 SCREENSHOT = _SHOT_DIR / "critical_path.png"
 GANTT_SCREENSHOT = SCREENSHOT.with_name("critical_path_gantt.png")
 POOLS_SCREENSHOT = SCREENSHOT.with_name("critical_path_pools.png")
+LIVE_SCREENSHOT = SCREENSHOT.with_name("critical_path_live.png")
+LIVE_DAG_ID = "gpu_live_run"
+LIVE_POOL = "gpu_live"
 TAB_ROUTE = "gpu-dag-critical-path"
 
 pytestmark = pytest.mark.airflow_real
@@ -100,7 +122,9 @@ class Browser:
         port = int(port_file.read_text().split()[0])
         targets = requests.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
         page = next(t for t in targets if t.get("type") == "page")
-        self.ws = connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=30)
+        # No keepalive pings: while a test waits without reading (a run going on), Chromium's events fill
+        # the client's queue, the pong is not read behind them and the ping would close the connection.
+        self.ws = connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=30, ping_interval=None)
         self._ids = itertools.count(1)
 
     def call(self, method: str, **params: Any) -> dict[str, Any]:
@@ -389,3 +413,111 @@ def test_tab_renders_critical_path_in_the_ui(cluster: AirflowCluster, browser: B
     browser.evaluate(f"{doc}.querySelector('button[data-target=\"pools-section\"]').click(); true")
     browser.wait_for(f"{doc}.getElementById('pools-section').classList.contains('active')")
     browser.screenshot(POOLS_SCREENSHOT)
+
+
+def _task_states(cluster: AirflowCluster, dag_id: str, run_id: str) -> str:
+    """The run's task instances as one line each (for a failure message)."""
+    try:
+        tis = cluster.task_instances(dag_id, run_id)
+    except Exception as err:  # the message must come out whatever is broken
+        return f"  (task instances not readable: {err})"
+    return "\n".join(
+        f"  {ti['task_id']}: {ti.get('state')} (start {ti.get('start_date')}, end {ti.get('end_date')})"
+        for ti in tis
+    )
+
+
+def _page_text(browser: Browser) -> str:
+    try:
+        return str(browser.evaluate("document.body ? document.body.innerText.slice(0, 3000) : ''"))
+    except Exception as err:  # the message must come out whatever is broken
+        return f"(page text not readable: {err})"
+
+
+#: The live view's chart and waiting table, as the browser sees them.
+_LIVE_STATE = """(() => {
+  const rows = Array.from(document.querySelectorAll('#waiting tr')).slice(1).map(r => ({
+    task: r.cells[0].textContent, state: r.cells[1].textContent, rank: r.cells[2].textContent,
+    code: r.cells[3].dataset.code, reason: r.cells[3].textContent, predicted: r.cells[4].textContent}));
+  const bars = kind => Array.from(document.querySelectorAll('svg.live-gantt rect.' + kind))
+    .map(b => b.dataset.task.split('/')[2]);
+  const error = document.getElementById('plan-error');
+  return {planned: bars('planned'), actual: bars('actual'), predicted: bars('predicted'), rows: rows,
+          error: error ? error.textContent : null, title: document.title};
+})()"""
+
+
+def test_live_view_of_a_run_in_the_browser(cluster: AirflowCluster, browser: Browser) -> None:
+    """A real run of tests/integration/dags/ui_live/live_dag.py: while ``train`` holds both slots of
+    ``gpu_live`` the view shows ``sweep`` waiting for slots with a predicted start, ``evaluate`` not
+    ready, and the plan's bars under the actual and predicted ones; once the run has finished, an actual
+    bar over every plan bar and the plan's error."""
+    cluster.set_pool(LIVE_POOL, 2)
+    cluster.wait_for_dag(LIVE_DAG_ID, timeout=300)
+    run_id = cluster.trigger(LIVE_DAG_ID)
+    url = f"{cluster.api_url}/gpu-dag/critical-path/{LIVE_DAG_ID}/runs/{quote(run_id, safe='')}"
+
+    def fail(what: str) -> None:
+        pytest.fail(
+            f"{what}\nTask instances:\n{_task_states(cluster, LIVE_DAG_ID, run_id)}\n"
+            f"Page ({url}):\n{_page_text(browser)}"
+        )
+
+    deadline = time.monotonic() + 240
+    while True:
+        states = {ti["task_id"]: ti.get("state") for ti in cluster.task_instances(LIVE_DAG_ID, run_id)}
+        if states.get("train") == "running" and states.get("sweep") == "scheduled":
+            break
+        if states.get("sweep") in ("queued", "running", "success") or time.monotonic() > deadline:
+            fail(f"never saw train running while sweep waits: {states}")
+        time.sleep(1)
+
+    browser.navigate(url)
+    live = None
+    deadline = time.monotonic() + 45  # train sleeps 60 s: sweep waits for all of it
+    while time.monotonic() < deadline:
+        try:
+            live = browser.evaluate(_LIVE_STATE)
+        except RuntimeError:  # the page is reloading itself
+            live = None
+        if live and any(r["task"].endswith("/sweep/-1") for r in live["rows"]) and live["actual"]:
+            break
+        time.sleep(1)
+    else:
+        fail(f"the live view never showed sweep waiting: {live}")
+    assert live is not None
+    rows = {r["task"].split("/")[2]: r for r in live["rows"]}
+    assert rows["sweep"]["state"] == "scheduled" and rows["sweep"]["rank"] == "1", rows
+    assert rows["sweep"]["code"] == "waiting-for-slots", rows
+    assert f"waiting for free slots of pool {LIVE_POOL}" in rows["sweep"]["reason"], rows
+    assert rows["sweep"]["predicted"] != "-" and "(+" in rows["sweep"]["predicted"], rows
+    assert rows["evaluate"]["code"] == "not-ready" and rows["evaluate"]["predicted"] != "-", rows
+    assert "train" not in rows  # running: drawn, not waiting
+    assert sorted(live["planned"]) == ["evaluate", "sweep", "train"], live
+    assert live["actual"] == ["train"], live
+    assert sorted(live["predicted"]) == ["evaluate", "sweep"], live
+    assert live["error"] is None
+    assert "refreshed every 10 s" in _page_text(browser)
+    # the screenshot once train has run a while (its bar visible), sweep still waiting
+    (train,) = [ti for ti in cluster.task_instances(LIVE_DAG_ID, run_id) if ti["task_id"] == "train"]
+    shot_at = datetime.fromisoformat(train["start_date"]).timestamp() + 20
+    while time.time() < shot_at:
+        time.sleep(0.5)
+    browser.navigate(url)
+    browser.wait_for("document.querySelectorAll('svg.live-gantt rect.actual').length > 0", timeout=30)
+    browser.screenshot(LIVE_SCREENSHOT)
+    assert LIVE_SCREENSHOT.stat().st_size > 10_000
+
+    state = cluster.wait_for_run(LIVE_DAG_ID, run_id, timeout=300)
+    assert state == "success", _task_states(cluster, LIVE_DAG_ID, run_id)
+    browser.navigate(url)
+    try:
+        done = browser.wait_for(
+            f"(() => {{ const s = {_LIVE_STATE}; return s.error ? s : null; }})()", timeout=90
+        )
+    except AssertionError as err:
+        fail(f"the finished run's view shows no plan error: {err}")
+    assert sorted(done["planned"]) == sorted(done["actual"]) == ["evaluate", "sweep", "train"], done
+    assert done["predicted"] == [] and done["rows"] == [], done
+    assert "over 3 GPU task(s)" in done["error"] and "start error median" in done["error"], done
+    assert "refreshed every" not in _page_text(browser)  # a finished run's view no longer reloads
