@@ -20,11 +20,23 @@ from airflow_gpu_dag.contract import read as read_contract
 from airflow_gpu_dag.core.analysis.validation import ERROR, Finding
 from airflow_gpu_dag.core.model.graph import TaskGraph, TaskNode
 from airflow_gpu_dag.core.model.pools import DEFAULT_POOL
+from airflow_gpu_dag.core.model.resources import EstimateError, parse_estimate
 from airflow_gpu_dag.core.model.windows import seconds_until_open, window_from_hint
 from airflow_gpu_dag.core.planning.plan import Plan, build_plan
 from airflow_gpu_dag.settings import default_duration_seconds
 
-__all__ = ["build_task_graph", "plan_dag", "priority_rule_of", "windows_from"]
+__all__ = [
+    "DAG_DEFAULT_DURATION_ARG",
+    "build_task_graph",
+    "dag_default_duration",
+    "plan_dag",
+    "priority_rule_of",
+    "windows_from",
+]
+
+#: The ``default_args`` key of a DAG's default duration: what a task of the DAG that declares no
+#: estimate is assumed to take (docs/gpu-tasks.md#durations-estimates-and-defaults).
+DAG_DEFAULT_DURATION_ARG = "gpu_dag_default_duration"
 
 #: Our weight-rule classes and the simulator's name for the rule each applies.
 _RULES = {"CriticalPathPriorityStrategy": "critical_path", "PackingPriorityStrategy": "packing"}
@@ -43,6 +55,27 @@ def priority_rule_of(dag: Any) -> str | None:
     return max(counts, key=lambda k: (counts[k], k is not None)) if counts else None
 
 
+def dag_default_duration(dag: Any) -> tuple[float | None, Finding | None]:
+    """The DAG's own default duration (``default_args["gpu_dag_default_duration"]``) in seconds, None
+    when it sets none; and the ``bad-default-duration`` error when it cannot be parsed (then None)."""
+    default_args = getattr(dag, "default_args", None)
+    if not isinstance(default_args, Mapping) or default_args.get(DAG_DEFAULT_DURATION_ARG) is None:
+        return None, None
+    value = default_args[DAG_DEFAULT_DURATION_ARG]
+    try:
+        return parse_estimate(value), None
+    except EstimateError as err:
+        return None, Finding(
+            ERROR,
+            "bad-default-duration",
+            str(dag.dag_id),
+            None,
+            f"default_args[{DAG_DEFAULT_DURATION_ARG!r}]: {err}.",
+            f"give it like '20m' or '1h' (default_args={{{DAG_DEFAULT_DURATION_ARG!r}: '20m'}}), or drop it "
+            "([gpu_dag] default_duration applies).",
+        )
+
+
 def build_task_graph(
     dag: Any,
     default_duration: float | None = None,
@@ -53,10 +86,13 @@ def build_task_graph(
 ) -> tuple[TaskGraph, list[Finding]]:
     """Return the task graph of ``dag`` and the findings made while reading it.
 
-    A task without a duration estimate gets ``default_duration`` (``[gpu_dag] default_duration``
-    when None) and is marked undeclared; a malformed estimate or GPU request becomes an error
-    finding naming the task, and the task is given the default so planning can go on. A task with a
-    start window gets ``not_before`` = seconds from ``run_start`` (default: now) until its window
+    A task without a duration estimate is marked undeclared and assumed to take (its
+    ``attrs["duration_default"]`` says which): 0 for a teardown (it runs after the work it tears down:
+    no task waits for it), else the DAG's default duration (:func:`dag_default_duration`, ``"dag"``),
+    else ``default_duration`` (``[gpu_dag] default_duration`` when None, ``"deployment"``). A malformed
+    estimate, GPU request or DAG default becomes an error finding naming the task or the DAG, and the
+    default is used so planning can go on. A task with a start window gets ``not_before`` = seconds
+    from ``run_start`` (default: now) until its window
     opens. The rungs of a fallback ladder are planned as the ladder assumes (:func:`_plan_rungs`).
 
     With ``expand_mapped``, a mapped task whose number of instances N is known (literal ``expand()``
@@ -65,13 +101,15 @@ def build_task_graph(
     """
     if default_duration is None:
         default_duration = default_duration_seconds()
+    own, bad_default = dag_default_duration(dag)
+    defaults = ("dag", own) if own is not None else ("deployment", default_duration)
     start = run_start if run_start is not None else datetime.now(UTC)
     dag_id = str(dag.dag_id)
     graph = TaskGraph(dag_id, priority_rule=priority_rule_of(dag))
-    findings: list[Finding] = []
+    findings: list[Finding] = [bad_default] if bad_default is not None else []
     tasks = dag.task_dict
     for task_id, task in tasks.items():
-        graph.add_task(_read_node(dag_id, task_id, task, default_duration, findings, start))
+        graph.add_task(_read_node(dag_id, task_id, task, defaults, findings, start))
     for task_id, task in tasks.items():
         for down in sorted(getattr(task, "downstream_task_ids", ()) or ()):
             if down in tasks:
@@ -178,20 +216,26 @@ def _read_node(
     dag_id: str,
     task_id: str,
     task: Any,
-    default_duration: float,
+    defaults: tuple[str, float],
     findings: list[Finding],
     run_start: datetime,
 ) -> TaskNode:
     """The node of one task, read from its contract (:func:`airflow_gpu_dag.contract.read`); every
     problem of the contract becomes an error finding naming the task (the cluster policy refuses the DAG
-    with it; a reader keeps the default: the estimate of ``[gpu_dag] default_duration``, no GPU)."""
+    with it; a reader keeps the default, ``defaults``: where it comes from and its seconds, and no GPU)."""
     contract = read_contract(getattr(task, "executor_config", None))
     findings.extend(
         Finding(ERROR, problem.code, dag_id, task_id, problem.message, problem.fix)
         for problem in contract.problems
     )
     declared = contract.duration_s is not None
-    duration = contract.duration_s if contract.duration_s is not None else default_duration
+    attrs: dict[str, object] = {}
+    if contract.duration_s is not None:
+        duration = contract.duration_s
+    elif getattr(task, "is_teardown", False) is True:
+        duration, attrs["duration_default"] = 0.0, "teardown"
+    else:
+        attrs["duration_default"], duration = defaults
     gpu = contract.gpu_request
     pool_slots = getattr(task, "pool_slots", 1)
     if (
@@ -210,7 +254,6 @@ def _read_node(
                 f"set pool_slots={gpu.count} (the GPU operators do this for you).",
             )
         )
-    attrs: dict[str, object] = {}
     duration = _plan_rungs(contract.fallback, duration, attrs)
     return TaskNode(
         task_id=task_id,

@@ -245,6 +245,7 @@ def _policy(args: argparse.Namespace, pools: dict[str, int]) -> ValidationPolicy
         else max_gpus_per_host(),
         check_granularity=not args.no_granularity,
         inventory=parse_time_inventory_summary(),
+        cpu_estimates=bool(args.strict),
     )
 
 

@@ -18,7 +18,7 @@ from airflow_gpu_dag.core.analysis.gpu_requests import (
     default_pool_finding,
 )
 from airflow_gpu_dag.core.model.findings import ERROR, WARNING, Finding
-from airflow_gpu_dag.core.model.graph import TaskGraph, task_pool
+from airflow_gpu_dag.core.model.graph import TaskGraph, TaskNode, task_pool
 from airflow_gpu_dag.core.model.ladders import as_rung_findings
 from airflow_gpu_dag.core.model.pools import DEFAULT_POOL
 from airflow_gpu_dag.core.model.resources import format_duration
@@ -52,7 +52,9 @@ class ValidationPolicy:
     more GPUs than this can never be placed, even if the pool is larger. Granularity bounds follow
     the guidance that an atomic node should run between about 10 minutes and 2 hours. ``inventory``:
     the GPUs of the largest host (NVML or ``[gpu_dag] inventory``); a request more or bigger GPUs
-    than it has is an error even when no pool sizes are known.
+    than it has is an error even when no pool sizes are known. ``cpu_estimates``: also warn about a CPU
+    task without an estimate when its DAG sets no default duration (``lint --strict``); a GPU task
+    without one is always warned about, a teardown never (it is assumed to take no time).
     """
 
     pool_slots: Mapping[str, int] | None = None
@@ -62,6 +64,7 @@ class ValidationPolicy:
     check_granularity: bool = True
     known_gpu_types: frozenset[str] | None = None
     inventory: InventorySummary | None = None
+    cpu_estimates: bool = False
 
     def request_limits(self) -> RequestLimits:
         """What :func:`~airflow_gpu_dag.core.analysis.gpu_requests.check_gpu_request` compares a task with."""
@@ -167,14 +170,8 @@ def _check_estimates(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Fin
         # falls back, 0 for one skipped)
         duration = float(rung.get("expected_duration") or 0.0) if isinstance(rung, dict) else node.duration
         if not node.duration_declared:
-            yield Finding(
-                WARNING,
-                "missing-estimate",
-                graph.dag_id,
-                node.task_id,
-                f"no duration estimate; assuming {format_duration(duration)}.",
-                'declare one, e.g. executor_config=gpu_hints(duration="30m").',
-            )
+            if finding := _missing_estimate(graph.dag_id, node, duration, policy):
+                yield finding
             continue
         if not policy.check_granularity or duration == 0:
             continue
@@ -198,6 +195,36 @@ def _check_estimates(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Fin
                 f"{format_duration(policy.max_task_seconds)}: the scheduler loses flexibility.",
                 "split it into atomic steps (load, preprocess, init, train, checkpoint, evaluate).",
             )
+
+
+#: Where the duration a task without an estimate is assumed to take comes from, in words (the graph
+#: reader's ``attrs["duration_default"]``).
+_ASSUMED = {"dag": "the DAG's gpu_dag_default_duration", "deployment": "[gpu_dag] default_duration"}
+
+
+def _missing_estimate(
+    dag_id: str, node: TaskNode, duration: float, policy: ValidationPolicy
+) -> Finding | None:
+    """The ``missing-estimate`` warning of a task that declares no duration: always for a GPU task (its
+    estimate orders it against every other DAG's GPU tasks), for a CPU task only with
+    ``policy.cpu_estimates`` and no DAG default, never for a teardown (assumed to take no time)."""
+    source = node.attrs.get("duration_default")
+    if source == "teardown" or (node.gpus == 0 and not (policy.cpu_estimates and source != "dag")):
+        return None
+    assumed = (
+        f"{format_duration(duration)}, {_ASSUMED[str(source)]}"
+        if source in _ASSUMED
+        else format_duration(duration)
+    )
+    return Finding(
+        WARNING,
+        "missing-estimate",
+        dag_id,
+        node.task_id,
+        f"no duration estimate; assuming {assumed}.",
+        'declare one, e.g. executor_config=gpu_hints(duration="30m") (a GPU operator: duration="30m"), or '
+        "the DAG's default: default_args={'gpu_dag_default_duration': '20m'}.",
+    )
 
 
 def normalise_path(path: str) -> str:

@@ -276,3 +276,59 @@ def test_plan_of_a_dag_with_a_start_window() -> None:
     assert "start window opens at +13h00m" in plan.task("train").note
     inside = plan_dag(dag, run_start=_at(23))
     assert inside.task("train").earliest_start == 600  # inside the window: right after prep
+
+
+# -- durations of tasks that declare none: teardowns, the DAG's default --------------------------------------
+def _train_then_teardown(default_args: dict[str, Any] | None = None) -> Any:
+    with DAG("defaults", schedule=None, default_args=default_args or {}) as dag:
+        prepare = EmptyOperator(task_id="prepare")
+        train = EmptyOperator(task_id="train", executor_config=gpu_hints(gpus=1, duration="1h"))
+        release = EmptyOperator(task_id="release").as_teardown()
+        prepare >> train >> release
+    return dag
+
+
+@pytest.mark.parametrize("serialized", [False, True])
+def test_a_teardown_without_an_estimate_is_not_on_the_critical_path(serialized: bool) -> None:
+    """Before: the teardown was assumed to take [gpu_dag] default_duration (30 min), which lengthened
+    the remaining critical path of every task before it."""
+    dag = _train_then_teardown()
+    graph, findings = build_task_graph(_serialized(dag) if serialized else dag, default_duration=1800.0)
+    release = graph.nodes["release"]
+    assert (release.duration, release.duration_declared, release.attrs["duration_default"]) == (
+        0.0,
+        False,
+        "teardown",
+    )
+    assert graph.nodes["prepare"].attrs["duration_default"] == "deployment"
+    assert graph.nodes["prepare"].duration == 1800.0 and findings == []
+    assert plan_dag(dag, default_duration=1800.0).makespan == 1800.0 + 3600.0
+
+
+@pytest.mark.parametrize("serialized", [False, True])
+def test_the_dags_default_duration_is_what_its_tasks_without_an_estimate_take(serialized: bool) -> None:
+    dag = _train_then_teardown({"gpu_dag_default_duration": "20m"})
+    graph, findings = build_task_graph(_serialized(dag) if serialized else dag, default_duration=1800.0)
+    prepare = graph.nodes["prepare"]
+    assert (prepare.duration, prepare.duration_declared, prepare.attrs["duration_default"]) == (
+        1200.0,
+        False,
+        "dag",
+    )
+    assert graph.nodes["train"].duration == 3600.0  # its own estimate first
+    assert graph.nodes["release"].duration == 0.0  # a teardown's default is its own
+    assert findings == []
+
+
+def test_a_malformed_dag_default_duration_is_an_error_and_the_deployment_default_applies() -> None:
+    dag = _train_then_teardown({"gpu_dag_default_duration": "twenty minutes"})
+    graph, findings = build_task_graph(dag, default_duration=1800.0)
+    (bad,) = findings
+    assert (bad.code, bad.severity, bad.dag_id, bad.task_id) == (
+        "bad-default-duration",
+        "error",
+        "defaults",
+        None,
+    )
+    assert "gpu_dag_default_duration" in bad.message and "'20m'" in bad.fix
+    assert graph.nodes["prepare"].duration == 1800.0

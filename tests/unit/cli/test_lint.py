@@ -473,3 +473,39 @@ def test_plain_keeps_an_import_errors_whole_exception() -> None:
     assert exception_text("AirflowDagDuplicatedIdException: Ignoring DAG d") == (
         "AirflowDagDuplicatedIdException: Ignoring DAG d"
     )
+
+
+# -- CPU tasks and teardowns without an estimate -----------------------------------------------------------
+_PIPELINE_WITH_TEARDOWN = """
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG
+from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE
+from airflow_gpu_dag.operators.gpu import GpuBashOperator
+
+with DAG("finetune", default_args={{"weight_rule": CRITICAL_PATH_WEIGHT_RULE{extra}}}, schedule=None):
+    load = EmptyOperator(task_id="load")
+    train = GpuBashOperator(task_id="train", bash_command="true", gpus=2, duration="1h")
+    release = EmptyOperator(task_id="release").as_teardown(setups=load)
+    load >> train >> release
+"""
+
+
+@pytest.mark.usefixtures("_settings")
+def test_lint_warns_about_cpu_tasks_without_an_estimate_only_when_strict_and_never_about_teardowns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: 'load' and 'release' were each a missing-estimate warning, and --strict failed on them."""
+    path = tmp_path / "finetune.py"
+    path.write_text(_PIPELINE_WITH_TEARDOWN.format(extra=""))
+    code, report = run_json(capsys, "lint", str(path), "--no-granularity")
+    assert (code, report["findings"]) == (0, [])
+    code, report = run_json(capsys, "lint", str(path), "--no-granularity", "--strict")
+    assert code == 1
+    assert [(f["code"], f["task_id"]) for f in report["findings"]] == [("missing-estimate", "load")]
+    path.write_text(_PIPELINE_WITH_TEARDOWN.format(extra=', "gpu_dag_default_duration": "10m"'))
+    code, report = run_json(capsys, "lint", str(path), "--no-granularity", "--strict")
+    assert (code, report["findings"]) == (0, []), "the DAG's default duration is its CPU tasks' estimate"
+    path.write_text(_PIPELINE_WITH_TEARDOWN.format(extra=', "gpu_dag_default_duration": "ten"'))
+    code, report = run_json(capsys, "lint", str(path), "--no-granularity")
+    assert code == 1
+    assert [(f["code"], f["dag_id"]) for f in report["findings"]] == [("bad-default-duration", "finetune")]

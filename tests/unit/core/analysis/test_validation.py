@@ -70,7 +70,7 @@ def test_estimate_warnings() -> None:
     graph = TaskGraph("g")
     graph.add_task(TaskNode("tiny", duration=60))
     graph.add_task(TaskNode("huge", duration=5 * 3600))
-    graph.add_task(TaskNode("unknown", duration=1800, duration_declared=False))
+    graph.add_task(TaskNode("unknown", duration=1800, gpu=GpuRequest(1), duration_declared=False))
     graph.add_task(TaskNode("marker", duration=0))
     graph.add_task(TaskNode("fine", duration=3600))
     report = validate_graph(graph)
@@ -82,6 +82,29 @@ def test_estimate_warnings() -> None:
     ]
     quiet = validate_graph(graph, ValidationPolicy(check_granularity=False))
     assert _codes(quiet) == [("missing-estimate", "unknown")]
+
+
+def test_cpu_tasks_and_teardowns_without_an_estimate_are_not_warned_about_by_default() -> None:
+    """Before: every task without an estimate was a ``missing-estimate`` warning (``lint --strict``
+    failed on each CPU task and teardown)."""
+    graph = TaskGraph("g")
+    graph.add_task(TaskNode("gpu", duration=1800, gpu=GpuRequest(1), duration_declared=False))
+    graph.add_task(
+        TaskNode("cpu", duration=1800, duration_declared=False, attrs={"duration_default": "deployment"})
+    )
+    graph.add_task(
+        TaskNode("dag_default", duration=600, duration_declared=False, attrs={"duration_default": "dag"})
+    )
+    graph.add_task(
+        TaskNode("teardown", duration=0, duration_declared=False, attrs={"duration_default": "teardown"})
+    )
+    policy = ValidationPolicy(check_granularity=False)
+    assert _codes(validate_graph(graph, policy)) == [("missing-estimate", "gpu")]
+    strict = validate_graph(graph, ValidationPolicy(check_granularity=False, cpu_estimates=True))
+    assert _codes(strict) == [("missing-estimate", "gpu"), ("missing-estimate", "cpu")]
+    (cpu,) = [f for f in strict.findings if f.task_id == "cpu"]
+    assert cpu.message == "no duration estimate; assuming 30m, [gpu_dag] default_duration."
+    assert "gpu_dag_default_duration" in cpu.fix
 
 
 def test_hidden_dependencies() -> None:
@@ -197,8 +220,10 @@ def test_a_rung_without_an_estimate_is_said_to_assume_the_default() -> None:
         for f in validate_graph(graph, extra=extra).findings
         if f.code == "missing-estimate"
     }
-    assert set(messages) == {"train.big", "train.mid", "train.small"}
-    assert all(m == "no duration estimate; assuming 30m." for m in messages.values()), messages
+    assert set(messages) == {"train.big", "train.mid"}  # the last rung asks for no GPU: a CPU task
+    assert all(
+        m == "no duration estimate; assuming 30m, [gpu_dag] default_duration." for m in messages.values()
+    )
 
 
 @pytest.fixture
