@@ -67,7 +67,11 @@ def _print_plan(
     for line in input_notes(graph, estimates, note):
         out.print(line, markup=False)
     if any(not t.duration_declared for t in the_plan.tasks):
-        out.print("* no duration estimate declared; the [gpu_dag] default_duration is assumed.", markup=False)
+        out.print(
+            "* no duration estimate declared; assumed: the DAG's gpu_dag_default_duration, else "
+            "[gpu_dag] default_duration (0 for a teardown).",
+            markup=False,
+        )
     if the_plan.policy:
         out.print(the_plan.policy, markup=False)
     if the_plan.findings:
