@@ -5,7 +5,7 @@ Each active tick, after the pools are written, :meth:`PlanErrorReporter.check` l
 ended (success or failed) since the previous check, builds for each the report of ``airflow gpu-dag
 explain`` (:func:`airflow_gpu_dag.cli.explain_report.build_report`, with the controller's REST client,
 learned durations and reservation gate) and sends its ``plan_error`` (median and p90 of the start and
-end errors over the run's GPU tasks) through :func:`airflow_gpu_dag.metrics.plan_error`, for runs that
+end errors over the run's GPU tasks) through ``airflow_gpu_dag.metrics.plan_error``, for runs that
 use a pool this controller manages.
 
 Why the controller and not a listener on DAG runs: Airflow 3.3 calls ``on_dag_run_success`` /
