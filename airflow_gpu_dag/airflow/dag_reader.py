@@ -9,6 +9,7 @@ dag-processor, the scheduler, the api-server and the CLI.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ from airflow_gpu_dag.airflow.mapped import expand_dag_graph, map_length_findings
 from airflow_gpu_dag.contract import FallbackHint, WindowHint
 from airflow_gpu_dag.contract import read as read_contract
 from airflow_gpu_dag.core.analysis.validation import ERROR, Finding
+from airflow_gpu_dag.core.analysis.weight_rules import CROSS_DAG_RULE_CLASSES, RuleUse
 from airflow_gpu_dag.core.model.graph import TaskGraph, TaskNode
 from airflow_gpu_dag.core.model.pools import DEFAULT_POOL
 from airflow_gpu_dag.core.model.resources import EstimateError, parse_estimate
@@ -31,6 +33,8 @@ __all__ = [
     "dag_default_duration",
     "plan_dag",
     "priority_rule_of",
+    "rule_name",
+    "rule_uses",
     "windows_from",
 ]
 
@@ -53,6 +57,39 @@ def priority_rule_of(dag: Any) -> str | None:
         key = next((v for k, v in _RULES.items() if str(name).endswith(k)), None)
         counts[key] = counts.get(key, 0) + 1
     return max(counts, key=lambda k: (counts[k], k is not None)) if counts else None
+
+
+def rule_name(rule: object) -> str:
+    """A task's weight rule as a DAG names it: Airflow's ``downstream`` / ``upstream`` / ``absolute`` (the
+    enum, its value, or its strategy on a serialized DAG), else the class path or class name."""
+    if rule is None:
+        return "downstream"
+    if isinstance(rule, enum.Enum):
+        return str(rule.value)
+    if isinstance(rule, str):
+        return rule
+    name = type(rule).__name__
+    stock = name.strip("_").removesuffix("PriorityWeightStrategy").lower()
+    return stock if stock in ("downstream", "upstream", "absolute") else name
+
+
+def rule_uses(dag: Any) -> list[RuleUse]:
+    """The weight rules of ``dag``'s tasks per pool (SDK or serialized DAG), for
+    :func:`~airflow_gpu_dag.core.analysis.weight_rules.incomparable_rules`."""
+    uses: dict[tuple[str, str], RuleUse] = {}
+    for task in dag.task_dict.values():
+        rule = rule_name(getattr(task, "weight_rule", None))
+        pool = str(getattr(task, "pool", None) or DEFAULT_POOL)
+        gpu = read_contract(getattr(task, "executor_config", None)).gpus is not None
+        before = uses.get((pool, rule))
+        uses[(pool, rule)] = RuleUse(
+            str(dag.dag_id),
+            pool,
+            rule,
+            rule.endswith(CROSS_DAG_RULE_CLASSES),
+            gpu or bool(before and before.gpu),
+        )
+    return list(uses.values())
 
 
 def dag_default_duration(dag: Any) -> tuple[float | None, Finding | None]:

@@ -13,13 +13,14 @@ from unittest import mock
 
 from rich.markup import escape
 
-from airflow_gpu_dag.airflow.dag_reader import build_task_graph
+from airflow_gpu_dag.airflow.dag_reader import build_task_graph, rule_uses
 from airflow_gpu_dag.airflow.policy import priority_findings, uses_provider
 from airflow_gpu_dag.authoring.resource import pool_claim
 from airflow_gpu_dag.cli import display
 from airflow_gpu_dag.cli.common import configured_pools, parse_pool_args, quiet, status
 from airflow_gpu_dag.cli.loading import DagLoadError, LoadedDags, load_dags
 from airflow_gpu_dag.core.analysis.validation import Finding, ValidationPolicy, cycle_finding, validate_graph
+from airflow_gpu_dag.core.analysis.weight_rules import incomparable_rules
 from airflow_gpu_dag.core.model.findings import ERROR, WARNING
 from airflow_gpu_dag.gpu.inventory import (
     inventory_problem,
@@ -36,6 +37,7 @@ __all__ = [
     "config_findings",
     "declaration_findings",
     "exception_text",
+    "incomparable_rule_findings",
     "lint",
     "lint_dags",
 ]
@@ -195,6 +197,25 @@ def claim_findings(dags: dict[str, Any], pools: dict[str, int]) -> list[Finding]
     return findings
 
 
+def incomparable_rule_findings(dags: dict[str, Any]) -> list[Finding]:
+    """Every DAG (using the provider or not) whose tasks share a GPU pool with DAGs on a cross-DAG weight
+    rule while they use another rule (:func:`~airflow_gpu_dag.core.analysis.weight_rules.incomparable_rules`),
+    as an ``incomparable-weight-rule`` warning naming the DAG, the pools and the DAGs it shares them with."""
+    uses = [use for dag in dags.values() for use in rule_uses(dag)]
+    return [
+        Finding(
+            WARNING,
+            "incomparable-weight-rule",
+            found.dag_id,
+            None,
+            found.describe(),
+            "set default_args={'weight_rule': CRITICAL_PATH_WEIGHT_RULE} (or PACKING_WEIGHT_RULE, from "
+            f"airflow_gpu_dag) on DAG {found.dag_id!r}, or give it GPU pools of its own.",
+        )
+        for found in incomparable_rules(uses)
+    ]
+
+
 def lint_dags(
     loaded: LoadedDags, policy: ValidationPolicy, declared: DeclarationErrors | None = None
 ) -> LintReport:
@@ -232,6 +253,13 @@ def lint_dags(
         cycle = graph.find_cycle()
         if cycle:
             report.findings.append(cycle_finding(dag_id, cycle))
+    # a DAG on a stock rule named with the DAGs it shares GPU pools with: more than its own warning says
+    shared = incomparable_rule_findings(loaded.dags)
+    named = {f.dag_id for f in shared}
+    report.findings[:] = [
+        f for f in report.findings if not (f.code == "incomparable-priority" and f.dag_id in named)
+    ]
+    report.findings.extend(shared)
     report.findings.extend(claim_findings(loaded.dags, dict(policy.pool_slots or {})))
     report.findings[:0] = config_findings()
     return report

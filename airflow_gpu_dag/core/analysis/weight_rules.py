@@ -19,21 +19,27 @@ The planned rule ``packing`` simulates these rules and keeps the best: it lives 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 from airflow_gpu_dag.core.analysis.critical_path import CriticalPathAnalysis, analyze
 from airflow_gpu_dag.core.model.graph import TaskGraph, task_pool, task_slots
+from airflow_gpu_dag.core.model.pools import DEFAULT_POOL, is_gpu_pool
 
 __all__ = [
     "CAPACITY_RULES",
+    "CROSS_DAG_RULE_CLASSES",
     "INT32_MAX",
     "INT32_MIN",
     "PRIORITY_RULES",
     "CapacityRule",
+    "IncomparableRule",
     "PriorityRule",
+    "RuleUse",
     "clamp_int32",
     "critical_path_weights",
     "downstream_weights",
+    "incomparable_rules",
     "plan_order_weights",
     "resolve_priority",
     "width_aware_weights",
@@ -182,3 +188,70 @@ def plan_order_weights(graph: TaskGraph, start: Mapping[str, float]) -> dict[str
     ordered = sorted(start, key=lambda t: (start[t], topo[t]))
     count = len(ordered)
     return {t: count - i for i, t in enumerate(ordered)}
+
+
+# -- which DAGs' weights compare ----------------------------------------------------------------------------
+#: The class names of the weight rules whose weights are cross-DAG keys, comparable across DAGs (the
+#: strategies of :mod:`airflow_gpu_dag.priority_strategy`); every other rule's weights are not.
+CROSS_DAG_RULE_CLASSES = ("CriticalPathPriorityStrategy", "PackingPriorityStrategy")
+
+
+@dataclass(frozen=True)
+class RuleUse:
+    """A DAG's tasks on one weight rule in one pool: ``rule`` as the DAG names it, ``cross_dag`` when its
+    weights are cross-DAG keys, ``gpu`` when one of those tasks asks for GPUs."""
+
+    dag_id: str
+    pool: str
+    rule: str
+    cross_dag: bool
+    gpu: bool = False
+
+
+@dataclass(frozen=True)
+class IncomparableRule:
+    """A DAG whose tasks run on a weight rule that is not cross-DAG (``rules``) in GPU ``pools`` that DAGs
+    on a cross-DAG rule (``shared_with``) also use: the scheduler orders the tasks of every DAG in one
+    pool by their weights, and a stock weight (a small count of tasks) always sorts after the cross-DAG
+    keys, so its tasks wait behind theirs whatever their size or how long they waited."""
+
+    dag_id: str
+    rules: tuple[str, ...]
+    pools: tuple[str, ...]
+    shared_with: tuple[str, ...]
+
+    def describe(self) -> str:
+        """One sentence naming the DAG, its rules, the pools and the DAGs it shares them with."""
+        shown = ", ".join(repr(d) for d in self.shared_with[:5])
+        more = f" and {len(self.shared_with) - 5} more" if len(self.shared_with) > 5 else ""
+        return (
+            f"DAG {self.dag_id!r} uses weight rule {', '.join(map(repr, self.rules))} in GPU pool(s) "
+            f"{', '.join(self.pools)}, which DAG(s) {shown}{more} use with cross-DAG keys: its weights "
+            "cannot be compared with theirs (they always sort after them), so its tasks there wait behind "
+            "theirs whatever their size or how long they waited."
+        )
+
+
+def incomparable_rules(uses: Iterable[RuleUse]) -> list[IncomparableRule]:
+    """Every DAG with tasks on a weight rule that is not cross-DAG in a GPU pool where another DAG's tasks
+    use a cross-DAG rule, sorted by DAG id. A GPU pool: one of the provider's names (``gpu_<type>``) or
+    one a task asks GPUs in; never ``default_pool`` (it counts tasks, and every DAG uses it)."""
+    uses = list(uses)
+    gpu_pools = {u.pool for u in uses if u.gpu or is_gpu_pool(u.pool)} - {DEFAULT_POOL}
+    keyed: dict[str, set[str]] = {}
+    for use in uses:
+        if use.cross_dag and use.pool in gpu_pools:
+            keyed.setdefault(use.pool, set()).add(use.dag_id)
+    found: dict[str, tuple[set[str], set[str], set[str]]] = {}
+    for use in uses:
+        others = keyed.get(use.pool, set()) - {use.dag_id}
+        if use.cross_dag or not others:
+            continue
+        rules, pools, shared = found.setdefault(use.dag_id, (set(), set(), set()))
+        rules.add(use.rule)
+        pools.add(use.pool)
+        shared.update(others)
+    return [
+        IncomparableRule(dag_id, tuple(sorted(rules)), tuple(sorted(pools)), tuple(sorted(shared)))
+        for dag_id, (rules, pools, shared) in sorted(found.items())
+    ]

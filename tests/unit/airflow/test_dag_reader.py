@@ -13,8 +13,8 @@ from airflow.providers.standard.operators.bash import BashOperator
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, Label, TaskGroup, task
 
-from airflow_gpu_dag import gpu_hints
-from airflow_gpu_dag.airflow.dag_reader import build_task_graph, plan_dag
+from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
+from airflow_gpu_dag.airflow.dag_reader import build_task_graph, plan_dag, rule_uses
 from airflow_gpu_dag.authoring import start_window
 from airflow_gpu_dag.core.model.mapping import expanded_id, task_of
 from airflow_gpu_dag.core.planning.plan import build_plan
@@ -332,3 +332,22 @@ def test_a_malformed_dag_default_duration_is_an_error_and_the_deployment_default
     )
     assert "gpu_dag_default_duration" in bad.message and "'20m'" in bad.fix
     assert graph.nodes["prepare"].duration == 1800.0
+
+
+def test_rule_uses_reads_each_pools_weight_rules_from_sdk_and_serialized_dags() -> None:
+    with DAG("rules", schedule=None) as dag:
+        EmptyOperator(
+            task_id="keyed",
+            pool="gpu_default",
+            weight_rule=CRITICAL_PATH_WEIGHT_RULE,
+            executor_config=gpu_hints(gpus=1),
+        )
+        EmptyOperator(task_id="stock", pool="gpu_default", pool_slots=2)
+        EmptyOperator(task_id="up", weight_rule="upstream")
+    for read in (dag, _serialized(dag)):
+        found = {(u.pool, u.rule.rsplit(".", 1)[-1], u.cross_dag, u.gpu) for u in rule_uses(read)}
+        assert found == {
+            ("gpu_default", "CriticalPathPriorityStrategy", True, True),
+            ("gpu_default", "downstream", False, False),
+            ("default_pool", "upstream", False, False),
+        }

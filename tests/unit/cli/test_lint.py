@@ -509,3 +509,44 @@ def test_lint_warns_about_cpu_tasks_without_an_estimate_only_when_strict_and_nev
     code, report = run_json(capsys, "lint", str(path), "--no-granularity")
     assert code == 1
     assert [(f["code"], f["dag_id"]) for f in report["findings"]] == [("bad-default-duration", "finetune")]
+
+
+# -- weight rules that cannot be compared across DAGs sharing a GPU pool -------------------------------------
+_KEYED = """
+from airflow.sdk import DAG
+from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE
+from airflow_gpu_dag.operators.gpu import GpuBashOperator
+
+with DAG("keyed", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}, schedule=None):
+    GpuBashOperator(task_id="train", bash_command="true", gpus=2, duration="1h")
+"""
+
+_STOCK = """
+from airflow.providers.standard.operators.bash import BashOperator
+from airflow.sdk import DAG
+
+with DAG("stock", schedule=None):
+    BashOperator(task_id="eval", bash_command="true", pool="gpu_default", pool_slots=1)
+"""
+
+
+@pytest.mark.usefixtures("_settings")
+def test_lint_names_a_dag_whose_weight_rule_cannot_be_compared_with_the_dags_sharing_its_gpu_pool(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: a DAG outside the provider (no hints) on Airflow's default rule was only 'not a GPU DAG',
+    although its tasks in gpu_default always sort after the other DAGs' keys."""
+    (tmp_path / "keyed.py").write_text(_KEYED)
+    (tmp_path / "stock.py").write_text(_STOCK)
+    code, report = run_json(capsys, "lint", str(tmp_path), "--no-granularity")
+    assert code == 0  # a warning
+    (found,) = [f for f in report["findings"] if f["code"] == "incomparable-weight-rule"]
+    assert (found["severity"], found["dag_id"], found["task_id"]) == ("warning", "stock", None)
+    assert (
+        "'downstream'" in found["message"]
+        and "gpu_default" in found["message"]
+        and "'keyed'" in found["message"]
+    )
+    assert "CRITICAL_PATH_WEIGHT_RULE" in found["fix"]
+    code, report = run_json(capsys, "lint", str(tmp_path / "stock.py"), "--no-granularity")
+    assert report["findings"] == [], "alone in the pool: nothing to compare with"

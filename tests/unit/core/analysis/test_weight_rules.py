@@ -10,9 +10,11 @@ import pytest
 from airflow_gpu_dag.core.analysis.weight_rules import (
     INT32_MAX,
     INT32_MIN,
+    RuleUse,
     clamp_int32,
     critical_path_weights,
     downstream_weights,
+    incomparable_rules,
     plan_order_weights,
     resolve_priority,
     width_aware_weights,
@@ -105,3 +107,28 @@ def test_clamp_int32_clamps_infinities() -> None:
     assert clamp_int32(10**400) == INT32_MAX and clamp_int32(2**31 - 1.4) == INT32_MAX
     with pytest.raises(ValueError):
         clamp_int32(math.nan)
+
+
+# -- DAGs whose weights do not compare with the cross-DAG keys of DAGs sharing their GPU pools ------------
+def test_a_dag_on_a_stock_rule_sharing_a_gpu_pool_with_cross_dag_keys_is_named() -> None:
+    uses = [
+        RuleUse("keyed_a", "gpu_default", "CriticalPathPriorityStrategy", cross_dag=True, gpu=True),
+        RuleUse("keyed_b", "gpu_a100", "PackingPriorityStrategy", cross_dag=True, gpu=True),
+        RuleUse("stock", "gpu_default", "downstream", cross_dag=False),
+        RuleUse("stock", "gpu_a100", "upstream", cross_dag=False),
+        RuleUse("stock", "default_pool", "downstream", cross_dag=False),
+        RuleUse("alone", "gpu_h100", "downstream", cross_dag=False, gpu=True),  # no keyed DAG in its pool
+        RuleUse("cpu_only", "default_pool", "downstream", cross_dag=False),  # default_pool: every DAG's
+        RuleUse("keyed_a", "default_pool", "CriticalPathPriorityStrategy", cross_dag=True),
+        RuleUse("team_pool", "team_x", "absolute", cross_dag=False),  # a GPU pool: a keyed GPU task in it
+        RuleUse("keyed_b", "team_x", "PackingPriorityStrategy", cross_dag=True, gpu=True),
+    ]
+    found = incomparable_rules(uses)
+    assert [(f.dag_id, f.rules, f.pools, f.shared_with) for f in found] == [
+        ("stock", ("downstream", "upstream"), ("gpu_a100", "gpu_default"), ("keyed_a", "keyed_b")),
+        ("team_pool", ("absolute",), ("team_x",), ("keyed_b",)),
+    ]
+    described = found[0].describe()
+    assert described.startswith("DAG 'stock' uses weight rule 'downstream', 'upstream' in GPU pool(s) ")
+    assert "gpu_a100, gpu_default, which DAG(s) 'keyed_a', 'keyed_b' use with cross-DAG keys" in described
+    assert incomparable_rules([u for u in uses if u.cross_dag]) == []
