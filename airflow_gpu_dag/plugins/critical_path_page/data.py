@@ -9,9 +9,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from airflow_gpu_dag.core.analysis.weight_rules import CROSS_DAG_RULE_CLASSES, RuleUse, incomparable_rules
 from airflow_gpu_dag.core.model.graph import TaskGraph, task_pool
 from airflow_gpu_dag.core.model.ladders import unfit_rungs
-from airflow_gpu_dag.core.model.pools import is_gpu_pool
+from airflow_gpu_dag.core.model.pools import DEFAULT_POOL, is_gpu_pool
 from airflow_gpu_dag.core.planning.plan import Plan, build_plan
 from airflow_gpu_dag.core.planning.planner import predict
 
@@ -21,7 +22,9 @@ __all__ = [
     "parse_pool_description",
     "pool_views",
     "predicted_schedules",
+    "rule_uses_of_serialized",
     "too_large_of",
+    "weight_rule_notes",
 ]
 
 _CONTROLLER_PREFIX = "gpu-dag watermark:"
@@ -158,3 +161,46 @@ def predicted_schedules(graph: TaskGraph, pools: Iterable[PoolView]) -> Schedule
 def plan_of(graph: TaskGraph, findings: Iterable[Any] = ()) -> Plan:
     """The plan of a graph (a cycle has already been refused at parse time)."""
     return build_plan(graph, findings)
+
+
+def _plain(value: Any) -> Any:
+    """A value of a serialized DAG's JSON without its ``{"__var": ..., "__type": ...}`` wrappers."""
+    while isinstance(value, Mapping) and "__var" in value:
+        value = value["__var"]
+    return value
+
+
+def rule_uses_of_serialized(dag_id: str, data: Mapping[str, Any] | None) -> list[RuleUse]:
+    """The weight rules of a DAG's tasks per pool, read from its serialized JSON (``SerializedDagModel.data``)
+    without deserializing it: the page reads every DAG its user may read, on each view. A value Airflow
+    left out is its default (``default_pool``, ``downstream``); a mapped task's are in its partial
+    arguments."""
+    dag = _plain((data or {}).get("dag")) or {}
+    uses: dict[tuple[str, str], RuleUse] = {}
+    for entry in dag.get("tasks") or ():
+        task = _plain(entry)
+        if not isinstance(task, Mapping):
+            continue
+        partial = _plain(task.get("partial_kwargs")) or {}
+        pool = str(task.get("pool") or partial.get("pool") or DEFAULT_POOL)
+        rule = str(_plain(task.get("weight_rule") or partial.get("weight_rule")) or "downstream")
+        hints = _plain(
+            (_plain(task.get("executor_config") or partial.get("executor_config")) or {}).get("gpu_dag")
+        )
+        gpu = isinstance(hints, Mapping) and hints.get("gpus") is not None
+        before = uses.get((pool, rule))
+        uses[(pool, rule)] = RuleUse(
+            dag_id, pool, rule, rule.endswith(CROSS_DAG_RULE_CLASSES), gpu or bool(before and before.gpu)
+        )
+    return list(uses.values())
+
+
+def weight_rule_notes(dag_id: str, uses: Iterable[RuleUse]) -> list[str]:
+    """Sentences naming the DAGs whose weights cannot be compared with those of the DAGs they share GPU
+    pools with (:func:`~airflow_gpu_dag.core.analysis.weight_rules.incomparable_rules`): ``dag_id`` itself,
+    or the DAGs that share its pools on another rule."""
+    return [
+        found.describe()
+        for found in incomparable_rules(uses)
+        if found.dag_id == dag_id or dag_id in found.shared_with
+    ]

@@ -186,13 +186,16 @@ def render_page(
     flag_factor: float = 1.5,
     history_note: str = "",
     sources: Mapping[str, str] | None = None,
+    weight_rules: Sequence[str] = (),
 ) -> str:
     """The whole page. ``static_url``/``pools_url`` are relative to the page's own URL.
 
     ``estimates``: per task, declared vs learned durations (the Tasks table shows both and flags a
     declared estimate off by more than ``flag_factor``); ``history_note``: why there are none;
     ``sources``: per task, where the plan's duration comes from (``learned``/``declared``/``default``,
-    the graph's ``duration_source``, as ``airflow gpu-dag plan`` marks it).
+    the graph's ``duration_source``, as ``airflow gpu-dag plan`` marks it); ``weight_rules``: the
+    DAGs, this one or those sharing its GPU pools, whose weights cannot be compared across DAGs
+    (:func:`~airflow_gpu_dag.plugins.critical_path_page.data.weight_rule_notes`).
     """
     esc = html.escape
     summary = (
@@ -216,6 +219,14 @@ def render_page(
         findings = (
             '<div class="findings"><b>Problems reading the DAG:</b><ul>'
             + "".join(f"<li>{esc(str(f))}</li>" for f in plan.findings)
+            + "</ul></div>"
+        )
+    if weight_rules:
+        findings += (
+            '<div class="findings" id="incomparable-weight-rules"><b>Weight rules that cannot be compared '
+            "across DAGs</b> (<code>incomparable-weight-rule</code>; fix: the DAG's "
+            "<code>default_args={'weight_rule': CRITICAL_PATH_WEIGHT_RULE}</code>):<ul>"
+            + "".join(f"<li>{esc(line)}</li>" for line in weight_rules)
             + "</ul></div>"
         )
     gantt_summary, gantt = _gantt(plan, schedules)

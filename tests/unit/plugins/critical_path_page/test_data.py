@@ -17,6 +17,8 @@ from airflow_gpu_dag.plugins.critical_path_page.data import (
     parse_pool_description,
     pool_views,
     predicted_schedules,
+    rule_uses_of_serialized,
+    weight_rule_notes,
 )
 from airflow_gpu_dag.plugins.critical_path_page.page_html import render_page
 
@@ -270,3 +272,57 @@ def test_a_task_declaring_zero_is_not_marked_learned(monkeypatch: pytest.MonkeyP
     assert done is not None and train is not None
     assert re.findall(r"<td>([^<]*)</td>", done.group(1))[2] == "0s"
     assert re.findall(r"<td>([^<]*)</td>", train.group(1))[2] == "2h00m (learned)"
+
+
+# -- DAGs whose weight rule cannot be compared across DAGs ---------------------------------------------------
+def _serialized_dicts() -> dict[str, Any]:
+    """The serialized JSON of a DAG on the critical-path rule (a plain and a mapped GPU task in
+    gpu_default) and of a DAG on Airflow's default rule with a task in gpu_default."""
+    from airflow.providers.standard.operators.bash import BashOperator
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
+
+    with DAG("keyed", schedule=None, default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as keyed:
+        EmptyOperator(task_id="prep")
+        BashOperator.partial(task_id="sweep", pool="gpu_default", executor_config=gpu_hints(gpus=1)).expand(
+            bash_command=["a", "b"]
+        )
+    with DAG("stock", schedule=None) as stock:
+        EmptyOperator(task_id="eval", pool="gpu_default", pool_slots=2)
+    return {dag.dag_id: DagSerialization.to_dict(dag) for dag in (keyed, stock)}
+
+
+def test_the_weight_rules_of_each_pool_are_read_from_the_serialized_json() -> None:
+    data = _serialized_dicts()
+    keyed = {
+        (u.pool, u.rule.rsplit(".", 1)[-1], u.cross_dag, u.gpu)
+        for u in rule_uses_of_serialized("keyed", data["keyed"])
+    }
+    assert keyed == {
+        ("default_pool", "CriticalPathPriorityStrategy", True, False),
+        ("gpu_default", "CriticalPathPriorityStrategy", True, True),  # the mapped task's partial arguments
+    }
+    stock = rule_uses_of_serialized("stock", data["stock"])
+    assert [(u.pool, u.rule, u.cross_dag) for u in stock] == [("gpu_default", "downstream", False)]
+    assert rule_uses_of_serialized("gone", None) == []
+
+
+def test_the_page_names_a_dag_whose_weights_cannot_be_compared_with_the_dags_sharing_its_pools() -> None:
+    """Before: the page said nothing; the stock DAG's tasks in gpu_default always sort after the keys."""
+    data = _serialized_dicts()
+    uses = [use for dag_id, d in data.items() for use in rule_uses_of_serialized(dag_id, d)]
+    notes = weight_rule_notes("keyed", uses)
+    assert notes == weight_rule_notes("stock", uses) and len(notes) == 1
+    assert notes[0].startswith(
+        "DAG 'stock' uses weight rule 'downstream' in GPU pool(s) gpu_default, which DAG(s) 'keyed'"
+    )
+    assert weight_rule_notes("other", uses) == []
+    graph = _pool_slots_graph()
+    page = render_page(build_plan(graph), ScheduleView(), None, "s", "p", weight_rules=notes)
+    assert 'id="incomparable-weight-rules"' in page and "DAG &#x27;stock&#x27; uses weight rule" in page
+    assert 'id="incomparable-weight-rules"' not in render_page(
+        build_plan(graph), ScheduleView(), None, "s", "p"
+    )
