@@ -40,6 +40,8 @@ from airflow_gpu_dag.plugins.critical_path_page.data import (
     plan_of,
     pool_views,
     predicted_schedules,
+    rule_uses_of_serialized,
+    weight_rule_notes,
 )
 from airflow_gpu_dag.plugins.critical_path_page.live_routes import add_live_routes
 from airflow_gpu_dag.plugins.critical_path_page.page_html import render_page
@@ -77,6 +79,23 @@ def _pools(session: Any, dag_pools: set[str], user: Any) -> list[PoolView]:
     stats = {name: dict(stat) for name, stat in Pool.slots_stats(session=session).items() if name in readable}
     descriptions = dict(session.execute(select(Pool.pool, Pool.description)).all())
     return pool_views(stats, descriptions, dag_pools)
+
+
+def _weight_rule_notes(dag_id: str, session: Any, user: Any) -> list[str]:
+    """The DAGs whose weights cannot be compared with those sharing this DAG's GPU pools, among the DAGs
+    ``user`` may read (no other DAG is named)."""
+    try:
+        readable = airflow_app.get_auth_manager().get_authorized_dag_ids(
+            user=user, method="GET", session=session
+        )
+        rows = SerializedDagModel.get_latest_serialized_dags(
+            dag_ids=sorted(readable | {dag_id}), session=session
+        )
+        uses = [use for row in rows for use in rule_uses_of_serialized(row.dag_id, row.data)]
+    except Exception:
+        log.exception("airflow-gpu-dag: cannot read the weight rules of the DAGs sharing %r's pools", dag_id)
+        return []
+    return weight_rule_notes(dag_id, uses)
 
 
 def _may_read_pools(user: Any) -> bool:
@@ -135,6 +154,7 @@ def create_app() -> FastAPI:
             flag_factor=_flag_factor(),
             history_note=learned.note,
             sources=_sources(graph),
+            weight_rules=_weight_rule_notes(dag_id, session, user),
         )
         return HTMLResponse(body)
 
@@ -153,6 +173,7 @@ def create_app() -> FastAPI:
             },
             "history_note": learned.note,
             "map_counts": learned.map_counts,
+            "incomparable_weight_rules": _weight_rule_notes(dag_id, session, user),
             "predicted": {
                 "capacity": schedules.capacity,
                 "note": schedules.note,

@@ -142,3 +142,41 @@ def test_the_pool_table_shows_only_the_pools_the_user_may_read(monkeypatch: pyte
     views = app._pools(session, {"gpu_team_a"}, user="viewer_a")
     assert [v.name for v in views] == ["gpu_team_a", "default_pool"]
     assert asked == [("viewer_a", "GET")]
+
+
+def test_the_page_reads_the_weight_rules_of_the_dags_its_user_may_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from types import SimpleNamespace
+
+    from airflow.models.serialized_dag import SerializedDagModel
+
+    from airflow_gpu_dag.plugins.critical_path_page import app
+
+    keyed = {
+        "dag": {
+            "tasks": [
+                {
+                    "__var": {
+                        "task_id": "t",
+                        "pool": "gpu_default",
+                        "weight_rule": "x.CriticalPathPriorityStrategy",
+                    }
+                }
+            ]
+        }
+    }
+    stock = {"dag": {"tasks": [{"__var": {"task_id": "e", "pool": "gpu_default"}}]}}
+    rows = {"keyed": keyed, "stock": stock, "secret": stock}
+    asked: list[list[str]] = []
+
+    def latest(*, dag_ids: list[str], session: Any) -> list[Any]:
+        asked.append(dag_ids)
+        return [SimpleNamespace(dag_id=d, data=rows[d]) for d in dag_ids]
+
+    manager = SimpleNamespace(get_authorized_dag_ids=lambda **kwargs: {"stock"})
+    monkeypatch.setattr(app.airflow_app, "get_auth_manager", lambda: manager)
+    monkeypatch.setattr(SerializedDagModel, "get_latest_serialized_dags", latest)
+    (note,) = app._weight_rule_notes("keyed", session=None, user=None)
+    assert asked == [["keyed", "stock"]]  # 'secret', which the user may not read, is not read nor named
+    assert note.startswith("DAG 'stock' uses weight rule 'downstream' in GPU pool(s) gpu_default")
