@@ -17,6 +17,17 @@ Prediction: :func:`airflow_gpu_dag.core.simulation.simulator.simulate` on the sa
 durations and once calibrated with what the real run showed: each task's measured run time plus the
 scheduler's dispatch latency (median gap between a ``sweep`` trial's end and its ``report``'s start).
 
+Plan error: each run's GPU tasks against the plan ``airflow gpu-dag explain`` and the live view draw
+(:func:`~airflow_gpu_dag.core.simulation.live.plan_run`: the run simulated alone from its start on the
+pool, with the run's real priority weights, the controller's interval for the provider and Airflow's
+admission alone for stock), compared by :func:`~airflow_gpu_dag.core.simulation.live.compare_run`:
+the median and p90 of |actual - planned| start and end
+(:func:`~airflow_gpu_dag.core.simulation.live.error_summary`), planned once with the declared
+durations and once with the calibrated ones above (what is left is mostly the scheduling error). The
+last line is what the watermark controller sends as ``gpu_dag.plan.*`` for the provider's run
+(:class:`~airflow_gpu_dag.watermark.plan_quality.PlanErrorReporter` over REST: explain's report, planned
+with the durations learned from the DAG's successful tries).
+
     .venv/bin/python benchmarks/real_airflow_makespan.py            # ~4 minutes
     .venv/bin/python benchmarks/real_airflow_makespan.py --sweep 6  # shorter
 """
@@ -35,9 +46,15 @@ from typing import Any
 from controller_thread import controller_running
 from workloads import graph_from_tasks
 
+from airflow_gpu_dag.core.simulation.live import DoneTask, LiveTask, compare_run, error_summary, plan_run
 from airflow_gpu_dag.core.simulation.simulator import simulate
-from airflow_gpu_dag.hooks.rest_client import parse_time
+from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, parse_time
+from airflow_gpu_dag.settings import key_epoch
 from airflow_gpu_dag.testing import AirflowCluster
+from airflow_gpu_dag.watermark import task_instance_fields as fields
+from airflow_gpu_dag.watermark.controller import reservation_gate
+from airflow_gpu_dag.watermark.durations import ControllerHistory
+from airflow_gpu_dag.watermark.plan_quality import PlanErrorReporter
 
 POOL = "gpu"
 
@@ -82,17 +99,64 @@ for dag_id, rule in (("bench_stock", "downstream"), ("bench_provider", CRITICAL_
 """
 
 
-def _run(cluster: AirflowCluster, dag_id: str) -> dict[str, tuple[float, float]]:
-    run_id = cluster.trigger(dag_id)
-    state = cluster.wait_for_run(dag_id, run_id, timeout=900)
-    if state != "success":
-        raise SystemExit(f"{dag_id} run {run_id} ended {state}")
-    times = {}
-    for ti in cluster.task_instances(dag_id, run_id):
-        start, end = parse_time(ti["start_date"]), parse_time(ti["end_date"])
-        assert start is not None and end is not None
-        times[ti["task_id"]] = (start, end)
-    return times
+class Run:
+    """One finished run: each task's (start, end), its task instances (REST) and the run's start."""
+
+    def __init__(self, cluster: AirflowCluster, dag_id: str) -> None:
+        run_id = cluster.trigger(dag_id)
+        state = cluster.wait_for_run(dag_id, run_id, timeout=900)
+        if state != "success":
+            raise SystemExit(f"{dag_id} run {run_id} ended {state}")
+        self.tis = cluster.task_instances(dag_id, run_id)
+        self.times: dict[str, tuple[float, float]] = {}
+        for ti in self.tis:
+            start, end = parse_time(ti["start_date"]), parse_time(ti["end_date"])
+            assert start is not None and end is not None
+            self.times[ti["task_id"]] = (start, end)
+        run_start = parse_time(cluster.get_run(dag_id, run_id).get("start_date"))
+        self.origin = run_start if run_start is not None else min(s for s, _ in self.times.values())
+
+
+def plan_error(
+    run: Run,
+    tasks: list[dict[str, Any]],
+    capacity: int,
+    interval: float,
+    reservation: bool,
+    durations: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """The plan error of ``run``'s GPU tasks (:func:`error_summary`): the run planned alone from its
+    start (:func:`plan_run`, as ``explain`` plans it) with ``durations`` (default: the declared ones)
+    against what happened."""
+    spec = {t["id"]: t for t in tasks}
+    keys = {ti["task_id"]: fields.key(ti) for ti in run.tis}
+    took = durations or {t["id"]: float(t["d"]) for t in tasks}
+    planned = [
+        LiveTask(
+            keys[ti["task_id"]],
+            "run",
+            str(ti["pool"]),
+            fields.slots(ti),
+            fields.priority(ti),
+            took[ti["task_id"]],
+            "later",
+            tuple(keys[p] for p in spec[ti["task_id"]]["parents"]),
+            fields.order(ti),
+        )
+        for ti in run.tis
+    ]
+    caps = {POOL: capacity}
+    gate = reservation_gate() if reservation else None
+    plan = plan_run(run.origin, planned, caps, interval=interval, reservation=reservation, gate=gate)
+    done = [
+        DoneTask(
+            t.key, t.pool, t.slots, t.priority, t.duration, *run.times[ti["task_id"]], t.upstream, t.order
+        )
+        for t, ti in zip(planned, run.tis, strict=True)
+        if t.pool == POOL
+    ]
+    summary = error_summary(compare_run(run.origin, done, plan, caps))
+    return json.loads(json.dumps(summary))  # a plain dict for --json
 
 
 def _makespan(times: dict[str, tuple[float, float]]) -> float:
@@ -132,9 +196,25 @@ def main(argv: list[str] | None = None) -> int:
         Path(folder, "bench.py").write_text(DAG_TEMPLATE.format(tasks=tasks, pool=POOL))
         with AirflowCluster(folder, pools=caps, parallelism=max(8, args.capacity + 4)) as cluster:
             cluster.wait_for_dags(["bench_stock", "bench_provider"])
-            stock = _run(cluster, "bench_stock")
-            with controller_running(cluster, POOL, args.capacity, args.interval):
-                provider = _run(cluster, "bench_provider")
+            stock_run = Run(cluster, "bench_stock")
+            with controller_running(cluster, POOL, args.capacity, args.interval) as controller:
+                client = AirflowRestClient(cluster.api_url, cluster.USERNAME, cluster.PASSWORD)
+                try:
+                    # what the controller sends as gpu_dag.plan.* (explain's report, learned durations)
+                    metric = PlanErrorReporter(
+                        client,
+                        [POOL],
+                        history=ControllerHistory(client, controller.default_duration),
+                        gate=controller.gate,
+                        epoch=key_epoch(),
+                    )
+                    metric.check()
+                    provider_run = Run(cluster, "bench_provider")
+                    metric.check()
+                finally:
+                    client.close()
+    stock, provider = stock_run.times, provider_run.times
+    sent = [error for dag_id, _run, error in metric.sent if dag_id == "bench_provider"]
 
     # calibration: measured run time per task (mean of both runs) + dispatch latency
     gaps = [stock[f"report_{i}"][0] - stock[f"sweep_{i}"][1] for i in range(args.sweep)]
@@ -148,6 +228,12 @@ def main(argv: list[str] | None = None) -> int:
         for t in tasks
     ]
     calibrated = graph_from_tasks("bench_calibrated", measured, gpu_pool=POOL)
+    calibrated_d = {t["id"]: float(t["d"]) for t in measured}
+    errors = {
+        f"{name}_{which}": plan_error(run, tasks, args.capacity, args.interval, name == "provider", durations)
+        for name, run in (("stock", stock_run), ("provider", provider_run))
+        for which, durations in (("declared", None), ("calibrated", calibrated_d))
+    }
 
     def predict(g: Any) -> tuple[float, float]:
         s = simulate(g, caps, "stock").makespan
@@ -172,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
             "provider": round(provider["pretrain"][0] - provider["prep"][1], 1),
         },
         "peak_gpu_slots": {"stock": _peak(stock, tasks), "provider": _peak(provider, tasks)},
+        "plan_error_s": errors,
+        "plan_error_metric_s": sent[0] if sent else None,
         "wall_s": round(time.monotonic() - started, 1),
         "timelines": {
             name: {
@@ -197,6 +285,21 @@ def main(argv: list[str] | None = None) -> int:
         f"provider {figures['pretrain_wait_s']['provider']}s; dispatch latency {latency:.1f}s; "
         f"peak GPU slots {figures['peak_gpu_slots']} (capacity {args.capacity})"
     )
+    print("plan error over the GPU tasks, |actual - planned| (s): start median / p90, end median / p90")
+    for label, summary in errors.items():
+        start, end = summary["start_error_s"], summary["end_error_s"]
+        print(
+            f"  {label:20s} start {start['median']:5.1f} / {start['p90']:5.1f}   "
+            f"end {end['median']:5.1f} / {end['p90']:5.1f}   ({summary['tasks']} tasks)"
+        )
+    if sent:
+        start, end = sent[0]["start_error_s"], sent[0]["end_error_s"]
+        print(
+            f"  {'provider, the metric':20s} start {start['median']:5.1f} / {start['p90']:5.1f}   "
+            f"end {end['median']:5.1f} / {end['p90']:5.1f}   ({sent[0]['tasks']} tasks; gpu_dag.plan.*)"
+        )
+    else:
+        print("  the controller's plan-error check measured no run of bench_provider")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0
