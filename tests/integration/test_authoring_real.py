@@ -297,3 +297,27 @@ def test_plan_api_shows_rung_durations_assumed_rung_and_window_opening(env: Env)
     night = next(t for t in window["tasks"] if t["task_id"] == "night")
     opens = datetime(2099, 1, 1, tzinfo=UTC).timestamp() - time.time()
     assert night["earliest_start"] == night["not_before"] and abs(night["not_before"] - opens) < 3600
+
+
+# -- GPU declaration errors ---------------------------------------------------------------------------------
+def test_a_gpu_declaration_error_is_an_import_error_at_the_dag_files_line_and_lint_lists_them_all(
+    env: Env,
+) -> None:
+    file = DAGS / "auth_bad_declaration.py"
+    errors = [e for e in env.cluster.import_errors() if str(e.get("filename", "")).endswith(file.name)]
+    assert errors, env.cluster.import_errors()
+    trace = str(errors[0].get("stack_trace") or errors[0])
+    # the last frame of the traceback Airflow keeps is the DAG file's line, then the coded problems
+    frames = [line for line in trace.splitlines() if line.lstrip().startswith('File "')]
+    assert frames and f'{file.name}", line 13, in <module>' in frames[-1], trace
+    assert "[bad-estimate] GPU task 'huge' in DAG 'auth_bad_declaration'" in trace, trace
+    assert "[impossible-request] GPU task 'huge'" in trace, trace
+    result = env.cluster.cli("gpu-dag", "lint", str(file), "-o", "json", check=False)
+    report = json.loads(result.stdout)
+    assert report["import_errors"] == [], report
+    found = {(f["code"], f["dag_id"], f["task_id"]) for f in report["findings"] if f["severity"] == "error"}
+    assert found == {
+        ("bad-estimate", "auth_bad_declaration", "huge"),
+        ("impossible-request", "auth_bad_declaration", "huge"),
+        ("unknown-gpu-type", "auth_bad_declaration", "kind"),
+    }, report
