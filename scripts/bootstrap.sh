@@ -19,8 +19,15 @@ fi
 stamp=.venv/.installed-$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   echo "bootstrap: installing airflow-gpu-dag and pinned dependencies (constraints.txt)"
-  .venv/bin/python -m pip install -q "pip==26.3"
-  .venv/bin/python -m pip install -q -c constraints.txt -e ".[dev]"
+  # uv (from PyPI, pinned) installs the same pinned set as pip, downloading in parallel: 49 s instead
+  # of 164 s on the 2-core machine with empty caches. It is removed afterwards, so .venv holds the
+  # packages pip would have put there; pip is the fallback. --native-tls: the system CA store, as pip.
+  .venv/bin/python -m pip install -q "pip==26.3" "uv==0.13.9"
+  if ! .venv/bin/uv pip install -q --native-tls --python .venv/bin/python -c constraints.txt -e ".[dev]"; then
+    echo "bootstrap: uv failed, installing with pip"
+    .venv/bin/python -m pip install -q -c constraints.txt -e ".[dev]"
+  fi
+  .venv/bin/python -m pip uninstall -q -y uv
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
