@@ -16,9 +16,10 @@ REST client and the durations, ticks anyway, and runs in a process of its own: n
 or break the scheduler or a run.
 
 Cheap and safe: a DAG found not to use the provider is skipped without a request for
-:data:`NOT_PROVIDER_TTL` seconds; at most :data:`MAX_RUNS` reports per tick (more finished runs than
-that in one tick: the oldest are not measured, and the log says so once); any failure is logged once
-per kind and never raised. Runs that ended before the controller started, or while it stood by, are not
+:data:`NOT_PROVIDER_TTL` seconds; a check builds reports for at most a quarter of the controller's
+interval (the rest wait for the next tick) and measures at most :data:`MAX_RUNS` runs at once (more:
+the oldest are not measured, and the log says so once); any failure is logged once per kind and never
+raised. Runs that ended before the controller started, or while it stood by, are not
 measured.
 """
 
@@ -39,10 +40,13 @@ from airflow_gpu_dag.log_once import LogOnce
 log = logging.getLogger(__name__)
 _once = LogOnce(log)
 
-__all__ = ["MARGIN_S", "MAX_RUNS", "NOT_PROVIDER_TTL", "PlanErrorReporter"]
+__all__ = ["DEFAULT_BUDGET_S", "MARGIN_S", "MAX_RUNS", "NOT_PROVIDER_TTL", "PlanErrorReporter"]
 
-#: Reports built per tick at most.
+#: Finished runs measured at most per check (more at once: the oldest are not measured).
 MAX_RUNS = 20
+#: Seconds one check spends building reports by default; the watermark controller gives a quarter of
+#: its interval, so that its next tick stays on time.
+DEFAULT_BUDGET_S = 15.0
 #: Seconds a DAG found not to use the provider is skipped before it is asked about again.
 NOT_PROVIDER_TTL = 600.0
 #: Seconds each check looks back before the latest end it has seen: a run whose end the scheduler
@@ -65,6 +69,8 @@ class PlanErrorReporter:
     :param history: the controller's learned durations (``ControllerHistory``), as ``explain`` uses them.
     :param gate: the objective's reservation gate; ``epoch``: ``[gpu_dag] key_epoch``.
     :param clock: epoch seconds.
+    :param budget: seconds one check may spend building reports (at least one is built; the rest wait
+        for the next check); ``timer`` measures it.
     :param report: builds the explain report of a run (default: ``build_report`` with the above).
     """
 
@@ -77,9 +83,13 @@ class PlanErrorReporter:
         gate: ReservationGate | None = None,
         epoch: float = DEFAULT_EPOCH,
         clock: Callable[[], float] = time.time,
+        budget: float = DEFAULT_BUDGET_S,
+        timer: Callable[[], float] = time.monotonic,
         report: ReportFn | None = None,
     ) -> None:
         self.client = client
+        self.budget = float(budget)
+        self._timer = timer
         self.report: ReportFn = report or (
             lambda dag_id, run_id: build_report(
                 client, dag_id, run_id, history=history, gate=gate, epoch=epoch
@@ -133,20 +143,30 @@ class PlanErrorReporter:
             end = parse_time(run.get("end_date"))
             if end is None or f"{dag_id}/{run_id}" in self.done:
                 continue
-            self.done[f"{dag_id}/{run_id}"] = end
             if end < self.started or self.not_provider.get(dag_id, 0.0) > now:
+                self.done[f"{dag_id}/{run_id}"] = end
                 continue
             todo.append((dag_id, run_id, end))
         if len(todo) > MAX_RUNS:
             _once.warning(
                 "too-many",
-                "gpu-dag plan error: %d runs finished in one tick, more than %d: the oldest are not measured",
+                "gpu-dag plan error: %d finished runs to measure at once, more than %d: the oldest are not "
+                "measured",
                 len(todo),
                 MAX_RUNS,
             )
+            for dag_id, run_id, end in todo[:-MAX_RUNS]:
+                self.done[f"{dag_id}/{run_id}"] = end
             todo = todo[-MAX_RUNS:]
-        sent = sum(self._measure(dag_id, run_id, now) for dag_id, run_id, _end in todo)
-        self.since = max([self.since, *self.done.values()])
+        began, sent = self._timer(), 0
+        left: list[float] = []
+        for index, (dag_id, run_id, end) in enumerate(todo):
+            if index > 0 and self._timer() - began >= self.budget:  # the rest at the next tick
+                left = [e for _d, _r, e in todo[index:]]
+                break
+            self.done[f"{dag_id}/{run_id}"] = end
+            sent += self._measure(dag_id, run_id, now)
+        self.since = min([max([self.since, *self.done.values()]), *left])
         self.done = {k: e for k, e in self.done.items() if e >= self.since - MARGIN_S}
         return sent
 

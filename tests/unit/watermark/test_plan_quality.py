@@ -210,6 +210,31 @@ def test_more_runs_than_the_limit_in_one_tick_measures_the_latest(
     assert reporter.check() == 0  # the dropped ones are not measured later either: no backlog
 
 
+def test_a_check_stops_at_its_budget_and_the_next_measures_the_rest(sent: list[tuple[str, Any, Any]]) -> None:
+    runs, clock = Runs(), Clock()
+    spent = [0.0]
+    building = runs.report
+
+    def slow_report(dag_id: str, run_id: str) -> Mapping[str, Any]:
+        spent[0] += 10.0  # each report takes 10 s
+        return building(dag_id, run_id)
+
+    reporter = PlanErrorReporter(
+        runs, ["gpu"], history=None, clock=clock, budget=15.0, timer=lambda: spent[0], report=slow_report
+    )
+    reporter.check()
+    for i in range(5):
+        runs.finish("pipe", f"r{i}", NOW + 1 + i)
+    clock.now = NOW + 60
+    assert reporter.check() == 2  # 0 s and 10 s into the budget: built; at 20 s: over it
+    assert reporter.check() == 2
+    clock.now = NOW + 120
+    assert reporter.check() == 1
+    assert reporter.check() == 0
+    assert [r[1] for r in reporter.sent] == ["r0", "r1", "r2", "r3", "r4"]
+    assert len(sent) == 5
+
+
 def test_the_default_report_is_explains_with_the_controllers_durations_and_gate(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
