@@ -171,7 +171,13 @@ class WatermarkController:
         self.specs: dict[str, PoolSpec] = {spec.name: spec for spec in config.pools}
         # the plan error of each run that finishes in these pools, sent once (watermark/plan_quality.py)
         self.plan_errors = PlanErrorReporter(
-            client, self.specs, history=self.history, gate=self.gate, epoch=key_epoch(), clock=clock
+            client,
+            self.specs,
+            history=self.history,
+            gate=self.gate,
+            epoch=key_epoch(),
+            clock=clock,
+            budget=config.interval / 4,
         )
 
         self.active = False
