@@ -8,13 +8,14 @@ Use the class path string (required for mapped tasks)::
 Every task instance gets a *key*, the latest moment it may start for its run to meet the run's due
 time, in one unit for all DAGs (:mod:`airflow_gpu_dag.core.policy.objective`; docs/priority.md)::
 
-    weight = 2**31 - 1 - round(trigger + s * W - remaining(task) - key_epoch)
+    weight = 2**31 - 1 - round(trigger + min(s * W, W + overdue) - c * remaining(task) - key_epoch)
 
 so the scheduler, which orders the task instances of all DAGs by weight, starts the earliest key first:
 within a run the longest remaining chain first (critical path), across runs small runs first with aging
 by trigger time. ``remaining`` is the critical path (``CriticalPathPriorityStrategy``) or the packing
 plan's planned end - planned start (``PackingPriorityStrategy``, critical path until the plan is made,
-off the scheduler loop). ``[gpu_dag] objective`` sets ``s``.
+off the scheduler loop). ``[gpu_dag] objective`` sets ``s`` and ``c``, ``[gpu_dag] reservation_overdue``
+``overdue`` (the cap: no run is due more than ``overdue`` after its own work could end).
 
 Airflow calls ``get_weight`` in the scheduler (and the api-server) for every task instance it creates;
 the work per call is a few lookups, plus an O(V + E) analysis once per DAG object

@@ -3,13 +3,14 @@
 For a task instance of DAG ``d`` (the serialized DAG object the scheduler or api-server holds) in a run
 triggered at ``T``::
 
-    weight = 2**31 - 1 - round(T + s * W(d) - remaining(d, task) - E)
+    weight = 2**31 - 1 - round(T + min(s * W(d), W(d) + overdue) - c * remaining(d, task) - E)
 
 (:mod:`airflow_gpu_dag.core.policy.objective`): ``remaining`` is the critical path from the task to the end of
 the run (``critical_path`` rule) or the packing plan's planned end - planned start (``packing`` rule,
 once the plan is ready; the critical path until then; for a DAG of more than
 :data:`PACKING_PLAN_MAX_TASKS` tasks, which is not planned, the ``width_aware`` critical path), ``W``
-the DAG's GPU work over the pool capacity, ``s`` the objective's stretch, ``E`` ``[gpu_dag] key_epoch``.
+the DAG's GPU work over the pool capacity, ``s``, ``c`` and ``overdue`` the objective's stretch, chain
+and overdue, ``E`` ``[gpu_dag] key_epoch``.
 Work per call: dictionary lookups, plus, once per DAG object, the O(V + E) basis (:mod:`.basis`): made
 off the scheduler loop when the task carries the figures the cluster policy derived
 (:mod:`airflow_gpu_dag.airflow.parse_time`; the weights use them until the basis is ready, once their
@@ -387,7 +388,7 @@ class CrossDagWeights:
         if remaining is None:
             raise KeyError(f"task {task.task_id!r} is not in the graph of DAG {basis.dag_id!r}")
         current = self.settings()
-        key = self.triggers.of(ti) + current.objective.stretch * basis.shape.work - remaining
+        key = current.objective.key(self.triggers.of(ti), basis.shape.work, remaining)
         return key_weight(key, current.epoch)
 
     def _parse_time_weight(self, ti: Any, task: Any, dag: Any) -> int | None:
@@ -410,7 +411,7 @@ class CrossDagWeights:
         if self._analysed(dag):  # (inline, in tests, it is ready now)
             return None
         work = work_of(path.slot_seconds, current.capacity)
-        key = self.triggers.of(ti) + current.objective.stretch * work - path.remaining
+        key = current.objective.key(self.triggers.of(ti), work, path.remaining)
         return key_weight(key, current.epoch)
 
     def _digest_matches(self, dag: Any, ti: Any, claimed: str) -> bool:
@@ -491,7 +492,8 @@ def policy_text(graph: TaskGraph, read_settings: Callable[[], WeightSettings] = 
         else ""
     )
     return (
-        f"Priority: {rule}, objective {objective.name}: key = trigger + {objective.stretch:g} x "
-        f"{format_duration(work)} ({work_text}) - remaining; the earliest key starts "
+        f"Priority: {rule}, objective {objective.name}: key = trigger + min({objective.stretch:g} x W, W + "
+        f"{format_duration(objective.overdue)}) - {objective.chain:g} x remaining, W = "
+        f"{format_duration(work)} ({work_text}); the earliest key starts "
         f"first across all DAGs.{hedge} Controller: {gate}."
     )

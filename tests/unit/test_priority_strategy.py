@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
 from airflow_gpu_dag.airflow.policy import dag_policy
 from airflow_gpu_dag.core.analysis.weight_rules import INT32_MAX, INT32_MIN
-from airflow_gpu_dag.core.policy.objective import DEFAULT_EPOCH, key_of_weight
+from airflow_gpu_dag.core.policy.objective import DEFAULT_EPOCH, OBJECTIVES, key_of_weight
 from airflow_gpu_dag.log_once import LogOnce
 from airflow_gpu_dag.priority.background import Background
 from airflow_gpu_dag.priority_strategy import (
@@ -36,6 +37,8 @@ RUN_ID = "manual__2026-11-30T12:00:00+00:00"
 
 
 TRIGGER = 1_796_040_000.0  # the time in RUN_ID
+BALANCED = OBJECTIVES["balanced"]
+C = BALANCED.chain  # key = trigger + due offset - C x remaining
 
 
 @pytest.fixture
@@ -90,8 +93,8 @@ def test_weights_are_keys_of_the_remaining_critical_path() -> None:
         load >> train >> eval_
         load >> side
     sdag = _serialized(dag)
-    # no pool sizes configured: the work term is 0, key = trigger - remaining critical path
-    assert {t: TRIGGER - _key(_weight(sdag, t)) for t in sdag.task_dict} == {
+    # no pool sizes configured: the work term is 0, key = trigger - c x remaining critical path
+    assert {t: (TRIGGER - _key(_weight(sdag, t))) / C for t in sdag.task_dict} == {
         "load": 600 + 3600 + 1200,
         "train": 3600 + 1200,
         "eval": 1200,
@@ -115,11 +118,11 @@ def test_task_group_mapped_and_setup_teardown() -> None:
         setup >> clean >> swept >> teardown
     sdag = _serialized(dag)
     assert set(sdag.task_dict) == {"create_cluster", "prep.clean", "sweep", "delete_cluster"}
-    assert TRIGGER - _key(_weight(sdag, "sweep")) == 1800 + 300
+    assert TRIGGER - _key(_weight(sdag, "sweep")) == C * (1800 + 300)
     mapped = CriticalPathPriorityStrategy().get_weight(_ti(sdag, "sweep", map_index=1))  # type: ignore[arg-type]
     assert mapped == _weight(sdag, "sweep")  # every instance of a mapped task alike
-    assert TRIGGER - _key(_weight(sdag, "prep.clean")) == 1200 + 1800 + 300
-    assert TRIGGER - _key(_weight(sdag, "create_cluster")) == 300 + 1200 + 1800 + 300
+    assert TRIGGER - _key(_weight(sdag, "prep.clean")) == C * (1200 + 1800 + 300)
+    assert TRIGGER - _key(_weight(sdag, "create_cluster")) == C * (300 + 1200 + 1800 + 300)
 
 
 @pytest.mark.usefixtures("_fresh_weights")
@@ -173,7 +176,10 @@ def test_clamp_to_int32() -> None:
 @pytest.mark.usefixtures("_fresh_weights")
 def test_huge_estimates_are_clamped() -> None:
     with DAG("huge", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
-        _bash("a", "300d") >> _bash("b", "300d") >> _bash("c", "300d")
+        # 6 x 300 days, of which c = 0.5 counts: the key lies 900 days before the trigger (2026-11-30)
+        chain = [_bash(name, "300d") for name in "abcdef"]
+        for up, down in itertools.pairwise(chain):
+            up >> down
     assert _weight(_serialized(dag), "a") == INT32_MAX  # a key before the epoch: clamped, not wrapped
 
 
@@ -236,8 +242,9 @@ def test_runs_age_and_small_runs_go_first(monkeypatch: pytest.MonkeyPatch) -> No
         )
     sbig, ssmall = _serialized(big), _serialized(small)
     assert _weight(ssmall, "eval") > _weight(sbig, "pretrain")
-    # balanced (s = 3): due = T + 3 * W, W = 6 h * 8 GPUs / 8 = 6 h; key = due - 6 h
-    assert _key(_weight(sbig, "pretrain")) == TRIGGER + 3 * 6 * 3600 - 6 * 3600
+    # balanced (s = 4, c = 0.5, overdue 8 h): W = 6 h * 8 GPUs / 8 = 6 h, due = T + min(4 W, W + 8 h)
+    # = T + 14 h; key = due - 0.5 x 6 h
+    assert _key(_weight(sbig, "pretrain")) == TRIGGER + 14 * 3600 - 3 * 3600
     later = "manual__2026-11-30T18:00:00+00:00"  # 6 hours later
     assert _weight(ssmall, "eval", later) < _weight(ssmall, "eval")
     monkeypatch.setenv("AIRFLOW__GPU_DAG__OBJECTIVE", "throughput")
@@ -284,7 +291,8 @@ def test_packing_keys_follow_the_plan_and_start_from_the_critical_path(
     strategy = PackingPriorityStrategy()
     work = sum((10 + 7 * i) * 60 * (1 + i % 3) for i in range(6)) / 4
     for task_id, rest in expected.items():
-        assert _key(_weight(sdag, task_id, strategy=strategy)) == TRIGGER + 3 * work - round(rest)
+        expected = TRIGGER + BALANCED.due_offset(work) - C * rest
+        assert _key(_weight(sdag, task_id, strategy=strategy)) == math.floor(expected + 0.5)
 
 
 @pytest.mark.usefixtures("_fresh_weights")
@@ -327,7 +335,8 @@ def test_packing_dags_above_the_planning_limit_use_the_width_aware_weights(
     assert planned == []  # over the limit: never planned
     widths = width_aware_weights(build_task_graph(sdag)[0], {"gpu": 4})
     work = (40 * 60 * 4 + 4 * 50 * 60) / 4
-    assert keys == {t: TRIGGER + 3 * work - round(w / 10) for t, w in widths.items()}
+    due = TRIGGER + BALANCED.due_offset(work)
+    assert keys == {t: math.floor(due - C * w / 10 + 0.5) for t, w in widths.items()}
     assert min(keys, key=keys.__getitem__) == "wide"  # the plain critical path started the narrow ones first
     # the critical-path rule is unchanged by the limit
     assert _key(_weight(sdag, "wide")) > _key(_weight(sdag, "narrow0"))
@@ -807,17 +816,17 @@ def test_packing_strategy_never_raises_and_follows_the_plan(monkeypatch: pytest.
     monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu": 8}')
     ps.PackingPriorityStrategy._weights.reset()
     planned = planned_remaining(build_task_graph(dag)[0], {"gpu": 8})
-    base = rest("a") - round(planned["a"])  # -(trigger + s * W): the same for every task of the run
-    assert {t: rest(t) - round(planned[t]) for t in ("a", "b", "c")} == dict.fromkeys(("a", "b", "c"), base)
+    base = rest("a") - C * planned["a"]  # -(trigger + due offset): the same for every task of the run
+    assert all(abs(rest(t) - C * planned[t] - base) <= 1 for t in ("b", "c"))  # (keys are whole seconds)
     assert strategy.get_weight(ti("a")) > strategy.get_weight(ti("b"))  # a gates the long wide task
     # a task wider than the configured pool: the planner refuses, critical-path remaining, no exception
     monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu": 4}')
     ps.PackingPriorityStrategy._weights.reset()
-    assert rest("a") - rest("b") == 10  # remaining 110 vs 100: the critical path
+    assert rest("a") - rest("b") == C * 10  # remaining 110 vs 100: the critical path
     # no pool sizes configured: the critical path too
     monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS")
     ps.PackingPriorityStrategy._weights.reset()
-    assert rest("a") - rest("c") == 105
+    assert abs(rest("a") - rest("c") - C * 105) <= 1
     no_task: Any = SimpleNamespace(task=None, task_id="x")
     assert strategy.get_weight(no_task) == 1
     # anything else failing: the task's own priority_weight

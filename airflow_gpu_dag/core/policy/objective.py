@@ -2,26 +2,27 @@
 
 Airflow orders the scheduled task instances of *all* DAGs by ``priority_weight``. For weights of two
 DAGs to mean something next to each other they must share a unit, and for nobody to wait without
-bound they must age. Every task instance therefore gets a **key**, an absolute time in seconds: the
-latest time it may start for its run to meet the run's *due time*, along the critical path::
+bound they must age. Every task instance therefore gets a **key**, an absolute time in seconds::
 
-    due(run)  = T + s * W                 T: when the run was triggered
-    key(t)    = due(run) - remaining(t)   W: the run's GPU work / the pool capacity (max over pools)
+    due(run)  = T + min(s * W, W + overdue)    T: when the run was triggered
+    key(t)    = due(run) - c * remaining(t)    W: the run's GPU work / the pool capacity (max over pools)
     weight(t) = 2**31 - 1 - round(key(t) - E)      E: a fixed epoch; the earliest key goes first
 
-* **Within one run** ``T + s * W`` is a constant, so the order is exactly the critical-path order (or
-  the packing plan's order when ``remaining`` comes from the plan: planned end - planned start).
+* **Within one run** ``due`` is a constant, so the order is exactly the critical-path order (or the
+  packing plan's order when ``remaining`` comes from the plan: planned end - planned start).
 * **Across runs** the ``s * W`` term is shortest-work-first with aging: a 20-minute evaluation DAG
   is due long before a 40-GPU-hour pipeline triggered at the same moment, but a run triggered later
-  is due later. The ``- remaining(t)`` term starts a long chain early, which keeps the makespan close
-  to what running the longest chains first would give.
-* **Aging bounds every wait**: ``key >= T - CP`` for every task of a run, so a run triggered after
-  ``key(X) + CP_max`` can never overtake task ``X``; see :class:`~airflow_gpu_dag.core.policy.reservation`
-  (``ReservationGate``) and docs/priority.md for the bound.
+  is due later. The ``- c * remaining(t)`` term starts a long chain early (``c``, the objective's
+  ``chain``, is how much of it counts across runs).
+* **No run pays for the others without bound**: ``due <= T + W + overdue``, so a wide run (a sweep)
+  triggered early is overtaken only by runs triggered within ``W + overdue + c * CP`` after it
+  (``CP`` the overtaker's critical path), however large its work; and ``key >= T - CP``, so a run
+  triggered after ``key(X) + CP_max`` can never overtake task ``X`` (docs/priority.md states the wait
+  bound and proves it; :class:`ReservationGate` is the controller's half).
 * ``W`` scales with the pool: at 8 GPUs the keys behave like shortest-work-first, at 32 like the
   critical path with first-come-first-served.
 
-The objective (``[gpu_dag] objective``) picks ``s`` and the reservation gate (:data:`OBJECTIVES`):
+The objective (``[gpu_dag] objective``) picks ``s``, ``c`` and the reservation gate (:data:`OBJECTIVES`):
 ``throughput`` (makespan and pipelines first, every wide task reserved for), ``balanced`` (the
 default), ``latency`` (mean completion time and small DAGs first). Pure and deterministic.
 """
@@ -42,6 +43,7 @@ __all__ = [
     "DEFAULT_EPOCH",
     "DEFAULT_OBJECTIVE",
     "KEY_WEIGHT_FLOOR",
+    "MAX_OVERDUE",
     "OBJECTIVES",
     "Objective",
     "ReservationGate",
@@ -50,6 +52,7 @@ __all__ = [
     "get_objective",
     "key_of_weight",
     "key_weight",
+    "objective_problems",
     "run_shape",
     "run_weights",
     "slot_seconds",
@@ -61,39 +64,95 @@ __all__ = [
 DEFAULT_EPOCH = 1_735_689_600.0
 #: Weights at or above this are keys (``key - epoch < 2**30`` s, 34 years); below, a stock weight.
 KEY_WEIGHT_FLOOR = 2**30
+#: The longest ``overdue`` (30 days, the oldest trigger time a key is made from): the wait bound holds
+#: for any finite value, but a task may wait ``overdue`` before anything is reserved for it, and a wait
+#: of months is, to the team that waits, a wait without bound.
+MAX_OVERDUE = 30 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
 class Objective:
     """What the cross-DAG policy optimizes.
 
-    ``stretch`` is ``s`` in ``due = T + s * W``: how much a run's own GPU work delays its due time
-    (larger: small DAGs first, the mean completion time; smaller: closer to the longest chain first,
-    the makespan). ``gap`` and ``overdue`` (seconds) gate the reservation of wide tasks
-    (:class:`ReservationGate`): slots are held for a wide head ``W``
-    only when ``W``'s key is earlier than the next waiting task's by at least ``gap``, or ``W`` is
-    ``overdue`` seconds past its key; ``gap = 0`` reserves for every wide head, as the controller
-    always did. A task that has waited ``overdue`` seconds since it turned ready (or since its key,
-    when that is later) is *starving*: the head is then reserved for, with only work ahead of the
-    starving task backfilled.
+    ``stretch`` is ``s`` in ``due = T + min(s * W, W + overdue)``: how much a run's own GPU work
+    delays its due time (larger: small DAGs first, the mean completion time; smaller: closer to the
+    longest chain first, the makespan). ``chain`` is ``c`` in ``key = due - c * remaining``: how much
+    of a task's remaining critical path moves it ahead of other runs (1: all of it, long chains first;
+    below 1 a long chain no longer jumps a wide run triggered before it by its whole length; within a
+    run the order is the critical path's whatever ``c``). ``gap`` and ``overdue`` (seconds) gate the
+    reservation of wide tasks (:class:`ReservationGate`): slots are held for a wide head ``W`` only
+    when ``W``'s key is earlier than the next waiting task's by at least ``gap``, or ``W`` is
+    ``overdue`` seconds past its key; ``gap = 0`` reserves for every wide head. A task that has waited
+    ``overdue`` seconds since it turned ready (or since its key, when that is later) is *starving*: the
+    head is then reserved for, with only work ahead of the starving task backfilled. ``overdue`` also
+    caps the due time: no run is due more than ``overdue`` after its own work could end.
+
+    :raises ValueError: a constant that would let a run wait without bound or lose the critical-path
+        order, with the reason (:func:`objective_problems`).
     """
 
     name: str
     stretch: float
     gap: float
     overdue: float
+    chain: float = 1.0
+
+    def __post_init__(self) -> None:
+        problems = objective_problems(self.stretch, self.chain, self.gap, self.overdue)
+        if problems:
+            raise ValueError(f"objective {self.name!r}: " + "; ".join(problems))
 
     @property
     def always_reserves(self) -> bool:
         return self.gap <= 0
 
+    def due_offset(self, work: float) -> float:
+        """``min(s * W, W + overdue)``: how long after its trigger a run of work ``W`` is due."""
+        return min(self.stretch * work, work + self.overdue)
+
+    def key(self, trigger: float, work: float, remaining: float) -> float:
+        """``T + min(s * W, W + overdue) - c * remaining``: the key of a task with ``remaining`` seconds
+        of critical path, of a run of work ``W`` triggered at ``T``."""
+        return trigger + self.due_offset(work) - self.chain * remaining
+
+
+def objective_problems(stretch: float, chain: float, gap: float, overdue: float) -> list[str]:
+    """What is wrong with these objective constants (empty: nothing). Each refused value would break
+    a guarantee of docs/priority.md: a stretch that is negative or not finite lets ever larger runs go
+    first (or puts every key at infinity); a chain outside (0, 1] loses the critical-path order within
+    a run (0) or lets a long run overtake by more than its critical path (> 1); a negative gap is
+    meaningless; an overdue that is negative, not finite or over :data:`MAX_OVERDUE` lets a task wait
+    without bound before it is reserved for."""
+    problems = []
+    if not (math.isfinite(stretch) and stretch >= 0):
+        problems.append(
+            f"stretch {stretch!r} must be a finite number >= 0 (larger runs would always go first)"
+        )
+    if not (math.isfinite(chain) and 0 < chain <= 1):
+        problems.append(
+            f"chain {chain!r} must be in (0, 1]: 0 loses the critical-path order within a run, above 1 a "
+            "long run could overtake by more than its critical path"
+        )
+    if math.isnan(gap) or gap < 0:
+        problems.append(f"reservation gap {gap!r} must be >= 0 seconds")
+    if not (math.isfinite(overdue) and 0 <= overdue <= MAX_OVERDUE):
+        problems.append(
+            f"reservation overdue {overdue!r} must be finite, >= 0 and at most {MAX_OVERDUE:.0f} s "
+            "(30 days): "
+            "a task may wait that long before it is reserved for, so a larger one lets it wait without bound"
+        )
+    return problems
+
 
 _HOUR = 3600.0
 #: The objectives ``[gpu_dag] objective`` accepts (figures in docs/benchmarks/multi_dag.md).
+#: Why each constant (docs/priority.md#the-objectives-constants): ``overdue`` 8 h and ``gap`` 4 h are a
+#: few of the pool's typical training durations (scale them for yours); ``chain`` 0.5 lets a long
+#: pipeline start early but not jump a wide sweep triggered before it by its whole length.
 OBJECTIVES: dict[str, Objective] = {
-    "throughput": Objective("throughput", stretch=2.0, gap=0.0, overdue=8 * _HOUR),
-    "balanced": Objective("balanced", stretch=3.0, gap=4 * _HOUR, overdue=8 * _HOUR),
-    "latency": Objective("latency", stretch=6.0, gap=4 * _HOUR, overdue=8 * _HOUR),
+    "throughput": Objective("throughput", stretch=2.0, gap=0.0, overdue=8 * _HOUR, chain=1.0),
+    "balanced": Objective("balanced", stretch=4.0, gap=4 * _HOUR, overdue=8 * _HOUR, chain=0.5),
+    "latency": Objective("latency", stretch=6.0, gap=4 * _HOUR, overdue=8 * _HOUR, chain=0.5),
 }
 DEFAULT_OBJECTIVE = "balanced"
 
@@ -151,9 +210,9 @@ def work_of(seconds: Mapping[str, float], capacity: Mapping[str, int]) -> float:
 
 
 def task_keys(shape: RunShape, trigger: float, objective: Objective) -> dict[str, float]:
-    """``key(t) = trigger + s * W - remaining(t)`` for every task (see the module docstring)."""
-    due = trigger + objective.stretch * shape.work
-    return {task_id: due - rest for task_id, rest in shape.remaining.items()}
+    """``key(t) = trigger + min(s * W, W + overdue) - c * remaining(t)`` for every task (see the module
+    docstring)."""
+    return {task_id: objective.key(trigger, shape.work, rest) for task_id, rest in shape.remaining.items()}
 
 
 def key_weight(key: float, epoch: float = DEFAULT_EPOCH) -> int:

@@ -54,8 +54,10 @@ def cross_dag_priority(
         if source not in shapes:
             shapes[source] = run_shape(source, capacity, (remaining or {}).get(graph.dag_id))
         shape = shapes[source]
-        due = trigger + objective.stretch * shape.work
-        return {task_id: key_weight(due - rest, epoch) for task_id, rest in shape.remaining.items()}
+        return {
+            task_id: key_weight(objective.key(trigger, shape.work, rest), epoch)
+            for task_id, rest in shape.remaining.items()
+        }
 
     weights.__name__ = f"cross-DAG {objective.name}"
     return weights

@@ -17,7 +17,9 @@ from airflow_gpu_dag.core.policy.admission import PendingTask, ReadyTask, Runnin
 from airflow_gpu_dag.core.policy.objective import (
     DEFAULT_EPOCH,
     KEY_WEIGHT_FLOOR,
+    MAX_OVERDUE,
     OBJECTIVES,
+    Objective,
     ReservationGate,
     StarvingWatch,
     get_objective,
@@ -64,11 +66,72 @@ def test_keys_are_latest_starts_of_the_run_due_time() -> None:
     assert shape.work == (600 * 2 + 1200 * 4) / 8  # c holds no slot of the capacity pool
     objective = get_objective("balanced")
     keys = task_keys(shape, NOW, objective)
-    due = NOW + objective.stretch * shape.work
-    assert keys == {"a": due - 1860, "b": due - 1260, "c": due - 60}
+    due = NOW + objective.stretch * shape.work  # small work: the cap W + overdue does not bind
+    c = objective.chain
+    assert keys == {"a": due - c * 1860, "b": due - c * 1260, "c": due - c * 60}
     weights = run_weights(g, NOW, {"gpu": 8}, objective)
     assert all(KEY_WEIGHT_FLOOR <= w <= INT32_MAX for w in weights.values())
     assert key_of_weight(weights["a"]) == math.floor(keys["a"] - DEFAULT_EPOCH + 0.5) + DEFAULT_EPOCH
+
+
+def test_a_wide_run_is_due_at_most_overdue_after_its_own_work() -> None:
+    """Issue #41: ``due = T + s * W`` let a sweep of 56 GPU-hours on 8 GPUs (W = 7 h) be due 28 h after
+    its trigger, overtaken by everything smaller triggered in that day; the cap makes it W + overdue."""
+    trials = {f"trial_{i}": (2 * HOUR, 2) for i in range(14)}
+    sweep = gpu_graph(trials, [], dag_id="sweep")
+    objective = get_objective("balanced")
+    shape = run_shape(sweep, {"gpu": 8})
+    assert shape.work == 7 * HOUR and objective.stretch * shape.work > shape.work + objective.overdue
+    keys = task_keys(shape, NOW, objective)
+    assert keys["trial_0"] == NOW + 7 * HOUR + objective.overdue - objective.chain * 2 * HOUR
+    # a small run does not get the cap: its due time is still s * W
+    small = run_shape(gpu_graph({"eval": (1800, 1)}, [], dag_id="eval"), {"gpu": 8})
+    assert objective.due_offset(small.work) == objective.stretch * small.work
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_a_run_triggered_later_than_the_bound_never_overtakes(data: st.DataObject) -> None:
+    """The overtaking bound of docs/priority.md: a run Y triggered more than ``W_X + overdue + c * CP_Y``
+    after run X has no task ahead of any task of X, however small Y and however wide X; and every key is
+    at least ``T - CP`` (what the wait bound's proof needs)."""
+    objective = OBJECTIVES[data.draw(st.sampled_from(sorted(OBJECTIVES)))]
+    caps = {"gpu": data.draw(st.sampled_from([1, 4, 8, 32]))}
+    x = draw_task_graph(data.draw, "x", (1, 12), [0, 1, 2, 4], 20_000)
+    y = draw_task_graph(data.draw, "y", (1, 6), [0, 1], 3_000)
+    sx, sy = run_shape(x, caps), run_shape(y, caps)
+    cp_y = max(sy.remaining.values())
+    later = NOW + sx.work + objective.overdue + objective.chain * cp_y + data.draw(st.integers(1, 10**6))
+    kx, ky = task_keys(sx, NOW, objective), task_keys(sy, later, objective)
+    assert min(ky.values()) > max(kx.values())
+    assert min(kx.values()) >= NOW - max(sx.remaining.values())
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("stretch", -1.0, "stretch -1.0 must be a finite number >= 0"),
+        ("stretch", math.inf, "stretch inf must be a finite number >= 0"),
+        ("chain", 0.0, "chain 0.0 must be in \\(0, 1\\]: 0 loses the critical-path order"),
+        ("chain", 1.5, "above 1 a long run could overtake"),
+        ("gap", -1.0, "reservation gap -1.0 must be >= 0"),
+        ("overdue", math.inf, "reservation overdue inf must be finite"),
+        ("overdue", MAX_OVERDUE + 1, "lets it wait without bound"),
+        ("overdue", math.nan, "reservation overdue nan must be finite"),
+    ],
+)
+def test_a_constant_that_would_let_a_run_wait_without_bound_is_refused_with_the_reason(
+    field: str, value: float, reason: str
+) -> None:
+    constants = {"stretch": 4.0, "gap": HOUR, "overdue": 8 * HOUR, "chain": 0.5, field: value}
+    with pytest.raises(ValueError, match=f"objective 'bad': .*{reason}"):
+        Objective("bad", **constants)
+
+
+def test_every_shipped_objective_and_its_extremes_are_accepted() -> None:
+    for objective in OBJECTIVES.values():  # (constructing them validated them: they are importable)
+        assert 0 < objective.chain <= 1 and 0 <= objective.overdue <= MAX_OVERDUE
+    Objective("edges", stretch=0.0, gap=math.inf, overdue=MAX_OVERDUE, chain=1.0)  # never reserve: bounded
 
 
 def test_key_weight_round_trip_and_stock_weights_are_not_keys() -> None:
