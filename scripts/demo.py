@@ -71,14 +71,21 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 def run_due(dag: Any) -> float:
     """Seconds from a run's trigger to its due time, as the scheduler's weight rule computes it:
-    ``stretch x W`` (W: the run's GPU work over the ``[gpu_dag] pools`` capacity)."""
+    ``min(stretch x W, W + overdue)`` (W: the run's GPU work over the ``[gpu_dag] pools`` capacity)."""
     from airflow_gpu_dag.airflow.dag_reader import build_task_graph
     from airflow_gpu_dag.core.policy.objective import run_shape
     from airflow_gpu_dag.priority.weights import WeightSettings
 
     current = WeightSettings.read()
     graph, _ = build_task_graph(dag)
-    return current.objective.stretch * run_shape(graph, current.capacity).work
+    return current.objective.due_offset(run_shape(graph, current.capacity).work)
+
+
+def key_chain() -> float:
+    """``c`` in ``key = due - c x priority``: the objective's chain (docs/priority.md)."""
+    from airflow_gpu_dag.priority.weights import WeightSettings  # start-up: Airflow loads on first use
+
+    return WeightSettings.read().objective.chain
 
 
 def render_plan(dag: Any) -> str:
@@ -89,7 +96,7 @@ def render_plan(dag: Any) -> str:
     from airflow_gpu_dag.airflow.dag_reader import plan_dag
 
     plan = plan_dag(dag)
-    due = run_due(dag)
+    due, chain = run_due(dag), key_chain()
     rows = [
         [
             t.task_id,
@@ -100,7 +107,7 @@ def render_plan(dag: Any) -> str:
             _hm(t.latest_finish),
             _hm(t.slack),
             t.priority,
-            f"{due - t.priority:+.0f}s",
+            f"{due - chain * t.priority:+.0f}s",
             t.gpus or "-",
             t.pool or "-",
             "*" if t.critical else "",
@@ -109,7 +116,8 @@ def render_plan(dag: Any) -> str:
     ]
     out = [
         f"Plan of {plan.dag_id} (times h:mm from the start of the run; priority = remaining "
-        f"critical-path seconds; key = due - priority, seconds after the trigger, due = {due:+.0f}s)",
+        f"critical-path seconds; key = due - {chain:g} x priority, seconds after the trigger, "
+        f"due = {due:+.0f}s)",
         _table(
             ["task", "dur", "ES", "EF", "LS", "LF", "slack", "priority", "key", "GPUs", "pool", "crit"], rows
         ),
@@ -174,7 +182,7 @@ def render_outcome(tis: Sequence[dict[str, Any]]) -> str:
             _table(["task", "state", "start (UTC)", "start", "end", "key", "pool", "slots"], rows),
             f"started in this order: {' -> '.join(started) or '(none)'}",
             "key: the latest start of the task for its run's due time, seconds after the trigger, as in "
-            "the plan (due - priority; its priority_weight encodes it; the earliest key starts first, "
+            "the plan (due - c x priority; its priority_weight encodes it; the earliest key starts first, "
             "across all DAGs)",
         ]
     )

@@ -22,7 +22,7 @@ def test_plan_of_example_dag_names_the_critical_path(monkeypatch: pytest.MonkeyP
     train = next(line for line in text.splitlines() if line.startswith("train "))
     # duration 1:30, ES 0:45, slack 0:00, priority = 2h remaining = 7200 s, key = due - priority, 4 GPUs
     assert train.split()[:10] == [
-        "train", "1:30", "0:45", "2:15", "0:45", "2:15", "0:00", "7200", "+18225s", "4"
+        "train", "1:30", "0:45", "2:15", "0:45", "2:15", "0:00", "7200", "+30300s", "4"
     ]  # fmt: skip
     assert train.rstrip().endswith("*")
     ablation = next(line for line in text.splitlines() if line.startswith("ablation_train"))
@@ -37,10 +37,11 @@ def test_plan_and_outcome_show_the_key_in_one_unit(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 4}')
     dag = load_dag(DEFAULT_DAGS_FOLDER, DEMO_DAG_ID)
     plan_text = render_plan(dag)
-    # W = 33900 GPU-seconds / 4 GPUs = 8475 s; due = 3 (balanced stretch) x W = 25425 s after the trigger
-    assert "key = due - priority, seconds after the trigger, due = +25425s" in plan_text.splitlines()[0]
+    # W = 33900 GPU-seconds / 4 GPUs = 8475 s; due = min(4 x W, W + 8 h) = 33900 s after the trigger
+    # (balanced: stretch 4, chain 0.5, overdue 8 h); key = due - 0.5 x priority
+    assert "key = due - 0.5 x priority, seconds after the trigger, due = +33900s" in plan_text.splitlines()[0]
     load = next(line for line in plan_text.splitlines() if line.startswith("load_data "))
-    assert load.split()[7:9] == ["9900", "+15525s"]
+    assert load.split()[7:9] == ["9900", "+28950s"]
     from airflow_gpu_dag.core.policy.objective import key_weight
 
     trigger = 1767225600.0  # 2026-01-01T00:00:00Z
@@ -50,15 +51,15 @@ def test_plan_and_outcome_show_the_key_in_one_unit(monkeypatch: pytest.MonkeyPat
         "state": "success",
         "start_date": "2026-01-01T00:00:01Z",
         "end_date": "2026-01-01T00:00:02Z",
-        "priority_weight": key_weight(trigger + 25425.0 - 9900.0),  # the weight rule's key for load_data
+        "priority_weight": key_weight(trigger + 33900.0 - 4950.0),  # the weight rule's key for load_data
         "run_id": "manual__2026-01-01T00:00:00+00:00",
         "pool": "default_pool",
         "pool_slots": 1,
     }
     outcome = render_outcome([ti])
     row = next(line for line in outcome.splitlines() if line.startswith("load_data "))
-    assert "+15525s" in row.split()
-    assert "as in the plan (due - priority" in outcome.splitlines()[-1]
+    assert "+28950s" in row.split()
+    assert "as in the plan (due - c x priority" in outcome.splitlines()[-1]
 
 
 def test_example_dag_tasks_use_gpu_pool_slots_equal_to_gpus() -> None:
