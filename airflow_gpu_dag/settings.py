@@ -21,6 +21,7 @@ from airflow_gpu_dag.core.policy.objective import (
     DEFAULT_EPOCH,
     DEFAULT_OBJECTIVE,
     KEY_WEIGHT_FLOOR,
+    MAX_OVERDUE,
     OBJECTIVES,
     get_objective,
 )
@@ -258,6 +259,11 @@ _DURATIONS = (
 _DURATION_FLOORS: dict[str, tuple[Callable[[float], bool], str]] = {
     "learned_refresh": (lambda s: s >= MIN_LEARNED_REFRESH_S, "is under 1s, the shortest refresh"),
     "budget_claim_ttl": (lambda s: s > 0, "is not > 0 (a claim would lapse as it is made: gates pass)"),
+    "reservation_overdue": (
+        lambda s: s <= MAX_OVERDUE,
+        "is over 30 days: a task could wait that long before anything is reserved for it, and runs "
+        "could be overtaken that long (a wait without bound; docs/priority.md)",
+    ),
 }
 
 #: Options with a fixed set of values: the values, each with the one it means (the first: the default).
@@ -359,7 +365,7 @@ def objective() -> Objective:
             try:
                 seconds = parse_duration(raw)
                 chosen = replace(chosen, gap=seconds) if field == "gap" else replace(chosen, overdue=seconds)
-            except EstimateError as err:
+            except (EstimateError, ValueError) as err:  # ValueError: a constant the Objective refuses
                 _warn_once(
                     key, "airflow-gpu-dag: [gpu_dag] %s %r is invalid (%s); ignoring it", key, raw, err
                 )

@@ -714,3 +714,27 @@ def test_a_window_that_holds_min_runs_is_used(monkeypatch: pytest.MonkeyPatch) -
     assert settings.config_problems() == []
     used = settings.estimate_settings()
     assert (used.window, used.min_runs) == (5, 5)
+
+
+@pytest.mark.usefixtures("_fresh")
+@pytest.mark.parametrize("value", ["31d", "1e30"])
+def test_an_overdue_that_lets_a_task_wait_without_bound_is_refused_at_start_up_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, value: str
+) -> None:
+    """``reservation_overdue`` is how long a task may wait before it is reserved for, and it caps how far
+    a run's due time lies past its own work: a huge one (1e30 s parses) is a wait without bound."""
+    from airflow_gpu_dag.cli.watermark_command import _refuse_bad_config
+    from airflow_gpu_dag.core.policy.objective import OBJECTIVES
+
+    _set(monkeypatch, "reservation_overdue", value)
+    assert "over 30 days" in (_problem("reservation_overdue") or "")
+    with caplog.at_level(logging.WARNING):  # where it is read (the scheduler): logged, default used
+        assert settings.objective().overdue == OBJECTIVES["balanced"].overdue
+    assert "reservation_overdue" in caplog.text and "30 days" in caplog.text
+    with pytest.raises(
+        SystemExit, match=r"\[gpu_dag\] reservation_overdue .* over 30 days: a task could wait"
+    ):
+        _refuse_bad_config()  # the watermark controller does not start on it
+    _set(monkeypatch, "reservation_overdue", "30d")  # the longest accepted
+    assert _problem("reservation_overdue") is None
+    assert settings.objective().overdue == 30 * 24 * 3600.0
