@@ -46,7 +46,7 @@ import pytest
 
 from airflow_gpu_dag.airflow.dag_reader import build_task_graph
 from airflow_gpu_dag.core.analysis.critical_path import analyze
-from airflow_gpu_dag.core.policy.objective import KEY_WEIGHT_FLOOR
+from airflow_gpu_dag.core.policy.objective import DEFAULT_OBJECTIVE, KEY_WEIGHT_FLOOR, OBJECTIVES
 from airflow_gpu_dag.testing import AirflowCluster
 from tests.scripts import load_script
 
@@ -200,12 +200,15 @@ def test_one_slot_pool_runs_one_task_at_a_time(runs: dict[str, RunResult], dag_i
         assert _ts(after["start_date"]) >= _ts(before["end_date"]), (before["task_id"], after["task_id"])
 
 
+#: ``c`` of the cluster's objective (the default): keys of one run differ by c x the remaining times
+CHAIN = OBJECTIVES[DEFAULT_OBJECTIVE].chain
+
+
 def _as_remaining(observed: dict[str, int], analysed: dict[str, int]) -> dict[str, int]:
-    """Cross-DAG keys of one run differ exactly by the tasks' remaining critical paths (the run's trigger
-    time and work are the same for all of them): subtract the offset of one task."""
+    """Cross-DAG keys of one run differ exactly by ``c`` x the tasks' remaining critical paths (the run's
+    trigger time and work are the same for all of them): the remaining times, anchored on one task."""
     anchor = next(iter(analysed))
-    offset = observed[anchor] - analysed[anchor]
-    return {task_id: weight - offset for task_id, weight in observed.items()}
+    return {t: round(analysed[anchor] + (w - observed[anchor]) / CHAIN) for t, w in observed.items()}
 
 
 def test_critical_path_weights_are_keys_of_the_remaining_critical_path(runs: dict[str, RunResult]) -> None:
@@ -274,9 +277,11 @@ def test_features_get_critical_path_weights(runs: dict[str, RunResult]) -> None:
     expected = {k: v for k, v in EXPECTED_FEATURE_WEIGHTS.items() if k != "train"}
     relative = _as_remaining({k: unmapped[k] for k in expected}, expected)
     assert relative == expected
-    offset = unmapped["setup_env"] - EXPECTED_FEATURE_WEIGHTS["setup_env"]
+    anchor = {"setup_env": unmapped["setup_env"]}
     mapped = sorted(
-        (ti["map_index"], ti["priority_weight"] - offset) for ti in result.tis if ti["task_id"] == "train"
+        (ti["map_index"], _as_remaining({**anchor, "train": ti["priority_weight"]}, expected)["train"])
+        for ti in result.tis
+        if ti["task_id"] == "train"
     )
     # expanded by the scheduler at run time, with the run's trigger time from its run id: same key as
     # the task instances the api-server created when the run was triggered
