@@ -107,9 +107,9 @@ def get_provider_info() -> dict[str, Any]:
                         "description": "What the cross-DAG priority optimizes when many DAGs share the GPU "
                         "pools: throughput (makespan and pipelines first; every wide task reserved for), "
                         "balanced (mean completion time and makespan) or latency (mean completion time and "
-                        "small DAGs first). Sets the stretch s of the keys (2, 3, 6) and the reservation "
-                        "gate; see docs/priority.md. Another value is reported by lint (bad-config), logged "
-                        "once by the cluster policy, and balanced used.",
+                        "small DAGs first). Sets the stretch s (2, 4, 6) and chain c (1, 0.5, 0.5) of the "
+                        "keys and the reservation gate; see docs/priority.md. Another value is reported by "
+                        "lint (bad-config), logged once by the cluster policy, and balanced used.",
                         "version_added": "0.2.0",
                         "type": "string",
                         "example": "latency",
@@ -129,7 +129,8 @@ def get_provider_info() -> dict[str, Any]:
                         "description": "Override of the objective's overdue bound: a wide task this long "
                         "past its key is always reserved for, and a task that has waited this long since "
                         "it turned ready (and since its key) starves: nothing behind it is backfilled, "
-                        "which bounds every wait. A duration, e.g. 8h.",
+                        "which bounds every wait; no run is due more than this after its own GPU work "
+                        "could end. A duration, e.g. 8h, at most 30d (longer is refused: bad-config).",
                         "version_added": "0.2.0",
                         "type": "string",
                         "example": "2h",
