@@ -60,8 +60,13 @@ from airflow_gpu_dag.core.simulation.cross_dag import believed_durations, predic
 from airflow_gpu_dag.core.simulation.simulator import RunPriority, SimulationResult, simulate
 
 ESTIMATES = {"exact": 0.0, "uniform30": -0.3, "lognormal30": 0.3}
-TARGET_MEAN = {8: 0.85, 16: 0.92, 32: 1.00}
+#: Issue #41's targets. ``balanced`` (the default): every kind's mean completion <= KIND_LIMIT, p95 and
+#: makespan <= 1 (hard), the mean <= TARGET_MEAN (the goal); ``throughput``: makespan <= TARGET_MAKESPAN,
+#: every kind <= THROUGHPUT_KIND_LIMIT. (TARGET_MAKESPAN is also the frontier script's makespan target.)
+TARGET_MEAN = {8: 0.88, 16: 0.93, 32: 1.00}
 TARGET_MAKESPAN = {8: 0.95, 16: 0.95, 32: 1.00}
+KIND_LIMIT = 1.05
+THROUGHPUT_KIND_LIMIT = 1.10
 DEFAULT_POLICIES = ("throughput", "balanced", "latency")
 
 
@@ -230,18 +235,22 @@ def best_makespan(instances: Sequence[Mapping[str, Any]]) -> float:
     return statistics.mean(inst["lower_bound"] / inst["results"]["stock"]["makespan"] for inst in instances)
 
 
-def misses(capacity: int, f: Mapping[str, float], best: float = 0.0) -> list[str]:
-    """The issue #11 targets a group misses (``best``: :func:`best_makespan` of the group; a makespan
-    target below it is marked unreachable)."""
+def misses(capacity: int, f: Mapping[str, float], best: float = 0.0, policy: str = "") -> list[str]:
+    """The targets a group misses (``best``: :func:`best_makespan` of the group; a makespan target below
+    it is marked unreachable). ``policy`` ``throughput``: issue #41's throughput targets (makespan
+    :data:`TARGET_MAKESPAN`, every kind <= :data:`THROUGHPUT_KIND_LIMIT`); ``balanced`` or ``latency``:
+    the default's (mean :data:`TARGET_MEAN`, p95 and makespan <= 1, every kind <= :data:`KIND_LIMIT`);
+    any other (``""``): all of them, the frontier's question."""
     out = []
-    if f["mean"] > TARGET_MEAN.get(capacity, 1.0):
+    if policy != "throughput" and f["mean"] > TARGET_MEAN.get(capacity, 1.0):
         out.append("mean")
-    target = TARGET_MAKESPAN.get(capacity, 1.0)
+    target = 1.0 if policy in ("balanced", "latency") else TARGET_MAKESPAN.get(capacity, 1.0)
     if f["makespan"] > target:
         out.append(f"makespan (unreachable: best {best:.3f})" if best > target else "makespan")
-    if f["p95"] > 1.0:
+    if policy != "throughput" and f["p95"] > 1.0:
         out.append("p95")
-    out.extend(k for k in KINDS if f[k] > 1.05)
+    limit = THROUGHPUT_KIND_LIMIT if policy == "throughput" else KIND_LIMIT
+    out.extend(k for k in KINDS if f[k] > limit)
     return out
 
 
@@ -268,13 +277,122 @@ def table(results: Sequence[Mapping[str, Any]], policies: Sequence[str], file: A
             if policy == "stock":
                 continue
             f = figures(insts, policy)
-            missed = ", ".join(misses(capacity, f, best)) or "none"
+            missed = ", ".join(misses(capacity, f, best, policy)) or "none"
             print(
                 f"| {variant} | {mode} | {estimates} | {capacity} | {policy} | {f['mean']:.3f} | "
                 f"{f['p95']:.3f} | {f['makespan']:.3f} | {f['pipeline']:.3f} | {f['sweep']:.3f} | "
                 f"{f['eval']:.3f} | {f['worst']:.2f} | {f['lb']:.3f} | | {missed} |",
                 file=file,
             )
+
+
+#: Colours of the plot's points, by policy.
+COLOURS = {
+    "stock": "#000000",
+    "throughput": "#d62728",
+    "balanced": "#1f77b4",
+    "latency": "#2ca02c",
+    "v0.1": "#7f7f7f",
+}
+
+
+def plot_points(
+    results: Sequence[Mapping[str, Any]], policies: Sequence[str]
+) -> dict[int, dict[str, dict[str, float]]]:
+    """Per capacity and policy: ``mean`` and ``makespan``, the mean over the groups (trigger mode,
+    estimates, generator) of that capacity of :func:`figures`, and each kind's ratio in the group where
+    it is worst (what the hard "no kind above 1.05" reads); stock is 1 everywhere."""
+    groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
+    for inst in results:
+        groups[(inst["variant"], inst["mode"], inst["estimates"], inst["capacity"])].append(inst)
+    out: dict[int, dict[str, dict[str, float]]] = defaultdict(dict)
+    for capacity in sorted({key[3] for key in groups}):
+        cells = [insts for key, insts in groups.items() if key[3] == capacity]
+        out[capacity]["stock"] = {"mean": 1.0, "makespan": 1.0, **dict.fromkeys(KINDS, 1.0)}
+        for policy in policies:
+            if policy == "stock":
+                continue
+            rows = [figures(insts, policy) for insts in cells]
+            point = {m: statistics.mean(r[m] for r in rows) for m in ("mean", "makespan")}
+            point.update({k: max(r[k] for r in rows if not math.isnan(r[k])) for k in KINDS})
+            out[capacity][policy] = point
+    return out
+
+
+def plot_svg(points: Mapping[int, Mapping[str, Mapping[str, float]]], title: str = "") -> str:
+    """An SVG of :func:`plot_points`: per capacity a panel of mean completion (y) against makespan (x),
+    both ratios to stock, one point per policy labelled with each kind's worst-group ratio. Written by
+    hand (matplotlib is not a dependency of the project)."""
+    width, height, margin = 420, 400, 60
+    panels = sorted(points)
+    xs = [p["makespan"] for c in panels for p in points[c].values()]
+    ys = [p["mean"] for c in panels for p in points[c].values()]
+    x0, x1 = min(0.95, min(xs)) - 0.01, max(1.05, max(xs)) + 0.01
+    y0, y1 = min(ys) - 0.05, max(1.02, max(ys)) + 0.03
+
+    def sx(x: float, i: int) -> float:
+        return i * width + margin + (x - x0) / (x1 - x0) * (width - 1.5 * margin)
+
+    def sy(y: float) -> float:
+        return 40 + (y1 - y) / (y1 - y0) * (height - margin - 40)
+
+    legend = 26 * max(len(points[c]) for c in panels)  # two lines per policy under each panel
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width * len(panels)}" '
+        f'height="{height + 20 + legend}" '
+        'font-family="sans-serif" font-size="11">',
+        f'<rect width="100%" height="100%" fill="white"/><text x="10" y="18" font-size="13">{title}</text>',
+    ]
+    for i, capacity in enumerate(panels):
+        left, right, top, bottom = sx(x0, i), sx(x1, i), sy(y1), sy(y0)
+        out.append(
+            f'<rect x="{left:.1f}" y="{top:.1f}" width="{right - left:.1f}" height="{bottom - top:.1f}" '
+            'fill="none" stroke="#444"/>'
+        )
+        out.append(f'<text x="{left + 4:.1f}" y="{top - 6:.1f}" font-size="12">{capacity} GPUs</text>')
+        for x, y in ((1.0, None), (None, 1.0)):  # stock's lines
+            if x is not None:
+                out.append(
+                    f'<line x1="{sx(x, i):.1f}" y1="{top:.1f}" x2="{sx(x, i):.1f}" y2="{bottom:.1f}" '
+                    'stroke="#999" stroke-dasharray="4 3"/>'
+                )
+            else:
+                out.append(
+                    f'<line x1="{left:.1f}" y1="{sy(y):.1f}" x2="{right:.1f}" y2="{sy(y):.1f}" '  # type: ignore[arg-type]
+                    'stroke="#999" stroke-dasharray="4 3"/>'
+                )
+        for tick in (x0 + 0.01, 1.0, x1 - 0.01):
+            out.append(
+                f'<text x="{sx(tick, i):.1f}" y="{bottom + 14:.1f}" text-anchor="middle">{tick:.2f}</text>'
+            )
+        for tick in (y0 + 0.05, 1.0):
+            out.append(f'<text x="{left - 4:.1f}" y="{sy(tick) + 4:.1f}" text-anchor="end">{tick:.2f}</text>')
+        out.append(
+            f'<text x="{(left + right) / 2:.1f}" y="{bottom + 30:.1f}" text-anchor="middle">'
+            "makespan / stock</text>"
+        )
+        out.append(
+            f'<text x="{left - 40:.1f}" y="{(top + bottom) / 2:.1f}" text-anchor="middle" '
+            f'transform="rotate(-90 {left - 40:.1f} {(top + bottom) / 2:.1f})">mean completion / stock</text>'
+        )
+        for n, (policy, p) in enumerate(sorted(points[capacity].items())):
+            colour = COLOURS.get(policy, "#9467bd")
+            cx, cy = sx(p["makespan"], i), sy(p["mean"])
+            out.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="5" fill="{colour}"/>')
+            out.append(
+                f'<text x="{cx + 7:.1f}" y="{cy - 5 - 10 * (n % 2):.1f}" fill="{colour}">{policy}</text>'
+            )
+            kinds = " ".join(f"{k[:5]} {p[k]:.2f}" for k in KINDS)
+            out.append(
+                f'<text x="{left + 6:.1f}" y="{bottom + 48 + 26 * n:.1f}" fill="{colour}">{policy}: '
+                f"mean {p['mean']:.2f}, makespan {p['makespan']:.2f}</text>"
+            )
+            out.append(
+                f'<text x="{left + 6:.1f}" y="{bottom + 60 + 26 * n:.1f}" fill="{colour}">'
+                f"  worst group: {kinds}</text>"
+            )
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -359,6 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--policies", default=",".join(DEFAULT_POLICIES), help="besides stock: v0.1, " + ", ".join(OBJECTIVES)
     )
     parser.add_argument("--json", default="", help="write every instance's raw figures here")
+    parser.add_argument("--plot", default="", help="write the mean-against-makespan plot here (SVG)")
     args = parser.parse_args(argv)
     policies = ["stock", *(p for p in args.policies.split(",") if p and p != "stock")]
     unknown = [p for p in policies if p not in ("stock", "v0.1", *OBJECTIVES)]
@@ -375,6 +494,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ratios ours / stock, mean over instances"
     )
     table(results, policies)
+    if args.plot:
+        title = f"{len(jobs)} mixes ({args.variant} seeds {args.seeds}; {args.modes}; {args.estimates})"
+        with open(args.plot, "w") as handle:
+            handle.write(plot_svg(plot_points(results, policies), title))
+        print(f"\n# plot: {args.plot}")
     print(f"\n# elapsed {time.time() - started:.0f}s")
     return 0
 

@@ -5,13 +5,15 @@ come from, on the same mixes (:mod:`mixes`) and against the same stock run, to s
 conflict rather than say so. Every member orders tasks by the key of
 :mod:`airflow_gpu_dag.core.policy.objective`, extended by one term::
 
-    key(t) = T + s * W - chain * max(0, CP - W) - remaining(t)
+    key(t) = T + min(s * W, W + overdue) - chain * max(0, CP - W) - c * remaining(t)
 
 ``s`` (stretch) moves small runs first (the mean completion); ``chain`` moves runs whose critical path
-``CP`` is longer than their work ``W`` (pipelines) first (the makespan); ``chain = 0`` is the shipped
-key (``throughput`` is ``s = 2`` always reserving, ``balanced`` ``s = 3`` gated, ``latency`` ``s = 6``
-gated). Each member runs with the controller reserving for every wide head (``always``) and with the
-``balanced`` reservation gate (``gated``).
+``CP`` is longer than their work ``W`` (pipelines) first (the makespan); ``c`` (``--remaining-weights``,
+the objective's own ``chain``) is how much of a task's remaining critical path counts across runs;
+``overdue`` is ``balanced``'s (8 h). ``chain = 0`` is the shipped key (``throughput`` is ``s = 2, c = 1``
+always reserving, ``balanced`` ``s = 4, c = 0.5`` gated, ``latency`` ``s = 6, c = 0.5`` gated). Each
+member runs with the controller reserving for every wide head (``always``) and with the ``balanced``
+reservation gate (``gated``). The oracles below keep ``c = 1``.
 
 ``--oracle`` adds two schedules no trigger-time policy can have: the packing planner
 (:func:`~airflow_gpu_dag.core.planning.planner.packing_weights_plan`) run on the *whole mix* as one graph
@@ -83,6 +85,7 @@ from airflow_gpu_dag.core.simulation.simulator import RunPriority, SimulationRes
 
 STRETCHES = (0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0)
 CHAINS = (0.0, 1.0, 2.0)
+REMAINING_WEIGHTS = (1.0, 0.5)  # c: the shipped objectives' values
 RESERVATIONS = ("always", "gated")
 PLAN_ORACLES = ("mix-plan", "mix-plan+evals")  # one whole-mix plan, two ways of giving it to the runs
 #: ``pipelines s=X``: pipelines due at ``T + X * W``, every other run at ``balanced``'s (kinds known)
@@ -103,13 +106,15 @@ class Member:
     reservation: str
     cap: float = math.inf
     inherit: bool = False
+    remaining_weight: float = 1.0
 
     @property
     def name(self) -> str:
         extra = (f" cap={self.cap / 3600:g}h" if math.isfinite(self.cap) else "") + (
             " inherit" if self.inherit else ""
         )
-        return f"s={self.stretch:g} chain={self.chain:g} {self.reservation}{extra}"
+        c = f" c={self.remaining_weight:g}" if self.remaining_weight != 1.0 else ""
+        return f"s={self.stretch:g} chain={self.chain:g}{c} {self.reservation}{extra}"
 
 
 def members(
@@ -118,11 +123,13 @@ def members(
     reservations: Sequence[str],
     caps: Sequence[float] = (math.inf,),
     inherit: Sequence[bool] = (False,),
+    remaining_weights: Sequence[float] = (1.0,),
 ) -> list[Member]:
     return [
-        Member(s, c, r, x, i)
+        Member(s, c, r, x, i, w)
         for s in stretches
         for c in chains
+        for w in remaining_weights
         for r in reservations
         for x in caps
         for i in inherit
@@ -145,13 +152,14 @@ def member_priority(member: Member, shapes: Mapping[str, Any]) -> RunPriority:
     """The weights of ``member`` for every run: the objective's keys, the trigger moved earlier by
     ``chain * max(0, CP - W)`` (and the member's variants); ``shapes`` by DAG id, of the estimated
     graphs."""
-    objective = Objective(member.name, member.stretch, 0.0, 0.0)
+    balanced = OBJECTIVES["balanced"]
+    objective = Objective(member.name, member.stretch, 0.0, balanced.overdue, member.remaining_weight)
 
     def weights(graph: TaskGraph, trigger: float) -> dict[str, int]:
         shape = shapes[graph.dag_id]
         chain = max(shape.remaining.values(), default=0.0)
         moved = trigger - member.chain * max(0.0, chain - shape.work)
-        moved -= max(0.0, member.stretch * shape.work - (chain + member.cap))  # 0 unless capped
+        moved -= max(0.0, objective.due_offset(shape.work) - (chain + member.cap))  # 0 unless capped
         keys = task_keys(shape, moved, objective)
         if member.inherit:
             keys = inherited_keys(graph, keys)
@@ -294,7 +302,10 @@ def one_instance(job: tuple) -> dict[str, Any]:
             priority = oracle_priority(name, plan, runs, actual)
             yield name, simulate_weights(priority, actual, estimated, trigger, capacity, interval)
         stretch = OBJECTIVES["balanced"].stretch
-        balanced = [t + stretch * shape.work for t, shape in zip(trigger, shapes, strict=True)]
+        balanced = [
+            t + OBJECTIVES["balanced"].due_offset(shape.work)
+            for t, shape in zip(trigger, shapes, strict=True)
+        ]
         if oracle:  # balanced, but no run due later than stock completes it
             due = [min(b, r.trigger + r.completion) for b, r in zip(balanced, stock.runs, strict=True)]
             priority = offset_priority(due, shapes, actual)
@@ -410,6 +421,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_mix_arguments(parser, caps="8,16", modes="once,spread", estimates="exact")
     parser.add_argument("--stretches", default=",".join(f"{s:g}" for s in STRETCHES), help="values of s")
     parser.add_argument("--chains", default=",".join(f"{c:g}" for c in CHAINS), help="values of chain")
+    parser.add_argument(
+        "--remaining-weights",
+        default=",".join(f"{c:g}" for c in REMAINING_WEIGHTS),
+        help="values of c, in (0, 1]",
+    )
     parser.add_argument("--reservations", default=",".join(RESERVATIONS), help="always, gated")
     parser.add_argument(
         "--stretch-caps", default="inf", help="hours X of the cap due = T + min(s W, CP + X); inf: none"
@@ -442,12 +458,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--stretch-caps: hours, e.g. inf,2,4")
     if any(not x > 0 for x in caps):
         parser.error("--stretch-caps: hours > 0 (inf: no cap)")
+    try:
+        weights = [float(c) for c in args.remaining_weights.split(",") if c]
+    except ValueError:
+        parser.error("--remaining-weights: numbers in (0, 1], e.g. 1,0.5")
+    if any(not 0 < c <= 1 for c in weights):
+        parser.error("--remaining-weights: numbers in (0, 1], e.g. 1,0.5")
     settings = members(
         [float(s) for s in args.stretches.split(",")],
         [float(c) for c in args.chains.split(",")],
         reservations,
         caps,
         [i == "yes" for i in inherit],
+        weights,
     )
     jobs = mix_jobs(args, settings, args.oracle, args.search)
     started = time.time()

@@ -82,9 +82,10 @@ def test_frontier_member_with_the_shipped_settings_is_the_shipped_objective() ->
     import multi_dag
     import multi_dag_frontier as frontier
 
-    # chain 0, s 3, gated: exactly `balanced`, so the family's other members are measured on the same footing
-    job = ("A", 2, 8, "once", "exact", [frontier.Member(3.0, 0.0, "gated")], False, 0, 60.0)
-    ours = frontier.one_instance(job)["results"]["s=3 chain=0 gated"]
+    # chain 0, s 4, c 0.5, gated: exactly `balanced`, so the other members are measured on the same footing
+    member = frontier.Member(4.0, 0.0, "gated", remaining_weight=0.5)
+    job = ("A", 2, 8, "once", "exact", [member], False, 0, 60.0)
+    ours = frontier.one_instance(job)["results"]["s=4 chain=0 c=0.5 gated"]
     shipped = multi_dag.one_instance(("A", 2, 8, "once", "exact", ["stock", "balanced"], 60.0))
     assert ours == shipped["results"]["balanced"]
 
@@ -165,7 +166,7 @@ def test_frontier_prints_a_summary_row_per_group(capsys: pytest.CaptureFixture[s
     args = ["--seeds", "0", "--caps", "8", "--modes", "once", "--stretches", "0,3", "--chains", "0,1"]
     assert frontier.main([*args, "--reservations", "gated", "--oracle", "--jobs", "1"]) == 0
     out = capsys.readouterr().out
-    assert "| A | once | exact | 8 | 4 |" in out and "| mix-plan+evals |" in out
+    assert "| A | once | exact | 8 | 8 |" in out and "| mix-plan+evals |" in out  # 2 x 2 x c 1, 0.5
 
 
 def test_frontier_target_excess_is_zero_only_when_every_target_holds_on_the_mix() -> None:
@@ -241,3 +242,31 @@ def test_wait_bound_holds_at_every_event_and_between_ticks(
     assert wait_bound.main(["--seeds", "1", "--horizon", "8000"]) == 0
     out = capsys.readouterr().out
     assert "| 1 |" in out and "over the bound in 0 of 1" in out
+
+
+def test_targets_are_the_objectives_own() -> None:
+    """Issue #41: balanced is held to p95 and makespan <= 1 and every kind <= 1.05; throughput to a
+    makespan of 0.95 and every kind <= 1.10 (its mean and p95 are not its targets)."""
+    import multi_dag
+
+    f = {"mean": 0.9, "makespan": 1.01, "p95": 1.01, "pipeline": 1.0, "sweep": 1.06, "eval": 0.7}
+    assert multi_dag.misses(8, f, 0.0, "balanced") == ["mean", "makespan", "p95", "sweep"]
+    assert multi_dag.misses(8, f, 0.0, "throughput") == ["makespan"]
+    assert multi_dag.misses(8, {**f, "makespan": 0.94, "sweep": 1.11}, 0.0, "throughput") == ["sweep"]
+
+
+def test_the_plot_shows_every_policy_and_each_kinds_worst_group(capsys: pytest.CaptureFixture[str]) -> None:
+    import multi_dag
+
+    results = [
+        multi_dag.one_instance(("A", seed, 8, mode, "exact", ["stock", "balanced"], 60.0))
+        for seed in (0, 1)
+        for mode in ("once", "spread")
+    ]
+    points = multi_dag.plot_points(results, ["stock", "balanced"])
+    groups = [[r for r in results if r["mode"] == mode] for mode in ("once", "spread")]
+    worst_sweep = max(multi_dag.figures(g, "balanced")["sweep"] for g in groups)
+    assert points[8]["balanced"]["sweep"] == worst_sweep and points[8]["stock"]["mean"] == 1.0
+    svg = multi_dag.plot_svg(points, "t")
+    assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
+    assert f"sweep {worst_sweep:.2f}" in svg and "8 GPUs" in svg and ">stock<" in svg
