@@ -116,10 +116,10 @@ def test_invalid_conf_is_refused_at_trigger(examples: dict[str, Any]) -> None:
 
 def test_weights_are_the_cross_dag_keys_of_each_run(examples: dict[str, Any]) -> None:
     """What the scheduler and the api-server stored is, task for task, the key of docs/priority.md:
-    2**31 - 1 - round(trigger + 3 * W - remaining - epoch) (objective balanced, W = the run's GPU work
-    over the 2-GPU pool, a mapped task counted as its expected instances: the sweep declares
-    ``map_length=4`` and this is its first run, so there is no history), with the trigger time of the
-    run (from its run id)."""
+    2**31 - 1 - round(trigger + min(4 W, W + 8 h) - 0.5 remaining - epoch) (objective balanced, W =
+    the run's GPU work over the 2-GPU pool, a mapped task counted as its expected instances: the sweep
+    declares ``map_length=4`` and this is its first run, so there is no history), with the trigger time
+    of the run (from its run id)."""
     from airflow_gpu_dag.airflow.dag_reader import build_task_graph
     from airflow_gpu_dag.cli.loading import load_dags
     from airflow_gpu_dag.core.model.mapping import weights_by_task

@@ -146,7 +146,9 @@ def test_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert tasks["train"]["gpus"] == 4
     assert plan["total_gpu_hours"] == pytest.approx(8 + 2 + 0.5 + 6 * 0.75)
     # the plan says which policy its priorities assume: the DAG's rule and the cross-DAG objective
-    assert plan["policy"].startswith("Priority: critical path, objective balanced: key = trigger + 3 x")
+    assert plan["policy"].startswith(
+        "Priority: critical path, objective balanced: key = trigger + min(4 x W, W + 8h00m) - 0.5 x remaining"
+    )
 
 
 @pytest.mark.usefixtures("_no_configured_pools")
