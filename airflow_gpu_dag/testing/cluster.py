@@ -53,6 +53,7 @@ import psutil
 from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
 from airflow_gpu_dag.testing import sqlite
 from airflow_gpu_dag.testing.errors import ClusterError
+from airflow_gpu_dag.testing.migrated_db import migrated_database
 from airflow_gpu_dag.testing.processes import Component, Components, free_port
 from airflow_gpu_dag.testing.rest import TERMINAL_RUN_STATES, ClusterRest, rest_client
 
@@ -194,7 +195,7 @@ class AirflowCluster(ClusterRest):
         try:
             self._write_passwords()
             self._env = self._build_env()
-            self.cli("db", "migrate", timeout=600)
+            self._migrate()
             if not self.with_dag_processor:
                 self.cli("dags", "reserialize", timeout=600)
             self._spawn("api-server", ["api-server", "--host", "127.0.0.1", "--port", str(self._port)])
@@ -391,6 +392,21 @@ class AirflowCluster(ClusterRest):
         return result
 
     # ------------------------------------------------------------------ internals
+
+    def _migrate(self) -> None:
+        """``airflow db migrate``; on SQLite, a copy of this process's earlier migration with the same
+        settings instead (:mod:`~airflow_gpu_dag.testing.migrated_db`)."""
+        conn = self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+        prefix = "sqlite:///"
+        if not conn.startswith(prefix) or "?" in conn:
+            self.cli("db", "migrate", timeout=600)
+            return
+        migrated_database(
+            Path(conn.removeprefix(prefix)),
+            self.env,
+            self.home,
+            lambda: self.cli("db", "migrate", timeout=600),
+        )
 
     def _airflow_bin(self) -> str:
         candidate = Path(sys.executable).parent / "airflow"
