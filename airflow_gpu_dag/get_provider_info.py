@@ -59,7 +59,10 @@ def get_provider_info() -> dict[str, Any]:
                 "description": "airflow-gpu-dag settings.",
                 "options": {
                     "default_duration": {
-                        "description": "Estimate used for tasks that declare none.",
+                        "description": (
+                            "Estimate used for tasks that declare none, unless their DAG sets "
+                            "default_args gpu_dag_default_duration (teardowns: 0)."
+                        ),
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "30m",
