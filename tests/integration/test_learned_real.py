@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from airflow_gpu_dag.core.policy.objective import DEFAULT_OBJECTIVE, OBJECTIVES
 from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
 from airflow_gpu_dag.testing import AirflowCluster
 from airflow_gpu_dag.watermark.config import parse_config
@@ -301,7 +302,8 @@ def test_weights_of_a_new_run_follow_the_learned_durations(
     cluster: AirflowCluster, learned_runs: list[str]
 ) -> None:
     """The api-server computes the weights of a run triggered over REST. Within a run two tasks' weights
-    differ by the difference of their remaining critical paths, so with the declared estimates
+    differ by ``c`` (the default objective's ``chain``) x the difference of their remaining critical
+    paths, read back here as remaining seconds (``/ c``), so with the declared estimates
     ``declared_long_runs_short`` (1 h, a leaf) would be ~3,595 s ahead of ``declared_short_runs_long``
     (2 s + 3 s); with the learned ones (~2 s against ~8 s + 3 s) it is behind, by about 9 s."""
     real = _real(cluster, learned_runs)
@@ -316,15 +318,18 @@ def test_weights_of_a_new_run_follow_the_learned_durations(
             if t["task_id"] in TASK_IDS
         }
         assert set(weights) == set(TASK_IDS), weights
-        long_short = weights["declared_long_runs_short"] - weights["declared_right"]
-        short_long = weights["declared_short_runs_long"] - weights["declared_right"]
+        chain = OBJECTIVES[DEFAULT_OBJECTIVE].chain  # keys of one run differ by c x remaining
+        long_short = (weights["declared_long_runs_short"] - weights["declared_right"]) / chain
+        short_long = (weights["declared_short_runs_long"] - weights["declared_right"]) / chain
         assert short_long > long_short, (weights, real)  # the critical path moved to what really takes long
-        # remaining(short_runs_long) - remaining(right) = its learned duration (keys round to 1 s)
+        # remaining(short_runs_long) - remaining(right) = its learned duration (keys round to 1 s,
+        # which is 1 / c s of remaining time)
         learned = real["declared_short_runs_long"]
-        assert min(learned) * 0.9 - 1 <= short_long <= max(learned) * 1.1 + 1, (weights, real)
+        rounding = 1 / chain
+        assert min(learned) * 0.9 - rounding <= short_long <= max(learned) * 1.1 + rounding, (weights, real)
         assert abs(
             long_short - (median(real["declared_long_runs_short"]) - median(real["declared_right"]))
-        ) < (2 + 0.1 * max(real["declared_right"])), (weights, real)
+        ) < (2 * rounding + 0.1 * max(real["declared_right"])), (weights, real)
     finally:
         assert cluster.wait_for_run("learned_wrong", run_id, timeout=600) == "success", cluster.log_tails()
 
