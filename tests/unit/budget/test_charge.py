@@ -23,9 +23,10 @@ from airflow_gpu_dag.core.model.resources import GpuRequest
 from airflow_gpu_dag.executor_config import gpu_hints
 from airflow_gpu_dag.gpu.inventory import parse_inventory
 from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseOwner, LeaseSettings
-from airflow_gpu_dag.gpu.usage import UsageLedger, UsageRecord
+from airflow_gpu_dag.gpu.usage import UsageLedger
 from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator
 from tests.unit.operators.conftest import _dag
+from tests.unit.usage_ledgers import sample_ledger
 
 
 @pytest.fixture
@@ -123,32 +124,9 @@ def test_a_gpu_pod_that_never_started_is_charged_nothing(
     assert read_usage(ledger, "pods", "r1", None).run_gpu_seconds == 0  # before: 1 GPU-h
 
 
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC).timestamp()
-
-
-def _record(run_id: str, hours: float, devices: int = 1, pool: str = "gpu", end: float = NOW) -> UsageRecord:
-    return UsageRecord(
-        dag_id="train",
-        run_id=run_id,
-        task_id="fit",
-        try_number=1,
-        devices=tuple(range(devices)),
-        start=end - hours * 3600 / devices,
-        end=end,
-        pool=pool,
-    )
-
-
 @pytest.fixture
-def ledger(tmp_path) -> str:
-    path = tmp_path / "usage.jsonl"
-    book = UsageLedger(path)
-    book.append(_record("r1", 2.0, devices=2))
-    book.append(_record("r1", 1.0))
-    book.append(_record("r2", 4.0, pool="gpu"))
-    book.append(_record("r2", 8.0, pool="other"))
-    book.append(_record("r3", 5.0, end=NOW - 86400))  # yesterday
-    return str(path)
+def ledger(tmp_path: Path) -> str:
+    return sample_ledger(tmp_path / "usage.jsonl")
 
 
 def _pod(started: datetime | None, finished: datetime | None, phase: str = "Succeeded") -> Any:

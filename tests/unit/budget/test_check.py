@@ -14,7 +14,6 @@ import json
 import logging
 import threading
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -35,9 +34,9 @@ from airflow_gpu_dag.core.model.resources import GpuRequest
 from airflow_gpu_dag.executor_config import gpu_hints
 from airflow_gpu_dag.gpu.inventory import parse_inventory
 from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseOwner, LeaseSettings
-from airflow_gpu_dag.gpu.usage import UsageLedger, UsageRecord
 from airflow_gpu_dag.operators.budget import BudgetGateOperator
 from airflow_gpu_dag.triggers.budget import BudgetTrigger
+from tests.unit.usage_ledgers import sample_ledger
 
 
 @pytest.fixture
@@ -107,32 +106,9 @@ def test_a_cap_variable_that_is_not_a_number_is_reported(
     assert f"Variable gpu_dag_budget.pool_day.gpu = {value!r} is not a number of GPU-hours" in caplog.text
 
 
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC).timestamp()
-
-
-def _record(run_id: str, hours: float, devices: int = 1, pool: str = "gpu", end: float = NOW) -> UsageRecord:
-    return UsageRecord(
-        dag_id="train",
-        run_id=run_id,
-        task_id="fit",
-        try_number=1,
-        devices=tuple(range(devices)),
-        start=end - hours * 3600 / devices,
-        end=end,
-        pool=pool,
-    )
-
-
 @pytest.fixture
-def ledger(tmp_path) -> str:
-    path = tmp_path / "usage.jsonl"
-    book = UsageLedger(path)
-    book.append(_record("r1", 2.0, devices=2))
-    book.append(_record("r1", 1.0))
-    book.append(_record("r2", 4.0, pool="gpu"))
-    book.append(_record("r2", 8.0, pool="other"))
-    book.append(_record("r3", 5.0, end=NOW - 86400))  # yesterday
-    return str(path)
+def ledger(tmp_path: Path) -> str:
+    return sample_ledger(tmp_path / "usage.jsonl")
 
 
 def _context(dag_id: str = "train", run_id: str = "r1") -> dict:

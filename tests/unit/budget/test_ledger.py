@@ -27,8 +27,9 @@ from airflow_gpu_dag.budget.charge import SettleBudgetClaim
 from airflow_gpu_dag.budget.ledger import FileBudgetLedger, today
 from airflow_gpu_dag.core.model.budget import BudgetCap, BudgetClaim
 from airflow_gpu_dag.executor_config import gpu_hints
-from airflow_gpu_dag.gpu.usage import UsageLedger, UsageRecord
+from airflow_gpu_dag.gpu.usage import UsageRecord
 from airflow_gpu_dag.operators.budget import BudgetGateOperator
+from tests.unit.usage_ledgers import NOW, sample_ledger
 
 
 @pytest.fixture
@@ -126,9 +127,6 @@ def test_an_unreadable_claims_file_makes_gates_wait_instead_of_dropping_its_clai
     assert [r.lease_id for r in book._records()] == ["x"]  # the usage is recorded all the same
 
 
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC).timestamp()
-
-
 def _record(lease_id: str, hours: float) -> UsageRecord:
     return UsageRecord("train", "r1", "fit", 1, (0,), NOW - hours * 3600, NOW, pool="gpu", lease_id=lease_id)
 
@@ -176,31 +174,9 @@ def test_a_templated_ledger_is_settled_in_the_file_the_gate_claimed_in(
     assert not list(tmp_path.rglob("*{{*"))  # nothing written to a file named after the template
 
 
-def _record_budget(
-    run_id: str, hours: float, devices: int = 1, pool: str = "gpu", end: float = NOW
-) -> UsageRecord:
-    return UsageRecord(
-        dag_id="train",
-        run_id=run_id,
-        task_id="fit",
-        try_number=1,
-        devices=tuple(range(devices)),
-        start=end - hours * 3600 / devices,
-        end=end,
-        pool=pool,
-    )
-
-
 @pytest.fixture
-def ledger(tmp_path) -> str:
-    path = tmp_path / "usage.jsonl"
-    book = UsageLedger(path)
-    book.append(_record_budget("r1", 2.0, devices=2))
-    book.append(_record_budget("r1", 1.0))
-    book.append(_record_budget("r2", 4.0, pool="gpu"))
-    book.append(_record_budget("r2", 8.0, pool="other"))
-    book.append(_record_budget("r3", 5.0, end=NOW - 86400))  # yesterday
-    return str(path)
+def ledger(tmp_path: Path) -> str:
+    return sample_ledger(tmp_path / "usage.jsonl")
 
 
 @pytest.mark.usefixtures("_deferring")

@@ -8,7 +8,6 @@ import multiprocessing
 import subprocess
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,8 +19,7 @@ from airflow_gpu_dag.budget.ledger import BudgetLedger, FileBudgetLedger, today
 from airflow_gpu_dag.budget.shared import SqlBudgetLedger
 from airflow_gpu_dag.core.model.budget import BudgetCap, BudgetClaim
 from airflow_gpu_dag.gpu.usage import UsageLedger, UsageRecord
-
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC).timestamp()
+from tests.unit.usage_ledgers import NOW, sample_ledger, usage_record
 
 
 @pytest.fixture
@@ -31,29 +29,9 @@ def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
 
 
-def _record(run_id: str, hours: float, devices: int = 1, pool: str = "gpu", end: float = NOW) -> UsageRecord:
-    return UsageRecord(
-        dag_id="train",
-        run_id=run_id,
-        task_id="fit",
-        try_number=1,
-        devices=tuple(range(devices)),
-        start=end - hours * 3600 / devices,
-        end=end,
-        pool=pool,
-    )
-
-
 @pytest.fixture
-def ledger(tmp_path) -> str:
-    path = tmp_path / "usage.jsonl"
-    book = UsageLedger(path)
-    book.append(_record("r1", 2.0, devices=2))
-    book.append(_record("r1", 1.0))
-    book.append(_record("r2", 4.0, pool="gpu"))
-    book.append(_record("r2", 8.0, pool="other"))
-    book.append(_record("r3", 5.0, end=NOW - 86400))  # yesterday
-    return str(path)
+def ledger(tmp_path: Path) -> str:
+    return sample_ledger(tmp_path / "usage.jsonl")
 
 
 # -- claims: check and reserve in one step -------------------------------------------------------------
@@ -208,11 +186,11 @@ def test_forward_local_usage_is_idempotent(tmp_path: Path) -> None:
     local = tmp_path / "host1" / "usage.jsonl"
     local.parent.mkdir()
     book = UsageLedger(local)
-    book.append(dataclasses.replace(_record("r1", 1.0), lease_id="l1"))
+    book.append(dataclasses.replace(usage_record("r1", 1.0), lease_id="l1"))
     shared = SqlBudgetLedger(f"sqlite:///{tmp_path / 'budget.db'}")
     assert forward_local_usage(shared, local) == 1
     assert forward_local_usage(shared, local) == 0  # nothing new
-    book.append(dataclasses.replace(_record("r1", 2.0, devices=2), lease_id="l2", try_number=2))
+    book.append(dataclasses.replace(usage_record("r1", 2.0, devices=2), lease_id="l2", try_number=2))
     with local.open("a") as handle:
         handle.write('{"torn": ')  # a line still being written is left for next time
     assert forward_local_usage(shared, local) == 1

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
 from airflow_gpu_dag.budget import check as gate_module
 from airflow_gpu_dag.core.model.budget import BudgetCap
-from airflow_gpu_dag.gpu.usage import UsageLedger, UsageRecord
 from airflow_gpu_dag.triggers.budget import BudgetTrigger
-
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC).timestamp()
+from tests.unit.usage_ledgers import sample_ledger
 
 
 @pytest.fixture(autouse=True)
@@ -22,29 +20,9 @@ def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
 
 
-def _record(run_id: str, hours: float, devices: int = 1, pool: str = "gpu", end: float = NOW) -> UsageRecord:
-    return UsageRecord(
-        dag_id="train",
-        run_id=run_id,
-        task_id="fit",
-        try_number=1,
-        devices=tuple(range(devices)),
-        start=end - hours * 3600 / devices,
-        end=end,
-        pool=pool,
-    )
-
-
 @pytest.fixture
-def ledger(tmp_path) -> str:
-    path = tmp_path / "usage.jsonl"
-    book = UsageLedger(path)
-    book.append(_record("r1", 2.0, devices=2))
-    book.append(_record("r1", 1.0))
-    book.append(_record("r2", 4.0, pool="gpu"))
-    book.append(_record("r2", 8.0, pool="other"))
-    book.append(_record("r3", 5.0, end=NOW - 86400))  # yesterday
-    return str(path)
+def ledger(tmp_path: Path) -> str:
+    return sample_ledger(tmp_path / "usage.jsonl")
 
 
 def test_budget_trigger_fires_when_cap_is_raised(ledger: str, monkeypatch) -> None:
