@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import math
-import os
 import textwrap
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
-from unittest import mock
 
 import pytest
 from airflow.exceptions import AirflowClusterPolicyViolation
@@ -25,6 +23,7 @@ from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
 from airflow_gpu_dag.airflow.policy import dag_policy, validate_dag
 from airflow_gpu_dag.core.analysis.weight_rules import INT32_MAX, INT32_MIN
 from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, PackingPriorityStrategy
+from tests.unit.airflow_dags import CRITICAL, STRATEGIES, check_weights, reset_strategies, strategy_ti, under
 
 HEADER = """
 from airflow.sdk import DAG
@@ -269,9 +268,6 @@ def test_valid_pool_and_host_sizes_are_read(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 RUN_ID = "manual__2026-11-30T12:00:00+00:00"
-
-
-STRATEGIES = (CriticalPathPriorityStrategy, PackingPriorityStrategy)
 
 
 #: A year of "remaining time": the version-1 figures, and the same in the contract's ``derived``.
@@ -534,55 +530,11 @@ def test_lint_reports_derived_figures_a_dag_file_writes() -> None:
     assert "gpu_dag_critical_path" in found[0].message and "remove them" in found[0].fix
 
 
-CRITICAL = "airflow_gpu_dag.priority_strategy.CriticalPathPriorityStrategy"
-
-
-def _ti(sdag: Any, task_id: str, run_id: str, map_index: int | None = -1) -> Any:
-    """What ``get_weight`` is given: the serialized task (``ti.task.get_dag()`` is the serialized DAG)."""
-    return SimpleNamespace(
-        task=sdag.task_dict[task_id], task_id=task_id, dag_id=sdag.dag_id, run_id=run_id, map_index=map_index
-    )
-
-
 @pytest.fixture
 def _fresh_strategies() -> Iterator[None]:
-    _reset()
+    reset_strategies()
     yield
-    _reset()
-
-
-def _reset() -> None:
-    for cls in STRATEGIES:
-        cls._weights.reset()
-        cls._failed.clear()
-
-
-@mock.patch.dict(os.environ, {"AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND": "false"})
-def _under(pools: str | None, check: Any) -> None:
-    """Run ``check()`` with ``[gpu_dag] pools`` = ``pools`` and plans made inline, fresh caches."""
-    env = {"AIRFLOW__GPU_DAG__POOLS": pools} if pools else {}
-    with mock.patch.dict(os.environ, env):
-        if not pools:
-            os.environ.pop("AIRFLOW__GPU_DAG__POOLS", None)
-        _reset()
-        check()
-
-
-def _check_weights(sdag: Any, run_ids: list[str]) -> dict[str, dict[str, int]]:
-    """Every task's weight under both strategies: an int within int32, no exception, no fallback."""
-    out: dict[str, dict[str, int]] = {}
-    for cls in STRATEGIES:
-        strategy = cls()
-        weights = out.setdefault(cls.__name__, {})
-        for task_id in sdag.task_dict:
-            for run_id in run_ids:
-                for map_index in (-1, 0, None):
-                    weight = strategy.get_weight(_ti(sdag, task_id, run_id, map_index))
-                    assert type(weight) is int, (cls.__name__, task_id, weight)
-                    assert INT32_MIN <= weight <= INT32_MAX, (cls.__name__, task_id, weight)
-            weights[task_id] = strategy.get_weight(_ti(sdag, task_id, run_ids[0]))
-        assert not cls._failed, f"{cls.__name__}.get_weight fell back (a swallowed crash) for {cls._failed}"
-    return out
+    reset_strategies()
 
 
 @pytest.fixture(scope="module")
@@ -628,12 +580,12 @@ def test_ten_thousand_tasks_with_bad_hints(ten_thousand: tuple[DAG, Any], pools:
         for cls in STRATEGIES:
             strategy = cls()
             for task_id in sdag.task_dict:
-                weight = strategy.get_weight(_ti(sdag, task_id, "manual__2026-11-30T12:00:00+00:00"))
+                weight = strategy.get_weight(strategy_ti(sdag, task_id, "manual__2026-11-30T12:00:00+00:00"))
                 assert type(weight) is int and INT32_MIN <= weight <= INT32_MAX
             assert not cls._failed
             assert cls._weights.basis_builds == 1
 
-    _under(pools, check)
+    under(pools, check)
 
 
 @pytest.mark.usefixtures("_fresh_strategies")
@@ -665,9 +617,9 @@ def test_found_malformed_hints_are_policy_errors_and_weights(hints: dict[str, An
         assert expected in str(report.errors[0]) and "Fix:" in str(report.errors[0])
         with pytest.raises(AirflowClusterPolicyViolation, match="DAG 'found', task 'train'"):
             dag_policy(dag)
-        _check_weights(_serialized(dag), ["manual__2026-11-30T12:00:00+00:00"])
+        check_weights(_serialized(dag), ["manual__2026-11-30T12:00:00+00:00"])
 
-    _under('{"gpu_default": 8}', check)
+    under('{"gpu_default": 8}', check)
 
 
 @pytest.fixture
