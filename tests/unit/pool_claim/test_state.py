@@ -1,4 +1,4 @@
-"""Audit of the watermark controller's helper modules: each test failed before its fix."""
+"""Tests of ``airflow_gpu_dag.pool_claim.state``."""
 
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ from airflow_gpu_dag.pool_claim.state import (
     parse_pool_state,
     with_state,
 )
-from airflow_gpu_dag.watermark.config import parse_config
-from airflow_gpu_dag.watermark.controller import WatermarkController
 from tests.unit.watermark.conftest import (
+    INTERVAL,
     NOW,
     FakeRest,
-    Source,
+    claim_controller,
+    pool_state,
+    reserving,
     ti,
 )
 
@@ -83,53 +84,14 @@ def test_a_long_run_of_whitespace_in_a_description_is_parsed_in_linear_time() ->
         signal.signal(signal.SIGALRM, previous)
 
 
-INTERVAL = 10.0
-
-
-def make(
-    rest: FakeRest,
-    clock: dict[str, float],
-    gpus: int = 4,
-    holder: str = "me",
-    lease: dict[str, Any] | None = None,
-    **pool: Any,
-) -> WatermarkController:
-    config = parse_config(
-        {
-            "interval": INTERVAL,
-            "pools": {"gpu": {"source": 0, "backfill": False, **pool}},
-            "lease": lease or {"lock_file": None, "variable": None},
-        }
-    )
-    return WatermarkController(
-        config,
-        rest,  # type: ignore[arg-type]
-        {"gpu": Source(gpus)},  # type: ignore[dict-item]
-        default_duration=60.0,
-        clock=lambda: clock["t"],
-        holder=holder,
-    )
-
-
-def reserving(rest: FakeRest) -> None:
-    """A 4-slot task waits behind a running 1-slot task: with no backfill the pool is held at 0."""
-    rest.tis = [ti("hold", "running", started=NOW - 10, duration=100), ti("wide", "scheduled", slots=4)]
-
-
-def state(rest: FakeRest) -> PoolState:
-    found = parse_pool_state(rest.pools["gpu"]["description"])
-    assert found is not None, rest.pools["gpu"]
-    return found
-
-
 # -- the claim -------------------------------------------------------------------------------------------
 def test_every_write_carries_a_claim_that_lapses_after_fail_open_after_intervals() -> None:
     rest, clock = FakeRest(), {"t": NOW}
-    controller = make(rest, clock)
+    controller = claim_controller(rest, clock)
     reserving(rest)
     controller.tick()
     assert rest.pools["gpu"]["slots"] == 0
-    claim = state(rest)
+    claim = pool_state(rest)
     assert claim.capacity == 4 and claim.holder == "me" and claim.lease == controller.group
     assert claim.expires == NOW + 3 * INTERVAL  # fail_open_after: 3 (the default)
     assert claim.claimed(NOW + 29) and not claim.claimed(NOW + 30)
@@ -137,7 +99,7 @@ def test_every_write_carries_a_claim_that_lapses_after_fail_open_after_intervals
 
 def test_a_countdown_alone_does_not_rewrite_the_pool_but_the_claim_is_renewed_in_time() -> None:
     rest, clock = FakeRest(), {"t": NOW}
-    controller = make(rest, clock, source_timeout="1s")  # renewed with 1.5 intervals + 1 s left
+    controller = claim_controller(rest, clock, source_timeout="1s")  # renewed with 1.5 intervals + 1 s left
     reserving(rest)
     controller.tick()
     first = rest.pools["gpu"]["description"]
@@ -148,7 +110,7 @@ def test_a_countdown_alone_does_not_rewrite_the_pool_but_the_claim_is_renewed_in
     clock["t"] += INTERVAL
     controller.tick()  # 10s of the claim left (< 1.5 intervals): renewed
     assert rest.writes == [("gpu", 0), ("gpu", 0)]
-    assert state(rest).expires == clock["t"] + 3 * INTERVAL
+    assert pool_state(rest).expires == clock["t"] + 3 * INTERVAL
     rest.tis.append(ti("wide2", "scheduled", slots=2, priority=5))
     clock["t"] += 1
     controller.tick()  # a real change is written at once

@@ -5,52 +5,17 @@ pools, pools that cannot be created)."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pytest
 
 from airflow_gpu_dag.pool_claim import watchdog
 from airflow_gpu_dag.pool_claim.state import parse_pool_state
-from airflow_gpu_dag.watermark.config import parse_config
-from airflow_gpu_dag.watermark.controller import WatermarkController
 from tests.unit.watermark.conftest import (
     NOW,
     FakeRest,
-    Source,
-    ti,
+    claim_controller,
+    reserving,
 )
-
-INTERVAL = 10.0
-
-
-def make(
-    rest: FakeRest,
-    clock: dict[str, float],
-    gpus: int = 4,
-    holder: str = "me",
-    lease: dict[str, Any] | None = None,
-    **pool: Any,
-) -> WatermarkController:
-    config = parse_config(
-        {
-            "interval": INTERVAL,
-            "pools": {"gpu": {"source": 0, "backfill": False, **pool}},
-            "lease": lease or {"lock_file": None, "variable": None},
-        }
-    )
-    return WatermarkController(
-        config,
-        rest,  # type: ignore[arg-type]
-        {"gpu": Source(gpus)},  # type: ignore[dict-item]
-        default_duration=60.0,
-        clock=lambda: clock["t"],
-        holder=holder,
-    )
-
-
-def reserving(rest: FakeRest) -> None:
-    """A 4-slot task waits behind a running 1-slot task: with no backfill the pool is held at 0."""
-    rest.tis = [ti("hold", "running", started=NOW - 10, duration=100), ti("wide", "scheduled", slots=4)]
 
 
 class FakeJob:
@@ -67,7 +32,7 @@ def test_a_controller_that_dies_before_its_first_tick_leaves_a_closed_pool_that_
     """Its capacity was never measured: nobody can open it, but the watchdog drops the lapsed claim
     (the pool is free for any controller) and the description says what happened and the fix."""
     rest, clock = FakeRest(), {"t": NOW}
-    make(rest, clock).preflight()  # then killed
+    claim_controller(rest, clock).preflight()  # then killed
     pool = rest.pools["gpu"]
     rows = [("gpu", pool["slots"], pool["description"])]
     assert watchdog.expired_pools(rows, NOW + 29) == []
@@ -81,7 +46,7 @@ def test_a_controller_that_dies_before_its_first_tick_leaves_a_closed_pool_that_
     assert after is not None and after.expires is None and after.capacity is None
     assert watchdog.expired_pools([("gpu", 0, found.new_description)], NOW + 60) == []  # said once
     # a controller of another group may start now
-    other = make(rest, clock, lease={"lock_file": None, "variable": "lease_b"}, holder="b")
+    other = claim_controller(rest, clock, lease={"lock_file": None, "variable": "lease_b"}, holder="b")
     rest.pools["gpu"]["description"] = found.new_description
     clock["t"] = NOW + 60
     assert other.preflight().created == [] and other.tick() and rest.pools["gpu"]["slots"] == 4
@@ -90,7 +55,7 @@ def test_a_controller_that_dies_before_its_first_tick_leaves_a_closed_pool_that_
 # -- the watchdog --------------------------------------------------------------------------------------------
 def test_the_watchdog_opens_pools_whose_claim_lapsed() -> None:
     rest, clock = FakeRest(), {"t": NOW}
-    controller = make(rest, clock)
+    controller = claim_controller(rest, clock)
     reserving(rest)
     controller.tick()  # then the controller is killed: no release
     pool = rest.pools["gpu"]
@@ -108,7 +73,7 @@ def test_the_watchdog_opens_pools_whose_claim_lapsed() -> None:
     # the restarted controller reads the state back and holds the reservation again
     rest.pools["gpu"].update(slots=4, description=restore.new_description)
     clock["t"] += 31
-    make(rest, clock, holder="me2").tick()
+    claim_controller(rest, clock, holder="me2").tick()
     assert rest.pools["gpu"]["slots"] == 0
 
 

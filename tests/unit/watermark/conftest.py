@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from airflow_gpu_dag.pool_claim.state import PoolState, parse_pool_state
 from airflow_gpu_dag.watermark.config import parse_config
 from airflow_gpu_dag.watermark.controller import WatermarkController
 from airflow_gpu_dag.watermark.sources import (
@@ -249,3 +250,47 @@ def prometheus() -> Iterator[tuple[str, _PromState]]:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+# -- one 4-GPU pool ``gpu`` under a controller on a fake clock (claims, lifecycle, watchdog) ------
+#: The controller's tick interval in these tests (a claim expires after 3 of them).
+INTERVAL = 10.0
+
+
+def claim_controller(
+    rest: FakeRest,
+    clock: dict[str, float],
+    gpus: int = 4,
+    holder: str = "me",
+    lease: dict[str, Any] | None = None,
+    **pool: Any,
+) -> WatermarkController:
+    """A controller of pool ``gpu`` (``gpus`` GPUs from a fake source, no backfill) whose clock is
+    ``clock["t"]``, holding its claim as ``holder``."""
+    config = parse_config(
+        {
+            "interval": INTERVAL,
+            "pools": {"gpu": {"source": 0, "backfill": False, **pool}},
+            "lease": lease or {"lock_file": None, "variable": None},
+        }
+    )
+    return WatermarkController(
+        config,
+        rest,  # type: ignore[arg-type]
+        {"gpu": Source(gpus)},  # type: ignore[dict-item]
+        default_duration=60.0,
+        clock=lambda: clock["t"],
+        holder=holder,
+    )
+
+
+def reserving(rest: FakeRest) -> None:
+    """A 4-slot task waits behind a running 1-slot task: with no backfill the pool is held at 0."""
+    rest.tis = [ti("hold", "running", started=NOW - 10, duration=100), ti("wide", "scheduled", slots=4)]
+
+
+def pool_state(rest: FakeRest) -> PoolState:
+    """The claim state the controller wrote into pool ``gpu``'s description."""
+    found = parse_pool_state(rest.pools["gpu"]["description"])
+    assert found is not None, rest.pools["gpu"]
+    return found

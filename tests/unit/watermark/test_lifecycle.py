@@ -9,54 +9,19 @@ from typing import Any
 import pytest
 
 from airflow_gpu_dag.hooks.rest_client import RestError
-from airflow_gpu_dag.pool_claim.state import PoolState, human_part, parse_pool_state, with_state
+from airflow_gpu_dag.pool_claim.state import PoolState, human_part, with_state
 from airflow_gpu_dag.watermark.config import PoolSpec, SourceSpec, parse_config
-from airflow_gpu_dag.watermark.controller import WatermarkController, build_controller
+from airflow_gpu_dag.watermark.controller import build_controller
 from airflow_gpu_dag.watermark.lifecycle import CREATED_DESCRIPTION, PreflightError, preflight
 from tests.unit.watermark.conftest import (
+    INTERVAL,
     NOW,
     FakeRest,
     Source,
-    ti,
+    claim_controller,
+    pool_state,
+    reserving,
 )
-
-INTERVAL = 10.0
-
-
-def make(
-    rest: FakeRest,
-    clock: dict[str, float],
-    gpus: int = 4,
-    holder: str = "me",
-    lease: dict[str, Any] | None = None,
-    **pool: Any,
-) -> WatermarkController:
-    config = parse_config(
-        {
-            "interval": INTERVAL,
-            "pools": {"gpu": {"source": 0, "backfill": False, **pool}},
-            "lease": lease or {"lock_file": None, "variable": None},
-        }
-    )
-    return WatermarkController(
-        config,
-        rest,  # type: ignore[arg-type]
-        {"gpu": Source(gpus)},  # type: ignore[dict-item]
-        default_duration=60.0,
-        clock=lambda: clock["t"],
-        holder=holder,
-    )
-
-
-def reserving(rest: FakeRest) -> None:
-    """A 4-slot task waits behind a running 1-slot task: with no backfill the pool is held at 0."""
-    rest.tis = [ti("hold", "running", started=NOW - 10, duration=100), ti("wide", "scheduled", slots=4)]
-
-
-def state(rest: FakeRest) -> PoolState:
-    found = parse_pool_state(rest.pools["gpu"]["description"])
-    assert found is not None, rest.pools["gpu"]
-    return found
 
 
 class NoCreate(FakeRest):
@@ -82,11 +47,11 @@ class NoCreate(FakeRest):
 # -- clean stop ------------------------------------------------------------------------------------------
 def test_a_clean_stop_writes_the_pool_back_to_its_capacity_and_drops_the_claim() -> None:
     rest, clock = FakeRest(), {"t": NOW}
-    controller = make(rest, clock)
+    controller = claim_controller(rest, clock)
     reserving(rest)
     controller.run(threading.Event(), max_ticks=1)
     assert rest.writes == [("gpu", 0), ("gpu", 4)]
-    released = state(rest)
+    released = pool_state(rest)
     assert released.capacity == 4 and released.expires is None and released.holder is None
     description = rest.pools["gpu"]["description"]
     assert "released at" in description and "controller me stopped (the pool had 0 slots)" in description
@@ -109,7 +74,7 @@ def test_losing_the_lease_releases_only_the_pools_it_wrote_last() -> None:
     # an operator hands the lease to another controller, which has not written the pool yet
     rest.variables["lease"] = json.dumps({"holder": "two", "expires": NOW + 1000})
     assert one.tick() == [] and not one.active
-    assert rest.pools["gpu"]["slots"] == 4 and state(rest).expires is None  # failed open by "one"
+    assert rest.pools["gpu"]["slots"] == 4 and pool_state(rest).expires is None  # failed open by "one"
 
 
 def test_dry_run_writes_nothing() -> None:
@@ -131,10 +96,10 @@ def test_dry_run_writes_nothing() -> None:
 # -- start-up checks ---------------------------------------------------------------------------------------
 def test_a_pool_managed_by_another_controller_group_is_refused_and_nothing_is_written() -> None:
     rest, clock = FakeRest(), {"t": NOW}
-    other = make(rest, clock, lease={"lock_file": None, "variable": "lease_a"})
+    other = claim_controller(rest, clock, lease={"lock_file": None, "variable": "lease_a"})
     other.tick()
     writes = list(rest.writes)
-    mine = make(rest, clock, lease={"lock_file": None, "variable": "lease_b"}, holder="b")
+    mine = claim_controller(rest, clock, lease={"lock_file": None, "variable": "lease_b"}, holder="b")
     with pytest.raises(PreflightError) as err:
         mine.preflight()
     message = str(err.value)
@@ -142,7 +107,7 @@ def test_a_pool_managed_by_another_controller_group_is_refused_and_nothing_is_wr
     assert "same lease" in message and "Nothing was written" in message
     assert rest.writes == writes and rest.variables == {}
     # a standby of the same group is fine, and so is the other group's pool once its claim lapsed
-    make(rest, clock, lease={"lock_file": None, "variable": "lease_a"}, holder="a2").preflight()
+    claim_controller(rest, clock, lease={"lock_file": None, "variable": "lease_a"}, holder="a2").preflight()
     clock["t"] += 3 * INTERVAL + 1
     assert mine.preflight().taken_over == ["gpu"]
 
@@ -161,31 +126,31 @@ def test_a_pool_that_cannot_be_created_is_a_clear_error_and_leaves_nothing_behin
 
 def test_missing_pools_are_created_closed_and_claimed_until_the_first_tick() -> None:
     rest, clock = FakeRest(), {"t": NOW}
-    controller = make(rest, clock)
+    controller = claim_controller(rest, clock)
     assert controller.preflight().created == ["gpu"]
     assert rest.pools["gpu"]["slots"] == 0
     assert human_part(rest.pools["gpu"]["description"]) == CREATED_DESCRIPTION
-    created = state(rest)
+    created = pool_state(rest)
     assert (created.lease, created.holder, created.capacity) == (controller.group, "me", None)
     assert created.expires == NOW + 3 * INTERVAL
     # another group's controller starting meanwhile is refused: two would fight over the new pool
-    other = make(rest, clock, lease={"lock_file": None, "variable": "lease_b"}, holder="b")
+    other = claim_controller(rest, clock, lease={"lock_file": None, "variable": "lease_b"}, holder="b")
     with pytest.raises(PreflightError, match="managed by another watermark controller"):
         other.preflight()
     controller.tick()
-    assert rest.pools["gpu"]["slots"] == 4 and state(rest).capacity == 4
+    assert rest.pools["gpu"]["slots"] == 4 and pool_state(rest).capacity == 4
 
 
 def test_a_clean_stop_before_the_first_tick_drops_the_claim_of_the_pool_it_created() -> None:
     rest, clock = FakeRest(), {"t": NOW}
-    controller = make(rest, clock)
+    controller = claim_controller(rest, clock)
     controller.preflight()
     rest.ti_error = RestError("GET /api/v2/dags/~/dagRuns/~/taskInstances: HTTP 503", 503)
     (outcome,) = controller.tick()  # the first tick cannot size it: nothing written
-    assert not outcome.written and rest.writes == [("gpu", 0)] and state(rest).holder == "me"
+    assert not outcome.written and rest.writes == [("gpu", 0)] and pool_state(rest).holder == "me"
     controller.shutdown("stopped by SIGTERM")
     assert controller.released == [] and rest.pools["gpu"]["slots"] == 0
-    after = state(rest)
+    after = pool_state(rest)
     assert after.expires is None and after.holder is None
     assert (
         "released at" in rest.pools["gpu"]["description"]
