@@ -1,4 +1,4 @@
-"""Audit of the benchmark scripts (``benchmarks/*.py``): workload input checks, the options that choose
+"""Tests of the benchmark scripts (``benchmarks/*.py``): workload input checks, the options that choose
 what is measured, and the statistics they print. Tiny configurations only (the runs are benchmarks)."""
 
 from __future__ import annotations

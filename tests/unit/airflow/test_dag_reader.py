@@ -1,5 +1,5 @@
-"""Audit of the Airflow adapters (DAG -> task graph) and the GPU declaration checks: each test
-reproduces a defect found in ``airflow/dag_reader.py`` or ``operators/gpu_spec.py`` (no Airflow services)."""
+"""Tests of ``airflow_gpu_dag.airflow.dag_reader``: Airflow DAGs read into task graphs, with the GPU
+declaration checks they go through (no Airflow services)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""GPU-hour budget defects found by an audit; each test failed before its fix.
+"""Tests of ``airflow_gpu_dag.budget.check``, the GPU-hour budget gate:
 
-* a gate with only a per-run cap claimed with no pool, so while its task ran, gates capping that
-  pool's day did not see it and let the pool overspend;
-* ``[gpu_dag] budget_claim_ttl = 0`` made every claim expire as it was made: every gate passed;
-* a cap Variable that is not a number (``"300h"``) or is negative was ignored without a word;
-* a GPU operator or GPU pod that never got its GPUs (lease wait timed out, pod never started) was
-  charged GPUs x the try's run time, and a lease left to be reclaimed was charged twice."""
+* a gate with only a per-run cap claims in its task's pool, so the gates capping that pool's day see
+  the claim while the task runs;
+* ``[gpu_dag] budget_claim_ttl = 0`` does not make every claim expire as it is made;
+* a cap Variable that is not a number (``"300h"``) or is negative is not ignored without a word;
+* a GPU operator or GPU pod that never got its GPUs (lease wait timed out, pod never started) is not
+  charged GPUs x the try's run time, and a lease left to be reclaimed is charged once."""
 
 from __future__ import annotations
 

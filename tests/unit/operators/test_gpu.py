@@ -1,4 +1,4 @@
-"""Audit of GPU inventory, leases and the REST hook: each test failed on the code before its fix."""
+"""Tests of ``airflow_gpu_dag.operators.gpu``: the lease-based GPU operators on a static inventory."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Audit of the Airflow adapters and the GPU decorator/operators: each test reproduces a defect found
-in ``@task.gpu``, the lease-based GPU operators or the DAG readers (no Airflow services needed)."""
+"""Tests of ``airflow_gpu_dag.operators.gpu_spec``: how ``@task.gpu`` and the GPU operators resolve
+and check what a task declares (no Airflow services needed)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Audit of the sensors, triggers and completeness checks: each test failed on the code before its fix."""
+"""Tests of ``airflow_gpu_dag.sensors.dataset``: the data-edge sensor, its trigger and the
+completeness checks it runs."""
 
 from __future__ import annotations
 

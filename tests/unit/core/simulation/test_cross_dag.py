@@ -1,6 +1,6 @@
-"""Audit of the core's multi-DAG and admission logic: defects found on edge cases, each reproduced here
-first (runs of one DAG under two versions, a starving task too wide for its pool, start windows in a
-daylight-saving gap, a request for a pool of no slots)."""
+"""Tests of ``airflow_gpu_dag.core.simulation.cross_dag``: many DAG runs on shared pools (runs of one
+DAG under two versions, a starving task too wide for its pool, start windows in a daylight-saving gap,
+a request for a pool of no slots)."""
 
 from __future__ import annotations
 
