@@ -559,40 +559,28 @@ def decide_pool(
     else:
         size = used + started + backfill_open
     size = max(0, min(capacity, size))
-    if not explain:
-        backfill_keys = tuple(t.key for t in picked)
-        slots_open = max(0, size - (capacity - wide))
-        return PoolDecision(
-            pool,
-            capacity,
-            size,
-            head.key,
-            wide,
-            slots_open,
-            shadow,
-            "",
-            used,
-            backfill_keys,
-            admitted,
-            is_pending,
+    backfill_keys = tuple(t.key for t in picked)
+    decided: Reason | None = (
+        Reason(
+            pool=pool,
+            capacity=capacity,
+            at=now,
+            task=head.key,
+            slots=wide,
+            free=max(free, 0),
+            starting=started,
+            admitted=admitted,
+            admitted_count=len(admit),
+            backfill_slots=backfill_open,
+            backfill=backfill_keys,
+            backfill_count=len(picked),
+            until=shadow,
+            lookahead=is_pending,
+            nothing_else=nothing_else,
+            **terms,  # type: ignore[arg-type]
         )
-    why = Reason(
-        pool=pool,
-        capacity=capacity,
-        at=now,
-        task=head.key,
-        slots=wide,
-        free=max(free, 0),
-        starting=started,
-        admitted=admitted,
-        admitted_count=len(admit),
-        backfill_slots=backfill_open,
-        backfill=tuple(t.key for t in picked),
-        backfill_count=len(picked),
-        until=shadow,
-        lookahead=is_pending,
-        nothing_else=nothing_else,
-        **terms,  # type: ignore[arg-type]
+        if explain
+        else None  # the simulator reads only the size and the head: no reason built
     )
     return PoolDecision(
         pool,
@@ -602,12 +590,12 @@ def decide_pool(
         wide,
         max(0, size - (capacity - wide)),
         shadow,
-        render(why),
+        "" if decided is None else render(decided),
         used,
-        tuple(t.key for t in picked),
+        backfill_keys,
         admitted,
         is_pending,
-        why=why,
+        why=decided,
     )
 
 
