@@ -75,12 +75,21 @@ ARG_NO_GRANULARITY = Arg(
 ARG_STRICT = Arg(("--strict",), action="store_true", help="Exit non-zero on warnings as well as errors.")
 #: ``-o/--output`` of lint and plan (the same as ``airflow_gpu_dag.cli.display.OUTPUT_FORMATS``).
 OUTPUT_FORMATS = ("table", "json", "yaml", "plain")
-ARG_OUTPUT = Arg(
-    ("-o", "--output"),
-    choices=OUTPUT_FORMATS,
-    default="table",
-    metavar="(table, json, yaml, plain)",
-    help="Output format: table (default), json, yaml, or plain (tab-separated rows for scripts).",
+
+
+def output_arg(help: str) -> Arg:
+    """``-o/--output``: one of :data:`OUTPUT_FORMATS`, table by default; ``help`` says what it formats."""
+    return Arg(
+        ("-o", "--output"),
+        choices=OUTPUT_FORMATS,
+        default="table",
+        metavar="(table, json, yaml, plain)",
+        help=help,
+    )
+
+
+ARG_OUTPUT = output_arg(
+    "Output format: table (default), json, yaml, or plain (tab-separated rows for scripts)."
 )
 ARG_FACTOR = Arg(
     ("--factor",),
@@ -160,12 +169,8 @@ ARG_EXPLAIN_TASK = Arg(
     metavar="TASK_ID",
     help="Explain only this task (every map index of it).",
 )
-ARG_EXPLAIN_OUTPUT = Arg(
-    ("-o", "--output"),
-    choices=("table", "json", "yaml", "plain"),
-    default="table",
-    metavar="(table, json, yaml, plain)",
-    help="Output format: table (default), json, yaml, or plain (a tab-separated row per task).",
+ARG_EXPLAIN_OUTPUT = output_arg(
+    "Output format: table (default), json, yaml, or plain (a tab-separated row per task)."
 )
 ARG_CONN_ID = Arg(
     ("--conn-id",),

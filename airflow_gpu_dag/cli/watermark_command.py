@@ -20,6 +20,8 @@ from typing import Any
 from airflow.cli.cli_config import ARG_VERBOSE, ActionCommand, Arg, lazy_load_command
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_gpu_dag.cli.definition import output_arg
+
 __all__ = [
     "ARG_WATERMARK_CONFIG",
     "ARG_WATERMARK_CONN_ID",
@@ -73,13 +75,7 @@ ARG_WATERMARK_DRY_RUN = Arg(
     action="store_true",
     help="With --once: decide and print what would be written; write nothing (no pool, no lease).",
 )
-ARG_WATERMARK_OUTPUT = Arg(
-    ("-o", "--output"),
-    choices=("table", "json", "yaml", "plain"),
-    default="table",
-    metavar="(table, json, yaml, plain)",
-    help="Output format of --once (default: table).",
-)
+ARG_WATERMARK_OUTPUT = output_arg("Output format of --once (default: table).")
 ARG_WATERMARK_INTERVAL = Arg(
     ("--interval",),
     type=_positive_float,
@@ -137,12 +133,8 @@ ARG_HEALTH_MAX_AGE = Arg(
     metavar="SECONDS",
     help="Stale when the last tick is at least this old (default: 3 x the controller's interval).",
 )
-ARG_HEALTH_OUTPUT = Arg(
-    ("-o", "--output"),
-    choices=("table", "json", "yaml", "plain"),
-    default="table",
-    metavar="(table, json, yaml, plain)",
-    help="Output format (default: table, the one line; the exit code is the same in every format).",
+ARG_HEALTH_OUTPUT = output_arg(
+    "Output format (default: table, the one line; the exit code is the same in every format)."
 )
 
 #: The command's options, for building the ``ActionCommand`` elsewhere.
