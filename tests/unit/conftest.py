@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from airflow_gpu_dag import settings
 from airflow_gpu_dag.log_once import LogOnce
+from tests.unit.airflow_dags import reset_strategies
 
 
 @pytest.fixture
@@ -32,6 +35,18 @@ def _fresh(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(f"AIRFLOW__GPU_DAG__{key}", raising=False)
     monkeypatch.setattr(settings, "_warned", LogOnce(settings.log))
     settings.conf_get("objective", None)  # Airflow configures logging once, on first use: before caplog
+
+
+@pytest.fixture
+def _fresh_task_contract(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The task-contract tests' settings (``tests/unit/task_contracts.py``): a ``gpu_default`` pool of 8,
+    learned durations off, plans made inline, and both strategies reset before and after."""
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 8}')
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
+    reset_strategies()
+    yield
+    reset_strategies()
 
 
 def _set(monkeypatch: pytest.MonkeyPatch, option: str, value: str) -> None:

@@ -14,103 +14,19 @@ from typing import Any
 
 import pytest
 from airflow.providers.standard.operators.bash import BashOperator
-from airflow.sdk import DAG, task
-from airflow.serialization.serialized_objects import DagSerialization
+from airflow.sdk import DAG
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
+from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE
 from airflow_gpu_dag import contract as contract_module
 from airflow_gpu_dag.airflow import parse_time
 from airflow_gpu_dag.airflow.policy import dag_policy
 from airflow_gpu_dag.core.model.resources import GpuRequest
-from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, PackingPriorityStrategy
+from tests.unit.airflow_dags import serialized
+from tests.unit.task_contracts import FORGED, RAW, training_dag
 
-STRATEGIES = (CriticalPathPriorityStrategy, PackingPriorityStrategy)
-
-
-#: A year of "remaining time": the version-1 figures, and the same in the contract's ``derived``.
-FORGED = {"remaining_s": 3e7, "slot_seconds": {}, "version": ""}
-
-
-@pytest.fixture(autouse=True)
-def _fresh_task_contract(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 8}')
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
-    for cls in STRATEGIES:
-        cls._weights.reset()
-        cls._failed.clear()
-    yield
-    for cls in STRATEGIES:
-        cls._weights.reset()
-        cls._failed.clear()
-
-
-def _serialized(dag: DAG) -> Any:
-    return DagSerialization.from_dict(DagSerialization.to_dict(dag))
-
-
-def _training(forged: dict[str, Any] | None, dag_id: str = "pretrain", mapped: bool = True) -> DAG:
-    """The issue's DAG: a 4-GPU, 250-hour training and one mapped evaluation; ``forged`` goes into the
-    training task's executor_config (the version-1 key, or the contract's ``derived``)."""
-    with DAG(dag_id, schedule=None, default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
-        config = gpu_hints(duration="250h", gpus=4)
-        if forged is not None:
-            config = {**config, **forged}
-        train = BashOperator(
-            task_id="train", bash_command="true", pool="gpu_default", pool_slots=4, executor_config=config
-        )
-        if mapped:
-
-            @task(executor_config=gpu_hints(duration="20m"))
-            def shard(x: int) -> int:
-                return x
-
-            train >> shard.expand(x=[1, 2, 3])
-    return dag
-
-
-#: Anything JSON-like (and a little beyond: huge ints, NaN, tuples) a hand-written executor_config holds.
-SCALARS = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-(10**30), max_value=10**30),
-    st.sampled_from([0, 1, 2, 8, -1, 2**31, 2**63, 10**400, -(2**5000)]),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=10),
-    st.sampled_from(["30m", "1h30m", "-5m", "80GiB", "a100", "22:00", "skip", "", "nan"]),
-)
-
-
-VALUES = st.recursive(
-    SCALARS,
-    lambda children: st.one_of(
-        st.lists(children, max_size=3),
-        st.tuples(children),
-        st.dictionaries(st.text(max_size=8), children, max_size=3),
-    ),
-    max_leaves=8,
-)
-
-
-#: Keys of the contract, its aliases, near misses and anything else.
-KEYS = st.one_of(
-    st.sampled_from([*contract_module.json_schema()["properties"], "gpu_mem", "durations", "gpu", "fallbak"]),
-    st.text(max_size=8),
-)
-
-
-SUB_KEYS = st.sampled_from(
-    ["opens", "closes", "tz", "fixed", "templated", "on_missed", "index", "rungs", "assumed_index",
-     "start_within_s", "watched", "ladder", "rung", "remaining_s", "slot_seconds", "digest", "of"]
-)  # fmt: skip
-
-
-RAW = st.one_of(
-    VALUES,
-    st.dictionaries(KEYS, st.one_of(VALUES, st.dictionaries(SUB_KEYS, VALUES, max_size=4)), max_size=6),
-)
+#: Every test runs under the task-contract settings (a gpu_default pool of 8, fresh strategies).
+pytestmark = pytest.mark.usefixtures("_fresh_task_contract")
 
 
 def test_an_unknown_key_is_refused_at_parse_time_with_a_did_you_mean(tmp_path: Path) -> None:
@@ -133,9 +49,9 @@ def test_an_unknown_key_is_refused_at_parse_time_with_a_did_you_mean(tmp_path: P
 def test_the_contract_survives_serialization_and_reads_back_equal() -> None:
     from airflow_gpu_dag import contract
 
-    dag = _training(None)
+    dag = training_dag(None)
     dag_policy(dag)
-    sdag = _serialized(dag)
+    sdag = serialized(dag)
     for task_id, original in dag.task_dict.items():
         before = contract.read(original.executor_config)
         after = contract.read(sdag.task_dict[task_id].executor_config)
@@ -154,7 +70,7 @@ def test_an_old_format_executor_config_is_read_and_rewritten_at_the_next_parse()
     assert (read.version, read.duration_s, read.gpus, read.derived, read.problems) == (1, 3600.0, 2, None, ())
     with DAG("old", schedule=None, default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
         BashOperator(task_id="t", bash_command="true", pool="gpu_default", pool_slots=2, executor_config=old)
-    assert parse_time.read(_serialized(dag).task_dict["t"]) is None  # the scheduler analyses it
+    assert parse_time.read(serialized(dag).task_dict["t"]) is None  # the scheduler analyses it
     dag_policy(dag)
     config = dag.task_dict["t"].executor_config
     assert set(config) == {"gpu_dag"} and config["gpu_dag"]["v"] == contract.CONTRACT_VERSION

@@ -16,7 +16,6 @@ from airflow.exceptions import AirflowClusterPolicyViolation
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, TaskGroup, task
-from airflow.serialization.serialized_objects import DagSerialization
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -34,13 +33,14 @@ from airflow_gpu_dag.priority_strategy import (
 from tests.unit.airflow_dags import (
     CRITICAL,
     POOL_SETTINGS,
-    STRATEGIES,
     airflow_dags,
     check_weights,
     reset_strategies,
+    serialized,
     strategy_ti,
     under,
 )
+from tests.unit.task_contracts import FORGED_DERIVED, contract_weight, training_dag
 
 RUN_ID = "manual__2026-11-30T12:00:00+00:00"
 
@@ -63,10 +63,6 @@ def _fresh_weights(monkeypatch: pytest.MonkeyPatch) -> Any:
     yield
     for cls in (CriticalPathPriorityStrategy, PackingPriorityStrategy):
         cls._weights.reset()
-
-
-def _serialized(dag: DAG) -> Any:
-    return DagSerialization.from_dict(DagSerialization.to_dict(dag))
 
 
 def _ti(sdag: Any, task_id: str, run_id: str = RUN_ID, map_index: int = -1) -> Any:
@@ -101,7 +97,7 @@ def test_weights_are_keys_of_the_remaining_critical_path() -> None:
         side = _bash("side", "5m")
         load >> train >> eval_
         load >> side
-    sdag = _serialized(dag)
+    sdag = serialized(dag)
     # no pool sizes configured: the work term is 0, key = trigger - c x remaining critical path
     assert {t: (TRIGGER - _key(_weight(sdag, t))) / C for t in sdag.task_dict} == {
         "load": 600 + 3600 + 1200,
@@ -125,7 +121,7 @@ def test_task_group_mapped_and_setup_teardown() -> None:
         swept = sweep.expand(lr=[0.1, 0.01])
         teardown = _bash("delete_cluster", "5m").as_teardown(setups=setup)
         setup >> clean >> swept >> teardown
-    sdag = _serialized(dag)
+    sdag = serialized(dag)
     assert set(sdag.task_dict) == {"create_cluster", "prep.clean", "sweep", "delete_cluster"}
     assert TRIGGER - _key(_weight(sdag, "sweep")) == C * (1800 + 300)
     mapped = CriticalPathPriorityStrategy().get_weight(_ti(sdag, "sweep", map_index=1))  # type: ignore[arg-type]
@@ -189,7 +185,7 @@ def test_huge_estimates_are_clamped() -> None:
         chain = [_bash(name, "300d") for name in "abcdef"]
         for up, down in itertools.pairwise(chain):
             up >> down
-    assert _weight(_serialized(dag), "a") == INT32_MAX  # a key before the epoch: clamped, not wrapped
+    assert _weight(serialized(dag), "a") == INT32_MAX  # a key before the epoch: clamped, not wrapped
 
 
 @pytest.mark.usefixtures("_fresh_weights")
@@ -203,9 +199,9 @@ def test_an_estimate_refused_at_parse_time_is_logged_and_weighed_with_the_defaul
     with DAG("fine", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as fine:
         _bash("a", "30m") >> _bash("b", "30m")
     with caplog.at_level("WARNING", logger="airflow_gpu_dag.priority.basis"):
-        typo = _weight(_serialized(dag), "a")
-        _weight(_serialized(dag), "b")
-    assert typo == _weight(_serialized(fine), "a")  # 30m, the default estimate
+        typo = _weight(serialized(dag), "a")
+        _weight(serialized(dag), "b")
+    assert typo == _weight(serialized(fine), "a")  # 30m, the default estimate
     (record,) = [r for r in caplog.records if "bad-estimate" in r.getMessage()]
     assert "DAG 'typo', task 'a'" in record.getMessage() and "'100000d'" in record.getMessage()
 
@@ -219,11 +215,11 @@ def test_analysis_once_per_dag_object() -> None:
             cur = _bash(f"t{i}", "10m")
             prev >> cur
             prev = cur
-    first = _serialized(dag)
+    first = serialized(dag)
     for task_id in first.task_dict:
         _weight(first, task_id)
     assert weights.basis_builds == 1
-    second = _serialized(dag)  # a new serialized version is a new object: analysed again
+    second = serialized(dag)  # a new serialized version is a new object: analysed again
     _weight(second, "t0")
     assert weights.basis_builds == 2
 
@@ -249,7 +245,7 @@ def test_runs_age_and_small_runs_go_first(monkeypatch: pytest.MonkeyPatch) -> No
             pool_slots=1,
             executor_config=gpu_hints(duration="20m", gpus=1),
         )
-    sbig, ssmall = _serialized(big), _serialized(small)
+    sbig, ssmall = serialized(big), serialized(small)
     assert _weight(ssmall, "eval") > _weight(sbig, "pretrain")
     # balanced (s = 4, c = 0.5, overdue 8 h): W = 6 h * 8 GPUs / 8 = 6 h, due = T + min(4 W, W + 8 h)
     # = T + 14 h; key = due - 0.5 x 6 h
@@ -295,7 +291,7 @@ def test_packing_keys_follow_the_plan_and_start_from_the_critical_path(
                 pool_slots=1 + i % 3,
                 executor_config=gpu_hints(duration=f"{10 + 7 * i}m", gpus=1 + i % 3),
             )
-    sdag = _serialized(dag)
+    sdag = serialized(dag)
     expected = planned_remaining(build_task_graph(sdag)[0], {"gpu_default": 4})
     strategy = PackingPriorityStrategy()
     work = sum((10 + 7 * i) * 60 * (1 + i % 3) for i in range(6)) / 4
@@ -338,7 +334,7 @@ def test_packing_dags_above_the_planning_limit_use_the_width_aware_weights(
                 pool_slots=1,
                 executor_config=gpu_hints(duration="50m", gpus=1),
             )
-    sdag = _serialized(dag)
+    sdag = serialized(dag)
     strategy = PackingPriorityStrategy()
     keys = {t: _key(_weight(sdag, t, strategy=strategy)) for t in sdag.task_dict}
     assert planned == []  # over the limit: never planned
@@ -373,7 +369,7 @@ def test_a_plan_in_the_background_does_not_block_get_weight(monkeypatch: pytest.
             pool_slots=1,
             executor_config=gpu_hints(duration="10m", gpus=1),
         )
-    sdag = _serialized(dag)
+    sdag = serialized(dag)
     strategy = PackingPriorityStrategy()
     before = _weight(sdag, "a", strategy=strategy)  # the critical path while the plan is made
     weights = PackingPriorityStrategy._weights
@@ -418,7 +414,7 @@ def test_graph_records_the_provider_rule_the_dag_uses() -> None:
         _bash("a", "10m")
     for dag, expected in ((cp_dag, "critical_path"), (packing_dag, "packing"), (stock_dag, None)):
         assert build_task_graph(dag)[0].priority_rule == expected  # authoring DAG: class-path string
-        assert build_task_graph(_serialized(dag))[0].priority_rule == expected  # scheduler: instance
+        assert build_task_graph(serialized(dag))[0].priority_rule == expected  # scheduler: instance
 
 
 @pytest.mark.usefixtures("_fresh_weights")
@@ -434,7 +430,7 @@ def test_edge_labels_across_task_groups_become_edge_kinds() -> None:
         prep = _bash("prep", "10m")
         pretrain >> Label("control") >> check
         prep >> Label("data") >> pretrain
-    for reader in (dag, _serialized(dag)):
+    for reader in (dag, serialized(dag)):
         graph, _ = build_task_graph(reader)
         assert graph.edge_kind("pretrain.evaluate", "check") == "control"
         assert graph.edge_kind("prep", "pretrain.train") == "data"
@@ -484,7 +480,7 @@ def test_the_strategy_reports_cache_hits_and_plan_time(monkeypatch: pytest.Monke
             pool_slots=1,
             executor_config=gpu_hints(duration="10m", gpus=1),
         )
-    sdag = _serialized(dag)
+    sdag = serialized(dag)
     strategy = PackingPriorityStrategy()
     _weight(sdag, "a", strategy=strategy)
     _weight(sdag, "b", strategy=strategy)
@@ -551,7 +547,7 @@ def _check_policy(dag: DAG) -> None:
 def test_policy_is_clear_and_weights_never_raise(dag: DAG, pools: str | None, run_ids: list[str]) -> None:
     def check() -> None:
         _check_policy(dag)
-        check_weights(_serialized(dag), run_ids)
+        check_weights(serialized(dag), run_ids)
 
     under(pools, check)
 
@@ -572,7 +568,7 @@ def test_found_a_failing_analysis_is_not_repeated_per_task_instance(monkeypatch:
     with DAG("broken", schedule=None, default_args={"weight_rule": CRITICAL}) as dag:
         for i in range(20):
             EmptyOperator(task_id=f"t{i}", priority_weight=3)
-    sdag = _serialized(dag)
+    sdag = serialized(dag)
 
     def check() -> None:
         strategy = CriticalPathPriorityStrategy()
@@ -729,69 +725,17 @@ def test_packing_strategy_reads_the_backfill_it_plans_for(monkeypatch: pytest.Mo
     assert config.plan_strict_backfill() is False
 
 
-FORGED_DERIVED = {"remaining_s": 3e7, "slot_seconds": {}, "digest": "0" * 32}
-
-
-@pytest.fixture
-def _fresh_task_contract(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 8}')
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
-    for cls in STRATEGIES:
-        cls._weights.reset()
-        cls._failed.clear()
-    yield
-    for cls in STRATEGIES:
-        cls._weights.reset()
-        cls._failed.clear()
-
-
-def _weight_task_contract(
-    sdag: Any, task_id: str, strategy: Any = None, map_index: int = -1, **extra: Any
-) -> int:
-    ti = SimpleNamespace(
-        task=sdag.task_dict[task_id],
-        task_id=task_id,
-        dag_id=sdag.dag_id,
-        run_id=RUN_ID,
-        map_index=map_index,
-        **extra,
-    )
-    return int((strategy or CriticalPathPriorityStrategy()).get_weight(ti))
-
-
-def _training(forged: dict[str, Any] | None, dag_id: str = "pretrain", mapped: bool = True) -> DAG:
-    """The issue's DAG: a 4-GPU, 250-hour training and one mapped evaluation; ``forged`` goes into the
-    training task's executor_config (the version-1 key, or the contract's ``derived``)."""
-    with DAG(dag_id, schedule=None, default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
-        config = gpu_hints(duration="250h", gpus=4)
-        if forged is not None:
-            config = {**config, **forged}
-        train = BashOperator(
-            task_id="train", bash_command="true", pool="gpu_default", pool_slots=4, executor_config=config
-        )
-        if mapped:
-
-            @task(executor_config=gpu_hints(duration="20m"))
-            def shard(x: int) -> int:
-                return x
-
-            train >> shard.expand(x=[1, 2, 3])
-    return dag
-
-
 @pytest.mark.usefixtures("_fresh_task_contract")
 def test_derived_figures_written_without_the_policy_are_ignored(caplog: pytest.LogCaptureFixture) -> None:
     """A DAG parsed where the provider's policy does not run keeps what its file wrote; the scheduler
     uses derived figures only when their digest is the DAG's own."""
-    forger = _training(
+    forger = training_dag(
         {"gpu_dag": {**gpu_hints(duration="250h", gpus=4)["gpu_dag"], "derived": FORGED_DERIVED}},
         mapped=False,
     )
-    weight = _weight_task_contract(_serialized(forger), "train")
+    weight = contract_weight(serialized(forger), "train")
     CriticalPathPriorityStrategy._weights.reset()
-    clean = _weight_task_contract(
-        _serialized(_training(None, mapped=False)), "train"
-    )  # analysed by the scheduler
+    plain = training_dag(None, mapped=False)  # no derived figures: the scheduler analyses it
+    clean = contract_weight(serialized(plain), "train")
     assert weight == clean
     assert "not this DAG version's" in caplog.text

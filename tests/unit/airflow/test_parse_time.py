@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, PACKING_WEIGHT_RULE, gpu_hints
-from airflow_gpu_dag import contract as contract_module
 from airflow_gpu_dag.airflow import parse_time
 from airflow_gpu_dag.airflow.policy import dag_policy
-from airflow_gpu_dag.core.analysis.weight_rules import INT32_MAX, INT32_MIN
 from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, PackingPriorityStrategy
+from tests.unit.airflow_dags import STRATEGIES, serialized
+from tests.unit.task_contracts import GOOD, RAW, all_weights, contract_weight, small_dag, training_dag
 
 RUN_ID = "manual__2026-11-30T12:00:00+00:00"
 
@@ -60,10 +60,6 @@ def _dag(dag_id: str = "pt", rule: str = CRITICAL_PATH_WEIGHT_RULE) -> DAG:
     return dag
 
 
-def _serialized(dag: DAG) -> Any:
-    return DagSerialization.from_dict(DagSerialization.to_dict(dag))
-
-
 def _weights(sdag: Any, strategy: Any) -> dict[str, int]:
     return {
         task_id: strategy.get_weight(
@@ -77,7 +73,7 @@ def _weights(sdag: Any, strategy: Any) -> dict[str, int]:
 def test_the_policy_writes_the_critical_path_and_the_serialized_dag_keeps_it() -> None:
     dag = _dag()
     dag_policy(dag)
-    sdag = _serialized(dag)
+    sdag = serialized(dag)
     paths = {task_id: parse_time.read(t) for task_id, t in sdag.task_dict.items()}
     assert all(p is not None for p in paths.values())
     assert paths["gpu_0"].remaining == (120 + 30 + 45) * 60  # type: ignore[union-attr]
@@ -96,9 +92,9 @@ def test_weights_from_the_parse_time_path_equal_those_of_the_analysis(rule: str)
     )
     annotated = _dag("same", rule)
     dag_policy(annotated)
-    with_path = _weights(_serialized(annotated), strategy)
+    with_path = _weights(serialized(annotated), strategy)
     type(strategy)._weights.reset()
-    without = _weights(_serialized(_dag("same", rule)), strategy)  # no policy: analysed inline
+    without = _weights(serialized(_dag("same", rule)), strategy)  # no policy: analysed inline
     assert with_path == without
 
 
@@ -119,7 +115,7 @@ def test_the_first_get_weight_does_not_analyse_the_dag_in_the_calling_thread(
     monkeypatch.setattr(weights_module, "build_basis", recording)
     dag = _dag()
     dag_policy(dag)
-    sdag = _serialized(dag)
+    sdag = serialized(dag)
     strategy = CriticalPathPriorityStrategy()
     first = _weights(sdag, strategy)
     weights = CriticalPathPriorityStrategy._weights
@@ -131,7 +127,7 @@ def test_the_first_get_weight_does_not_analyse_the_dag_in_the_calling_thread(
 @pytest.mark.usefixtures("_fresh_priority_parse_time")
 def test_without_the_policy_the_dag_is_analysed_inline_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "true")
-    sdag = _serialized(_dag())
+    sdag = serialized(_dag())
     assert all(parse_time.read(t) is None for t in sdag.task_dict.values())
     _weights(sdag, CriticalPathPriorityStrategy())
     assert CriticalPathPriorityStrategy._weights.basis_builds == 1
@@ -144,12 +140,12 @@ def test_pool_sizes_are_applied_by_the_scheduler_not_written_at_parse_time(
     """Changing [gpu_dag] pools must not give every DAG a new version: the figures do not depend on it."""
     first, second = _dag(), _dag()
     dag_policy(first)
-    small = _weights(_serialized(first), CriticalPathPriorityStrategy())
+    small = _weights(serialized(first), CriticalPathPriorityStrategy())
     monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu": 16}')
     CriticalPathPriorityStrategy._weights.reset()
     dag_policy(second)
     assert DagSerialization.to_dict(first) == DagSerialization.to_dict(second)
-    big = _weights(_serialized(second), CriticalPathPriorityStrategy())
+    big = _weights(serialized(second), CriticalPathPriorityStrategy())
     assert small != big  # W = slot-seconds / capacity: 4 GPUs make a longer run than 16
 
 
@@ -163,7 +159,7 @@ def test_dags_with_mapped_tasks_are_annotated_too() -> None:
 
         trial.expand(x=[1, 2, 3])
     dag_policy(dag)
-    path = parse_time.read(_serialized(dag).task_dict["trial"])
+    path = parse_time.read(serialized(dag).task_dict["trial"])
     assert path is not None and path.remaining == 15 * 60
     assert path.slot_seconds == {"default_pool": 3 * 15 * 60}  # three instances of one slot
 
@@ -209,7 +205,7 @@ def test_a_dag_whose_analysis_fails_keeps_its_parse_time_weights(
 
     dag = _dag()
     dag_policy(dag)
-    sdag = _serialized(dag)
+    sdag = serialized(dag)
     expected = _weights(sdag, CriticalPathPriorityStrategy())
     CriticalPathPriorityStrategy._weights.reset()
     tries: list[int] = []
@@ -223,140 +219,6 @@ def test_a_dag_whose_analysis_fails_keeps_its_parse_time_weights(
         assert _weights(sdag, CriticalPathPriorityStrategy()) == expected
     assert len(tries) == 1  # one analysis per DAG object, not one per task instance
     assert caplog.text.count("cannot analyse DAG 'pt'") == 1
-
-
-STRATEGIES = (CriticalPathPriorityStrategy, PackingPriorityStrategy)
-
-
-@pytest.fixture
-def _fresh_task_contract(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 8}')
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
-    for cls in STRATEGIES:
-        cls._weights.reset()
-        cls._failed.clear()
-    yield
-    for cls in STRATEGIES:
-        cls._weights.reset()
-        cls._failed.clear()
-
-
-def _weight(sdag: Any, task_id: str, strategy: Any = None, map_index: int = -1, **extra: Any) -> int:
-    ti = SimpleNamespace(
-        task=sdag.task_dict[task_id],
-        task_id=task_id,
-        dag_id=sdag.dag_id,
-        run_id=RUN_ID,
-        map_index=map_index,
-        **extra,
-    )
-    return int((strategy or CriticalPathPriorityStrategy()).get_weight(ti))
-
-
-def _training(forged: dict[str, Any] | None, dag_id: str = "pretrain", mapped: bool = True) -> DAG:
-    """The issue's DAG: a 4-GPU, 250-hour training and one mapped evaluation; ``forged`` goes into the
-    training task's executor_config (the version-1 key, or the contract's ``derived``)."""
-    with DAG(dag_id, schedule=None, default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
-        config = gpu_hints(duration="250h", gpus=4)
-        if forged is not None:
-            config = {**config, **forged}
-        train = BashOperator(
-            task_id="train", bash_command="true", pool="gpu_default", pool_slots=4, executor_config=config
-        )
-        if mapped:
-
-            @task(executor_config=gpu_hints(duration="20m"))
-            def shard(x: int) -> int:
-                return x
-
-            train >> shard.expand(x=[1, 2, 3])
-    return dag
-
-
-#: Anything JSON-like (and a little beyond: huge ints, NaN, tuples) a hand-written executor_config holds.
-SCALARS = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-(10**30), max_value=10**30),
-    st.sampled_from([0, 1, 2, 8, -1, 2**31, 2**63, 10**400, -(2**5000)]),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=10),
-    st.sampled_from(["30m", "1h30m", "-5m", "80GiB", "a100", "22:00", "skip", "", "nan"]),
-)
-
-
-VALUES = st.recursive(
-    SCALARS,
-    lambda children: st.one_of(
-        st.lists(children, max_size=3),
-        st.tuples(children),
-        st.dictionaries(st.text(max_size=8), children, max_size=3),
-    ),
-    max_leaves=8,
-)
-
-
-#: Keys of the contract, its aliases, near misses and anything else.
-KEYS = st.one_of(
-    st.sampled_from([*contract_module.json_schema()["properties"], "gpu_mem", "durations", "gpu", "fallbak"]),
-    st.text(max_size=8),
-)
-
-
-SUB_KEYS = st.sampled_from(
-    ["opens", "closes", "tz", "fixed", "templated", "on_missed", "index", "rungs", "assumed_index",
-     "start_within_s", "watched", "ladder", "rung", "remaining_s", "slot_seconds", "digest", "of"]
-)  # fmt: skip
-
-
-RAW = st.one_of(
-    VALUES,
-    st.dictionaries(KEYS, st.one_of(VALUES, st.dictionaries(SUB_KEYS, VALUES, max_size=4)), max_size=6),
-)
-
-
-def _small_dag(dag_id: str, configs: list[Any], mapped: bool) -> DAG:
-    """A chain of BashOperators with these executor_configs; the last one mapped over two values."""
-    with DAG(dag_id, schedule=None, default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
-        previous = None
-        for i, config in enumerate(configs):
-            hints = config.get("gpu_dag") if isinstance(config, dict) else None
-            gpus = hints.get("gpus") if isinstance(hints, dict) else None
-            slots = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and 1 <= gpus <= 8 else 1
-            kwargs = {
-                "task_id": f"t{i}",
-                "executor_config": config,
-                "pool": "gpu_default",
-                "pool_slots": slots,
-            }
-            if mapped and i == len(configs) - 1:
-                task_ = BashOperator.partial(**kwargs).expand(bash_command=["true", "false"])
-            else:
-                task_ = BashOperator(bash_command="true", **kwargs)
-            if previous is not None:
-                previous >> task_
-            previous = task_
-    return dag
-
-
-GOOD = st.builds(
-    lambda d, g: gpu_hints(duration=d, gpus=g),
-    st.integers(0, 36_000),
-    st.one_of(st.none(), st.integers(1, 4)),
-)
-
-
-def _all_weights(sdag: Any) -> dict[tuple[str, int], int]:
-    out = {}
-    for cls in STRATEGIES:
-        for task_id in sdag.task_dict:
-            for map_index in (-1, 0, 1):
-                weight = _weight(sdag, task_id, cls(), map_index)
-                assert type(weight) is int and INT32_MIN <= weight <= INT32_MAX
-                out[(cls.__name__, task_id, map_index)] = weight
-        assert not cls._failed, f"{cls.__name__}.get_weight fell back (a swallowed crash) for {cls._failed}"
-    return out  # type: ignore[return-value]
 
 
 @pytest.mark.usefixtures("_fresh_task_contract")
@@ -394,13 +256,13 @@ def test_a_dag_with_mapped_tasks_gets_derived_figures_equal_to_the_analysis(rule
     )
     annotated = dag_of()
     dag_policy(annotated)
-    sdag = _serialized(annotated)
+    sdag = serialized(annotated)
     assert all(parse_time.read(t) is not None for t in sdag.task_dict.values())
     cases = [("prep", -1), ("trial", 0), ("trial", 2), ("train", 3), ("pick", -1)]
-    with_figures = {case: _weight(sdag, case[0], strategy, case[1]) for case in cases}
+    with_figures = {case: contract_weight(sdag, case[0], strategy, case[1]) for case in cases}
     type(strategy)._weights.reset()
-    analysed = _serialized(dag_of())  # no policy: analysed by the scheduler
-    assert {case: _weight(analysed, case[0], strategy, case[1]) for case in cases} == with_figures
+    analysed = serialized(dag_of())  # no policy: analysed by the scheduler
+    assert {case: contract_weight(analysed, case[0], strategy, case[1]) for case in cases} == with_figures
     remaining = {t: parse_time.read(sdag.task_dict[t]).remaining for t in ("prep", "trial", "train")}  # type: ignore[union-attr]
     assert remaining == {"prep": (10 + 60 + 30 + 5) * 60, "trial": (60 + 30 + 5) * 60, "train": (30 + 5) * 60}
     # 3 trials of 1 GPU-hour, 4 trainings of 2 GPUs for 30 minutes
@@ -409,9 +271,9 @@ def test_a_dag_with_mapped_tasks_gets_derived_figures_equal_to_the_analysis(rule
 
 @pytest.mark.usefixtures("_fresh_task_contract")
 def test_the_digest_is_the_same_before_and_after_serialization() -> None:
-    dag = _training(None)
+    dag = training_dag(None)
     dag_policy(dag)
-    sdag = _serialized(dag)
+    sdag = serialized(dag)
     digest = parse_time.version_digest(sdag)
     assert digest == parse_time.version_digest(dag)
     assert {parse_time.read(t).version for t in sdag.task_dict.values()} == {digest}  # type: ignore[union-attr]
@@ -428,16 +290,16 @@ def test_the_digest_is_the_same_before_and_after_serialization() -> None:
 def test_any_executor_config_fails_the_import_clearly_and_never_breaks_get_weight(
     configs: list[Any], mapped: bool
 ) -> None:
-    dag = _small_dag("fuzzed", configs, mapped)
+    dag = small_dag("fuzzed", configs, mapped)
     try:
         dag_policy(dag)
     except AirflowClusterPolicyViolation as err:
         assert "DAG 'fuzzed'" in str(err) and "Fix:" in str(err)
         assert any(f"task '{t}'" in str(err) for t in dag.task_dict)
     else:
-        sdag = _serialized(dag)
+        sdag = serialized(dag)
         digests = {parse_time.read(t).version for t in sdag.task_dict.values()}  # type: ignore[union-attr]
         assert digests == {parse_time.version_digest(sdag)}  # every task, mapped or not
     for cls in STRATEGIES:
         cls._weights.reset()
-    _all_weights(_serialized(dag))
+    all_weights(serialized(dag))

@@ -7,14 +7,13 @@ import textwrap
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from airflow.exceptions import AirflowClusterPolicyViolation
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.providers.standard.operators.empty import EmptyOperator
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG
 from airflow.serialization.serialized_objects import DagSerialization
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,7 +22,25 @@ from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
 from airflow_gpu_dag.airflow.policy import dag_policy, validate_dag
 from airflow_gpu_dag.core.analysis.weight_rules import INT32_MAX, INT32_MIN
 from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, PackingPriorityStrategy
-from tests.unit.airflow_dags import CRITICAL, STRATEGIES, check_weights, reset_strategies, strategy_ti, under
+from tests.unit.airflow_dags import (
+    CRITICAL,
+    STRATEGIES,
+    check_weights,
+    reset_strategies,
+    serialized,
+    strategy_ti,
+    under,
+)
+from tests.unit.task_contracts import (
+    FORGED,
+    FORGED_DERIVED,
+    GOOD,
+    VALUES,
+    all_weights,
+    contract_weight,
+    small_dag,
+    training_dag,
+)
 
 HEADER = """
 from airflow.sdk import DAG
@@ -267,66 +284,6 @@ def test_valid_pool_and_host_sizes_are_read(monkeypatch: pytest.MonkeyPatch) -> 
     assert max_gpus_per_host() == 8 and config_problems() == []
 
 
-RUN_ID = "manual__2026-11-30T12:00:00+00:00"
-
-
-#: A year of "remaining time": the version-1 figures, and the same in the contract's ``derived``.
-FORGED = {"remaining_s": 3e7, "slot_seconds": {}, "version": ""}
-
-
-FORGED_DERIVED = {"remaining_s": 3e7, "slot_seconds": {}, "digest": "0" * 32}
-
-
-@pytest.fixture
-def _fresh_task_contract(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 8}')
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
-    for cls in STRATEGIES:
-        cls._weights.reset()
-        cls._failed.clear()
-    yield
-    for cls in STRATEGIES:
-        cls._weights.reset()
-        cls._failed.clear()
-
-
-def _serialized(dag: DAG) -> Any:
-    return DagSerialization.from_dict(DagSerialization.to_dict(dag))
-
-
-def _weight(sdag: Any, task_id: str, strategy: Any = None, map_index: int = -1, **extra: Any) -> int:
-    ti = SimpleNamespace(
-        task=sdag.task_dict[task_id],
-        task_id=task_id,
-        dag_id=sdag.dag_id,
-        run_id=RUN_ID,
-        map_index=map_index,
-        **extra,
-    )
-    return int((strategy or CriticalPathPriorityStrategy()).get_weight(ti))
-
-
-def _training(forged: dict[str, Any] | None, dag_id: str = "pretrain", mapped: bool = True) -> DAG:
-    """The issue's DAG: a 4-GPU, 250-hour training and one mapped evaluation; ``forged`` goes into the
-    training task's executor_config (the version-1 key, or the contract's ``derived``)."""
-    with DAG(dag_id, schedule=None, default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
-        config = gpu_hints(duration="250h", gpus=4)
-        if forged is not None:
-            config = {**config, **forged}
-        train = BashOperator(
-            task_id="train", bash_command="true", pool="gpu_default", pool_slots=4, executor_config=config
-        )
-        if mapped:
-
-            @task(executor_config=gpu_hints(duration="20m"))
-            def shard(x: int) -> int:
-                return x
-
-            train >> shard.expand(x=[1, 2, 3])
-    return dag
-
-
 def _evaluation(dag_id: str = "evaluate") -> DAG:
     with DAG(dag_id, schedule=None, default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
         BashOperator(
@@ -337,60 +294,6 @@ def _evaluation(dag_id: str = "evaluate") -> DAG:
             executor_config=gpu_hints(duration="10m", gpus=1),
         )
     return dag
-
-
-#: Anything JSON-like (and a little beyond: huge ints, NaN, tuples) a hand-written executor_config holds.
-SCALARS = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-(10**30), max_value=10**30),
-    st.sampled_from([0, 1, 2, 8, -1, 2**31, 2**63, 10**400, -(2**5000)]),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=10),
-    st.sampled_from(["30m", "1h30m", "-5m", "80GiB", "a100", "22:00", "skip", "", "nan"]),
-)
-
-
-VALUES = st.recursive(
-    SCALARS,
-    lambda children: st.one_of(
-        st.lists(children, max_size=3),
-        st.tuples(children),
-        st.dictionaries(st.text(max_size=8), children, max_size=3),
-    ),
-    max_leaves=8,
-)
-
-
-def _small_dag(dag_id: str, configs: list[Any], mapped: bool) -> DAG:
-    """A chain of BashOperators with these executor_configs; the last one mapped over two values."""
-    with DAG(dag_id, schedule=None, default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}) as dag:
-        previous = None
-        for i, config in enumerate(configs):
-            hints = config.get("gpu_dag") if isinstance(config, dict) else None
-            gpus = hints.get("gpus") if isinstance(hints, dict) else None
-            slots = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and 1 <= gpus <= 8 else 1
-            kwargs = {
-                "task_id": f"t{i}",
-                "executor_config": config,
-                "pool": "gpu_default",
-                "pool_slots": slots,
-            }
-            if mapped and i == len(configs) - 1:
-                task_ = BashOperator.partial(**kwargs).expand(bash_command=["true", "false"])
-            else:
-                task_ = BashOperator(bash_command="true", **kwargs)
-            if previous is not None:
-                previous >> task_
-            previous = task_
-    return dag
-
-
-GOOD = st.builds(
-    lambda d, g: gpu_hints(duration=d, gpus=g),
-    st.integers(0, 36_000),
-    st.one_of(st.none(), st.integers(1, 4)),
-)
 
 
 FORGERY = st.one_of(
@@ -411,18 +314,6 @@ def _forge(config: dict[str, Any], forgery: dict[str, Any]) -> dict[str, Any]:
     return forged
 
 
-def _all_weights(sdag: Any) -> dict[tuple[str, int], int]:
-    out = {}
-    for cls in STRATEGIES:
-        for task_id in sdag.task_dict:
-            for map_index in (-1, 0, 1):
-                weight = _weight(sdag, task_id, cls(), map_index)
-                assert type(weight) is int and INT32_MIN <= weight <= INT32_MAX
-                out[(cls.__name__, task_id, map_index)] = weight
-        assert not cls._failed, f"{cls.__name__}.get_weight fell back (a swallowed crash) for {cls._failed}"
-    return out  # type: ignore[return-value]
-
-
 @pytest.mark.usefixtures("_fresh_task_contract")
 @pytest.mark.parametrize(
     "forged",
@@ -437,15 +328,15 @@ def test_a_forged_parse_time_key_does_not_jump_the_queue(forged: dict[str, Any],
     """A 250-hour training that writes its own 'remaining time' of a year into its executor_config
     must not go ahead of a 10-minute evaluation triggered at the same moment: the cluster policy
     writes the derived figures itself, for every DAG, mapped or not."""
-    honest, forger = _training(None, mapped=mapped), _training(forged, mapped=mapped)
+    honest, forger = training_dag(None, mapped=mapped), training_dag(forged, mapped=mapped)
     for dag in (honest, forger, evaluation := _evaluation()):
         dag_policy(dag)
-    honest_weight = _weight(_serialized(honest), "train")
+    honest_weight = contract_weight(serialized(honest), "train")
     CriticalPathPriorityStrategy._weights.reset()
-    forged_weight = _weight(_serialized(forger), "train")
+    forged_weight = contract_weight(serialized(forger), "train")
     assert forged_weight == honest_weight
-    assert forged_weight < _weight(_serialized(evaluation), "eval")  # the evaluation starts first
-    config = _serialized(forger).task_dict["train"].executor_config
+    assert forged_weight < contract_weight(serialized(evaluation), "eval")  # the evaluation starts first
+    config = serialized(forger).task_dict["train"].executor_config
     assert "gpu_dag_critical_path" not in config
     assert config["gpu_dag"]["derived"]["remaining_s"] < 3e7
 
@@ -453,7 +344,7 @@ def test_a_forged_parse_time_key_does_not_jump_the_queue(forged: dict[str, Any],
 @pytest.mark.usefixtures("_fresh_task_contract")
 def test_figures_of_another_version_are_ignored() -> None:
     """Figures copied from another version (a longer estimate) do not match the DAG they are in."""
-    short, long = _training(None, "copy", mapped=False), _training(None, "copy", mapped=False)
+    short, long = training_dag(None, "copy", mapped=False), training_dag(None, "copy", mapped=False)
     long.task_dict["train"].executor_config = gpu_hints(duration="300h", gpus=4)
     dag_policy(short)
     dag_policy(long)
@@ -464,9 +355,9 @@ def test_figures_of_another_version_are_ignored() -> None:
     derived = source["__var"]["executor_config"]["__var"]["gpu_dag"]["__var"]["derived"]
     train["__var"]["executor_config"]["__var"]["gpu_dag"]["__var"]["derived"] = derived
     tampered = DagSerialization.from_dict(copied)
-    expected = _weight(_serialized(short), "train")
+    expected = contract_weight(serialized(short), "train")
     CriticalPathPriorityStrategy._weights.reset()
-    assert _weight(tampered, "train") == expected
+    assert contract_weight(tampered, "train") == expected
 
 
 @pytest.mark.usefixtures("_fresh_task_contract")
@@ -486,17 +377,17 @@ def test_the_first_weights_of_a_mapped_dag_are_not_analysed_in_the_scheduler_loo
         return build(*args, **kwargs)
 
     monkeypatch.setattr(weights_module, "build_basis", recording)
-    dag = _training(None)
+    dag = training_dag(None)
     dag_policy(dag)
     data = DagSerialization.to_dict(dag)
     first = DagSerialization.from_dict(data)
-    weights = {t: _weight(first, t, dag_version_id="v1") for t in first.task_dict}
+    weights = {t: contract_weight(first, t, dag_version_id="v1") for t in first.task_dict}
     assert threading.current_thread().name not in analysed_in  # the policy's figures; analysed off the loop
     background = CriticalPathPriorityStrategy._weights.background
     assert background is not None and background.wait_idle(60)
     assert analysed_in == ["gpu-dag-weights"]
     second = DagSerialization.from_dict(data)  # a new object of the same version (an api-server request)
-    assert {t: _weight(second, t, dag_version_id="v1") for t in second.task_dict} == weights
+    assert {t: contract_weight(second, t, dag_version_id="v1") for t in second.task_dict} == weights
     assert analysed_in == ["gpu-dag-weights"]  # shared, not analysed again
 
 
@@ -511,20 +402,20 @@ def test_derived_figures_a_dag_file_writes_change_no_weight(
     configs: list[dict[str, Any]], forgeries: list[Any], mapped: bool
 ) -> None:
     forged = [c if f is None else _forge(c, f) for c, f in zip(configs, forgeries, strict=False)]
-    honest, forger = _small_dag("same", configs, mapped), _small_dag("same", forged, mapped)
+    honest, forger = small_dag("same", configs, mapped), small_dag("same", forged, mapped)
     dag_policy(honest)
     dag_policy(forger)
-    expected = _all_weights(_serialized(honest))
+    expected = all_weights(serialized(honest))
     for cls in STRATEGIES:
         cls._weights.reset()
-    assert _all_weights(_serialized(forger)) == expected
+    assert all_weights(serialized(forger)) == expected
 
 
 @pytest.mark.usefixtures("_fresh_task_contract")
 def test_lint_reports_derived_figures_a_dag_file_writes() -> None:
     from airflow_gpu_dag.airflow.policy import priority_findings
 
-    forger = _training({"gpu_dag_critical_path": FORGED}, mapped=False)
+    forger = training_dag({"gpu_dag_critical_path": FORGED}, mapped=False)
     found = [f for f in priority_findings(forger) if f.code == "derived-hint"]
     assert [(f.task_id, f.is_error) for f in found] == [("train", False)]
     assert "gpu_dag_critical_path" in found[0].message and "remove them" in found[0].fix
@@ -557,7 +448,7 @@ def ten_thousand() -> tuple[DAG, Any]:
             if previous is not None and i % 10:
                 previous >> task
             previous = task
-    return dag, _serialized(dag)
+    return dag, serialized(dag)
 
 
 def _one_task_dag(hints: Mapping[str, Any], dag_id: str = "found") -> DAG:
@@ -617,7 +508,7 @@ def test_found_malformed_hints_are_policy_errors_and_weights(hints: dict[str, An
         assert expected in str(report.errors[0]) and "Fix:" in str(report.errors[0])
         with pytest.raises(AirflowClusterPolicyViolation, match="DAG 'found', task 'train'"):
             dag_policy(dag)
-        check_weights(_serialized(dag), ["manual__2026-11-30T12:00:00+00:00"])
+        check_weights(serialized(dag), ["manual__2026-11-30T12:00:00+00:00"])
 
     under('{"gpu_default": 8}', check)
 

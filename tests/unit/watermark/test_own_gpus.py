@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from airflow_gpu_dag import contract as contract_module
-from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, PackingPriorityStrategy
 from airflow_gpu_dag.watermark.own_gpus import RunningTaskGpus, gpus_of_task_instance, normalize_host
 
 
@@ -39,23 +38,6 @@ def test_running_task_gpus_are_cached_per_tick() -> None:
     now[0] = 6
     ours.by_host()
     assert len(calls) == 2
-
-
-STRATEGIES = (CriticalPathPriorityStrategy, PackingPriorityStrategy)
-
-
-@pytest.fixture
-def _fresh_task_contract(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 8}')
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
-    for cls in STRATEGIES:
-        cls._weights.reset()
-        cls._failed.clear()
-    yield
-    for cls in STRATEGIES:
-        cls._weights.reset()
-        cls._failed.clear()
 
 
 @pytest.mark.usefixtures("_fresh_task_contract")
