@@ -8,7 +8,7 @@ import pytest
 
 from airflow_gpu_dag import settings
 from airflow_gpu_dag.log_once import LogOnce
-from tests.unit.airflow_dags import reset_strategies
+from tests.unit.airflow_dags import STRATEGIES, reset_strategies
 
 
 @pytest.fixture
@@ -35,6 +35,28 @@ def _fresh(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(f"AIRFLOW__GPU_DAG__{key}", raising=False)
     monkeypatch.setattr(settings, "_warned", LogOnce(settings.log))
     settings.conf_get("objective", None)  # Airflow configures logging once, on first use: before caplog
+
+
+@pytest.fixture
+def _fresh_strategies() -> Iterator[None]:
+    """Both priority strategies start and end with no cached weights or bases and no recorded fallbacks."""
+    reset_strategies()
+    yield
+    reset_strategies()
+
+
+@pytest.fixture
+def _fresh_weights(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every test starts with no cached settings or bases, no pool sizes and plans made inline (learned
+    durations off: the weights come from the hints alone)."""
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")
+    for cls in STRATEGIES:
+        cls._weights.reset()
+    yield
+    for cls in STRATEGIES:
+        cls._weights.reset()
 
 
 @pytest.fixture

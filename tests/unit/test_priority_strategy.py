@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -27,7 +26,6 @@ from airflow_gpu_dag.log_once import LogOnce
 from airflow_gpu_dag.priority.background import Background
 from airflow_gpu_dag.priority_strategy import (
     CriticalPathPriorityStrategy,
-    PackingPriorityStrategy,
     clamp_weight,
 )
 from tests.unit.airflow_dags import (
@@ -35,7 +33,6 @@ from tests.unit.airflow_dags import (
     POOL_SETTINGS,
     airflow_dags,
     check_weights,
-    reset_strategies,
     serialized,
     strategy_ti,
     under,
@@ -48,21 +45,6 @@ RUN_ID = "manual__2026-11-30T12:00:00+00:00"
 TRIGGER = 1_796_040_000.0  # the time in RUN_ID
 BALANCED = OBJECTIVES["balanced"]
 C = BALANCED.chain  # key = trigger + due offset - C x remaining
-
-
-@pytest.fixture
-def _fresh_weights(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Every test starts with no cached settings or bases, no pool sizes and plans made inline."""
-    from airflow_gpu_dag.priority_strategy import PackingPriorityStrategy
-
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")  # tests/unit/priority/test_learned.py
-    for cls in (CriticalPathPriorityStrategy, PackingPriorityStrategy):
-        cls._weights.reset()
-    yield
-    for cls in (CriticalPathPriorityStrategy, PackingPriorityStrategy):
-        cls._weights.reset()
 
 
 def _ti(sdag: Any, task_id: str, run_id: str = RUN_ID, map_index: int = -1) -> Any:
@@ -519,13 +501,6 @@ RUN_ID_bad_input_properties = st.one_of(
 )
 
 
-@pytest.fixture
-def _fresh_strategies() -> Iterator[None]:
-    reset_strategies()
-    yield
-    reset_strategies()
-
-
 def _check_policy(dag: DAG) -> None:
     """Passes, or an AirflowClusterPolicyViolation naming the DAG, a task of it and the fix."""
     try:
@@ -604,19 +579,7 @@ def test_found_through_the_dag_processor_path(tmp_path: Path, monkeypatch: pytes
     assert "OverflowError" not in errors[0] and "Traceback" not in errors[0]
 
 
-@pytest.fixture
-def _fresh_audit_priority2(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")
-    for cls in (CriticalPathPriorityStrategy, PackingPriorityStrategy):
-        cls._weights.reset()
-    yield
-    for cls in (CriticalPathPriorityStrategy, PackingPriorityStrategy):
-        cls._weights.reset()
-
-
-@pytest.mark.usefixtures("_fresh_audit_priority2")
+@pytest.mark.usefixtures("_fresh_weights")
 @pytest.mark.parametrize("rule", ["critical_path", "CRITICAL_PATH_WEIGHT_RULE", "PackingPriorityStrategy"])
 def test_a_dag_naming_our_rule_the_way_airflow_cannot_load_fails_its_import_with_the_task_and_fix(
     tmp_path: Any, rule: str

@@ -4,7 +4,7 @@ declaration checks they go through (no Airflow services)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,7 +19,6 @@ from airflow_gpu_dag.authoring import start_window
 from airflow_gpu_dag.core.model.mapping import expanded_id, task_of
 from airflow_gpu_dag.core.planning.plan import build_plan
 from airflow_gpu_dag.operators.gpu import GpuBashOperator
-from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, PackingPriorityStrategy
 
 
 def _serialized(dag: Any) -> Any:
@@ -221,22 +220,6 @@ def test_map_length_above_airflows_max_map_length_is_an_error(monkeypatch: pytes
 
 
 CRITICAL = "airflow_gpu_dag.priority_strategy.CriticalPathPriorityStrategy"
-
-
-STRATEGIES = (CriticalPathPriorityStrategy, PackingPriorityStrategy)
-
-
-@pytest.fixture
-def _fresh_strategies() -> Iterator[None]:
-    _reset()
-    yield
-    _reset()
-
-
-def _reset() -> None:
-    for cls in STRATEGIES:
-        cls._weights.reset()
-        cls._failed.clear()
 
 
 def _one_task_dag(hints: Mapping[str, Any], dag_id: str = "found") -> DAG:

@@ -29,7 +29,7 @@ from airflow_gpu_dag.airflow.history import (
 )
 from airflow_gpu_dag.core.analysis.estimates import EstimateSettings
 from airflow_gpu_dag.core.policy.objective import KEY_WEIGHT_FLOOR
-from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, PackingPriorityStrategy
+from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy
 from tests.unit.cli.conftest import (
     run_cli,
     run_json,
@@ -241,18 +241,6 @@ def test_map_counts_query_has_no_limit_inside_an_in_subquery_on_mysql() -> None:
 RUN_ID = "manual__2026-11-30T12:00:00+00:00"
 
 
-@pytest.fixture
-def _fresh_audit_priority2(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")
-    for cls in (CriticalPathPriorityStrategy, PackingPriorityStrategy):
-        cls._weights.reset()
-    yield
-    for cls in (CriticalPathPriorityStrategy, PackingPriorityStrategy):
-        cls._weights.reset()
-
-
 def _pipeline(dag_id: str = "audit") -> Any:
     with DAG(dag_id, default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}, schedule=None) as dag:
         prep = BashOperator(task_id="prep", bash_command="true", executor_config=gpu_hints(duration="10m"))
@@ -289,7 +277,7 @@ class FakeSession:
         self.closes += 1
 
 
-@pytest.mark.usefixtures("_fresh_audit_priority2")
+@pytest.mark.usefixtures("_fresh_weights")
 def test_an_inline_history_read_leaves_the_schedulers_own_session_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

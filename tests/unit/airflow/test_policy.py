@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import textwrap
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +21,11 @@ from hypothesis import strategies as st
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
 from airflow_gpu_dag.airflow.policy import dag_policy, validate_dag
 from airflow_gpu_dag.core.analysis.weight_rules import INT32_MAX, INT32_MIN
-from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, PackingPriorityStrategy
+from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy
 from tests.unit.airflow_dags import (
     CRITICAL,
     STRATEGIES,
     check_weights,
-    reset_strategies,
     serialized,
     strategy_ti,
     under,
@@ -421,13 +420,6 @@ def test_lint_reports_derived_figures_a_dag_file_writes() -> None:
     assert "gpu_dag_critical_path" in found[0].message and "remove them" in found[0].fix
 
 
-@pytest.fixture
-def _fresh_strategies() -> Iterator[None]:
-    reset_strategies()
-    yield
-    reset_strategies()
-
-
 @pytest.fixture(scope="module")
 def ten_thousand() -> tuple[DAG, Any]:
     """A DAG of 10,000 tasks (unicode ids, chains of 10, every 97th task with a malformed hint) and its
@@ -513,19 +505,7 @@ def test_found_malformed_hints_are_policy_errors_and_weights(hints: dict[str, An
     under('{"gpu_default": 8}', check)
 
 
-@pytest.fixture
-def _fresh_audit_priority2(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")
-    for cls in (CriticalPathPriorityStrategy, PackingPriorityStrategy):
-        cls._weights.reset()
-    yield
-    for cls in (CriticalPathPriorityStrategy, PackingPriorityStrategy):
-        cls._weights.reset()
-
-
-@pytest.mark.usefixtures("_fresh_audit_priority2")
+@pytest.mark.usefixtures("_fresh_weights")
 def test_a_plugin_rule_that_shares_a_short_name_with_ours_is_left_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

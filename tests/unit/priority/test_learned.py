@@ -19,7 +19,7 @@ from airflow_gpu_dag.core.analysis.estimates import DurationEstimate, with_estim
 from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.core.policy.objective import DEFAULT_EPOCH, OBJECTIVES, key_of_weight
 from airflow_gpu_dag.priority.learned import LearnedDurations
-from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, PackingPriorityStrategy
+from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy
 
 RUN_ID = "manual__2026-11-30T12:00:00+00:00"
 
@@ -410,19 +410,7 @@ def test_superseded_versions_of_a_dag_are_not_refreshed() -> None:
     assert due() == ["other:v1", "wrong:v3"]
 
 
-@pytest.fixture
-def _fresh_audit_priority2(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")
-    for cls in (CriticalPathPriorityStrategy, PackingPriorityStrategy):
-        cls._weights.reset()
-    yield
-    for cls in (CriticalPathPriorityStrategy, PackingPriorityStrategy):
-        cls._weights.reset()
-
-
-@pytest.mark.usefixtures("_fresh_audit_priority2")
+@pytest.mark.usefixtures("_fresh_weights")
 def test_a_refresh_bound_of_years_still_reads_the_learned_durations() -> None:
     """``[gpu_dag] learned_refresh = "1000000d"`` (never refresh, in effect) is accepted, but the refresh
     thread waited a quarter of it, longer than a wait may take (``threading.TIMEOUT_MAX``): it died with

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
@@ -12,7 +11,6 @@ import pytest
 
 from airflow_gpu_dag.priority import trigger
 from airflow_gpu_dag.priority.trigger import parse_run_id_time
-from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, PackingPriorityStrategy
 
 NOW = 1_796_040_000.0  # 2026-11-30T12:00:00Z
 
@@ -190,22 +188,6 @@ def test_a_loaded_backfill_or_catch_up_run_is_weighed_from_its_creation_not_its_
     assert (
         trigger.TriggerTimes(clock=lambda: NOW).of(SimpleNamespace(dag_id="d", run_id=cleared.run_id)) == NOW
     )
-
-
-STRATEGIES = (CriticalPathPriorityStrategy, PackingPriorityStrategy)
-
-
-@pytest.fixture
-def _fresh_strategies() -> Iterator[None]:
-    _reset()
-    yield
-    _reset()
-
-
-def _reset() -> None:
-    for cls in STRATEGIES:
-        cls._weights.reset()
-        cls._failed.clear()
 
 
 @pytest.mark.usefixtures("_fresh_strategies")

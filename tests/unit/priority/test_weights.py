@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from airflow.sdk import DAG
 from hypothesis import HealthCheck, given, settings
@@ -15,17 +13,12 @@ from tests.unit.airflow_dags import (
     POOL_SETTINGS,
     airflow_dags,
     check_weights,
-    reset_strategies,
     serialized,
     under,
 )
 
-
-@pytest.fixture(autouse=True)
-def _fresh_strategies() -> Iterator[None]:
-    reset_strategies()
-    yield
-    reset_strategies()
+#: Every test starts and ends with fresh strategy caches.
+pytestmark = pytest.mark.usefixtures("_fresh_strategies")
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
