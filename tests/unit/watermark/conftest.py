@@ -252,6 +252,56 @@ def prometheus() -> Iterator[tuple[str, _PromState]]:
         thread.join(5)
 
 
+# -- Prometheus with DCGM series, recording each query's headers -------------------------------
+class _DcgmState:
+    """What the DCGM Prometheus answers (series by metric name) and the headers of each query it got."""
+
+    def __init__(self) -> None:
+        self.results: dict[str, list[dict[str, Any]]] = {}
+        self.headers: list[dict[str, str]] = []
+
+
+@pytest.fixture
+def prometheus_dcgm() -> Iterator[tuple[str, _DcgmState]]:
+    """A Prometheus answering every query with the DCGM series of its state (``dcgm_series``): its URL
+    and the state."""
+    state = _DcgmState()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            state.headers.append(dict(self.headers))
+            query = parse_qs(urlparse(self.path).query).get("query", [""])[0]
+            result = state.results.get(query.split("{")[0], [])
+            payload = json.dumps({"status": "success", "data": {"result": result}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", state
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def dcgm_series(gpus: list[tuple[str, int, bool, dict[str, str]]]) -> dict[str, list[dict[str, Any]]]:
+    """DCGM series for (host, gpu, busy, extra labels)."""
+    free, util = [], []
+    for host, gpu, busy, extra in gpus:
+        labels = {"Hostname": host, "gpu": str(gpu), "UUID": f"{host}-{gpu}", **extra}
+        free.append({"metric": labels, "value": [0, "1000" if busy else "80000"]})
+        util.append({"metric": labels, "value": [0, "99" if busy else "0"]})
+    return {"DCGM_FI_DEV_FB_FREE": free, "DCGM_FI_DEV_GPU_UTIL": util}
+
+
 # -- one 4-GPU pool ``gpu`` under a controller on a fake clock (claims, lifecycle, watchdog) ------
 #: The controller's tick interval in these tests (a claim expires after 3 of them).
 INTERVAL = 10.0

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
 import httpx
 import pytest
@@ -20,10 +16,7 @@ from airflow_gpu_dag.watermark.config import SourceSpec
 from airflow_gpu_dag.watermark.own_gpus import RunningTaskGpus
 from airflow_gpu_dag.watermark.sources import CapacityReading, KubernetesSource, PrometheusSource, SourceError
 from tests.unit.hooks.conftest import TrickleServer
-from tests.unit.watermark.conftest import (
-    N,  # noqa: F401
-    _PromState,
-)
+from tests.unit.watermark.conftest import _DcgmState, _PromState, dcgm_series
 
 
 @pytest.fixture
@@ -264,58 +257,12 @@ def test_prometheus_url_credentials_stay_out_of_errors(prometheus: tuple[str, _P
     assert state.authorization[-1] == "Basic YWRtaW46aHVuOnRlcjI="  # admin:hun:ter2, still sent
 
 
-# -- Prometheus / DCGM ------------------------------------------------------------------------------
-class _Prom:
-    def __init__(self) -> None:
-        self.results: dict[str, list[dict[str, Any]]] = {}
-        self.headers: list[dict[str, str]] = []
-
-
-@pytest.fixture
-def prometheus_sources_ours() -> Iterator[tuple[str, _Prom]]:
-    state = _Prom()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            state.headers.append(dict(self.headers))
-            query = parse_qs(urlparse(self.path).query).get("query", [""])[0]
-            result = state.results.get(query.split("{")[0], [])
-            payload = json.dumps({"status": "success", "data": {"result": result}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", state
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def _dcgm(gpus: list[tuple[str, int, bool, dict[str, str]]]) -> dict[str, list[dict[str, Any]]]:
-    """DCGM series for (host, gpu, busy, extra labels)."""
-    free, util = [], []
-    for host, gpu, busy, extra in gpus:
-        labels = {"Hostname": host, "gpu": str(gpu), "UUID": f"{host}-{gpu}", **extra}
-        free.append({"metric": labels, "value": [0, "1000" if busy else "80000"]})
-        util.append({"metric": labels, "value": [0, "99" if busy else "0"]})
-    return {"DCGM_FI_DEV_FB_FREE": free, "DCGM_FI_DEV_GPU_UTIL": util}
-
-
 def test_prometheus_counts_gpus_busy_with_our_running_tasks(
-    prometheus_sources_ours: tuple[str, _Prom],
+    prometheus_dcgm: tuple[str, _DcgmState],
 ) -> None:
-    url, state = prometheus_sources_ours
+    url, state = prometheus_dcgm
     # h1: 4 GPUs, 3 busy (2 with our tasks, 1 foreign); h2: 4 GPUs, 1 busy (foreign)
-    state.results = _dcgm(
+    state.results = dcgm_series(
         [("gpu-h1", i, i < 3, {}) for i in range(4)] + [("gpu-h2", i, i == 0, {}) for i in range(4)]
     )
     running = [
@@ -337,9 +284,9 @@ def test_prometheus_counts_gpus_busy_with_our_running_tasks(
     assert PrometheusSource(url, min_free_memory=40960, max_utilization=10).read().gpus == 4
 
 
-def test_prometheus_counts_gpus_of_our_pods(prometheus_sources_ours: tuple[str, _Prom]) -> None:
-    url, state = prometheus_sources_ours
-    state.results = _dcgm(
+def test_prometheus_counts_gpus_of_our_pods(prometheus_dcgm: tuple[str, _DcgmState]) -> None:
+    url, state = prometheus_dcgm
+    state.results = dcgm_series(
         [
             ("n1", 0, True, {"pod": "train-abc", "namespace": "airflow"}),
             ("n1", 1, True, {"pod": "llm-finetune-x1", "namespace": "ml"}),
@@ -358,9 +305,9 @@ def test_prometheus_counts_gpus_of_our_pods(prometheus_sources_ours: tuple[str, 
     assert source.read().gpus == 3
 
 
-def test_prometheus_survives_a_failing_rest_read(prometheus_sources_ours: tuple[str, _Prom]) -> None:
-    url, state = prometheus_sources_ours
-    state.results = _dcgm([("h", 0, True, {}), ("h", 1, False, {})])
+def test_prometheus_survives_a_failing_rest_read(prometheus_dcgm: tuple[str, _DcgmState]) -> None:
+    url, state = prometheus_dcgm
+    state.results = dcgm_series([("h", 0, True, {}), ("h", 1, False, {})])
 
     def broken() -> dict[str, int]:
         raise RuntimeError("api-server down")

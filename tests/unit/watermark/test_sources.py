@@ -6,12 +6,9 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 from kubernetes.client import (
@@ -41,6 +38,7 @@ from airflow_gpu_dag.watermark.sources import (
     StaticSource,
     build_source,
 )
+from tests.unit.watermark.conftest import _DcgmState, dcgm_series
 
 
 @pytest.fixture
@@ -233,52 +231,6 @@ def test_prometheus_counts_only_its_own_pools_running_tasks() -> None:
     assert source.our_work() == {"h1": 1}
 
 
-# -- Prometheus / DCGM ------------------------------------------------------------------------------
-class _Prom:
-    def __init__(self) -> None:
-        self.results: dict[str, list[dict[str, Any]]] = {}
-        self.headers: list[dict[str, str]] = []
-
-
-@pytest.fixture
-def prometheus_sources_ours() -> Iterator[tuple[str, _Prom]]:
-    state = _Prom()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            state.headers.append(dict(self.headers))
-            query = parse_qs(urlparse(self.path).query).get("query", [""])[0]
-            result = state.results.get(query.split("{")[0], [])
-            payload = json.dumps({"status": "success", "data": {"result": result}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", state
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def _dcgm(gpus: list[tuple[str, int, bool, dict[str, str]]]) -> dict[str, list[dict[str, Any]]]:
-    """DCGM series for (host, gpu, busy, extra labels)."""
-    free, util = [], []
-    for host, gpu, busy, extra in gpus:
-        labels = {"Hostname": host, "gpu": str(gpu), "UUID": f"{host}-{gpu}", **extra}
-        free.append({"metric": labels, "value": [0, "1000" if busy else "80000"]})
-        util.append({"metric": labels, "value": [0, "99" if busy else "0"]})
-    return {"DCGM_FI_DEV_FB_FREE": free, "DCGM_FI_DEV_GPU_UTIL": util}
-
-
 # -- Kubernetes -------------------------------------------------------------------------------------
 def _c(name: str, gpus: str | None, restart: str | None = None, limits_only: bool = False) -> V1Container:
     amounts = {"nvidia.com/gpu": gpus} if gpus is not None else {}
@@ -291,10 +243,10 @@ def _c(name: str, gpus: str | None, restart: str | None = None, limits_only: boo
 
 
 def test_prometheus_from_an_airflow_connection(
-    prometheus_sources_ours: tuple[str, _Prom], monkeypatch: pytest.MonkeyPatch
+    prometheus_dcgm: tuple[str, _DcgmState], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url, state = prometheus_sources_ours
-    state.results = _dcgm([("h", 0, False, {})])
+    url, state = prometheus_dcgm
+    state.results = dcgm_series([("h", 0, False, {})])
     conn = {"conn_type": "http", "host": url, "extra": {"token": "s3cret-token"}}
     monkeypatch.setenv("AIRFLOW_CONN_PROM_GPU", json.dumps(conn))
     source = build_source(SourceSpec("prometheus", {"conn_id": "prom_gpu"}), client=object())
