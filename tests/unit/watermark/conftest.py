@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -203,6 +204,12 @@ class FailingRest(FakeRest):
             if (t["task_id"], t["map_index"]) == (task_id, map_index):
                 t["state"] = state
         return []
+
+
+@pytest.fixture
+def _own_lease_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The nvml source reads the host's lease table: give every test an empty one of its own."""
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_DIR", str(tmp_path / "leases"))
 
 
 # -- Prometheus -----------------------------------------------------------------------------------
