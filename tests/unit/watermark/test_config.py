@@ -718,12 +718,6 @@ def test_bad_headers_error_does_not_show_their_values() -> None:
     assert "s3cr3t" not in str(caught.value)
 
 
-@pytest.fixture
-def _own_lease_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The nvml source reads the host's lease table: give every test an empty one of its own."""
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_DIR", str(tmp_path / "leases"))
-
-
 @pytest.mark.usefixtures("_own_lease_dir")
 def test_a_trickling_prometheus_ends_its_read_within_the_source_timeout() -> None:
     # the tracker's worker thread ends with the read: the next tick reads again instead of finding it hung

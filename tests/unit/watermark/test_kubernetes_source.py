@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,12 +23,6 @@ from kubernetes.client import (
 from airflow_gpu_dag.watermark.config import parse_config
 from airflow_gpu_dag.watermark.kubernetes_source import pod_request
 from airflow_gpu_dag.watermark.sources import KubernetesSource, SourceError
-
-
-@pytest.fixture
-def _own_lease_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The nvml source reads the host's lease table: give every test an empty one of its own."""
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_DIR", str(tmp_path / "leases"))
 
 
 # -- Kubernetes -----------------------------------------------------------------------------------

@@ -112,12 +112,6 @@ def test_an_unreadable_lease_table_is_said_and_busy_gpus_are_excluded(tmp_path: 
 MIB_sources = 1024 * 1024
 
 
-@pytest.fixture
-def _own_lease_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The nvml source reads the host's lease table: give every test an empty one of its own."""
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_DIR", str(tmp_path / "leases"))
-
-
 # -- NVML -----------------------------------------------------------------------------------------
 class FakeNvmlError(Exception):
     pass

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,12 +16,6 @@ from airflow_gpu_dag.watermark.own_gpus import RunningTaskGpus
 from airflow_gpu_dag.watermark.sources import CapacityReading, KubernetesSource, PrometheusSource, SourceError
 from tests.unit.hooks.conftest import TrickleServer
 from tests.unit.watermark.conftest import _DcgmState, _PromState, dcgm_series
-
-
-@pytest.fixture
-def _own_lease_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The nvml source reads the host's lease table: give every test an empty one of its own."""
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_DIR", str(tmp_path / "leases"))
 
 
 class FakeCoreV1:

@@ -41,12 +41,6 @@ from airflow_gpu_dag.watermark.sources import (
 from tests.unit.watermark.conftest import _DcgmState, dcgm_series
 
 
-@pytest.fixture
-def _own_lease_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The nvml source reads the host's lease table: give every test an empty one of its own."""
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_DIR", str(tmp_path / "leases"))
-
-
 # -- fault ladder ---------------------------------------------------------------------------------
 class FlakySource:
     kind = "fake"
