@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from kubernetes.client import V1Container, V1Node, V1NodeList, V1Pod, V1PodList, V1ResourceRequirements
 
 from airflow_gpu_dag.pool_claim.state import PoolState, parse_pool_state
 from airflow_gpu_dag.watermark.config import parse_config
@@ -210,6 +211,42 @@ class FailingRest(FakeRest):
 def _own_lease_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The nvml source reads the host's lease table: give every test an empty one of its own."""
     monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_DIR", str(tmp_path / "leases"))
+
+
+# -- Kubernetes -----------------------------------------------------------------------------------
+class FakeCoreV1:
+    """The Kubernetes CoreV1Api calls the Kubernetes source makes: these nodes and pods (or ``fail`` raised
+    by list_node), each call recorded."""
+
+    def __init__(self, nodes: list[V1Node], pods: list[V1Pod], fail: Exception | None = None) -> None:
+        self.nodes, self.pods, self.fail = nodes, pods, fail
+        self.calls: list[tuple[str, Any]] = []
+
+    def list_node(self, label_selector: str | None = None, _request_timeout: Any = None) -> V1NodeList:
+        self.calls.append(("list_node", label_selector))
+        if self.fail:
+            raise self.fail
+        return V1NodeList(items=self.nodes)
+
+    def list_pod_for_all_namespaces(
+        self, field_selector: str | None = None, _request_timeout: Any = None
+    ) -> V1PodList:
+        self.calls.append(("list_pod", field_selector))
+        return V1PodList(items=self.pods)
+
+
+def gpu_container(
+    name: str, gpus: str | None, restart: str | None = None, limits_only: bool = False
+) -> V1Container:
+    """A container requesting ``gpus`` nvidia.com/gpu (as a limit only with ``limits_only``); ``restart``
+    is its restart policy (``Always``: a sidecar init container)."""
+    amounts = {"nvidia.com/gpu": gpus} if gpus is not None else {}
+    resources = (
+        V1ResourceRequirements(limits=amounts) if limits_only else V1ResourceRequirements(requests=amounts)
+    )
+    container = V1Container(name=name, resources=resources)
+    container.restart_policy = restart
+    return container
 
 
 # -- Prometheus -----------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from kubernetes.client import (
 from airflow_gpu_dag.watermark.config import parse_config
 from airflow_gpu_dag.watermark.kubernetes_source import pod_request
 from airflow_gpu_dag.watermark.sources import KubernetesSource, SourceError
+from tests.unit.watermark.conftest import FakeCoreV1, gpu_container
 
 
 # -- Kubernetes -----------------------------------------------------------------------------------
@@ -43,24 +44,6 @@ def _pod(node: str, gpus: int, labels: dict[str, str] | None = None) -> V1Pod:
         metadata=V1ObjectMeta(name=f"p{gpus}", labels=labels),
         spec=V1PodSpec(node_name=node, containers=[V1Container(name="base", resources=resources)]),
     )
-
-
-class FakeCoreV1:
-    def __init__(self, nodes: list[V1Node], pods: list[V1Pod], fail: Exception | None = None) -> None:
-        self.nodes, self.pods, self.fail = nodes, pods, fail
-        self.calls: list[tuple[str, Any]] = []
-
-    def list_node(self, label_selector: str | None = None, _request_timeout: Any = None) -> V1NodeList:
-        self.calls.append(("list_node", label_selector))
-        if self.fail:
-            raise self.fail
-        return V1NodeList(items=self.nodes)
-
-    def list_pod_for_all_namespaces(
-        self, field_selector: str | None = None, _request_timeout: Any = None
-    ) -> V1PodList:
-        self.calls.append(("list_pod", field_selector))
-        return V1PodList(items=self.pods)
 
 
 @pytest.mark.usefixtures("_own_lease_dir")
@@ -236,24 +219,23 @@ def test_kubernetes_requests_carry_a_timeout() -> None:
 
 
 # -- Kubernetes -------------------------------------------------------------------------------------
-def _c(name: str, gpus: str | None, restart: str | None = None, limits_only: bool = False) -> V1Container:
-    amounts = {"nvidia.com/gpu": gpus} if gpus is not None else {}
-    resources = (
-        V1ResourceRequirements(limits=amounts) if limits_only else V1ResourceRequirements(requests=amounts)
-    )
-    container = V1Container(name=name, resources=resources)
-    container.restart_policy = restart
-    return container
 
 
 def test_pod_request_counts_init_containers_like_the_scheduler() -> None:
     spec = V1PodSpec(
-        containers=[_c("a", "1"), _c("b", "2", limits_only=True)], init_containers=[_c("i", "4")]
+        containers=[gpu_container("a", "1"), gpu_container("b", "2", limits_only=True)],
+        init_containers=[gpu_container("i", "4")],
     )
     assert pod_request(spec) == 4  # max(init 4, apps 1 + 2)
-    spec = V1PodSpec(containers=[_c("a", "3")], init_containers=[_c("i", "2"), _c("j", None)])
+    spec = V1PodSpec(
+        containers=[gpu_container("a", "3")],
+        init_containers=[gpu_container("i", "2"), gpu_container("j", None)],
+    )
     assert pod_request(spec) == 3
-    sidecar = V1PodSpec(containers=[_c("a", "2")], init_containers=[_c("s", "1", "Always"), _c("i", "2")])
+    sidecar = V1PodSpec(
+        containers=[gpu_container("a", "2")],
+        init_containers=[gpu_container("s", "1", "Always"), gpu_container("i", "2")],
+    )
     assert pod_request(sidecar) == 3  # the sidecar runs next to the app (and next to init i)
-    assert pod_request(V1PodSpec(containers=[_c("a", "1k")])) == 1000  # parse_quantity
-    assert pod_request(V1PodSpec(containers=[_c("a", "lots")])) == 0
+    assert pod_request(V1PodSpec(containers=[gpu_container("a", "1k")])) == 1000  # parse_quantity
+    assert pod_request(V1PodSpec(containers=[gpu_container("a", "lots")])) == 0

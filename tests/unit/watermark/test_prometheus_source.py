@@ -8,32 +8,13 @@ from typing import Any
 
 import httpx
 import pytest
-from kubernetes.client import V1Node, V1NodeList, V1Pod, V1PodList
 
 from airflow_gpu_dag.watermark import prometheus_source
 from airflow_gpu_dag.watermark.config import SourceSpec
 from airflow_gpu_dag.watermark.own_gpus import RunningTaskGpus
 from airflow_gpu_dag.watermark.sources import CapacityReading, KubernetesSource, PrometheusSource, SourceError
 from tests.unit.hooks.conftest import TrickleServer
-from tests.unit.watermark.conftest import _DcgmState, _PromState, dcgm_series
-
-
-class FakeCoreV1:
-    def __init__(self, nodes: list[V1Node], pods: list[V1Pod], fail: Exception | None = None) -> None:
-        self.nodes, self.pods, self.fail = nodes, pods, fail
-        self.calls: list[tuple[str, Any]] = []
-
-    def list_node(self, label_selector: str | None = None, _request_timeout: Any = None) -> V1NodeList:
-        self.calls.append(("list_node", label_selector))
-        if self.fail:
-            raise self.fail
-        return V1NodeList(items=self.nodes)
-
-    def list_pod_for_all_namespaces(
-        self, field_selector: str | None = None, _request_timeout: Any = None
-    ) -> V1PodList:
-        self.calls.append(("list_pod", field_selector))
-        return V1PodList(items=self.pods)
+from tests.unit.watermark.conftest import FakeCoreV1, _DcgmState, _PromState, dcgm_series
 
 
 def _series(host: str, gpu: str, value: float) -> dict[str, Any]:

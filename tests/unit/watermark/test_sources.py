@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from kubernetes.client import (
-    V1Container,
     V1Node,
     V1NodeCondition,
     V1NodeList,
@@ -22,7 +21,6 @@ from kubernetes.client import (
     V1Pod,
     V1PodList,
     V1PodSpec,
-    V1ResourceRequirements,
 )
 
 from airflow_gpu_dag.watermark.config import PoolSpec, SourceSpec
@@ -38,7 +36,7 @@ from airflow_gpu_dag.watermark.sources import (
     StaticSource,
     build_source,
 )
-from tests.unit.watermark.conftest import _DcgmState, dcgm_series
+from tests.unit.watermark.conftest import _DcgmState, dcgm_series, gpu_container
 
 
 # -- fault ladder ---------------------------------------------------------------------------------
@@ -226,14 +224,6 @@ def test_prometheus_counts_only_its_own_pools_running_tasks() -> None:
 
 
 # -- Kubernetes -------------------------------------------------------------------------------------
-def _c(name: str, gpus: str | None, restart: str | None = None, limits_only: bool = False) -> V1Container:
-    amounts = {"nvidia.com/gpu": gpus} if gpus is not None else {}
-    resources = (
-        V1ResourceRequirements(limits=amounts) if limits_only else V1ResourceRequirements(requests=amounts)
-    )
-    container = V1Container(name=name, resources=resources)
-    container.restart_policy = restart
-    return container
 
 
 def test_prometheus_from_an_airflow_connection(
@@ -266,7 +256,9 @@ def test_kubernetes_source_uses_the_kubernetes_hook(monkeypatch: pytest.MonkeyPa
     )
     foreign = V1Pod(
         metadata=V1ObjectMeta(name="batch", labels={}),
-        spec=V1PodSpec(node_name="n1", containers=[_c("a", "1")], init_containers=[_c("i", "3")]),
+        spec=V1PodSpec(
+            node_name="n1", containers=[gpu_container("a", "1")], init_containers=[gpu_container("i", "3")]
+        ),
     )
     api = SimpleNamespace(
         list_node=lambda label_selector=None, _request_timeout=None: V1NodeList(items=[node]),
