@@ -19,6 +19,7 @@ from airflow_gpu_dag.core.policy.objective import run_shape
 from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator
 from airflow_gpu_dag.sensors.start_deadline import StartDeadlineSensor
 from tests.unit.dag_files import dag_module
+from tests.unit.fallback_contexts import ladder_dag
 
 RUNGS = [
     Rung("big", gpus=2, start_within="20m", duration="1h"),
@@ -148,10 +149,6 @@ def test_ladder_in_an_expanded_task_group_falls_back_per_map_index(audit_module)
     assert state == "success"
 
 
-def _dag_fallback_ladder(dag_id: str = "fb") -> DAG:
-    return DAG(dag_id, schedule=None, start_date=datetime.datetime(2026, 1, 1))
-
-
 def _py_fallback_ladder(rung: Rung) -> PythonOperator:
     return PythonOperator(task_id=rung.name, python_callable=lambda: rung.params)
 
@@ -264,7 +261,7 @@ RUNGS_IDS = ("train.big", "train.mid", "train.other")
 
 class TestStructure:
     def test_tasks_trigger_rules_pools_and_hints(self):
-        with _dag_fallback_ladder() as dag:
+        with ladder_dag() as dag:
             prep = PythonOperator(task_id="prep", python_callable=lambda: None)
             ladder = fallback_ladder("train", RUNGS_fallback_ladder, _py_fallback_ladder)
             evaluate = PythonOperator(task_id="evaluate", python_callable=lambda: None)
@@ -327,7 +324,7 @@ class TestStructure:
                 task_id=rung.name, image="i", namespace="ml", gpus=rung.gpus, gpu_type=rung.gpu_type
             )
 
-        with _dag_fallback_ladder() as dag:
+        with ladder_dag() as dag:
             fallback_ladder("train", RUNGS_fallback_ladder, pod)
         assert not any(tid.endswith("_start_deadline") for tid in dag.task_dict)
         assert dag.task_dict["train.8x_a100"].schedule_timeout_seconds == 1200
@@ -337,7 +334,7 @@ class TestStructure:
         from airflow_gpu_dag.airflow.dag_reader import build_task_graph
         from airflow_gpu_dag.core.analysis.critical_path import analyze
 
-        with _dag_fallback_ladder() as dag:
+        with ladder_dag() as dag:
             fallback_ladder("train", RUNGS_fallback_ladder, _py_fallback_ladder)
         graph, _ = build_task_graph(dag)
         first, second = graph.nodes["train.8x_a100"], graph.nodes["train.4x_a100"]
@@ -350,7 +347,7 @@ class TestStructure:
     def test_plan_gives_every_rung_its_expected_duration_and_names_the_assumed_rung(self):
         from airflow_gpu_dag.airflow.dag_reader import plan_dag
 
-        with _dag_fallback_ladder() as dag:
+        with ladder_dag() as dag:
             fallback_ladder("train", RUNGS_fallback_ladder, _py_fallback_ladder)
         plan = plan_dag(dag)
         first, second = plan.task("train.8x_a100"), plan.task("train.4x_a100")
@@ -367,7 +364,7 @@ class TestStructure:
     def test_plan_rung_assumes_a_later_rung_after_the_earlier_ones_waited(self):
         from airflow_gpu_dag.airflow.dag_reader import plan_dag
 
-        with _dag_fallback_ladder() as dag:
+        with ladder_dag() as dag:
             fallback_ladder("train", RUNGS_fallback_ladder, _py_fallback_ladder, plan_rung="4x_a100")
         plan = plan_dag(dag)
         first, second, third = (plan.task(f"train.{r.name}") for r in RUNGS_fallback_ladder)
@@ -379,7 +376,7 @@ class TestStructure:
         assert plan.makespan == 1200 + 3 * 3600
         assert "the plan assumes 4x_a100" in first.note
         with (
-            _dag_fallback_ladder(),
+            ladder_dag(),
             pytest.raises(FallbackError, match="plan_rung='9x' is not one of its rungs"),
         ):
             fallback_ladder("train", RUNGS_fallback_ladder, _py_fallback_ladder, plan_rung="9x")
@@ -387,7 +384,7 @@ class TestStructure:
     def test_ladder_dag_serializes(self):
         from airflow.serialization.serialized_objects import DagSerialization
 
-        with _dag_fallback_ladder() as dag:
+        with ladder_dag() as dag:
             fallback_ladder("train", RUNGS_fallback_ladder, _py_fallback_ladder)
         restored = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
         assert restored.task_dict["train.result"].trigger_rule == "one_success"
@@ -413,7 +410,7 @@ class TestStructure:
         ],
     )
     def test_bad_ladders_fail_at_parse_time(self, rungs, factory, match):
-        with _dag_fallback_ladder(), pytest.raises(FallbackError, match=match) as err:
+        with ladder_dag(), pytest.raises(FallbackError, match=match) as err:
             fallback_ladder("train", rungs, factory)
         assert "fallback ladder 'train'" in str(err.value)
 

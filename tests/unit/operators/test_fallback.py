@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import datetime
-from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
 import pytest
 from airflow.providers.cncf.kubernetes.utils.pod_manager import PodLaunchTimeoutException
-from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 from kubernetes.client import models as k8s
 
@@ -20,50 +17,16 @@ from airflow_gpu_dag.operators.fallback import (
     NotStartedInTime,
 )
 from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator, GpuPodNotScheduled
+from tests.unit.fallback_contexts import ladder_context, ladder_dag, mapped_ladder_context
 from tests.unit.operators.conftest import (
     HOOK,
     _context,
     _dag,
 )
 
-RUN_ID_fallback_audit = "manual__2026-11-30T00:00:00+00:00"
-
-
-def _dag_fallback_audit(dag_id: str = "fba", **kwargs: Any) -> DAG:
-    return DAG(dag_id, schedule=None, start_date=datetime.datetime(2026, 1, 1), **kwargs)
-
-
-def _mapped_ctx(states: dict[str, str | None], xcoms: dict[tuple[str, str], Any] | None = None, waited=0.0):
-    """A task instance with map index 1 in an expanded task group: the Execution API keys the states of
-    mapped task instances ``<task_id>_<map_index>``, and an XCom pull without ``map_indexes`` returns
-    the values of every map index."""
-    xcoms = dict(xcoms or {})
-    pushed: list[tuple[str, Any]] = []
-
-    def get_task_states(dag_id, task_ids, run_ids, map_index=None):
-        rows = {f"{t}_{i}": states.get(t) for t in task_ids for i in (0, 1, 2) if map_index in (None, i)}
-        return {RUN_ID_fallback_audit: rows}
-
-    def xcom_pull(task_ids, key="return_value", map_indexes=None):
-        value = xcoms.get((task_ids, key))
-        if map_indexes is None:  # the Task SDK returns the values of every map index
-            return [value, value, value]
-        return value if map_indexes == 1 else None
-
-    ti = SimpleNamespace(
-        dag_id="fba",
-        map_index=1,
-        start_date=datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=waited),
-        get_task_states=get_task_states,
-        get_first_reschedule_date=lambda context: None,
-        xcom_pull=xcom_pull,
-        xcom_push=lambda key, value: pushed.append((key, value)),
-    )
-    return {"ti": ti, "run_id": RUN_ID_fallback_audit}, pushed
-
 
 def test_decision_and_result_read_the_rungs_of_their_own_map_index():
-    with _dag_fallback_audit():
+    with ladder_dag("fba"):
         decision = FallbackDecision(
             task_id="decide",
             rung_task_id="big",
@@ -73,9 +36,9 @@ def test_decision_and_result_read_the_rungs_of_their_own_map_index():
         )
         result = FallbackResult(task_id="result", rung_task_ids=["big", "small"])
     mark = {"outcome": "not_started", "reason": "big: no GPUs"}
-    ctx, _ = _mapped_ctx({"big": "failed"}, {("big", FALLBACK_XCOM_KEY): mark})
+    ctx, _ = mapped_ladder_context({"big": "failed"}, {("big", FALLBACK_XCOM_KEY): mark})
     assert decision.execute(ctx) == {"from": "big", "to": "small", "reason": "big: no GPUs"}
-    ctx, pushed = _mapped_ctx({"big": "failed", "small": "success"}, {("small", "return_value"): 7})
+    ctx, pushed = mapped_ladder_context({"big": "failed", "small": "success"}, {("small", "return_value"): 7})
     assert result.execute(ctx) == 7 and pushed == [("fallback_rung", "small")]
 
 
@@ -101,37 +64,9 @@ def test_ladder_decisions_and_join_retry_infrastructure_faults() -> None:
     assert decision.retry_delay == join.retry_delay == timedelta(seconds=5)
 
 
-RUN_ID_fallback_ladder = "manual__2026-11-30T00:00:00+00:00"
-
-
-def _dag_fallback_ladder(dag_id: str = "fb") -> DAG:
-    return DAG(dag_id, schedule=None, start_date=datetime.datetime(2026, 1, 1))
-
-
-def _ctx(states: dict[str, str | None], xcoms: dict[tuple[str, str], Any] | None = None, waited: float = 0):
-    xcoms = dict(xcoms or {})
-    pushed: list[tuple[str, Any]] = []
-
-    def xcom_pull(task_ids: str, key: str = "return_value") -> Any:
-        return xcoms.get((task_ids, key))
-
-    ti = SimpleNamespace(
-        dag_id="fb",
-        map_index=-1,
-        start_date=datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=waited),
-        get_task_states=lambda dag_id, task_ids, run_ids: {
-            RUN_ID_fallback_ladder: {t: states.get(t) for t in task_ids}
-        },
-        get_first_reschedule_date=lambda context: None,
-        xcom_pull=xcom_pull,
-        xcom_push=lambda key, value: pushed.append((key, value)),
-    )
-    return {"ti": ti, "run_id": RUN_ID_fallback_ladder}, pushed
-
-
 class TestFallbackDecision:
     def _decision(self, next_rung: str | None = "small", watcher: str | None = "big_start_deadline"):
-        with _dag_fallback_ladder():
+        with ladder_dag():
             return FallbackDecision(
                 task_id="decide",
                 rung_task_id="big",
@@ -143,11 +78,13 @@ class TestFallbackDecision:
     NOT_STARTED = {"outcome": "not_started", "reason": "big did not start within 60s"}
 
     def test_watcher_skipped_the_rung_falls_back(self):
-        ctx, _ = _ctx({"big": "skipped"}, {("big_start_deadline", FALLBACK_XCOM_KEY): self.NOT_STARTED})
+        ctx, _ = ladder_context(
+            {"big": "skipped"}, {("big_start_deadline", FALLBACK_XCOM_KEY): self.NOT_STARTED}
+        )
         assert self._decision().execute(ctx)["to"] == "small"
 
     def test_rung_that_reported_not_started_falls_back(self):
-        ctx, _ = _ctx({"big": "failed"}, {("big", FALLBACK_XCOM_KEY): self.NOT_STARTED})
+        ctx, _ = ladder_context({"big": "failed"}, {("big", FALLBACK_XCOM_KEY): self.NOT_STARTED})
         assert self._decision(watcher=None).execute(ctx)["from"] == "big"
 
     @pytest.mark.parametrize(
@@ -163,12 +100,14 @@ class TestFallbackDecision:
         ],
     )
     def test_anything_else_skips_the_rest_of_the_ladder(self, states, xcoms):
-        ctx, _ = _ctx(states, xcoms)
+        ctx, _ = ladder_context(states, xcoms)
         with pytest.raises(AirflowSkipException, match="no fallback"):
             self._decision().execute(ctx)
 
     def test_end_of_ladder_fails_with_every_reason(self):
-        ctx, _ = _ctx({"big": "skipped"}, {("big_start_deadline", FALLBACK_XCOM_KEY): self.NOT_STARTED})
+        ctx, _ = ladder_context(
+            {"big": "skipped"}, {("big_start_deadline", FALLBACK_XCOM_KEY): self.NOT_STARTED}
+        )
         with pytest.raises(
             AirflowFailException, match=r"no rung could start: big: big did not start within 60s"
         ):
