@@ -4,7 +4,6 @@ declaration checks they go through (no Airflow services)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,12 +18,8 @@ from airflow_gpu_dag.authoring import start_window
 from airflow_gpu_dag.core.model.mapping import expanded_id, task_of
 from airflow_gpu_dag.core.planning.plan import build_plan
 from airflow_gpu_dag.operators.gpu import GpuBashOperator
-
-
-def _serialized(dag: Any) -> Any:
-    from airflow.serialization.serialized_objects import DagSerialization
-
-    return DagSerialization.from_dict(DagSerialization.to_dict(dag))
+from tests.unit.airflow.conftest import one_task_dag, sweep_dag
+from tests.unit.airflow_dags import serialized as _serialized
 
 
 def _op(task_id: str, **hints: Any) -> EmptyOperator:
@@ -117,44 +112,9 @@ def test_bad_gpu_hints_get_the_fix_for_the_wrong_hint() -> None:
     assert "gpus=" in fixes["n"]
 
 
-def _sweep_dag() -> DAG:
-    with DAG("sweep", schedule=None) as dag:
-        prep = BashOperator(task_id="prep", bash_command="true", executor_config=gpu_hints(duration="10m"))
-
-        @task(executor_config=gpu_hints(duration="1h", gpus=1))
-        def trial(lr: float, batch: int) -> float:
-            return lr * batch
-
-        @task(executor_config=gpu_hints(duration="5m"))
-        def configs() -> list[int]:
-            return [1, 2, 3]
-
-        @task(executor_config=gpu_hints(duration="20m", map_length=4))
-        def evaluate(x: int) -> int:
-            return x
-
-        @task(executor_config=gpu_hints(duration="20m"))
-        def unknown(x: int) -> int:
-            return x
-
-        @task(executor_config=gpu_hints(duration="5m"))
-        def select(scores: Any) -> None:
-            return None
-
-        trials = trial.expand(lr=[0.1, 0.01, 0.001], batch=[32, 64])  # 3 x 2 = 6 instances
-        cfg = configs()
-        evals = evaluate.expand(x=cfg)
-        others = unknown.expand(x=cfg)
-        prep >> trials >> select(trials)
-        prep >> cfg
-        evals >> select.override(task_id="select_evals")(evals)
-        others >> select.override(task_id="select_others")(others)
-    return dag
-
-
 @pytest.mark.parametrize("serialize", [False, True])
 def test_build_task_graph_expands_mapped_tasks(serialize: bool) -> None:
-    dag = _sweep_dag()
+    dag = sweep_dag()
     dag = _serialized(dag) if serialize else dag
     flat, _ = build_task_graph(dag)
     assert "trial" in flat.nodes and "trial[0]" not in flat.nodes  # off by default
@@ -219,22 +179,13 @@ def test_map_length_above_airflows_max_map_length_is_an_error(monkeypatch: pytes
     assert "each" in graph.nodes and graph.nodes["each"].attrs.get("mapped")  # not expanded: one node
 
 
-CRITICAL = "airflow_gpu_dag.priority_strategy.CriticalPathPriorityStrategy"
-
-
-def _one_task_dag(hints: Mapping[str, Any], dag_id: str = "found") -> DAG:
-    with DAG(dag_id, schedule=None, default_args={"weight_rule": CRITICAL}) as dag:
-        EmptyOperator(task_id="train", executor_config={"gpu_dag": dict(hints)}, pool="gpu_default")
-    return dag
-
-
 @pytest.mark.usefixtures("_fresh_strategies")
 def test_found_a_single_path_string_is_one_path() -> None:
     """``inputs="/data/clean"`` written by hand (not through gpu_hints) is one path, not one per
     character (which made up hidden dependencies between unrelated tasks)."""
     from airflow_gpu_dag.airflow.dag_reader import build_task_graph
 
-    graph, findings = build_task_graph(_one_task_dag({"duration_s": 60, "inputs": "/data/clean"}))
+    graph, findings = build_task_graph(one_task_dag({"duration_s": 60, "inputs": "/data/clean"}))
     assert findings == []
     assert graph.nodes["train"].inputs == ("/data/clean",)
 

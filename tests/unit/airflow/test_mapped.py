@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from airflow.providers.standard.operators.bash import BashOperator
 from airflow.sdk import DAG, task, task_group
 
 from airflow_gpu_dag import gpu_hints
@@ -17,6 +16,8 @@ from airflow_gpu_dag.airflow.mapped import literal_map_length, map_lengths, mapp
 from airflow_gpu_dag.core.analysis.estimates import EstimateSettings
 from airflow_gpu_dag.core.model.mapping import typical_map_count
 from airflow_gpu_dag.watermark.durations import ControllerHistory
+from tests.unit.airflow.conftest import sweep_dag
+from tests.unit.airflow_dags import serialized
 
 
 def test_a_task_mapped_over_nothing_takes_no_time_declared_or_not() -> None:
@@ -55,51 +56,10 @@ def test_the_controller_and_the_planner_expand_a_history_alike() -> None:
     assert history.map_count({"dag_id": "d", "task_id": "shard", "map_index": -1}) == 5  # was 8
 
 
-def _serialized(dag: Any) -> Any:
-    from airflow.serialization.serialized_objects import DagSerialization
-
-    return DagSerialization.from_dict(DagSerialization.to_dict(dag))
-
-
-def _sweep_dag() -> DAG:
-    with DAG("sweep", schedule=None) as dag:
-        prep = BashOperator(task_id="prep", bash_command="true", executor_config=gpu_hints(duration="10m"))
-
-        @task(executor_config=gpu_hints(duration="1h", gpus=1))
-        def trial(lr: float, batch: int) -> float:
-            return lr * batch
-
-        @task(executor_config=gpu_hints(duration="5m"))
-        def configs() -> list[int]:
-            return [1, 2, 3]
-
-        @task(executor_config=gpu_hints(duration="20m", map_length=4))
-        def evaluate(x: int) -> int:
-            return x
-
-        @task(executor_config=gpu_hints(duration="20m"))
-        def unknown(x: int) -> int:
-            return x
-
-        @task(executor_config=gpu_hints(duration="5m"))
-        def select(scores: Any) -> None:
-            return None
-
-        trials = trial.expand(lr=[0.1, 0.01, 0.001], batch=[32, 64])  # 3 x 2 = 6 instances
-        cfg = configs()
-        evals = evaluate.expand(x=cfg)
-        others = unknown.expand(x=cfg)
-        prep >> trials >> select(trials)
-        prep >> cfg
-        evals >> select.override(task_id="select_evals")(evals)
-        others >> select.override(task_id="select_others")(others)
-    return dag
-
-
 @pytest.mark.parametrize("serialize", [False, True])
 def test_map_lengths_from_literals_history_and_hint(serialize: bool) -> None:
-    dag = _sweep_dag()
-    dag = _serialized(dag) if serialize else dag
+    dag = sweep_dag()
+    dag = serialized(dag) if serialize else dag
     assert set(mapped_task_ids(dag)) == {"trial", "evaluate", "unknown"}
     assert literal_map_length(dag.task_dict["trial"]) == 6
     assert literal_map_length(dag.task_dict["evaluate"]) is None
@@ -128,7 +88,7 @@ def test_index_wise_edges_inside_a_mapped_task_group(serialize: bool) -> None:
             score(train(x))
 
         fold.expand(x=[1, 2, 3])
-    read = _serialized(dag) if serialize else dag
+    read = serialized(dag) if serialize else dag
     counts, _ = map_lengths(read)
     assert counts == {"fold.train": 3, "fold.score": 3}
     graph, _ = build_task_graph(read, expand_mapped=True)

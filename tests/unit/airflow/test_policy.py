@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import textwrap
 import threading
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
 from airflow_gpu_dag.airflow.policy import dag_policy, validate_dag
 from airflow_gpu_dag.core.analysis.weight_rules import INT32_MAX, INT32_MIN
 from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy
+from tests.unit.airflow.conftest import one_task_dag
 from tests.unit.airflow_dags import (
     CRITICAL,
     STRATEGIES,
@@ -443,12 +443,6 @@ def ten_thousand() -> tuple[DAG, Any]:
     return dag, serialized(dag)
 
 
-def _one_task_dag(hints: Mapping[str, Any], dag_id: str = "found") -> DAG:
-    with DAG(dag_id, schedule=None, default_args={"weight_rule": CRITICAL}) as dag:
-        EmptyOperator(task_id="train", executor_config={"gpu_dag": dict(hints)}, pool="gpu_default")
-    return dag
-
-
 @pytest.mark.usefixtures("_fresh_strategies")
 @pytest.mark.parametrize("pools", [None, '{"gpu_default": 8}'])
 def test_ten_thousand_tasks_with_bad_hints(ten_thousand: tuple[DAG, Any], pools: str | None) -> None:
@@ -492,7 +486,7 @@ def test_found_malformed_hints_are_policy_errors_and_weights(hints: dict[str, An
     """Hints that crashed the policy (a traceback as the import error) and ``get_weight`` (caught by its
     last-resort fallback) before the fix: now a policy error naming the DAG, the task and the hint, and a
     real weight."""
-    dag = _one_task_dag(hints)
+    dag = one_task_dag(hints)
 
     def check() -> None:
         report = validate_dag(dag)
