@@ -41,13 +41,21 @@ class UsageProfile:
     Beside the steps it keeps, for every ``limit`` below the capacity, the time ranges where more than
     ``limit`` slots are in use, merged (``_full[limit]``: sorted starts and ends). Use only grows, so a
     range never shrinks: :meth:`earliest` jumps over a range in one step instead of walking its steps,
-    which made a pass over a crowded pool quadratic."""
+    which made a pass over a crowded pool quadratic.
+
+    It also remembers, per limit, the starts :meth:`earliest` found from time 0 or before (``_from_zero``:
+    durations ascending, their starts ascending, each start the latest found for at most that
+    duration). Use only grows, so a start found for a duration is a lower bound of every later search
+    from time 0 on for a duration at least as long: the search begins there instead of walking again
+    over every too-short gap before it (in a pass, a third of the tasks have no upstream task and
+    search from 0, past the whole schedule placed so far)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.times: list[float] = [0.0]
         self.use: list[int] = [0]  # use[i] holds on [times[i], times[i+1]); the last one forever
         self._full: list[tuple[list[float], list[float]]] = [([], []) for _ in range(max(0, capacity))]
+        self._from_zero: list[tuple[list[float], list[float]]] = [([], []) for _ in range(max(0, capacity))]
 
     def earliest(self, not_before: float, duration: float, slots: int) -> float:
         """The earliest start >= ``not_before`` at which ``slots`` fit for ``duration`` seconds."""
@@ -56,8 +64,14 @@ class UsageProfile:
             # a task so short that start + duration can round to start (or NaN, or no slots, or too
             # wide): what the walk finds there (the jumps below assume start + duration > start)
             return self.earliest_by_steps(not_before, duration, slots)
-        starts, ends = self._full[self.capacity - slots]
+        limit = self.capacity - slots
+        starts, ends = self._full[limit]
         start = not_before
+        durations, found = self._from_zero[limit]
+        if not_before >= 0.0:  # no earlier than what a search from 0 found for a duration not longer
+            i = bisect.bisect_right(durations, duration)
+            if i and found[i - 1] > start:
+                start = found[i - 1]
         k = bisect.bisect_right(starts, start)
         if k and ends[k - 1] > start:
             start = ends[k - 1]  # inside a range with too many slots in use: the first time after it
@@ -75,7 +89,20 @@ class UsageProfile:
                 map(operator.add, map(ends.__getitem__, range(k, count - 1)), repeat(duration)),
             )
             start = ends[next(compress(count_from(k + 1), fits), count) - 1]
+        if not_before <= 0.0:
+            self._found_from_zero(durations, found, duration, start)
         return start
+
+    @staticmethod
+    def _found_from_zero(durations: list[float], found: list[float], duration: float, start: float) -> None:
+        """Remember that a search from time 0 or before for ``duration`` found ``start``: kept unless a
+        duration not longer already has a start as late; drops the longer durations with earlier starts."""
+        i = bisect.bisect_right(durations, duration)
+        if i and found[i - 1] >= start:
+            return
+        j = bisect.bisect_right(found, start, i)
+        durations[i:j] = (duration,)
+        found[i:j] = (start,)
 
     def earliest_by_steps(self, not_before: float, duration: float, slots: int) -> float:
         """:meth:`earliest` by walking the steps of the profile (the reference the tests compare with)."""

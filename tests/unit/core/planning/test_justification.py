@@ -89,3 +89,29 @@ def test_justification_never_lengthens_and_stays_feasible(graph: TaskGraph, cap:
     _feasible(graph, cap, by_rule)
     ordered = ordered_schedule(graph, {"gpu": cap}, graph.topological_order())
     _feasible(graph, cap, ordered)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            # from time 0 (remembered), just before or after it, or anywhere
+            st.one_of(st.just(0), st.integers(-3, 6), st.integers(-20, 400)),
+            st.integers(1, 40),
+            st.integers(1, 4),
+            st.booleans(),  # placed there, or only searched
+        ),
+        max_size=80,
+    )
+)
+def test_usage_profile_searches_from_zero_match_the_step_walk(
+    searches: list[tuple[int, int, int, bool]],
+) -> None:
+    """Every search finds the start the step walk finds, whatever the searches from time 0 before it
+    remembered: searches of every width and duration, some placed there before the next one."""
+    p = UsageProfile(4)
+    for not_before, length, width, place in searches:
+        at = p.earliest(not_before, length, width)
+        assert at == p.earliest_by_steps(not_before, length, width)
+        if place:
+            p.add(at, at + length, width)
