@@ -8,68 +8,19 @@ from typing import Any
 import pytest
 
 from airflow_gpu_dag.airflow.history import LearnedGraph
-from airflow_gpu_dag.core.analysis.estimates import DurationEstimate, with_estimates
-from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.core.planning.plan import build_plan
-from airflow_gpu_dag.plugins.critical_path_page.data import pool_views
-
-
-def _pools(gpus: int = 4) -> Any:
-    return pool_views(
-        {
-            "gpu_default": {"total": gpus, "running": 0, "queued": 0, "open": gpus},
-            "default_pool": {"total": 128, "running": 0, "queued": 0, "open": 128},
-        },
-        {},
-        {"gpu_default", "default_pool"},
-    )
-
-
-def _graph(rule: str | None = None) -> TaskGraph:
-    graph = TaskGraph("pipe", priority_rule=rule)
-    graph.add("load", 600)
-    graph.add("train", 3600, gpus=2, pool="gpu_default")
-    graph.add_edge("load", "train")
-    return graph
-
-
-def _endpoint(path: str) -> Any:
-    from airflow_gpu_dag.plugins.critical_path_page.app import create_app
-
-    (route,) = [r for r in create_app().routes if getattr(r, "path", None) == path]
-    return route.endpoint  # type: ignore[attr-defined]
-
-
-def _serve(monkeypatch: pytest.MonkeyPatch, learned: LearnedGraph) -> None:
-    """The app's endpoints on ``learned`` (as read from the metadata DB) and :func:`_pools`."""
-    from airflow_gpu_dag.plugins.critical_path_page import app
-
-    plan = build_plan(learned.graph, learned.findings)
-    monkeypatch.setattr(app, "_load", lambda dag_id, session: (learned.graph, plan, learned))
-    monkeypatch.setattr(app, "_may_read_pools", lambda user: True)
-    monkeypatch.setattr(app, "_pools", lambda session, dag_pools, user: _pools())
-    monkeypatch.setattr(app, "_flag_factor", lambda: 1.5)
-
-
-def _learned_marker_graph() -> LearnedGraph:
-    """``done`` declares 0 (a marker task) but its past runs took 5 s; ``train`` learned 2h; ``fit[0]``
-    and ``fit[1]`` are instances of the mapped task ``fit``."""
-    declared = _graph()
-    declared.add("done", 0)
-    declared.add_edge("train", "done")
-    declared.add("fit[0]", 300, attrs={"map_of": "fit", "map_index": 0})
-    declared.add("fit[1]", 300, attrs={"map_of": "fit", "map_index": 1})
-    estimates = {
-        "done": DurationEstimate("done", 0.0, 0.0, learned=5.0, runs=5),
-        "train": DurationEstimate("train", 3600.0, 3600.0, learned=7200.0, runs=5),
-    }
-    return LearnedGraph(with_estimates(declared, estimates), declared, estimates)
+from tests.unit.plugins.critical_path_page.conftest import (
+    app_endpoint,
+    learned_marker_graph,
+    pipe_graph,
+    serve_learned,
+)
 
 
 def test_the_plan_endpoint_says_which_rule_each_prediction_assumes(monkeypatch: pytest.MonkeyPatch) -> None:
-    graph = _graph()
-    _serve(monkeypatch, LearnedGraph(graph, graph, {}))
-    data = _endpoint("/api/plan/{dag_id}")("pipe", session=None, user=None)
+    graph = pipe_graph()
+    serve_learned(monkeypatch, LearnedGraph(graph, graph, {}))
+    data = app_endpoint("/api/plan/{dag_id}")("pipe", session=None, user=None)
     results = data["predicted"]["results"]
     assert {label: (r["policy"], r["priority_rule"]) for label, r in results.items()} == {
         "stock": ("stock", "downstream"),
@@ -84,9 +35,9 @@ def test_the_plan_endpoint_returns_the_json_of_plan_cli(monkeypatch: pytest.Monk
     # lacked the per-task duration_source, declared_duration, map_of and map_index.
     from airflow_gpu_dag.cli.plan import _json as plan_cli_json
 
-    learned = _learned_marker_graph()
-    _serve(monkeypatch, learned)
-    data = _endpoint("/api/plan/{dag_id}")("pipe", session=None, user=None)
+    learned = learned_marker_graph()
+    serve_learned(monkeypatch, learned)
+    data = app_endpoint("/api/plan/{dag_id}")("pipe", session=None, user=None)
     cli = plan_cli_json(build_plan(learned.graph), learned.graph, learned.estimates, "")
     assert data["tasks"] == cli["tasks"]
     tasks = {t["task_id"]: t for t in data["tasks"]}

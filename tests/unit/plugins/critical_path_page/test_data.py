@@ -8,8 +8,6 @@ from typing import Any
 
 import pytest
 
-from airflow_gpu_dag.airflow.history import LearnedGraph
-from airflow_gpu_dag.core.analysis.estimates import DurationEstimate, with_estimates
 from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.core.planning.plan import build_plan
 from airflow_gpu_dag.plugins.critical_path_page.data import (
@@ -21,6 +19,14 @@ from airflow_gpu_dag.plugins.critical_path_page.data import (
     weight_rule_notes,
 )
 from airflow_gpu_dag.plugins.critical_path_page.page_html import render_page
+from tests.unit.plugins.critical_path_page.conftest import (
+    app_endpoint,
+    gpu_pools,
+    learned_marker_graph,
+    page_graph,
+    pipe_graph,
+    serve_learned,
+)
 
 
 def _pool_slots_graph() -> TaskGraph:
@@ -48,17 +54,6 @@ def test_a_gpu_pool_task_without_a_gpu_request_in_a_missing_pool_gets_no_makespa
     views = pool_views({"gpu_default": {"total": 4, "running": 0, "queued": 0, "open": 4}}, {})
     schedules = predicted_schedules(graph, views)
     assert schedules.note == "" and schedules.results["stock"].makespan == 4200.0
-
-
-def _graph() -> TaskGraph:
-    graph = TaskGraph("page")
-    graph.add("load", 600)
-    graph.add("train", 7200, gpus=4, pool="gpu_default", pool_slots=4)
-    graph.add("stats", 1200)
-    graph.add("eval", 1800, gpus=1, pool="gpu_default")
-    for up, down in (("load", "train"), ("load", "stats"), ("train", "eval"), ("stats", "eval")):
-        graph.add_edge(up, down)
-    return graph
 
 
 def test_parse_pool_description_from_the_watermark_controller() -> None:
@@ -116,7 +111,7 @@ def test_pool_views_put_the_dags_pools_first() -> None:
 
 
 def test_predicted_schedules_use_measured_capacity() -> None:
-    graph = _graph()
+    graph = page_graph()
     views = pool_views(
         {"gpu_default": {"total": 2, "running": 0, "queued": 0, "open": 2}},
         {"gpu_default": "gpu-dag watermark: pool 2 of capacity 4 | reserving 2 slots for page/train: x"},
@@ -131,7 +126,7 @@ def test_predicted_schedules_use_measured_capacity() -> None:
 
 
 def test_render_page_has_every_section() -> None:
-    graph = _graph()
+    graph = page_graph()
     plan = build_plan(graph)
     views = pool_views(
         {"gpu_default": {"total": 4, "running": 0, "queued": 0, "open": 4}}, {}, {"gpu_default"}
@@ -165,66 +160,14 @@ def test_a_persons_description_is_not_read_as_the_controllers() -> None:
         {"gpu_default": {"total": 4, "running": 0, "queued": 0, "open": 4}}, {"gpu_default": text}
     )
     assert views[0].capacity is None and views[0].too_large is None
-    assert predicted_schedules(_graph(), views).capacity == {"gpu_default": 4}
+    assert predicted_schedules(page_graph(), views).capacity == {"gpu_default": 4}
 
 
 def test_no_makespan_is_predicted_for_gpu_tasks_in_a_pool_that_does_not_exist() -> None:
     # Airflow never runs them; before, the missing pool counted as unlimited and a makespan was shown.
     views = pool_views({"default_pool": {"total": 128, "running": 0, "queued": 0, "open": 128}}, {})
-    schedules = predicted_schedules(_graph(), views)
+    schedules = predicted_schedules(page_graph(), views)
     assert schedules.results == {} and "pool(s) gpu_default do not exist" in schedules.note
-
-
-def _pools(gpus: int = 4) -> Any:
-    return pool_views(
-        {
-            "gpu_default": {"total": gpus, "running": 0, "queued": 0, "open": gpus},
-            "default_pool": {"total": 128, "running": 0, "queued": 0, "open": 128},
-        },
-        {},
-        {"gpu_default", "default_pool"},
-    )
-
-
-def _graph_audit_page2(rule: str | None = None) -> TaskGraph:
-    graph = TaskGraph("pipe", priority_rule=rule)
-    graph.add("load", 600)
-    graph.add("train", 3600, gpus=2, pool="gpu_default")
-    graph.add_edge("load", "train")
-    return graph
-
-
-def _endpoint(path: str) -> Any:
-    from airflow_gpu_dag.plugins.critical_path_page.app import create_app
-
-    (route,) = [r for r in create_app().routes if getattr(r, "path", None) == path]
-    return route.endpoint  # type: ignore[attr-defined]
-
-
-def _serve(monkeypatch: pytest.MonkeyPatch, learned: LearnedGraph) -> None:
-    """The app's endpoints on ``learned`` (as read from the metadata DB) and :func:`_pools`."""
-    from airflow_gpu_dag.plugins.critical_path_page import app
-
-    plan = build_plan(learned.graph, learned.findings)
-    monkeypatch.setattr(app, "_load", lambda dag_id, session: (learned.graph, plan, learned))
-    monkeypatch.setattr(app, "_may_read_pools", lambda user: True)
-    monkeypatch.setattr(app, "_pools", lambda session, dag_pools, user: _pools())
-    monkeypatch.setattr(app, "_flag_factor", lambda: 1.5)
-
-
-def _learned_marker_graph() -> LearnedGraph:
-    """``done`` declares 0 (a marker task) but its past runs took 5 s; ``train`` learned 2h; ``fit[0]``
-    and ``fit[1]`` are instances of the mapped task ``fit``."""
-    declared = _graph_audit_page2()
-    declared.add("done", 0)
-    declared.add_edge("train", "done")
-    declared.add("fit[0]", 300, attrs={"map_of": "fit", "map_index": 0})
-    declared.add("fit[1]", 300, attrs={"map_of": "fit", "map_index": 1})
-    estimates = {
-        "done": DurationEstimate("done", 0.0, 0.0, learned=5.0, runs=5),
-        "train": DurationEstimate("train", 3600.0, 3600.0, learned=7200.0, runs=5),
-    }
-    return LearnedGraph(with_estimates(declared, estimates), declared, estimates)
 
 
 def test_an_over_committed_pool_has_no_open_slots_not_unlimited() -> None:
@@ -233,9 +176,7 @@ def test_an_over_committed_pool_has_no_open_slots_not_unlimited() -> None:
     # "unlimited", so the pool table (and the JSON the table refreshes from) said "unlimited".
     views = pool_views({"gpu_default": {"total": 2, "running": 4, "queued": 1, "open": -3}}, {})
     assert views[0].open == 0 and views[0].used == 5
-    page = render_page(
-        build_plan(_graph_audit_page2()), predicted_schedules(_graph_audit_page2(), views), views, "s", "p"
-    )
+    page = render_page(build_plan(pipe_graph()), predicted_schedules(pipe_graph(), views), views, "s", "p")
     row = re.search(r'<tr data-pool="gpu_default">(.*?)</tr>', page)
     assert row is not None
     cells = re.findall(r"<td>([^<]*)</td>", row.group(1))
@@ -251,8 +192,8 @@ def test_predicted_schedules_say_which_priority_rule_they_assume() -> None:
     # are Airflow's, while that chart was planned with the packing rule (`simulate` says so, the page
     # did not).
     for rule, ours in ((None, "packing"), ("critical_path", "critical_path")):
-        graph = _graph_audit_page2(rule)
-        page = render_page(build_plan(graph), predicted_schedules(graph, _pools()), _pools(), "s", "p")
+        graph = pipe_graph(rule)
+        page = render_page(build_plan(graph), predicted_schedules(graph, gpu_pools()), gpu_pools(), "s", "p")
         summary = re.search(r'<p id="gantt-summary">(.*?)</p>', page)
         assert summary is not None
         assert "stock (priority rule downstream)" in summary.group(1)
@@ -263,10 +204,10 @@ def test_predicted_schedules_say_which_priority_rule_they_assume() -> None:
 def test_a_task_declaring_zero_is_not_marked_learned(monkeypatch: pytest.MonkeyPatch) -> None:
     # The plan keeps a marker task's declared 0 (with_estimates) and `plan` shows it as declared; the
     # page's task table said "0s (learned)", from the estimate instead of the plan.
-    learned = _learned_marker_graph()
+    learned = learned_marker_graph()
     assert build_plan(learned.graph).task("done").duration == 0.0
-    _serve(monkeypatch, learned)
-    page = _endpoint("/critical-path/{dag_id}")("pipe", session=None, user=None).body.decode()
+    serve_learned(monkeypatch, learned)
+    page = app_endpoint("/critical-path/{dag_id}")("pipe", session=None, user=None).body.decode()
     done = re.search(r'<tr[^>]*data-task-id="done"[^>]*>(.*?)</tr>', page)
     train = re.search(r'<tr[^>]*data-task-id="train"[^>]*>(.*?)</tr>', page)
     assert done is not None and train is not None

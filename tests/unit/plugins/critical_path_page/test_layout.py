@@ -7,17 +7,7 @@ import re
 from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.core.planning.plan import build_plan
 from airflow_gpu_dag.plugins.critical_path_page.layout import NODE_HEIGHT, graph_svg, layout
-
-
-def _graph() -> TaskGraph:
-    graph = TaskGraph("page")
-    graph.add("load", 600)
-    graph.add("train", 7200, gpus=4, pool="gpu_default", pool_slots=4)
-    graph.add("stats", 1200)
-    graph.add("eval", 1800, gpus=1, pool="gpu_default")
-    for up, down in (("load", "train"), ("load", "stats"), ("train", "eval"), ("stats", "eval")):
-        graph.add_edge(up, down)
-    return graph
+from tests.unit.plugins.critical_path_page.conftest import page_graph
 
 
 def _wide(n: int = 1000) -> TaskGraph:
@@ -33,7 +23,7 @@ def _wide(n: int = 1000) -> TaskGraph:
 
 
 def test_layout_puts_layers_in_columns_and_critical_first() -> None:
-    boxes = layout(build_plan(_graph()))
+    boxes = layout(build_plan(page_graph()))
     assert boxes["load"].column == 0
     assert boxes["train"].column == boxes["stats"].column == 1
     assert boxes["eval"].column == 2
@@ -42,7 +32,7 @@ def test_layout_puts_layers_in_columns_and_critical_first() -> None:
 
 
 def test_graph_svg_marks_critical_nodes_edges_and_slack() -> None:
-    svg = graph_svg(build_plan(_graph()))
+    svg = graph_svg(build_plan(page_graph()))
     critical = set(re.findall(r'class="node critical" id="node-([^"]+)"', svg))
     assert critical == {"load", "train", "eval"}
     assert 'data-task-id="stats" data-slack="6000" data-critical="false"' in svg
