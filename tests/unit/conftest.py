@@ -71,6 +71,15 @@ def _fresh_task_contract(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     reset_strategies()
 
 
+@pytest.fixture
+def _no_configured_pools(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``[gpu_dag] pools`` or ``max_gpus_per_host`` from the environment, and wide lines (200
+    columns), so what a command prints depends on the test alone."""
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+
+
 def _set(monkeypatch: pytest.MonkeyPatch, option: str, value: str) -> None:
     monkeypatch.setenv(f"AIRFLOW__GPU_DAG__{option.upper()}", value)
 

@@ -95,13 +95,6 @@ def test_an_unhashable_literal_is_unreadable_not_raised(text: str) -> None:
     assert read_hints(text) == {}  # before: TypeError (the controller reads executor_config from REST)
 
 
-@pytest.fixture
-def _no_configured_pools(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 # -- 4. duration_hint of an infinite or boolean duration ----------------------------------------------------
 @pytest.mark.usefixtures("_no_configured_pools")
 @pytest.mark.parametrize("raw", [float("inf"), "inf", "1e999", True])

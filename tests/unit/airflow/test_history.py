@@ -305,14 +305,7 @@ def test_an_inline_history_read_leaves_the_schedulers_own_session_alone(
     assert all(s.closes == 1 for s in own)
 
 
-@pytest.fixture
-def _settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_a_database_without_tables_says_run_db_migrate(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

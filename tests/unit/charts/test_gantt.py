@@ -26,15 +26,6 @@ from tests.unit.cli.conftest import (
 CAPACITY = ("--capacity", "gpu_default=4")
 
 
-@pytest.fixture
-def _no_configured_pools(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No ``[gpu_dag] pools`` from the environment; wide lines (as in
-    ``tests/unit/cli/test_definition.py``)."""
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 @pytest.mark.usefixtures("_no_configured_pools")
 def test_simulate_gantt_write_failure_is_a_clean_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

@@ -8,12 +8,8 @@ from pathlib import Path
 
 import pytest
 
-
-@pytest.fixture(autouse=True)
-def _no_configured_pools(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
+#: Every test runs with no configured pools and wide lines.
+pytestmark = pytest.mark.usefixtures("_no_configured_pools")
 
 
 def test_a_reader_that_stops_early_is_not_an_error(tmp_path: Path) -> None:

@@ -37,13 +37,6 @@ with DAG("{dag_id}", schedule=None):
 """
 
 
-@pytest.fixture
-def _settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 def _dag_file(folder: Path, dag_id: str, prelude: str = "") -> Path:
     path = folder / f"{dag_id}.py"
     path.write_text(_DAG.format(dag_id=dag_id, prelude=prelude))
@@ -51,7 +44,7 @@ def _dag_file(folder: Path, dag_id: str, prelude: str = "") -> Path:
 
 
 # -- 1. a DAG file's print() must not corrupt the JSON output -------------------------------------------
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 @pytest.mark.parametrize(
     "argv",
     [
@@ -73,7 +66,7 @@ def test_what_a_dag_file_prints_goes_to_stderr_not_into_the_json(
 
 
 # -- 3. COLUMNS=0 ---------------------------------------------------------------------------------------
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_columns_zero_still_prints_the_tables(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -85,7 +78,7 @@ def test_columns_zero_still_prints_the_tables(
 
 
 # -- 6. several runs: long DAG ids are wrapped, not cut ---------------------------------------------------
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_the_several_runs_table_wraps_long_dag_ids(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -98,13 +91,6 @@ def test_the_several_runs_table_wraps_long_dag_ids(
     cells = table_column(out, 1)  # the DAG column of the first table, as printed in a pipe
     assert "…" not in cells
     assert cells == "".join(ids)
-
-
-@pytest.fixture
-def _no_configured_pools(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
 
 
 # -- discovery -------------------------------------------------------------------------------------------
@@ -131,15 +117,6 @@ def test_parser_has_every_command() -> None:
         assert callable(parser.parse_args(argv).func)
 
 
-@pytest.fixture
-def _no_configured_pools_cli_fixes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No ``[gpu_dag] pools`` from the environment; wide lines (as in
-    ``tests/unit/cli/test_definition.py``)."""
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 # -- 3. a DAG id two files define ----------------------------------------------------------------------------
 _DUP = """import pendulum
 from airflow.providers.standard.operators.empty import EmptyOperator
@@ -159,7 +136,7 @@ def _duplicated(folder: Path) -> tuple[Path, Path]:
     return first, second
 
 
-@pytest.mark.usefixtures("_no_configured_pools_cli_fixes")
+@pytest.mark.usefixtures("_no_configured_pools")
 @pytest.mark.parametrize("command", ["plan", "simulate"])
 def test_a_dag_id_in_two_files_is_a_warning_naming_both(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
@@ -176,7 +153,7 @@ def test_a_dag_id_in_two_files_is_a_warning_naming_both(
     assert f"warning: DAG 'dupdag' is defined in 2 files: using {used}, ignoring {ignored}" in captured.err
 
 
-@pytest.mark.usefixtures("_no_configured_pools_cli_fixes")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_no_duplicate_warning_for_a_dag_defined_once(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli("plan", PIPELINE, "--file", str(GOOD), "-o", "json") == 0
     assert "warning:" not in capsys.readouterr().err
@@ -208,7 +185,7 @@ def _long_ids(folder: Path) -> Path:
     return path
 
 
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 @pytest.mark.parametrize("command", ["plan", "estimates"])
 def test_a_narrow_table_wraps_task_ids_instead_of_cutting_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: str

@@ -37,12 +37,6 @@ FORMATS = ["table", "json", "yaml", "plain"]
 COMMANDS = ["lint", "plan", "estimates", "simulate", "explain", "watermark", "watermark-health"]
 
 
-@pytest.fixture
-def _no_configured_pools(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return dict(action.choices)
@@ -126,15 +120,6 @@ def test_tables_keep_their_boxes_on_a_terminal() -> None:
     assert _BOX_DRAWING & set(stream.getvalue())
 
 
-@pytest.fixture
-def _no_configured_pools_cli_fixes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No ``[gpu_dag] pools`` from the environment; wide lines (as in
-    ``tests/unit/cli/test_definition.py``)."""
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 # -- 4. watermark --once: pools created / missing in the table ----------------------------------------------
 @pytest.fixture
 def rest_cli_fixes(monkeypatch: pytest.MonkeyPatch) -> ClosingRest:
@@ -146,7 +131,7 @@ def rest_cli_fixes(monkeypatch: pytest.MonkeyPatch) -> ClosingRest:
     return api
 
 
-@pytest.mark.usefixtures("_no_configured_pools_cli_fixes")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_print_plain_with_columns_and_no_rows() -> None:
     import io
 
@@ -158,7 +143,7 @@ def test_print_plain_with_columns_and_no_rows() -> None:
     assert out.getvalue() == "b\ta\n2,3\t1\n"
 
 
-@pytest.mark.usefixtures("_no_configured_pools_cli_fixes")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_plain_headers_are_the_keys_of_the_rows(
     rest_cli_fixes: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -174,13 +159,6 @@ def test_plain_headers_are_the_keys_of_the_rows(
     assert capsys.readouterr().out.splitlines()[0].split("\t") == list(LINT_COLUMNS)
 
 
-@pytest.fixture
-def _settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 class _Terminal(io.StringIO):
     """A terminal whose size cannot be asked (a pseudo-terminal that reports none)."""
 
@@ -188,7 +166,7 @@ class _Terminal(io.StringIO):
         return True
 
 
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 @pytest.mark.parametrize(
     ("columns", "tty", "width"), [("0", False, 200), ("0", True, 80), ("120", True, 120)]
 )

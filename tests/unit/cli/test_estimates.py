@@ -16,28 +16,14 @@ from tests.unit.cli.conftest import (
 )
 
 
-@pytest.fixture
-def _settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 # -- 5. the quantile column of estimates -------------------------------------------------------------------
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 @pytest.mark.parametrize(("quantile", "label"), [(0.9, "p90"), (0.995, "p99.5"), (0.999, "p99.9")])
 def test_estimates_table_names_the_quantile_it_shows(quantile: float, label: str) -> None:
     settings = EstimateSettings(quantile=quantile)
     estimate = DurationEstimate("train", declared=600.0, fallback=600.0)
     table = estimates_table("d", {"train": estimate}, settings, 1.5)
     assert [name for name, _ in table.columns][3] == label
-
-
-@pytest.fixture
-def _no_configured_pools(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
 
 
 # -- learned durations: estimates and plan ------------------------------------------------------------

@@ -26,13 +26,6 @@ from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
 """
 
 
-@pytest.fixture
-def _settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 def _dag_file(folder: Path, name: str, body: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
@@ -54,7 +47,7 @@ with DAG("two_pools", schedule=None, default_args={"weight_rule": CRITICAL_PATH_
     )
 
 
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_several_runs_refuse_a_capacity_no_dag_uses_and_a_dag_id_given_twice(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -70,7 +63,7 @@ def test_several_runs_refuse_a_capacity_no_dag_uses_and_a_dag_id_given_twice(
 
 
 # -- the first run ---------------------------------------------------------------------------------------
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_no_dags_folder_names_the_setting_and_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -86,13 +79,6 @@ def test_no_dags_folder_names_the_setting_and_file(
     assert run_cli("lint") == 1
     err = capsys.readouterr().err
     assert "[core] dags_folder" in err and "airflow gpu-dag lint PATH" in err
-
-
-@pytest.fixture
-def _no_configured_pools(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
 
 
 @pytest.mark.usefixtures("_no_configured_pools")

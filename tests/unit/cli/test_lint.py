@@ -38,13 +38,6 @@ def test_lint_yaml_and_plain(capsys: pytest.CaptureFixture[str]) -> None:
 BROKEN = ROOT / "tests" / "fixtures" / "dags_broken"
 
 
-@pytest.fixture
-def _no_configured_pools(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 # -- lint ------------------------------------------------------------------------------------------------
 @pytest.mark.usefixtures("_no_configured_pools")
 def test_lint_good_dag_passes(capsys: pytest.CaptureFixture[str]) -> None:
@@ -189,17 +182,8 @@ def test_lint_table_keeps_the_setting_name_in_brackets(
     assert "[gpu_dag] objective" in out and "fix or unset [gpu_dag] objective" in out
 
 
-@pytest.fixture
-def _no_configured_pools_cli_fixes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No ``[gpu_dag] pools`` from the environment; wide lines (as in
-    ``tests/unit/cli/test_definition.py``)."""
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 # -- 2. lint of a path without DAG files -------------------------------------------------------------------
-@pytest.mark.usefixtures("_no_configured_pools_cli_fixes")
+@pytest.mark.usefixtures("_no_configured_pools")
 @pytest.mark.parametrize("name", ["README.md", "docs"])
 def test_lint_of_a_path_without_dag_files_fails(capsys: pytest.CaptureFixture[str], name: str) -> None:
     path = str(ROOT / name)
@@ -209,7 +193,7 @@ def test_lint_of_a_path_without_dag_files_fails(capsys: pytest.CaptureFixture[st
     assert "OK:" not in captured.out
 
 
-@pytest.mark.usefixtures("_no_configured_pools_cli_fixes")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_lint_names_only_the_paths_without_dag_files(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -221,7 +205,7 @@ def test_lint_names_only_the_paths_without_dag_files(
 
 
 # -- 5. -o plain: the header also without rows ---------------------------------------------------------------
-@pytest.mark.usefixtures("_no_configured_pools_cli_fixes")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_plain_lint_without_problems_prints_the_header(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli("lint", str(GOOD), "--pool", "gpu_default=8", "-o", "plain") == 0
     assert capsys.readouterr().out == "\t".join(LINT_COLUMNS) + "\n"
@@ -310,13 +294,6 @@ from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
 """
 
 
-@pytest.fixture
-def _settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 def _dag_file_cli_inputs(folder: Path, name: str, body: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
@@ -324,7 +301,7 @@ def _dag_file_cli_inputs(folder: Path, name: str, body: str) -> Path:
     return path
 
 
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_lint_reports_a_dag_id_defined_in_two_of_the_files_given(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -344,7 +321,7 @@ def test_lint_reports_a_dag_id_defined_in_two_of_the_files_given(
     assert "in 2 file(s)" in capsys.readouterr().out  # each file counted once
 
 
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_lint_refuses_a_host_of_zero_gpus(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         run_cli("lint", "--max-gpus-per-host", "0")
@@ -377,7 +354,7 @@ def _long_ids(folder: Path) -> Path:
     return path
 
 
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_a_narrow_lint_table_wraps_codes_dags_and_tasks_instead_of_cutting_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -490,7 +467,7 @@ with DAG("finetune", default_args={{"weight_rule": CRITICAL_PATH_WEIGHT_RULE{ext
 """
 
 
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_lint_warns_about_cpu_tasks_without_an_estimate_only_when_strict_and_never_about_teardowns(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -530,7 +507,7 @@ with DAG("stock", schedule=None):
 """
 
 
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_lint_names_a_dag_whose_weight_rule_cannot_be_compared_with_the_dags_sharing_its_gpu_pool(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -97,13 +97,6 @@ def test_plan_yaml_and_plain(capsys: pytest.CaptureFixture[str]) -> None:
 BROKEN = ROOT / "tests" / "fixtures" / "dags_broken"
 
 
-@pytest.fixture
-def _no_configured_pools(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 # -- learned durations: estimates and plan ------------------------------------------------------------
 def _fake_history(monkeypatch: pytest.MonkeyPatch, durations: dict[str, float], runs: int = 4) -> None:
     from airflow_gpu_dag.airflow import history
@@ -306,13 +299,6 @@ from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
 """
 
 
-@pytest.fixture
-def _settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 def _dag_file(folder: Path, name: str, body: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
@@ -320,7 +306,7 @@ def _dag_file(folder: Path, name: str, body: str) -> Path:
     return path
 
 
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_plan_keeps_the_declared_estimate_of_a_mapped_task_with_no_instance(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -346,7 +332,7 @@ with DAG("zero", schedule=None, default_args={"weight_rule": CRITICAL_PATH_WEIGH
     assert (trial["duration"], trial["declared_duration"]) == (0.0, 900.0)
 
 
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_plan_critical_only_holds_in_json_too(capsys: pytest.CaptureFixture[str]) -> None:
     from tests.unit.cli.conftest import GOOD, PIPELINE
 
@@ -360,17 +346,8 @@ def test_plan_critical_only_holds_in_json_too(capsys: pytest.CaptureFixture[str]
     )
 
 
-@pytest.fixture
-def _no_configured_pools_cli_fixes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No ``[gpu_dag] pools`` from the environment; wide lines (as in
-    ``tests/unit/cli/test_definition.py``)."""
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 # -- 6. plan --critical-only: the title counts what is shown ------------------------------------------------
-@pytest.mark.usefixtures("_no_configured_pools_cli_fixes")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_plan_critical_only_title_counts_the_tasks_shown(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli("plan", PIPELINE, "--file", str(GOOD), "--critical-only") == 0
     out = capsys.readouterr().out

@@ -16,13 +16,6 @@ from tests.unit.cli.conftest import (
     run_json,
 )
 
-
-@pytest.fixture
-def _no_configured_pools(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 _ONE_RUN = ("simulate", PIPELINE, "--file", str(GOOD), "--capacity", "gpu_default=4")
 
 
@@ -431,13 +424,6 @@ from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
 """
 
 
-@pytest.fixture
-def _settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 def _dag_file(folder: Path, name: str, body: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
@@ -459,7 +445,7 @@ with DAG("two_pools", schedule=None, default_args={"weight_rule": CRITICAL_PATH_
     )
 
 
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_simulate_capacity_adds_to_the_configured_pools(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -474,7 +460,7 @@ def test_simulate_capacity_adds_to_the_configured_pools(
     assert code == 0 and result["capacity"] == {"gpu_a100": 2, "gpu_default": 4}
 
 
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_simulate_says_what_is_wrong_with_the_pools_setting(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -487,7 +473,7 @@ def test_simulate_says_what_is_wrong_with_the_pools_setting(
     assert "fix [gpu_dag] pools, which is not JSON" in capsys.readouterr().err
 
 
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_an_objective_with_one_dag_simulates_it_as_one_run(capsys: pytest.CaptureFixture[str]) -> None:
     # Before: --objective was ignored for one DAG (the single-DAG report, no word on the objective).
     from tests.unit.cli.conftest import GOOD, PIPELINE
@@ -509,15 +495,6 @@ def test_an_objective_with_one_dag_simulates_it_as_one_run(capsys: pytest.Captur
 CAPACITY = ("--capacity", "gpu_default=4")
 
 
-@pytest.fixture
-def _no_configured_pools_cli_fixes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No ``[gpu_dag] pools`` from the environment; wide lines (as in
-    ``tests/unit/cli/test_definition.py``)."""
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 # -- 1. simulate --gantt PATH that cannot be written ---------------------------------------------------------
 def _no_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make any simulation fail the test: the path must be refused before simulating."""
@@ -529,7 +506,7 @@ def _no_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("airflow_gpu_dag.core.simulation.cross_dag.predict_runs", simulated)
 
 
-@pytest.mark.usefixtures("_no_configured_pools_cli_fixes")
+@pytest.mark.usefixtures("_no_configured_pools")
 @pytest.mark.parametrize(
     "extra",
     [(), ("-o", "json"), ("--trigger", f"{PIPELINE}=0", "--trigger", f"{PIPELINE}=30m")],

@@ -19,12 +19,8 @@ from tests.unit.cli.conftest import (
     run_cli,
 )
 
-
-@pytest.fixture(autouse=True)
-def _no_configured_pools(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
+#: Every test runs with no configured pools and wide lines.
+pytestmark = pytest.mark.usefixtures("_no_configured_pools")
 
 
 # -- 1. a trigger offset too large for a date ----------------------------------------------------------------

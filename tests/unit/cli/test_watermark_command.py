@@ -192,12 +192,6 @@ def test_once_against_a_trickling_api_server_fails_by_the_connections_timeout(
 # -- Every ``airflow gpu-dag`` command takes ``-o table|json|yaml|plain``, as Airflow's own commands do:
 
 
-@pytest.fixture
-def _no_configured_pools(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 @pytest.mark.usefixtures("_no_configured_pools")
 def test_watermark_health_in_every_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "heartbeat.json"
@@ -224,15 +218,8 @@ def test_watermark_health_in_every_format(tmp_path: Path, capsys: pytest.Capture
     assert json.loads(capsys.readouterr().out)["status"] == "unreadable"
 
 
-@pytest.fixture
-def _settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 # -- 2. watermark --once: a failed tick is exit code 1 ----------------------------------------------------
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 @pytest.mark.parametrize("dry_run", [True, False])
 def test_watermark_once_exits_1_when_its_tick_failed(
     rest: ClosingRest,
@@ -249,7 +236,7 @@ def test_watermark_once_exits_1_when_its_tick_failed(
     assert "the tick failed for 1 pool(s): gpu (task instances: api-server unreachable)" in captured.err
 
 
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_watermark_once_exits_0_when_its_tick_worked(
     rest: ClosingRest,
     tmp_path: Path,
@@ -260,7 +247,7 @@ def test_watermark_once_exits_0_when_its_tick_worked(
 
 
 # -- 4. watermark --heartbeat-file that can never be written ----------------------------------------------
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 @pytest.mark.parametrize("where", ["folder", "under a file"])
 def test_watermark_refuses_a_heartbeat_file_it_cannot_write(
     rest: ClosingRest,
@@ -281,7 +268,7 @@ def test_watermark_refuses_a_heartbeat_file_it_cannot_write(
     assert rest.writes == [] and rest.pools == {}  # refused before the start-up check made any pool
 
 
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_watermark_makes_the_heartbeat_files_folder(
     rest: ClosingRest,
     tmp_path: Path,
@@ -290,15 +277,6 @@ def test_watermark_makes_the_heartbeat_files_folder(
     argv = ["watermark", "--config", config(tmp_path), "--once", "--heartbeat-file", str(heartbeat)]
     assert run_cli(*argv) == 0
     assert json.loads(heartbeat.read_text())["last_tick"] is not None
-
-
-@pytest.fixture
-def _no_configured_pools_cli_fixes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No ``[gpu_dag] pools`` from the environment; wide lines (as in
-    ``tests/unit/cli/test_definition.py``)."""
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
 
 
 # -- 4. watermark --once: pools created / missing in the table ----------------------------------------------
@@ -312,7 +290,7 @@ def rest_cli_fixes(monkeypatch: pytest.MonkeyPatch) -> ClosingRest:
     return api
 
 
-@pytest.mark.usefixtures("_no_configured_pools_cli_fixes")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_watermark_once_table_names_the_missing_pool_in_a_dry_run(
     rest_cli_fixes: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -322,7 +300,7 @@ def test_watermark_once_table_names_the_missing_pool_in_a_dry_run(
     assert rest_cli_fixes.pools == {}
 
 
-@pytest.mark.usefixtures("_no_configured_pools_cli_fixes")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_watermark_once_table_names_the_created_pool(
     rest_cli_fixes: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -342,7 +320,7 @@ def rest_cli_audit3(monkeypatch: pytest.MonkeyPatch) -> ClosingRest:
     return api
 
 
-@pytest.mark.usefixtures("_settings")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_watermark_health_port_in_use_is_one_line_before_touching_pools(
     rest_cli_audit3: ClosingRest,
     tmp_path: Path,
