@@ -33,6 +33,10 @@ ROOT = Path(__file__).resolve().parents[3]
 GOOD = ROOT / "tests" / "integration" / "dags" / "ui"
 
 
+#: DAG files with a defect each (a cycle, a hidden dependency, an impossible request, ...).
+BROKEN = ROOT / "tests" / "fixtures" / "dags_broken"
+
+
 PIPELINE = "gpu_pipeline"
 
 
@@ -343,3 +347,78 @@ def config(tmp_path: Path, **extra: Any) -> str:
     }
     path.write_text(yaml.safe_dump(body))
     return str(path)
+
+
+# -- DAG files the tests write --------------------------------------------------------------------------
+#: The imports a DAG file written by :func:`dag_file` starts with.
+DAG_FILE_HEAD = """
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG, task
+from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
+"""
+
+
+def dag_file(folder: Path, name: str, body: str) -> Path:
+    """Write ``folder/name``: :data:`DAG_FILE_HEAD` then ``body``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(DAG_FILE_HEAD + body)
+    return path
+
+
+def two_pools_dag_file(folder: Path) -> Path:
+    """DAG ``two_pools``: ``a`` (1 h on 2 a100 GPUs of ``gpu_a100``) then ``b`` (30 min on 1 GPU of
+    ``gpu_default``)."""
+    return dag_file(
+        folder,
+        "two_pools.py",
+        """
+with DAG("two_pools", schedule=None, default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}):
+    a = EmptyOperator(task_id="a", pool="gpu_a100", pool_slots=2,
+                      executor_config=gpu_hints(duration="1h", gpus=2, gpu_type="a100"))
+    b = EmptyOperator(task_id="b", pool="gpu_default", executor_config=gpu_hints(duration="30m", gpus=1))
+    a >> b
+""",
+    )
+
+
+def write_sweep(folder: Path) -> None:
+    """DAG ``sweep_sim``: four literal 2-GPU trials of 1 h (declared), then a 10-minute pick."""
+    (folder / "sweep.py").write_text(
+        "from airflow.sdk import DAG, task\n"
+        "from airflow_gpu_dag import gpu_hints\n"
+        "with DAG('sweep_sim', schedule=None):\n"
+        "    @task.gpu(gpus=2, duration='1h')\n"
+        "    def trial(lr): return lr\n"
+        "    @task(executor_config=gpu_hints(duration='10m'))\n"
+        "    def pick(scores): return None\n"
+        "    pick(trial.expand(lr=[0.1, 0.01, 0.001, 0.0001]))\n"
+    )
+
+
+#: A task-id prefix longer than a table column.
+LONG = "preprocessing_stage_for_the_large_language_model_training_shard_"
+
+
+#: The two task ids of :func:`long_ids_dag_file`.
+LONG_IDS = (f"{LONG}alpha", f"{LONG}bravo")
+
+
+LONG_IDS_DAG = "long_ids_dag"
+
+
+def long_ids_dag_file(folder: Path) -> Path:
+    """DAG :data:`LONG_IDS_DAG`: two unconnected 1-GPU tasks of 5 min with the :data:`LONG_IDS`."""
+    path = folder / "long_ids.py"
+    tasks = "\n".join(
+        f'    EmptyOperator(task_id="{task_id}", pool="gpu_default", '
+        'executor_config=gpu_hints(duration="5m", gpus=1))'
+        for task_id in LONG_IDS
+    )
+    path.write_text(
+        "from airflow.providers.standard.operators.empty import EmptyOperator\n"
+        "from airflow.sdk import DAG\n"
+        "from airflow_gpu_dag import gpu_hints\n"
+        f'with DAG("{LONG_IDS_DAG}", schedule=None):\n{tasks}\n'
+    )
+    return path

@@ -22,7 +22,10 @@ import pytest
 from airflow_gpu_dag.cli.definition import get_parser
 from tests.unit.cli.conftest import (
     GOOD,
+    LONG_IDS,
+    LONG_IDS_DAG,
     PIPELINE,
+    long_ids_dag_file,
     run_cli,
     table_column,
 )
@@ -159,30 +162,7 @@ def test_no_duplicate_warning_for_a_dag_defined_once(capsys: pytest.CaptureFixtu
     assert "warning:" not in capsys.readouterr().err
 
 
-_LONG = "preprocessing_stage_for_the_large_language_model_training_shard_"
-
-
-_IDS = (f"{_LONG}alpha", f"{_LONG}bravo")
-
-
-_DAG_cli_audit3 = "long_ids_dag"
-
-
 # -- 1. rich tables must not cut ids --------------------------------------------------------------------
-def _long_ids(folder: Path) -> Path:
-    path = folder / "long_ids.py"
-    tasks = "\n".join(
-        f'    EmptyOperator(task_id="{task_id}", pool="gpu_default", '
-        'executor_config=gpu_hints(duration="5m", gpus=1))'
-        for task_id in _IDS
-    )
-    path.write_text(
-        "from airflow.providers.standard.operators.empty import EmptyOperator\n"
-        "from airflow.sdk import DAG\n"
-        "from airflow_gpu_dag import gpu_hints\n"
-        f'with DAG("{_DAG_cli_audit3}", schedule=None):\n{tasks}\n'
-    )
-    return path
 
 
 @pytest.mark.usefixtures("_no_configured_pools")
@@ -191,7 +171,7 @@ def test_a_narrow_table_wraps_task_ids_instead_of_cutting_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: str
 ) -> None:
     monkeypatch.setenv("COLUMNS", "100")
-    assert run_cli(command, _DAG_cli_audit3, "--file", str(_long_ids(tmp_path))) == 0
+    assert run_cli(command, LONG_IDS_DAG, "--file", str(long_ids_dag_file(tmp_path))) == 0
     out = capsys.readouterr().out
     assert "…" not in table_column(out, 0)
-    assert table_column(out, 0) == "".join(_IDS)
+    assert table_column(out, 0) == "".join(LONG_IDS)

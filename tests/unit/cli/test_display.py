@@ -18,14 +18,7 @@ from airflow_gpu_dag.cli.lint import LINT_COLUMNS
 from airflow_gpu_dag.cli.watermark_command import OUTCOME_COLUMNS
 from airflow_gpu_dag.core.analysis.estimates import DurationEstimate, EstimateSettings
 from airflow_gpu_dag.hooks.airflow_api import AirflowApiHook
-from tests.unit.cli.conftest import (
-    GOOD,
-    PIPELINE,
-    ROOT,
-    ClosingRest,
-    config,
-    run_cli,
-)
+from tests.unit.cli.conftest import BROKEN, GOOD, PIPELINE, ROOT, ClosingRest, config, run_cli
 from tests.unit.watermark.conftest import (
     NOW,
     ti,
@@ -64,9 +57,6 @@ _SEVERAL_RUNS = (
 _BOX_DRAWING = {chr(c) for c in range(0x2500, 0x2580)}
 
 
-_BROKEN = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "dags_broken"
-
-
 @pytest.mark.usefixtures("_no_configured_pools")
 def test_every_command_takes_every_output_format() -> None:
     commands = _subcommands(_subcommands(get_parser())["gpu-dag"])
@@ -82,7 +72,7 @@ def test_every_command_takes_every_output_format() -> None:
 @pytest.mark.parametrize(
     "argv",
     [
-        ("lint", str(_BROKEN), "--pool", "gpu_default=8"),
+        ("lint", str(BROKEN), "--pool", "gpu_default=8"),
         ("plan", PIPELINE, "--file", str(GOOD)),
         ("estimates", PIPELINE, "--file", str(GOOD)),
         _ONE_RUN,

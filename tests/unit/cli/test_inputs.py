@@ -14,44 +14,14 @@ from pathlib import Path
 import pytest
 
 from airflow_gpu_dag.cli.common import parse_pool_args
-from tests.unit.cli.conftest import (
-    run_cli,
-    run_json,
-)
-
-_HEAD = """
-from airflow.providers.standard.operators.empty import EmptyOperator
-from airflow.sdk import DAG, task
-from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
-"""
-
-
-def _dag_file(folder: Path, name: str, body: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    path.write_text(_HEAD + body)
-    return path
-
-
-def _two_pools(folder: Path) -> Path:
-    return _dag_file(
-        folder,
-        "two_pools.py",
-        """
-with DAG("two_pools", schedule=None, default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}):
-    a = EmptyOperator(task_id="a", pool="gpu_a100", pool_slots=2,
-                      executor_config=gpu_hints(duration="1h", gpus=2, gpu_type="a100"))
-    b = EmptyOperator(task_id="b", pool="gpu_default", executor_config=gpu_hints(duration="30m", gpus=1))
-    a >> b
-""",
-    )
+from tests.unit.cli.conftest import run_cli, run_json, two_pools_dag_file
 
 
 @pytest.mark.usefixtures("_no_configured_pools")
 def test_several_runs_refuse_a_capacity_no_dag_uses_and_a_dag_id_given_twice(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _two_pools(tmp_path)
+    two_pools_dag_file(tmp_path)
     capacity = ["--capacity", "gpu_a100=2", "--capacity", "gpu_default=1"]
     argv = ["simulate", "--file", str(tmp_path), "--trigger", "two_pools=0", "--trigger", "two_pools=1h"]
     assert run_cli(*argv, *capacity, "--capacity", "gpu_h100=8") == 1

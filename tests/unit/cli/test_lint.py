@@ -13,9 +13,14 @@ import yaml
 from airflow_gpu_dag.cli.definition import get_parser
 from airflow_gpu_dag.cli.lint import LINT_COLUMNS
 from tests.unit.cli.conftest import (
+    BROKEN,
     GOOD,
+    LONG_IDS,
+    LONG_IDS_DAG,
     PIPELINE,
     ROOT,
+    dag_file,
+    long_ids_dag_file,
     run_cli,
     run_json,
     table_column,
@@ -33,9 +38,6 @@ def test_lint_yaml_and_plain(capsys: pytest.CaptureFixture[str]) -> None:
     codes = {line.split("\t")[1] for line in lines[1:]}
     assert {"import-error", "cycle", "unknown-pool"} <= codes
     assert all(len(line.split("\t")) == 6 for line in lines)
-
-
-BROKEN = ROOT / "tests" / "fixtures" / "dags_broken"
 
 
 # -- lint ------------------------------------------------------------------------------------------------
@@ -287,29 +289,13 @@ def test_lint_says_when_it_cannot_check_a_claimed_pool_size(
     assert not [f for f in found if f["code"].startswith("pool-size")]
 
 
-_HEAD = """
-from airflow.providers.standard.operators.empty import EmptyOperator
-from airflow.sdk import DAG, task
-from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
-"""
-
-
-def _dag_file_cli_inputs(folder: Path, name: str, body: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    path.write_text(_HEAD + body)
-    return path
-
-
 @pytest.mark.usefixtures("_no_configured_pools")
 def test_lint_reports_a_dag_id_defined_in_two_of_the_files_given(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bad = 'EmptyOperator(task_id="t1", executor_config=gpu_hints(duration="forty minutes"))'
-    broken = _dag_file_cli_inputs(tmp_path, "d1.py", f'with DAG("dup", schedule=None):\n    {bad}\n')
-    clean = _dag_file_cli_inputs(
-        tmp_path, "d2.py", 'with DAG("dup", schedule=None):\n    EmptyOperator(task_id="t1")\n'
-    )
+    broken = dag_file(tmp_path, "d1.py", f'with DAG("dup", schedule=None):\n    {bad}\n')
+    clean = dag_file(tmp_path, "d2.py", 'with DAG("dup", schedule=None):\n    EmptyOperator(task_id="t1")\n')
     code, result = run_json(capsys, "lint", str(broken), str(clean))
     assert code == 1 and result["ok"] is False
     codes = {(f["code"], f.get("task_id")) for f in result["findings"]}
@@ -328,30 +314,7 @@ def test_lint_refuses_a_host_of_zero_gpus(capsys: pytest.CaptureFixture[str]) ->
     assert exit_.value.code == 2 and "a whole number >= 1" in capsys.readouterr().err
 
 
-_LONG = "preprocessing_stage_for_the_large_language_model_training_shard_"
-
-
-_IDS = (f"{_LONG}alpha", f"{_LONG}bravo")
-
-
-_DAG = "long_ids_dag"
-
-
 # -- 1. rich tables must not cut ids --------------------------------------------------------------------
-def _long_ids(folder: Path) -> Path:
-    path = folder / "long_ids.py"
-    tasks = "\n".join(
-        f'    EmptyOperator(task_id="{task_id}", pool="gpu_default", '
-        'executor_config=gpu_hints(duration="5m", gpus=1))'
-        for task_id in _IDS
-    )
-    path.write_text(
-        "from airflow.providers.standard.operators.empty import EmptyOperator\n"
-        "from airflow.sdk import DAG\n"
-        "from airflow_gpu_dag import gpu_hints\n"
-        f'with DAG("{_DAG}", schedule=None):\n{tasks}\n'
-    )
-    return path
 
 
 @pytest.mark.usefixtures("_no_configured_pools")
@@ -359,10 +322,10 @@ def test_a_narrow_lint_table_wraps_codes_dags_and_tasks_instead_of_cutting_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("COLUMNS", "100")
-    assert run_cli("lint", str(_long_ids(tmp_path)), "--no-granularity") == 0
+    assert run_cli("lint", str(long_ids_dag_file(tmp_path)), "--no-granularity") == 0
     out = capsys.readouterr().out
     # one finding: the GPU tasks are on a stock weight rule
-    assert [table_column(out, i) for i in (1, 2, 3)] == ["incomparable-priority", _DAG, _IDS[0]]
+    assert [table_column(out, i) for i in (1, 2, 3)] == ["incomparable-priority", LONG_IDS_DAG, LONG_IDS[0]]
 
 
 # -- GPU declaration errors: findings with code, DAG and task, in every format -----------------------------

@@ -16,15 +16,18 @@ import airflow_gpu_dag.metrics as metrics
 from airflow_gpu_dag.cli import explain as explain_cli
 from airflow_gpu_dag.cli.explain_report import build_report
 from tests.unit.cli.conftest import (
+    BROKEN,
     GOOD,
     NOW,
     PIPELINE,
     ROOT,
     FakeApi,
+    dag_file,
     finished_state,
     report,
     run_cli,
     run_json,
+    write_sweep,
 )
 
 
@@ -94,9 +97,6 @@ def test_plan_yaml_and_plain(capsys: pytest.CaptureFixture[str]) -> None:
     assert {r["critical"] for r in rows} == {"True"}
 
 
-BROKEN = ROOT / "tests" / "fixtures" / "dags_broken"
-
-
 # -- learned durations: estimates and plan ------------------------------------------------------------
 def _fake_history(monkeypatch: pytest.MonkeyPatch, durations: dict[str, float], runs: int = 4) -> None:
     from airflow_gpu_dag.airflow import history
@@ -110,20 +110,6 @@ def _fake_history(monkeypatch: pytest.MonkeyPatch, durations: dict[str, float], 
 
     monkeypatch.setattr(history, "read_history", read)
     monkeypatch.setattr(history, "read_map_counts", lambda *a, **k: {})
-
-
-def _write_sweep(folder: Path) -> None:
-    """DAG ``sweep_sim``: four literal 2-GPU trials of 1 h (declared), then a 10-minute pick."""
-    (folder / "sweep.py").write_text(
-        "from airflow.sdk import DAG, task\n"
-        "from airflow_gpu_dag import gpu_hints\n"
-        "with DAG('sweep_sim', schedule=None):\n"
-        "    @task.gpu(gpus=2, duration='1h')\n"
-        "    def trial(lr): return lr\n"
-        "    @task(executor_config=gpu_hints(duration='10m'))\n"
-        "    def pick(scores): return None\n"
-        "    pick(trial.expand(lr=[0.1, 0.01, 0.001, 0.0001]))\n"
-    )
 
 
 # -- plan ------------------------------------------------------------------------------------------------
@@ -276,7 +262,7 @@ def test_declared_only_reads_no_past_run(
         "    def rates(): return [0.1, 0.01, 0.001]\n"
         "    trial.expand(lr=rates())\n"
     )
-    _write_sweep(tmp_path)
+    write_sweep(tmp_path)
     argv = ("simulate", "--folder", str(tmp_path), "--capacity", "gpu_default=4")
     _, declared = run_json(capsys, *argv, "--declared-only")
     notes = {d["history_note"] for d in declared["dags"].values()}
@@ -292,25 +278,11 @@ def test_declared_only_reads_no_past_run(
     assert out.count("Note:") == 1 and "Note: declared only, past runs not read" in out
 
 
-_HEAD = """
-from airflow.providers.standard.operators.empty import EmptyOperator
-from airflow.sdk import DAG, task
-from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
-"""
-
-
-def _dag_file(folder: Path, name: str, body: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    path.write_text(_HEAD + body)
-    return path
-
-
 @pytest.mark.usefixtures("_no_configured_pools")
 def test_plan_keeps_the_declared_estimate_of_a_mapped_task_with_no_instance(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _dag_file(
+    dag_file(
         tmp_path,
         "zero.py",
         """

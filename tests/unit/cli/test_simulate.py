@@ -9,12 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.unit.cli.conftest import (
-    GOOD,
-    PIPELINE,
-    run_cli,
-    run_json,
-)
+from tests.unit.cli.conftest import GOOD, PIPELINE, run_cli, run_json, two_pools_dag_file, write_sweep
 
 _ONE_RUN = ("simulate", PIPELINE, "--file", str(GOOD), "--capacity", "gpu_default=4")
 
@@ -90,20 +85,6 @@ def _fake_history(monkeypatch: pytest.MonkeyPatch, durations: dict[str, float], 
 
     monkeypatch.setattr(history, "read_history", read)
     monkeypatch.setattr(history, "read_map_counts", lambda *a, **k: {})
-
-
-def _write_sweep(folder: Path) -> None:
-    """DAG ``sweep_sim``: four literal 2-GPU trials of 1 h (declared), then a 10-minute pick."""
-    (folder / "sweep.py").write_text(
-        "from airflow.sdk import DAG, task\n"
-        "from airflow_gpu_dag import gpu_hints\n"
-        "with DAG('sweep_sim', schedule=None):\n"
-        "    @task.gpu(gpus=2, duration='1h')\n"
-        "    def trial(lr): return lr\n"
-        "    @task(executor_config=gpu_hints(duration='10m'))\n"
-        "    def pick(scores): return None\n"
-        "    pick(trial.expand(lr=[0.1, 0.01, 0.001, 0.0001]))\n"
-    )
 
 
 # -- simulate --------------------------------------------------------------------------------------------
@@ -265,7 +246,7 @@ def test_simulate_runs_mapped_tasks_as_their_instances_with_learned_durations(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Four 2-GPU trials on 4 GPUs run two at a time: two waves, not one node of 2 slots.
-    _write_sweep(tmp_path)
+    write_sweep(tmp_path)
     argv = ("simulate", "sweep_sim", "--file", str(tmp_path), "--capacity", "gpu_default=4")
     _, declared = run_json(capsys, *argv, "--declared-only")
     stock = {t["task_id"]: t for t in declared["results"]["stock"]["schedule"]}
@@ -289,7 +270,7 @@ def test_simulate_several_runs_expand_mapped_tasks_too(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("airflow_gpu_dag.airflow.history.read_map_counts", lambda *a, **k: {})
-    _write_sweep(tmp_path)
+    write_sweep(tmp_path)
     argv = ("simulate", "--file", str(tmp_path), "--capacity", "gpu_default=4", "--declared-only")
     code, result = run_json(capsys, *argv, "--trigger", "sweep_sim=0", "--trigger", "sweep_sim=0")
     assert code == 0 and result["dags"]["sweep_sim"]["mapped_tasks"] == {"trial": 4}
@@ -306,7 +287,7 @@ def test_simulate_folder_keeps_every_dag_when_trigger_names_some(
     """--folder runs every DAG in it; --trigger moves the DAGs it names to their offsets (two runs of
     the sweep here), the others stay at 0, and a DAG id already in the folder adds no run."""
     monkeypatch.setattr("airflow_gpu_dag.airflow.history.read_map_counts", lambda *a, **k: {})
-    _write_sweep(tmp_path)
+    write_sweep(tmp_path)
     (tmp_path / "evaluation.py").write_text(
         "from airflow.sdk import DAG, task\n"
         "with DAG('eval_sim', schedule=None):\n"
@@ -361,7 +342,7 @@ def test_simulate_folder_refuses_files_that_fail_to_import(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Before, a DAG whose file failed to import was left out of the simulation without a word."""
-    _write_sweep(tmp_path)
+    write_sweep(tmp_path)
     (tmp_path / "broken.py").write_text("from airflow.sdk import DAG\nraise RuntimeError('boom')\n")
     assert run_cli("simulate", "--folder", str(tmp_path), "--capacity", "gpu_default=4") == 1
     err = capsys.readouterr().err
@@ -372,7 +353,7 @@ def test_simulate_folder_refuses_files_that_fail_to_import(
 def test_simulate_says_how_to_give_several_trigger_offsets(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _write_sweep(tmp_path)
+    write_sweep(tmp_path)
     argv = ("simulate", "--folder", str(tmp_path), "--trigger", "sweep_sim=0", "sweep_sim=10m")
     assert run_cli(*argv) == 1
     err = capsys.readouterr().err
@@ -417,39 +398,11 @@ def test_simulate_objective_option_wins_over_a_bad_setting(
     assert code == 0 and result["objective"]["name"] == "throughput"
 
 
-_HEAD = """
-from airflow.providers.standard.operators.empty import EmptyOperator
-from airflow.sdk import DAG, task
-from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
-"""
-
-
-def _dag_file(folder: Path, name: str, body: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    path.write_text(_HEAD + body)
-    return path
-
-
-def _two_pools(folder: Path) -> Path:
-    return _dag_file(
-        folder,
-        "two_pools.py",
-        """
-with DAG("two_pools", schedule=None, default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}):
-    a = EmptyOperator(task_id="a", pool="gpu_a100", pool_slots=2,
-                      executor_config=gpu_hints(duration="1h", gpus=2, gpu_type="a100"))
-    b = EmptyOperator(task_id="b", pool="gpu_default", executor_config=gpu_hints(duration="30m", gpus=1))
-    a >> b
-""",
-    )
-
-
 @pytest.mark.usefixtures("_no_configured_pools")
 def test_simulate_capacity_adds_to_the_configured_pools(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _two_pools(tmp_path)
+    two_pools_dag_file(tmp_path)
     monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", json.dumps({"gpu_default": 4, "gpu_a100": 4}))
     code, result = run_json(
         capsys, "simulate", "two_pools", "--file", str(tmp_path), "--capacity", "gpu_a100=2"
@@ -464,7 +417,7 @@ def test_simulate_capacity_adds_to_the_configured_pools(
 def test_simulate_says_what_is_wrong_with_the_pools_setting(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _two_pools(tmp_path)
+    two_pools_dag_file(tmp_path)
     monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", json.dumps({"gpu_a100": 4}))
     assert run_cli("simulate", "two_pools", "--file", str(tmp_path)) == 1
     assert "add 'gpu_default' to [gpu_dag] pools (it has gpu_a100)" in capsys.readouterr().err
