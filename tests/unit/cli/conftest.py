@@ -254,6 +254,23 @@ def report(
     )
 
 
+# -- learned durations ------------------------------------------------------------------------------
+def fake_history(monkeypatch: pytest.MonkeyPatch, durations: dict[str, float], runs: int = 4) -> None:
+    """The metadata DB's history as ``airflow.history`` reads it: ``runs`` successful runs of each task
+    taking its ``durations`` seconds, and no mapped tasks."""
+    from airflow_gpu_dag.airflow import history
+    from airflow_gpu_dag.core.analysis.estimates import RunSample
+
+    def read(dag_id: str, task_ids: Any = None, window: int = 20, *, session: Any = None) -> Any:
+        return {
+            t: [RunSample(d, "success", 1000.0 * i, 1000.0 * i + d) for i in range(runs)]
+            for t, d in durations.items()
+        }
+
+    monkeypatch.setattr(history, "read_history", read)
+    monkeypatch.setattr(history, "read_map_counts", lambda *a, **k: {})
+
+
 # -- a finished run against its plan ---------------------------------------------------------------------
 def finished_state() -> FakeApi:
     """'prep' ran 20 s longer than its 60-s estimate; 'train' (2 slots) then waited 30 s: the pool was

@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from airflow_gpu_dag.cli.estimates import estimates_table
 from airflow_gpu_dag.core.analysis.estimates import DurationEstimate, EstimateSettings
-from tests.unit.cli.conftest import (
-    GOOD,
-    PIPELINE,
-    run_cli,
-    run_json,
-)
+from tests.unit.cli.conftest import GOOD, PIPELINE, fake_history, run_cli, run_json
 
 
 # -- 5. the quantile column of estimates -------------------------------------------------------------------
@@ -27,18 +20,6 @@ def test_estimates_table_names_the_quantile_it_shows(quantile: float, label: str
 
 
 # -- learned durations: estimates and plan ------------------------------------------------------------
-def _fake_history(monkeypatch: pytest.MonkeyPatch, durations: dict[str, float], runs: int = 4) -> None:
-    from airflow_gpu_dag.airflow import history
-    from airflow_gpu_dag.core.analysis.estimates import RunSample
-
-    def read(dag_id: str, task_ids: Any = None, window: int = 20, *, session: Any = None) -> Any:
-        return {
-            t: [RunSample(d, "success", 1000.0 * i, 1000.0 * i + d) for i in range(runs)]
-            for t, d in durations.items()
-        }
-
-    monkeypatch.setattr(history, "read_history", read)
-    monkeypatch.setattr(history, "read_map_counts", lambda *a, **k: {})
 
 
 @pytest.mark.usefixtures("_no_configured_pools")
@@ -46,7 +27,7 @@ def test_estimates_flags_declared_estimates_that_are_off(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # train declares 2h but takes 20m; load declares 20m and takes 21m
-    _fake_history(monkeypatch, {"train": 1200.0, "load": 1260.0})
+    fake_history(monkeypatch, {"train": 1200.0, "load": 1260.0})
     code, report = run_json(capsys, "estimates", PIPELINE, "--file", str(GOOD))
     assert code == 0 and report["flagged"] == ["train"]
     by_task = {t["task_id"]: t for t in report["tasks"]}

@@ -23,6 +23,7 @@ from tests.unit.cli.conftest import (
     ROOT,
     FakeApi,
     dag_file,
+    fake_history,
     finished_state,
     report,
     run_cli,
@@ -98,18 +99,6 @@ def test_plan_yaml_and_plain(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 # -- learned durations: estimates and plan ------------------------------------------------------------
-def _fake_history(monkeypatch: pytest.MonkeyPatch, durations: dict[str, float], runs: int = 4) -> None:
-    from airflow_gpu_dag.airflow import history
-    from airflow_gpu_dag.core.analysis.estimates import RunSample
-
-    def read(dag_id: str, task_ids: Any = None, window: int = 20, *, session: Any = None) -> Any:
-        return {
-            t: [RunSample(d, "success", 1000.0 * i, 1000.0 * i + d) for i in range(runs)]
-            for t, d in durations.items()
-        }
-
-    monkeypatch.setattr(history, "read_history", read)
-    monkeypatch.setattr(history, "read_map_counts", lambda *a, **k: {})
 
 
 # -- plan ------------------------------------------------------------------------------------------------
@@ -182,7 +171,7 @@ def test_plan_uses_dags_folder(capsys: pytest.CaptureFixture[str], monkeypatch: 
 def test_plan_uses_learned_durations_and_declared_only_does_not(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _fake_history(monkeypatch, {"train": 1200.0})
+    fake_history(monkeypatch, {"train": 1200.0})
     _, learned = run_json(capsys, "plan", PIPELINE, "--file", str(GOOD))
     train = next(t for t in learned["tasks"] if t["task_id"] == "train")
     assert train["duration"] == pytest.approx(1200, rel=0.02) and train["duration_source"] == "learned"

@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.unit.cli.conftest import GOOD, PIPELINE, run_cli, run_json, two_pools_dag_file, write_sweep
+from tests.unit.cli.conftest import (
+    GOOD,
+    PIPELINE,
+    fake_history,
+    run_cli,
+    run_json,
+    two_pools_dag_file,
+    write_sweep,
+)
 
 _ONE_RUN = ("simulate", PIPELINE, "--file", str(GOOD), "--capacity", "gpu_default=4")
 
@@ -73,18 +81,6 @@ def _no_configured_pools_cli(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # -- learned durations: estimates and plan ------------------------------------------------------------
-def _fake_history(monkeypatch: pytest.MonkeyPatch, durations: dict[str, float], runs: int = 4) -> None:
-    from airflow_gpu_dag.airflow import history
-    from airflow_gpu_dag.core.analysis.estimates import RunSample
-
-    def read(dag_id: str, task_ids: Any = None, window: int = 20, *, session: Any = None) -> Any:
-        return {
-            t: [RunSample(d, "success", 1000.0 * i, 1000.0 * i + d) for i in range(runs)]
-            for t, d in durations.items()
-        }
-
-    monkeypatch.setattr(history, "read_history", read)
-    monkeypatch.setattr(history, "read_map_counts", lambda *a, **k: {})
 
 
 # -- simulate --------------------------------------------------------------------------------------------
@@ -255,7 +251,7 @@ def test_simulate_runs_mapped_tasks_as_their_instances_with_learned_durations(
     assert declared["results"]["stock"]["makespan"] == pytest.approx(2 * 3600 + 600)
     assert declared["mapped_tasks"] == {"trial": 4} and declared["learned_tasks"] == []
     # the trials really take 30 minutes (four past runs): the simulation follows the history
-    _fake_history(monkeypatch, {"trial": 1800.0})
+    fake_history(monkeypatch, {"trial": 1800.0})
     _, learned = run_json(capsys, *argv)
     assert learned["learned_tasks"] == ["trial"]
     assert learned["results"]["stock"]["makespan"] == pytest.approx(2 * 1800 + 600, rel=0.02)
