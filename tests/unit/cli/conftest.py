@@ -40,6 +40,26 @@ BROKEN = ROOT / "tests" / "fixtures" / "dags_broken"
 PIPELINE = "gpu_pipeline"
 
 
+#: ``airflow gpu-dag simulate`` of one run of the pipeline DAG on 4 GPUs.
+ONE_RUN = ("simulate", PIPELINE, "--file", str(GOOD), "--capacity", "gpu_default=4")
+
+
+#: ``airflow gpu-dag simulate`` of two runs of the pipeline DAG 20 min apart on 4 GPUs, for latency.
+SEVERAL_RUNS = (
+    "simulate",
+    "--file",
+    str(GOOD),
+    "--trigger",
+    f"{PIPELINE}=0",
+    "--trigger",
+    f"{PIPELINE}=20m",
+    "--capacity",
+    "gpu_default=4",
+    "--objective",
+    "latency",
+)
+
+
 def run_cli(*argv: str) -> int:
     """Run ``airflow gpu-dag <argv>`` in-process; returns the exit code (0 when it returned)."""
     args = get_parser().parse_args(["gpu-dag", *argv])

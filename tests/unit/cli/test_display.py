@@ -18,7 +18,17 @@ from airflow_gpu_dag.cli.lint import LINT_COLUMNS
 from airflow_gpu_dag.cli.watermark_command import OUTCOME_COLUMNS
 from airflow_gpu_dag.core.analysis.estimates import DurationEstimate, EstimateSettings
 from airflow_gpu_dag.hooks.airflow_api import AirflowApiHook
-from tests.unit.cli.conftest import BROKEN, GOOD, PIPELINE, ROOT, ClosingRest, config, run_cli
+from tests.unit.cli.conftest import (
+    BROKEN,
+    GOOD,
+    ONE_RUN,
+    PIPELINE,
+    ROOT,
+    SEVERAL_RUNS,
+    ClosingRest,
+    config,
+    run_cli,
+)
 from tests.unit.watermark.conftest import (
     NOW,
     ti,
@@ -33,24 +43,6 @@ COMMANDS = ["lint", "plan", "estimates", "simulate", "explain", "watermark", "wa
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return dict(action.choices)
-
-
-_ONE_RUN = ("simulate", PIPELINE, "--file", str(GOOD), "--capacity", "gpu_default=4")
-
-
-_SEVERAL_RUNS = (
-    "simulate",
-    "--file",
-    str(GOOD),
-    "--trigger",
-    f"{PIPELINE}=0",
-    "--trigger",
-    f"{PIPELINE}=20m",
-    "--capacity",
-    "gpu_default=4",
-    "--objective",
-    "latency",
-)
 
 
 #: Rich's box-drawing characters (U+2500 to U+257F).
@@ -75,8 +67,8 @@ def test_every_command_takes_every_output_format() -> None:
         ("lint", str(BROKEN), "--pool", "gpu_default=8"),
         ("plan", PIPELINE, "--file", str(GOOD)),
         ("estimates", PIPELINE, "--file", str(GOOD)),
-        _ONE_RUN,
-        _SEVERAL_RUNS,
+        ONE_RUN,
+        SEVERAL_RUNS,
     ],
     ids=["lint", "plan", "estimates", "simulate", "simulate several runs"],
 )

@@ -11,7 +11,9 @@ import yaml
 
 from tests.unit.cli.conftest import (
     GOOD,
+    ONE_RUN,
     PIPELINE,
+    SEVERAL_RUNS,
     fake_history,
     run_cli,
     run_json,
@@ -19,26 +21,9 @@ from tests.unit.cli.conftest import (
     write_sweep,
 )
 
-_ONE_RUN = ("simulate", PIPELINE, "--file", str(GOOD), "--capacity", "gpu_default=4")
-
-
-_SEVERAL_RUNS = (
-    "simulate",
-    "--file",
-    str(GOOD),
-    "--trigger",
-    f"{PIPELINE}=0",
-    "--trigger",
-    f"{PIPELINE}=20m",
-    "--capacity",
-    "gpu_default=4",
-    "--objective",
-    "latency",
-)
-
 
 @pytest.mark.usefixtures("_no_configured_pools")
-@pytest.mark.parametrize("argv", [_ONE_RUN, _SEVERAL_RUNS], ids=["one run", "several runs"])
+@pytest.mark.parametrize("argv", [ONE_RUN, SEVERAL_RUNS], ids=["one run", "several runs"])
 def test_simulate_yaml_is_its_json(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]) -> None:
     assert run_cli(*argv, "-o", "json") == 0
     as_json = json.loads(capsys.readouterr().out)
@@ -48,7 +33,7 @@ def test_simulate_yaml_is_its_json(capsys: pytest.CaptureFixture[str], argv: tup
 
 @pytest.mark.usefixtures("_no_configured_pools")
 def test_simulate_plain_is_one_row_per_task_and_policy(capsys: pytest.CaptureFixture[str]) -> None:
-    assert run_cli(*_ONE_RUN, "-o", "plain") == 0
+    assert run_cli(*ONE_RUN, "-o", "plain") == 0
     header, *lines = capsys.readouterr().out.splitlines()
     assert header.split("\t") == [
         "policy", "task_id", "critical", "start_s", "end_s", "wait_s", "slots", "pool", "priority"
@@ -63,7 +48,7 @@ def test_simulate_plain_is_one_row_per_task_and_policy(capsys: pytest.CaptureFix
 
 @pytest.mark.usefixtures("_no_configured_pools")
 def test_simulate_several_runs_plain_is_one_row_per_run(capsys: pytest.CaptureFixture[str]) -> None:
-    assert run_cli(*_SEVERAL_RUNS, "-o", "plain") == 0
+    assert run_cli(*SEVERAL_RUNS, "-o", "plain") == 0
     header, *lines = capsys.readouterr().out.splitlines()
     assert header.split("\t")[:3] == ["run", "dag_id", "trigger_offset_s"]
     rows = [dict(zip(header.split("\t"), line.split("\t"), strict=True)) for line in lines]
