@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from random import Random
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -9,7 +11,9 @@ from hypothesis import strategies as st
 from airflow_gpu_dag.core.analysis.weight_rules import critical_path_weights
 from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.core.planning.justification import (
+    TaskTable,
     UsageProfile,
+    _place,
     justify,
     ordered_schedule,
     priority_serial_schedule,
@@ -115,3 +119,42 @@ def test_usage_profile_searches_from_zero_match_the_step_walk(
         assert at == p.earliest_by_steps(not_before, length, width)
         if place:
             p.add(at, at + length, width)
+
+
+def _placed_one_by_one(
+    graph: TaskGraph, capacity: dict[str, int], order: list[str], reverse: bool
+) -> dict[str, float]:
+    """A serial pass placed task by task with :func:`_place`, reading the tasks by id."""
+    tasks = TaskTable(graph)
+    profiles = {pool: UsageProfile(cap) for pool, cap in capacity.items()}
+    start: dict[str, float] = {}
+    for task_id in order:
+        _place(tasks, profiles, start, task_id, (tasks.down if reverse else tasks.up)[task_id])
+    return start
+
+
+def _random_topological_order(graph: TaskGraph, rng: Random) -> list[str]:
+    """Every task after its upstream tasks, the next one drawn among those ready."""
+    missing = {t: len(graph.upstream(t)) for t in graph.nodes}
+    ready = [t for t, count in missing.items() if count == 0]
+    order: list[str] = []
+    while ready:
+        task = ready.pop(rng.randrange(len(ready)))
+        order.append(task)
+        for down in graph.downstream(task):
+            missing[down] -= 1
+            if missing[down] == 0:
+                ready.append(down)
+    return order
+
+
+@settings(max_examples=120, deadline=None)
+@given(random_dags(), st.sampled_from([8, 10]), st.randoms(use_true_random=False))
+def test_serial_pass_by_task_number_places_as_by_task_id(graph: TaskGraph, cap: int, rng: Random) -> None:
+    """The serial pass over task numbers places every task where the pass by task id does, forward and
+    backward, in the same order (tasks of unlimited pools included)."""
+    order = _random_topological_order(graph, rng)
+    for tasks, reverse in ((order, False), (list(reversed(order)), True)):
+        expected = _placed_one_by_one(graph, {"gpu": cap}, tasks, reverse)
+        placed = serial_schedule(graph, {"gpu": cap}, tasks, reverse=reverse)
+        assert list(placed.items()) == list(expected.items())
