@@ -374,6 +374,17 @@ def rest(monkeypatch: pytest.MonkeyPatch) -> ClosingRest:
     return api
 
 
+@pytest.fixture
+def rest_without_pool(monkeypatch: pytest.MonkeyPatch) -> ClosingRest:
+    """An in-memory REST API with no pool yet and one running task, ``hold``, as the watermark command's
+    client."""
+    api = ClosingRest()
+    monkeypatch.setattr(AirflowApiHook, "get_client", lambda self: api)
+    monkeypatch.setattr("airflow_gpu_dag.metrics.configure", lambda force=False: None)
+    api.tis = [ti("hold", "running", started=NOW - 10, duration=100)]
+    return api
+
+
 def config(tmp_path: Path, **extra: Any) -> str:
     path = tmp_path / "watermark.yaml"
     body = {

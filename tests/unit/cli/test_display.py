@@ -17,7 +17,6 @@ from airflow_gpu_dag.cli.estimates import ESTIMATE_COLUMNS, estimates_report
 from airflow_gpu_dag.cli.lint import LINT_COLUMNS
 from airflow_gpu_dag.cli.watermark_command import OUTCOME_COLUMNS
 from airflow_gpu_dag.core.analysis.estimates import DurationEstimate, EstimateSettings
-from airflow_gpu_dag.hooks.airflow_api import AirflowApiHook
 from tests.unit.cli.conftest import (
     BROKEN,
     GOOD,
@@ -28,10 +27,6 @@ from tests.unit.cli.conftest import (
     ClosingRest,
     config,
     run_cli,
-)
-from tests.unit.watermark.conftest import (
-    NOW,
-    ti,
 )
 
 FORMATS = ["table", "json", "yaml", "plain"]
@@ -103,14 +98,6 @@ def test_tables_keep_their_boxes_on_a_terminal() -> None:
 
 
 # -- 4. watermark --once: pools created / missing in the table ----------------------------------------------
-@pytest.fixture
-def rest_cli_fixes(monkeypatch: pytest.MonkeyPatch) -> ClosingRest:
-    """An in-memory REST API with no pool yet (as in ``tests/unit/cli/test_watermark_command.py``)."""
-    api = ClosingRest()
-    monkeypatch.setattr(AirflowApiHook, "get_client", lambda self: api)
-    monkeypatch.setattr("airflow_gpu_dag.metrics.configure", lambda force=False: None)
-    api.tis = [ti("hold", "running", started=NOW - 10, duration=100)]
-    return api
 
 
 @pytest.mark.usefixtures("_no_configured_pools")
@@ -127,7 +114,7 @@ def test_print_plain_with_columns_and_no_rows() -> None:
 
 @pytest.mark.usefixtures("_no_configured_pools")
 def test_plain_headers_are_the_keys_of_the_rows(
-    rest_cli_fixes: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    rest_without_pool: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The fixed headers match the rows each command prints (so they cannot drift apart)."""
     assert run_cli("plan", PIPELINE, "--file", str(GOOD), "-o", "plain") == 0

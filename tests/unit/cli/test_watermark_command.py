@@ -19,10 +19,6 @@ from tests.unit.cli.conftest import (
     config,
     run_cli,
 )
-from tests.unit.watermark.conftest import (
-    NOW,
-    ti,
-)
 
 
 def test_once_dry_run_json_decides_and_writes_nothing(
@@ -280,29 +276,21 @@ def test_watermark_makes_the_heartbeat_files_folder(
 
 
 # -- 4. watermark --once: pools created / missing in the table ----------------------------------------------
-@pytest.fixture
-def rest_cli_fixes(monkeypatch: pytest.MonkeyPatch) -> ClosingRest:
-    """An in-memory REST API with no pool yet (as in ``tests/unit/cli/test_watermark_command.py``)."""
-    api = ClosingRest()
-    monkeypatch.setattr(AirflowApiHook, "get_client", lambda self: api)
-    monkeypatch.setattr("airflow_gpu_dag.metrics.configure", lambda force=False: None)
-    api.tis = [ti("hold", "running", started=NOW - 10, duration=100)]
-    return api
 
 
 @pytest.mark.usefixtures("_no_configured_pools")
 def test_watermark_once_table_names_the_missing_pool_in_a_dry_run(
-    rest_cli_fixes: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    rest_without_pool: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert run_cli("watermark", "--config", config(tmp_path), "--once", "--dry-run") == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "pool gpu does not exist (dry run: would be created)"
-    assert rest_cli_fixes.pools == {}
+    assert rest_without_pool.pools == {}
 
 
 @pytest.mark.usefixtures("_no_configured_pools")
 def test_watermark_once_table_names_the_created_pool(
-    rest_cli_fixes: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    rest_without_pool: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert run_cli("watermark", "--config", config(tmp_path), "--once") == 0
     lines = capsys.readouterr().out.splitlines()
