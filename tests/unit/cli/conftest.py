@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import functools
 import json
 import re
 import sys
@@ -14,6 +16,7 @@ import httpx
 import pytest
 import yaml
 
+from airflow_gpu_dag.cli import explain as explain_cli
 from airflow_gpu_dag.cli.definition import get_parser
 from airflow_gpu_dag.cli.explain_report import (
     build_report,
@@ -289,6 +292,18 @@ def fake_history(monkeypatch: pytest.MonkeyPatch, durations: dict[str, float], r
 
     monkeypatch.setattr(history, "read_history", read)
     monkeypatch.setattr(history, "read_map_counts", lambda *a, **k: {})
+
+
+def run_cli_explain(monkeypatch: pytest.MonkeyPatch, api: FakeApi, argv: list[str], now: float = NOW) -> int:
+    """``airflow gpu-dag explain ARGV`` on ``api``; its exit code."""
+    monkeypatch.setattr(explain_cli, "_client", lambda conn_id: api)
+    monkeypatch.setattr(explain_cli, "build_report", functools.partial(build_report, now=now))
+    args: argparse.Namespace = get_parser().parse_args(["gpu-dag", "explain", *argv])
+    try:
+        args.func(args)
+    except SystemExit as stop:
+        return int(stop.code or 0)
+    return 0
 
 
 # -- a finished run against its plan ---------------------------------------------------------------------

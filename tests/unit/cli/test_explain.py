@@ -4,21 +4,17 @@ plan, and every bad input with its exit code."""
 
 from __future__ import annotations
 
-import argparse
-import functools
 import json
 from typing import Any
 
 import pytest
 
-from airflow_gpu_dag.cli import explain as explain_cli
 from airflow_gpu_dag.cli.explain_report import (
     EXIT_API,
     EXIT_NO_CONTROLLER,
     EXIT_NOT_FOUND,
     EXIT_NOT_PROVIDER,
     ExplainError,
-    build_report,
 )
 from airflow_gpu_dag.core.simulation.live import (
     DoneTask,
@@ -32,27 +28,7 @@ from airflow_gpu_dag.core.simulation.live import (
 )
 from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, RestError
 from airflow_gpu_dag.pool_claim.state import iso_time
-from tests.unit.cli.conftest import (
-    NOW,
-    FakeApi,
-    report,
-    reservation_state,
-    tick,
-)
-
-
-def run_cli_explain(monkeypatch: pytest.MonkeyPatch, api: FakeApi, argv: list[str], now: float = NOW) -> int:
-    """``airflow gpu-dag explain ARGV`` on ``api``; its exit code."""
-    from airflow_gpu_dag.cli.definition import get_parser
-
-    monkeypatch.setattr(explain_cli, "_client", lambda conn_id: api)
-    monkeypatch.setattr(explain_cli, "build_report", functools.partial(build_report, now=now))
-    args: argparse.Namespace = get_parser().parse_args(["gpu-dag", "explain", *argv])
-    try:
-        args.func(args)
-    except SystemExit as stop:
-        return int(stop.code or 0)
-    return 0
+from tests.unit.cli.conftest import NOW, FakeApi, report, reservation_state, run_cli_explain, tick
 
 
 # -- a task waiting for a reservation -----------------------------------------------------------------

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-import functools
 import json
 import re
 from pathlib import Path
@@ -13,37 +11,21 @@ import pytest
 import yaml
 
 import airflow_gpu_dag.metrics as metrics
-from airflow_gpu_dag.cli import explain as explain_cli
-from airflow_gpu_dag.cli.explain_report import build_report
 from tests.unit.cli.conftest import (
     BROKEN,
     GOOD,
     NOW,
     PIPELINE,
     ROOT,
-    FakeApi,
     dag_file,
     fake_history,
     finished_state,
     report,
     run_cli,
+    run_cli_explain,
     run_json,
     write_sweep,
 )
-
-
-def run_cli_explain(monkeypatch: pytest.MonkeyPatch, api: FakeApi, argv: list[str], now: float = NOW) -> int:
-    """``airflow gpu-dag explain ARGV`` on ``api``; its exit code."""
-    from airflow_gpu_dag.cli.definition import get_parser
-
-    monkeypatch.setattr(explain_cli, "_client", lambda conn_id: api)
-    monkeypatch.setattr(explain_cli, "build_report", functools.partial(build_report, now=now))
-    args: argparse.Namespace = get_parser().parse_args(["gpu-dag", "explain", *argv])
-    try:
-        args.func(args)
-    except SystemExit as stop:
-        return int(stop.code or 0)
-    return 0
 
 
 def test_a_finished_run_is_held_against_its_plan_with_the_causes_and_the_error_quantiles(
