@@ -76,15 +76,8 @@ def test_earliest_start_bars_name_the_pool_of_a_task_without_one() -> None:
     assert bar.pool == "default_pool"
 
 
-@pytest.fixture
-def _no_configured_pools_simulate_cli_audit2(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 # -- 3. Gantt labels of long task ids ------------------------------------------------------------------------
-@pytest.mark.usefixtures("_no_configured_pools_simulate_cli_audit2")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_long_task_ids_keep_distinct_labels() -> None:
     ids = [f"fine_tune_llama_70b_on_customer_data[{i}]" for i in range(3)]
     ids += ["0:nightly_training_pipeline_v2/evaluate", "0:nightly_training_pipeline_v2/train"]

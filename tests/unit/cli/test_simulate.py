@@ -58,18 +58,11 @@ def test_simulate_several_runs_plain_is_one_row_per_run(capsys: pytest.CaptureFi
     ]
 
 
-@pytest.fixture
-def _no_configured_pools_cli(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
 # -- learned durations: estimates and plan ------------------------------------------------------------
 
 
 # -- simulate --------------------------------------------------------------------------------------------
-@pytest.mark.usefixtures("_no_configured_pools_cli")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_simulate_json_and_gantt(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     gantt = tmp_path / "out.html"
     code, data = run_json(
@@ -106,7 +99,7 @@ def test_simulate_json_and_gantt(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert text.count('class="gantt-bar') == 2 * 13
 
 
-@pytest.mark.usefixtures("_no_configured_pools_cli")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_simulate_table_and_svg(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     svg = tmp_path / "g.svg"
     code = run_cli(
@@ -119,7 +112,7 @@ def test_simulate_table_and_svg(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert svg.read_text().startswith("<svg")
 
 
-@pytest.mark.usefixtures("_no_configured_pools_cli")
+@pytest.mark.usefixtures("_no_configured_pools")
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -139,7 +132,7 @@ def test_simulate_errors(capsys: pytest.CaptureFixture[str], argv: list[str], me
 
 
 # -- simulate several runs -------------------------------------------------------------------------------
-@pytest.mark.usefixtures("_no_configured_pools_cli")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_simulate_several_runs_json(capsys: pytest.CaptureFixture[str]) -> None:
     """Two runs of one DAG, 20 minutes apart, on 4 GPUs: per-run completion, mean, p95, makespan."""
     code, result = run_json(
@@ -169,7 +162,7 @@ def test_simulate_several_runs_json(capsys: pytest.CaptureFixture[str]) -> None:
         assert summary["makespan_s"] >= 1200.0 + min(completions)
 
 
-@pytest.mark.usefixtures("_no_configured_pools_cli")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_simulate_several_runs_table(capsys: pytest.CaptureFixture[str]) -> None:
     code = run_cli(
         "simulate",
@@ -187,7 +180,7 @@ def test_simulate_several_runs_table(capsys: pytest.CaptureFixture[str]) -> None
     assert "+1h" in out and "objective balanced" in out  # the run named with an offset, the policy named
 
 
-@pytest.mark.usefixtures("_no_configured_pools_cli")
+@pytest.mark.usefixtures("_no_configured_pools")
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -209,7 +202,7 @@ def test_simulate_several_runs_errors(
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.usefixtures("_no_configured_pools_cli")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_simulate_several_runs_writes_the_gantt_chart_asked_for(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -222,7 +215,7 @@ def test_simulate_several_runs_writes_the_gantt_chart_asked_for(
     assert "stock: makespan" in page and "balanced: makespan" in page and "2 runs of 1 DAG(s)" in page
 
 
-@pytest.mark.usefixtures("_no_configured_pools_cli")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_simulate_runs_mapped_tasks_as_their_instances_with_learned_durations(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -246,7 +239,7 @@ def test_simulate_runs_mapped_tasks_as_their_instances_with_learned_durations(
     assert "duration learned from past runs (1 task(s))" in out
 
 
-@pytest.mark.usefixtures("_no_configured_pools_cli")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_simulate_several_runs_expand_mapped_tasks_too(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -261,7 +254,7 @@ def test_simulate_several_runs_expand_mapped_tasks_too(
     assert "sweep_sim: Mapped tasks simulated as their instances: trial" in capsys.readouterr().out
 
 
-@pytest.mark.usefixtures("_no_configured_pools_cli")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_simulate_folder_keeps_every_dag_when_trigger_names_some(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -292,7 +285,7 @@ def test_simulate_folder_keeps_every_dag_when_trigger_names_some(
         ]
 
 
-@pytest.mark.usefixtures("_no_configured_pools_cli")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_simulate_measures_each_runs_start_window_from_its_own_trigger(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -318,7 +311,7 @@ def test_simulate_measures_each_runs_start_window_from_its_own_trigger(
     assert hours == pytest.approx([2.5, 0.5, 4.5], abs=0.05)  # waits 2 h; inside it; the next day's
 
 
-@pytest.mark.usefixtures("_no_configured_pools_cli")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_simulate_folder_refuses_files_that_fail_to_import(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -330,7 +323,7 @@ def test_simulate_folder_refuses_files_that_fail_to_import(
     assert "1 file(s)" in err and "broken.py" in err and "airflow gpu-dag lint" in err
 
 
-@pytest.mark.usefixtures("_no_configured_pools_cli")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_simulate_says_how_to_give_several_trigger_offsets(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -341,7 +334,7 @@ def test_simulate_says_how_to_give_several_trigger_offsets(
     assert "'sweep_sim=10m' looks like DAG_ID=OFFSET" in err and "--trigger sweep_sim=10m" in err
 
 
-@pytest.mark.usefixtures("_no_configured_pools_cli")
+@pytest.mark.usefixtures("_no_configured_pools")
 @pytest.mark.parametrize(
     "argv",
     [
@@ -359,7 +352,7 @@ def test_plan_and_simulate_refuse_an_unknown_objective_setting(
     assert "unknown objective 'bogus'" in err and "[gpu_dag] objective" in err
 
 
-@pytest.mark.usefixtures("_no_configured_pools_cli")
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_simulate_objective_option_wins_over_a_bad_setting(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
