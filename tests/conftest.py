@@ -16,6 +16,7 @@ import math
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -40,15 +41,17 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
 #: seconds on the 2-core CI machine with the other worker busy: the Docker smoke run about 300, chaos
 #: 190, authoring 180, stress 130, priority 110, explain 100, edges 100, example pipelines 70,
 #: multi-DAG 65). Longest-processing-time-first: the two workers take them in this order, each the
-#: next one when it is free, and end within the length of a short file of each other. The other
-#: real-Airflow files follow in file order, then the unit tests. Keep it roughly right when a file
-#: grows or shrinks by a minute; an unknown name here is an error (a renamed file).
+#: next one when it is free, and end within the length of a short file of each other. One exception:
+#: the two files handed out first need no system package (``system_packages``), so that they run
+#: while ``scripts/test.sh`` is still installing them. The other real-Airflow files follow in file
+#: order, then the unit tests. Keep it roughly right when a file grows or shrinks by a minute; an
+#: unknown name here is an error (a renamed file).
 LONGEST_FIRST = (
+    "tests/integration/test_authoring_real.py",
+    "tests/integration/test_priority_real_scheduler.py",
     "tests/integration/test_docker_stack.py",
     "tests/integration/test_chaos_real.py",
-    "tests/integration/test_authoring_real.py",
     "tests/integration/test_stress_real.py",
-    "tests/integration/test_priority_real_scheduler.py",
     "tests/integration/test_explain_real.py",
     "tests/integration/test_edges_real.py",
     "tests/integration/test_example_pipelines_real.py",
@@ -73,6 +76,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if missing:
         raise pytest.UsageError(f"tests/conftest.py LONGEST_FIRST names files that do not exist: {missing}")
     items.sort(key=_handout_rank)
+
+
+#: Written by ``scripts/test.sh``, which installs the system packages (``scripts/ci_system_deps.sh``:
+#: PostgreSQL, Chromium, Docker) while the tests that need none of them run: the path of a file that
+#: holds the script's exit status once it is done, and the path of its log.
+SYSTEM_DEPS_STATUS = "GPU_DAG_SYSTEM_DEPS_STATUS"
+SYSTEM_DEPS_LOG = "GPU_DAG_SYSTEM_DEPS_LOG"
+#: How long a test waits for them: far more than a fresh CI machine's apt needs (about 4 minutes).
+SYSTEM_DEPS_TIMEOUT_S = 1800.0
+
+
+@pytest.fixture(scope="session")
+def system_packages() -> None:
+    """Wait until the system packages are installed, for a test that needs PostgreSQL, Chromium or
+    Docker. ``scripts/test.sh`` installs them alongside the first tests instead of before pytest (apt
+    takes minutes on a fresh machine); run any other way (no ``GPU_DAG_SYSTEM_DEPS_STATUS``), this
+    waits for nothing. A failed install fails the test that waited, with the log's path."""
+    status = os.environ.get(SYSTEM_DEPS_STATUS)
+    if not status:
+        return
+    path, deadline = Path(status), time.monotonic() + SYSTEM_DEPS_TIMEOUT_S
+    while not path.is_file():
+        if time.monotonic() > deadline:
+            pytest.fail(f"scripts/ci_system_deps.sh still running after {SYSTEM_DEPS_TIMEOUT_S:.0f} s")
+        time.sleep(1.0)
+    code = path.read_text().strip()
+    if code != "0":
+        log = os.environ.get(SYSTEM_DEPS_LOG, "(no log)")
+        pytest.fail(f"scripts/ci_system_deps.sh failed (exit {code}); its log: {log}")
 
 
 @pytest.fixture(autouse=True)

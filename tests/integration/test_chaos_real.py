@@ -55,7 +55,7 @@ SETTINGS = chaos.ChaosSettings(
 
 
 @pytest.fixture(scope="module")
-def chaos_round() -> Iterator[Any]:
+def chaos_round(system_packages: None) -> Iterator[Any]:
     """Boot, run the 10 runs with every fault, yield the result (the report is printed)."""
     with tempfile.TemporaryDirectory(prefix="gpu-dag-chaos-") as tmp, chaos.database(SETTINGS.sqlite) as url:
         result = chaos.run_round(SETTINGS, Path(tmp), url)

@@ -68,7 +68,7 @@ def _cannot_run_reason() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def smoke(tmp_path_factory: pytest.TempPathFactory, system_packages: None) -> dict[str, Any]:
     reason = _cannot_run_reason()
     if reason:
         pytest.skip(reason)

@@ -49,7 +49,7 @@ stress = _load_stress_module()
 
 
 @pytest.fixture(scope="module")
-def stress_round() -> Iterator[tuple[Any, Any]]:
+def stress_round(system_packages: None) -> Iterator[tuple[Any, Any]]:
     """Boot PostgreSQL + Airflow once, trigger ``RUNS`` runs at once, yield ``(cluster, result)``."""
     with (
         tempfile.TemporaryDirectory(prefix="gpu-dag-stress-") as tmp,

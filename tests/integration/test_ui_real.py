@@ -189,7 +189,7 @@ def cluster(airflow_cluster: AirflowCluster) -> AirflowCluster:
 
 
 @pytest.fixture(scope="module")
-def browser(cluster: AirflowCluster) -> Iterator[Browser]:
+def browser(cluster: AirflowCluster, system_packages: None) -> Iterator[Browser]:
     binary = _chromium()
     if binary is None:
         pytest.skip("chromium is not installed (apt-get install -y chromium chromium-driver)")

@@ -93,8 +93,12 @@ def shared_digest(shared: SqlBudgetLedger) -> str:
 
 @pytest.mark.usefixtures("_deferring")
 @pytest.mark.parametrize("kind", ["file", "sqlite", "postgres"])
-def test_two_gates_cannot_both_pass_when_only_one_fits(tmp_path: Path, kind: str) -> None:
+def test_two_gates_cannot_both_pass_when_only_one_fits(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
     """Six processes claim 1 GPU-hour each at the same moment under a 1.5 GPU-hour cap: one passes."""
+    if kind == "postgres":
+        request.getfixturevalue("system_packages")
     with contextlib.ExitStack() as stack:
         if kind == "file":
             where = str(tmp_path / "usage.jsonl")
