@@ -286,6 +286,52 @@ def table(results: Sequence[Mapping[str, Any]], policies: Sequence[str], file: A
             )
 
 
+def seed_set(seed: int) -> str:
+    """The name of the block of seeds ``seed`` belongs to (``0-99``: tuning, ``100-199``: held out,
+    ``200-299``: fresh, ...): the sets the summary reports separately."""
+    block = seed // 100 * 100
+    return f"{block}-{block + 99}"
+
+
+def summary(results: Sequence[Mapping[str, Any]], policies: Sequence[str], file: Any = None) -> None:
+    """Per seed set (generator and :func:`seed_set`), GPU count and policy: the range of the mean
+    completion over the set's groups (trigger mode x estimates) and the worst group of the p95, the
+    makespan and each kind; ``hard``: whether issue #41's hard requirements hold in every group of the
+    set (``balanced``/``latency``: p95 and makespan <= 1, every kind <= :data:`KIND_LIMIT`;
+    ``throughput``: every kind <= :data:`THROUGHPUT_KIND_LIMIT`)."""
+    file = file or sys.stdout
+    groups: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
+    for inst in results:
+        key = (inst["variant"], seed_set(inst["seed"]), inst["capacity"], inst["mode"], inst["estimates"])
+        groups[key].append(inst)
+    cells: dict[tuple, list[dict[str, float]]] = defaultdict(list)
+    for (variant, seeds, capacity, _mode, _estimates), insts in groups.items():
+        for policy in policies:
+            if policy != "stock":
+                cells[(capacity, policy, variant, seeds)].append(figures(insts, policy))
+    print(
+        "| GPUs | policy | set | mean (range over groups) | p95 (worst) | makespan (worst) | "
+        "pipeline / sweep / eval (worst) | hard |",
+        file=file,
+    )
+    print("|---|---|---|---|---|---|---|---|", file=file)
+    for (capacity, policy, variant, seeds), rows in sorted(cells.items()):
+        worst = {m: max(r[m] for r in rows if not math.isnan(r[m])) for m in ("p95", "makespan", *KINDS)}
+        if policy == "throughput":
+            broken = [k for k in KINDS if worst[k] > THROUGHPUT_KIND_LIMIT]
+        else:
+            broken = [m for m in ("p95", "makespan") if worst[m] > 1.0]
+            broken += [k for k in KINDS if worst[k] > KIND_LIMIT]
+        kinds = " / ".join(f"{worst[k]:.3f}" for k in KINDS)
+        means = [r["mean"] for r in rows]
+        print(
+            f"| {capacity} | {policy} | {variant} {seeds} | {min(means):.2f}-{max(means):.2f} | "
+            f"{worst['p95']:.3f} | {worst['makespan']:.3f} | {kinds} | "
+            f"{'met' if not broken else 'missed: ' + ', '.join(broken)} |",
+            file=file,
+        )
+
+
 #: Colours of the plot's points, by policy.
 COLOURS = {
     "stock": "#000000",
@@ -494,6 +540,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ratios ours / stock, mean over instances"
     )
     table(results, policies)
+    print("\n# per seed set: mean range over groups, worst group of the rest; issue #41's hard requirements")
+    summary(results, policies)
     if args.plot:
         title = f"{len(jobs)} mixes ({args.variant} seeds {args.seeds}; {args.modes}; {args.estimates})"
         with open(args.plot, "w") as handle:

@@ -13,7 +13,10 @@ the objective's own ``chain``) is how much of a task's remaining critical path c
 ``overdue`` is ``balanced``'s (8 h). ``chain = 0`` is the shipped key (``throughput`` is ``s = 2, c = 1``
 always reserving, ``balanced`` ``s = 4, c = 0.5`` gated, ``latency`` ``s = 6, c = 0.5`` gated). Each
 member runs with the controller reserving for every wide head (``always``) and with the ``balanced``
-reservation gate (``gated``). The oracles below keep ``c = 1``.
+reservation gate (``gated``; ``--gates GAP:OVERDUE`` other constants), and with ``--reservations never``
+with no slot ever held (Airflow's greedy admission on the keys alone). ``--chain-caps K`` keeps every key
+at most ``T + W + K - remaining(t)``: a run whose chain is longer than its work (a pipeline) starts it
+as if due ``K`` after its work. The oracles below keep ``c = 1``.
 
 ``--oracle`` adds two schedules no trigger-time policy can have: the packing planner
 (:func:`~airflow_gpu_dag.core.planning.planner.packing_weights_plan`) run on the *whole mix* as one graph
@@ -86,7 +89,7 @@ from airflow_gpu_dag.core.simulation.simulator import RunPriority, SimulationRes
 STRETCHES = (0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0)
 CHAINS = (0.0, 1.0, 2.0)
 REMAINING_WEIGHTS = (1.0, 0.5)  # c: the shipped objectives' values
-RESERVATIONS = ("always", "gated")
+RESERVATIONS = ("always", "gated", "never")  # the default run: always, gated
 PLAN_ORACLES = ("mix-plan", "mix-plan+evals")  # one whole-mix plan, two ways of giving it to the runs
 #: ``pipelines s=X``: pipelines due at ``T + X * W``, every other run at ``balanced``'s (kinds known)
 PIPELINE_ORACLES = {f"pipelines s={x:g}": x for x in (0.0, 1.0, 2.0)}
@@ -97,9 +100,12 @@ SEARCH_MAKESPAN_WEIGHT = 8.0
 
 @dataclasses.dataclass(frozen=True)
 class Member:
-    """One setting of the key family (see the module docstring). Two variants, off by default:
-    ``cap`` (seconds) caps the stretch, ``due = T + min(s * W, CP + cap)``; ``inherit`` gives a GPU task
-    the earlier key of a GPU task it follows (a stage's train keeps its init's key)."""
+    """One setting of the key family (see the module docstring). Variants, off by default: ``cap``
+    (seconds) caps the stretch, ``due = T + min(s * W, CP + cap)``; ``inherit`` gives a GPU task the
+    earlier key of a GPU task it follows (a stage's train keeps its init's key); ``chain_cap`` (seconds)
+    keeps every key at most ``T + W + chain_cap - remaining(t)`` (a run whose chain is longer than its
+    work starts it as if it were due ``chain_cap`` after its work); ``gate`` ``(gap, overdue)`` seconds
+    replaces ``balanced``'s gate constants (and the cap ``W + overdue`` of the due time)."""
 
     stretch: float
     chain: float
@@ -107,14 +113,25 @@ class Member:
     cap: float = math.inf
     inherit: bool = False
     remaining_weight: float = 1.0
+    chain_cap: float = math.inf
+    gate: tuple[float, float] | None = None
 
     @property
     def name(self) -> str:
         extra = (f" cap={self.cap / 3600:g}h" if math.isfinite(self.cap) else "") + (
             " inherit" if self.inherit else ""
         )
+        if math.isfinite(self.chain_cap):
+            extra += f" chaincap={self.chain_cap / 3600:g}h"
+        if self.gate is not None:
+            extra += f" gate={self.gate[0] / 3600:g}h/{self.gate[1] / 3600:g}h"
         c = f" c={self.remaining_weight:g}" if self.remaining_weight != 1.0 else ""
         return f"s={self.stretch:g} chain={self.chain:g}{c} {self.reservation}{extra}"
+
+    def gate_constants(self) -> tuple[float, float]:
+        """``(gap, overdue)``: the member's, else ``balanced``'s."""
+        balanced = OBJECTIVES["balanced"]
+        return self.gate if self.gate is not None else (balanced.gap, balanced.overdue)
 
 
 def members(
@@ -124,15 +141,19 @@ def members(
     caps: Sequence[float] = (math.inf,),
     inherit: Sequence[bool] = (False,),
     remaining_weights: Sequence[float] = (1.0,),
+    chain_caps: Sequence[float] = (math.inf,),
+    gates: Sequence[tuple[float, float] | None] = (None,),
 ) -> list[Member]:
     return [
-        Member(s, c, r, x, i, w)
+        Member(s, c, r, x, i, w, k, g)
         for s in stretches
         for c in chains
         for w in remaining_weights
         for r in reservations
         for x in caps
         for i in inherit
+        for k in chain_caps
+        for g in gates
     ]
 
 
@@ -152,8 +173,8 @@ def member_priority(member: Member, shapes: Mapping[str, Any]) -> RunPriority:
     """The weights of ``member`` for every run: the objective's keys, the trigger moved earlier by
     ``chain * max(0, CP - W)`` (and the member's variants); ``shapes`` by DAG id, of the estimated
     graphs."""
-    balanced = OBJECTIVES["balanced"]
-    objective = Objective(member.name, member.stretch, 0.0, balanced.overdue, member.remaining_weight)
+    overdue = member.gate_constants()[1]
+    objective = Objective(member.name, member.stretch, 0.0, overdue, member.remaining_weight)
 
     def weights(graph: TaskGraph, trigger: float) -> dict[str, int]:
         shape = shapes[graph.dag_id]
@@ -161,6 +182,9 @@ def member_priority(member: Member, shapes: Mapping[str, Any]) -> RunPriority:
         moved = trigger - member.chain * max(0.0, chain - shape.work)
         moved -= max(0.0, objective.due_offset(shape.work) - (chain + member.cap))  # 0 unless capped
         keys = task_keys(shape, moved, objective)
+        if math.isfinite(member.chain_cap):
+            latest = trigger + shape.work + member.chain_cap
+            keys = {t: min(k, latest - shape.remaining[t]) for t, k in keys.items()}
         if member.inherit:
             keys = inherited_keys(graph, keys)
         return {t: key_weight(k, SIMULATION_EPOCH) for t, k in keys.items()}
@@ -168,12 +192,22 @@ def member_priority(member: Member, shapes: Mapping[str, Any]) -> RunPriority:
     return weights
 
 
+class NeverHolds(ReservationGate):
+    """A gate that never holds slots, not even for a starving task: the pool stays at its capacity and
+    Airflow's greedy admission runs on the keys alone (no wait bound: a frontier point, not a policy)."""
+
+    def holds_for(self, now: float, head: Any, competitor: Any, starving: Any = None) -> tuple[bool, str]:
+        return False, "never held"
+
+
 def member_gate(member: Member) -> ReservationGate:
     """``always``: every wide head reserved for (gap 0, as ``throughput``); ``gated``: ``balanced``'s
-    gate. Both with the objectives' ``overdue``, after which a waiting task starves."""
-    balanced = OBJECTIVES["balanced"]
-    gap = 0.0 if member.reservation == "always" else balanced.gap
-    return ReservationGate(gap, balanced.overdue, SIMULATION_EPOCH)
+    gate (or the member's ``gate``); both with that ``overdue``, after which a waiting task starves;
+    ``never``: no slot ever held (:class:`NeverHolds`)."""
+    gap, overdue = member.gate_constants()
+    if member.reservation == "never":
+        return NeverHolds(0.0, overdue, SIMULATION_EPOCH)
+    return ReservationGate(0.0 if member.reservation == "always" else gap, overdue, SIMULATION_EPOCH)
 
 
 def mix_graph(graphs: Sequence[TaskGraph], trigger: Sequence[float]) -> TaskGraph:
@@ -426,7 +460,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=",".join(f"{c:g}" for c in REMAINING_WEIGHTS),
         help="values of c, in (0, 1]",
     )
-    parser.add_argument("--reservations", default=",".join(RESERVATIONS), help="always, gated")
+    parser.add_argument("--reservations", default="always,gated", help="always, gated, never")
+    parser.add_argument(
+        "--chain-caps", default="inf", help="hours K: keys at most T + W + K - remaining; inf: none"
+    )
+    parser.add_argument(
+        "--gates", default="balanced", help="gated's GAP:OVERDUE in hours (e.g. 4:8,8:12); balanced: its own"
+    )
     parser.add_argument(
         "--stretch-caps", default="inf", help="hours X of the cap due = T + min(s W, CP + X); inf: none"
     )
@@ -459,6 +499,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any(not x > 0 for x in caps):
         parser.error("--stretch-caps: hours > 0 (inf: no cap)")
     try:
+        chain_caps = [float(x) * 3600.0 for x in args.chain_caps.split(",")]
+        gates: list[tuple[float, float] | None] = [
+            None if g == "balanced" else (float(g.split(":")[0]) * 3600.0, float(g.split(":")[1]) * 3600.0)
+            for g in args.gates.split(",")
+            if g
+        ]
+    except (ValueError, IndexError):
+        parser.error("--chain-caps: hours (inf: none); --gates: GAP:OVERDUE hours or balanced")
+    if any(not x >= 0 for x in chain_caps) or any(g is not None and min(g) < 0 for g in gates):
+        parser.error("--chain-caps and --gates: hours >= 0")
+    try:
         weights = [float(c) for c in args.remaining_weights.split(",") if c]
     except ValueError:
         parser.error("--remaining-weights: numbers in (0, 1], e.g. 1,0.5")
@@ -471,6 +522,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         caps,
         [i == "yes" for i in inherit],
         weights,
+        chain_caps,
+        gates,
     )
     jobs = mix_jobs(args, settings, args.oracle, args.search)
     started = time.time()

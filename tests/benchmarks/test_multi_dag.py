@@ -123,6 +123,15 @@ def test_frontier_variants_cap_the_stretch_and_keep_gpu_parents_keys() -> None:
     assert capped["load"] == pytest.approx(1000.0 + 1800.0, abs=1)
     assert keys(frontier.Member(3.0, 0.0, "gated", cap=10 * 3600.0)) == plain  # a cap above 3 W: no change
     assert frontier.Member(3.0, 0.0, "gated", 7200.0, True).name == "s=3 chain=0 gated cap=2h inherit"
+    # the chain cap: no key later than T + W + K - remaining (load: 1000 + W + 0 - CP)
+    chained = keys(frontier.Member(3.0, 0.0, "gated", chain_cap=0.0))
+    assert chained["load"] == pytest.approx(1000.0 + work - cp, abs=1) and chained["load"] < plain["load"]
+    assert keys(frontier.Member(3.0, 0.0, "gated", chain_cap=10 * 3600.0)) == plain  # above: no change
+    member = frontier.Member(3.0, 0.0, "never", chain_cap=3600.0, gate=(4 * 3600.0, 8 * 3600.0))
+    assert member.name == "s=3 chain=0 never chaincap=1h gate=4h/8h"
+    gate = frontier.member_gate(member)
+    assert isinstance(gate, frontier.NeverHolds) and gate.overdue == 8 * 3600.0
+    assert frontier.member_gate(frontier.Member(3.0, 0.0, "gated", gate=(3600.0, 7200.0))).gap == 3600.0
 
 
 def test_frontier_mix_graph_keeps_every_run_and_its_trigger() -> None:
@@ -270,3 +279,21 @@ def test_the_plot_shows_every_policy_and_each_kinds_worst_group(capsys: pytest.C
     svg = multi_dag.plot_svg(points, "t")
     assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
     assert f"sweep {worst_sweep:.2f}" in svg and "8 GPUs" in svg and ">stock<" in svg
+
+
+def test_summary_reports_each_seed_set_and_the_hard_requirements(capsys: pytest.CaptureFixture[str]) -> None:
+    """One row per GPU count, policy and seed set (tuning 0-99, held out 100-199, fresh 200-299), with
+    the worst group's p95, makespan and kinds, and whether issue #41's hard requirements hold."""
+    import multi_dag
+
+    results = [
+        multi_dag.one_instance(("A", seed, 8, "once", "exact", ["stock", "balanced"], 60.0))
+        for seed in (0, 200)
+    ]
+    multi_dag.summary(results, ["stock", "balanced"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 8 |")]
+    assert [row.split(" | ")[2] for row in rows] == ["A 0-99", "A 200-299"]
+    f = multi_dag.figures(results[:1], "balanced")
+    hard = f["p95"] <= 1 and f["makespan"] <= 1 and all(f[k] <= 1.05 for k in ("pipeline", "sweep", "eval"))
+    assert rows[0].endswith("| met |") == hard and f"{f['makespan']:.3f}" in rows[0]
+    assert multi_dag.seed_set(129) == "100-199"
