@@ -80,6 +80,14 @@ def _no_configured_pools(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "200")
 
 
+@pytest.fixture
+def _no_configured_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No pool sizes, host size or GPU inventory from the environment: the checks against configured
+    limits find nothing to check against."""
+    for option in ("POOLS", "MAX_GPUS_PER_HOST", "INVENTORY", "INVENTORY_SOURCE"):
+        monkeypatch.delenv(f"AIRFLOW__GPU_DAG__{option}", raising=False)
+
+
 def _set(monkeypatch: pytest.MonkeyPatch, option: str, value: str) -> None:
     monkeypatch.setenv(f"AIRFLOW__GPU_DAG__{option.upper()}", value)
 

@@ -530,12 +530,6 @@ def test_the_cluster_policy_names_a_gpu_type_list_in_hints() -> None:
         dag_policy(dag)
 
 
-@pytest.fixture
-def _no_configured_limits(monkeypatch: pytest.MonkeyPatch) -> None:
-    for option in ("POOLS", "MAX_GPUS_PER_HOST", "INVENTORY", "INVENTORY_SOURCE"):
-        monkeypatch.delenv(f"AIRFLOW__GPU_DAG__{option}", raising=False)
-
-
 @pytest.mark.usefixtures("_no_configured_limits")
 def test_a_hinted_task_in_default_pool_is_warned_by_the_policy_and_lint() -> None:
     with DAG("dp_hint", schedule=None) as dag:

@@ -126,19 +126,13 @@ def test_exclusive_beyond_the_largest_host_names_the_task(monkeypatch: pytest.Mo
             exclusive([a, b], pool="node", pool_size=8)
 
 
-@pytest.fixture
-def _nothing_configured(monkeypatch: pytest.MonkeyPatch) -> None:
-    for option in ("POOLS", "MAX_GPUS_PER_HOST", "INVENTORY", "INVENTORY_SOURCE"):
-        monkeypatch.delenv(f"AIRFLOW__GPU_DAG__{option}", raising=False)
-
-
 def _two(dag_id: str) -> tuple[DAG, list[EmptyOperator]]:
     with DAG(dag_id, schedule=None) as dag:
         tasks = [EmptyOperator(task_id=f"b{i}") for i in (1, 2)]
     return dag, tasks
 
 
-@pytest.mark.usefixtures("_nothing_configured")
+@pytest.mark.usefixtures("_no_configured_limits")
 def test_exclusive_with_a_pool_size_other_than_the_configured_one_is_an_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -151,7 +145,7 @@ def test_exclusive_with_a_pool_size_other_than_the_configured_one_is_an_error(
     assert exclusive(tasks, pool="gpu_node1", pool_size=8) == {"b1": 8, "b2": 8}
 
 
-@pytest.mark.usefixtures("_nothing_configured")
+@pytest.mark.usefixtures("_no_configured_limits")
 def test_share_with_a_pool_size_other_than_the_configured_one_is_an_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -162,7 +156,7 @@ def test_share_with_a_pool_size_other_than_the_configured_one_is_an_error(
         share([(t, 0.5) for t in tasks], pool="gpu_node1", pool_size=4)
 
 
-@pytest.mark.usefixtures("_nothing_configured")
+@pytest.mark.usefixtures("_no_configured_limits")
 def test_the_static_inventory_gives_the_size_of_its_gpu_pools(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW__GPU_DAG__INVENTORY", "8xa100:80GiB")
     with DAG("inv", schedule=None):
@@ -171,7 +165,7 @@ def test_the_static_inventory_gives_the_size_of_its_gpu_pools(monkeypatch: pytes
         exclusive(tasks, pool="gpu_a100", pool_size=4)
 
 
-@pytest.mark.usefixtures("_nothing_configured")
+@pytest.mark.usefixtures("_no_configured_limits")
 def test_two_claims_of_one_pool_in_a_dag_must_agree_on_its_size() -> None:
     with DAG("two_claims", schedule=None):
         first = [EmptyOperator(task_id=f"a{i}") for i in (1, 2)]

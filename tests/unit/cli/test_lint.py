@@ -213,12 +213,6 @@ def test_plain_lint_without_problems_prints_the_header(capsys: pytest.CaptureFix
     assert capsys.readouterr().out == "\t".join(LINT_COLUMNS) + "\n"
 
 
-@pytest.fixture
-def _nothing_configured(monkeypatch: pytest.MonkeyPatch) -> None:
-    for option in ("POOLS", "MAX_GPUS_PER_HOST", "INVENTORY", "INVENTORY_SOURCE"):
-        monkeypatch.delenv(f"AIRFLOW__GPU_DAG__{option}", raising=False)
-
-
 # -- lint ----------------------------------------------------------------------------------------
 def _lint(*argv: str) -> int:
     args = get_parser().parse_args(["gpu-dag", "lint", *argv])
@@ -251,7 +245,7 @@ def _dag_file(folder: Path, dag_id: str, pool_size: int) -> Path:
     return path
 
 
-@pytest.mark.usefixtures("_nothing_configured")
+@pytest.mark.usefixtures("_no_configured_limits")
 def test_lint_with_the_pool_size_refuses_an_exclusive_that_does_not_exclude(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -261,7 +255,7 @@ def test_lint_with_the_pool_size_refuses_an_exclusive_that_does_not_exclude(
     assert "DAG 'team_a'" in out and "'gpu_node1' has 8 slots" in out and "pool_size=4" in out
 
 
-@pytest.mark.usefixtures("_nothing_configured")
+@pytest.mark.usefixtures("_no_configured_limits")
 def test_lint_refuses_two_dags_that_claim_one_pool_with_different_sizes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -275,7 +269,7 @@ def test_lint_refuses_two_dags_that_claim_one_pool_with_different_sizes(
     assert "pool_size=4" in conflict["message"] and "pool_size=8" in conflict["message"]
 
 
-@pytest.mark.usefixtures("_nothing_configured")
+@pytest.mark.usefixtures("_no_configured_limits")
 def test_lint_says_when_it_cannot_check_a_claimed_pool_size(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -940,12 +940,6 @@ def test_gpu_operators_keep_the_dags_default_executor_config() -> None:
     assert own.executor_config["mine"] == 1 and "pod_override" not in own.executor_config
 
 
-@pytest.fixture
-def _no_configured_limits(monkeypatch: pytest.MonkeyPatch) -> None:
-    for option in ("POOLS", "MAX_GPUS_PER_HOST", "INVENTORY", "INVENTORY_SOURCE"):
-        monkeypatch.delenv(f"AIRFLOW__GPU_DAG__{option}", raising=False)
-
-
 @pytest.mark.usefixtures("_no_configured_limits")
 def test_the_gpu_operator_logs_how_it_read_the_type(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING), DAG("spell", schedule=None):

@@ -247,12 +247,6 @@ def test_an_invalid_inventory_configuration_is_one_logged_error_naming_the_setti
     assert "'eighty'" in message and "[gpu_dag] inventory" in message
 
 
-@pytest.fixture
-def _no_configured_limits(monkeypatch: pytest.MonkeyPatch) -> None:
-    for option in ("POOLS", "MAX_GPUS_PER_HOST", "INVENTORY", "INVENTORY_SOURCE"):
-        monkeypatch.delenv(f"AIRFLOW__GPU_DAG__{option}", raising=False)
-
-
 @pytest.mark.usefixtures("_no_configured_limits")
 def test_the_gpu_operator_refuses_a_type_that_contradicts_its_pool(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW__GPU_DAG__INVENTORY", "2xa100:80GiB,2xh100:80GiB")
