@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -86,6 +87,20 @@ def _no_configured_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     limits find nothing to check against."""
     for option in ("POOLS", "MAX_GPUS_PER_HOST", "INVENTORY", "INVENTORY_SOURCE"):
         monkeypatch.delenv(f"AIRFLOW__GPU_DAG__{option}", raising=False)
+
+
+@pytest.fixture
+def static_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A 4x A100 static inventory (no pools or host size configured) and a private lease directory,
+    whose path it returns: what the GPU operators lease from."""
+    lease_dir = tmp_path / "leases"
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__INVENTORY_SOURCE", "static")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__INVENTORY", "4xa100:80GiB")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_DIR", str(lease_dir))
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_POLL_INTERVAL", "0.05")
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
+    return lease_dir
 
 
 def _set(monkeypatch: pytest.MonkeyPatch, option: str, value: str) -> None:

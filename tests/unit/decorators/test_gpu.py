@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from airflow_gpu_dag.decorators.gpu import gpu_task
-from tests.unit.operators.conftest import static_host  # noqa: F401
 
 
 # -- decorator ------------------------------------------------------------------------------------------

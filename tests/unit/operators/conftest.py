@@ -3,29 +3,14 @@
 from __future__ import annotations
 
 import datetime
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
 import kubernetes_validate
 import pendulum
-import pytest
 from airflow.sdk import DAG
 from kubernetes.client import ApiClient
-
-
-@pytest.fixture
-def static_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A 4x A100 static inventory and a private lease directory for every test."""
-    lease_dir = tmp_path / "leases"
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__INVENTORY_SOURCE", "static")
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__INVENTORY", "4xa100:80GiB")
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_DIR", str(lease_dir))
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_POLL_INTERVAL", "0.05")
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    return lease_dir
 
 
 def make_dag(dag_id: str = "gpu_dag") -> Any:

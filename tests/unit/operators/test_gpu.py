@@ -783,19 +783,6 @@ def test_a_python_task_records_its_process_group_as_it_takes_the_lease(
         assert seen["processes"] == []
 
 
-@pytest.fixture
-def static_host_audit_gpu2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A 4x A100 static inventory and a private lease directory."""
-    lease_dir = tmp_path / "leases"
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__INVENTORY_SOURCE", "static")
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__INVENTORY", "4xa100:80GiB")
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_DIR", str(lease_dir))
-    monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_POLL_INTERVAL", "0.05")
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
-    monkeypatch.delenv("AIRFLOW__GPU_DAG__MAX_GPUS_PER_HOST", raising=False)
-    return lease_dir
-
-
 def _child_running_at_release(op: GpuPythonOperator, pid_file: Path) -> list[bool]:
     """Whether the child written to ``pid_file`` still ran each time ``op`` released its lease."""
     seen: list[bool] = []
@@ -820,7 +807,7 @@ def _running(pid: int) -> bool:
 
 # -- processes a Python callable starts --------------------------------------------------------------
 def test_a_process_the_callable_left_running_is_stopped_before_its_gpus_are_given_back(
-    static_host_audit_gpu2: Path, tmp_path: Path
+    static_host: Path, tmp_path: Path
 ) -> None:
     # Before: the callable returned, its GPU lease was released, and the trainer it had started
     # (torchrun, a multiprocessing worker) kept running on GPUs the next task was then given.
@@ -837,14 +824,14 @@ def test_a_process_the_callable_left_running_is_stopped_before_its_gpus_are_give
         op.execute(_context_audit_gpu2("spawner"))
         assert seen == [False]
         assert LeaseManager(LeaseSettings.from_config()).leases() == []
-        assert [r.outcome for r in UsageLedger(static_host_audit_gpu2 / "usage.jsonl").read()] == ["success"]
+        assert [r.outcome for r in UsageLedger(static_host / "usage.jsonl").read()] == ["success"]
     finally:
         with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
 
 def test_sigterm_stops_the_callables_processes_before_the_lease_is_released(
-    static_host_audit_gpu2: Path, tmp_path: Path
+    static_host: Path, tmp_path: Path
 ) -> None:
     # Airflow's task process calls on_kill from its SIGTERM handler: the callable is interrupted and
     # the lease released. Before, a child that ignores SIGTERM kept running on the released GPUs.
@@ -868,7 +855,7 @@ def test_sigterm_stops_the_callables_processes_before_the_lease_is_released(
         with pytest.raises(AirflowException, match="SIGTERM"):
             op.execute(_context_audit_gpu2("stubborn"))
         assert seen == [False]
-        assert [r.outcome for r in UsageLedger(static_host_audit_gpu2 / "usage.jsonl").read()] == ["killed"]
+        assert [r.outcome for r in UsageLedger(static_host / "usage.jsonl").read()] == ["killed"]
     finally:
         signal.signal(signal.SIGTERM, previous)
         with contextlib.suppress(ProcessLookupError, ValueError):
@@ -876,7 +863,7 @@ def test_sigterm_stops_the_callables_processes_before_the_lease_is_released(
 
 
 def test_a_sigterm_between_the_lease_and_the_callable_keeps_the_callable_from_starting(
-    static_host_audit_gpu2: Path,
+    static_host: Path,
 ) -> None:
     # on_kill ran after the lease was taken but before the callable started (it raises into the
     # callable only while it runs). Before: the SIGTERM was forgotten and the callable ran to its end.
@@ -896,7 +883,7 @@ def test_a_sigterm_between_the_lease_and_the_callable_keeps_the_callable_from_st
         op.execute(_context_audit_gpu2("late_kill"))
     assert not ran
     assert LeaseManager(LeaseSettings.from_config()).leases() == []
-    assert [r.outcome for r in UsageLedger(static_host_audit_gpu2 / "usage.jsonl").read()] == ["killed"]
+    assert [r.outcome for r in UsageLedger(static_host / "usage.jsonl").read()] == ["killed"]
 
 
 OVERRIDE: dict[str, Any] = {"pod_override": "team-ml", "KubernetesExecutor": {"request_memory": "1Gi"}}
