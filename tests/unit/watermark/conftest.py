@@ -13,9 +13,13 @@ from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+import httpx
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 from kubernetes.client import V1Container, V1Node, V1NodeList, V1Pod, V1PodList, V1ResourceRequirements
 
+from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
 from airflow_gpu_dag.pool_claim.state import PoolState, parse_pool_state
 from airflow_gpu_dag.watermark.config import parse_config
 from airflow_gpu_dag.watermark.controller import WatermarkController
@@ -211,6 +215,62 @@ class FailingRest(FakeRest):
 def _own_lease_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The nvml source reads the host's lease table: give every test an empty one of its own."""
     monkeypatch.setenv("AIRFLOW__GPU_DAG__LEASE_DIR", str(tmp_path / "leases"))
+
+
+# -- malformed inputs (property tests) -------------------------------------------------------------
+#: Hypothesis settings of the malformed-input property tests.
+FUZZ_SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+#: Scalars a hand-written config or a REST answer may hold where something else is expected.
+FUZZ_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from(["30s", "2m", "-1s", "1h30m", "NaN", "inf", "8", "", "static", "strict", "💥"]),
+)
+
+
+#: :data:`FUZZ_SCALARS` and lists and dicts of them.
+FUZZ_VALUES = st.recursive(
+    FUZZ_SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+#: The fields of a task instance from the REST API, each malformed in any way.
+TI_FIELDS = {
+    "dag_id": st.one_of(st.text(max_size=20), FUZZ_VALUES),
+    "dag_run_id": FUZZ_VALUES,
+    "task_id": st.one_of(st.text(max_size=30), FUZZ_VALUES),
+    "map_index": FUZZ_VALUES,
+    "state": st.sampled_from(["scheduled", "queued", "running", "deferred", None, "success", 7]),
+    "pool": st.sampled_from(["gpu", "gpu", "other", None, 3]),
+    "pool_slots": FUZZ_VALUES,
+    "priority_weight": FUZZ_VALUES,
+    "executor_config": st.one_of(
+        FUZZ_VALUES,
+        st.builds(lambda d: str({"gpu_dag": {"duration_s": d}}), FUZZ_VALUES),
+        st.just("{'gpu_dag': {'duration_s': float('nan')}}"),
+        st.just("__import__('os').system('false')"),
+    ),
+    "logical_date": FUZZ_VALUES,
+    "start_date": st.one_of(FUZZ_VALUES, st.just("2026-11-30T00:00:00Z"), st.just("not a date")),
+}
+
+
+#: What the REST API's task-instance list may hold: task instances with any fields, and anything else.
+TASK_INSTANCES = st.lists(st.one_of(st.fixed_dictionaries({}, optional=TI_FIELDS), FUZZ_VALUES), max_size=25)
+
+
+def mock_rest_client(handler: Any) -> AirflowRestClient:
+    """The REST client with ``handler`` answering its requests (an httpx mock transport)."""
+    return AirflowRestClient("http://api", token="t", transport=httpx.MockTransport(handler))
 
 
 # -- Kubernetes -----------------------------------------------------------------------------------

@@ -16,16 +16,19 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_gpu_dag.hooks.rest_client import MAX_ITEMS, AirflowRestClient
+from airflow_gpu_dag.hooks.rest_client import MAX_ITEMS
 from airflow_gpu_dag.watermark.config import ConfigError, PoolSpec, SourceSpec, load_config, parse_config
 from airflow_gpu_dag.watermark.controller import WatermarkController
 from airflow_gpu_dag.watermark.leader_lock import FileLeaderLock, VariableLeaderLock
 from airflow_gpu_dag.watermark.sources import CapacityTracker, PrometheusSource, SourceError, build_sources
 from tests.unit.hooks.conftest import TrickleServer
 from tests.unit.watermark.conftest import (
+    FUZZ_SETTINGS,
+    FUZZ_VALUES,
     NOW,
     FakeRest,
     Source,
+    mock_rest_client,
     ti,
 )
 
@@ -310,28 +313,6 @@ def test_a_key_merged_from_an_anchor_may_be_overridden(tmp_path: Path) -> None:
     assert [(p.name, p.floor) for p in config.pools] == [("gpu_a", 0), ("gpu_b", 1)]
 
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-scalars = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=12),
-    st.sampled_from(["30s", "2m", "-1s", "1h30m", "NaN", "inf", "8", "", "static", "strict", "💥"]),
-)
-
-
-values = st.recursive(
-    scalars,
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
-    max_leaves=12,
-)
-
-
 POOL_KEYS = ["source", "floor", "stale_intervals", "reservation", "backfill", "lookahead", "source_timeout"]
 
 
@@ -362,30 +343,31 @@ def configs(draw: st.DrawFn) -> Any:
     """Documents near the real format (so the deep checks run), with random values anywhere."""
     source = draw(
         st.one_of(
-            values,
+            FUZZ_VALUES,
             st.fixed_dictionaries(
                 {"type": st.sampled_from(["static", "file", "prometheus", "kubernetes", "nvml", "magic", 3])},
-                optional={k: values for k in SOURCE_KEYS[1:] + MORE_SOURCE_KEYS},
+                optional={k: FUZZ_VALUES for k in SOURCE_KEYS[1:] + MORE_SOURCE_KEYS},
             ),
         )
     )
     pool = draw(
-        st.fixed_dictionaries({"source": st.just(source)}, optional={k: values for k in POOL_KEYS[1:]})
+        st.fixed_dictionaries({"source": st.just(source)}, optional={k: FUZZ_VALUES for k in POOL_KEYS[1:]})
     )
     names = st.one_of(st.text(max_size=300), st.integers(), st.sampled_from(["gpu", "gpu_a100", "ü/ñ"]))
     doc = draw(
         st.fixed_dictionaries(
-            {"pools": st.one_of(st.dictionaries(names, st.just(pool), min_size=1, max_size=3), values)},
+            {"pools": st.one_of(st.dictionaries(names, st.just(pool), min_size=1, max_size=3), FUZZ_VALUES)},
             optional={
-                "interval": values,
-                "fail_open_after": values,
+                "interval": FUZZ_VALUES,
+                "fail_open_after": FUZZ_VALUES,
                 "lease": st.one_of(
-                    values, st.fixed_dictionaries({}, optional={"ttl": values, "variable": values})
+                    FUZZ_VALUES,
+                    st.fixed_dictionaries({}, optional={"ttl": FUZZ_VALUES, "variable": FUZZ_VALUES}),
                 ),
             },
         )
     )
-    return draw(st.one_of(st.just(doc), values))
+    return draw(st.one_of(st.just(doc), FUZZ_VALUES))
 
 
 def _sane(config: Any) -> None:
@@ -497,35 +479,10 @@ def _tick_never_raises(config: Any) -> None:
         assert outcome.size is None or 0 <= outcome.size <= max(outcome.capacity.gpus, 0)
 
 
-ti_fields = {
-    "dag_id": st.one_of(st.text(max_size=20), values),
-    "dag_run_id": values,
-    "task_id": st.one_of(st.text(max_size=30), values),
-    "map_index": values,
-    "state": st.sampled_from(["scheduled", "queued", "running", "deferred", None, "success", 7]),
-    "pool": st.sampled_from(["gpu", "gpu", "other", None, 3]),
-    "pool_slots": values,
-    "priority_weight": values,
-    "executor_config": st.one_of(
-        values,
-        st.builds(lambda d: str({"gpu_dag": {"duration_s": d}}), values),
-        st.just("{'gpu_dag': {'duration_s': float('nan')}}"),
-        st.just("__import__('os').system('false')"),
-    ),
-    "logical_date": values,
-    "start_date": st.one_of(values, st.just("2026-11-30T00:00:00Z"), st.just("not a date")),
-}
-
-
-task_instances = st.lists(st.one_of(st.fixed_dictionaries({}, optional=ti_fields), values), max_size=25)
-
-
 # -- the REST client on a broken api-server ----------------------------------------------------------------
-def _client(handler: Any) -> AirflowRestClient:
-    return AirflowRestClient("http://api", token="t", transport=httpx.MockTransport(handler))
 
 
-@SETTINGS
+@FUZZ_SETTINGS
 @given(configs())
 def test_config_loader_gives_a_clear_error_or_a_sane_config(raw: Any) -> None:
     try:
@@ -540,7 +497,7 @@ def test_config_loader_gives_a_clear_error_or_a_sane_config(raw: Any) -> None:
         assert str(err).startswith("pools.")
 
 
-@SETTINGS
+@FUZZ_SETTINGS
 @given(st.one_of(st.binary(max_size=200), st.text(max_size=200)), st.sampled_from(["wm.yaml", "wm.json"]))
 def test_config_files_of_garbage_give_a_clear_error(tmp_path_factory: Any, content: Any, name: str) -> None:
     path = Path(tmp_path_factory.mktemp("cfg")) / name
@@ -554,7 +511,7 @@ def test_config_files_of_garbage_give_a_clear_error(tmp_path_factory: Any, conte
         assert str(path) in str(err)
 
 
-@SETTINGS
+@FUZZ_SETTINGS
 @given(yaml_texts, st.sampled_from(["wm.yaml", "wm.json"]))
 def test_yaml_documents_give_a_clear_error_or_a_config_that_ticks(
     tmp_path_factory: Any, text: str, name: str
@@ -640,7 +597,7 @@ def test_an_endless_list_is_refused() -> None:
         page = [{"pool": "gpu", "state": "scheduled"}] * 100
         return httpx.Response(200, json={"task_instances": page, "total_entries": 10**12})
 
-    rest = _client(handler)
+    rest = mock_rest_client(handler)
     config = parse_config({"pools": {"gpu": {"source": 0}}, "lease": {"lock_file": None, "variable": None}})
     controller = WatermarkController(
         config, rest, {"gpu": Source(4)}, default_duration=60.0, clock=lambda: NOW

@@ -9,21 +9,25 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from airflow_gpu_dag.core.policy.objective import key_weight
 from airflow_gpu_dag.executor_config import duration_hint
-from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, RestError
+from airflow_gpu_dag.hooks.rest_client import RestError
 from airflow_gpu_dag.pool_claim.state import parse_pool_state
 from airflow_gpu_dag.watermark.config import LeaderLockSpec, parse_config
 from airflow_gpu_dag.watermark.controller import WatermarkController, build_controller, describe, parse_state
 from airflow_gpu_dag.watermark.sources import CapacityReading, PoolCapacity, SourceError
 from tests.unit.watermark.conftest import (
+    FUZZ_SETTINGS,
+    FUZZ_VALUES,
     NOW,
+    TASK_INSTANCES,
     FakeRest,
     Source,
     controller,
+    mock_rest_client,
     ti,
 )
 
@@ -196,18 +200,18 @@ def test_backfill_with_nothing_to_backfill_keeps_the_reservation_closed() -> Non
 
 def test_a_task_scheduled_long_ago_starves_and_stops_backfill_behind_it() -> None:
     """``scheduled_when`` (when a task instance turned SCHEDULED) is its ready time: a task waiting the
-    objective's ``overdue`` (8 h) since then, and since its key, lets no later work backfill."""
+    objective's ``overdue`` (12 h) since then, and since its key, lets no later work backfill."""
     hour = 3600.0
     rest = FakeRest()
     rest.tis = [
         ti("busy", "running", slots=3, started=NOW - 10, duration=2 * hour),
-        ti("wide", "scheduled", slots=4, priority=key_weight(NOW - 10 * hour), scheduled=NOW - 60),
-        ti("waiting", "scheduled", slots=2, priority=key_weight(NOW - 9 * hour), duration=hour),
+        ti("wide", "scheduled", slots=4, priority=key_weight(NOW - 14 * hour), scheduled=NOW - 60),
+        ti("waiting", "scheduled", slots=2, priority=key_weight(NOW - 13 * hour), duration=hour),
         ti("quick", "scheduled", slots=1, priority=key_weight(NOW), duration=60, scheduled=NOW),
     ]
     controller(rest, Source(4)).tick()
     assert rest.pools["gpu"]["slots"] == 4  # "quick" backfills the free slot: its end cannot delay "wide"
-    rest.tis[2]["scheduled_when"] = datetime.fromtimestamp(NOW - 8 * hour, UTC).isoformat()
+    rest.tis[2]["scheduled_when"] = datetime.fromtimestamp(NOW - 12 * hour, UTC).isoformat()
     controller(rest, Source(4)).tick()
     assert rest.pools["gpu"]["slots"] == 0
     assert "d/r/waiting/-1 starving" in rest.pools["gpu"]["description"]
@@ -448,63 +452,18 @@ def test_a_tick_on_a_trickling_api_server_ends_by_the_clients_timeout(tmp_path: 
     assert all(o.size is None and o.error and "ReadTimeout" in o.error for o in outcomes)
 
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-scalars = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=12),
-    st.sampled_from(["30s", "2m", "-1s", "1h30m", "NaN", "inf", "8", "", "static", "strict", "💥"]),
-)
-
-
-values = st.recursive(
-    scalars,
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
-    max_leaves=12,
-)
-
-
-ti_fields = {
-    "dag_id": st.one_of(st.text(max_size=20), values),
-    "dag_run_id": values,
-    "task_id": st.one_of(st.text(max_size=30), values),
-    "map_index": values,
-    "state": st.sampled_from(["scheduled", "queued", "running", "deferred", None, "success", 7]),
-    "pool": st.sampled_from(["gpu", "gpu", "other", None, 3]),
-    "pool_slots": values,
-    "priority_weight": values,
-    "executor_config": st.one_of(
-        values,
-        st.builds(lambda d: str({"gpu_dag": {"duration_s": d}}), values),
-        st.just("{'gpu_dag': {'duration_s': float('nan')}}"),
-        st.just("__import__('os').system('false')"),
-    ),
-    "logical_date": values,
-    "start_date": st.one_of(values, st.just("2026-11-30T00:00:00Z"), st.just("not a date")),
-}
-
-
-task_instances = st.lists(st.one_of(st.fixed_dictionaries({}, optional=ti_fields), values), max_size=25)
-
-
 pool_bodies = st.one_of(
     st.none(),
     st.fixed_dictionaries(
         {},
         optional={
-            "slots": values,
+            "slots": FUZZ_VALUES,
             "description": st.one_of(
-                values,
-                st.builds(lambda v: f"x [gpu-dag-state {json.dumps(v, default=str)}]", values),
+                FUZZ_VALUES,
+                st.builds(lambda v: f"x [gpu-dag-state {json.dumps(v, default=str)}]", FUZZ_VALUES),
                 st.just('[gpu-dag-state {"last_good": 1e400, "failures": "many", "capacity": -1}]'),
             ),
-            "include_deferred": values,
+            "include_deferred": FUZZ_VALUES,
         },
     ),
 )
@@ -530,12 +489,10 @@ class GarbageRest(FakeRest):
 
 
 # -- the REST client on a broken api-server ----------------------------------------------------------------
-def _client(handler: Any) -> AirflowRestClient:
-    return AirflowRestClient("http://api", token="t", transport=httpx.MockTransport(handler))
 
 
-@SETTINGS
-@given(task_instances, pool_bodies, st.integers(min_value=0, max_value=16), st.booleans())
+@FUZZ_SETTINGS
+@given(TASK_INSTANCES, pool_bodies, st.integers(min_value=0, max_value=16), st.booleans())
 def test_a_tick_never_raises_on_malformed_task_instances_or_pools(
     tis: list[Any], pool: Any, gpus: int, backfill: bool
 ) -> None:
@@ -586,7 +543,7 @@ def test_garbage_answers_cost_the_tick_not_the_loop(body: bytes) -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, content=body, headers={"content-type": "application/json"})
 
-    rest = _client(handler)
+    rest = mock_rest_client(handler)
     config = parse_config({"pools": {"gpu": {"source": 0}}, "lease": {"lock_file": None, "variable": None}})
     controller = WatermarkController(
         config, rest, {"gpu": Source(4)}, default_duration=60.0, clock=lambda: NOW
