@@ -212,6 +212,11 @@ class TaskTable:
             self._topo = {t: i for i, t in enumerate(self.graph.topological_order())}
         return self._topo
 
+    @property
+    def topo_numbers(self) -> list[int]:
+        """The task numbers in the graph's topological order."""
+        return list(map(self.number.__getitem__, self.topo))
+
     @classmethod
     def of(cls, graph: TaskGraph, table: TaskTable | None) -> TaskTable:
         """``table`` when it was read from ``graph``, else a new one."""
@@ -258,13 +263,21 @@ def serial_schedule(
 def _serial(
     tasks: TaskTable, capacity: Mapping[str, int], order: Sequence[str], reverse: bool
 ) -> dict[str, float]:
-    """:func:`serial_schedule` from the tasks read once, by task number (:func:`_place` inlined: this
-    loop is most of what a plan costs). Returns task -> start in the order placed."""
+    """:func:`serial_schedule` from the tasks read once. Returns task -> start in the order placed."""
+    placed = list(map(tasks.number.__getitem__, order))
+    start = _serial_by_number(tasks, capacity, placed, reverse)
+    return dict(zip(order, map(start.__getitem__, placed), strict=True))
+
+
+def _serial_by_number(
+    tasks: TaskTable, capacity: Mapping[str, int], placed: Sequence[int], reverse: bool
+) -> list[float]:
+    """A serial pass over the task numbers ``placed``; returns the start by task number (0 for a task
+    not placed). :func:`_place` inlined: this loop is most of what a plan costs."""
     profiles = {pool: UsageProfile(cap) for pool, cap in capacity.items()}
     profile_of = [profiles.get(pool) for pool in tasks.pools]
     duration, widths = tasks.durations, tasks.widths
     before = tasks.downs if reverse else tasks.ups
-    placed = list(map(tasks.number.__getitem__, order))
     start = [0.0] * len(duration)
     for i in placed:
         ready = 0.0
@@ -284,7 +297,7 @@ def _serial(
         begin = profile.earliest(max(ready, 0.0), seconds, widths[i])
         profile.add(begin, begin + seconds, widths[i])
         start[i] = begin
-    return dict(zip(order, map(start.__getitem__, placed), strict=True))
+    return start
 
 
 def ordered_schedule(graph: TaskGraph, capacity: Mapping[str, int], order: Sequence[str]) -> dict[str, float]:
@@ -348,20 +361,38 @@ def justify(
     ``max_rounds`` rounds or when a round does not shorten the schedule.
     """
     tasks = TaskTable.of(graph, table)
-    topo, dur = tasks.topo, tasks.duration
+    dur = tasks.duration
     best = dict(start)
     best_makespan = max((best[t] + dur[t] for t in best), default=0.0)
-    current, makespan = best, best_makespan
+    # by task number: the starts of the current schedule, its tasks in topological order
+    ids, number, durations = list(tasks.number), tasks.number, tasks.durations
+    current = [0.0] * len(durations)
+    for task_id, begin in best.items():
+        current[number[task_id]] = begin
+    by_topo = tasks.topo_numbers
+    if len(best) != len(by_topo):
+        scheduled = set(map(number.__getitem__, best))
+        by_topo = [i for i in by_topo if i in scheduled]
+    by_topo_reversed = by_topo[::-1]
+    makespan = best_makespan
     for _round in range(max_rounds):
-        backward_order = sorted(current, key=lambda t: (-(current[t] + dur[t]), -topo[t]))
-        mirrored = _serial(tasks, capacity, backward_order, reverse=True)
-        right = {t: makespan - mirrored[t] - dur[t] for t in mirrored}
-        forward_order = sorted(right, key=lambda t: (right[t], topo[t]))
-        forward = _serial(tasks, capacity, forward_order, reverse=False)
-        new_makespan = max((forward[t] + dur[t] for t in forward), default=0.0)
+        # latest finish first, ties by the later topological position (stable sort of that order)
+        latest_first = list(map(operator.neg, map(operator.add, current, durations)))
+        backward_order = sorted(by_topo_reversed, key=latest_first.__getitem__)
+        mirrored = _serial_by_number(tasks, capacity, backward_order, reverse=True)
+        right = list(map(operator.sub, map(operator.sub, repeat(makespan), mirrored), durations))
+        forward_order = sorted(by_topo, key=right.__getitem__)  # ties by topological position
+        forward = _serial_by_number(tasks, capacity, forward_order, reverse=False)
+        ends = map(
+            operator.add, map(forward.__getitem__, forward_order), map(durations.__getitem__, forward_order)
+        )
+        new_makespan = max(ends, default=0.0)
         if new_makespan < best_makespan - 1e-9 * max(1.0, best_makespan):
-            best, best_makespan = forward, new_makespan
-            current, makespan = forward, new_makespan
+            best = dict(
+                zip(map(ids.__getitem__, forward_order), map(forward.__getitem__, forward_order), strict=True)
+            )
+            best_makespan = makespan = new_makespan
+            current = forward
         else:
             break
     return best, best_makespan
