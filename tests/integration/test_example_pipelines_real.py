@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from airflow_gpu_dag.testing import AirflowCluster
+from tests.integration.conftest import STOP_GRACE_S
 from tests.scripts import load_script
 
 pytestmark = pytest.mark.airflow_real
@@ -41,7 +42,9 @@ def examples() -> Iterator[dict[str, Any]]:
             "AIRFLOW__GPU_DAG__POOLS": json.dumps({"gpu_default": POOL_SLOTS}),
             "AIRFLOW__GPU_DAG__LEASE_DIR": str(folder / "leases"),
         }
-        with AirflowCluster(dags, pools={"gpu_default": POOL_SLOTS}, env=env, triggerer=True) as cluster:
+        with AirflowCluster(
+            dags, pools={"gpu_default": POOL_SLOTS}, env=env, triggerer=True, stop_grace=STOP_GRACE_S
+        ) as cluster:
             cluster.wait_for_dags(["llm_pipeline", "hparam_sweep"], timeout=300)
             bad = cluster.api(
                 "POST",
@@ -116,7 +119,7 @@ def test_invalid_conf_is_refused_at_trigger(examples: dict[str, Any]) -> None:
 
 def test_weights_are_the_cross_dag_keys_of_each_run(examples: dict[str, Any]) -> None:
     """What the scheduler and the api-server stored is, task for task, the key of docs/priority.md:
-    2**31 - 1 - round(trigger + min(4 W, W + 8 h) - 0.5 remaining - epoch) (objective balanced, W =
+    2**31 - 1 - round(trigger + min(4 W, W + 12 h) - 0.5 remaining - epoch) (objective balanced, W =
     the run's GPU work over the 2-GPU pool, a mapped task counted as its expected instances: the sweep
     declares ``map_length=4`` and this is its first run, so there is no history), with the trigger time
     of the run (from its run id)."""

@@ -37,8 +37,8 @@ def test_plan_and_outcome_show_the_key_in_one_unit(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 4}')
     dag = load_dag(DEFAULT_DAGS_FOLDER, DEMO_DAG_ID)
     plan_text = render_plan(dag)
-    # W = 33900 GPU-seconds / 4 GPUs = 8475 s; due = min(4 x W, W + 8 h) = 33900 s after the trigger
-    # (balanced: stretch 4, chain 0.5, overdue 8 h); key = due - 0.5 x priority
+    # W = 33900 GPU-seconds / 4 GPUs = 8475 s; due = min(4 x W, W + 12 h) = 33900 s after the trigger
+    # (balanced: stretch 4, chain 0.5, overdue 12 h); key = due - 0.5 x priority
     assert "key = due - 0.5 x priority, seconds after the trigger, due = +33900s" in plan_text.splitlines()[0]
     load = next(line for line in plan_text.splitlines() if line.startswith("load_data "))
     assert load.split()[7:9] == ["9900", "+28950s"]

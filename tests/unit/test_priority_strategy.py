@@ -229,9 +229,9 @@ def test_runs_age_and_small_runs_go_first(monkeypatch: pytest.MonkeyPatch) -> No
         )
     sbig, ssmall = serialized(big), serialized(small)
     assert _weight(ssmall, "eval") > _weight(sbig, "pretrain")
-    # balanced (s = 4, c = 0.5, overdue 8 h): W = 6 h * 8 GPUs / 8 = 6 h, due = T + min(4 W, W + 8 h)
-    # = T + 14 h; key = due - 0.5 x 6 h
-    assert _key(_weight(sbig, "pretrain")) == TRIGGER + 14 * 3600 - 3 * 3600
+    # balanced (s = 4, c = 0.5, overdue 12 h): W = 6 h * 8 GPUs / 8 = 6 h, due = T + min(4 W, W + 12 h)
+    # = T + 18 h; key = due - 0.5 x 6 h
+    assert _key(_weight(sbig, "pretrain")) == TRIGGER + 18 * 3600 - 3 * 3600
     later = "manual__2026-11-30T18:00:00+00:00"  # 6 hours later
     assert _weight(ssmall, "eval", later) < _weight(ssmall, "eval")
     monkeypatch.setenv("AIRFLOW__GPU_DAG__OBJECTIVE", "throughput")

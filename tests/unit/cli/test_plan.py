@@ -97,7 +97,8 @@ def test_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert plan["total_gpu_hours"] == pytest.approx(8 + 2 + 0.5 + 6 * 0.75)
     # the plan says which policy its priorities assume: the DAG's rule and the cross-DAG objective
     assert plan["policy"].startswith(
-        "Priority: critical path, objective balanced: key = trigger + min(4 x W, W + 8h00m) - 0.5 x remaining"
+        "Priority: critical path, objective balanced: key = trigger + min(4 x W, W + 12h00m) "
+        "- 0.5 x remaining"
     )
 
 

@@ -280,7 +280,7 @@ def test_throughput_reserves_for_every_wide_head() -> None:
     running = [RunningTask("busy", "gpu", 6, NOW + 3600)]
     assert decide_pools(NOW, {"gpu": 8}, running, [wide, close], gate=gate)["gpu"].reserved_for == "wide"
     assert ReservationGate.for_objective(get_objective("balanced"), 5.0) == ReservationGate(
-        4 * HOUR, 8 * HOUR, 5.0
+        8 * HOUR, 12 * HOUR, 5.0
     )
 
 
