@@ -14,7 +14,8 @@ The mix runs twice, on copies of the DAGs:
 * ``provider``: ``CriticalPathPriorityStrategy`` (cross-DAG keys, ``[gpu_dag] objective``, default
   ``balanced``) and the watermark controller every ``--interval`` s with the objective's reservation gate.
   The gate's constants are hours for hour-long training; here they are scaled to the seconds of this
-  mix (``--gap``, ``--overdue``; also given to the scheduler so both sides agree).
+  mix (``--gap``, ``--overdue``, ``balanced``'s 8 h and 12 h over 1,200: 24 s and 36 s; also given to
+  the scheduler so both sides agree).
 
 Printed side by side: every run's completion time (trigger -> last task ends), the mean, the p95 and
 the makespan, real and predicted (:func:`airflow_gpu_dag.core.simulation.cross_dag.predict_runs` with the
@@ -180,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--evals", type=int, default=6, help="evaluation DAGs (default 6)")
     parser.add_argument("--interval", type=float, default=2.0, help="controller interval, s (default 2)")
     parser.add_argument("--objective", default="balanced", help="cross-DAG objective (default balanced)")
-    parser.add_argument("--gap", type=float, default=12.0, help="reservation gap, s (scaled; default 12)")
-    parser.add_argument("--overdue", type=float, default=24.0, help="reservation overdue, s (default 24)")
+    parser.add_argument("--gap", type=float, default=24.0, help="reservation gap, s (scaled; default 24)")
+    parser.add_argument("--overdue", type=float, default=36.0, help="reservation overdue, s (default 36)")
     parser.add_argument(
         "--order",
         choices=ORDERS,

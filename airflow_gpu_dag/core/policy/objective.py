@@ -146,7 +146,7 @@ def objective_problems(stretch: float, chain: float, gap: float, overdue: float)
 
 _HOUR = 3600.0
 #: The objectives ``[gpu_dag] objective`` accepts (figures in docs/benchmarks/multi_dag.md).
-#: Why each constant (docs/priority.md#the-objectives-constants): ``gap`` 8 h is about one long training
+#: Why each constant (docs/priority.md, "Why these constants"): ``gap`` 8 h is about one long training
 #: stage (a pre-training): slots are held for a wide task only when it is at least that much more
 #: urgent than the work they would run; ``overdue`` 12 h is that stage and half again: a task waits no
 #: longer before it is reserved for, and no run is due later after its own work could end (scale both

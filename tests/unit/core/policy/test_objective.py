@@ -503,3 +503,17 @@ def test_a_rung_the_plan_falls_back_from_adds_no_gpu_work() -> None:
     assert run_shape(graph, {"gpu": 8}).work == pytest.approx(3 * H / 8)  # before: 8550 s, not 1350 s
     # the same W as the graph the simulator runs (where the rung holds no GPU)
     assert run_shape(fit_ladders(graph, {"gpu": 8}), {"gpu": 8}).work == pytest.approx(3 * H / 8)
+
+
+def test_balanced_gate_holds_for_a_stage_more_urgent_and_overdue_later() -> None:
+    """docs/priority.md, "Why these constants": balanced holds slots for a wide task only when it is a
+    long training stage (8 h) more urgent than the next waiting work, and reserves for a task that has
+    waited 12 h whatever the gap says: the overdue horizon lies beyond the gap (8 h and 8 h let sweeps
+    wait 1.055x stock), and latency shares the gate."""
+    balanced, latency = get_objective("balanced"), get_objective("latency")
+    assert (balanced.gap, balanced.overdue) == (8 * HOUR, 12 * HOUR)
+    assert balanced.overdue > balanced.gap and (latency.gap, latency.overdue) == (
+        balanced.gap,
+        balanced.overdue,
+    )
+    assert get_objective("throughput").always_reserves and get_objective("throughput").overdue == 8 * HOUR
