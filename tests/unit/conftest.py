@@ -103,6 +103,13 @@ def static_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return lease_dir
 
 
+@pytest.fixture
+def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests exercise the deferring path: a deployment with a triggerer, which turns on
+    ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
+
+
 def _set(monkeypatch: pytest.MonkeyPatch, option: str, value: str) -> None:
     monkeypatch.setenv(f"AIRFLOW__GPU_DAG__{option.upper()}", value)
 

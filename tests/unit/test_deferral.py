@@ -57,13 +57,6 @@ def test_the_task_groups_default_args_and_the_authors_own_values_win() -> None:
     assert own.retries == 0
 
 
-@pytest.fixture
-def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests exercise the deferring path: a deployment with a triggerer, which turns on
-    ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
-    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
-
-
 @pytest.mark.usefixtures("_deferring")
 def test_deferring_tasks_get_one_quick_retry_for_the_resume_race() -> None:
     """apache/airflow#72716: a trigger that fires at once can have the resumed try failed as a "state

@@ -14,13 +14,6 @@ from airflow_gpu_dag.budget import check as gate_module
 from airflow_gpu_dag.executor_config import gpu_hints
 
 
-@pytest.fixture
-def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests exercise the deferring path: a deployment with a triggerer, which turns on
-    ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
-    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
-
-
 @pytest.mark.usefixtures("_deferring")
 def test_budget_gate_wiring_and_default_pool() -> None:
     with DAG("bw", schedule=None) as dag:

@@ -280,13 +280,6 @@ def test_branch_edge_refuses_a_choose_that_is_not_callable() -> None:
     assert set(dag.task_dict) == {"evaluate", "deploy"}
 
 
-@pytest.fixture
-def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests exercise the deferring path: a deployment with a triggerer, which turns on
-    ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
-    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
-
-
 def _kinds_edges(dag: DAG) -> dict[tuple[str, str], str | None]:
     graph, _ = build_task_graph(dag)
     return {(u, d): graph._down[u][d] for u in graph._down for d in graph._down[u]}

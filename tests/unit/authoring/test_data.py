@@ -112,13 +112,6 @@ def test_without_the_provider_nothing_is_added(monkeypatch: pytest.MonkeyPatch) 
     assert (produce.outlets, consume.inlets) == ([], [])
 
 
-@pytest.fixture
-def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests exercise the deferring path: a deployment with a triggerer, which turns on
-    ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
-    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
-
-
 def _kinds(dag: DAG) -> dict[tuple[str, str], str | None]:
     graph, _ = build_task_graph(dag)
     return {(u, d): graph._down[u][d] for u in graph._down for d in graph._down[u]}

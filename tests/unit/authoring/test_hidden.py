@@ -99,13 +99,6 @@ def test_reader_that_also_writes_a_shared_path_gets_an_edge() -> None:
     assert fix_hidden_dependencies(dag, mode="sensor", timeout=60) == []
 
 
-@pytest.fixture
-def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests exercise the deferring path: a deployment with a triggerer, which turns on
-    ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
-    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
-
-
 def _kinds(dag: DAG) -> dict[tuple[str, str], str | None]:
     graph, _ = build_task_graph(dag)
     return {(u, d): graph._down[u][d] for u in graph._down for d in graph._down[u]}

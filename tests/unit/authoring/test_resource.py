@@ -176,13 +176,6 @@ def test_two_claims_of_one_pool_in_a_dag_must_agree_on_its_size() -> None:
     assert "one pool has one size" in str(err.value)
 
 
-@pytest.fixture
-def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests exercise the deferring path: a deployment with a triggerer, which turns on
-    ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
-    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
-
-
 @pytest.mark.usefixtures("_deferring")
 def test_resource_helpers() -> None:
     with DAG("r", schedule=None):

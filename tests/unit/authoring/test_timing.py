@@ -60,13 +60,6 @@ def test_stage_dependency_on_itself_is_refused() -> None:
     assert list(dag.task_dict) == ["train"]
 
 
-@pytest.fixture
-def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests exercise the deferring path: a deployment with a triggerer, which turns on
-    ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
-    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
-
-
 def _kinds(dag: DAG) -> dict[tuple[str, str], str | None]:
     graph, _ = build_task_graph(dag)
     return {(u, d): graph._down[u][d] for u in graph._down for d in graph._down[u]}

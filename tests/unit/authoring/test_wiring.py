@@ -219,13 +219,6 @@ def test_the_gate_takes_the_rule_and_the_task_follows_its_gate(tmp_path: Path) -
     assert (plain_gate.trigger_rule, plain.trigger_rule) == (TriggerRule.ALL_SUCCESS, TriggerRule.ALL_SUCCESS)
 
 
-@pytest.fixture
-def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests exercise the deferring path: a deployment with a triggerer, which turns on
-    ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
-    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
-
-
 @pytest.mark.usefixtures("_deferring")
 def test_wiring_tasks_declare_a_zero_estimate() -> None:
     """Sensors, gates and branches added by the helpers must not pad the plan with the default estimate."""

@@ -40,13 +40,6 @@ from tests.unit.usage_ledgers import sample_ledger
 
 
 @pytest.fixture
-def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests exercise the deferring path: a deployment with a triggerer, which turns on
-    ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
-    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
-
-
-@pytest.fixture
 def _no_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gate_module, "_variable_float", lambda key: None)
 

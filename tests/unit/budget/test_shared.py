@@ -23,13 +23,6 @@ from tests.unit.usage_ledgers import NOW, sample_ledger, usage_record
 
 
 @pytest.fixture
-def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests exercise the deferring path: a deployment with a triggerer, which turns on
-    ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
-    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
-
-
-@pytest.fixture
 def ledger(tmp_path: Path) -> str:
     return sample_ledger(tmp_path / "usage.jsonl")
 

@@ -9,12 +9,8 @@ import pytest
 from airflow_gpu_dag.budget import check as gate_module
 from airflow_gpu_dag.gpu.lease import LeaseSettings
 
-
-@pytest.fixture(autouse=True)
-def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests exercise the deferring path: a deployment with a triggerer, which turns on
-    ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
-    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
+#: Every test takes the deferring path (a deployment with a triggerer).
+pytestmark = pytest.mark.usefixtures("_deferring")
 
 
 @pytest.fixture(autouse=True)

@@ -7,12 +7,8 @@ from typing import Any
 
 import pytest
 
-
-@pytest.fixture(autouse=True)
-def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests exercise the deferring path: a deployment with a triggerer, which turns on
-    ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
-    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
+#: Every test takes the deferring path (a deployment with a triggerer).
+pytestmark = pytest.mark.usefixtures("_deferring")
 
 
 def _pod(started: datetime | None, finished: datetime | None, phase: str = "Succeeded") -> Any:

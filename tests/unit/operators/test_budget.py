@@ -36,13 +36,6 @@ def test_a_cap_too_large_for_a_float_is_refused_naming_the_task() -> None:
     assert BudgetCap.checked("here", gpu_hours_per_run=10**300).gpu_hours_per_run == 1e300
 
 
-@pytest.fixture
-def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests exercise the deferring path: a deployment with a triggerer, which turns on
-    ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
-    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
-
-
 @pytest.mark.usefixtures("_deferring")
 @pytest.mark.parametrize(
     ("kwargs", "message"),

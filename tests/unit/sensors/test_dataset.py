@@ -11,13 +11,6 @@ import pytest
 
 
 @pytest.fixture
-def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests exercise the deferring path: a deployment with a triggerer, which turns on
-    ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
-    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
-
-
-@pytest.fixture
 def mem_dir() -> str:
     return f"memory://audit2-{uuid.uuid4().hex[:8]}/clean"
 

@@ -180,13 +180,6 @@ def test_a_window_sensor_that_does_not_defer_passes_an_open_window_and_skips_a_m
         missed.poke(_window_context(now))
 
 
-@pytest.fixture
-def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests exercise the deferring path: a deployment with a triggerer, which turns on
-    ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
-    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
-
-
 @pytest.mark.usefixtures("_deferring")
 def test_templated_window_is_checked_at_run_time_only() -> None:
     with DAG("tw", schedule=None):

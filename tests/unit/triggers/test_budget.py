@@ -12,12 +12,8 @@ from airflow_gpu_dag.core.model.budget import BudgetCap
 from airflow_gpu_dag.triggers.budget import BudgetTrigger
 from tests.unit.usage_ledgers import sample_ledger
 
-
-@pytest.fixture(autouse=True)
-def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests exercise the deferring path: a deployment with a triggerer, which turns on
-    ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
-    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
+#: Every test takes the deferring path (a deployment with a triggerer).
+pytestmark = pytest.mark.usefixtures("_deferring")
 
 
 @pytest.fixture

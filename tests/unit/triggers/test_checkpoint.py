@@ -28,13 +28,6 @@ from airflow_gpu_dag.triggers.checkpoint import (
 
 
 @pytest.fixture
-def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests exercise the deferring path: a deployment with a triggerer, which turns on
-    ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
-    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
-
-
-@pytest.fixture
 def ckpt_dir() -> str:
     return f"memory://ckpt-{uuid.uuid4().hex[:8]}/run"
 

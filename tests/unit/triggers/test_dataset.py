@@ -17,13 +17,6 @@ from airflow_gpu_dag.triggers.dataset import DatasetCompleteTrigger
 
 
 @pytest.fixture
-def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests exercise the deferring path: a deployment with a triggerer, which turns on
-    ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
-    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
-
-
-@pytest.fixture
 def mem_dir() -> str:
     """A fresh directory in fsspec's in-memory object store."""
     return f"memory://lake-{uuid.uuid4().hex[:8]}/clean"
