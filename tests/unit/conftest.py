@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from airflow_gpu_dag import settings
+from airflow_gpu_dag.budget import check as budget_check
 from airflow_gpu_dag.log_once import LogOnce
 from tests.unit.airflow_dags import STRATEGIES, reset_strategies
+from tests.unit.usage_ledgers import sample_ledger
 
 
 @pytest.fixture
@@ -108,6 +110,18 @@ def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests exercise the deferring path: a deployment with a triggerer, which turns on
     ``[operators] default_deferrable`` (without it the sensors and gates wait in a worker)."""
     monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
+
+
+@pytest.fixture
+def _no_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The budget check reads no Airflow Variable (no cap is set at run time)."""
+    monkeypatch.setattr(budget_check, "_variable_float", lambda key: None)
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> str:
+    """The path of the sample usage ledger (``tests/unit/usage_ledgers.py``) written in ``tmp_path``."""
+    return sample_ledger(tmp_path / "usage.jsonl")
 
 
 def _set(monkeypatch: pytest.MonkeyPatch, option: str, value: str) -> None:

@@ -10,7 +10,6 @@ from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG
 
 from airflow_gpu_dag.authoring import budget_gate
-from airflow_gpu_dag.budget import check as gate_module
 from airflow_gpu_dag.executor_config import gpu_hints
 
 
@@ -37,11 +36,6 @@ def test_budget_gate_inside_a_task_group_is_named_once() -> None:
         gate = budget_gate(fit, gpu_hours_per_pool_day=10)
     assert gate.task_id == "pretrain.train__budget"
     assert set(dag.task_dict) == {"pretrain.train", "pretrain.train__budget"}
-
-
-@pytest.fixture
-def _no_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gate_module, "_variable_float", lambda key: None)
 
 
 @pytest.mark.usefixtures("_deferring", "_no_variables")

@@ -16,7 +16,6 @@ from airflow.sdk import DAG
 from kubernetes.client import models as k8s
 
 from airflow_gpu_dag.authoring import budget_gate
-from airflow_gpu_dag.budget import check as gate_module
 from airflow_gpu_dag.budget import read_usage
 from airflow_gpu_dag.budget.charge import SettleBudgetClaim
 from airflow_gpu_dag.core.model.resources import GpuRequest
@@ -26,12 +25,6 @@ from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseOwner, LeaseSettings
 from airflow_gpu_dag.gpu.usage import UsageLedger
 from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator
 from tests.unit.operators.conftest import _dag
-from tests.unit.usage_ledgers import sample_ledger
-
-
-@pytest.fixture
-def _no_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gate_module, "_variable_float", lambda key: None)
 
 
 def _ctx(dag_id: str, run_id: str = "r1") -> dict[str, Any]:
@@ -115,11 +108,6 @@ def test_a_gpu_pod_that_never_started_is_charged_nothing(
         budget_gate(train, gpu_hours_per_run=40)
     _settle(train)({"ti": _ti("pods", "train", hours=0.5)})  # GpuPodNotScheduled after 30 min
     assert read_usage(ledger, "pods", "r1", None).run_gpu_seconds == 0  # before: 1 GPU-h
-
-
-@pytest.fixture
-def ledger(tmp_path: Path) -> str:
-    return sample_ledger(tmp_path / "usage.jsonl")
 
 
 def _pod(started: datetime | None, finished: datetime | None, phase: str = "Succeeded") -> Any:

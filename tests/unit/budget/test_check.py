@@ -36,12 +36,6 @@ from airflow_gpu_dag.gpu.inventory import parse_inventory
 from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseOwner, LeaseSettings
 from airflow_gpu_dag.operators.budget import BudgetGateOperator
 from airflow_gpu_dag.triggers.budget import BudgetTrigger
-from tests.unit.usage_ledgers import sample_ledger
-
-
-@pytest.fixture
-def _no_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gate_module, "_variable_float", lambda key: None)
 
 
 def _ctx(dag_id: str, run_id: str = "r1") -> dict[str, Any]:
@@ -97,11 +91,6 @@ def test_a_cap_variable_that_is_not_a_number_is_reported(
         cap = gate_module.effective_cap(BudgetCap(gpu_hours_per_pool_day=200, pool="gpu"), "d")
     assert cap.gpu_hours_per_pool_day == 200
     assert f"Variable gpu_dag_budget.pool_day.gpu = {value!r} is not a number of GPU-hours" in caplog.text
-
-
-@pytest.fixture
-def ledger(tmp_path: Path) -> str:
-    return sample_ledger(tmp_path / "usage.jsonl")
 
 
 def _context(dag_id: str = "train", run_id: str = "r1") -> dict:

@@ -29,12 +29,7 @@ from airflow_gpu_dag.core.model.budget import BudgetCap, BudgetClaim
 from airflow_gpu_dag.executor_config import gpu_hints
 from airflow_gpu_dag.gpu.usage import UsageRecord
 from airflow_gpu_dag.operators.budget import BudgetGateOperator
-from tests.unit.usage_ledgers import NOW, sample_ledger
-
-
-@pytest.fixture
-def _no_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gate_module, "_variable_float", lambda key: None)
+from tests.unit.usage_ledgers import NOW
 
 
 def _ctx(run_id: str = "r1") -> dict:
@@ -165,11 +160,6 @@ def test_a_templated_ledger_is_settled_in_the_file_the_gate_claimed_in(
     assert usage.run_claimed_seconds == 0  # before: the claim stayed open (until its TTL)
     assert usage.run_gpu_hours == pytest.approx(1.0, abs=0.01)  # 2 GPUs x 30 min, charged here
     assert not list(tmp_path.rglob("*{{*"))  # nothing written to a file named after the template
-
-
-@pytest.fixture
-def ledger(tmp_path: Path) -> str:
-    return sample_ledger(tmp_path / "usage.jsonl")
 
 
 @pytest.mark.usefixtures("_deferring")

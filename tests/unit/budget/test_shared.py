@@ -14,17 +14,11 @@ from typing import Any
 
 import pytest
 
-from airflow_gpu_dag.budget import check as gate_module
 from airflow_gpu_dag.budget.ledger import BudgetLedger, FileBudgetLedger, today
 from airflow_gpu_dag.budget.shared import SqlBudgetLedger
 from airflow_gpu_dag.core.model.budget import BudgetCap, BudgetClaim
 from airflow_gpu_dag.gpu.usage import UsageLedger, UsageRecord
-from tests.unit.usage_ledgers import NOW, sample_ledger, usage_record
-
-
-@pytest.fixture
-def ledger(tmp_path: Path) -> str:
-    return sample_ledger(tmp_path / "usage.jsonl")
+from tests.unit.usage_ledgers import NOW, usage_record
 
 
 # -- claims: check and reserve in one step -------------------------------------------------------------
@@ -195,11 +189,6 @@ def test_forward_local_usage_is_idempotent(tmp_path: Path) -> None:
     assert forward_local_usage(shared, local) == 0  # offset lost: re-checked by lease id, no duplicates
     assert shared.usage("train", "r1", "gpu", NOW).run_gpu_seconds == pytest.approx(3 * 3600)
     assert shared.charged("train", "r1", "fit", -1, 2)
-
-
-@pytest.fixture
-def _no_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gate_module, "_variable_float", lambda key: None)
 
 
 @pytest.mark.usefixtures("_deferring", "_no_variables")

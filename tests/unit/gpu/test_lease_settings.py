@@ -6,16 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_gpu_dag.budget import check as gate_module
 from airflow_gpu_dag.gpu.lease import LeaseSettings
 
-#: Every test takes the deferring path (a deployment with a triggerer).
-pytestmark = pytest.mark.usefixtures("_deferring")
-
-
-@pytest.fixture(autouse=True)
-def _no_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gate_module, "_variable_float", lambda key: None)
+#: Every test takes the deferring path (a deployment with a triggerer) and reads no budget Variable.
+pytestmark = pytest.mark.usefixtures("_deferring", "_no_variables")
 
 
 def test_without_the_option_leases_stay_in_the_lease_directory(tmp_path: Path) -> None:

@@ -7,14 +7,8 @@ import math
 import pytest
 from airflow.sdk import DAG
 
-from airflow_gpu_dag.budget import check as gate_module
 from airflow_gpu_dag.core.model.budget import BudgetCap
 from airflow_gpu_dag.operators.budget import BudgetGateOperator
-
-
-@pytest.fixture
-def _no_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gate_module, "_variable_float", lambda key: None)
 
 
 @pytest.mark.usefixtures("_no_variables")

@@ -3,22 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
 from airflow_gpu_dag.budget import check as gate_module
 from airflow_gpu_dag.core.model.budget import BudgetCap
 from airflow_gpu_dag.triggers.budget import BudgetTrigger
-from tests.unit.usage_ledgers import sample_ledger
 
 #: Every test takes the deferring path (a deployment with a triggerer).
 pytestmark = pytest.mark.usefixtures("_deferring")
-
-
-@pytest.fixture
-def ledger(tmp_path: Path) -> str:
-    return sample_ledger(tmp_path / "usage.jsonl")
 
 
 def test_budget_trigger_fires_when_cap_is_raised(ledger: str, monkeypatch) -> None:
