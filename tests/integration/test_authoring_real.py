@@ -34,6 +34,7 @@ import pytest
 from airflow_gpu_dag.budget.shared import SqlBudgetLedger
 from airflow_gpu_dag.gpu.usage import UsageLedger
 from airflow_gpu_dag.testing import AirflowCluster
+from tests.integration.conftest import STOP_GRACE_S
 
 pytestmark = pytest.mark.airflow_real
 
@@ -113,6 +114,7 @@ def env() -> Iterator[Env]:
             pools={"gpu_node": 4, "gpu_default": 4, "window_gpu": 1, "budget_gpu": 4},
             triggerer=True,
             parallelism=8,
+            stop_grace=STOP_GRACE_S,
             env={
                 "GPU_DAG_AUTH_BASE": str(base),
                 "AIRFLOW__GPU_DAG__INVENTORY_SOURCE": "static",

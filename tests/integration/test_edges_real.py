@@ -19,6 +19,7 @@ import pytest
 
 from airflow_gpu_dag.gpu.usage import UsageLedger, UsageRecord
 from airflow_gpu_dag.testing import AirflowCluster
+from tests.integration.conftest import STOP_GRACE_S
 
 pytestmark = pytest.mark.airflow_real
 
@@ -108,6 +109,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         DAGS,
         pools={"edges_gpu": 2},
         triggerer=True,
+        stop_grace=STOP_GRACE_S,
         parallelism=8,
         env={"GPU_DAG_EDGES_BASE": str(base), "AIRFLOW__GPU_DAG__USAGE_LEDGER": str(ledger)},
     ) as cluster:
