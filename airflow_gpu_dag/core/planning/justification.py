@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import compress, repeat
 from itertools import count as count_from
 
@@ -270,10 +270,11 @@ def _serial(
 
 
 def _serial_by_number(
-    tasks: TaskTable, capacity: Mapping[str, int], placed: Sequence[int], reverse: bool
+    tasks: TaskTable, capacity: Mapping[str, int], placed: Iterable[int], reverse: bool
 ) -> list[float]:
-    """A serial pass over the task numbers ``placed``; returns the start by task number (0 for a task
-    not placed). :func:`_place` inlined: this loop is most of what a plan costs."""
+    """A serial pass over the task numbers ``placed`` (each after those it waits for); returns the
+    start by task number (0 for a task not placed). :func:`_place` inlined: this loop is most of what
+    a plan costs."""
     profiles = {pool: UsageProfile(cap) for pool, cap in capacity.items()}
     profile_of = [profiles.get(pool) for pool in tasks.pools]
     duration, widths = tasks.durations, tasks.widths
@@ -332,20 +333,33 @@ def priority_serial_schedule(
     a task may be placed before work that was placed earlier, into a hole that work left; the schedule
     is *active*, and some active schedule is optimal."""
     tasks = TaskTable.of(graph, table)
-    topo = tasks.topo
-    missing = {t: len(tasks.up[t]) for t in graph.nodes}
-    eligible = [(-priority.get(t, 0.0), topo[t], t) for t, count in missing.items() if count == 0]
+    placed: list[int] = []
+    start = _serial_by_number(tasks, capacity, _by_priority(tasks, priority, placed), reverse=False)
+    ids = list(tasks.number)
+    return dict(zip(map(ids.__getitem__, placed), map(start.__getitem__, placed), strict=True))
+
+
+def _by_priority(tasks: TaskTable, priority: Mapping[str, float], placed: list[int]) -> Iterator[int]:
+    """The task numbers in the order of :func:`priority_serial_schedule`: of the tasks whose upstream
+    tasks have all been yielded, the one of the highest priority, ties by topological position. Each
+    is also appended to ``placed``."""
+    number = tasks.number
+    key = [-priority.get(t, 0.0) for t in number]
+    position = [0] * len(key)
+    for rank, i in enumerate(tasks.topo_numbers):
+        position[i] = rank
+    missing = [len(ups) for ups in tasks.ups]
+    downs = tasks.downs
+    eligible = [(key[i], position[i], i) for i, count in enumerate(missing) if count == 0]
     heapq.heapify(eligible)
-    profiles = {pool: UsageProfile(cap) for pool, cap in capacity.items()}
-    start: dict[str, float] = {}
     while eligible:
-        _p, _i, task_id = heapq.heappop(eligible)
-        _place(tasks, profiles, start, task_id, tasks.up[task_id])
-        for down in tasks.down[task_id]:
+        i = heapq.heappop(eligible)[2]
+        placed.append(i)
+        yield i
+        for down in downs[i]:
             missing[down] -= 1
             if missing[down] == 0:
-                heapq.heappush(eligible, (-priority.get(down, 0.0), topo[down], down))
-    return start
+                heapq.heappush(eligible, (key[down], position[down], down))
 
 
 def justify(

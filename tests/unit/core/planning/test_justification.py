@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from random import Random
 
 import pytest
@@ -205,3 +206,40 @@ def test_justify_by_task_number_matches_the_passes_by_task_id(
     expected, expected_makespan = _justified_by_id(graph, {"gpu": cap}, start, rounds)
     assert list(improved.items()) == list(expected.items())
     assert makespan == expected_makespan
+
+
+def _by_priority_by_id(
+    graph: TaskGraph, capacity: dict[str, int], priority: dict[str, float]
+) -> dict[str, float]:
+    """Serial generation by priority with a heap of task ids, each placed with :func:`_place`."""
+    tasks = TaskTable(graph)
+    topo = tasks.topo
+    missing = {t: len(tasks.up[t]) for t in graph.nodes}
+    eligible = [(-priority.get(t, 0.0), topo[t], t) for t, count in missing.items() if count == 0]
+    heapq.heapify(eligible)
+    profiles = {pool: UsageProfile(cap) for pool, cap in capacity.items()}
+    start: dict[str, float] = {}
+    while eligible:
+        _p, _i, task_id = heapq.heappop(eligible)
+        _place(tasks, profiles, start, task_id, tasks.up[task_id])
+        for down in tasks.down[task_id]:
+            missing[down] -= 1
+            if missing[down] == 0:
+                heapq.heappush(eligible, (-priority.get(down, 0.0), topo[down], down))
+    return start
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(random_dags(), tied_dags()), st.sampled_from([8, 10]), st.randoms(use_true_random=False))
+def test_priority_serial_schedule_by_task_number_matches_the_heap_of_task_ids(
+    graph: TaskGraph, cap: int, rng: Random
+) -> None:
+    """Placed in the same order at the same starts as with a heap of task ids, for priorities with
+    ties (drawn from three values) and without."""
+    for priority in (
+        {t: float(rng.randrange(3)) for t in graph.nodes},
+        critical_path_weights(graph),
+        {t: rng.random() for t in list(graph.nodes)[::2]},  # the others 0
+    ):
+        placed = priority_serial_schedule(graph, {"gpu": cap}, priority)
+        assert list(placed.items()) == list(_by_priority_by_id(graph, {"gpu": cap}, priority).items())
