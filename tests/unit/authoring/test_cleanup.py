@@ -6,8 +6,8 @@ import pytest
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG
 
-from airflow_gpu_dag.airflow.dag_reader import build_task_graph
 from airflow_gpu_dag.authoring import cleanup
+from tests.unit.authoring.conftest import edge_kinds
 
 
 def test_cleanup_after_itself_is_an_error() -> None:
@@ -17,11 +17,6 @@ def test_cleanup_after_itself_is_an_error() -> None:
             ValueError, match=r"DAG 'self', task 'b': cleanup\(\) lists the task in its own after="
         ):
             cleanup(b, after=[a, b])
-
-
-def _kinds(dag: DAG) -> dict[tuple[str, str], str | None]:
-    graph, _ = build_task_graph(dag)
-    return {(u, d): graph._down[u][d] for u in graph._down for d in graph._down[u]}
 
 
 @pytest.mark.usefixtures("_deferring")
@@ -35,4 +30,4 @@ def test_cleanup_is_a_teardown() -> None:
     assert free.is_teardown and alloc.is_setup
     assert free.trigger_rule == "all_done_setup_success"
     assert not free.on_failure_fail_dagrun
-    assert _kinds(dag)[("train", "free")] == "cleanup"
+    assert edge_kinds(dag)[("train", "free")] == "cleanup"

@@ -15,13 +15,8 @@ from airflow.sdk import DAG, TaskGroup, task
 
 from airflow_gpu_dag.airflow.dag_reader import build_task_graph
 from airflow_gpu_dag.authoring import branch_edge, exit_code_edge, validation_edge
+from tests.unit.authoring.conftest import edge_kinds
 from tests.unit.dag_files import dag_module
-
-
-def _kinds(dag: DAG) -> dict[tuple[str, str], str | None]:
-    """Every edge of ``dag`` with its kind (the edge label the helpers set)."""
-    graph, _ = build_task_graph(dag)
-    return {(u, d): graph._down[u][d] for u in graph._down for d in graph._down[u]}
 
 
 def _converged(value: object) -> bool:
@@ -115,7 +110,7 @@ def test_validation_edge_takes_taskflow_results() -> None:
         other = validation_edge(deploy, report(), check=bool, on_invalid="fail")
     assert gate.task_id == "check_train" and gate.op_kwargs["upstream_task_id"] == "train"
     assert other.task_id == "check_deploy"
-    kinds = _kinds(dag)
+    kinds = edge_kinds(dag)
     assert kinds[("train", "check_train")] == kinds[("check_train", "deploy")] == "control"
     assert kinds[("check_deploy", "report")] == "control"
 
@@ -134,7 +129,7 @@ def test_branch_edge_takes_taskflow_upstream_and_targets() -> None:
         retrain = EmptyOperator(task_id="retrain")
         gate = branch_edge(evaluate(), {"good": deploy(), "bad": retrain}, choose=_pick)
     assert gate.task_id == "branch_evaluate"
-    kinds = _kinds(dag)
+    kinds = edge_kinds(dag)
     assert kinds[("evaluate", "branch_evaluate")] == "control"
     assert kinds[("branch_evaluate", "deploy")] == kinds[("branch_evaluate", "retrain")] == "control"
 
@@ -153,7 +148,7 @@ def test_exit_code_edge_takes_taskflow_results() -> None:
         run: Any = train()
         exit_code_edge(run, evaluate(), skip_on=97)
     assert run.operator.skip_on_exit_code == [97]
-    assert _kinds(dag)[("train", "evaluate")] == "control"
+    assert edge_kinds(dag)[("train", "evaluate")] == "control"
 
 
 def test_exit_code_edge_refuses_a_plain_task_with_the_fix() -> None:
@@ -206,7 +201,7 @@ def test_exit_code_edge_twice_with_the_same_codes_wires_both_chains() -> None:
         exit_code_edge(train, deploy, skip_on=[98, 99])
         exit_code_edge(train, [report], skip_on=[98, 99])
     assert train.skip_on_exit_code == [98, 99]
-    kinds = _kinds(dag)
+    kinds = edge_kinds(dag)
     assert (
         kinds[("train", "evaluate")] == kinds[("train", "deploy")] == kinds[("train", "report")] == "control"
     )
@@ -224,7 +219,7 @@ def test_exit_code_edge_twice_with_other_codes_is_refused_and_keeps_the_first() 
         ):
             exit_code_edge(train, deploy, skip_on=98)
     assert train.skip_on_exit_code == [99]  # exit 99 still skips, as the first call promised
-    assert ("train", "deploy") not in _kinds(dag)
+    assert ("train", "deploy") not in edge_kinds(dag)
 
 
 def test_the_operators_own_codes_are_still_replaced_by_the_first_call() -> None:

@@ -12,11 +12,11 @@ from airflow.providers.standard.operators.bash import BashOperator
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, Asset, TaskGroup, task
 
-from airflow_gpu_dag.airflow.dag_reader import build_task_graph
 from airflow_gpu_dag.authoring import data_edge, dataset_path
 from airflow_gpu_dag.authoring.data import lineage_dataset
 from airflow_gpu_dag.operators.gpu import GpuBashOperator
 from airflow_gpu_dag.sensors import CheckpointSensor, DatasetCompleteSensor
+from tests.unit.authoring.conftest import edge_kinds, edges
 
 pytest.importorskip("airflow.providers.openlineage")
 
@@ -112,11 +112,6 @@ def test_without_the_provider_nothing_is_added(monkeypatch: pytest.MonkeyPatch) 
     assert (produce.outlets, consume.inlets) == ([], [])
 
 
-def _kinds(dag: DAG) -> dict[tuple[str, str], str | None]:
-    graph, _ = build_task_graph(dag)
-    return {(u, d): graph._down[u][d] for u in graph._down for d in graph._down[u]}
-
-
 @pytest.mark.usefixtures("_deferring")
 def test_data_edge_inserts_labelled_sensor() -> None:
     with DAG("d", schedule=None) as dag:
@@ -126,7 +121,7 @@ def test_data_edge_inserts_labelled_sensor() -> None:
         wait = data_edge(prep, train, path="/lake/clean/{{ ds }}", asset=asset, timeout=60)
     assert wait.task_id == "wait_clean"
     assert isinstance(wait, DatasetCompleteSensor) and wait.deferrable
-    assert _kinds(dag) == {("prep", "wait_clean"): "data", ("wait_clean", "train"): "data"}
+    assert edge_kinds(dag) == {("prep", "wait_clean"): "data", ("wait_clean", "train"): "data"}
     assert asset in wait.outlets
     assert str(wait.trigger_rule) in ("all_success", "TriggerRule.ALL_SUCCESS")
     assert dataset_path(wait) == "{{ ti.xcom_pull(task_ids='wait_clean')['path'] }}"
@@ -215,10 +210,6 @@ def test_data_edge_in_a_task_group_reports_a_taken_name_too() -> None:
     assert "Fix: pass task_id='wait_x_for_g_train'" in str(err.value)
 
 
-def _edges(dag: DAG) -> set[tuple[str, str]]:
-    return {(t.task_id, d) for t in dag.tasks for d in t.downstream_task_ids}
-
-
 def test_data_edge_from_a_task_group_wires_only_the_producer() -> None:
     with DAG("groups_data", schedule=None) as dag:
         with TaskGroup("prep"):
@@ -228,5 +219,5 @@ def test_data_edge_from_a_task_group_wires_only_the_producer() -> None:
             train = EmptyOperator(task_id="train")
             EmptyOperator(task_id="probe")  # another root of the group
         wait = data_edge(clean, train, path="/lake/clean", timeout=60)
-    assert _edges(dag) == {("prep.clean", wait.task_id), (wait.task_id, "fit.train")}
+    assert edges(dag) == {("prep.clean", wait.task_id), (wait.task_id, "fit.train")}
     assert dag.edge_info["prep.clean"][wait.task_id] == {"label": "data"}

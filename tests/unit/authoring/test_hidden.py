@@ -13,6 +13,7 @@ from airflow_gpu_dag.authoring import fix_hidden_dependencies
 from airflow_gpu_dag.authoring.hidden import HiddenDependencyCycle
 from airflow_gpu_dag.core.analysis.validation import find_hidden_dependencies, hidden_dependency_pairs
 from airflow_gpu_dag.sensors import DatasetCompleteSensor
+from tests.unit.authoring.conftest import edge_kinds
 
 
 def _bash(task_id: str, inputs: tuple[str, ...] = (), outputs: tuple[str, ...] = ()) -> BashOperator:
@@ -99,11 +100,6 @@ def test_reader_that_also_writes_a_shared_path_gets_an_edge() -> None:
     assert fix_hidden_dependencies(dag, mode="sensor", timeout=60) == []
 
 
-def _kinds(dag: DAG) -> dict[tuple[str, str], str | None]:
-    graph, _ = build_task_graph(dag)
-    return {(u, d): graph._down[u][d] for u in graph._down for d in graph._down[u]}
-
-
 def _hidden_dag(dag_id: str) -> DAG:
     with DAG(dag_id, schedule=None) as dag:
         EmptyOperator(task_id="clean", executor_config=gpu_hints(outputs=["/lake/clean"]))
@@ -131,7 +127,7 @@ def test_fix_hidden_dependencies_edge_mode() -> None:
     assert {(f.writer, f.other, f.how) for f in fixes} >= {("clean", "train", "edge")}
     graph, _ = build_task_graph(dag)
     assert find_hidden_dependencies(graph) == []
-    assert _kinds(dag)[("clean", "train")] == "data"
+    assert edge_kinds(dag)[("clean", "train")] == "data"
 
 
 @pytest.mark.usefixtures("_deferring")
@@ -143,7 +139,7 @@ def test_fix_hidden_dependencies_sensor_mode() -> None:
     assert reader_fix.how == "sensor" and reader_fix.path == "/lake/clean"
     sensor = dag.get_task(reader_fix.added)
     assert isinstance(sensor, DatasetCompleteSensor) and sensor.path == "/lake/clean"
-    assert _kinds(dag)[(reader_fix.added, "train")] == "data"
+    assert edge_kinds(dag)[(reader_fix.added, "train")] == "data"
     # the sensor declares what it awaits, so the lint sees the reader as ordered after complete data
     graph, _ = build_task_graph(dag)
     assert graph.nodes[reader_fix.added].awaits == ("/lake/clean",)

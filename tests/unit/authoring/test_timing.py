@@ -10,17 +10,13 @@ import pytest
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, Label, TaskGroup, task
 
-from airflow_gpu_dag.airflow.dag_reader import build_task_graph
 from airflow_gpu_dag.authoring import budget_gate, data_edge, stage_dependency, start_window
 from airflow_gpu_dag.executor_config import read_hints
 from airflow_gpu_dag.operators import GpuBashOperator
 from airflow_gpu_dag.operators.budget import BudgetGateOperator
 from airflow_gpu_dag.sensors import CheckpointSensor, DatasetCompleteSensor, StartWindowSensor
 from airflow_gpu_dag.sensors.window import WindowGuard
-
-
-def _edges(dag: DAG) -> set[tuple[str, str]]:
-    return {(t.task_id, d) for t in dag.tasks for d in t.downstream_task_ids}
+from tests.unit.authoring.conftest import edge_kinds, edges
 
 
 def test_stage_dependency_across_task_groups_adds_no_edge_from_training() -> None:
@@ -35,7 +31,7 @@ def test_stage_dependency_across_task_groups_adds_no_edge_from_training() -> Non
         prepare >> train
         sensor = stage_dependency(train, evaluate, checkpoint_dir="/ckpt", step=5, timeout=60)
     assert "h.eval" not in train.downstream_task_ids
-    assert _edges(dag) == {("prepare", "g.train"), ("prepare", sensor.task_id), (sensor.task_id, "h.eval")}
+    assert edges(dag) == {("prepare", "g.train"), ("prepare", sensor.task_id), (sensor.task_id, "h.eval")}
     assert dag.edge_info[sensor.task_id]["h.eval"] == {"label": "time"}
 
 
@@ -60,11 +56,6 @@ def test_stage_dependency_on_itself_is_refused() -> None:
     assert list(dag.task_dict) == ["train"]
 
 
-def _kinds(dag: DAG) -> dict[tuple[str, str], str | None]:
-    graph, _ = build_task_graph(dag)
-    return {(u, d): graph._down[u][d] for u in graph._down for d in graph._down[u]}
-
-
 @pytest.mark.usefixtures("_deferring")
 def test_start_window_inserts_sensor_before_task() -> None:
     with DAG("w", schedule=None) as dag:
@@ -73,7 +64,7 @@ def test_start_window_inserts_sensor_before_task() -> None:
         prep >> train
         sensor = start_window(train, opens="22:00", closes="06:00", on_missed="fail")
     assert isinstance(sensor, StartWindowSensor)
-    assert _kinds(dag) == {("prep", "train__window"): None, ("train__window", "train"): "time"}
+    assert edge_kinds(dag) == {("prep", "train__window"): None, ("train__window", "train"): "time"}
 
 
 @pytest.mark.usefixtures("_deferring")
@@ -102,7 +93,7 @@ def test_stage_dependency_waits_on_checkpoint_not_on_task() -> None:
         prep >> train
         sensor = stage_dependency(train, ev, checkpoint_dir="/ckpt", step=100, timeout=600)
     assert sensor.task_id == "wait_train_ckpt_100"
-    kinds = _kinds(dag)
+    kinds = edge_kinds(dag)
     assert ("train", "eval") not in kinds
     assert kinds[("wait_train_ckpt_100", "eval")] == "time"
     assert ("prep", "wait_train_ckpt_100") in kinds
