@@ -7,11 +7,11 @@ import json
 import pytest
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.providers.standard.operators.empty import EmptyOperator
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG
 
 from airflow_gpu_dag.authoring import data_affinity, pin_to_queue
-from airflow_gpu_dag.operators.gpu import GpuBashOperator
 from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator
+from tests.unit.authoring.conftest import gpu_tasks_dag
 
 QUEUES = {
     "host-gpu01": {
@@ -28,23 +28,9 @@ def queues(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW__GPU_DAG__QUEUES", json.dumps(QUEUES))
 
 
-def _gpu_dag(dag_id: str) -> tuple[DAG, GpuBashOperator, object]:
-    with DAG(dag_id, schedule=None) as dag:
-        bash = GpuBashOperator(
-            task_id="train_a", bash_command="true", gpus=1, gpu_memory="40GiB", duration="1h"
-        )
-
-        @task.gpu(gpus=2, duration="1h")
-        def train_b() -> None:
-            pass
-
-        decorated = train_b()
-    return dag, bash, decorated
-
-
 # -- affinity ------------------------------------------------------------------------------------------
 def test_pin_to_queue_sets_queue_and_pool_together(queues: None) -> None:
-    dag, bash, decorated = _gpu_dag("aff")
+    dag, bash, decorated = gpu_tasks_dag("aff")
     with dag:
         cpu = BashOperator(task_id="prep", bash_command="true")
         other = BashOperator(task_id="other", bash_command="true", pool="etl")
@@ -77,7 +63,7 @@ def test_pin_to_queue_places_pods_by_node_affinity(queues: None) -> None:
 
 
 def test_affinity_to_an_unknown_queue_fails_at_parse_time(queues: None) -> None:
-    _, bash, _ = _gpu_dag("unknown_q")
+    _, bash, _ = gpu_tasks_dag("unknown_q")
     with pytest.raises(
         ValueError,
         match=r"DAG 'unknown_q', task 'train_a': queue 'host-gpu09' is unknown .*host-gpu01, host-gpu02.*Fix",
@@ -95,7 +81,7 @@ def test_affinity_to_an_unknown_queue_fails_at_parse_time(queues: None) -> None:
 
 def test_without_declared_queues_the_pool_must_be_given(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AIRFLOW__GPU_DAG__QUEUES", raising=False)
-    _, bash, _ = _gpu_dag("noconf")
+    _, bash, _ = gpu_tasks_dag("noconf")
     with pytest.raises(ValueError, match=r"\[gpu_dag\] queues is not set.*pass pool="):
         pin_to_queue(bash, "host-gpu01")
     pin_to_queue(bash, "host-gpu01", pool="gpu01")
@@ -104,7 +90,7 @@ def test_without_declared_queues_the_pool_must_be_given(monkeypatch: pytest.Monk
 
 def test_malformed_queue_config_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW__GPU_DAG__QUEUES", '{"q": {"pools": "x"}}')
-    _, bash, _ = _gpu_dag("malformed")
+    _, bash, _ = gpu_tasks_dag("malformed")
     with pytest.raises(ValueError, match=r"\[gpu_dag\] queues .*unknown keys \['pools'\]"):
         pin_to_queue(bash, "q")
 

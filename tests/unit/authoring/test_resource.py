@@ -7,31 +7,18 @@ import json
 import pytest
 from airflow.providers.standard.operators.bash import BashOperator
 from airflow.providers.standard.operators.empty import EmptyOperator
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG
 
 from airflow_gpu_dag.airflow.policy import validate_dag
 from airflow_gpu_dag.authoring import data_affinity, exclusive, pin_to_queue, share
 from airflow_gpu_dag.executor_config import gpu_hints, read_hints
 from airflow_gpu_dag.operators.gpu import GpuBashOperator
 from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator
-
-
-def _gpu_dag(dag_id: str) -> tuple[DAG, GpuBashOperator, object]:
-    with DAG(dag_id, schedule=None) as dag:
-        bash = GpuBashOperator(
-            task_id="train_a", bash_command="true", gpus=1, gpu_memory="40GiB", duration="1h"
-        )
-
-        @task.gpu(gpus=2, duration="1h")
-        def train_b() -> None:
-            pass
-
-        decorated = train_b()
-    return dag, bash, decorated
+from tests.unit.authoring.conftest import gpu_tasks_dag
 
 
 def test_exclusive_gpu_tasks_hold_the_whole_pool_and_import_cleanly() -> None:
-    dag, bash, decorated = _gpu_dag("excl")
+    dag, bash, decorated = gpu_tasks_dag("excl")
     slots = exclusive([bash, decorated], pool="gpu_node1", pool_size=4)
     assert slots == {"train_a": 4, "train_b": 4}
     for task_id in ("train_a", "train_b"):
@@ -47,7 +34,7 @@ def test_exclusive_gpu_tasks_hold_the_whole_pool_and_import_cleanly() -> None:
 
 
 def test_share_gives_gpu_tasks_their_fraction_as_gpus() -> None:
-    dag, bash, decorated = _gpu_dag("shr")
+    dag, bash, decorated = gpu_tasks_dag("shr")
     assert share([(bash, 0.5), (decorated, 0.5)], pool="gpu_node1", pool_size=4) == {
         "train_a": 2,
         "train_b": 2,
