@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -122,6 +123,18 @@ def _no_variables(monkeypatch: pytest.MonkeyPatch) -> None:
 def ledger(tmp_path: Path) -> str:
     """The path of the sample usage ledger (``tests/unit/usage_ledgers.py``) written in ``tmp_path``."""
     return sample_ledger(tmp_path / "usage.jsonl")
+
+
+@pytest.fixture
+def mem_dir() -> str:
+    """A fresh directory in fsspec's in-memory object store."""
+    return f"memory://lake-{uuid.uuid4().hex[:8]}/clean"
+
+
+@pytest.fixture
+def ckpt_dir() -> str:
+    """A fresh checkpoint directory in fsspec's in-memory object store."""
+    return f"memory://ckpt-{uuid.uuid4().hex[:8]}/run"
 
 
 def _set(monkeypatch: pytest.MonkeyPatch, option: str, value: str) -> None:

@@ -28,36 +28,14 @@ from airflow_gpu_dag.datasets.completeness import (
 )
 from airflow_gpu_dag.triggers.checkpoint import CheckpointTrigger, find_checkpoint
 from airflow_gpu_dag.triggers.dataset import DatasetCompleteTrigger
-
-
-@pytest.fixture
-def mem_dir() -> str:
-    """A fresh directory in fsspec's in-memory object store."""
-    return f"memory://lake-{uuid.uuid4().hex[:8]}/clean"
-
-
-def _write(url: str, data: bytes) -> None:
-    with fsspec.open(url, "wb") as handle:
-        handle.write(data)
-
-
-def _flaky(real, error: Exception, times: int = 1):
-    calls = {"n": 0}
-
-    def check(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] <= times:
-            raise error
-        return real(*args, **kwargs)
-
-    return check
+from tests.unit.memory_store import flaky, write_checkpoint, write_object
 
 
 @pytest.mark.usefixtures("_deferring")
 def test_marker_missing_then_present_memory(mem_dir: str) -> None:
     assert not check_once(mem_dir, "marker").complete
     assert "does not exist" in check_once(mem_dir, "marker").reason
-    _write(mem_dir + "/part-0", b"abc")
+    write_object(mem_dir + "/part-0", b"abc")
     result = check_once(mem_dir, "marker")
     assert not result.complete and "_SUCCESS missing" in result.reason
     write_marker(mem_dir)
@@ -83,22 +61,22 @@ def test_marker_object_storage_path(tmp_path) -> None:
 
 @pytest.mark.usefixtures("_deferring")
 def test_manifest_checks_existence_size_and_checksum(mem_dir: str) -> None:
-    _write(mem_dir + "/a.bin", b"hello")
-    _write(mem_dir + "/sub/b.bin", b"world!")
+    write_object(mem_dir + "/a.bin", b"hello")
+    write_object(mem_dir + "/sub/b.bin", b"world!")
     data = write_manifest(mem_dir)
     assert [f["path"] for f in data["files"]] == ["a.bin", "sub/b.bin"]
     result = check_once(mem_dir, "manifest")
     assert result.complete and result.files == 2 and result.bytes == 11
     # half-written: size differs from the manifest
-    _write(mem_dir + "/a.bin", b"hell")
+    write_object(mem_dir + "/a.bin", b"hell")
     result = check_once(mem_dir, "manifest")
     assert not result.complete and "4 bytes" in result.reason and "lists 5" in result.reason
     # same size, different content: checksum catches it (unless disabled)
-    _write(mem_dir + "/a.bin", b"HELLO")
+    write_object(mem_dir + "/a.bin", b"HELLO")
     assert "sha256" in check_once(mem_dir, "manifest").reason
     assert check_once(mem_dir, Manifest(verify_checksums=False)).complete
     # a listed file disappears
-    _write(mem_dir + "/a.bin", b"hello")
+    write_object(mem_dir + "/a.bin", b"hello")
     fs = fsspec.filesystem("memory")
     fs.rm(mem_dir.replace("memory://", "/") + "/sub/b.bin")
     assert "sub/b.bin listed" in check_once(mem_dir, "manifest").reason
@@ -106,11 +84,11 @@ def test_manifest_checks_existence_size_and_checksum(mem_dir: str) -> None:
 
 @pytest.mark.usefixtures("_deferring")
 def test_manifest_missing_or_unreadable(mem_dir: str) -> None:
-    _write(mem_dir + "/a.bin", b"x")
+    write_object(mem_dir + "/a.bin", b"x")
     assert "manifest _MANIFEST.json missing" in check_once(mem_dir, "manifest").reason
-    _write(mem_dir + "/_MANIFEST.json", b"{not json")
+    write_object(mem_dir + "/_MANIFEST.json", b"{not json")
     assert "unreadable" in check_once(mem_dir, "manifest").reason
-    _write(mem_dir + "/_MANIFEST.json", json.dumps({"files": [{"path": "a.bin", "size": 1}]}).encode())
+    write_object(mem_dir + "/_MANIFEST.json", json.dumps({"files": [{"path": "a.bin", "size": 1}]}).encode())
     assert check_once(mem_dir, "manifest").complete
 
 
@@ -118,10 +96,10 @@ def test_manifest_missing_or_unreadable(mem_dir: str) -> None:
 def test_stable_sizes_need_a_quiet_period(mem_dir: str) -> None:
     tracker = StabilityTracker(StableSize(period=30))
     assert not check_once(mem_dir, "stable", tracker=tracker, now=0).complete  # empty
-    _write(mem_dir + "/a", b"1")
+    write_object(mem_dir + "/a", b"1")
     assert not check_once(mem_dir, StableSize(30), tracker=tracker, now=10).complete
     assert not check_once(mem_dir, StableSize(30), tracker=tracker, now=39).complete
-    _write(mem_dir + "/a", b"12")  # still growing: the clock restarts
+    write_object(mem_dir + "/a", b"12")  # still growing: the clock restarts
     assert not check_once(mem_dir, StableSize(30), tracker=tracker, now=41).complete
     assert not check_once(mem_dir, StableSize(30), tracker=tracker, now=70).complete
     result = check_once(mem_dir, StableSize(30), tracker=tracker, now=71)
@@ -133,7 +111,7 @@ def test_snapshot_of_single_file_and_missing(mem_dir: str) -> None:
     fs = fsspec.filesystem("memory")
     base = mem_dir.replace("memory://", "/")
     assert snapshot(fs, base) == {}
-    _write(mem_dir + "/one", b"123")
+    write_object(mem_dir + "/one", b"123")
     assert snapshot(fs, base + "/one") == {"one": 3}
 
 
@@ -158,8 +136,8 @@ def test_parse_completeness_rules_and_errors() -> None:
 )
 def test_a_malformed_manifest_entry_is_unreadable_not_a_crash(mem_dir: str, files: list, reason: str) -> None:
     # Before: KeyError / ValueError out of check_once, a sensor failing with a bare KeyError('path').
-    _write(mem_dir + "/a.bin", b"x")
-    _write(mem_dir + "/_MANIFEST.json", json.dumps({"files": files}).encode())
+    write_object(mem_dir + "/a.bin", b"x")
+    write_object(mem_dir + "/_MANIFEST.json", json.dumps({"files": files}).encode())
     result = check_once(mem_dir, "manifest")
     assert not result.complete and "is unreadable" in result.reason and reason in result.reason
 
@@ -218,17 +196,17 @@ def test_a_transient_storage_error_in_the_worker_is_not_complete_yet(
     (tmp_path / "checkpoint-3").mkdir()
     write_marker(str(tmp_path / "checkpoint-3"))
     slow_down = OSError("S3 503 SlowDown (transient)")
-    monkeypatch.setattr(sensor_dataset, "check_once", _flaky(check_once, slow_down))
+    monkeypatch.setattr(sensor_dataset, "check_once", flaky(check_once, slow_down))
     poke = DatasetCompleteSensor(
         task_id="wait", path=str(tmp_path), timeout=10, deferrable=False, poke_interval=0.1
     )
     assert poke.execute({})["path"] == str(tmp_path)
-    monkeypatch.setattr(sensor_dataset, "check_once", _flaky(check_once, slow_down))
+    monkeypatch.setattr(sensor_dataset, "check_once", flaky(check_once, slow_down))
     deferring = DatasetCompleteSensor(task_id="wait", path=str(tmp_path), timeout=10)
     with pytest.raises(TaskDeferred):
         deferring.execute({})
     assert "check failed: OSError: S3 503 SlowDown" in deferring._last.reason
-    monkeypatch.setattr(sensor_checkpoint, "find_checkpoint", _flaky(find_checkpoint, slow_down))
+    monkeypatch.setattr(sensor_checkpoint, "find_checkpoint", flaky(find_checkpoint, slow_down))
     ckpt = CheckpointSensor(
         task_id="wait_ckpt",
         checkpoint_dir=str(tmp_path),
@@ -239,7 +217,7 @@ def test_a_transient_storage_error_in_the_worker_is_not_complete_yet(
     )
     assert ckpt.execute({})["step"] == 3
     # the timeout still bounds the wait, and its message gives the error
-    monkeypatch.setattr(sensor_dataset, "check_once", _flaky(check_once, slow_down, times=1000))
+    monkeypatch.setattr(sensor_dataset, "check_once", flaky(check_once, slow_down, times=1000))
     from airflow.sdk.exceptions import AirflowSensorTimeout
 
     never = DatasetCompleteSensor(
@@ -282,11 +260,6 @@ def test_a_handwritten_manifest_of_no_files_is_not_complete(tmp_path) -> None:
 #: Bound on a wait that only ends on the old code by giving up (never met by the fixed code): no
 #: assertion depends on how long anything takes.
 GUARD = 5.0
-
-
-def _checkpoint(directory: str, step: int) -> None:
-    _write(f"{directory}/checkpoint-{step}/weights", b"w")
-    write_marker(f"{directory}/checkpoint-{step}")
 
 
 # -- 3. a manifest wait does not read the files already there while others are missing -----------------
@@ -349,8 +322,8 @@ fsspec.register_implementation("gatedmem", GatedFS, clobber=True)
 
 def _gated_dataset(base: str) -> None:
     entries = [{"path": "weights", "size": 1000, "sha256": "0" * 64}]
-    _write(f"memory://{base}/weights", b"x" * 1000)
-    _write(f"memory://{base}/_MANIFEST.json", json.dumps({"files": entries}).encode())
+    write_object(f"memory://{base}/weights", b"x" * 1000)
+    write_object(f"memory://{base}/_MANIFEST.json", json.dumps({"files": entries}).encode())
 
 
 # -- the checks stay off the loop; the triggers round-trip; a resumed trigger keeps its deadline --------
@@ -381,15 +354,15 @@ def test_checksums_are_read_only_once_every_listed_file_is_there() -> None:
         {"path": "part-0", "size": len(part), "sha256": hashlib.sha256(part).hexdigest()},
         {"path": "part-1", "size": len(part), "sha256": hashlib.sha256(part).hexdigest()},
     ]
-    _write(f"memory://{base}/part-0", part)
-    _write(f"memory://{base}/_MANIFEST.json", json.dumps({"files": entries}).encode())
+    write_object(f"memory://{base}/part-0", part)
+    write_object(f"memory://{base}/_MANIFEST.json", json.dumps({"files": entries}).encode())
     CountingFS.opened = []
     result = check_once(f"countmem://{base}", Manifest())
     assert not result.complete and "part-1 listed in _MANIFEST.json is missing" in result.reason
     assert CountingFS.opened == [f"/{base}/_MANIFEST.json"], CountingFS.opened
-    _write(f"memory://{base}/part-1", part)
+    write_object(f"memory://{base}/part-1", part)
     assert check_once(f"countmem://{base}", Manifest()).complete
-    _write(f"memory://{base}/part-1", b"y" * 1000)  # same size, other bytes: still caught
+    write_object(f"memory://{base}/part-1", b"y" * 1000)  # same size, other bytes: still caught
     assert "part-1 sha256 does not match" in check_once(f"countmem://{base}", Manifest()).reason
 
 
@@ -438,13 +411,13 @@ def test_a_cancelled_trigger_stops_hashing_and_closes_the_file(kind: str) -> Non
 def test_a_slow_filesystem_does_not_block_the_event_loop(kind: str) -> None:
     run = uuid.uuid4().hex[:8]
     if kind == "dataset":
-        _write(f"memory://ds-{run}/part-0", b"x")
+        write_object(f"memory://ds-{run}/part-0", b"x")
         write_marker(f"memory://ds-{run}")
         trigger: Any = DatasetCompleteTrigger(
             f"slowmem://ds-{run}", Marker().to_dict(), time.time() + 60, 0.05
         )
     else:
-        _checkpoint(f"memory://ck-{run}", 2)
+        write_checkpoint(f"memory://ck-{run}", 2)
         trigger = CheckpointTrigger(
             f"slowmem://ck-{run}", "checkpoint-{step}", 2, Marker().to_dict(), time.time() + 60, 0.05
         )
@@ -471,11 +444,6 @@ def test_a_slow_filesystem_does_not_block_the_event_loop(kind: str) -> None:
     assert ticks > 1, "the other coroutine never ran while the trigger checked"
 
 
-@pytest.fixture
-def mem_dir_sensors_audit2() -> str:
-    return f"memory://audit2-{uuid.uuid4().hex[:8]}/clean"
-
-
 @pytest.mark.usefixtures("_deferring")
 @pytest.mark.parametrize(
     "spec",
@@ -487,7 +455,7 @@ def mem_dir_sensors_audit2() -> str:
         {"kind": "stable", "period": math.inf},
     ],
 )
-def test_a_rule_that_can_never_decide_is_refused(spec: dict[str, Any], mem_dir_sensors_audit2: str) -> None:
+def test_a_rule_that_can_never_decide_is_refused(spec: dict[str, Any], mem_dir: str) -> None:
     # Before: Marker("") found "<dataset>/" and called any existing dataset complete; Manifest("") opened
     # the directory (IsADirectoryError, retried as "check failed" until the timeout); a NaN or infinite
     # period never saw the sizes stable.
@@ -496,10 +464,10 @@ def test_a_rule_that_can_never_decide_is_refused(spec: dict[str, Any], mem_dir_s
 
 
 @pytest.mark.usefixtures("_deferring")
-def test_an_empty_marker_name_does_not_complete_a_dataset(mem_dir_sensors_audit2: str) -> None:
-    _write(mem_dir_sensors_audit2 + "/part-0", b"abc")
+def test_an_empty_marker_name_does_not_complete_a_dataset(mem_dir: str) -> None:
+    write_object(mem_dir + "/part-0", b"abc")
     with pytest.raises(ValueError, match="name"):
-        check_once(mem_dir_sensors_audit2, Marker(""))
+        check_once(mem_dir, Marker(""))
     with pytest.raises(ValueError, match="name"):
         Manifest("")
     with pytest.raises(ValueError, match="period"):
@@ -517,24 +485,22 @@ def test_an_empty_marker_name_does_not_complete_a_dataset(mem_dir_sensors_audit2
     ],
     ids=["one-empty-file", "only-empty-files", "spark-temporary", "dot-part"],
 )
-def test_stable_sizes_do_not_accept_empty_or_temporary_files(
-    files: dict[str, bytes], mem_dir_sensors_audit2: str
-) -> None:
+def test_stable_sizes_do_not_accept_empty_or_temporary_files(files: dict[str, bytes], mem_dir: str) -> None:
     # Before: a dataset of zero-byte files (opened, not yet written) or with a Spark _temporary/ folder
     # or a .part file left over was "complete" once its sizes had not moved for the period.
     for rel, data in files.items():
-        _write(f"{mem_dir_sensors_audit2}/{rel}", data)
+        write_object(f"{mem_dir}/{rel}", data)
     tracker = StabilityTracker(StableSize(1))
-    check_once(mem_dir_sensors_audit2, StableSize(1), tracker=tracker, now=0)
-    result = check_once(mem_dir_sensors_audit2, StableSize(1), tracker=tracker, now=100)
+    check_once(mem_dir, StableSize(1), tracker=tracker, now=0)
+    result = check_once(mem_dir, StableSize(1), tracker=tracker, now=100)
     assert not result.complete, result
     # finished: the temporary parts renamed into place, the files written
     fs = fsspec.filesystem("memory")
-    fs.rm(mem_dir_sensors_audit2.removeprefix("memory://"), recursive=True)
-    _write(mem_dir_sensors_audit2 + "/part-0.parquet", b"abc")
-    _write(mem_dir_sensors_audit2 + "/part-1.parquet", b"")  # one empty part among written ones is fine
-    check_once(mem_dir_sensors_audit2, StableSize(1), tracker=tracker, now=200)
-    assert check_once(mem_dir_sensors_audit2, StableSize(1), tracker=tracker, now=300).complete
+    fs.rm(mem_dir.removeprefix("memory://"), recursive=True)
+    write_object(mem_dir + "/part-0.parquet", b"abc")
+    write_object(mem_dir + "/part-1.parquet", b"")  # one empty part among written ones is fine
+    check_once(mem_dir, StableSize(1), tracker=tracker, now=200)
+    assert check_once(mem_dir, StableSize(1), tracker=tracker, now=300).complete
 
 
 @pytest.mark.usefixtures("_deferring")
@@ -553,7 +519,7 @@ def test_a_manifest_entry_that_is_a_directory_is_not_a_complete_file(tmp_path) -
 
 
 @pytest.mark.usefixtures("_deferring")
-def test_write_manifest_refuses_a_dataset_with_no_files(tmp_path, mem_dir_sensors_audit2: str) -> None:
+def test_write_manifest_refuses_a_dataset_with_no_files(tmp_path, mem_dir: str) -> None:
     # Before: an existing but empty folder (or one holding only the _SUCCESS marker) got the manifest
     # {"files": []}, which reads as complete: the "manifest of nothing" write_manifest refuses for a
     # path that does not exist (an empty prefix on an object store), let through on a local disk.

@@ -2,47 +2,23 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
-from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_gpu_dag.sensors import CheckpointSensor
-
-
-@pytest.fixture
-def ckpt_dir() -> str:
-    return f"memory://ckpt-{uuid.uuid4().hex[:8]}/run"
-
+from tests.unit.sensors.conftest import checkpoint_sensor, sensor_context
 
 # -- the sensor ---------------------------------------------------------------------------------------
-def _context() -> dict[str, Any]:
-    return {"ti": SimpleNamespace(dag_id="d", run_id="r1")}
-
-
-def _sensor(directory: str, **kwargs: Any) -> CheckpointSensor:
-    with DAG("d", schedule=None):
-        EmptyOperator(task_id="train")
-        return CheckpointSensor(
-            task_id="wait_train_ckpt_2",
-            checkpoint_dir=directory,
-            step=2,
-            timeout=3600,
-            training_task_id="train",
-            **kwargs,
-        )
 
 
 @pytest.mark.usefixtures("_deferring")
 def test_the_trigger_event_fails_the_sensor_with_the_fix(ckpt_dir: str) -> None:
     event = {"status": "training_over", "state": "success", "path": ckpt_dir, "reason": "no checkpoint"}
     with pytest.raises(AirflowFailException, match=r"training task 'train' ended success without"):
-        _sensor(ckpt_dir).execute_complete(_context(), event)
+        checkpoint_sensor(ckpt_dir).execute_complete(sensor_context(), event)
 
 
 @pytest.mark.usefixtures("_deferring")
@@ -52,7 +28,7 @@ def test_an_unknown_training_task_is_named(ckpt_dir: str) -> None:
             task_id="wait", checkpoint_dir=ckpt_dir, step=1, timeout=60, training_task_id="trian"
         )
     with pytest.raises(AirflowFailException, match=r"training_task_id='trian' is not a task of DAG 'd2'"):
-        sensor.execute(_context())
+        sensor.execute(sensor_context())
 
 
 @pytest.mark.usefixtures("_deferring")

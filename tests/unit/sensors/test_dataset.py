@@ -4,15 +4,11 @@ completeness checks it runs."""
 from __future__ import annotations
 
 import math
-import uuid
 from typing import Any
 
 import pytest
 
-
-@pytest.fixture
-def mem_dir() -> str:
-    return f"memory://audit2-{uuid.uuid4().hex[:8]}/clean"
+from tests.unit.memory_store import MISSING_S3FS
 
 
 def _bad_sensors() -> list[tuple[str, Any]]:
@@ -190,9 +186,6 @@ def test_a_fallback_producer_that_is_not_in_the_dag_fails_naming_it(mem_dir: str
         sensor.execute({"ti": TI()})
     with pytest.raises(TaskDeferred):  # a known producer that has not ended: wait for the dataset
         good.execute({"ti": TI()})
-
-
-MISSING_S3FS = "s3://nonexistent-bucket-gpu-dag/ds"  # s3fs is not installed here: ImportError
 
 
 @pytest.mark.usefixtures("_deferring")

@@ -3,33 +3,26 @@ without the checkpoint, instead of waiting out its timeout (hours for a real sta
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
-from types import SimpleNamespace
 from typing import Any
 
 import fsspec
 import pytest
-from airflow.providers.standard.operators.empty import EmptyOperator
-from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, TaskDeferred
 from fsspec.implementations.memory import MemoryFileSystem
 
 import airflow_gpu_dag.triggers.checkpoint as trigger_module
 from airflow_gpu_dag.datasets.completeness import Marker, write_marker
-from airflow_gpu_dag.sensors import CheckpointSensor
 from airflow_gpu_dag.triggers.checkpoint import (
     TRAINING_OVER,
     CheckpointTrigger,
     checkpoint_regex,
     find_checkpoint,
 )
-
-
-@pytest.fixture
-def ckpt_dir() -> str:
-    return f"memory://ckpt-{uuid.uuid4().hex[:8]}/run"
+from tests.unit.memory_store import write_checkpoint, write_object
+from tests.unit.sensors.conftest import checkpoint_sensor, sensor_context
+from tests.unit.triggers.conftest import first_event
 
 
 def _write_checkpoint(directory: str, step: int) -> None:
@@ -67,31 +60,7 @@ def _trigger(directory: str, *, seconds: float = 30.0, watch: bool = True) -> Ch
     )
 
 
-def _first_event(trigger: CheckpointTrigger) -> dict[str, Any]:
-    async def first() -> dict[str, Any]:
-        async for event in trigger.run():
-            return event.payload
-        raise AssertionError("no event")
-
-    return asyncio.run(asyncio.wait_for(first(), 20))
-
-
 # -- the sensor ---------------------------------------------------------------------------------------
-def _context() -> dict[str, Any]:
-    return {"ti": SimpleNamespace(dag_id="d", run_id="r1")}
-
-
-def _sensor(directory: str, **kwargs: Any) -> CheckpointSensor:
-    with DAG("d", schedule=None):
-        EmptyOperator(task_id="train")
-        return CheckpointSensor(
-            task_id="wait_train_ckpt_2",
-            checkpoint_dir=directory,
-            step=2,
-            timeout=3600,
-            training_task_id="train",
-            **kwargs,
-        )
 
 
 # -- the trigger ------------------------------------------------------------------------------------
@@ -101,7 +70,7 @@ def test_the_trigger_fires_once_training_has_failed(ckpt_dir: str, monkeypatch: 
     monkeypatch.setattr(
         trigger_module, "training_state", _states("running", "running", "failed", calls=calls)
     )
-    payload = _first_event(_trigger(ckpt_dir))
+    payload = first_event(_trigger(ckpt_dir))
     assert payload["status"] == "training_over" and payload["state"] == "failed"
     assert calls[0] == ("d", "r1", "train") and len(calls) == 3
     assert "does not exist yet" in payload["reason"]
@@ -113,7 +82,7 @@ def test_every_end_state_of_training_ends_the_wait(
     state: str, ckpt_dir: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(trigger_module, "training_state", _states(state))
-    assert _first_event(_trigger(ckpt_dir))["status"] == "training_over"
+    assert first_event(_trigger(ckpt_dir))["status"] == "training_over"
 
 
 @pytest.mark.usefixtures("_deferring")
@@ -128,7 +97,7 @@ def test_a_retry_is_not_the_end_of_training(ckpt_dir: str, monkeypatch: pytest.M
         return "up_for_retry" if len(seen) < 3 else "running"
 
     monkeypatch.setattr(trigger_module, "training_state", state)
-    payload = _first_event(_trigger(ckpt_dir))
+    payload = first_event(_trigger(ckpt_dir))
     assert payload["status"] == "complete" and payload["step"] == 2
 
 
@@ -143,7 +112,7 @@ def test_a_checkpoint_written_just_before_training_ended_counts(
         return "success"
 
     monkeypatch.setattr(trigger_module, "training_state", state)
-    payload = _first_event(_trigger(ckpt_dir))
+    payload = first_event(_trigger(ckpt_dir))
     assert payload["status"] == "complete" and payload["path"] == f"{ckpt_dir}/checkpoint-2"
 
 
@@ -152,7 +121,7 @@ def test_an_unreadable_state_keeps_waiting_until_the_deadline(
     ckpt_dir: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(trigger_module, "training_state", _states(ConnectionError("api-server down")))
-    assert _first_event(_trigger(ckpt_dir, seconds=0.3))["status"] == "timeout"
+    assert first_event(_trigger(ckpt_dir, seconds=0.3))["status"] == "timeout"
 
 
 @pytest.mark.usefixtures("_deferring")
@@ -160,7 +129,7 @@ def test_without_a_training_task_the_state_is_never_read(
     ckpt_dir: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(trigger_module, "training_state", _states(AssertionError("read")))
-    assert _first_event(_trigger(ckpt_dir, seconds=0.3, watch=False))["status"] == "timeout"
+    assert first_event(_trigger(ckpt_dir, seconds=0.3, watch=False))["status"] == "timeout"
 
 
 @pytest.mark.usefixtures("_deferring")
@@ -180,7 +149,7 @@ def test_the_sensor_fails_at_once_when_training_already_failed(
 ) -> None:
     monkeypatch.setattr(trigger_module, "training_state", _states("failed"))
     with pytest.raises(AirflowFailException) as err:
-        _sensor(ckpt_dir).execute(_context())
+        checkpoint_sensor(ckpt_dir).execute(sensor_context())
     message = str(err.value)
     assert "training task 'train' ended failed" in message and "step >= 2" in message
     assert "clear 'train' and 'wait_train_ckpt_2'" in message
@@ -190,7 +159,7 @@ def test_the_sensor_fails_at_once_when_training_already_failed(
 def test_the_sensor_defers_with_the_run_to_watch(ckpt_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(trigger_module, "training_state", _states("running"))
     with pytest.raises(TaskDeferred) as deferred:
-        _sensor(ckpt_dir).execute(_context())
+        checkpoint_sensor(ckpt_dir).execute(sensor_context())
     trigger = deferred.value.trigger
     assert isinstance(trigger, CheckpointTrigger)
     assert (trigger.training_task_id, trigger.dag_id, trigger.run_id) == ("train", "d", "r1")
@@ -201,28 +170,28 @@ def test_a_skipped_training_skips_the_sensor(ckpt_dir: str, monkeypatch: pytest.
     # as an ordinary edge would: what waits for the checkpoint is skipped, the run does not fail
     monkeypatch.setattr(trigger_module, "training_state", _states("skipped"))
     with pytest.raises(AirflowSkipException, match=r"training task 'train' was skipped"):
-        _sensor(ckpt_dir).execute(_context())
+        checkpoint_sensor(ckpt_dir).execute(sensor_context())
     event = {"status": "training_over", "state": "skipped", "path": ckpt_dir, "reason": "none"}
     with pytest.raises(AirflowSkipException):
-        _sensor(ckpt_dir).execute_complete(_context(), event)
+        checkpoint_sensor(ckpt_dir).execute_complete(sensor_context(), event)
 
 
 @pytest.mark.usefixtures("_deferring")
 def test_the_poking_sensor_watches_training_too(ckpt_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    sensor = _sensor(ckpt_dir, deferrable=False)
+    sensor = checkpoint_sensor(ckpt_dir, deferrable=False)
     monkeypatch.setattr(trigger_module, "training_state", _states("running"))
-    assert not sensor.poke(_context()).is_done
+    assert not sensor.poke(sensor_context()).is_done
     monkeypatch.setattr(trigger_module, "training_state", _states("upstream_failed"))
     with pytest.raises(AirflowFailException, match=r"ended upstream_failed"):
-        sensor.poke(_context())
+        sensor.poke(sensor_context())
     _write_checkpoint(ckpt_dir, 3)  # once there, the checkpoint wins over the state
-    assert sensor.poke(_context()).xcom_value == {"path": f"{ckpt_dir}/checkpoint-3", "step": 3}
+    assert sensor.poke(sensor_context()).xcom_value == {"path": f"{ckpt_dir}/checkpoint-3", "step": 3}
 
 
 @pytest.mark.usefixtures("_deferring")
 def test_an_unreadable_state_does_not_fail_the_sensor(ckpt_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(trigger_module, "training_state", _states(RuntimeError("no supervisor")))
-    assert not _sensor(ckpt_dir, deferrable=False).poke(_context()).is_done
+    assert not checkpoint_sensor(ckpt_dir, deferrable=False).poke(sensor_context()).is_done
 
 
 @pytest.mark.usefixtures("_deferring")
@@ -242,36 +211,16 @@ def test_training_state_reads_the_task_sdk(monkeypatch: pytest.MonkeyPatch) -> N
     assert trigger_module.training_state("d", "r2", "train") is None  # no task instance in that run
 
 
-@pytest.fixture
-def mem_dir() -> str:
-    """A fresh directory in fsspec's in-memory object store."""
-    return f"memory://lake-{uuid.uuid4().hex[:8]}/clean"
-
-
-def _write(url: str, data: bytes) -> None:
-    with fsspec.open(url, "wb") as handle:
-        handle.write(data)
-
-
-def _first_event_completeness(trigger) -> dict:
-    async def first() -> dict:
-        async for event in trigger.run():
-            return event.payload
-        raise AssertionError("no event")
-
-    return asyncio.run(asyncio.wait_for(first(), 20))
-
-
 @pytest.mark.usefixtures("_deferring")
 def test_find_checkpoint_first_complete_at_or_after_step(mem_dir: str) -> None:
     assert "does not exist" in find_checkpoint(mem_dir, "step-{step}", 100, "marker")[2]
-    _write(mem_dir + "/step-50/w.bin", b"x")
+    write_object(mem_dir + "/step-50/w.bin", b"x")
     write_marker(mem_dir + "/step-50")
     assert find_checkpoint(mem_dir, "step-{step}", 100, "marker")[0] is None
-    _write(mem_dir + "/step-100/w.bin", b"x")  # being written: no marker yet
+    write_object(mem_dir + "/step-100/w.bin", b"x")  # being written: no marker yet
     path, _, reason = find_checkpoint(mem_dir, "step-{step}", 100, "marker")
     assert path is None and "none is complete" in reason
-    _write(mem_dir + "/step-150/w.bin", b"x")
+    write_object(mem_dir + "/step-150/w.bin", b"x")
     write_marker(mem_dir + "/step-150")
     assert find_checkpoint(mem_dir, "step-{step}", 100, "marker")[:2] == (mem_dir + "/step-150", 150)
     write_marker(mem_dir + "/step-100")
@@ -280,12 +229,12 @@ def test_find_checkpoint_first_complete_at_or_after_step(mem_dir: str) -> None:
 
 @pytest.mark.usefixtures("_deferring")
 def test_checkpoint_trigger_events(mem_dir: str) -> None:
-    _write(mem_dir + "/checkpoint-2/w", b"x")
+    write_object(mem_dir + "/checkpoint-2/w", b"x")
     write_marker(mem_dir + "/checkpoint-2")
     ok = CheckpointTrigger(mem_dir, "checkpoint-{step}", 2, Marker().to_dict(), time.time() + 5, 0.1)
-    assert _first_event_completeness(ok)["step"] == 2
+    assert first_event(ok)["step"] == 2
     late = CheckpointTrigger(mem_dir, "checkpoint-{step}", 3, Marker().to_dict(), time.time() + 0.2, 0.1)
-    payload = _first_event_completeness(late)
+    payload = first_event(late)
     assert payload["status"] == "timeout" and "step >= 3" in payload["reason"]
 
 
@@ -327,11 +276,6 @@ class ListingCacheFS(MemoryFileSystem):
 fsspec.register_implementation("lscache", ListingCacheFS, clobber=True)
 
 
-def _checkpoint(directory: str, step: int) -> None:
-    _write(f"{directory}/checkpoint-{step}/weights", b"w")
-    write_marker(f"{directory}/checkpoint-{step}")
-
-
 # -- 2. a checkpoint written after the first look is found ---------------------------------------------
 def test_a_checkpoint_written_after_the_first_look_is_found_on_a_caching_filesystem() -> None:
     """Before: the directory listing was taken from the filesystem's cache, which s3fs/gcsfs/adlfs
@@ -340,10 +284,10 @@ def test_a_checkpoint_written_after_the_first_look_is_found_on_a_caching_filesys
     next to checkpoint 1000."""
     base = f"ckpt-{uuid.uuid4().hex[:8]}/run"
     memory, cached = f"memory://{base}", f"lscache://{base}"
-    _checkpoint(memory, 500)
+    write_checkpoint(memory, 500)
     path, step, reason = find_checkpoint(cached, "checkpoint-{step}", 1000, "marker")
     assert (path, step) == (None, None) and "no checkpoint with step >= 1000" in reason
-    _checkpoint(memory, 1000)
+    write_checkpoint(memory, 1000)
     assert find_checkpoint(cached, "checkpoint-{step}", 1000, "marker")[:2] == (
         f"{cached}/checkpoint-1000",
         1000,

@@ -4,56 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from typing import Any
 
-import fsspec
 import pytest
 
 from airflow_gpu_dag.datasets.completeness import Manifest, Marker, StableSize, check_once, write_marker
 from airflow_gpu_dag.triggers.budget import BudgetTrigger
 from airflow_gpu_dag.triggers.checkpoint import CheckpointTrigger
 from airflow_gpu_dag.triggers.dataset import DatasetCompleteTrigger
-
-
-@pytest.fixture
-def mem_dir() -> str:
-    """A fresh directory in fsspec's in-memory object store."""
-    return f"memory://lake-{uuid.uuid4().hex[:8]}/clean"
-
-
-def _write(url: str, data: bytes) -> None:
-    with fsspec.open(url, "wb") as handle:
-        handle.write(data)
-
-
-def _first_event(trigger) -> dict:
-    async def first() -> dict:
-        async for event in trigger.run():
-            return event.payload
-        raise AssertionError("no event")
-
-    return asyncio.run(asyncio.wait_for(first(), 20))
-
-
-def _flaky(real, error: Exception, times: int = 1):
-    calls = {"n": 0}
-
-    def check(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] <= times:
-            raise error
-        return real(*args, **kwargs)
-
-    return check
-
-
-MISSING_S3FS = "s3://nonexistent-bucket-gpu-dag/ds"  # s3fs is not installed here: ImportError
+from tests.unit.memory_store import MISSING_S3FS, flaky, write_object
+from tests.unit.triggers.conftest import first_event
 
 
 @pytest.mark.usefixtures("_deferring")
 def test_dataset_trigger_fires_when_complete(mem_dir: str) -> None:
-    _write(mem_dir + "/a", b"x")
+    write_object(mem_dir + "/a", b"x")
 
     async def produce_later() -> None:
         await asyncio.sleep(0.3)
@@ -74,9 +39,9 @@ def test_dataset_trigger_fires_when_complete(mem_dir: str) -> None:
 
 @pytest.mark.usefixtures("_deferring")
 def test_dataset_trigger_times_out_with_reason(mem_dir: str) -> None:
-    _write(mem_dir + "/a", b"x")
+    write_object(mem_dir + "/a", b"x")
     trigger = DatasetCompleteTrigger(mem_dir, Marker().to_dict(), time.time() + 0.3, poke_interval=0.1)
-    payload = _first_event(trigger)
+    payload = first_event(trigger)
     assert payload == {"status": "timeout", "path": mem_dir, "reason": payload["reason"]}
     assert "_SUCCESS missing" in payload["reason"]
 
@@ -94,10 +59,10 @@ def test_the_triggers_fail_at_once_on_a_missing_package() -> None:
     # Before: "check failed: ImportError: Install s3fs" was retried until the deadline (hours), then
     # reported as a timeout.
     started = time.monotonic()
-    payload = _first_event(DatasetCompleteTrigger(MISSING_S3FS, Marker().to_dict(), time.time() + 3, 0.1))
+    payload = first_event(DatasetCompleteTrigger(MISSING_S3FS, Marker().to_dict(), time.time() + 3, 0.1))
     assert payload["status"] == "error" and payload["path"] == MISSING_S3FS
     assert "Install s3fs" in payload["reason"] and "Fix: install" in payload["reason"]
-    payload = _first_event(
+    payload = first_event(
         CheckpointTrigger(MISSING_S3FS, "step-{step}", 1, Marker().to_dict(), time.time() + 3, 0.1)
     )
     assert payload["status"] == "error" and "Install s3fs" in payload["reason"]
@@ -116,11 +81,11 @@ def test_the_triggers_fail_at_once_on_a_missing_connection(monkeypatch: pytest.M
 
     monkeypatch.setattr(trigger_dataset, "check_once", undefined)
     monkeypatch.setattr(trigger_checkpoint, "resolve", undefined)
-    payload = _first_event(
+    payload = first_event(
         DatasetCompleteTrigger("s3://b/k", Marker().to_dict(), time.time() + 3, 0.1, "lake")
     )
     assert payload["status"] == "error" and "`lake` isn't defined" in payload["reason"]
-    payload = _first_event(
+    payload = first_event(
         CheckpointTrigger("s3://b/c", "step-{step}", 1, Marker().to_dict(), time.time() + 3, 0.1, "lake")
     )
     assert payload["status"] == "error" and "Fix: define the connection" in payload["reason"]
@@ -133,8 +98,8 @@ def test_the_triggers_keep_waiting_through_a_transient_error(
     import airflow_gpu_dag.triggers.dataset as trigger_dataset
 
     write_marker(mem_dir)
-    monkeypatch.setattr(trigger_dataset, "check_once", _flaky(check_once, OSError("503 SlowDown"), times=2))
-    payload = _first_event(DatasetCompleteTrigger(mem_dir, Marker().to_dict(), time.time() + 10, 0.1))
+    monkeypatch.setattr(trigger_dataset, "check_once", flaky(check_once, OSError("503 SlowDown"), times=2))
+    payload = first_event(DatasetCompleteTrigger(mem_dir, Marker().to_dict(), time.time() + 10, 0.1))
     assert payload["status"] == "complete"
 
 
