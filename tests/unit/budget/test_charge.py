@@ -24,7 +24,7 @@ from airflow_gpu_dag.gpu.inventory import parse_inventory
 from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseOwner, LeaseSettings
 from airflow_gpu_dag.gpu.usage import UsageLedger
 from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator
-from tests.unit.operators.conftest import _dag
+from tests.unit.operators.conftest import RUN_ID, _dag, build_pod, finished_pod, pod_dag
 
 
 def _ctx(dag_id: str, run_id: str = "r1") -> dict[str, Any]:
@@ -110,30 +110,6 @@ def test_a_gpu_pod_that_never_started_is_charged_nothing(
     assert read_usage(ledger, "pods", "r1", None).run_gpu_seconds == 0  # before: 1 GPU-h
 
 
-def _pod(started: datetime | None, finished: datetime | None, phase: str = "Succeeded") -> Any:
-    from kubernetes.client import models as k8s
-
-    state = k8s.V1ContainerState(
-        terminated=k8s.V1ContainerStateTerminated(exit_code=0, started_at=started, finished_at=finished)
-        if finished
-        else None,
-        running=k8s.V1ContainerStateRunning(started_at=started) if started and not finished else None,
-    )
-    return k8s.V1Pod(
-        metadata=k8s.V1ObjectMeta(name="train-abc", namespace="ml", uid="u-1", labels={"run_id": "r7"}),
-        spec=k8s.V1PodSpec(containers=[], node_name="node-7"),
-        status=k8s.V1PodStatus(
-            phase=phase,
-            start_time=started,
-            container_statuses=[
-                k8s.V1ContainerStatus(
-                    name="base", image="i", image_id="", ready=False, restart_count=0, state=state
-                )
-            ],
-        ),
-    )
-
-
 @pytest.mark.usefixtures("_deferring")
 def test_gpu_pod_charges_the_budget_when_it_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
@@ -147,7 +123,7 @@ def test_gpu_pod_charges_the_budget_when_it_ends(tmp_path: Path, monkeypatch: py
         op = GpuKubernetesPodOperator(task_id="train", image="i", gpus=2, gpu_type="a100")
     start = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
     ti = SimpleNamespace(dag_id="pods", run_id="r7", task_id="train", map_index=-1, try_number=1)
-    pod = _pod(start, start + timedelta(hours=1))
+    pod = finished_pod(start, start + timedelta(hours=1))
     op.cleanup(pod, pod, context={"ti": ti})
     op.cleanup(pod, pod, context={"ti": ti})  # cleaned up twice: charged once
     records = UsageLedger(ledger).read()
@@ -156,32 +132,15 @@ def test_gpu_pod_charges_the_budget_when_it_ends(tmp_path: Path, monkeypatch: py
     assert read_usage(str(ledger), "pods", "r7", "gpu_a100", now=start.timestamp() + 7200).run_gpu_hours == 2
 
 
-HOOK = "airflow.providers.cncf.kubernetes.operators.pod.KubernetesHook"
-
-
-RUN_ID = "manual__2026-11-30T00:00:00+00:00"
-
-
-def _dag_kubernetes_audit2(dag_id: str = "audit2", **kwargs: Any) -> DAG:
-    return DAG(dag_id, schedule=None, start_date=datetime(2026, 1, 1), **kwargs)
-
-
-def _build(op: Any, context: dict[str, Any]) -> k8s.V1Pod:
-    with mock.patch(HOOK) as hook:
-        hook.return_value.is_in_cluster = False
-        hook.return_value.get_namespace.return_value = "default"
-        return op.build_pod_request_obj(context)
-
-
 def test_a_killed_pod_is_charged_to_its_run_map_index_and_try() -> None:
     # Before: on_kill charged the pod with the ids read from its labels, which the provider
     # sanitizes (run_id 'manual__2026-11-30T0000000000-<hash>') and which carry no try number:
     # the GPU time went to a run that does not exist, as map index -1, so the run's budget never saw it.
-    with _dag_kubernetes_audit2("killed") as dag:
+    with pod_dag("killed") as dag:
         op = GpuKubernetesPodOperator(task_id="train", image="i", namespace="ml", gpus=4)
     ti = SimpleNamespace(dag_id="killed", task_id="train", run_id=RUN_ID, map_index=3, try_number=2)
     context = {"ti": ti, "run_id": RUN_ID, "dag": dag}
-    pod = _build(op, context)
+    pod = build_pod(op, context)
     assert pod.metadata.labels["run_id"] != RUN_ID  # what the old code charged
     started = datetime(2026, 11, 30, tzinfo=UTC)
     running = k8s.V1Pod(

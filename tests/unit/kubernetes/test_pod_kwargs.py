@@ -5,21 +5,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
 from unittest import mock
 
 import pytest
 from airflow.providers.cncf.kubernetes.operators.kueue import KubernetesStartKueueJobOperator
-from airflow.sdk import DAG
 
 from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator, GpuPodConfigError, gpu_pod_kwargs
-from tests.unit.operators.conftest import (
-    SER,
-    _context,
-    _dag,
-    _validate,
-)
+from tests.unit.operators.conftest import SER, _context, _dag, _validate, pod_dag
 
 
 def test_sizes_of_a_mode_not_asked_for_are_refused() -> None:
@@ -36,14 +28,10 @@ def test_sizes_of_a_mode_not_asked_for_are_refused() -> None:
             )
 
 
-def _dag_kubernetes_audit2(dag_id: str = "audit2", **kwargs: Any) -> DAG:
-    return DAG(dag_id, schedule=None, start_date=datetime(2026, 1, 1), **kwargs)
-
-
 def test_a_gpu_type_without_letters_is_a_config_error_naming_the_task() -> None:
     # Before: gpu_type="!!!" (or such a gpu_products key) raised a bare ValueError from the pool
     # naming, without the DAG and task, instead of GpuPodConfigError.
-    with _dag_kubernetes_audit2("bad_type"):
+    with pod_dag("bad_type"):
         with pytest.raises(GpuPodConfigError, match=r"bad_type\.t1: .*'!!!'"):
             GpuKubernetesPodOperator(task_id="t1", image="i", gpus=1, gpu_type="!!!")
         with pytest.raises(GpuPodConfigError, match=r"bad_type\.t2: .*'\?\?'"):
@@ -57,7 +45,7 @@ def test_an_existing_pod_group_name_that_cannot_exist_is_refused(name: str) -> N
     # Before: volcano_pod_group="Nightly_Eval" was accepted and written into the pod's
     # scheduling.k8s.io/group-name annotation; no PodGroup can have that name, so the pod waited
     # until schedule_timeout_seconds and failed as "not scheduled" (and the fallback ladder moved on).
-    with _dag_kubernetes_audit2("pg"), pytest.raises(GpuPodConfigError, match=r"pg\.t: volcano_pod_group"):
+    with pod_dag("pg"), pytest.raises(GpuPodConfigError, match=r"pg\.t: volcano_pod_group"):
         GpuKubernetesPodOperator(task_id="t", image="i", gpus=1, volcano=True, volcano_pod_group=name)
 
 

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from types import SimpleNamespace
-from typing import Any
-from unittest import mock
 
 import kubernetes_validate
 import pytest
-from airflow.sdk import DAG
-from kubernetes.client import ApiClient
 from kubernetes.client import models as k8s
 
 from airflow_gpu_dag.kubernetes.pod_spec import (
@@ -24,8 +19,7 @@ from airflow_gpu_dag.kubernetes.pod_spec import (
     merge_tolerations,
 )
 from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator
-
-SER = ApiClient().sanitize_for_serialization
+from tests.unit.operators.conftest import RUN_ID, SER, build_pod, pod_dag
 
 
 class TestGpuPodSpec:
@@ -126,23 +120,6 @@ class TestMerging:
         assert len(merge_tolerations(once)) == 1
 
 
-HOOK = "airflow.providers.cncf.kubernetes.operators.pod.KubernetesHook"
-
-
-RUN_ID = "manual__2026-11-30T00:00:00+00:00"
-
-
-def _dag(dag_id: str = "audit2", **kwargs: Any) -> DAG:
-    return DAG(dag_id, schedule=None, start_date=datetime(2026, 1, 1), **kwargs)
-
-
-def _build(op: Any, context: dict[str, Any]) -> k8s.V1Pod:
-    with mock.patch(HOOK) as hook:
-        hook.return_value.is_in_cluster = False
-        hook.return_value.get_namespace.return_value = "default"
-        return op.build_pod_request_obj(context)
-
-
 def test_dict_container_resources_keep_their_resource_claims() -> None:
     # Before: container_resources given as a dict lost its "claims" (a DRA claim of the container,
     # e.g. a GPU ResourceClaim); the V1ResourceRequirements form kept them.
@@ -150,10 +127,10 @@ def test_dict_container_resources_keep_their_resource_claims() -> None:
     merged = SER(merge_resources(given, 2))
     assert merged["claims"] == [{"name": "gpu-claim"}]
     assert merged["limits"] == {"cpu": "4", "nvidia.com/gpu": "2"}
-    with _dag() as dag:
+    with pod_dag() as dag:
         op = GpuKubernetesPodOperator(task_id="claims", image="i", gpus=2, container_resources=given)
     ti = SimpleNamespace(dag_id=dag.dag_id, task_id="claims", map_index=-1, try_number=1)
-    pod = SER(_build(op, {"ti": ti, "run_id": RUN_ID, "dag": dag}))
+    pod = SER(build_pod(op, {"ti": ti, "run_id": RUN_ID, "dag": dag}))
     resources = pod["spec"]["containers"][0]["resources"]
     assert resources["claims"] == [{"name": "gpu-claim"}]
     assert kubernetes_validate.validate(pod, "1.37.0", strict=True) == "1.37"

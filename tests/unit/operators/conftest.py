@@ -11,6 +11,7 @@ import kubernetes_validate
 import pendulum
 from airflow.sdk import DAG
 from kubernetes.client import ApiClient
+from kubernetes.client import models as k8s
 
 
 def make_dag(dag_id: str = "gpu_dag") -> Any:
@@ -56,3 +57,42 @@ def _validate(manifest: dict[str, Any]) -> None:
 
 def _dag(dag_id: str = "k8s_gpu") -> DAG:
     return DAG(dag_id, schedule=None, start_date=datetime.datetime(2026, 1, 1))
+
+
+def pod_dag(dag_id: str = "audit2", **kwargs: Any) -> DAG:
+    """A DAG without a schedule to hold a GPU pod operator."""
+    return DAG(dag_id, schedule=None, start_date=datetime.datetime(2026, 1, 1), **kwargs)
+
+
+def build_pod(op: Any, context: dict[str, Any]) -> k8s.V1Pod:
+    """The pod ``op`` requests in ``context``, built with the provider's Kubernetes hook patched out."""
+    with mock.patch(HOOK) as hook:
+        hook.return_value.is_in_cluster = False
+        hook.return_value.get_namespace.return_value = "default"
+        return op.build_pod_request_obj(context)
+
+
+def finished_pod(
+    started: datetime.datetime | None, finished: datetime.datetime | None, phase: str = "Succeeded"
+) -> Any:
+    """Pod ``train-abc`` of run ``r7`` on ``node-7``: its container ran from ``started`` (and ended at
+    ``finished``, exit code 0), the pod in ``phase``."""
+    state = k8s.V1ContainerState(
+        terminated=k8s.V1ContainerStateTerminated(exit_code=0, started_at=started, finished_at=finished)
+        if finished
+        else None,
+        running=k8s.V1ContainerStateRunning(started_at=started) if started and not finished else None,
+    )
+    return k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name="train-abc", namespace="ml", uid="u-1", labels={"run_id": "r7"}),
+        spec=k8s.V1PodSpec(containers=[], node_name="node-7"),
+        status=k8s.V1PodStatus(
+            phase=phase,
+            start_time=started,
+            container_statuses=[
+                k8s.V1ContainerStatus(
+                    name="base", image="i", image_id="", ready=False, restart_count=0, state=state
+                )
+            ],
+        ),
+    )

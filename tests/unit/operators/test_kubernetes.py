@@ -8,22 +8,15 @@ Nothing here talks to a cluster."""
 from __future__ import annotations
 
 import itertools
-from datetime import datetime
 from typing import Any
 from unittest import mock
 
 import pytest
-from airflow.sdk import DAG
 from kubernetes.client import models as k8s
 
 from airflow_gpu_dag.operators.fallback import FALLBACK_XCOM_KEY
 from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator, GpuPodNotScheduled
-from tests.unit.operators.conftest import (
-    _build,
-    _context,
-    _dag,
-    _validate,
-)
+from tests.unit.operators.conftest import _build, _context, _dag, _validate, pod_dag
 
 MODES: dict[str, dict[str, Any]] = {
     "plain": {},
@@ -266,12 +259,8 @@ def test_dag_with_gpu_pods_serializes_and_keeps_the_hints():
     assert (task.pool, task.pool_slots) == ("gpu_a100", 4)
 
 
-def _dag_kubernetes_audit2(dag_id: str = "audit2", **kwargs: Any) -> DAG:
-    return DAG(dag_id, schedule=None, start_date=datetime(2026, 1, 1), **kwargs)
-
-
 def test_valid_existing_pod_group_names_are_kept() -> None:
-    with _dag_kubernetes_audit2("pg_ok"):
+    with pod_dag("pg_ok"):
         op = GpuKubernetesPodOperator(
             task_id="t", image="i", gpus=1, volcano=True, volcano_pod_group="nightly-eval.v2"
         )
@@ -282,7 +271,7 @@ def test_a_mapped_gpu_pod_keeps_the_dags_default_executor_config() -> None:
     # Before: .partial() set executor_config to the GPU hints only, so Airflow no longer filled it
     # from default_args: a mapped task lost the DAG's pod_override (an unmapped one kept it).
     override = k8s.V1Pod(metadata=k8s.V1ObjectMeta(labels={"team": "ml"}))
-    with _dag_kubernetes_audit2("mapped_ec", default_args={"executor_config": {"pod_override": override}}):
+    with pod_dag("mapped_ec", default_args={"executor_config": {"pod_override": override}}):
         mapped = GpuKubernetesPodOperator.partial(task_id="m", image="i", gpus=2, gpu_type="a100").expand(
             arguments=[["a"], ["b"]]
         )
@@ -293,7 +282,7 @@ def test_a_mapped_gpu_pod_keeps_the_dags_default_executor_config() -> None:
     assert mapped.partial_kwargs["pool"] == "gpu_a100" and mapped.partial_kwargs["pool_slots"] == 2
     # a task-level default_args wins over the DAG's, as in Airflow
     other = k8s.V1Pod(metadata=k8s.V1ObjectMeta(labels={"team": "other"}))
-    with _dag_kubernetes_audit2("mapped_ec2", default_args={"executor_config": {"pod_override": override}}):
+    with pod_dag("mapped_ec2", default_args={"executor_config": {"pod_override": override}}):
         own = GpuKubernetesPodOperator.partial(
             task_id="m", image="i", gpus=1, default_args={"executor_config": {"pod_override": other}}
         ).expand(arguments=[["a"]])
