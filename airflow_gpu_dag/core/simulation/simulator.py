@@ -729,10 +729,10 @@ class _ReadyTail:
     """:class:`~airflow_gpu_dag.core.policy.reservation.ReadyTail` from a pool's lists by slot count: the
     ready tasks after the head, picked without reading the ones that do not fit."""
 
-    def __init__(self, sim: _Simulation, pool: str, after: _Item, capacity: int) -> None:
+    def __init__(self, sim: _Simulation, pool: str, first: list[int], capacity: int) -> None:
         self.sim, self.pool = sim, pool
         self.lists = sim.by_slots[pool][: max(0, capacity) + 1]
-        self.first = [bisect.bisect_right(lst, after) for lst in self.lists]  # the tasks after the head
+        self.first = first  # per list, where the tasks after the head begin
 
     def pick(self, open_slots: int, skip: Sequence[ReadyTask] = ()) -> list[ReadyTask]:
         keys = {t.key for t in skip} if skip else ()
@@ -749,13 +749,27 @@ class _PoolWaiting:
 
     def __init__(self, sim: _Simulation, pool: str, now: float, lookahead: bool) -> None:
         self.sim, self.pool, self.now, self.lookahead = sim, pool, now, lookahead
+        self.read: list[ReadyTask] = []  # the tasks handed out so far, in admission order
 
     def __iter__(self) -> Iterator[ReadyTask]:
-        return self.sim._waiting(self.pool, self.now, self.lookahead)
+        read = self.read
+        for task in self.sim._waiting(self.pool, self.now, self.lookahead):
+            read.append(task)
+            yield task
 
     def ready_tail(self, head: ReadyTask, capacity: int) -> _ReadyTail:
-        sim, uid = self.sim, head.key
-        return _ReadyTail(sim, self.pool, (-sim.prio[uid], sim.order[uid], uid), capacity)
+        """The ready tasks after ``head`` (read already: the decision reads in admission order). In
+        each list by slot count they begin after the ready tasks read up to the head, the head
+        included: counted from what was read, without a search of the lists."""
+        first = [0] * (max(0, capacity) + 1)
+        for task in self.read:
+            if not isinstance(task, PendingTask):
+                first[task.slots] += 1
+            if task is head:
+                return _ReadyTail(self.sim, self.pool, first, capacity)
+        raise AssertionError(
+            f"the head {head.key!r} was not read from pool {self.pool!r}"
+        )  # pragma: no cover
 
 
 def simulate(
