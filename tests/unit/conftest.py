@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -135,6 +136,17 @@ def mem_dir() -> str:
 def ckpt_dir() -> str:
     """A fresh checkpoint directory in fsspec's in-memory object store."""
     return f"memory://ckpt-{uuid.uuid4().hex[:8]}/run"
+
+
+@pytest.fixture
+def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Real processes standing for CUDA loads (ours once registered with a lease, else foreign), killed
+    at the end of the test."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        proc.kill()
+        proc.wait(10)
 
 
 def _set(monkeypatch: pytest.MonkeyPatch, option: str, value: str) -> None:

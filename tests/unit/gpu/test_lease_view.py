@@ -3,44 +3,21 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from airflow_gpu_dag.core.model.resources import GpuRequest
-from airflow_gpu_dag.gpu.inventory import GpuDevice, GpuInventory
-from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseOwner, LeaseSettings
+from airflow_gpu_dag.gpu.lease import LeaseOwner
 from airflow_gpu_dag.gpu.lease_view import held_devices
 from airflow_gpu_dag.gpu.process import HostIdentity
 from airflow_gpu_dag.watermark.nvml_source import NvmlSource
-from tests.unit.watermark.conftest import (
-    FakeNvml,
-    N,
-    _load,
-)
-
-
-@pytest.fixture
-def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Real processes standing for CUDA loads (ours once registered with a lease, else foreign)."""
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        proc.kill()
-        proc.wait(10)
-
-
-def _manager(lease_dir: Path) -> LeaseManager:
-    inventory = GpuInventory(tuple(GpuDevice(i, "a100", 81920, uuid=f"GPU-{i:04d}") for i in range(N)))
-    return LeaseManager(LeaseSettings(lease_dir=lease_dir, poll_s=0.1), inventory)
+from tests.unit.watermark.conftest import FakeNvml, N, _load, lease_manager
 
 
 def test_stale_leases_do_not_count_and_other_namespaces_are_trusted(
     tmp_path: Path, workers: list[subprocess.Popen[bytes]]
 ) -> None:
     holder = _load(workers)
-    manager = _manager(tmp_path)
+    manager = lease_manager(tmp_path)
     lease = manager.try_acquire(GpuRequest(1), LeaseOwner("d", "r", "t"), holder_pid=holder.pid)
     assert lease is not None
     nvml = FakeNvml()

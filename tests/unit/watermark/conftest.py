@@ -19,6 +19,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from kubernetes.client import V1Container, V1Node, V1NodeList, V1Pod, V1PodList, V1ResourceRequirements
 
+from airflow_gpu_dag.gpu.inventory import GpuDevice, GpuInventory
+from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseSettings
 from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
 from airflow_gpu_dag.pool_claim.state import PoolState, parse_pool_state
 from airflow_gpu_dag.watermark.config import parse_config
@@ -191,6 +193,12 @@ def _load(started: list[subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(["sleep", "120"])
     started.append(proc)
     return proc
+
+
+def lease_manager(lease_dir: Path) -> LeaseManager:
+    """A lease manager in ``lease_dir`` for :data:`N` A100s with UUIDs ``GPU-0000``..."""
+    inventory = GpuInventory(tuple(GpuDevice(i, "a100", 81920, uuid=f"GPU-{i:04d}") for i in range(N)))
+    return LeaseManager(LeaseSettings(lease_dir=lease_dir, poll_s=0.1), inventory)
 
 
 class FailingRest(FakeRest):

@@ -16,26 +16,7 @@ from airflow_gpu_dag.gpu.inventory import GpuDevice, GpuInventory
 from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseOwner, LeaseSettings
 from airflow_gpu_dag.watermark.nvml_source import NvmlSource
 from airflow_gpu_dag.watermark.sources import SourceError
-from tests.unit.watermark.conftest import (
-    FakeNvml,
-    N,
-    _load,
-)
-
-
-@pytest.fixture
-def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Real processes standing for CUDA loads (ours once registered with a lease, else foreign)."""
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        proc.kill()
-        proc.wait(10)
-
-
-def _manager(lease_dir: Path) -> LeaseManager:
-    inventory = GpuInventory(tuple(GpuDevice(i, "a100", 81920, uuid=f"GPU-{i:04d}") for i in range(N)))
-    return LeaseManager(LeaseSettings(lease_dir=lease_dir, poll_s=0.1), inventory)
+from tests.unit.watermark.conftest import FakeNvml, N, _load, lease_manager
 
 
 @pytest.mark.parametrize(("k", "j"), [(4, 0), (4, 2), (0, 3), (8, 0), (3, 5)])
@@ -43,7 +24,7 @@ def test_nvml_counts_gpus_of_our_leased_tasks_and_not_foreign_ones(
     tmp_path: Path, workers: list[subprocess.Popen[bytes]], k: int, j: int
 ) -> None:
     """k GPUs busy with our leased tasks, j with a foreign process: capacity N - j."""
-    manager = _manager(tmp_path)
+    manager = lease_manager(tmp_path)
     nvml = FakeNvml()
     leases = [manager.acquire(GpuRequest(1), LeaseOwner("train", "r1", f"t{i}")) for i in range(k)]
     for lease in leases:
@@ -65,7 +46,7 @@ def test_nvml_counts_gpus_of_our_leased_tasks_and_not_foreign_ones(
 def test_a_child_of_the_lease_holder_is_ours(tmp_path: Path, workers: list[subprocess.Popen[bytes]]) -> None:
     """A CUDA process started by the task (a child of the lease holder, here this test process)
     counts as the lease's even when it was never registered."""
-    manager = _manager(tmp_path)
+    manager = lease_manager(tmp_path)
     nvml = FakeNvml()
     lease = manager.acquire(GpuRequest(1), LeaseOwner("d", "r", "t"))
     nvml.busy(lease.devices[0], _load(workers).pid)
@@ -76,7 +57,7 @@ def test_a_child_of_the_lease_holder_is_ours(tmp_path: Path, workers: list[subpr
 def test_a_foreign_process_on_a_leased_gpu_is_judged_without_our_memory(
     tmp_path: Path, workers: list[subprocess.Popen[bytes]]
 ) -> None:
-    manager = _manager(tmp_path)
+    manager = lease_manager(tmp_path)
     ours = manager.acquire(GpuRequest(1), LeaseOwner("d", "r", "ours"))
     worker = _load(workers)
     ours.register_process(worker.pid)
