@@ -96,3 +96,17 @@ def finished_pod(
             ],
         ),
     )
+
+
+def pending_pod(scheduled: bool) -> k8s.V1Pod:
+    """Pod ``train-abc``, pending: scheduled to a node, or unschedulable."""
+    cond = k8s.V1PodCondition(
+        type="PodScheduled",
+        status="True" if scheduled else "False",
+        reason=None if scheduled else "Unschedulable",
+    )
+    return k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name="train-abc", namespace="ml"),
+        spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="base", image="i")]),
+        status=k8s.V1PodStatus(phase="Pending", conditions=[cond]),
+    )

@@ -8,7 +8,6 @@ from unittest import mock
 import pytest
 from airflow.providers.cncf.kubernetes.utils.pod_manager import PodLaunchTimeoutException
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
-from kubernetes.client import models as k8s
 
 from airflow_gpu_dag.operators.fallback import (
     FALLBACK_XCOM_KEY,
@@ -18,11 +17,7 @@ from airflow_gpu_dag.operators.fallback import (
 )
 from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator, GpuPodNotScheduled
 from tests.unit.fallback_contexts import ladder_context, ladder_dag, mapped_ladder_context
-from tests.unit.operators.conftest import (
-    HOOK,
-    _context,
-    _dag,
-)
+from tests.unit.operators.conftest import HOOK, _context, _dag, pending_pod
 
 
 def test_decision_and_result_read_the_rungs_of_their_own_map_index():
@@ -124,19 +119,6 @@ def test_mark_not_started_pushes_the_marker():
     )
 
 
-def _pending_pod(scheduled: bool) -> k8s.V1Pod:
-    cond = k8s.V1PodCondition(
-        type="PodScheduled",
-        status="True" if scheduled else "False",
-        reason=None if scheduled else "Unschedulable",
-    )
-    return k8s.V1Pod(
-        metadata=k8s.V1ObjectMeta(name="train-abc", namespace="ml"),
-        spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="base", image="i")]),
-        status=k8s.V1PodStatus(phase="Pending", conditions=[cond]),
-    )
-
-
 def _run_sync(scheduled: bool, on_finish_action: str = "keep_pod") -> tuple[Any, mock.Mock, Exception]:
     with _dag("unsched") as dag:
         op = GpuKubernetesPodOperator(
@@ -150,7 +132,7 @@ def _run_sync(scheduled: bool, on_finish_action: str = "keep_pod") -> tuple[Any,
             get_logs=False,
             on_finish_action=on_finish_action,
         )
-    remote = _pending_pod(scheduled)
+    remote = pending_pod(scheduled)
     pod_manager = mock.Mock()
     pod_manager.create_pod.side_effect = lambda pod: pod
     pod_manager.read_pod.return_value = remote

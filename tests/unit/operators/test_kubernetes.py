@@ -16,7 +16,7 @@ from kubernetes.client import models as k8s
 
 from airflow_gpu_dag.operators.fallback import FALLBACK_XCOM_KEY
 from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator, GpuPodNotScheduled
-from tests.unit.operators.conftest import _build, _context, _dag, _validate, pod_dag
+from tests.unit.operators.conftest import _build, _context, _dag, _validate, pending_pod, pod_dag
 
 MODES: dict[str, dict[str, Any]] = {
     "plain": {},
@@ -45,19 +45,6 @@ DATA = [None, "prefer", "require"]
 
 
 PRIORITY = [None, "explicit", "critical"]
-
-
-def _pending_pod(scheduled: bool) -> k8s.V1Pod:
-    cond = k8s.V1PodCondition(
-        type="PodScheduled",
-        status="True" if scheduled else "False",
-        reason=None if scheduled else "Unschedulable",
-    )
-    return k8s.V1Pod(
-        metadata=k8s.V1ObjectMeta(name="train-abc", namespace="ml"),
-        spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="base", image="i")]),
-        status=k8s.V1PodStatus(phase="Pending", conditions=[cond]),
-    )
 
 
 @pytest.mark.parametrize(
@@ -211,7 +198,7 @@ def test_deferrable_timeout_of_an_unscheduled_pod_is_not_started():
             get_logs=False,
             on_finish_action="keep_pod",
         )
-    remote = _pending_pod(False)
+    remote = pending_pod(False)
     hook = mock.Mock()
     hook.get_pod.return_value = remote
     op.__dict__["hook"] = hook
