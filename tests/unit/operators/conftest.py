@@ -60,7 +60,8 @@ def _dag(dag_id: str = "k8s_gpu") -> DAG:
 
 
 def pod_dag(dag_id: str = "audit2", **kwargs: Any) -> DAG:
-    """A DAG without a schedule to hold a GPU pod operator."""
+    """A DAG without a schedule (from 2026-01-01) to hold the operators under test; ``kwargs`` go to the
+    DAG (``default_args``)."""
     return DAG(dag_id, schedule=None, start_date=datetime.datetime(2026, 1, 1), **kwargs)
 
 
@@ -110,3 +111,14 @@ def pending_pod(scheduled: bool) -> k8s.V1Pod:
         spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="base", image="i")]),
         status=k8s.V1PodStatus(phase="Pending", conditions=[cond]),
     )
+
+
+#: Another executor's settings in a DAG's default ``executor_config``: the GPU operators keep them.
+OVERRIDE: dict[str, Any] = {"pod_override": "team-ml", "KubernetesExecutor": {"request_memory": "1Gi"}}
+
+
+def assert_keeps_default(config: Any, gpus: int) -> None:
+    """``config`` kept :data:`OVERRIDE` and added the GPU hints of ``gpus`` GPUs."""
+    assert config["pod_override"] == "team-ml"
+    assert config["KubernetesExecutor"] == {"request_memory": "1Gi"}
+    assert config["gpu_dag"]["gpus"] == gpus

@@ -32,10 +32,7 @@ from airflow_gpu_dag.hooks import airflow_api
 from airflow_gpu_dag.hooks.airflow_api import CONN_TYPE, AirflowApiHook
 from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
 from airflow_gpu_dag.operators.gpu import GpuBashOperator, GpuPythonOperator
-from tests.unit.operators.conftest import (
-    context,
-    make_dag,
-)
+from tests.unit.operators.conftest import OVERRIDE, assert_keeps_default, context, make_dag, pod_dag
 
 
 # -- leases -------------------------------------------------------------------------------------
@@ -886,44 +883,31 @@ def test_a_sigterm_between_the_lease_and_the_callable_keeps_the_callable_from_st
     assert [r.outcome for r in UsageLedger(static_host / "usage.jsonl").read()] == ["killed"]
 
 
-OVERRIDE: dict[str, Any] = {"pod_override": "team-ml", "KubernetesExecutor": {"request_memory": "1Gi"}}
-
-
 GROUP_DEFAULTS: Any = {"executor_config": OVERRIDE}
-
-
-def _dag_adapters_audit2(dag_id: str, **kwargs: Any) -> DAG:
-    return DAG(dag_id, schedule=None, start_date=datetime.datetime(2026, 1, 1), **kwargs)
-
-
-def _keeps_default(config: Any, gpus: int) -> None:
-    assert config["pod_override"] == "team-ml"
-    assert config["KubernetesExecutor"] == {"request_memory": "1Gi"}
-    assert config["gpu_dag"]["gpus"] == gpus
 
 
 def test_gpu_operators_keep_the_dags_default_executor_config() -> None:
     # Before: the lease-based GPU operators gave executor_config (the GPU hints) explicitly, so Airflow
     # no longer filled it from default_args: every GpuBashOperator/GpuPythonOperator, mapped or not,
     # lost the DAG's pod_override (the Kubernetes operator kept it).
-    with _dag_adapters_audit2("ec_ops", default_args={"executor_config": OVERRIDE}):
+    with pod_dag("ec_ops", default_args={"executor_config": OVERRIDE}):
         plain: Any = GpuBashOperator(task_id="plain", bash_command="x", gpus=2)
         python: Any = GpuPythonOperator(task_id="python", python_callable=lambda: 1)
         mapped = GpuBashOperator.partial(task_id="mapped", gpus=2, gpu_type="a100").expand(
             bash_command=["a", "b"]
         )
-    _keeps_default(plain.executor_config, 2)
-    _keeps_default(python.executor_config, 1)
-    _keeps_default(mapped.partial_kwargs["executor_config"], 2)
+    assert_keeps_default(plain.executor_config, 2)
+    assert_keeps_default(python.executor_config, 1)
+    assert_keeps_default(mapped.partial_kwargs["executor_config"], 2)
     assert mapped.partial_kwargs["pool"] == "gpu_a100" and mapped.partial_kwargs["pool_slots"] == 2
     # a task group's default_args count too, and the task's own executor_config still wins
     with (
-        _dag_adapters_audit2("ec_group", default_args={"executor_config": {"pod_override": "dag"}}),
+        pod_dag("ec_group", default_args={"executor_config": {"pod_override": "dag"}}),
         TaskGroup("g", default_args=GROUP_DEFAULTS),
     ):
         grouped = GpuBashOperator.partial(task_id="m", gpus=2).expand(bash_command=["a"])
         own: Any = GpuBashOperator(task_id="own", bash_command="x", executor_config={"mine": 1})
-    _keeps_default(grouped.partial_kwargs["executor_config"], 2)
+    assert_keeps_default(grouped.partial_kwargs["executor_config"], 2)
     assert own.executor_config["mine"] == 1 and "pod_override" not in own.executor_config
 
 

@@ -3,7 +3,6 @@ and check what a task declares (no Airflow services needed)."""
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 import pytest
@@ -12,19 +11,7 @@ from airflow.sdk import DAG, task
 from airflow_gpu_dag.core.model.resources import EstimateError, GpuRequest
 from airflow_gpu_dag.executor_config import read_hints
 from airflow_gpu_dag.operators.gpu import GpuBashOperator, GpuTaskError, resolve_gpu_task
-from tests.unit.operators.conftest import make_dag
-
-OVERRIDE: dict[str, Any] = {"pod_override": "team-ml", "KubernetesExecutor": {"request_memory": "1Gi"}}
-
-
-def _dag_adapters_audit2(dag_id: str, **kwargs: Any) -> DAG:
-    return DAG(dag_id, schedule=None, start_date=datetime.datetime(2026, 1, 1), **kwargs)
-
-
-def _keeps_default(config: Any, gpus: int) -> None:
-    assert config["pod_override"] == "team-ml"
-    assert config["KubernetesExecutor"] == {"request_memory": "1Gi"}
-    assert config["gpu_dag"]["gpus"] == gpus
+from tests.unit.operators.conftest import OVERRIDE, assert_keeps_default, make_dag, pod_dag
 
 
 def test_task_gpu_keeps_the_dags_default_executor_config() -> None:
@@ -34,7 +21,7 @@ def test_task_gpu_keeps_the_dags_default_executor_config() -> None:
     def train(x: int = 0) -> int:
         return x
 
-    with _dag_adapters_audit2("ec_deco", default_args={"executor_config": OVERRIDE}):
+    with pod_dag("ec_deco", default_args={"executor_config": OVERRIDE}):
         called: Any = train()
         mapped: Any = train.override(task_id="mapped").expand(x=[1, 2])
 
@@ -43,11 +30,11 @@ def test_task_gpu_keeps_the_dags_default_executor_config() -> None:
             pass
 
         inner_called: Any = inner()
-    _keeps_default(called.operator.executor_config, 2)
-    _keeps_default(mapped.operator.partial_kwargs["executor_config"], 2)
-    _keeps_default(inner_called.operator.executor_config, 1)
+    assert_keeps_default(called.operator.executor_config, 2)
+    assert_keeps_default(mapped.operator.partial_kwargs["executor_config"], 2)
+    assert_keeps_default(inner_called.operator.executor_config, 1)
     # used in a DAG without such defaults afterwards: only the hints, nothing left over
-    with _dag_adapters_audit2("ec_deco_none"):
+    with pod_dag("ec_deco_none"):
         bare: Any = train()
     assert set(bare.operator.executor_config) == {"gpu_dag"}
 
@@ -61,7 +48,7 @@ def test_task_gpu_partial_then_override_keeps_the_gpu_request() -> None:
     def train(lr: float = 0.1, seed: int = 0) -> None:
         pass
 
-    with _dag_adapters_audit2("partial_override", default_args={"executor_config": OVERRIDE}):
+    with pod_dag("partial_override", default_args={"executor_config": OVERRIDE}):
         renamed: Any = train.partial(lr=0.1).override(task_id="renamed").expand(seed=[1, 2])
         plain: Any = train.partial(lr=0.1).expand(seed=[1, 2])
     for mapped in (renamed, plain):
@@ -69,7 +56,7 @@ def test_task_gpu_partial_then_override_keeps_the_gpu_request() -> None:
         assert (kwargs["pool"], kwargs["pool_slots"]) == ("gpu_a100", 2)
         hints = kwargs["executor_config"]["gpu_dag"]
         assert (hints["gpus"], hints["gpu_type"], hints["duration_s"]) == (2, "a100", 3600.0)
-        _keeps_default(kwargs["executor_config"], 2)
+        assert_keeps_default(kwargs["executor_config"], 2)
 
 
 @pytest.mark.usefixtures("static_host")
