@@ -5,7 +5,22 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
+from typing import Any
+
+#: What a call may take beyond its limit on a loaded machine.
+MARGIN = 3.0
+
+
+def timed(call: Callable[[], Any]) -> tuple[BaseException | None, float]:
+    """Run ``call``: what it raised (None if nothing) and how long it took."""
+    started = time.monotonic()
+    try:
+        call()
+    except BaseException as err:  # what the call raised, for the test to look at
+        return err, time.monotonic() - started
+    return None, time.monotonic() - started
 
 
 class TrickleServer:

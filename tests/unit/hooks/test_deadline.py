@@ -3,25 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from airflow_gpu_dag.hooks import deadline as deadline_module
 from airflow_gpu_dag.hooks.deadline import AnswerTooLarge, deadline, deadline_client, fetch, time_left
-
-MARGIN = 3.0
-
-
-def _timed(call: Callable[[], Any]) -> tuple[BaseException | None, float]:
-    started = time.monotonic()
-    try:
-        call()
-    except BaseException as err:  # what the call raised, for the test to look at
-        return err, time.monotonic() - started
-    return None, time.monotonic() - started
+from tests.unit.hooks.conftest import MARGIN, timed
 
 
 # -- deadline, fetch ------------------------------------------------------------------------------------
@@ -50,7 +39,7 @@ def test_fetch_checks_the_deadline_between_chunks_of_a_transport_of_ones_own() -
 
     transport = httpx.MockTransport(lambda request: httpx.Response(200, stream=Slow()))
     with deadline_client(transport=transport) as client:
-        err, took = _timed(lambda: fetch(client, "GET", "http://x/", seconds=0.5))
+        err, took = timed(lambda: fetch(client, "GET", "http://x/", seconds=0.5))
     assert isinstance(err, httpx.ReadTimeout) and took < 0.5 + MARGIN
 
 

@@ -6,7 +6,6 @@ import json
 import logging
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,7 +17,7 @@ from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, RestError, exce
 from airflow_gpu_dag.watermark.config import parse_config
 from airflow_gpu_dag.watermark.controller import WatermarkController
 from airflow_gpu_dag.watermark.sources import CapacityReading, SourceError
-from tests.unit.hooks.conftest import TrickleServer
+from tests.unit.hooks.conftest import MARGIN, TrickleServer, timed
 
 PASSWORD = "pa55-w0rd-SECRET"
 
@@ -299,26 +298,14 @@ def test_gets_are_retried_after_transport_errors_only(monkeypatch: pytest.Monkey
         assert calls == [method], (method, retry, answer)
 
 
-#: The client's limit in these tests, and what a call may take beyond it on a loaded machine.
+#: The client's limit in these tests (what a call may take beyond it: MARGIN).
 TIMEOUT = 1.0
-
-
-MARGIN = 3.0
 
 
 @pytest.fixture
 def trickle() -> Iterator[TrickleServer]:
     with TrickleServer() as server:
         yield server
-
-
-def _timed(call: Callable[[], Any]) -> tuple[BaseException | None, float]:
-    started = time.monotonic()
-    try:
-        call()
-    except BaseException as err:  # what the call raised, for the test to look at
-        return err, time.monotonic() - started
-    return None, time.monotonic() - started
 
 
 CALLS: dict[str, Callable[[AirflowRestClient], Any]] = {
@@ -359,7 +346,7 @@ def test_a_trickling_answer_ends_every_call_in_a_rest_error_by_the_deadline(
 ) -> None:
     client = AirflowRestClient(trickle.url, token="t", timeout=TIMEOUT)
     try:
-        err, took = _timed(lambda: CALLS[call](client))
+        err, took = timed(lambda: CALLS[call](client))
     finally:
         client.close()
     assert isinstance(err, RestError), err
@@ -372,19 +359,19 @@ def test_a_trickling_answer_ends_every_call_in_a_rest_error_by_the_deadline(
 def test_the_login_and_the_call_share_one_deadline(mode: str) -> None:
     with TrickleServer(mode=mode) as server:
         client = AirflowRestClient(server.url, "admin", "secret", timeout=TIMEOUT)
-        err, took = _timed(lambda: client.get_pool("gpu"))
+        err, took = timed(lambda: client.get_pool("gpu"))
         client.close()
         assert isinstance(err, RestError) and "/auth/token" in str(err)
         assert took < TIMEOUT + MARGIN
         assert [r.split()[:2] for r in server.requests] == [[b"POST", b"/auth/token"]]
-        err, took = _timed(lambda: AirflowRestClient(server.url, "admin", "pw", timeout=TIMEOUT).token())
+        err, took = timed(lambda: AirflowRestClient(server.url, "admin", "pw", timeout=TIMEOUT).token())
         assert isinstance(err, RestError) and took < TIMEOUT + MARGIN
 
 
 def test_headers_that_never_end_are_cut_off_too() -> None:
     with TrickleServer(mode="headers") as server:
         client = AirflowRestClient(server.url, token="t", timeout=TIMEOUT)
-        err, took = _timed(lambda: client.get_pool("gpu"))
+        err, took = timed(lambda: client.get_pool("gpu"))
         client.close()
         assert isinstance(err, RestError) and took < TIMEOUT + MARGIN
         assert server.wait_closed()
@@ -392,7 +379,7 @@ def test_headers_that_never_end_are_cut_off_too() -> None:
 
 def test_a_calls_own_timeout_wins_and_each_retry_is_bounded(trickle: TrickleServer) -> None:
     client = AirflowRestClient(trickle.url, token="t", timeout=30.0, get_retries=1, retry_wait=0.1)
-    err, took = _timed(lambda: client.send("GET", "/api/v2/pools", timeout=TIMEOUT))
+    err, took = timed(lambda: client.send("GET", "/api/v2/pools", timeout=TIMEOUT))
     client.close()
     # two tries of TIMEOUT each, 0.1 s apart: (1 + get_retries) * timeout + get_retries * retry_wait
     assert isinstance(err, RestError) and 2 * TIMEOUT <= took < 2 * TIMEOUT + 0.1 + MARGIN
@@ -404,7 +391,7 @@ def test_each_thread_keeps_its_own_deadline(trickle: TrickleServer) -> None:
     took: dict[float, float] = {}
 
     def call(seconds: float) -> None:
-        err, took[seconds] = _timed(lambda: client.send("GET", "/api/v2/pools", timeout=seconds))
+        err, took[seconds] = timed(lambda: client.send("GET", "/api/v2/pools", timeout=seconds))
         assert isinstance(err, RestError)
 
     threads = [threading.Thread(target=call, args=(s,)) for s in (TIMEOUT, 3 * TIMEOUT)]
@@ -430,7 +417,7 @@ def test_a_hung_name_lookup_ends_by_the_deadline(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(socket, "getaddrinfo", hung)
     client = AirflowRestClient("http://api.slow-dns.test:8080", token="t", timeout=TIMEOUT)
     try:
-        err, took = _timed(lambda: client.get_pool("gpu"))
+        err, took = timed(lambda: client.get_pool("gpu"))
     finally:
         release.set()  # the lookup's thread ends with it
         client.close()
