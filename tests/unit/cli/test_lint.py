@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
 
-from airflow_gpu_dag.cli.definition import get_parser
 from airflow_gpu_dag.cli.lint import LINT_COLUMNS
 from tests.unit.cli.conftest import (
     BROKEN,
@@ -213,19 +211,6 @@ def test_plain_lint_without_problems_prints_the_header(capsys: pytest.CaptureFix
     assert capsys.readouterr().out == "\t".join(LINT_COLUMNS) + "\n"
 
 
-# -- lint ----------------------------------------------------------------------------------------
-def _lint(*argv: str) -> int:
-    args = get_parser().parse_args(["gpu-dag", "lint", *argv])
-    try:
-        args.func(args)
-    except SystemExit as exc:
-        if isinstance(exc.code, str):
-            print(exc.code, file=sys.stderr)
-            return 1
-        return int(exc.code or 0)
-    return 0
-
-
 def _dag_file(folder: Path, dag_id: str, pool_size: int) -> Path:
     path = folder / f"{dag_id}.py"
     path.write_text(
@@ -250,7 +235,7 @@ def test_lint_with_the_pool_size_refuses_an_exclusive_that_does_not_exclude(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = _dag_file(tmp_path, "team_a", 4)
-    assert _lint(str(path), "--pool", "gpu_node1=8", "-o", "plain") == 1  # before: OK
+    assert run_cli("lint", str(path), "--pool", "gpu_node1=8", "-o", "plain") == 1  # before: OK
     out = capsys.readouterr().out
     assert "DAG 'team_a'" in out and "'gpu_node1' has 8 slots" in out and "pool_size=4" in out
 
@@ -261,7 +246,7 @@ def test_lint_refuses_two_dags_that_claim_one_pool_with_different_sizes(
 ) -> None:
     _dag_file(tmp_path, "team_a", 4)
     _dag_file(tmp_path, "team_b", 8)
-    assert _lint(str(tmp_path), "-o", "json") == 1
+    assert run_cli("lint", str(tmp_path), "-o", "json") == 1
     report = json.loads(capsys.readouterr().out)
     (conflict,) = [f for f in report["findings"] if f["code"] == "pool-size-conflict"]
     assert conflict["severity"] == "error"
@@ -274,11 +259,11 @@ def test_lint_says_when_it_cannot_check_a_claimed_pool_size(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = _dag_file(tmp_path, "team_a", 8)
-    assert _lint(str(path), "-o", "json") == 0
+    assert run_cli("lint", str(path), "-o", "json") == 0
     report = json.loads(capsys.readouterr().out)
     (unchecked,) = [f for f in report["findings"] if f["code"] == "pool-size-unchecked"]
     assert unchecked["severity"] == "warning" and "--pool gpu_node1=<slots>" in unchecked["fix"]
-    assert _lint(str(path), "--pool", "gpu_node1=8", "-o", "json") == 0
+    assert run_cli("lint", str(path), "--pool", "gpu_node1=8", "-o", "json") == 0
     found = json.loads(capsys.readouterr().out)["findings"]
     assert not [f for f in found if f["code"].startswith("pool-size")]
 
