@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import subprocess
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from airflow_gpu_dag import settings
 from airflow_gpu_dag.budget import check as budget_check
 from airflow_gpu_dag.log_once import LogOnce
+from airflow_gpu_dag.priority import weights as weights_module
 from tests.unit.airflow_dags import STRATEGIES, reset_strategies
 from tests.unit.usage_ledgers import sample_ledger
 
@@ -147,6 +150,20 @@ def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
     for proc in started:
         proc.kill()
         proc.wait(10)
+
+
+def record_analysis_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """From now on, the name of the thread each DAG analysis (``build_basis``) runs in, in order: whether
+    the scheduler loop's own thread ever analyses a DAG."""
+    analysed_in: list[str] = []
+    build = weights_module.build_basis
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        analysed_in.append(threading.current_thread().name)
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(weights_module, "build_basis", recording)
+    return analysed_in
 
 
 def _set(monkeypatch: pytest.MonkeyPatch, option: str, value: str) -> None:

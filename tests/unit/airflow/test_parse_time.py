@@ -5,7 +5,6 @@ weights are the same either way."""
 from __future__ import annotations
 
 import math
-import threading
 from types import SimpleNamespace
 from typing import Any
 
@@ -22,6 +21,7 @@ from airflow_gpu_dag.airflow import parse_time
 from airflow_gpu_dag.airflow.policy import dag_policy
 from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy, PackingPriorityStrategy
 from tests.unit.airflow_dags import STRATEGIES, serialized
+from tests.unit.conftest import record_analysis_threads
 from tests.unit.task_contracts import GOOD, RAW, all_weights, contract_weight, small_dag, training_dag
 
 RUN_ID = "manual__2026-11-30T12:00:00+00:00"
@@ -102,17 +102,9 @@ def test_weights_from_the_parse_time_path_equal_those_of_the_analysis(rule: str)
 def test_the_first_get_weight_does_not_analyse_the_dag_in_the_calling_thread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import airflow_gpu_dag.priority.weights as weights_module
 
     monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "true")
-    analysed_in: list[str] = []
-    build = weights_module.build_basis
-
-    def recording(*args: Any, **kwargs: Any) -> Any:
-        analysed_in.append(threading.current_thread().name)
-        return build(*args, **kwargs)
-
-    monkeypatch.setattr(weights_module, "build_basis", recording)
+    analysed_in = record_analysis_threads(monkeypatch)
     dag = _dag()
     dag_policy(dag)
     sdag = serialized(dag)

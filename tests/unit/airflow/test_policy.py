@@ -30,6 +30,7 @@ from tests.unit.airflow_dags import (
     strategy_ti,
     under,
 )
+from tests.unit.conftest import record_analysis_threads
 from tests.unit.task_contracts import (
     FORGED,
     FORGED_DERIVED,
@@ -365,17 +366,9 @@ def test_the_first_weights_of_a_mapped_dag_are_not_analysed_in_the_scheduler_loo
 ) -> None:
     """Neither the first object of a new version nor a new object of the same version is analysed in
     the calling thread: the analysis runs once, in the background thread."""
-    import airflow_gpu_dag.priority.weights as weights_module
 
     monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "true")
-    analysed_in: list[str] = []
-    build = weights_module.build_basis
-
-    def recording(*args: Any, **kwargs: Any) -> Any:
-        analysed_in.append(threading.current_thread().name)
-        return build(*args, **kwargs)
-
-    monkeypatch.setattr(weights_module, "build_basis", recording)
+    analysed_in = record_analysis_threads(monkeypatch)
     dag = training_dag(None)
     dag_policy(dag)
     data = DagSerialization.to_dict(dag)

@@ -20,6 +20,7 @@ from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.core.policy.objective import DEFAULT_EPOCH, OBJECTIVES, key_of_weight
 from airflow_gpu_dag.priority.learned import LearnedDurations
 from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy
+from tests.unit.conftest import record_analysis_threads
 
 RUN_ID = "manual__2026-11-30T12:00:00+00:00"
 
@@ -211,20 +212,12 @@ def test_mapped_instances_beyond_the_expected_count_are_weighed_like_the_first()
 
 @pytest.mark.usefixtures("_fresh_priority_learned")
 def test_the_learned_graph_is_analysed_off_the_calling_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    import airflow_gpu_dag.priority.weights as weights_module
 
     sdag = _pipeline()
     _use(monkeypatch, FakeHistory(train_s=1200.0), inline=False)
     weights = CriticalPathPriorityStrategy._weights
     assert _remaining(sdag, "prep") == 600 + 7200  # declared, analysed on this first call (no policy)
-    analysed_in: list[str] = []
-    build = weights_module.build_basis
-
-    def recording(*args: Any, **kwargs: Any) -> Any:
-        analysed_in.append(threading.current_thread().name)
-        return build(*args, **kwargs)
-
-    monkeypatch.setattr(weights_module, "build_basis", recording)
+    analysed_in = record_analysis_threads(monkeypatch)
     version = f"wrong:{weights.basis(sdag).version}"
     assert weights.learned is not None and weights.learned.wait_for(version) is not None
     deadline = time.monotonic() + 30
