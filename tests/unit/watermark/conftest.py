@@ -6,6 +6,7 @@ import json
 import subprocess
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -318,6 +319,20 @@ def gpu_container(
 
 
 # -- Prometheus -----------------------------------------------------------------------------------
+@contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """An HTTP server on 127.0.0.1 answering with ``handler`` in a thread, for the duration: its URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
 class _PromState:
     def __init__(self) -> None:
         self.status = 200
@@ -353,15 +368,8 @@ def prometheus() -> Iterator[tuple[str, _PromState]]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with serving(Handler) as url:
+        yield url, state
 
 
 # -- Prometheus with DCGM series, recording each query's headers -------------------------------
@@ -394,14 +402,8 @@ def prometheus_dcgm() -> Iterator[tuple[str, _DcgmState]]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", state
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield url, state
 
 
 def dcgm_series(gpus: list[tuple[str, int, bool, dict[str, str]]]) -> dict[str, list[dict[str, Any]]]:
