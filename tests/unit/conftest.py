@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from airflow_gpu_dag import settings
-from airflow_gpu_dag.budget import check as budget_check
 from airflow_gpu_dag.log_once import LogOnce
-from airflow_gpu_dag.priority import weights as weights_module
-from tests.unit.airflow_dags import STRATEGIES, reset_strategies
 from tests.unit.usage_ledgers import sample_ledger
+
+# The fixtures that need Airflow (the priority strategies, the budget check) import it when they run,
+# not here: collecting a test of the pure core stays free of Airflow's import (about 2.5 s).
 
 
 @pytest.fixture
@@ -48,6 +48,8 @@ def _fresh(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def _fresh_strategies() -> Iterator[None]:
     """Both priority strategies start and end with no cached weights or bases and no recorded fallbacks."""
+    from tests.unit.airflow_dags import reset_strategies
+
     reset_strategies()
     yield
     reset_strategies()
@@ -57,6 +59,8 @@ def _fresh_strategies() -> Iterator[None]:
 def _fresh_weights(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every test starts with no cached settings or bases, no pool sizes and plans made inline (learned
     durations off: the weights come from the hints alone)."""
+    from tests.unit.airflow_dags import STRATEGIES
+
     monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS", raising=False)
     monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
     monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")
@@ -74,6 +78,8 @@ def _fresh_task_contract(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 8}')
     monkeypatch.setenv("AIRFLOW__GPU_DAG__LEARNED_DURATIONS", "false")
     monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "false")
+    from tests.unit.airflow_dags import reset_strategies
+
     reset_strategies()
     yield
     reset_strategies()
@@ -120,6 +126,8 @@ def _deferring(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def _no_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     """The budget check reads no Airflow Variable (no cap is set at run time)."""
+    from airflow_gpu_dag.budget import check as budget_check
+
     monkeypatch.setattr(budget_check, "_variable_float", lambda key: None)
 
 
@@ -155,6 +163,8 @@ def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
 def record_analysis_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """From now on, the name of the thread each DAG analysis (``build_basis``) runs in, in order: whether
     the scheduler loop's own thread ever analyses a DAG."""
+    from airflow_gpu_dag.priority import weights as weights_module
+
     analysed_in: list[str] = []
     build = weights_module.build_basis
 
