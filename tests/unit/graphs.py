@@ -43,3 +43,22 @@ def draw_task_graph(
         for j in draw(st.lists(st.integers(0, i - 1), max_size=3, unique=True)):
             graph.add_edge(f"t{j}", f"t{i}")
     return graph
+
+
+#: An hour, in seconds.
+HOUR = 3600.0
+
+
+def fallen_back_ladder(wait: float, small: float, others: int = 0) -> TaskGraph:
+    """Rung ``eight`` (8 GPUs) fell back after waiting ``wait`` s; rung ``one`` (1 GPU, ``small`` s) is
+    the one the plan assumes (``plan_rung``); ``others`` independent 8-GPU tasks of 2 h next to them."""
+    graph = TaskGraph("ladder")
+    rung = {"ladder": "train", "rungs": 2, "start_within_s": wait}
+    eight = {**rung, "rung": "eight", "index": 0, "role": "fell back", "expected_duration": HOUR}
+    one = {**rung, "rung": "one", "index": 1, "role": "assumed", "expected_duration": small}
+    graph.add("train.eight", wait, 8, pool="gpu", attrs={"fallback": eight})
+    graph.add("train.one", small, 1, pool="gpu", attrs={"fallback": one})
+    graph.add_edge("train.eight", "train.one")
+    for i in range(others):
+        graph.add(f"other{i}", 2 * HOUR, 8, pool="gpu")
+    return graph

@@ -25,7 +25,7 @@ from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.core.planning.justification import serial_schedule
 from airflow_gpu_dag.core.planning.planner import predict
 from airflow_gpu_dag.core.simulation.simulator import simulate
-from tests.unit.graphs import gpu_graph
+from tests.unit.graphs import HOUR, fallen_back_ladder, gpu_graph
 
 
 def optimum(graph: TaskGraph, capacity: Mapping[str, int]) -> float:
@@ -134,33 +134,15 @@ def test_bounds_of_a_dag_without_pool_tasks_are_zero() -> None:
     assert best_lower_bound(graph, {"gpu": 4}) == 10.0
 
 
-H = 3600.0
-
-
-def _ladder(wait: float, small: float, others: int = 0) -> TaskGraph:
-    """Rung ``eight`` (8 GPUs) fell back after waiting ``wait`` s; rung ``one`` (1 GPU, ``small`` s) is
-    the one the plan assumes (``plan_rung``); ``others`` independent 8-GPU tasks of 2 h next to them."""
-    graph = TaskGraph("ladder")
-    rung = {"ladder": "train", "rungs": 2, "start_within_s": wait}
-    eight = {**rung, "rung": "eight", "index": 0, "role": "fell back", "expected_duration": H}
-    one = {**rung, "rung": "one", "index": 1, "role": "assumed", "expected_duration": small}
-    graph.add("train.eight", wait, 8, pool="gpu", attrs={"fallback": eight})
-    graph.add("train.one", small, 1, pool="gpu", attrs={"fallback": one})
-    graph.add_edge("train.eight", "train.one")
-    for i in range(others):
-        graph.add(f"other{i}", 2 * H, 8, pool="gpu")
-    return graph
-
-
 # -- 2. the lower bounds of a DAG with a fallback ladder --------------------------------------------------
 def test_the_bounds_of_a_ladder_hold_for_the_schedule_the_simulator_makes() -> None:
     """Three 8-GPU tasks of 2 h run one after another on 8 GPUs; the rung that fell back waits 2 h
     holding nothing, the 10-minute rung after it squeezes in: 6h10m. Before, every bound counted the
     8 GPUs x 2 h of the wait: 8h01m, a bound above an achieved makespan."""
-    graph = _ladder(wait=2 * H, small=600.0, others=3)
+    graph = fallen_back_ladder(wait=2 * HOUR, small=600.0, others=3)
     caps = {"gpu": 8}
     made = min(predict(graph, caps, policy).makespan for policy in ("stock", "critical_path", "reservation"))
-    assert made == pytest.approx(6 * H + 600)
+    assert made == pytest.approx(6 * HOUR + 600)
     for bound in (
         lower_bound,
         dependency_lower_bound,
@@ -170,4 +152,4 @@ def test_the_bounds_of_a_ladder_hold_for_the_schedule_the_simulator_makes() -> N
         best_lower_bound,
     ):
         assert bound(graph, caps) <= made + 1e-6 * made, bound.__name__
-    assert best_lower_bound(graph, caps) == pytest.approx(6 * H + 75)  # (3 x 8 x 2 h + 600) / 8
+    assert best_lower_bound(graph, caps) == pytest.approx(6 * HOUR + 75)  # (3 x 8 x 2 h + 600) / 8

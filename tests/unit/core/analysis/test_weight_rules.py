@@ -20,9 +20,6 @@ from airflow_gpu_dag.core.analysis.weight_rules import (
     width_aware_weights,
     work_weights,
 )
-from airflow_gpu_dag.core.model.graph import TaskGraph
-from airflow_gpu_dag.core.simulation.cross_dag import predict_runs
-from airflow_gpu_dag.core.simulation.simulator import SimulationResult
 from tests.unit.graphs import gpu_graph
 
 DIAMOND = gpu_graph(
@@ -69,32 +66,6 @@ def test_resolve_priority_errors() -> None:
 def test_plan_order_weights_follow_the_plan() -> None:
     w = plan_order_weights(DIAMOND, {"a": 0, "e": 0, "c": 10, "b": 30, "d": 35})
     assert w == {"a": 5, "e": 4, "c": 3, "b": 2, "d": 1}
-
-
-def _train(fit_s: float, fit_gpus: int, with_eval: bool) -> TaskGraph:
-    """Two versions of one DAG ``train``: v1 a short fit, v2 a long wide one and an evaluation after."""
-    graph = TaskGraph("train")
-    graph.add("prep", 60.0, 1, pool="gpu")
-    graph.add("fit", fit_s, fit_gpus, pool="gpu")
-    graph.add_edge("prep", "fit")
-    if with_eval:
-        graph.add("eval", 60.0, 1, pool="gpu")
-        graph.add_edge("fit", "eval")
-    return graph
-
-
-def _weights(result: SimulationResult, run: int) -> dict[str, int]:
-    return {
-        t.task_id.split("/", 1)[1]: t.priority for t in result.schedule if t.task_id.startswith(f"{run}:")
-    }
-
-
-def test_stock_weights_of_two_runs_of_one_dag_follow_each_runs_version() -> None:
-    """Before: stock Airflow's ``downstream`` weights of the v2 run came from v1's graph (fit 1, not 2)."""
-    v1, v2 = _train(60.0, 1, False), _train(7200.0, 4, True)
-    result = predict_runs([v2, v1], [0.0, 100.0], {"gpu": 4}, None)
-    assert _weights(result, 0) == downstream_weights(v2)
-    assert _weights(result, 1) == downstream_weights(v1)
 
 
 np = pytest.importorskip("numpy")

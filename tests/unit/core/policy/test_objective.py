@@ -31,11 +31,11 @@ from airflow_gpu_dag.core.policy.objective import (
     task_keys,
 )
 from airflow_gpu_dag.core.policy.reservation import decide_pools
-from airflow_gpu_dag.core.simulation.cross_dag import SIMULATION_EPOCH, predict_runs
-from airflow_gpu_dag.core.simulation.simulator import SimulationResult, simulate
+from airflow_gpu_dag.core.simulation.simulator import simulate
 from airflow_gpu_dag.log_once import LogOnce
 from tests.unit.graphs import (
     draw_task_graph,
+    fallen_back_ladder,
     gpu_graph,
 )
 
@@ -450,59 +450,13 @@ def test_every_gpu_task_starts_within_the_wait_bound(seed: int) -> None:
         )
 
 
-def _train(fit_s: float, fit_gpus: int, with_eval: bool) -> TaskGraph:
-    """Two versions of one DAG ``train``: v1 a short fit, v2 a long wide one and an evaluation after."""
-    graph = TaskGraph("train")
-    graph.add("prep", 60.0, 1, pool="gpu")
-    graph.add("fit", fit_s, fit_gpus, pool="gpu")
-    graph.add_edge("prep", "fit")
-    if with_eval:
-        graph.add("eval", 60.0, 1, pool="gpu")
-        graph.add_edge("fit", "eval")
-    return graph
-
-
-def _weights(result: SimulationResult, run: int) -> dict[str, int]:
-    return {
-        t.task_id.split("/", 1)[1]: t.priority for t in result.schedule if t.task_id.startswith(f"{run}:")
-    }
-
-
-def test_cross_dag_keys_of_two_runs_of_one_dag_follow_each_runs_version() -> None:
-    """Before: the believed graphs were keyed by DAG id, so the run created under v1 got the keys of v2
-    (the last run's graph): its due time from v2's hours of work."""
-    v1, v2 = _train(60.0, 1, False), _train(7200.0, 4, True)
-    caps, objective = {"gpu": 4}, OBJECTIVES["balanced"]
-    result = predict_runs([v1, v2], [0.0, 100.0], caps, objective)
-    assert _weights(result, 0) == run_weights(v1, 0.0, caps, objective, SIMULATION_EPOCH)
-    assert _weights(result, 1) == run_weights(v2, 100.0, caps, objective, SIMULATION_EPOCH)
-
-
-H = 3600.0
-
-
-def _ladder(wait: float, small: float, others: int = 0) -> TaskGraph:
-    """Rung ``eight`` (8 GPUs) fell back after waiting ``wait`` s; rung ``one`` (1 GPU, ``small`` s) is
-    the one the plan assumes (``plan_rung``); ``others`` independent 8-GPU tasks of 2 h next to them."""
-    graph = TaskGraph("ladder")
-    rung = {"ladder": "train", "rungs": 2, "start_within_s": wait}
-    eight = {**rung, "rung": "eight", "index": 0, "role": "fell back", "expected_duration": H}
-    one = {**rung, "rung": "one", "index": 1, "role": "assumed", "expected_duration": small}
-    graph.add("train.eight", wait, 8, pool="gpu", attrs={"fallback": eight})
-    graph.add("train.one", small, 1, pool="gpu", attrs={"fallback": one})
-    graph.add_edge("train.eight", "train.one")
-    for i in range(others):
-        graph.add(f"other{i}", 2 * H, 8, pool="gpu")
-    return graph
-
-
 # -- 1. a rung that fell back adds no GPU work to its run ---------------------------------------------------
 def test_a_rung_the_plan_falls_back_from_adds_no_gpu_work() -> None:
-    graph = _ladder(wait=2 * H, small=3 * H)
-    assert slot_seconds(graph) == {"gpu": 3 * H}  # before: 8 x 2 h more for the rung that only waited
-    assert run_shape(graph, {"gpu": 8}).work == pytest.approx(3 * H / 8)  # before: 8550 s, not 1350 s
+    graph = fallen_back_ladder(wait=2 * HOUR, small=3 * HOUR)
+    assert slot_seconds(graph) == {"gpu": 3 * HOUR}  # not 8 x 2 h more for the rung that only waited
+    assert run_shape(graph, {"gpu": 8}).work == pytest.approx(3 * HOUR / 8)  # 1350 s, not 8550 s
     # the same W as the graph the simulator runs (where the rung holds no GPU)
-    assert run_shape(fit_ladders(graph, {"gpu": 8}), {"gpu": 8}).work == pytest.approx(3 * H / 8)
+    assert run_shape(fit_ladders(graph, {"gpu": 8}), {"gpu": 8}).work == pytest.approx(3 * HOUR / 8)
 
 
 def test_balanced_gate_holds_for_a_stage_more_urgent_and_overdue_later() -> None:
