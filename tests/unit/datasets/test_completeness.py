@@ -135,7 +135,8 @@ def test_parse_completeness_rules_and_errors() -> None:
     ],
 )
 def test_a_malformed_manifest_entry_is_unreadable_not_a_crash(mem_dir: str, files: list, reason: str) -> None:
-    # Before: KeyError / ValueError out of check_once, a sensor failing with a bare KeyError('path').
+    # A malformed entry makes the manifest unreadable, with the entry named, rather than a KeyError /
+    # ValueError out of check_once that fails the sensor with a bare KeyError('path').
     write_object(mem_dir + "/a.bin", b"x")
     write_object(mem_dir + "/_MANIFEST.json", json.dumps({"files": files}).encode())
     result = check_once(mem_dir, "manifest")
@@ -144,7 +145,7 @@ def test_a_malformed_manifest_entry_is_unreadable_not_a_crash(mem_dir: str, file
 
 @pytest.mark.usefixtures("_deferring")
 def test_a_manifest_of_a_dataset_never_written_is_refused(mem_dir: str) -> None:
-    # Before: {"files": []} was written, and the missing dataset then read as complete.
+    # A manifest of a missing dataset would be {"files": []}, which reads as complete.
     with pytest.raises(FileNotFoundError, match="does not exist; write its files first"):
         write_manifest(mem_dir + "/never")
     assert not check_once(mem_dir + "/never", "manifest").complete
@@ -153,8 +154,8 @@ def test_a_manifest_of_a_dataset_never_written_is_refused(mem_dir: str) -> None:
 # -- object storage paths, and errors of a check -----------------------------------------------------
 @pytest.mark.usefixtures("_deferring")
 def test_an_object_storage_path_keeps_its_connection(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Before: str(path) put the conn_id into the URL (file://local_fs@/tmp/...), which no filesystem
-    # reads back: a complete dataset was never seen complete and the sensor timed out.
+    # str(path) would put the conn_id into the URL (file://local_fs@/tmp/...), which no filesystem
+    # reads back: a complete dataset would never be seen complete and the sensor would time out.
     from airflow.sdk import ObjectStoragePath
 
     from airflow_gpu_dag.sensors import CheckpointSensor, DatasetCompleteSensor
@@ -184,8 +185,8 @@ def test_an_object_storage_path_keeps_its_connection(tmp_path, monkeypatch: pyte
 def test_a_transient_storage_error_in_the_worker_is_not_complete_yet(
     tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Before: the trigger kept waiting through a flaky object store, but the worker-side check (the
-    # first check of a deferrable sensor, every poke) raised it and failed the try.
+    # The worker-side check (the first check of a deferrable sensor, every poke) waits through a flaky
+    # object store as the trigger does, instead of raising the error and failing the try.
     from airflow.sdk.exceptions import TaskDeferred
 
     import airflow_gpu_dag.sensors.checkpoint as sensor_checkpoint
@@ -247,8 +248,8 @@ def test_permanent_errors_are_told_apart_from_transient_ones() -> None:
 
 @pytest.mark.usefixtures("_deferring")
 def test_a_handwritten_manifest_of_no_files_is_not_complete(tmp_path) -> None:
-    # Before: {"files": []} written by hand (write_manifest refuses it) read as "all 0 files present",
-    # so a sensor released its consumers on a dataset with nothing in it.
+    # {"files": []} written by hand (write_manifest refuses it) must not read as "all 0 files
+    # present": a sensor would release its consumers on a dataset with nothing in it.
     (tmp_path / "_MANIFEST.json").write_text(json.dumps({"files": []}))
     result = check_once(str(tmp_path), "manifest")
     assert not result.complete and "lists no files" in result.reason
@@ -345,9 +346,9 @@ fsspec.register_implementation("slowmem", SlowFS, clobber=True)
 
 
 def test_checksums_are_read_only_once_every_listed_file_is_there() -> None:
-    """Before: each check hashed every file already written before it noticed a later one missing;
-    a trigger (or poking sensor) waiting for the last part of a large dataset read all the others
-    again at every poke, in the triggerer's shared threads."""
+    """A check looks for every listed file before hashing any: otherwise a trigger (or poking sensor)
+    waiting for the last part of a large dataset reads all the others again at every poke, in the
+    triggerer's shared threads."""
     base = f"ds-{uuid.uuid4().hex[:8]}"
     part = b"x" * 1000
     entries = [
@@ -368,9 +369,9 @@ def test_checksums_are_read_only_once_every_listed_file_is_there() -> None:
 
 @pytest.mark.parametrize("kind", ["dataset", "checkpoint"])
 def test_a_cancelled_trigger_stops_hashing_and_closes_the_file(kind: str) -> None:
-    """Before: cancelling the trigger (task cleared or marked, triggerer stopping) left its thread
-    hashing the rest of the dataset for nobody, holding one of the event loop's few threads (and a
-    stopping triggerer waited for it)."""
+    """Cancelling the trigger (task cleared or marked, triggerer stopping) stops its hashing thread:
+    hashing the rest of the dataset for nobody would hold one of the event loop's few threads (and a
+    stopping triggerer would wait for it)."""
     run = uuid.uuid4().hex[:8]
     if kind == "dataset":
         base = f"ds-{run}"
@@ -456,9 +457,9 @@ def test_a_slow_filesystem_does_not_block_the_event_loop(kind: str) -> None:
     ],
 )
 def test_a_rule_that_can_never_decide_is_refused(spec: dict[str, Any], mem_dir: str) -> None:
-    # Before: Marker("") found "<dataset>/" and called any existing dataset complete; Manifest("") opened
+    # Marker("") would find "<dataset>/" and call any existing dataset complete; Manifest("") would open
     # the directory (IsADirectoryError, retried as "check failed" until the timeout); a NaN or infinite
-    # period never saw the sizes stable.
+    # period would never see the sizes stable.
     with pytest.raises(ValueError):
         parse_completeness(spec)
 
@@ -486,8 +487,8 @@ def test_an_empty_marker_name_does_not_complete_a_dataset(mem_dir: str) -> None:
     ids=["one-empty-file", "only-empty-files", "spark-temporary", "dot-part"],
 )
 def test_stable_sizes_do_not_accept_empty_or_temporary_files(files: dict[str, bytes], mem_dir: str) -> None:
-    # Before: a dataset of zero-byte files (opened, not yet written) or with a Spark _temporary/ folder
-    # or a .part file left over was "complete" once its sizes had not moved for the period.
+    # Zero-byte files (opened, not yet written), a Spark _temporary/ folder or a leftover .part file
+    # mean the dataset is still being written, however long its sizes have not moved.
     for rel, data in files.items():
         write_object(f"{mem_dir}/{rel}", data)
     tracker = StabilityTracker(StableSize(1))
@@ -505,8 +506,8 @@ def test_stable_sizes_do_not_accept_empty_or_temporary_files(files: dict[str, by
 
 @pytest.mark.usefixtures("_deferring")
 def test_a_manifest_entry_that_is_a_directory_is_not_a_complete_file(tmp_path) -> None:
-    # Before: "sub" listed as a file matched the folder sub/ (its 4096-byte inode size on a local disk,
-    # 0 on an object store) and the dataset was complete while files in sub/ were still being written.
+    # "sub" listed as a file must not match the folder sub/ (its 4096-byte inode size on a local disk,
+    # 0 on an object store): the dataset would be complete while files in sub/ are still being written.
     import json
 
     (tmp_path / "sub").mkdir()
@@ -520,9 +521,9 @@ def test_a_manifest_entry_that_is_a_directory_is_not_a_complete_file(tmp_path) -
 
 @pytest.mark.usefixtures("_deferring")
 def test_write_manifest_refuses_a_dataset_with_no_files(tmp_path, mem_dir: str) -> None:
-    # Before: an existing but empty folder (or one holding only the _SUCCESS marker) got the manifest
-    # {"files": []}, which reads as complete: the "manifest of nothing" write_manifest refuses for a
-    # path that does not exist (an empty prefix on an object store), let through on a local disk.
+    # An existing but empty folder (or one holding only the _SUCCESS marker) is refused like a path
+    # that does not exist (an empty prefix on an object store): its manifest {"files": []} would read
+    # as complete.
     from airflow_gpu_dag.datasets.completeness import write_manifest, write_marker
 
     empty = tmp_path / "clean"

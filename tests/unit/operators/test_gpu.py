@@ -71,8 +71,8 @@ TOKEN = "tok-eyJhbGciOi-SECRET"
 
 # -- inventory ----------------------------------------------------------------------------------
 def test_a_static_inventory_with_one_uuid_on_two_gpus_is_refused(tmp_path: Path) -> None:
-    # Before: accepted; leases match devices by UUID, so a lease of GPU 0 marked GPU 1 (the last
-    # device with that UUID) as held and GPU 0 was handed to every task that asked.
+    # Leases match devices by UUID: with one UUID on two GPUs, a lease of GPU 0 would mark GPU 1 (the
+    # last device with that UUID) as held and hand GPU 0 to every task that asks, so it is refused.
     spec = {
         "gpus": [
             {"index": 0, "type": "a100", "uuid": "GPU-x"},
@@ -92,8 +92,8 @@ def test_a_static_inventory_with_one_uuid_on_two_gpus_is_refused(tmp_path: Path)
 
 @pytest.mark.parametrize("spec", ["2xa100:0GiB", '{"gpus": [{"index": 0, "type": "a100", "memory": 0}]}'])
 def test_a_static_gpu_with_no_memory_at_all_is_refused(spec: str) -> None:
-    # Before: accepted and shown as "#0 a100 -" (as if the size were unknown), while every memory
-    # request was then impossible on the host.
+    # A GPU of 0 bytes would show as "#0 a100 -" (as if the size were unknown) while every memory
+    # request on the host is impossible, so it is refused.
     with pytest.raises(InventoryError, match="must be more than 0"):
         parse_inventory(spec)
     # no free memory right now is a real state (a full GPU)
@@ -146,8 +146,8 @@ def test_a_live_holder_keeps_its_lease_when_the_clock_was_set_back(tmp_path: Pat
 def test_a_lease_record_with_a_null_or_non_finite_time_is_a_corrupt_table(
     tmp_path: Path, damage: dict[str, Any], reason: str
 ) -> None:
-    # Before: null passed the check and every allocation on the host crashed with TypeError (past the
-    # operators' `except LeaseError`); NaN/Infinity made the lease never stale: held for ever.
+    # A null time would crash every allocation on the host with TypeError (past the operators'
+    # `except LeaseError`); NaN/Infinity would make the lease never stale: held for ever.
     m = LeaseManager(
         LeaseSettings(lease_dir=tmp_path / "leases", ttl_s=0.5, heartbeat_s=0.1, poll_s=0.05),
         parse_inventory("1xa100:80GiB"),
@@ -159,9 +159,9 @@ def test_a_lease_record_with_a_null_or_non_finite_time_is_a_corrupt_table(
 
 
 def test_credentials_in_the_connection_host_are_not_sent_nor_shown(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Before: host "http://admin:<secret>@api:8080" stayed in the base URL: every message of the
-    # Test button and the controller showed the password, and httpx sent it as Basic auth, which
-    # replaced the bearer token on every call (401 for ever).
+    # With host "http://admin:<secret>@api:8080" kept in the base URL, every message of the Test
+    # button and the controller would show the password, and httpx would send it as Basic auth,
+    # replacing the bearer token on every call (401 for ever).
     seen: list[tuple[str, str | None]] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -756,8 +756,8 @@ def test_a_python_task_records_its_process_group_as_it_takes_the_lease(
 ) -> None:
     # Airflow's task supervisor forks each task process into a group of its own (setpgid); here a new
     # session does the same. Every process the callable starts is in that group from its first instant,
-    # so the lease records the group before the callable runs. Before, it recorded nothing until the
-    # callable ended, and a task process killed with -9 left its children on GPUs leased again.
+    # so the lease records the group before the callable runs: a task process killed with -9 then
+    # leaves no children on GPUs that are leased again.
     # A process that shares its group (dag.test(), a test runner) records none: the group is not its own.
     import json
     import subprocess
@@ -793,7 +793,7 @@ def _child_running_at_release(op: GpuPythonOperator, pid_file: Path) -> list[boo
     return seen
 
 
-def _context_audit_gpu2(task_id: str) -> dict[str, Any]:
+def _python_task_context(task_id: str) -> dict[str, Any]:
     ti = SimpleNamespace(dag_id="gpu_dag", run_id="run1", task_id=task_id, map_index=-1, try_number=1)
     return {"ti": ti, "task_instance": ti}
 
@@ -806,8 +806,8 @@ def _running(pid: int) -> bool:
 def test_a_process_the_callable_left_running_is_stopped_before_its_gpus_are_given_back(
     static_host: Path, tmp_path: Path
 ) -> None:
-    # Before: the callable returned, its GPU lease was released, and the trainer it had started
-    # (torchrun, a multiprocessing worker) kept running on GPUs the next task was then given.
+    # A trainer the callable started (torchrun, a multiprocessing worker) must not keep running on
+    # GPUs the next task is given once the callable returns and the lease is released.
     pid_file = tmp_path / "child.pid"
 
     def train() -> None:
@@ -818,7 +818,7 @@ def test_a_process_the_callable_left_running_is_stopped_before_its_gpus_are_give
     op.child_stop_grace_s = 2.0
     seen = _child_running_at_release(op, pid_file)
     try:
-        op.execute(_context_audit_gpu2("spawner"))
+        op.execute(_python_task_context("spawner"))
         assert seen == [False]
         assert LeaseManager(LeaseSettings.from_config()).leases() == []
         assert [r.outcome for r in UsageLedger(static_host / "usage.jsonl").read()] == ["success"]
@@ -831,7 +831,7 @@ def test_sigterm_stops_the_callables_processes_before_the_lease_is_released(
     static_host: Path, tmp_path: Path
 ) -> None:
     # Airflow's task process calls on_kill from its SIGTERM handler: the callable is interrupted and
-    # the lease released. Before, a child that ignores SIGTERM kept running on the released GPUs.
+    # the lease released. A child that ignores SIGTERM is killed so it cannot run on the released GPUs.
     pid_file = tmp_path / "child.pid"
     op = GpuPythonOperator(task_id="stubborn", python_callable=lambda: None, gpus=2)
     op.child_stop_grace_s = 0.5
@@ -850,7 +850,7 @@ def test_sigterm_stops_the_callables_processes_before_the_lease_is_released(
         from airflow.sdk.exceptions import AirflowException
 
         with pytest.raises(AirflowException, match="SIGTERM"):
-            op.execute(_context_audit_gpu2("stubborn"))
+            op.execute(_python_task_context("stubborn"))
         assert seen == [False]
         assert [r.outcome for r in UsageLedger(static_host / "usage.jsonl").read()] == ["killed"]
     finally:
@@ -863,7 +863,7 @@ def test_a_sigterm_between_the_lease_and_the_callable_keeps_the_callable_from_st
     static_host: Path,
 ) -> None:
     # on_kill ran after the lease was taken but before the callable started (it raises into the
-    # callable only while it runs). Before: the SIGTERM was forgotten and the callable ran to its end.
+    # callable only while it runs). The SIGTERM is remembered, so the callable never starts.
     from airflow.sdk.exceptions import AirflowException
 
     ran: list[bool] = []
@@ -877,7 +877,7 @@ def test_a_sigterm_between_the_lease_and_the_callable_keeps_the_callable_from_st
 
     op._acquire_gpu_lease = acquire_then_sigterm  # type: ignore[method-assign]
     with pytest.raises(AirflowException, match="killed before its GPU callable started"):
-        op.execute(_context_audit_gpu2("late_kill"))
+        op.execute(_python_task_context("late_kill"))
     assert not ran
     assert LeaseManager(LeaseSettings.from_config()).leases() == []
     assert [r.outcome for r in UsageLedger(static_host / "usage.jsonl").read()] == ["killed"]
@@ -887,9 +887,9 @@ GROUP_DEFAULTS: Any = {"executor_config": OVERRIDE}
 
 
 def test_gpu_operators_keep_the_dags_default_executor_config() -> None:
-    # Before: the lease-based GPU operators gave executor_config (the GPU hints) explicitly, so Airflow
-    # no longer filled it from default_args: every GpuBashOperator/GpuPythonOperator, mapped or not,
-    # lost the DAG's pod_override (the Kubernetes operator kept it).
+    # The lease-based GPU operators leave executor_config unset, so Airflow fills it from
+    # default_args: every GpuBashOperator/GpuPythonOperator, mapped or not, keeps the DAG's
+    # pod_override, as the Kubernetes operator does.
     with pod_dag("ec_ops", default_args={"executor_config": OVERRIDE}):
         plain: Any = GpuBashOperator(task_id="plain", bash_command="x", gpus=2)
         python: Any = GpuPythonOperator(task_id="python", python_callable=lambda: 1)

@@ -15,8 +15,8 @@ from tests.unit.operators.conftest import OVERRIDE, assert_keeps_default, make_d
 
 
 def test_task_gpu_keeps_the_dags_default_executor_config() -> None:
-    # Before: @task.gpu set executor_config (the hints) when the decorator was applied, so neither a
-    # called nor a mapped task got the DAG's default executor_config.
+    # @task.gpu sets no executor_config when the decorator is applied, so both a called and a mapped
+    # task get the DAG's default executor_config.
     @task.gpu(gpus=2, retries=1)
     def train(x: int = 0) -> int:
         return x
@@ -40,10 +40,10 @@ def test_task_gpu_keeps_the_dags_default_executor_config() -> None:
 
 
 def test_task_gpu_partial_then_override_keeps_the_gpu_request() -> None:
-    # Before: .partial() (the function's arguments) dropped the decorator's GPU keywords, so a later
-    # .override(task_id=...) derived pool, slots and hints from its own keywords only: a 2 x a100
-    # mapped task was admitted to gpu_default with 1 slot and hints gpus=1, while its worker leased
-    # 2 a100 GPUs (and refused to run: "admitted for 1 of type None").
+    # .partial() (the function's arguments) keeps the decorator's GPU keywords, so a later
+    # .override(task_id=...) derives pool, slots and hints from them: otherwise a 2 x a100 mapped task
+    # would be admitted to gpu_default with 1 slot and hints gpus=1 while its worker leases 2 a100
+    # GPUs (and refuses to run: "admitted for 1 of type None").
     @task.gpu(gpus=2, gpu_type="a100", duration="1h")
     def train(lr: float = 0.1, seed: int = 0) -> None:
         pass
@@ -207,8 +207,8 @@ def static_inventory(monkeypatch: pytest.MonkeyPatch) -> None:
     ],
 )
 def test_a_bad_gpu_request_gets_the_fix_for_the_wrong_argument(kwargs: dict[str, Any], fix: str) -> None:
-    # Before: every unparsable request said "Fix: pass gpus=<whole number >= 1> and gpu_memory like
-    # '80GiB'", also for a bad gpu_type (where gpus and memory were fine).
+    # The fix names the argument that is wrong: a bad gpu_type, with gpus and memory fine, is not
+    # told "Fix: pass gpus=<whole number >= 1> and gpu_memory like '80GiB'".
     with pytest.raises(GpuTaskError) as err:
         resolve_gpu_task("train", dag_id="finetune", **kwargs)
     assert str(err.value).startswith("[bad-gpu-request] GPU task 'train' in DAG 'finetune': ")
@@ -271,7 +271,7 @@ def test_a_gpu_type_that_is_not_one_name_is_refused(gpu_type: Any) -> None:
 # -- declaration errors: every problem with its code; the traceback at the declaring line ----------------
 @pytest.mark.usefixtures("static_host")
 def test_a_declaration_error_lists_every_problem_of_the_task_with_its_code() -> None:
-    """Before: only the first problem (the duration) was raised, with no code."""
+    """Every problem is reported with its code, not only the first (the duration), so one parse shows all."""
     with pytest.raises(GpuTaskError) as err, make_dag("codes"):
         GpuBashOperator(task_id="train", bash_command="echo", gpus=8, duration="soon", gpu_type="h100")
     assert [f.code for f in err.value.findings] == ["bad-estimate", "unknown-gpu-type"]
@@ -284,7 +284,7 @@ def test_a_declaration_error_lists_every_problem_of_the_task_with_its_code() -> 
 
 @pytest.mark.usefixtures("static_host")
 def test_a_declaration_errors_traceback_ends_at_the_line_that_declared_the_task() -> None:
-    """Before: it ended in operators/gpu_spec.py; Airflow shows the last two entries as the import error."""
+    """Airflow shows the traceback's last two entries as the import error: they must be the DAG's line."""
     import traceback
 
     with make_dag("where"):

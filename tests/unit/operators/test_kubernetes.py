@@ -255,8 +255,8 @@ def test_valid_existing_pod_group_names_are_kept() -> None:
 
 
 def test_a_mapped_gpu_pod_keeps_the_dags_default_executor_config() -> None:
-    # Before: .partial() set executor_config to the GPU hints only, so Airflow no longer filled it
-    # from default_args: a mapped task lost the DAG's pod_override (an unmapped one kept it).
+    # .partial() leaves executor_config to Airflow, which fills it from default_args: a mapped task
+    # keeps the DAG's pod_override just as an unmapped one does.
     override = k8s.V1Pod(metadata=k8s.V1ObjectMeta(labels={"team": "ml"}))
     with pod_dag("mapped_ec", default_args={"executor_config": {"pod_override": override}}):
         mapped = GpuKubernetesPodOperator.partial(task_id="m", image="i", gpus=2, gpu_type="a100").expand(
@@ -386,7 +386,8 @@ def test_a_shared_affinity_object_is_not_written_into() -> None:
 
 
 def test_a_mapped_gpu_pod_is_scheduled_in_its_gpu_pool_and_checked_at_parse_time() -> None:
-    # Before: .partial() was KubernetesPodOperator's: default_pool, one slot, no hints, no checks.
+    # .partial() is the GPU operator's, not KubernetesPodOperator's (default_pool, one slot, no hints,
+    # no checks): the mapped pod gets its GPU pool, slots and hints, and bad requests fail at parse time.
     import pytest
 
     from airflow_gpu_dag.executor_config import read_hints
@@ -409,8 +410,8 @@ def test_a_mapped_gpu_pod_is_scheduled_in_its_gpu_pool_and_checked_at_parse_time
 
 
 def test_default_args_are_merged_with_the_gpu_parts_not_replaced() -> None:
-    # Before: the operator gave the base class its own tolerations, affinity, resources, hints, labels
-    # and annotations, so Airflow never filled them from default_args: all of them were lost.
+    # The operator merges its tolerations, affinity, resources, hints, labels and annotations into
+    # those of default_args; giving the base class its own would keep Airflow from filling them.
     defaults = {
         "pool": "team_cpu",  # a DAG-wide pool: the GPU pod keeps its GPU pool
         "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}],
@@ -444,8 +445,8 @@ def test_default_args_are_merged_with_the_gpu_parts_not_replaced() -> None:
 
 
 def test_a_pod_templates_tolerations_affinity_and_resources_are_kept() -> None:
-    # Before: the operator's own tolerations, affinity and resources replaced the template's, so the pod
-    # lost its toleration of the tainted ML nodes and its 200Gi memory request.
+    # The operator's tolerations, affinity and resources add to the template's rather than replace
+    # them: the pod keeps its toleration of the tainted ML nodes and its 200Gi memory request.
     dag = _dag()
     with dag:
         op = GpuKubernetesPodOperator(task_id="gpu", gpus=8, gpu_type="h100", pod_template_dict=TEMPLATE)

@@ -33,8 +33,8 @@ def test_an_unknown_training_task_is_named(ckpt_dir: str) -> None:
 
 @pytest.mark.usefixtures("_deferring")
 def test_soft_fail_skips_a_failure_found_by_the_first_check(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Before: the same permanent error skipped a soft_fail sensor when a poke or the trigger met it, but
-    # failed it when the first check in execute() met it (before deferring or poking).
+    # A permanent error skips a soft_fail sensor wherever it is met: in the first check in execute()
+    # (before deferring or poking) just as in a poke or the trigger.
     from airflow.sdk.exceptions import AirflowSkipException
 
     import airflow_gpu_dag.sensors.checkpoint as sensor_checkpoint

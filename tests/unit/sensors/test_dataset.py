@@ -60,7 +60,8 @@ def _bad_sensors() -> list[tuple[str, Any]]:
 @pytest.mark.usefixtures("_deferring")
 @pytest.mark.parametrize("case", range(len(_bad_sensors())), ids=[c[0] for c in _bad_sensors()])
 def test_sensor_constructor_errors_name_the_dag_and_the_task(case: int) -> None:
-    # Before: "task 'gate': ..." only; a DAG folder with fifty DAGs left the author to guess which.
+    # The message names the DAG as well as the task: in a folder of fifty DAGs "task 'gate'" alone
+    # leaves the author to guess which.
     from airflow.sdk import DAG
 
     _, build = _bad_sensors()[case]
@@ -109,8 +110,8 @@ def test_without_soft_fail_the_first_check_still_fails() -> None:
 @pytest.mark.usefixtures("_deferring")
 @pytest.mark.parametrize("timeout", [math.nan, math.inf])
 def test_a_timeout_that_never_expires_is_refused(timeout: Any) -> None:
-    # Before: NaN or infinity passed the "explicit timeout" check; the trigger's deadline was never
-    # reached and the sensor waited for ever, which the mandatory timeout exists to prevent.
+    # NaN or infinity is no "explicit timeout": the trigger's deadline would never be reached and the
+    # sensor would wait for ever, which the mandatory timeout exists to prevent.
     from airflow_gpu_dag.sensors import CheckpointSensor, DatasetCompleteSensor
 
     with pytest.raises(ValueError, match=r"^task 'wait': DatasetCompleteSensor timeout="):
@@ -121,9 +122,9 @@ def test_a_timeout_that_never_expires_is_refused(timeout: Any) -> None:
 
 @pytest.mark.usefixtures("_deferring")
 def test_stable_in_reschedule_mode_from_default_args_is_refused() -> None:
-    # Before: only mode= given to the sensor itself was checked; mode="reschedule" from the DAG's
-    # default_args reached the sensor (Airflow applies it to BaseSensorOperator) and the stable rule
-    # waited out its timeout, as the parse-time error exists to prevent.
+    # mode="reschedule" from the DAG's default_args reaches the sensor too (Airflow applies it to
+    # BaseSensorOperator), so it is checked like mode= given to the sensor: otherwise the stable rule
+    # waits out its timeout, which the parse-time error exists to prevent.
     from airflow.sdk import DAG
 
     from airflow_gpu_dag.sensors import DatasetCompleteSensor
@@ -146,9 +147,9 @@ def test_stable_in_reschedule_mode_from_default_args_is_refused() -> None:
 
 @pytest.mark.usefixtures("_deferring")
 def test_a_fallback_producer_that_is_not_in_the_dag_fails_naming_it(mem_dir: str) -> None:
-    # Before: producer_task_id="preprocesss" (a typo) read no state, so the fallback never applied: a
-    # failed producer left the sensor waiting out its timeout (hours) instead of using the last good
-    # artifact, and nothing said why. The checkpoint sensor already refuses an unknown training task.
+    # producer_task_id="preprocesss" (a typo) would read no state, so the fallback would never apply:
+    # a failed producer would leave the sensor waiting out its timeout (hours) instead of using the
+    # last good artifact, without a word. The checkpoint sensor refuses an unknown training task alike.
     from airflow.providers.standard.operators.empty import EmptyOperator
     from airflow.sdk import DAG, Asset
     from airflow.sdk.exceptions import AirflowFailException, TaskDeferred

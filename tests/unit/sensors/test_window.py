@@ -82,9 +82,9 @@ def test_guard_renders_templates_and_runs_the_previous_hook() -> None:
 
 def test_the_window_is_chosen_from_when_the_run_is_due_not_its_logical_date() -> None:
     """A data-interval timetable (CronDataIntervalTimetable, DeltaDataIntervalTimetable) creates the
-    run for [D-1, D) at D with logical_date D-1. Before, the window was chosen from the logical date:
-    the one of the day before, long closed, and the run was skipped although it was due inside its
-    window; the task's own check (WindowGuard) did the same."""
+    run for [D-1, D) at D with logical_date D-1. The window is chosen from when the run is due, for the
+    sensor and the task's own check (WindowGuard) alike: the logical date's window, of the day before,
+    is long closed, and the run would be skipped although it is due inside its window."""
     from airflow_gpu_dag.sensors.window import StartWindowSensor
 
     now = datetime.now(UTC)

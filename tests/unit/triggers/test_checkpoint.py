@@ -278,10 +278,10 @@ fsspec.register_implementation("lscache", ListingCacheFS, clobber=True)
 
 # -- 2. a checkpoint written after the first look is found ---------------------------------------------
 def test_a_checkpoint_written_after_the_first_look_is_found_on_a_caching_filesystem() -> None:
-    """Before: the directory listing was taken from the filesystem's cache, which s3fs/gcsfs/adlfs
-    keep for the life of the (process-wide) filesystem object: the triggerer (and a poking sensor)
-    saw the first listing at every later look, and a stage dependency on S3 waited out its timeout
-    next to checkpoint 1000."""
+    """Each look lists the directory afresh, not from the filesystem's cache, which s3fs/gcsfs/adlfs
+    keep for the life of the (process-wide) filesystem object: with it the triggerer (and a poking
+    sensor) would see the first listing at every later look, and a stage dependency on S3 would wait
+    out its timeout next to checkpoint 1000."""
     base = f"ckpt-{uuid.uuid4().hex[:8]}/run"
     memory, cached = f"memory://{base}", f"lscache://{base}"
     write_checkpoint(memory, 500)

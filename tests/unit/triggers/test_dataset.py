@@ -56,8 +56,8 @@ def test_dataset_trigger_serializes_round_trip() -> None:
 
 @pytest.mark.usefixtures("_deferring")
 def test_the_triggers_fail_at_once_on_a_missing_package() -> None:
-    # Before: "check failed: ImportError: Install s3fs" was retried until the deadline (hours), then
-    # reported as a timeout.
+    # A missing package never installs itself: "Install s3fs" is reported at once as an error, not
+    # retried until the deadline (hours) and then reported as a timeout.
     started = time.monotonic()
     payload = first_event(DatasetCompleteTrigger(MISSING_S3FS, Marker().to_dict(), time.time() + 3, 0.1))
     assert payload["status"] == "error" and payload["path"] == MISSING_S3FS
