@@ -41,9 +41,9 @@ def _rung_hints(start_within: object) -> dict[str, Any]:
 
 
 def test_a_label_on_an_edge_leaving_an_unprefixed_task_group_becomes_the_edge_kind() -> None:
-    # Before: the enclosing groups were guessed from the task id ("g.b" -> "g"); a group made with
-    # prefix_group_id=False leaves its tasks' ids bare, so the label Airflow keeps on
-    # "g1.downstream_join_id" was never found and the edge lost its kind (DAG and serialized DAG).
+    # A group made with prefix_group_id=False leaves its tasks' ids bare, so the enclosing groups are
+    # read from the DAG, not guessed from the task id ("g.b" -> "g"): the label Airflow keeps on
+    # "g1.downstream_join_id" is found and the edge gets its kind (DAG and serialized DAG).
     with DAG("unprefixed", schedule=None) as dag:
         a = _op("a")
         with TaskGroup("g0"), TaskGroup("g1", prefix_group_id=False) as g1:
@@ -76,9 +76,9 @@ def test_labels_of_prefixed_groups_nested_three_deep_still_become_edge_kinds() -
 
 @pytest.mark.parametrize("start_within", ["20m", math.nan, -5.0, math.inf, True, [1200]])
 def test_a_malformed_start_within_hint_is_an_error_naming_the_task(start_within: object) -> None:
-    # Before: the rung's planned duration was float(start_within_s): "20m" or a list crashed the whole
-    # graph read (policy, page, weights) with a bare ValueError/TypeError; NaN, a negative number, inf
-    # or True were planned silently as the rung's duration.
+    # float(start_within_s) is no check: "20m" or a list would crash the whole graph read (policy,
+    # page, weights) with a bare ValueError/TypeError, and NaN, a negative number, inf or True would be
+    # planned silently as the rung's duration.
     with DAG("bad_rung", schedule=None) as dag:
         EmptyOperator(task_id="big", executor_config=_rung_hints(start_within))
     graph, findings = build_task_graph(dag)
@@ -224,8 +224,8 @@ def _train_then_teardown(default_args: dict[str, Any] | None = None) -> Any:
 
 @pytest.mark.parametrize("serialized", [False, True])
 def test_a_teardown_without_an_estimate_is_not_on_the_critical_path(serialized: bool) -> None:
-    """Before: the teardown was assumed to take [gpu_dag] default_duration (30 min), which lengthened
-    the remaining critical path of every task before it."""
+    """A teardown without an estimate takes no time in the plan: [gpu_dag] default_duration (30 min)
+    would lengthen the remaining critical path of every task before it."""
     dag = _train_then_teardown()
     graph, findings = build_task_graph(_serialized(dag) if serialized else dag, default_duration=1800.0)
     release = graph.nodes["release"]

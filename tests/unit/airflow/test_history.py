@@ -150,8 +150,8 @@ def test_read_map_counts_takes_the_median_of_the_latest_runs(db: History) -> Non
 
 
 def test_map_counts_skip_the_newest_runs_that_have_not_expanded_the_task_yet(db: History) -> None:
-    # Before: the 5 latest runs were taken first; queued or running ones, with only the task's
-    # placeholder row, left nothing, and the plan fell back to one node.
+    # Queued or running runs have only the task's placeholder row: taking the 5 latest runs first
+    # would leave nothing, and the plan would fall back to one node.
 
     for _ in range(6):
         db.run("learn", {"mtrain": [("success", 60.0)] * 8})

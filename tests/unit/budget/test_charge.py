@@ -133,9 +133,9 @@ def test_gpu_pod_charges_the_budget_when_it_ends(tmp_path: Path, monkeypatch: py
 
 
 def test_a_killed_pod_is_charged_to_its_run_map_index_and_try() -> None:
-    # Before: on_kill charged the pod with the ids read from its labels, which the provider
-    # sanitizes (run_id 'manual__2026-11-30T0000000000-<hash>') and which carry no try number:
-    # the GPU time went to a run that does not exist, as map index -1, so the run's budget never saw it.
+    # on_kill charges the pod with the context's ids, not those of its labels, which the provider
+    # sanitizes (run_id 'manual__2026-11-30T0000000000-<hash>') and which carry no try number: the GPU
+    # time would go to a run that does not exist, as map index -1, and the run's budget never see it.
     with pod_dag("killed") as dag:
         op = GpuKubernetesPodOperator(task_id="train", image="i", namespace="ml", gpus=4)
     ti = SimpleNamespace(dag_id="killed", task_id="train", run_id=RUN_ID, map_index=3, try_number=2)

@@ -159,10 +159,10 @@ GUARD = 5.0
 def test_a_blocked_budget_read_does_not_hold_the_thread_other_triggers_share(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Before: ``sync_to_async(check_budget)`` (thread-sensitive, asgiref's default) ran the read in
-    the one thread every thread-sensitive ``sync_to_async`` call of the triggerer runs in (Airflow's
-    ExternalTaskSensor and human-in-the-loop triggers, every other budget gate). A read blocked on the
-    file ledger's lock or a SQL database that does not answer held all of them."""
+    """The read must not run in the one thread every thread-sensitive ``sync_to_async`` call of the
+    triggerer runs in (asgiref's default; Airflow's ExternalTaskSensor and human-in-the-loop triggers,
+    every other budget gate): a read blocked on the file ledger's lock or a SQL database that does not
+    answer would hold all of them."""
     from asgiref.sync import sync_to_async
 
     import airflow_gpu_dag.budget.check as budget_check
@@ -229,9 +229,9 @@ def test_leases_are_charged_to_the_configured_usage_ledger(
 def test_the_budget_trigger_does_not_spin_on_a_zero_poke_interval(
     poke_interval: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Before: BudgetGate(poke_interval=0) (or a negative one) gave a trigger that re-read the ledger in a
-    # tight loop (thousands of file or SQL reads a second per waiting gate, in the shared triggerer);
-    # the dataset and checkpoint triggers wait at least 0.1 s between checks.
+    # BudgetGate(poke_interval=0) (or a negative one) must not re-read the ledger in a tight loop
+    # (thousands of file or SQL reads a second per waiting gate, in the shared triggerer); like the
+    # dataset and checkpoint triggers, it waits at least 0.1 s between checks.
     import asyncio
 
     import airflow_gpu_dag.budget.check as budget_check

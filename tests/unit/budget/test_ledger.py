@@ -97,7 +97,7 @@ def test_a_claim_made_before_midnight_counts_while_its_task_runs(tmp_path: Path)
 
 @pytest.mark.usefixtures("_deferring", "_no_variables")
 def test_an_unreadable_claims_file_makes_gates_wait_instead_of_dropping_its_claims(tmp_path: Path) -> None:
-    # Before: read as empty, so the next claim overwrote it and every open claim was forgotten.
+    # Read as empty, the file would be overwritten by the next claim and every open claim forgotten.
     book = FileBudgetLedger(tmp_path / "usage.jsonl")
     cap = BudgetCap(gpu_hours_per_pool_day=10, pool="gpu")
     now = datetime(2026, 11, 30, 12, tzinfo=UTC).timestamp()

@@ -440,7 +440,8 @@ def test_a_lease_directory_that_cannot_be_written_names_the_fix(tmp_path: Path) 
 def test_a_worker_is_warned_when_another_worker_of_its_host_uses_another_lease_dir(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Before: each worker saw only its own table, and both handed out GPU 0, without a word.
+    # Two workers of one host with different lease dirs each see only their own table and would both
+    # hand out GPU 0, so each is warned of the other's dir.
     import logging
     import subprocess
     import sys
@@ -470,8 +471,8 @@ def test_a_worker_is_warned_when_another_worker_of_its_host_uses_another_lease_d
 
 
 def test_a_static_inventory_of_an_absurd_gpu_count_is_refused_not_built() -> None:
-    # Before: "99999999999999999999xa100" built one device object per GPU, so the scheduler (whose
-    # weights read the inventory) hung until it ran out of memory.
+    # "99999999999999999999xa100" is refused before one device object per GPU is built: the scheduler
+    # (whose weights read the inventory) would hang until it ran out of memory.
     with pytest.raises(InventoryError, match=f"more than {MAX_INVENTORY_GPUS} GPUs"):
         parse_inventory("99999999999999999999xa100")
     with pytest.raises(InventoryError, match="more than"):

@@ -327,8 +327,8 @@ def test_reclaim_kills_the_workers_a_command_left_in_its_process_group(tmp_path:
 
 
 def test_work_that_ignores_sigterm_keeps_the_gpus_until_sigkill_after_the_grace(tmp_path: Path) -> None:
-    # Before: the reclaim sent SIGKILL and freed the devices in one step, with no chance for a clean
-    # exit. Now: SIGTERM, the devices held meanwhile, SIGKILL once reclaim_grace_s has passed.
+    # The reclaim gives the work a chance of a clean exit: SIGTERM, the devices held meanwhile, and
+    # SIGKILL only once reclaim_grace_s has passed.
     m = manager(tmp_path, reclaim_grace_s=1.0)
     work = _stubborn_work()
     try:
@@ -407,7 +407,7 @@ def test_a_reclaim_never_signals_its_own_process_group(tmp_path: Path) -> None:
 
 def test_workers_that_number_the_gpus_differently_never_share_one(tmp_path: Path) -> None:
     # Two workers share the host's lease directory; B's container sees only host GPUs 2 and 3, which
-    # NVML numbers 0 and 1 there. Before, leases were compared by index: A was given GPU-host2 too.
+    # NVML numbers 0 and 1 there. Leases are compared by UUID: by index, A would get GPU-host2 too.
     full = GpuInventory(tuple(GpuDevice(i, "a100", 81920, uuid=f"GPU-host{i}") for i in range(4)))
     subset = GpuInventory(tuple(GpuDevice(i, "a100", 81920, uuid=f"GPU-host{i + 2}") for i in range(2)))
     settings = LeaseSettings(lease_dir=tmp_path / "leases", poll_s=0.05, wait_timeout_s=0.5)
@@ -424,7 +424,8 @@ def test_workers_that_number_the_gpus_differently_never_share_one(tmp_path: Path
 
 
 def test_a_lock_held_too_long_ends_the_wait_with_the_lock_named(tmp_path: Path) -> None:
-    # Before: flock without a timeout, so acquire(timeout=...) hung as long as the holder did.
+    # The table lock is taken with the caller's timeout: acquire(timeout=...) must not hang as long as
+    # the lock's holder does.
     m = manager(tmp_path, poll_s=0.05)
     holder = _hold_the_lock(m, 30)
     try:
@@ -481,8 +482,8 @@ def test_corrupt_table_refuses_allocation(tmp_path: Path) -> None:
 def test_a_damaged_lease_record_is_a_corrupt_table_not_a_crash(
     tmp_path: Path, damage: dict[str, Any] | None, reason: str
 ) -> None:
-    # Before: AttributeError, KeyError, ValueError or IsADirectoryError, past the operators'
-    # `except LeaseError`, with no word on what to do.
+    # A damaged record is a LeaseTableCorrupt that says what to do, not an AttributeError, KeyError,
+    # ValueError or IsADirectoryError past the operators' `except LeaseError`.
     m = manager(tmp_path)
     m.dir.mkdir(parents=True)
     if damage is None:
@@ -790,9 +791,8 @@ def test_the_processes_of_a_task_killed_with_sigkill_are_gone_before_its_gpus_ar
     tmp_path: Path, kind: str
 ) -> None:
     # The OOM killer (or a person) kills a GPU task's process with -9 while the processes it started
-    # run on: they are orphans now, still on the GPUs. Before, the reclaim freed the lease of the dead
-    # holder at once for a Python task (its children were never recorded), and the next task was handed
-    # the GPUs they still used.
+    # run on: they are orphans now, still on the GPUs. The reclaim stops them before it frees the dead
+    # holder's lease, for a Python task too, so the next task is not handed GPUs they still use.
     lease_dir, work = tmp_path / "leases", tmp_path / "work"
     work.mkdir()
     task = subprocess.Popen(
@@ -868,8 +868,8 @@ def test_a_clock_jumping_forward_past_the_ttl_does_not_hand_a_live_lease_to_anot
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The wall clock was stepped an hour forward (NTP, a VM resumed) while the holder ran and renewed.
-    # Before: its heartbeat looked an hour old, the lease was reclaimed (its command killed) and its
-    # GPU handed to the next task.
+    # Its heartbeat must not look an hour old: the lease would be reclaimed (its command killed) and
+    # its GPU handed to the next task.
     m = LeaseManager(
         LeaseSettings(lease_dir=tmp_path / "leases", ttl_s=60, heartbeat_s=5, poll_s=0.05),
         parse_inventory("1xa100:80GiB"),

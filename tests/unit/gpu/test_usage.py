@@ -8,8 +8,8 @@ def _record(cls, lease_id: str):
 
 
 def test_a_lease_record_appended_after_a_torn_line_is_read(tmp_path) -> None:
-    # Before: UsageLedger.append wrote the record onto a torn last line (a writer that crashed
-    # mid-write), and the reader skipped the joined line: the lease's usage was never counted.
+    # UsageLedger.append starts a new line after a torn last line (a writer that crashed mid-write):
+    # the reader skips a joined line, and the lease's usage would never be counted.
     from airflow_gpu_dag.gpu.usage import UsageLedger, UsageRecord
 
     path = tmp_path / "usage.jsonl"

@@ -205,8 +205,8 @@ def test_a_typed_connection_round_trips_through_its_uri(monkeypatch: pytest.Monk
 def test_an_api_server_behind_a_path_prefix(
     monkeypatch: pytest.MonkeyPatch, api: FakeApiServer, conn: str | dict[str, Any]
 ) -> None:
-    # Before: host "https://gw.example.com/airflow" with port 8443 gave "https://gw.example.com/airflow:8443"
-    # (a connection error), and a host ending in /api/v2 got every path twice (/api/v2/api/v2/...).
+    # The port goes after the host, not after its path ("https://gw.example.com/airflow:8443" cannot be
+    # reached), and a host ending in /api/v2 must not get every path twice (/api/v2/api/v2/...).
     api.prefix = "/airflow"
     if isinstance(conn, dict):
         conn = {**conn, "login": "admin", "password": PASSWORD}
@@ -382,17 +382,17 @@ def test_a_network_failure_says_what_failed(monkeypatch: pytest.MonkeyPatch, fai
     assert PASSWORD not in message
 
 
-PASSWORD_audit_hooks2 = "s3cr3t-p%40ss"
+PASSWORD_PERCENT_ENCODED = "s3cr3t-p%40ss"
 
 
 # -- IPv6 hosts ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("uri", "url"),
     [
-        (f"gpu-dag-api://admin:{PASSWORD_audit_hooks2}@[::1]:8080", "http://[::1]:8080"),
-        (f"gpu-dag-api://admin:{PASSWORD_audit_hooks2}@[fd00::2a]", "http://[fd00::2a]"),
+        (f"gpu-dag-api://admin:{PASSWORD_PERCENT_ENCODED}@[::1]:8080", "http://[::1]:8080"),
+        (f"gpu-dag-api://admin:{PASSWORD_PERCENT_ENCODED}@[fd00::2a]", "http://[fd00::2a]"),
         (
-            f"gpu-dag-api://https://admin:{PASSWORD_audit_hooks2}@[2001:db8::1]:8443/airflow",
+            f"gpu-dag-api://https://admin:{PASSWORD_PERCENT_ENCODED}@[2001:db8::1]:8443/airflow",
             "https://[2001:db8::1]:8443/airflow",
         ),
     ],

@@ -145,8 +145,8 @@ def test_task_instances_are_paginated() -> None:
 
 
 def test_pagination_follows_total_entries_past_pages_the_server_capped() -> None:
-    # Before: a server with [api] maximum_page_limit=50 answered 50 of the 100 asked for, and the
-    # client took the short page for the last one: 50 of 230 task instances, silently.
+    # A server with [api] maximum_page_limit=50 answers 50 of the 100 asked for; taking the short page
+    # for the last one would return 50 of 230 task instances, silently.
     api = FakeApi()
     api.max_limit = 50
     api.tis = [{"task_id": f"t{i}"} for i in range(230)]
@@ -170,7 +170,8 @@ def test_pagination_without_total_entries_stops_at_a_short_page() -> None:
 
 
 def test_a_token_refused_as_invalid_after_a_restart_is_renewed_once() -> None:
-    # Before: every call after the restart failed with HTTP 403 until the controller restarted.
+    # After an API server restart the old token is refused; without a renewal every call would fail
+    # with HTTP 403 until the controller restarts.
     api = _RestartingApi()
     rest = AirflowRestClient("http://api:8080", "ctrl", PASSWORD, transport=httpx.MockTransport(api.handler))
     assert rest.get_pool("gpu") == {"name": "gpu", "slots": 4}

@@ -29,8 +29,8 @@ def test_sizes_of_a_mode_not_asked_for_are_refused() -> None:
 
 
 def test_a_gpu_type_without_letters_is_a_config_error_naming_the_task() -> None:
-    # Before: gpu_type="!!!" (or such a gpu_products key) raised a bare ValueError from the pool
-    # naming, without the DAG and task, instead of GpuPodConfigError.
+    # gpu_type="!!!" (or such a gpu_products key) gives no pool name: a GpuPodConfigError naming the
+    # DAG and task, not a bare ValueError from the pool naming.
     with pod_dag("bad_type"):
         with pytest.raises(GpuPodConfigError, match=r"bad_type\.t1: .*'!!!'"):
             GpuKubernetesPodOperator(task_id="t1", image="i", gpus=1, gpu_type="!!!")
@@ -42,9 +42,9 @@ def test_a_gpu_type_without_letters_is_a_config_error_naming_the_task() -> None:
 
 @pytest.mark.parametrize("name", ["Nightly_Eval", "nightly eval", "-eval", "x" * 254])
 def test_an_existing_pod_group_name_that_cannot_exist_is_refused(name: str) -> None:
-    # Before: volcano_pod_group="Nightly_Eval" was accepted and written into the pod's
-    # scheduling.k8s.io/group-name annotation; no PodGroup can have that name, so the pod waited
-    # until schedule_timeout_seconds and failed as "not scheduled" (and the fallback ladder moved on).
+    # No PodGroup can be named "Nightly_Eval": written into the pod's scheduling.k8s.io/group-name
+    # annotation, it would make the pod wait until schedule_timeout_seconds and fail as "not
+    # scheduled" (and the fallback ladder move on).
     with pod_dag("pg"), pytest.raises(GpuPodConfigError, match=r"pg\.t: volcano_pod_group"):
         GpuKubernetesPodOperator(task_id="t", image="i", gpus=1, volcano=True, volcano_pod_group=name)
 

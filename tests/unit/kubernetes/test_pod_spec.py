@@ -121,8 +121,8 @@ class TestMerging:
 
 
 def test_dict_container_resources_keep_their_resource_claims() -> None:
-    # Before: container_resources given as a dict lost its "claims" (a DRA claim of the container,
-    # e.g. a GPU ResourceClaim); the V1ResourceRequirements form kept them.
+    # container_resources given as a dict keeps its "claims" (a DRA claim of the container, e.g. a
+    # GPU ResourceClaim), as the V1ResourceRequirements form does.
     given = {"limits": {"cpu": "4"}, "claims": [{"name": "gpu-claim"}]}
     merged = SER(merge_resources(given, 2))
     assert merged["claims"] == [{"name": "gpu-claim"}]

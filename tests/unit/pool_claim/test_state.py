@@ -27,7 +27,7 @@ from tests.unit.watermark.conftest import (
     ti,
 )
 
-NOW_watermark_audit2 = 1_800_000_000.0
+FIXED_NOW = 1_800_000_000.0
 
 
 HUGE = "1" + "0" * 400  # a JSON integer too large for a float
@@ -39,10 +39,8 @@ def test_a_state_with_a_huge_integer_never_raises_and_other_pools_still_fail_ope
     corrupt = f'gpu-dag watermark: pool 0 [gpu-dag-state {{"capacity": {HUGE}, "expires": {HUGE}}}]'
     found = parse_pool_state(corrupt)
     assert found is not None and found.capacity is None and found.expires is None
-    lapsed = with_state(
-        "gpu-dag watermark: pool 0", PoolState(4, 0, 4, "variable:x", "h", NOW_watermark_audit2 - 1)
-    )
-    (restore,) = watchdog.expired_pools([("bad", 0, corrupt), ("gpu", 0, lapsed)], NOW_watermark_audit2)
+    lapsed = with_state("gpu-dag watermark: pool 0", PoolState(4, 0, 4, "variable:x", "h", FIXED_NOW - 1))
+    (restore,) = watchdog.expired_pools([("bad", 0, corrupt), ("gpu", 0, lapsed)], FIXED_NOW)
     assert (restore.pool, restore.capacity) == ("gpu", 4)
 
 
@@ -50,16 +48,12 @@ def test_the_state_at_the_end_of_the_description_is_the_one_read() -> None:
     """A description a person edited so that it quotes an older description (with its lapsed claim)
     before the controller's live state: the first block was read, so the watchdog opened a pool whose
     controller still held it."""
-    old = with_state(
-        "gpu-dag watermark: pool 4", PoolState(4, 0, 4, "variable:x", "h", NOW_watermark_audit2 - 600)
-    )
-    live = with_state(
-        "gpu-dag watermark: pool 0", PoolState(4, 0, 4, "variable:x", "h", NOW_watermark_audit2 + 60)
-    )
+    old = with_state("gpu-dag watermark: pool 4", PoolState(4, 0, 4, "variable:x", "h", FIXED_NOW - 600))
+    live = with_state("gpu-dag watermark: pool 0", PoolState(4, 0, 4, "variable:x", "h", FIXED_NOW + 60))
     edited = f"note: was '{old}' | {live}"
     state = parse_pool_state(edited)
-    assert state is not None and state.expires == NOW_watermark_audit2 + 60
-    assert watchdog.expired_pools([("gpu", 0, edited)], NOW_watermark_audit2) == []
+    assert state is not None and state.expires == FIXED_NOW + 60
+    assert watchdog.expired_pools([("gpu", 0, edited)], FIXED_NOW) == []
     assert "gpu-dag-state" not in human_part(edited)
 
 
@@ -67,7 +61,7 @@ def test_a_long_run_of_whitespace_in_a_description_is_parsed_in_linear_time() ->
     """``\\s*`` at the start of the state pattern backtracked over every start position inside a run of
     whitespace: 40,000 spaces took ~12 s per parse (the controller parses each pool several times a
     tick, the watchdog every 10 s)."""
-    state = with_state("", PoolState(4, 0, 4, "variable:x", "h", NOW_watermark_audit2 + 60))
+    state = with_state("", PoolState(4, 0, 4, "variable:x", "h", FIXED_NOW + 60))
     padded = "hand-written" + " " * 40_000 + "end"
 
     def hung(signum: int, frame: object) -> None:
@@ -166,8 +160,8 @@ def test_a_claim_with_an_impossible_expiry_fails_open_and_is_described_without_r
 
 
 def test_a_hand_edited_capacity_beyond_any_pool_is_unknown_not_written_back() -> None:
-    # Before: a description whose state said "capacity": 1e12 made the watchdog write 10**12 slots:
-    # the UPDATE overflows Airflow's int column, and its one transaction then opened no pool at all.
+    # A description whose state says "capacity": 1e12 must not make the watchdog write 10**12 slots:
+    # the UPDATE overflows Airflow's int column, and its one transaction then opens no pool at all.
 
     from airflow_gpu_dag.pool_claim.state import MAX_POOL_SLOTS, parse_pool_state
     from airflow_gpu_dag.pool_claim.watchdog import expired_pools
