@@ -1,14 +1,8 @@
-"""``airflow gpu-dag`` defects found by a fourth audit of the CLI:
-
-1. a DAG file that prints while it is parsed (``print("loading")``) wrote into stdout, before the
-   ``-o json`` document of ``lint``, ``plan``, ``estimates`` and ``simulate``: no longer valid JSON;
-2. ``watermark --once`` exited 0 when its tick failed (pools or task instances unreadable, a pool not
-   written): a script or a configuration check saw success;
-3. ``COLUMNS=0`` (what some pseudo-terminals report): every rich table and line vanished, exit code 0;
-4. ``watermark --heartbeat-file`` that can never be written (a folder, a path under a file) was accepted:
-   every tick logged an error and ``watermark-health`` reported a live controller as dead;
-5. ``estimates`` with ``[gpu_dag] learned_quantile = 0.995`` labelled its column ``p100`` (the maximum);
-6. the several-runs table of ``simulate`` cut long DAG ids with ``…``: two DAGs printed as the same row."""
+"""``airflow gpu-dag`` as a whole: Airflow discovers its commands and the parser has each of them; a
+DAG file that prints while it is parsed (``print("loading")``) writes nothing into stdout before the
+``-o json`` document, which must stay valid JSON; ``COLUMNS=0`` (what some pseudo-terminals report)
+still prints every rich table and line; rich tables wrap long ids instead of cutting them with ``…``
+(two DAGs or tasks would print as the same row); a DAG id two files define is a warning naming both."""
 
 from __future__ import annotations
 

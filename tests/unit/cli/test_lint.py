@@ -353,8 +353,9 @@ def _static_eight(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_every_gpu_declaration_error_of_a_file_is_a_finding_in_every_format(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str
 ) -> None:
-    """Before: the first wrongly declared task failed the file's import: one ``import-error`` with no
-    code, DAG or task (in plain, the last line of its traceback), and the other tasks went unchecked."""
+    """Each wrongly declared task is a finding with its code, DAG and task, in every format: failing the
+    file's import at the first would give one ``import-error`` with none of them (in plain, the last
+    line of its traceback) and leave the other tasks unchecked."""
     (tmp_path / "declared.py").write_text(_DECLARED_WRONGLY)
     (tmp_path / "mapped.py").write_text(_MAPPED_WRONGLY)
     assert run_cli("lint", str(tmp_path), "--pool", "gpu_default=8", "-o", output) == 1
@@ -377,8 +378,8 @@ def test_every_gpu_declaration_error_of_a_file_is_a_finding_in_every_format(
 
 
 def test_plain_keeps_an_import_errors_whole_exception() -> None:
-    """Before: ``-o plain`` printed the last line of the traceback only: a message of several lines
-    shrank to its last one."""
+    """``-o plain`` prints the whole exception, not the traceback's last line: a message of several
+    lines must not shrink to its last one."""
     from airflow_gpu_dag.cli.lint import exception_text
 
     traceback = (
@@ -413,7 +414,8 @@ with DAG("finetune", default_args={{"weight_rule": CRITICAL_PATH_WEIGHT_RULE{ext
 def test_lint_warns_about_cpu_tasks_without_an_estimate_only_when_strict_and_never_about_teardowns(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Before: 'load' and 'release' were each a missing-estimate warning, and --strict failed on them."""
+    """A CPU task without an estimate ('load') is a missing-estimate warning only under --strict, and a
+    teardown ('release') never is: its duration does not lengthen the critical path."""
     path = tmp_path / "finetune.py"
     path.write_text(_PIPELINE_WITH_TEARDOWN.format(extra=""))
     code, report = run_json(capsys, "lint", str(path), "--no-granularity")
@@ -453,8 +455,8 @@ with DAG("stock", schedule=None):
 def test_lint_names_a_dag_whose_weight_rule_cannot_be_compared_with_the_dags_sharing_its_gpu_pool(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Before: a DAG outside the provider (no hints) on Airflow's default rule was only 'not a GPU DAG',
-    although its tasks in gpu_default always sort after the other DAGs' keys."""
+    """A DAG outside the provider (no hints) on Airflow's default rule is named, not only 'not a GPU
+    DAG': its tasks in gpu_default always sort after the other DAGs' keys."""
     (tmp_path / "keyed.py").write_text(_KEYED)
     (tmp_path / "stock.py").write_text(_STOCK)
     code, report = run_json(capsys, "lint", str(tmp_path), "--no-granularity")

@@ -289,9 +289,9 @@ def test_simulate_folder_keeps_every_dag_when_trigger_names_some(
 def test_simulate_measures_each_runs_start_window_from_its_own_trigger(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Before, every run of a DAG got the window wait of a run starting now: a run triggered inside its
-    window still waited for an opening already past, one triggered after it closed was not moved to
-    the next day's window."""
+    """Each run waits for the window from its own trigger time, not that of a run starting now: a run
+    triggered inside its window does not wait for an opening already past, and one triggered after it
+    closes moves to the next day's window."""
     from datetime import UTC, datetime, timedelta
 
     now = datetime.now(UTC)
@@ -315,7 +315,8 @@ def test_simulate_measures_each_runs_start_window_from_its_own_trigger(
 def test_simulate_folder_refuses_files_that_fail_to_import(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Before, a DAG whose file failed to import was left out of the simulation without a word."""
+    """A file that fails to import is an error naming it: leaving its DAGs out of the simulation
+    without a word would make the result look complete."""
     write_sweep(tmp_path)
     (tmp_path / "broken.py").write_text("from airflow.sdk import DAG\nraise RuntimeError('boom')\n")
     assert run_cli("simulate", "--folder", str(tmp_path), "--capacity", "gpu_default=4") == 1
@@ -402,7 +403,8 @@ def test_simulate_says_what_is_wrong_with_the_pools_setting(
 
 @pytest.mark.usefixtures("_no_configured_pools")
 def test_an_objective_with_one_dag_simulates_it_as_one_run(capsys: pytest.CaptureFixture[str]) -> None:
-    # Before: --objective was ignored for one DAG (the single-DAG report, no word on the objective).
+    # --objective with one DAG is honoured: the DAG is simulated as one run under the objective, not
+    # given the single-DAG report with no word on it.
     from tests.unit.cli.conftest import GOOD, PIPELINE
 
     argv = [

@@ -1,12 +1,13 @@
-"""Defects found by an audit of ``airflow gpu-dag simulate`` with several runs, the Gantt chart and the
-hints helpers, one test group per defect:
+"""``airflow gpu-dag simulate`` with several runs, the Gantt chart and the hints helpers, one test group
+per case:
 
-1. a ``--trigger`` offset too large for a date (``gpu_pipeline=5000000d``, ``=1e300``) ended in an
-   ``OverflowError`` traceback; it is a one-line error like any malformed offset;
-2. ``simulate --objective latency`` with no DAG id, folder or trigger printed empty tables and exit 0;
-3. Gantt labels cut at their end: task ids sharing a long prefix (mapped instances ``...[0]``,
-   ``...[1]``; ``0:dag/task`` of several runs) got the same label;
-4. ``duration_hint`` read an infinite or boolean ``duration_s`` as a duration (inf, 1.0)."""
+1. a ``--trigger`` offset too large for a date (``gpu_pipeline=5000000d``, ``=1e300``) is a one-line
+   error like any malformed offset, not an ``OverflowError`` traceback;
+2. ``simulate --objective latency`` with no DAG id, folder or trigger is an error, not empty tables and
+   exit 0;
+3. Gantt labels are not cut at their end: task ids sharing a long prefix (mapped instances ``...[0]``,
+   ``...[1]``; ``0:dag/task`` of several runs) would get the same label;
+4. ``duration_hint`` does not read an infinite or boolean ``duration_s`` as a duration (inf, 1.0)."""
 
 from __future__ import annotations
 

@@ -97,8 +97,8 @@ def test_bad_config_is_one_line(
 def test_interval_option_is_checked_like_the_files_interval(
     rest: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Before: --interval replaced the file's interval unchecked; a 300 s interval with a 180 s lease
-    # let a second controller take the lapsed lease between ticks, and both acted.
+    # --interval is checked like the file's interval: a 300 s interval with a 180 s lease lets a second
+    # controller take the lapsed lease between ticks, and both act.
     path = config(tmp_path, lease={"lock_file": None, "variable": None, "ttl": "3m"})
     assert run_cli("watermark", "--config", path, "--once", "--interval", "300") == 1
     err = capsys.readouterr().err
@@ -165,8 +165,8 @@ def test_a_connection_without_a_host_is_a_one_line_error(
 def test_once_against_a_trickling_api_server_fails_by_the_connections_timeout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Before: `watermark --once` still ran after 45 s with timeout=3 against a server that answers one
-    # byte at a time (httpx's timeout applies to each read, and each read got its byte in time).
+    # The connection's timeout bounds the whole call: httpx's timeout applies to each read, so against
+    # a server that answers one byte at a time `watermark --once` with timeout=3 could run for 45 s.
     import time
 
     from tests.unit.hooks.conftest import TrickleServer
@@ -300,7 +300,7 @@ def test_watermark_once_table_names_the_created_pool(
 
 # -- 2. watermark --health-port on a port in use --------------------------------------------------------
 @pytest.fixture
-def rest_cli_audit3(monkeypatch: pytest.MonkeyPatch) -> ClosingRest:
+def rest_without_pools(monkeypatch: pytest.MonkeyPatch) -> ClosingRest:
     """An in-memory REST API with no pool: what the start-up check creates shows in ``pools``."""
     api = ClosingRest()
     monkeypatch.setattr(AirflowApiHook, "get_client", lambda self: api)
@@ -310,7 +310,7 @@ def rest_cli_audit3(monkeypatch: pytest.MonkeyPatch) -> ClosingRest:
 
 @pytest.mark.usefixtures("_no_configured_pools")
 def test_watermark_health_port_in_use_is_one_line_before_touching_pools(
-    rest_cli_audit3: ClosingRest,
+    rest_without_pools: ClosingRest,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -332,5 +332,5 @@ def test_watermark_health_port_in_use_is_one_line_before_touching_pools(
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"airflow gpu-dag watermark: --health-port {port}: cannot serve /health on ")
     assert f"127.0.0.1:{port}" in last and "Traceback" not in err
-    assert rest_cli_audit3.pools == {} and rest_cli_audit3.writes == []
-    assert rest_cli_audit3.closed
+    assert rest_without_pools.pools == {} and rest_without_pools.writes == []
+    assert rest_without_pools.closed

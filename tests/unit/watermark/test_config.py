@@ -124,7 +124,7 @@ def test_default_config_from_gpu_dag_pools(monkeypatch: pytest.MonkeyPatch) -> N
         ({"pools": {"g": {"source": 2}}, "fail_open_after": 1}, "fail_open_after: expected an integer >= 2"),
         ({"pools": {"g": {"source": 2}}, "lease": {"ttl": "-1s"}}, "lease.ttl"),
         ({"pools": {"g": {"source": 2}}, "lease": {"variable": 7}}, "lease.variable: expected a non-empty"),
-        # `lease: false` used to mean the default lease (both locks on), the opposite of what it says
+        # `lease: false` must not mean the default lease (both locks on), the opposite of what it says
         ({"pools": {"g": {"source": 2}}, "lease": False}, r"to run without a lease set \{lock_file: null"),
         ({"pools": {"g": {"source": 2}}, "lease": 0}, "lease: expected a mapping"),
         ({"pools": {"g": {"source": -2}}}, r"pools.g.source \(static GPU count\)"),
@@ -138,7 +138,7 @@ def test_default_config_from_gpu_dag_pools(monkeypatch: pytest.MonkeyPatch) -> N
             {"pools": {"g": {"source": 2, "reservation": "yes"}}},
             "pools.g.reservation: expected true or false",
         ),
-        # found by an audit: values that loaded and then misbehaved at run time
+        # values that would load and then misbehave at run time
         ({"pools": {"g": {"source": 2}}, "interval": 1e10}, "interval: at most 1 day"),
         ({"pools": {"g": {"source": 2}}, "fail_open_after": 10**12}, "more than 30 days"),
         ({"pools": {"g": {"source": 2}}, "interval": 60, "lease": {"ttl": 1}}, "must be longer than the"),

@@ -425,8 +425,8 @@ def test_a_last_good_value_of_another_source_configuration_is_not_restored() -> 
 
 
 def test_a_tick_on_a_trickling_api_server_ends_by_the_clients_timeout(tmp_path: Any) -> None:
-    # Before: httpx's timeout applied to each read, so a server sending a byte now and then held the
-    # tick, and the controller's lock with it, for as long as it kept sending.
+    # httpx's timeout applies to each read: the client's timeout bounds the whole tick, or a server
+    # sending a byte now and then holds the tick, and the controller's lock with it, while it sends.
     import time
 
     from airflow_gpu_dag.hooks.rest_client import AirflowRestClient

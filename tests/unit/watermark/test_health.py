@@ -175,7 +175,7 @@ def test_a_hung_loop_is_not_healthy_after_the_clock_steps_back(tmp_path: Path) -
     assert beat.status()[0]
 
 
-NOW_watermark_audit2 = 1_800_000_000.0
+FIXED_NOW = 1_800_000_000.0
 
 
 HUGE = "1" + "0" * 400  # a JSON integer too large for a float
@@ -185,7 +185,7 @@ def test_a_heartbeat_with_a_huge_tick_is_reported_not_raised(tmp_path: Path) -> 
     """``"last_tick": 1000…0`` made ``watermark-health`` die with OverflowError instead of one line."""
     path = tmp_path / "beat.json"
     path.write_text(f'{{"last_tick": {HUGE}, "interval": 60}}')
-    fresh, message = check_heartbeat_file(path, now=NOW_watermark_audit2)
+    fresh, message = check_heartbeat_file(path, now=FIXED_NOW)
     assert not fresh and "last_tick" in message
-    path.write_text(json.dumps({"last_tick": NOW_watermark_audit2 - 1, "interval": 60}))
-    assert check_heartbeat_file(path, now=NOW_watermark_audit2)[0]
+    path.write_text(json.dumps({"last_tick": FIXED_NOW - 1, "interval": 60}))
+    assert check_heartbeat_file(path, now=FIXED_NOW)[0]

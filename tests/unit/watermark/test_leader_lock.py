@@ -1,6 +1,6 @@
 """Two controllers of one lease group never both write a pool: a controller that lost the Variable
 lease does not act on a failed read of it, and one whose lease ran out during a slow tick writes nothing.
-Both reproduced split brain before (found by an audit of the controller's crash safety)."""
+Either would otherwise be a split brain: two controllers sizing one pool."""
 
 from __future__ import annotations
 

@@ -183,9 +183,10 @@ def _specs(*names: str) -> dict[str, PoolSpec]:
 
 
 def test_a_pool_created_meanwhile_by_a_replica_of_the_same_group_is_not_an_error() -> None:
-    """Two replicas of one controller (one lease Variable) started together: both read the pool as
-    missing, one created it, the other's create got HTTP 409 and it refused to start ("cannot be
-    created ... let the controller's API user create pools"), deleting the pools it had created."""
+    """Two replicas of one controller (one lease Variable) start together: both read the pool as
+    missing, one creates it and the other's create gets HTTP 409. That replica starts, keeping the
+    pools, instead of refusing ("cannot be created ... let the controller's API user create pools")
+    and deleting the pools it had created."""
     rival = with_state(CREATED_DESCRIPTION, PoolState(lease="variable:L", holder="B", expires=NOW + 180))
     rest = _RacingRest(rival)
     report = preflight(rest, _specs("gpu_a", "gpu_b"), "variable:L", NOW, holder="A", claim_for=180)  # type: ignore[arg-type]
