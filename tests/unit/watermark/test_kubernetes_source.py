@@ -108,7 +108,7 @@ def test_the_kubernetes_requests_share_the_sources_timeout() -> None:
 
 
 # -- Kubernetes: per-node accounting ------------------------------------------------------------------
-def _node_audit_hooks2(name: str, gpus: str) -> V1Node:
+def _ready_node(name: str, gpus: str) -> V1Node:
     return V1Node(
         metadata=V1ObjectMeta(name=name),
         spec=V1NodeSpec(),
@@ -119,7 +119,7 @@ def _node_audit_hooks2(name: str, gpus: str) -> V1Node:
     )
 
 
-def _pod_audit_hooks2(node: str, gpus: int) -> V1Pod:
+def _foreign_pod(node: str, gpus: int) -> V1Pod:
     resources = V1ResourceRequirements(limits={"nvidia.com/gpu": str(gpus)})
     return V1Pod(
         metadata=V1ObjectMeta(name=f"foreign-{node}"),
@@ -144,8 +144,8 @@ def test_kubernetes_pods_over_a_nodes_allocatable_hold_nothing_elsewhere() -> No
     """The device plugin marked n1's GPUs unhealthy (allocatable 0) after a foreign 4-GPU pod was
     scheduled there: n2's 8 free GPUs are still all usable."""
     api = _Api(
-        [_node_audit_hooks2("n1", "0"), _node_audit_hooks2("n2", "8"), _node_audit_hooks2("n3", "4")],
-        [_pod_audit_hooks2("n1", 4), _pod_audit_hooks2("n3", 1)],
+        [_ready_node("n1", "0"), _ready_node("n2", "8"), _ready_node("n3", "4")],
+        [_foreign_pod("n1", 4), _foreign_pod("n3", 1)],
     )
     reading = KubernetesSource(api=api).read()
     assert reading.gpus == 11
@@ -161,7 +161,7 @@ def test_kubernetes_client_is_built_again_after_a_401(monkeypatch: pytest.Monkey
         def list_node(self, label_selector: str | None = None, _request_timeout: Any = None) -> V1NodeList:
             raise ApiException(status=401, reason="Unauthorized")
 
-    clients: list[_Api] = [Expired([], []), _Api([_node_audit_hooks2("n1", "8")], [])]
+    clients: list[_Api] = [Expired([], []), _Api([_ready_node("n1", "8")], [])]
     built: list[dict[str, Any]] = []
 
     class FakeHook:

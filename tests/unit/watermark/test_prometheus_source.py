@@ -97,13 +97,13 @@ def test_sources_refuse_a_timeout_that_is_no_limit(timeout: Any) -> None:
 
 
 # -- Prometheus -----------------------------------------------------------------------------------------
-def _series_audit_hooks2(host: str, value: float) -> dict[str, Any]:
+def _gpu0_series(host: str, value: float) -> dict[str, Any]:
     return {"metric": {"Hostname": host, "gpu": "0"}, "value": [1.7e9, str(value)]}
 
 
 _OK = {
     "status": "success",
-    "data": {"resultType": "vector", "result": [_series_audit_hooks2("h1", 0)]},
+    "data": {"resultType": "vector", "result": [_gpu0_series("h1", 0)]},
 }
 
 
@@ -186,7 +186,7 @@ def test_prometheus_error_answers_say_what_the_server_said(monkeypatch: pytest.M
         PrometheusSource("http://prom.example:9090").read()
 
 
-def _series_sources_audit(uuid: str, value: object) -> dict[str, Any]:
+def _uuid_series(uuid: str, value: object) -> dict[str, Any]:
     return {"metric": {"UUID": uuid, "Hostname": "h1"}, "value": [1700000000.0, str(value)]}
 
 
@@ -194,9 +194,7 @@ def test_prometheus_without_utilisation_series_fails_instead_of_reading_zero(
     prometheus: tuple[str, _PromState],
 ) -> None:
     url, state = prometheus
-    state.results = {
-        "DCGM_FI_DEV_FB_FREE": [_series_sources_audit("a", 80000), _series_sources_audit("b", 80000)]
-    }
+    state.results = {"DCGM_FI_DEV_FB_FREE": [_uuid_series("a", 80000), _uuid_series("b", 80000)]}
     with pytest.raises(SourceError, match="no DCGM_FI_DEV_GPU_UTIL series"):
         PrometheusSource(url).read()
 
@@ -205,14 +203,14 @@ def test_prometheus_non_finite_values_are_no_reading(prometheus: tuple[str, _Pro
     url, state = prometheus
     state.results = {
         "DCGM_FI_DEV_FB_FREE": [
-            _series_sources_audit("a", "+Inf"),
-            _series_sources_audit("b", 80000),
-            _series_sources_audit("c", 80000),
+            _uuid_series("a", "+Inf"),
+            _uuid_series("b", 80000),
+            _uuid_series("c", 80000),
         ],
         "DCGM_FI_DEV_GPU_UTIL": [
-            _series_sources_audit("a", 0),
-            _series_sources_audit("b", 0),
-            _series_sources_audit("c", "NaN"),
+            _uuid_series("a", 0),
+            _uuid_series("b", 0),
+            _uuid_series("c", "NaN"),
         ],
     }
     reading = PrometheusSource(url, min_free_memory=40960, max_utilization=10).read()
