@@ -118,7 +118,8 @@ def test_the_epoch_range_is_checked_against_the_clock() -> None:
 def test_weights_keep_the_critical_path_order_with_a_millisecond_epoch(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The audit's case end to end: with ``key_epoch`` in milliseconds the weights were all 2147483647."""
+    """End to end: a ``key_epoch`` given in milliseconds is read as such, so the weights keep the
+    critical-path order instead of all saturating at 2147483647."""
     from types import SimpleNamespace
 
     from airflow.providers.standard.operators.bash import BashOperator
@@ -304,8 +305,9 @@ def test_bad_config_names_each_option_in_lint(monkeypatch: pytest.MonkeyPatch) -
 def test_learned_and_too_large_options_are_reported(
     monkeypatch: pytest.MonkeyPatch, option: str, value: str, problem: str
 ) -> None:
-    """Before: replaced by their defaults with a log line only; ``too_large_action = kept`` (for keep)
-    made the controller *fail* the tasks the user meant to keep waiting."""
+    """A bad value is a reported config problem, not only a log line where its default is used:
+    ``too_large_action = kept`` (for keep) would make the controller *fail* the tasks the user meant to
+    keep waiting."""
     _set(monkeypatch, option, value)
     assert _problem(option) == problem
     if option == "too_large_action":
@@ -314,7 +316,8 @@ def test_learned_and_too_large_options_are_reported(
 
 @pytest.mark.usefixtures("_fresh")
 def test_unusable_lease_options_are_reported_at_parse_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Before: lint said OK and every GPU task failed when it started (LeaseSettings refused them)."""
+    """Lease options LeaseSettings refuses are found at parse time: otherwise lint says OK and every
+    GPU task fails when it starts."""
     from airflow.providers.standard.operators.empty import EmptyOperator
     from airflow.sdk import DAG
 
@@ -342,7 +345,7 @@ def test_config_problems_never_raises_when_the_configuration_cannot_be_read(
     assert settings.plan_in_background() is True and settings.plan_policy() == "reservation"
 
 
-# -- ``[gpu_dag]`` values that used to escape the checks: a pool size ``int()`` refuses, a default
+# -- ``[gpu_dag]`` values the checks must catch: a pool size ``int()`` refuses, a default
 
 
 # -- a small blast radius: a bad optional option does not fail every GPU DAG's import -----------------
@@ -492,8 +495,9 @@ def test_a_malformed_option_is_one_logged_error_not_an_import_error_of_every_gpu
     option: str,
     value: str,
 ) -> None:
-    """Before, the cluster policy raised ``bad-config`` (``bad-objective``) for every GPU DAG: one typo
-    of an admin took every team's DAGs off the scheduler."""
+    """A bad optional option is logged and its default used; the cluster policy does not raise
+    ``bad-config`` (``bad-objective``) for every GPU DAG, so one typo of an admin cannot take every
+    team's DAGs off the scheduler."""
     from airflow_gpu_dag.airflow.policy import dag_policy
 
     _set(monkeypatch, option, value)

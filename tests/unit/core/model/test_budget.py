@@ -59,8 +59,8 @@ def test_evaluate_caps() -> None:
 @pytest.mark.parametrize("kind", [0, 1], ids=["file", "sql"])
 def test_settling_does_not_depend_on_the_wall_clock(tmp_path: Path, kind: int) -> None:
     # A claim made a year ago (long expired) and one made a year from now are both closed by settle,
-    # in both ledgers alike: the file ledger used to answer "no open claim" once its own clock had
-    # passed the claim's expiry, which made this suite fail on the day after its fixed NOW.
+    # in both ledgers alike: answering "no open claim" once the wall clock has passed the claim's
+    # expiry would make this suite fail on the day after its fixed NOW.
     book = _ledgers(tmp_path)[kind]
     cap = BudgetCap(gpu_hours_per_pool_day=100, pool="gpu")
     for task_id, when in (("past", NOW - 365 * 86400), ("future", NOW + 365 * 86400)):

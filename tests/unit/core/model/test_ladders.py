@@ -119,9 +119,9 @@ def test_the_simulator_plans_the_first_rung_that_fits() -> None:
 
 @pytest.mark.parametrize("policy", ["critical_path", "reservation"])
 def test_the_packing_plan_plans_the_first_rung_that_fits_too(policy: str) -> None:
-    # Before: the planner scored schedules of the fitted graph (simulate fits ladders) against the
-    # original one: KeyError 'train.small' or "2 slots can never fit a pool of capacity 1", and the
-    # scheduler quietly kept critical-path weights for the DAG.
+    # The planner scores schedules of the fitted graph (simulate fits ladders) against that graph, not
+    # the original one, which gives KeyError 'train.small' or "2 slots can never fit a pool of
+    # capacity 1" and leaves the DAG quietly on critical-path weights.
     from airflow_gpu_dag.core.planning.planner import packing_weights_plan, planned_remaining, predict
 
     graph = _ladder_graph()

@@ -32,8 +32,8 @@ def test_node_for_and_weights_by_task() -> None:
 
 
 def test_a_task_mapped_over_nothing_holds_no_gpus_in_predictions() -> None:
-    # Airflow skips a mapped task with 0 instances at once. Before, its node kept its 4 GPUs at
-    # duration 0: it waited until all 4 were free together and held back everything after it.
+    # Airflow skips a mapped task with 0 instances at once, so its node holds no GPUs: with its 4 GPUs
+    # at duration 0 it would wait until all 4 are free together and hold back everything after it.
     from airflow_gpu_dag.core.simulation.simulator import simulate
 
     graph = TaskGraph("zero_map")

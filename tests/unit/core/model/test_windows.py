@@ -86,8 +86,8 @@ def test_seconds_until_open_across_a_dst_change_whatever_the_zone_of_the_run(
 
 
 def test_a_window_in_a_fixed_offset_zone_reads_back_from_its_hint() -> None:
-    # Before: tz=timezone(timedelta(hours=2)) was accepted, its hint stored "UTC+02:00", which no
-    # ZoneInfo reads: the plan and the critical-path page dropped the window without a word.
+    # The hint of tz=timezone(timedelta(hours=2)) must read back: "UTC+02:00" is no name ZoneInfo
+    # reads, and the plan and the critical-path page would drop the window without a word.
     from datetime import UTC, datetime, timedelta, timezone
 
     from airflow_gpu_dag.core.model.windows import parse_window, seconds_until_open, window_from_hint
@@ -121,8 +121,9 @@ def test_a_zone_without_a_readable_name_is_refused_at_parse_time() -> None:
 
 
 def test_a_daily_window_partly_in_a_dst_gap_is_open_after_the_jump() -> None:
-    """Berlin jumps from 02:00 to 03:00 on 2026-03-29. Before, 02:30 was read as 03:30 CEST, so a window
-    from 02:30 to 03:30 was empty that night and its task missed; 03:00-03:30 CEST lies in it."""
+    """Berlin jumps from 02:00 to 03:00 on 2026-03-29. The window from 02:30 to 03:30 is open from the
+    jump, 03:00-03:30 CEST: reading 02:30 as 03:30 CEST would leave it empty that night and its task
+    missed."""
     window = parse_window("02:30", "03:30", "Europe/Berlin")
     anchor = datetime(2026, 3, 28, 23, 0, tzinfo=UTC)
     start, end = window.occurrence(anchor)

@@ -1,5 +1,5 @@
-"""Critical-path page and Gantt charts: defects found by a second audit, each test failing on the old
-code."""
+"""Critical-path page app: its plan endpoint (the plan CLI's JSON, the rule each prediction assumes)
+and what a user may read (no anonymous requests; only the pools and DAGs the user may read)."""
 
 from __future__ import annotations
 

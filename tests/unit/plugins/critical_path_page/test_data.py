@@ -1,4 +1,5 @@
-"""Critical-path page: defects found by an audit of the plugin, each test failing on the old code."""
+"""Critical-path page: the data it shows (pool descriptions, pool views, predicted schedules, learned
+marks, weight-rule notes) and the rendered page."""
 
 from __future__ import annotations
 
@@ -39,9 +40,9 @@ def _pool_slots_graph() -> TaskGraph:
 
 
 def test_a_gpu_pool_task_without_a_gpu_request_in_a_missing_pool_gets_no_makespan() -> None:
-    # Before: only tasks with a GPU request were checked, so a task holding slots of a GPU pool that
-    # does not exist was simulated on an unlimited pool and the page showed a makespan (4200 s) for
-    # a run whose GPU task Airflow never starts.
+    # A task holding slots of a GPU pool that does not exist is checked even without a GPU request:
+    # simulated on an unlimited pool, it would give a makespan (4200 s) for a run whose GPU task
+    # Airflow never starts.
     graph = _pool_slots_graph()
     assert build_plan(graph).task("train").gpus == 4
     views = pool_views({"default_pool": {"total": 128, "running": 0, "queued": 0, "open": 128}}, {})
@@ -252,7 +253,8 @@ def test_the_weight_rules_of_each_pool_are_read_from_the_serialized_json() -> No
 
 
 def test_the_page_names_a_dag_whose_weights_cannot_be_compared_with_the_dags_sharing_its_pools() -> None:
-    """Before: the page said nothing; the stock DAG's tasks in gpu_default always sort after the keys."""
+    """The page names the DAG on a stock weight rule: its tasks in gpu_default always sort after the
+    other DAGs' keys."""
     data = _serialized_dicts()
     uses = [use for dag_id, d in data.items() for use in rule_uses_of_serialized(dag_id, d)]
     notes = weight_rule_notes("keyed", uses)
