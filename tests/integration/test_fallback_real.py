@@ -82,8 +82,8 @@ class _FourGpus:
 
 
 def test_the_controller_leaves_a_rung_larger_than_the_live_capacity_to_its_ladder(airflow_cluster):
-    """Before, the too-large check failed rung 6x after its intervals: a failed rung ends the ladder (it
-    did not "not start"), so the run failed. Now the check flags it and the watcher skips it after 20 s."""
+    """The too-large check flags rung 6x and the watcher skips it after 20 s: failing it would end the
+    ladder (a failed rung did not "not start"), and the run would fail."""
     airflow_cluster.wait_for_dag("fallback_real_shrunk")
     client = AirflowRestClient(airflow_cluster.api_url, airflow_cluster.USERNAME, airflow_cluster.PASSWORD)
     pool = {"source": 0, "backfill": True}

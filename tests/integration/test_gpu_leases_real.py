@@ -155,9 +155,9 @@ def _wait_for_file(path: Path, cluster: Any, dag_id: str, run_id: str, timeout: 
 
 def test_a_killed_python_tasks_child_is_gone_before_its_gpus_are_leased_again(airflow_cluster) -> None:
     # A @task.gpu callable starts a trainer child; the OOM killer then kills the task process with -9.
-    # The child, an orphan now, still runs on the GPUs. Before, the lease was reclaimed because its
-    # holder died and the next task was handed the same GPUs while the child ran on; now the lease
-    # records the task process's group from the start, and the reclaim stops the child first.
+    # The child, an orphan now, still runs on the GPUs. The lease records the task process's group
+    # from the start, and the reclaim stops the child first: reclaiming on the holder's death alone
+    # would hand the next task the same GPUs while the child runs on.
     cluster = airflow_cluster
     cluster.wait_for_dags(["gpu_lease_orphan", "gpu_lease_orphan_next"])
     log = TASK_LOG / "orphan"
