@@ -1,4 +1,4 @@
-"""Fallback ladder audit: trigger rules the ladder must own, ladders in nested and expanded task
+"""Fallback ladders: trigger rules the ladder must own, ladders in nested and expanded task
 groups. ``dag.test()`` ignores pools, so the rungs here report "not started" themselves (as
 GpuKubernetesPodOperator does); the watcher is tested with a fake Task SDK context."""
 
@@ -35,9 +35,9 @@ def _py(rung: Rung, **kwargs: Any) -> PythonOperator:
     return PythonOperator(task_id=rung.name, python_callable=lambda: rung.name, **kwargs)
 
 
-AUDIT_DAGS = textwrap.dedent(
+LADDER_DAGS = textwrap.dedent(
     '''
-    """Fallback ladder audit DAGs for tests/unit/authoring/test_fallback.py (written there at test time)."""
+    """Fallback ladder DAGs for tests/unit/authoring/test_fallback.py (written there at test time)."""
     import datetime
 
     from airflow.providers.standard.operators.python import PythonOperator
@@ -87,8 +87,8 @@ AUDIT_DAGS = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def audit_module() -> Iterator[Any]:
-    with dag_module("gpu_dag_fallback_audit", AUDIT_DAGS) as module:
+def ladder_dags() -> Iterator[Any]:
+    with dag_module("gpu_dag_fallback_audit", LADDER_DAGS) as module:
         yield module
 
 
@@ -108,8 +108,8 @@ def _run(module: Any, dag_id: str) -> tuple[str, dict[tuple[str, int], str | Non
 
 
 def test_later_rungs_and_their_watchers_run_only_when_the_ladder_falls_back_to_them():
-    # default_args={"trigger_rule": "none_failed"} used to reach the later rungs, whose only upstream is
-    # the decision: a skipped decision (the first rung ran) then let them run as well
+    # default_args={"trigger_rule": "none_failed"} must not reach the later rungs, whose only upstream
+    # is the decision: a skipped decision (the first rung ran) would then let them run as well
     with _dag(default_args={"trigger_rule": "none_failed"}) as dag:
         fallback_ladder("train", RUNGS, _py)
     small = dag.task_dict["train.small"]
@@ -121,24 +121,24 @@ def test_later_rungs_and_their_watchers_run_only_when_the_ladder_falls_back_to_t
 
 
 def test_first_rungs_watcher_has_the_rungs_trigger_rule():
-    # a first rung after a branch (none_failed_min_one_success) ran unwatched: its watcher kept
-    # all_success, was skipped with the branch, and the rung could wait for its pool forever
+    # a first rung after a branch (none_failed_min_one_success) stays watched: a watcher on
+    # all_success would be skipped with the branch, and the rung could wait for its pool forever
     with _dag() as dag:
         fallback_ladder("train", RUNGS, lambda r: _py(r, trigger_rule="none_failed_min_one_success"))
     assert dag.task_dict["train.big"].trigger_rule == "none_failed_min_one_success"
     assert dag.task_dict["train.big_start_deadline"].trigger_rule == "none_failed_min_one_success"
 
 
-def test_default_trigger_rule_does_not_run_a_second_rung(audit_module):
-    state, states, xcoms = _run(audit_module, "fba_default_rule")
+def test_default_trigger_rule_does_not_run_a_second_rung(ladder_dags):
+    state, states, xcoms = _run(ladder_dags, "fba_default_rule")
     assert states[("train.big", -1)] == "success"
-    assert states[("train.small", -1)] == "skipped", states  # was "success": both rungs ran
+    assert states[("train.small", -1)] == "skipped", states  # "success" would mean both rungs ran
     assert state == "success"
     assert xcoms[("train.result", -1, "fallback_rung")] == "train.big"
 
 
-def test_ladder_in_an_expanded_task_group_falls_back_per_map_index(audit_module):
-    state, states, xcoms = _run(audit_module, "fba_mapped")
+def test_ladder_in_an_expanded_task_group_falls_back_per_map_index(ladder_dags):
+    state, states, xcoms = _run(ladder_dags, "fba_mapped")
     for i in (0, 1):
         assert states[("shard.train.big", i)] == "failed"
         assert states[("shard.train.fallback_to_small", i)] == "success", states

@@ -1,4 +1,4 @@
-"""Second audit of the authoring helpers: edges across task groups, odd inputs, messages."""
+"""The timing helpers (start_window, stage_dependency): edges across task groups, odd inputs, messages."""
 
 from __future__ import annotations
 
