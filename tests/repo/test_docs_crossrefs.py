@@ -1,5 +1,6 @@
-"""Docs and example DAGs against the code (third audit): each test fails on the docs or DAGs before
-their fix."""
+"""Docs and example DAGs against the code: the example sweep survives diverged trials, a page says what
+the code does (lease outcomes, the connection URI form), and the API reference's roles and aliases link
+every public object to where it is defined."""
 
 from __future__ import annotations
 
@@ -63,9 +64,9 @@ def _lease_outcomes() -> set[str]:
 
 
 def test_a_diverged_trial_does_not_fail_the_sweep(tmp_path: Path) -> None:
-    # Before: with model_size "base" the default learning rate 0.3 diverges to inf, and train_trial and
-    # evaluate_trial returned inf: an XCom value the Task SDK cannot send (JSON has no inf), so the
-    # trial failed (and its retry), and select_best never ran: the whole sweep failed.
+    # With model_size "base" the default learning rate 0.3 diverges to inf. train_trial and
+    # evaluate_trial return None for it: inf is an XCom value the Task SDK cannot send (JSON has no
+    # inf), which would fail the trial (and its retry), keep select_best from running and fail the sweep.
     evaluations, best = _sweep(tmp_path, [0.3, 0.1])
     diverged, good = evaluations
     assert diverged["val_mse"] is None and diverged["train_mse"] is None
@@ -81,9 +82,8 @@ def test_a_sweep_whose_trials_all_diverged_still_ends(tmp_path: Path) -> None:
 
 
 def test_metrics_page_names_every_lease_outcome() -> None:
-    # Before: the page said `outcome` is success, failed or reclaimed; the operators also end leases
-    # as skipped (a skipped task) and killed (on_kill), so a dashboard filtering on the documented
-    # values missed their GPU-seconds.
+    # The operators end leases as skipped (a skipped task) and killed (on_kill) besides success, failed
+    # and reclaimed: a dashboard filtering on documented values must see all of their GPU-seconds.
     outcomes = _lease_outcomes()
     assert {"success", "failed", "skipped", "killed", "reclaimed"} <= outcomes, outcomes
     (row,) = [line for line in _page("docs/metrics.md").splitlines() if "`gpu_dag.lease.gpu_seconds`" in line]
@@ -92,8 +92,8 @@ def test_metrics_page_names_every_lease_outcome() -> None:
 
 
 def test_the_uri_form_airflow_writes_is_the_one_named() -> None:
-    # Before: the page said get_uri() writes a path-prefixed connection in the second form
-    # (".../airflow" as the URI path); it writes the last one (a percent-encoded slash in the host).
+    # get_uri() writes a path-prefixed connection in the last form the page shows (a percent-encoded
+    # slash in the host), not the second (".../airflow" as the URI path): the page must say so.
     from airflow.models.connection import Connection
 
     from airflow_gpu_dag.hooks.airflow_api import base_url_of
