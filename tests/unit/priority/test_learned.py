@@ -405,9 +405,10 @@ def test_superseded_versions_of_a_dag_are_not_refreshed() -> None:
 
 @pytest.mark.usefixtures("_fresh_weights")
 def test_a_refresh_bound_of_years_still_reads_the_learned_durations() -> None:
-    """``[gpu_dag] learned_refresh = "1000000d"`` (never refresh, in effect) is accepted, but the refresh
-    thread waited a quarter of it, longer than a wait may take (``threading.TIMEOUT_MAX``): it died with
-    OverflowError before reading anything, and each new DAG version started another that died too."""
+    """``[gpu_dag] learned_refresh = "1000000d"`` (never refresh, in effect) is accepted, and the refresh
+    thread still reads: a quarter of it is longer than a wait may take (``threading.TIMEOUT_MAX``), and
+    waiting that long would kill the thread with OverflowError before it reads anything, once per new
+    DAG version."""
     reads: list[str] = []
 
     def read(dag: Any) -> tuple[None, int]:
