@@ -476,9 +476,9 @@ def test_ten_thousand_tasks_with_bad_hints(ten_thousand: tuple[DAG, Any], pools:
     ids=lambda v: str(v)[:40] if not isinstance(v, dict) else "-".join(map(str, v)),
 )
 def test_found_malformed_hints_are_policy_errors_and_weights(hints: dict[str, Any], expected: str) -> None:
-    """Hints that crashed the policy (a traceback as the import error) and ``get_weight`` (caught by its
-    last-resort fallback) before the fix: now a policy error naming the DAG, the task and the hint, and a
-    real weight."""
+    """Malformed hints are a policy error naming the DAG, the task and the hint, and still get a real
+    weight: they must not crash the policy (a traceback as the import error) nor ``get_weight`` (left
+    to its last-resort fallback)."""
     dag = one_task_dag(hints)
 
     def check() -> None:

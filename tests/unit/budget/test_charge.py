@@ -141,7 +141,7 @@ def test_a_killed_pod_is_charged_to_its_run_map_index_and_try() -> None:
     ti = SimpleNamespace(dag_id="killed", task_id="train", run_id=RUN_ID, map_index=3, try_number=2)
     context = {"ti": ti, "run_id": RUN_ID, "dag": dag}
     pod = build_pod(op, context)
-    assert pod.metadata.labels["run_id"] != RUN_ID  # what the old code charged
+    assert pod.metadata.labels["run_id"] != RUN_ID  # the sanitized label is not the run's id
     started = datetime(2026, 11, 30, tzinfo=UTC)
     running = k8s.V1Pod(
         metadata=pod.metadata,

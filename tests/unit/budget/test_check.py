@@ -150,8 +150,8 @@ def test_a_cap_variable_that_cannot_be_read_is_reported(
     assert "could not read Variable gpu_dag_budget.run.train (PermissionError" in caplog.text
 
 
-#: Bound on a wait that only ends on the old code by giving up (never met by the fixed code): no
-#: assertion depends on how long anything takes.
+#: Bound on a wait that the code under test never reaches (only a hang would): no assertion
+#: depends on how long anything takes.
 GUARD = 5.0
 
 

@@ -258,8 +258,8 @@ def test_a_handwritten_manifest_of_no_files_is_not_complete(tmp_path) -> None:
     assert check_once(str(tmp_path), "manifest").complete
 
 
-#: Bound on a wait that only ends on the old code by giving up (never met by the fixed code): no
-#: assertion depends on how long anything takes.
+#: Bound on a wait that the code under test never reaches (only a hang would): no assertion
+#: depends on how long anything takes.
 GUARD = 5.0
 
 

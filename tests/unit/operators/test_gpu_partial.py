@@ -1,10 +1,9 @@
 """Mapped GPU tasks (``.partial(...).expand(...)``): every instance is admitted with the pool, slots and
 hints of ``.partial()``, so both operators derive them there, and the GPU request cannot be mapped.
 
-Before: ``GpuPythonOperator.partial`` was PythonOperator's (``default_pool``, one slot, no hints, no
-checks; every instance then failed on the worker with "pool_slots=1 but gpus=2"), and
-``.expand(gpus=[1, 3])`` was accepted: the scheduler admitted each instance with the partial's slots
-while the worker leased the mapped count."""
+With PythonOperator's ``.partial`` (``default_pool``, one slot, no hints, no checks) every instance
+would fail on the worker with "pool_slots=1 but gpus=2"; with ``.expand(gpus=[1, 3])`` the scheduler
+would admit each instance with the partial's slots while the worker leases the mapped count."""
 
 from __future__ import annotations
 

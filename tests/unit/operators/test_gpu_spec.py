@@ -120,8 +120,8 @@ def test_decorator_rejects_bad_input_when_applied() -> None:
 @pytest.mark.usefixtures("static_host")
 def test_decorator_refuses_unknown_keywords_even_on_a_task_that_is_only_mapped() -> None:
     """Stock Airflow passes an unknown keyword of a mapped decorated task through silently:
-    ``@task.gpu(gpu=4)`` (for ``gpus``) ran on one GPU. Now the decorator names the DAG, the task and
-    the keyword it meant."""
+    ``@task.gpu(gpu=4)`` (for ``gpus``) would run on one GPU. The decorator refuses it, naming the DAG,
+    the task and the keyword it meant."""
     from airflow.sdk import task
 
     with make_dag(), pytest.raises(GpuTaskError) as err:

@@ -1,10 +1,9 @@
 """A fallback rung too large for its pool is what a ladder is for, not a task that waits forever.
 
-Before: a DAG whose first rung needed more GPUs than ``[gpu_dag] pools`` gave failed to import
-(``GpuTaskError``), ``simulate`` refused it ("would wait forever"), and the watermark controller's
-too-large check *failed* the waiting rung after three intervals, which ends the ladder (a rung that
-failed is not one that "did not start") and so the run. Now: a warning at parse time and in ``lint``,
-the simulator plans the first rung that fits, and the controller leaves the rung to its watcher."""
+A DAG whose first rung needs more GPUs than ``[gpu_dag] pools`` gives imports with a warning (at parse
+time and in ``lint``), the simulator plans the first rung that fits, and the watermark controller
+leaves the rung to its watcher: failing it would end the ladder (a rung that failed is not one that
+"did not start") and so the run."""
 
 from __future__ import annotations
 
