@@ -191,7 +191,7 @@ def test_simulate_several_runs_table(capsys: pytest.CaptureFixture[str]) -> None
         (["--trigger", "gpu_pipeline=0"], "have no capacity"),
         (
             ["--trigger", "gpu_pipeline=0", "--capacity", "gpu_default=4", "--policy", "critical_path"],
-            "choose its objective with --objective",  # was silently ignored
+            "choose its objective with --objective",  # not ignored silently
         ),
     ],
 )
@@ -206,7 +206,7 @@ def test_simulate_several_runs_errors(
 def test_simulate_several_runs_writes_the_gantt_chart_asked_for(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """--gantt was silently ignored with several runs: no file, no word."""
+    """--gantt with several runs writes the chart: ignoring it would leave no file and no word."""
     chart = tmp_path / "runs.html"
     argv = ["--trigger", f"{PIPELINE}=0", "--trigger", f"{PIPELINE}=30m", "--capacity", "gpu_default=4"]
     code, result = run_json(capsys, "simulate", "--file", str(GOOD), *argv, "--gantt", str(chart))

@@ -191,8 +191,8 @@ def test_a_fallback_producer_that_is_not_in_the_dag_fails_naming_it(mem_dir: str
 
 @pytest.mark.usefixtures("_deferring")
 def test_the_last_good_stable_artifact_must_still_exist(tmp_path) -> None:
-    # "stable" artifacts cannot be re-proven by one check: before, any recorded path was accepted,
-    # a deleted one too, and handed to the consumer as good data.
+    # "stable" artifacts cannot be re-proven by one check, so the recorded path must at least still
+    # exist: a deleted one would be handed to the consumer as good data.
     from datetime import timedelta
     from types import SimpleNamespace
 

@@ -120,13 +120,13 @@ def test_estimates_up_to_a_year_are_accepted() -> None:
 @pytest.mark.parametrize(
     ("value", "message", "fix"),
     [
-        ("1h 1h", "gives hours twice", "each unit once"),  # was read as 2h
+        ("1h 1h", "gives hours twice", "each unit once"),  # would read as 2h
         ("30m 1h 15min", "gives minutes twice", "each unit once"),
-        ("1_000", "underscore", "'1000'"),  # was 1000 s
-        ("\uff11\uff10\uff10\uff10", "not ASCII", "'1000'"),  # full-width digits: were 1000 s
-        ("\uff11h", "not ASCII", "'1h'"),  # was 1 hour
+        ("1_000", "underscore", "'1000'"),  # would read as 1000 s
+        ("\uff11\uff10\uff10\uff10", "not ASCII", "'1000'"),  # full-width digits: would read as 1000 s
+        ("\uff11h", "not ASCII", "'1h'"),  # would read as 1 hour
         ("\u0663\u0660m", "not ASCII", "ASCII digits"),  # Arabic-Indic digits
-        (-0.0, "negative zero", "0"),  # was accepted as -0.0 (and written to the hints so)
+        (-0.0, "negative zero", "0"),  # would read as -0.0 (and be written to the hints so)
     ],
 )
 def test_parse_duration_refuses_what_it_would_read_silently(value: object, message: str, fix: str) -> None:
