@@ -137,8 +137,8 @@ def test_bounds_of_a_dag_without_pool_tasks_are_zero() -> None:
 # -- 2. the lower bounds of a DAG with a fallback ladder --------------------------------------------------
 def test_the_bounds_of_a_ladder_hold_for_the_schedule_the_simulator_makes() -> None:
     """Three 8-GPU tasks of 2 h run one after another on 8 GPUs; the rung that fell back waits 2 h
-    holding nothing, the 10-minute rung after it squeezes in: 6h10m. Before, every bound counted the
-    8 GPUs x 2 h of the wait: 8h01m, a bound above an achieved makespan."""
+    holding nothing, the 10-minute rung after it squeezes in: 6h10m. No bound may count the 8 GPUs x 2 h
+    of the wait: that gives 8h01m, a lower bound above a makespan the simulator achieves."""
     graph = fallen_back_ladder(wait=2 * HOUR, small=600.0, others=3)
     caps = {"gpu": 8}
     made = min(predict(graph, caps, policy).makespan for policy in ("stock", "critical_path", "reservation"))

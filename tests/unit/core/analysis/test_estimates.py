@@ -133,8 +133,8 @@ def test_a_handful_of_outliers_are_dropped_from_the_quantile() -> None:
 @pytest.mark.parametrize("new_duration", [3000.0, 120.0])
 def test_a_change_of_level_is_followed_not_dropped_as_outliers(new: int, new_duration: float) -> None:
     # 20 tries at 600 s, then the task changes (new data, a new model): the newest `new` tries take
-    # `new_duration`. Before, they were dropped as outliers until they were half the window (10 runs
-    # at the default window of 20), and the new declaration with them.
+    # `new_duration`. They are the task's new level, not outliers to drop until they fill half the window
+    # (10 runs at the default window of 20), and the new declaration agrees with them.
     samples = [RunSample(new_duration, end=1000.0 + i) for i in range(new)]
     samples += [RunSample(600.0, end=float(i)) for i in range(20)]
     estimate = estimate_duration("train", samples, declared=new_duration, fallback=600.0)
@@ -325,9 +325,9 @@ def test_learned_error_is_the_standard_error_and_the_planner_hedges_by_it() -> N
 
 
 def test_a_rung_that_fell_back_keeps_its_wait_and_learns_its_own_estimate() -> None:
-    # A rung before the planned one is planned as its start_within wait (20 min). Before, its wait was
-    # taken as its declared estimate (flagged as off next to its 2 h runs) and, with history, its plan
-    # became its full 2 h run.
+    # A rung before the planned one is planned as its start_within wait (20 min), with history or not;
+    # its declared estimate is its expected run (2 h), not that wait, so its 2 h runs do not flag it as
+    # off.
     graph = TaskGraph("ladder")
     fallback = {"ladder": "train", "rung": "big", "role": "fell back", "start_within_s": 1200.0}
     graph.add_task(
@@ -341,7 +341,7 @@ def test_a_rung_that_fell_back_keeps_its_wait_and_learns_its_own_estimate() -> N
     assert planned.attrs["fallback"]["expected_duration"] == pytest.approx(7200.0, rel=0.02)
 
 
-def runs_estimates_audit2(*durations: float) -> list[RunSample]:
+def runs_oldest_first(*durations: float) -> list[RunSample]:
     """Tries ending one after another (the last given is the most recent)."""
     samples = []
     t = 1_000.0
@@ -354,11 +354,11 @@ def runs_estimates_audit2(*durations: float) -> list[RunSample]:
 @pytest.mark.parametrize("spike_at", [0, 2, 4])
 def test_a_change_of_level_with_one_spike_among_the_new_tries_is_followed(spike_at: int) -> None:
     # 10 tries at 100 s, then the task takes 400 s (5 tries) and one new try hit a bad night (4000 s).
-    # The spike used to veto the change: all six new tries were dropped as outliers, 100 s learned.
+    # One spike must not veto the change: dropping all six new tries as outliers would learn 100 s.
     new = [400.0] * 5
     new.insert(spike_at, 4000.0)
     estimate = estimate_duration(
-        "train", runs_estimates_audit2(*[100.0] * 10, *reversed(new)), declared=None, fallback=60
+        "train", runs_oldest_first(*[100.0] * 10, *reversed(new)), declared=None, fallback=60
     )
     assert estimate.learned == pytest.approx(400.0)
     assert estimate.dropped == {"before_change": 10, "outlier": 1}
@@ -367,7 +367,7 @@ def test_a_change_of_level_with_one_spike_among_the_new_tries_is_followed(spike_
 @pytest.mark.parametrize("newest", [[400.0, 400.0, 4000.0], [400.0, 4000.0, 40000.0], [4000.0, 400.0]])
 def test_fewer_than_three_agreeing_new_tries_are_still_not_a_change(newest: list[float]) -> None:
     estimate = estimate_duration(
-        "train", runs_estimates_audit2(*[100.0] * 10, *newest), declared=None, fallback=60
+        "train", runs_oldest_first(*[100.0] * 10, *newest), declared=None, fallback=60
     )
     assert estimate.learned == pytest.approx(100.0)
     assert "before_change" not in estimate.dropped
@@ -388,7 +388,7 @@ def test_property_one_spike_does_not_veto_a_change_of_level(
     level = 100.0 * (factor if up else 1 / factor)
     newest = [level * x for x in new]  # oldest first
     newest.insert(min(spike_at, len(newest)), level * (spike if up else 1 / spike))  # beyond, same side
-    history = runs_estimates_audit2(*[100.0 * x for x in old], *newest)
+    history = runs_oldest_first(*[100.0 * x for x in old], *newest)
     estimate = estimate_duration("train", history, declared=None, fallback=60)
     assert estimate.learned is not None
     assert level * 0.899 <= estimate.learned <= level * 1.101

@@ -85,8 +85,8 @@ def test_estimate_warnings() -> None:
 
 
 def test_cpu_tasks_and_teardowns_without_an_estimate_are_not_warned_about_by_default() -> None:
-    """Before: every task without an estimate was a ``missing-estimate`` warning (``lint --strict``
-    failed on each CPU task and teardown)."""
+    """Only a GPU task without an estimate is a ``missing-estimate`` warning by default: a CPU task or a
+    teardown without one is named only under ``lint --strict``, which would otherwise fail on each."""
     graph = TaskGraph("g")
     graph.add_task(TaskNode("gpu", duration=1800, gpu=GpuRequest(1), duration_declared=False))
     graph.add_task(
@@ -171,8 +171,8 @@ def test_unknown_pool_fix_is_a_command_that_runs_as_written() -> None:
 
 
 def test_granularity_of_a_fallback_rung_is_judged_on_its_own_estimate() -> None:
-    # Before: the plan's count was judged: a 1-hour rung that falls back (plan_rung) counts only its
-    # start_within (5 min) and was told to merge; a skipped rung (0) was never checked.
+    # Each rung is judged on its own estimate, not on what the plan counts: a 1-hour rung that falls back
+    # (plan_rung) counts only its start_within (5 min) but is not too fine; a skipped rung (0) is checked.
     from airflow.sdk import DAG
 
     from airflow_gpu_dag.airflow.dag_reader import build_task_graph
@@ -200,7 +200,8 @@ def test_granularity_of_a_fallback_rung_is_judged_on_its_own_estimate() -> None:
 
 
 def test_a_rung_without_an_estimate_is_said_to_assume_the_default() -> None:
-    # Before: the message gave what the plan counts (the start_within wait, or 0 s for a skipped rung).
+    # The message gives the rung's own assumed duration, not what the plan counts for it (the
+    # start_within wait, or 0 s for a skipped rung).
     from airflow.providers.standard.operators.bash import BashOperator
     from airflow.sdk import DAG
 
