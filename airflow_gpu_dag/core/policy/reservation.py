@@ -73,6 +73,15 @@ class PoolDecision:
     lookahead: bool = False
     why: Reason | None = field(default=None, compare=False)
 
+    @classmethod
+    def at_capacity(
+        cls, pool: str, capacity: int, used: int, admitted: tuple[str, ...], why: Reason | None = None
+    ) -> PoolDecision:
+        """The pool open at its capacity, nothing reserved: ``why`` rendered as the reason (None: no
+        reason, the simulator's decisions)."""
+        reason = "" if why is None else render(why)
+        return cls(pool, capacity, capacity, None, 0, 0, None, reason, used, (), admitted, why=why)
+
 
 class DecisionWindow:
     """How long a decision of :func:`decide_pool` stays what it is while its other inputs do not change:
@@ -356,7 +365,7 @@ def _no_head(pool: str, capacity: int, used: int, walk: _Walk, waiting: _Waiting
     admitted = tuple(t.key for t in walk.admitted)
     free = max(0, capacity - used)
     why = Reason(code, pool, capacity, now, free=free, admitted=admitted, admitted_count=len(admitted))
-    return PoolDecision(pool, capacity, capacity, None, 0, 0, None, render(why), used, (), admitted, why=why)
+    return PoolDecision.at_capacity(pool, capacity, used, admitted, why)
 
 
 def _backfill(
@@ -462,8 +471,7 @@ def decide_pool(
         window.close(now)  # they start now: their expected ends move with now
     if head is None:
         if not explain:
-            admitted_keys = tuple(t.key for t in walk.admitted)
-            return PoolDecision(pool, capacity, capacity, None, 0, 0, None, "", used, (), admitted_keys)
+            return PoolDecision.at_capacity(pool, capacity, used, tuple(t.key for t in walk.admitted))
         return _no_head(pool, capacity, used, walk, queue, now)
     admitted = tuple(t.key for t in admit)
     wide = head.slots
@@ -472,12 +480,10 @@ def decide_pool(
         # Airflow hands the next freed slot to the highest-priority task anyway: a 1-slot task cannot
         # be starved, and shrinking the pool would only keep that slot idle until the next tick.
         if not explain:
-            return PoolDecision(pool, capacity, capacity, None, 0, 0, None, "", used, (), admitted)
+            return PoolDecision.at_capacity(pool, capacity, used, admitted)
         starting, count = free - remaining, len(admit)
         why = Reason("next-slot", pool, capacity, now, head.key, 1, max(free, 0), starting, admitted, count)
-        return PoolDecision(
-            pool, capacity, capacity, None, 0, 0, None, render(why), used, (), admitted, why=why
-        )
+        return PoolDecision.at_capacity(pool, capacity, used, admitted, why)
     if window is not None:
         _bound_window(window, now, head, walk.head_ready, running, gate)
     terms: dict[str, object] = {"code": "reserving"}
@@ -485,7 +491,7 @@ def decide_pool(
         competitor = queue.peek_ready(capacity, other_run=head.run)
         hold, _words = gate.holds_for(now, head, competitor, starving)
         if not hold and not explain:
-            return PoolDecision(pool, capacity, capacity, None, 0, 0, None, "", used, (), admitted)
+            return PoolDecision.at_capacity(pool, capacity, used, admitted)
         terms = gate_terms(gate, now, head, competitor, starving) if explain else terms
         if not hold:
             why = Reason(
@@ -500,9 +506,7 @@ def decide_pool(
                 admitted_count=len(admit),
                 **terms,  # type: ignore[arg-type]
             )
-            return PoolDecision(
-                pool, capacity, capacity, None, 0, 0, None, render(why), used, (), admitted, why=why
-            )
+            return PoolDecision.at_capacity(pool, capacity, used, admitted, why)
 
     # the tasks started now hold their slots for their expected duration
     holding = [*running, *(RunningTask(t.key, pool, t.slots, now + t.duration) for t in admit)]
