@@ -60,19 +60,27 @@ LONGEST_FIRST = (
 _ROOT = Path(__file__).resolve().parents[1]
 
 
-def _handout_rank(item: pytest.Item) -> tuple[bool, int]:
-    """(not a real-Airflow test, place in LONGEST_FIRST or after it)."""
-    if item.get_closest_marker("airflow_real") is None:
-        return True, 0
+#: A file whose work ``scripts/test.sh`` runs beside the workers when it sets this variable (the Docker
+#: smoke run's lane, ``GPU_DAG_SMOKE_RESULT``): the file only reads the lane's result, so it is handed
+#: out last, when the lane is long done, instead of holding a worker while it waits.
+LANE_FILES = {"GPU_DAG_SMOKE_RESULT": "tests/integration/test_docker_stack.py"}
+
+
+def _handout_rank(item: pytest.Item) -> tuple[int, int]:
+    """(0: a real-Airflow test, 1: any other, 2: a lane's reader; place in LONGEST_FIRST or after it)."""
     path = item.path.resolve()
     name = path.relative_to(_ROOT).as_posix() if path.is_relative_to(_ROOT) else ""
-    return False, LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+    if any(os.environ.get(var) and name == file for var, file in LANE_FILES.items()):
+        return 2, 0
+    if item.get_closest_marker("airflow_real") is None:
+        return 1, 0
+    return 0, LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that boot a real Airflow first, the files of ``LONGEST_FIRST`` in its order (a stable
     sort: otherwise file order and test order are kept)."""
-    missing = [name for name in LONGEST_FIRST if not (_ROOT / name).is_file()]
+    missing = [name for name in (*LONGEST_FIRST, *LANE_FILES.values()) if not (_ROOT / name).is_file()]
     if missing:
         raise pytest.UsageError(f"tests/conftest.py LONGEST_FIRST names files that do not exist: {missing}")
     items.sort(key=_handout_rank)

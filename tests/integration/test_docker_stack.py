@@ -3,7 +3,8 @@ images (stand-ins for the registry images where they cannot be pulled), runs ``d
 waits for every healthcheck, triggers ``llm_pipeline`` and ``hparam_sweep`` over the REST API, checks
 the controller's pool sizing, the shared lease volume and the Critical-path page, and ends with
 ``down -v``. One run for the whole module (about 5 to 10 minutes, docs/deployment.md); the tests
-below read its summary.
+below read its summary. ``scripts/test.sh`` runs it beside the pytest workers and this module reads
+that run's result (``GPU_DAG_SMOKE_RESULT``, docs/testing.md); run any other way, the module runs it.
 
 It needs a Docker daemon: one that answers, or root with ``dockerd`` installed (Debian's
 ``docker.io``, which ``scripts/ci_system_deps.sh`` installs), and then a private daemon is started and
@@ -18,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -67,13 +69,28 @@ def _cannot_run_reason() -> str | None:
     )
 
 
-@pytest.fixture(scope="module")
-def smoke(tmp_path_factory: pytest.TempPathFactory, system_packages: None) -> dict[str, Any]:
+#: Set by ``scripts/test.sh``: the folder where its smoke lane, started once the system packages are in,
+#: leaves ``status`` (the script's exit status), ``summary.json`` and ``smoke.log``.
+LANE_RESULT = "GPU_DAG_SMOKE_RESULT"
+#: How long the module waits for that lane (the script's own limit is the run's, an hour at most).
+LANE_TIMEOUT_S = 3600.0
+
+
+def _lane_result(folder: Path) -> int:
+    """Wait for the smoke lane of ``scripts/test.sh`` to finish; its exit status."""
+    status, deadline = folder / "status", time.monotonic() + LANE_TIMEOUT_S
+    while not status.is_file():
+        if time.monotonic() > deadline:
+            pytest.fail(f"the smoke lane of scripts/test.sh still running after {LANE_TIMEOUT_S:.0f} s")
+        time.sleep(2.0)
+    return int(status.read_text().strip())
+
+
+def _run_here(summary_file: Path, log_file: Path) -> int:
+    """Run the smoke script in this process's worker; its exit status."""
     reason = _cannot_run_reason()
     if reason:
         pytest.skip(reason)
-    out = tmp_path_factory.mktemp("docker-smoke")
-    summary_file, log_file = out / "summary.json", out / "smoke.log"
     env = dict(os.environ)
     if os.geteuid() == 0 and shutil.which("dockerd"):
         # a private daemon: isolated from any other, with the stand-in NVIDIA hook the GPU
@@ -89,12 +106,27 @@ def smoke(tmp_path_factory: pytest.TempPathFactory, system_packages: None) -> di
             timeout=3600,
             check=False,
         )
-    text = log_file.read_text()
+    return proc.returncode
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory, system_packages: None) -> dict[str, Any]:
+    """The smoke run's summary: the one ``scripts/test.sh`` ran beside the workers
+    (``GPU_DAG_SMOKE_RESULT``), else a run started here."""
+    lane = os.environ.get(LANE_RESULT)
+    if lane:
+        folder = Path(lane)
+        returncode = _lane_result(folder)
+    else:
+        folder = tmp_path_factory.mktemp("docker-smoke")
+        returncode = _run_here(folder / "summary.json", folder / "smoke.log")
+    summary_file, log_file = folder / "summary.json", folder / "smoke.log"
+    text = log_file.read_text() if log_file.is_file() else ""
     summary: dict[str, Any] = json.loads(summary_file.read_text()) if summary_file.exists() else {}
-    if proc.returncode == EXIT_CANNOT_RUN:
+    if returncode == EXIT_CANNOT_RUN:
         pytest.skip(f"docker smoke run cannot run here: {summary.get('reason', text[-500:])}")
     print(text[-6000:])  # shown with -rA / on failure: timings and what was checked
-    summary["returncode"] = proc.returncode
+    summary["returncode"] = returncode
     summary["log_tail"] = text[-12000:]
     return summary
 
