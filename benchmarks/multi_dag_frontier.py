@@ -18,6 +18,20 @@ with no slot ever held (Airflow's greedy admission on the keys alone). ``--chain
 at most ``T + W + K - remaining(t)``: a run whose chain is longer than its work (a pipeline) starts it
 as if due ``K`` after its work. The oracles below keep ``c = 1``.
 
+Two terms of issue #41 move toward what stock Airflow does (its ``downstream`` weight rule starts the
+tasks with the most work behind them first), each known from the run's own shape when it is triggered::
+
+    key(t) -= U * descendants(t) + a * unlocked(t)
+
+``--downstream-units U`` (hours per descendant task: stock's weight, 1 + descendants, in time) and
+``--unlocked-work a`` (``unlocked(t)``: the GPU slot-seconds of ``t`` and all its descendants over the
+pool capacity, the work ``t`` unlocks, in the unit of ``W``; scale-free). Both are 0 by default (the
+shipped key); both come from the *estimated* graphs, as ``W`` and ``remaining`` do. Both move keys hours
+before the trigger, where ``balanced``'s gate (overdue 12 h past the key) would hold slots at once: the
+gate's constants then scale with them (``--gates 96:720``: hold only 96 h ahead, overdue after 30 days),
+and ``--due-overdues X`` keeps the due cap ``T + W + X`` apart from the gate's overdue (default: the
+same).
+
 ``--oracle`` adds two schedules no trigger-time policy can have: the packing planner
 (:func:`~airflow_gpu_dag.core.planning.planner.packing_weights_plan`) run on the *whole mix* as one graph
 (every run's trigger as its tasks' earliest start), its weights given to every run (``mix-plan``), and
@@ -35,7 +49,9 @@ finds, a policy that must fix weights when a run is triggered would have to find
 Per group (generator, triggers, estimates, GPUs) the script prints each member's figures (as
 ``multi_dag.py``: ratios ours / stock, mean over instances; the targets it misses), then a summary:
 how many members meet every target, the best makespan among members that meet the other targets, and
-the best worst-kind ratio among members that meet the mean and makespan targets.
+the best worst-kind ratio among members that meet the mean and makespan targets; and the members
+ordered by issue #41's hard requirements (:func:`hard_excess`: p95 and makespan at most stock's, every
+kind within 1.05x, in every group), with each member's worst figures over the groups.
 
     .venv/bin/python benchmarks/multi_dag_frontier.py                  # A 0-29, 8/16 GPUs, ~1 min
     .venv/bin/python benchmarks/multi_dag_frontier.py --oracle --modes once --caps 8   # + whole-mix plan
@@ -58,6 +74,7 @@ from typing import Any
 
 from mixes import GPU_POOL, KINDS, Run  # type: ignore[import-not-found]
 from multi_dag import (  # type: ignore[import-not-found]
+    KIND_LIMIT,
     TARGET_MAKESPAN,
     TARGET_MEAN,
     add_mix_arguments,
@@ -73,7 +90,7 @@ from multi_dag import (  # type: ignore[import-not-found]
     simulate_weights,
 )
 
-from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.model.graph import TaskGraph, task_pool, task_slots
 from airflow_gpu_dag.core.planning.planner import packing_weights_plan
 from airflow_gpu_dag.core.policy.objective import (
     OBJECTIVES,
@@ -105,7 +122,10 @@ class Member:
     earlier key of a GPU task it follows (a stage's train keeps its init's key); ``chain_cap`` (seconds)
     keeps every key at most ``T + W + chain_cap - remaining(t)`` (a run whose chain is longer than its
     work starts it as if it were due ``chain_cap`` after its work); ``gate`` ``(gap, overdue)`` seconds
-    replaces ``balanced``'s gate constants (and the cap ``W + overdue`` of the due time)."""
+    replaces ``balanced``'s gate constants (and the cap ``W + overdue`` of the due time, unless
+    ``due_overdue`` gives that cap's overdue); ``downstream_unit`` (seconds per descendant task) and
+    ``unlocked`` move keys earlier by ``downstream_unit * descendants + unlocked * unlocked work``
+    (:class:`RunTerms`)."""
 
     stretch: float
     chain: float
@@ -115,6 +135,9 @@ class Member:
     remaining_weight: float = 1.0
     chain_cap: float = math.inf
     gate: tuple[float, float] | None = None
+    downstream_unit: float = 0.0
+    unlocked: float = 0.0
+    due_overdue: float | None = None
 
     @property
     def name(self) -> str:
@@ -125,6 +148,12 @@ class Member:
             extra += f" chaincap={self.chain_cap / 3600:g}h"
         if self.gate is not None:
             extra += f" gate={self.gate[0] / 3600:g}h/{self.gate[1] / 3600:g}h"
+        if self.downstream_unit:
+            extra += f" U={self.downstream_unit / 3600:g}h"
+        if self.unlocked:
+            extra += f" a={self.unlocked:g}"
+        if self.due_overdue is not None:
+            extra += f" due={self.due_overdue / 3600:g}h"
         c = f" c={self.remaining_weight:g}" if self.remaining_weight != 1.0 else ""
         return f"s={self.stretch:g} chain={self.chain:g}{c} {self.reservation}{extra}"
 
@@ -143,9 +172,12 @@ def members(
     remaining_weights: Sequence[float] = (1.0,),
     chain_caps: Sequence[float] = (math.inf,),
     gates: Sequence[tuple[float, float] | None] = (None,),
+    downstream_units: Sequence[float] = (0.0,),
+    unlocked: Sequence[float] = (0.0,),
+    due_overdues: Sequence[float | None] = (None,),
 ) -> list[Member]:
     return [
-        Member(s, c, r, x, i, w, k, g)
+        Member(s, c, r, x, i, w, k, g, u, a, d)
         for s in stretches
         for c in chains
         for w in remaining_weights
@@ -154,7 +186,33 @@ def members(
         for i in inherit
         for k in chain_caps
         for g in gates
+        for u in downstream_units
+        for a in unlocked
+        for d in due_overdues
     ]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunTerms:
+    """Per task of a DAG, what the issue #41 terms read: ``descendants`` (stock's ``downstream`` weight
+    less 1) and ``unlocked`` (the GPU slot-seconds of the task and all its descendants over the pool
+    capacity, seconds)."""
+
+    descendants: dict[str, int]
+    unlocked: dict[str, float]
+
+
+def run_terms(graph: TaskGraph, capacity: int) -> RunTerms:
+    """The :class:`RunTerms` of ``graph`` (its durations: pass the estimated graph) on ``capacity`` GPUs."""
+    own = {
+        t: node.duration * task_slots(node) if task_pool(node) == GPU_POOL else 0.0
+        for t, node in graph.nodes.items()
+    }
+    descendants = {t: graph.descendants(t) for t in graph.nodes}
+    return RunTerms(
+        {t: len(d) for t, d in descendants.items()},
+        {t: (own[t] + sum(own[d] for d in below)) / capacity for t, below in descendants.items()},
+    )
 
 
 def inherited_keys(graph: TaskGraph, keys: Mapping[str, float]) -> dict[str, float]:
@@ -169,12 +227,16 @@ def inherited_keys(graph: TaskGraph, keys: Mapping[str, float]) -> dict[str, flo
     return out
 
 
-def member_priority(member: Member, shapes: Mapping[str, Any]) -> RunPriority:
+def member_priority(
+    member: Member, shapes: Mapping[str, Any], terms: Mapping[str, RunTerms] | None = None
+) -> RunPriority:
     """The weights of ``member`` for every run: the objective's keys, the trigger moved earlier by
-    ``chain * max(0, CP - W)`` (and the member's variants); ``shapes`` by DAG id, of the estimated
+    ``chain * max(0, CP - W)`` (and the member's variants); ``shapes`` and ``terms``
+    (:func:`run_terms`, needed when the member has an issue #41 term) by DAG id, of the estimated
     graphs."""
-    overdue = member.gate_constants()[1]
+    overdue = member.gate_constants()[1] if member.due_overdue is None else member.due_overdue
     objective = Objective(member.name, member.stretch, 0.0, overdue, member.remaining_weight)
+    needs_terms = bool(member.downstream_unit or member.unlocked)
 
     def weights(graph: TaskGraph, trigger: float) -> dict[str, int]:
         shape = shapes[graph.dag_id]
@@ -185,6 +247,14 @@ def member_priority(member: Member, shapes: Mapping[str, Any]) -> RunPriority:
         if math.isfinite(member.chain_cap):
             latest = trigger + shape.work + member.chain_cap
             keys = {t: min(k, latest - shape.remaining[t]) for t, k in keys.items()}
+        if needs_terms:
+            if terms is None:
+                raise ValueError(f"{member.name}: the downstream and unlocked terms need run_terms")
+            extra = terms[graph.dag_id]
+            keys = {
+                t: k - member.downstream_unit * extra.descendants[t] - member.unlocked * extra.unlocked[t]
+                for t, k in keys.items()
+            }
         if member.inherit:
             keys = inherited_keys(graph, keys)
         return {t: key_weight(k, SIMULATION_EPOCH) for t, k in keys.items()}
@@ -324,8 +394,9 @@ def one_instance(job: tuple) -> dict[str, Any]:
         yield "stock", stock
         shapes = [run_shape(g, {GPU_POOL: capacity}) for g in estimated]
         by_dag = {g.dag_id: shape for g, shape in zip(estimated, shapes, strict=True)}
+        terms = {g.dag_id: run_terms(g, capacity) for g in estimated}
         for member in settings:
-            priority = member_priority(member, by_dag)
+            priority = member_priority(member, by_dag, terms)
             gate = member_gate(member)
             yield (
                 member.name,
@@ -378,6 +449,39 @@ def worst_kind(f: Mapping[str, float]) -> float:
     return max((f[k] for k in KINDS if not math.isnan(f[k])), default=math.nan)
 
 
+def hard_excess(f: Mapping[str, float]) -> float:
+    """How far one group's figures are above issue #41's hard requirements for the default objective
+    (p95 and makespan at most stock's, every kind's mean completion at most :data:`KIND_LIMIT` x stock's):
+    the largest excess, 0 when all hold."""
+    kind = worst_kind(f)
+    return max(0.0, f["p95"] - 1.0, f["makespan"] - 1.0, 0.0 if math.isnan(kind) else kind - KIND_LIMIT)
+
+
+def hard_summary(groups: Mapping[tuple, Mapping[str, Mapping[str, float]]]) -> list[dict[str, Any]]:
+    """Per member, over every group of ``groups`` ((variant, mode, estimates, capacity) -> name ->
+    figures): the worst :func:`hard_excess`, the worst p95, makespan and kind, and the range of the mean
+    per capacity; members that keep the requirements first, then by their largest mean."""
+    names = {n for rows in groups.values() for n in rows}
+    out: list[dict[str, Any]] = []
+    for name in names:
+        rows = [(g, r[name]) for g, r in groups.items() if name in r]
+        means: dict[int, list[float]] = defaultdict(list)
+        for g, f in rows:
+            means[g[3]].append(f["mean"])
+        out.append(
+            {
+                "name": name,
+                "excess": max(hard_excess(f) for _, f in rows),
+                "p95": max(f["p95"] for _, f in rows),
+                "makespan": max(f["makespan"] for _, f in rows),
+                "kind": max(worst_kind(f) for _, f in rows),
+                "mean": {c: (min(v), max(v)) for c, v in sorted(means.items())},
+            }
+        )
+    out.sort(key=lambda s: (round(s["excess"], 4), max(hi for _, hi in s["mean"].values()), s["name"]))
+    return out
+
+
 def summary(capacity: int, rows: Mapping[str, Mapping[str, float]], best: float) -> dict[str, Any]:
     """Of the members' figures ``rows`` (name -> :func:`multi_dag.figures`): which meet every target,
     ``(name, makespan)`` of the best makespan among those meeting every other target, ``(name, ratio)``
@@ -409,9 +513,13 @@ def report(
     for inst in results:
         groups[(inst["variant"], inst["mode"], inst["estimates"], inst["capacity"])].append(inst)
     out = []
+    family_rows: dict[tuple, dict[str, Mapping[str, float]]] = {}
     for (variant, mode, estimates, capacity), insts in sorted(groups.items()):
         best = best_makespan(insts)
         rows = {name: figures(insts, name) for name in names}
+        family_rows[(variant, mode, estimates, capacity)] = {
+            n: f for n, f in rows.items() if n not in ORACLES
+        }
         print(
             f"\n## {variant}, {mode}, {estimates}, {capacity} GPUs "
             f"({len(insts)} mixes; best makespan {best:.3f})",
@@ -445,6 +553,20 @@ def report(
             f"{f'{kind[1]:.3f} ({kind[0]})' if kind else '—'} |",
             file=file,
         )
+    print(
+        f"\n## Issue #41 hard requirements over all {len(family_rows)} groups (excess: the largest of "
+        "p95 - 1, makespan - 1, worst kind - 1.05, 0)",
+        file=file,
+    )
+    print("| setting | excess | worst p95 | worst makespan | worst kind | mean per GPUs |", file=file)
+    print("|---|---|---|---|---|---|", file=file)
+    for h in hard_summary(family_rows):
+        means = ", ".join(f"{c}: {lo:.3f}-{hi:.3f}" for c, (lo, hi) in h["mean"].items())
+        print(
+            f"| {h['name']} | {h['excess']:.3f} | {h['p95']:.3f} | {h['makespan']:.3f} | {h['kind']:.3f} | "
+            f"{means} |",
+            file=file,
+        )
     return out
 
 
@@ -471,6 +593,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--stretch-caps", default="inf", help="hours X of the cap due = T + min(s W, CP + X); inf: none"
     )
     parser.add_argument("--inherit", default="no", help="no, yes: GPU tasks keep their GPU parents' keys")
+    parser.add_argument(
+        "--downstream-units",
+        default="0",
+        help="hours U per descendant task: key - U * descendants (stock's weight, in time); 0: none",
+    )
+    parser.add_argument(
+        "--due-overdues",
+        default="gate",
+        help="hours X of the due cap T + W + X (gate: the gate's overdue, as balanced)",
+    )
+    parser.add_argument(
+        "--unlocked-work",
+        default="0",
+        help="values of a: key - a * (GPU work of the task and its descendants / capacity); 0: none",
+    )
     parser.add_argument(
         "--oracle",
         action="store_true",
@@ -515,6 +652,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--remaining-weights: numbers in (0, 1], e.g. 1,0.5")
     if any(not 0 < c <= 1 for c in weights):
         parser.error("--remaining-weights: numbers in (0, 1], e.g. 1,0.5")
+    try:
+        units = [float(u) * 3600.0 for u in args.downstream_units.split(",") if u]
+        unlocked = [float(a) for a in args.unlocked_work.split(",") if a]
+    except ValueError:
+        parser.error("--downstream-units: hours >= 0; --unlocked-work: numbers >= 0")
+    if any(not (math.isfinite(x) and x >= 0) for x in [*units, *unlocked]) or not units or not unlocked:
+        parser.error("--downstream-units: hours >= 0; --unlocked-work: numbers >= 0")
+    try:
+        dues = [None if d == "gate" else float(d) * 3600.0 for d in args.due_overdues.split(",") if d]
+    except ValueError:
+        parser.error("--due-overdues: hours (or gate)")
+    if not dues or any(d is not None and not 0 <= d <= 30 * 24 * 3600.0 for d in dues):
+        parser.error("--due-overdues: hours from 0 to 720 (or gate)")
     settings = members(
         [float(s) for s in args.stretches.split(",")],
         [float(c) for c in args.chains.split(",")],
@@ -524,6 +674,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         weights,
         chain_caps,
         gates,
+        units,
+        unlocked,
+        dues,
     )
     jobs = mix_jobs(args, settings, args.oracle, args.search)
     started = time.time()

@@ -134,6 +134,78 @@ def test_frontier_variants_cap_the_stretch_and_keep_gpu_parents_keys() -> None:
     assert frontier.member_gate(frontier.Member(3.0, 0.0, "gated", gate=(3600.0, 7200.0))).gap == 3600.0
 
 
+def test_frontier_issue_41_terms_move_keys_by_descendants_and_unlocked_work() -> None:
+    import dataclasses
+
+    import multi_dag_frontier as frontier
+
+    from airflow_gpu_dag.core.model.graph import TaskGraph
+    from airflow_gpu_dag.core.model.resources import GpuRequest
+    from airflow_gpu_dag.core.policy.objective import key_of_weight, run_shape
+    from airflow_gpu_dag.core.simulation.cross_dag import SIMULATION_EPOCH
+
+    # load (CPU 10 min) -> init (4 GPUs, 5 min) -> train (4 GPUs, 2 h) -> evaluate (1 GPU, 20 min)
+    g = TaskGraph("pipe")
+    for task_id, minutes, gpus in (("load", 10, 0), ("init", 5, 4), ("train", 120, 4), ("evaluate", 20, 1)):
+        node = g.add(task_id, minutes * 60.0, 0)
+        if gpus:
+            node.gpu, node.pool, node.pool_slots = GpuRequest(gpus), "gpu", gpus
+    for up, down in (("load", "init"), ("init", "train"), ("train", "evaluate")):
+        g.add_edge(up, down)
+    shapes = {"pipe": run_shape(g, {"gpu": 8})}
+    terms = frontier.run_terms(g, 8)
+    # stock's weight less 1; the GPU work at and below each task over the 8 GPUs (evaluate: 20 min x 1/8)
+    assert terms.descendants == {"load": 3, "init": 2, "train": 1, "evaluate": 0}
+    assert terms.unlocked["load"] == terms.unlocked["init"] == pytest.approx(shapes["pipe"].work)
+    assert terms.unlocked["evaluate"] == pytest.approx(20 * 60.0 / 8)
+
+    def keys(member: object) -> dict[str, float]:
+        priority = frontier.member_priority(member, shapes, {"pipe": terms})  # type: ignore[arg-type]
+        return {t: key_of_weight(w, SIMULATION_EPOCH) or 0.0 for t, w in priority(g, 1000.0).items()}
+
+    plain = keys(frontier.Member(4.0, 0.0, "never", remaining_weight=0.5))
+    moved = keys(
+        frontier.Member(4.0, 0.0, "never", remaining_weight=0.5, downstream_unit=3600.0, unlocked=2.0)
+    )
+    for t in plain:  # key - U * descendants - a * unlocked
+        expected = plain[t] - 3600.0 * terms.descendants[t] - 2.0 * terms.unlocked[t]
+        assert moved[t] == pytest.approx(expected, abs=1)
+    assert frontier.Member(4.0, 0.0, "never", downstream_unit=1800.0, unlocked=2.0).name == (
+        "s=4 chain=0 never U=0.5h a=2"
+    )
+    # the due cap T + W + X apart from the gate's overdue (here 30 min: 4 W is past it)
+    dued = keys(frontier.Member(4.0, 0.0, "never", remaining_weight=0.5, due_overdue=1800.0))
+    work, cp = shapes["pipe"].work, shapes["pipe"].remaining["load"]
+    assert (
+        dued["load"] == pytest.approx(1000.0 + work + 1800.0 - 0.5 * cp, abs=1)
+        and dued["load"] < plain["load"]
+    )
+    member = frontier.Member(4.0, 0.0, "gated", gate=(96 * 3600.0, 96 * 3600.0), downstream_unit=6 * 3600.0)
+    assert (
+        dataclasses.replace(member, due_overdue=12 * 3600.0).name
+        == "s=4 chain=0 gated gate=96h/96h U=6h due=12h"
+    )
+    with pytest.raises(ValueError, match="run_terms"):  # the terms come from the estimated graphs
+        frontier.member_priority(frontier.Member(4.0, 0.0, "never", unlocked=1.0), shapes)(g, 0.0)
+
+
+def test_frontier_hard_summary_ranks_members_by_issue_41_requirements() -> None:
+    import multi_dag_frontier as frontier
+
+    ok = {"mean": 0.8, "p95": 1.0, "makespan": 0.99, "pipeline": 1.0, "sweep": 1.05, "eval": 0.7}
+    assert frontier.hard_excess(ok) == 0.0
+    assert frontier.hard_excess({**ok, "makespan": 1.02, "sweep": 1.1}) == pytest.approx(0.05)
+    assert frontier.hard_excess({**ok, "sweep": float("nan")}) == 0.0  # a kind absent from every mix
+    groups = {
+        ("A", "once", "exact", 8): {"keeps": ok, "fast": {**ok, "mean": 0.6, "p95": 1.01}},
+        ("A", "once", "exact", 16): {"keeps": {**ok, "mean": 0.9}, "fast": ok},
+    }
+    rows = frontier.hard_summary(groups)
+    assert [r["name"] for r in rows] == ["keeps", "fast"]  # every requirement kept comes first
+    assert rows[0]["mean"] == {8: (0.8, 0.8), 16: (0.9, 0.9)}
+    assert rows[1]["excess"] == pytest.approx(0.01) and rows[1]["p95"] == 1.01
+
+
 def test_frontier_mix_graph_keeps_every_run_and_its_trigger() -> None:
     import multi_dag_frontier as frontier
 
