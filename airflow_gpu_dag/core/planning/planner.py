@@ -38,7 +38,12 @@ from airflow_gpu_dag.core.planning.justification import (
     ordered_schedule,
     priority_serial_schedule,
 )
-from airflow_gpu_dag.core.simulation.simulator import SimulationResult, default_rule, simulate
+from airflow_gpu_dag.core.simulation.simulator import (
+    SimulationResult,
+    SimulationTables,
+    default_rule,
+    simulate,
+)
 
 __all__ = [
     "PACKING_CANDIDATES",
@@ -66,13 +71,15 @@ def _greedy_stage(
     justify_rounds: int,
     samples: int,
     serial_samples: int = 0,
+    tables: Callable[[], SimulationTables] | None = None,
 ) -> tuple[list[_GreedyRun], list[_GreedyRun], list[_Justified]]:
     """Steps 1-2 of the plan, cached per graph object so that planning for both admission policies
     costs them once (do not mutate a graph after planning it): greedy runs of every candidate rule,
     greedy runs of ``samples`` seeded perturbations of their weights (each weight times
     ``1 +/- eps``, ``eps`` up to 0.3: other tie-breaks of almost the same priority), and the
     justification of the candidates' schedules and of the two best sampled ones (the
-    ``_JUSTIFIED_KEPT`` shortest justified schedules are returned)."""
+    ``_JUSTIFIED_KEPT`` shortest justified schedules are returned). ``tables``: gives the simulator's
+    tables of ``graph`` on ``capacity``, built once for all the plan's simulations."""
 
     key = (tuple(sorted(capacity.items())), candidates, justify_rounds, samples, serial_samples)
     per_graph = _STAGE_CACHE.setdefault(graph, {})
@@ -81,9 +88,24 @@ def _greedy_stage(
 
     bound = lower_bound(graph, {p: int(c) for p, c in capacity.items()})  # as simulate() has it, once
     table = TaskTable(graph)  # what justification reads of the graph, once
+    built: list[SimulationTables] = []
+
+    def tables_of_graph() -> SimulationTables:
+        if tables is not None:
+            return tables()
+        if not built:
+            built.append(SimulationTables.build(graph, capacity))
+        return built[0]
 
     def greedy(label: str, weights: dict[str, int]) -> _GreedyRun:
-        result = simulate(graph, capacity, "critical_path", priority=lambda g: weights, _lower_bound=bound)
+        result = simulate(
+            graph,
+            capacity,
+            "critical_path",
+            priority=lambda g: weights,
+            _lower_bound=bound,
+            _tables=tables_of_graph(),
+        )
         return (result.makespan, label, weights, {t.task_id: t.start for t in result.schedule})
 
     runs = [
@@ -269,11 +291,17 @@ def packing_weights_plan(
     scored_worlds = worlds(graph, estimate_error, scenarios)
     table = TaskTable(graph)  # what justification reads of the graph, once
     bounds: dict[int, float] = {}  # id(graph or world) -> its lower bound, each computed once
+    tables: dict[int, SimulationTables] = {}  # id(graph or world) -> the simulator's tables, built once
 
     def bound_of(world: TaskGraph) -> float:
         if id(world) not in bounds:
             bounds[id(world)] = lower_bound(world, {p: int(c) for p, c in capacity.items()})
         return bounds[id(world)]
+
+    def tables_of(world: TaskGraph) -> SimulationTables:
+        if id(world) not in tables:
+            tables[id(world)] = SimulationTables.build(world, capacity)
+        return tables[id(world)]
 
     def makespan_in(weights: Mapping[str, int], world: TaskGraph) -> float:
         return simulate(
@@ -285,6 +313,7 @@ def packing_weights_plan(
             estimates=believed,
             strict_backfill=strict_backfill,
             _lower_bound=bound_of(world),
+            _tables=tables_of(world),
         ).makespan
 
     runs: dict[frozenset[tuple[str, int]], tuple[float, dict[str, float]]] = {}
@@ -301,6 +330,7 @@ def packing_weights_plan(
             priority=lambda g: weights,
             strict_backfill=strict_backfill,
             _lower_bound=bound_of(graph),
+            _tables=tables_of(graph),
         )
         # durations off by the estimate error: score the mean
         score = result.makespan + sum(makespan_in(weights, world) for world in scored_worlds)
@@ -315,7 +345,7 @@ def packing_weights_plan(
         else 0
     )
     greedy_runs, sampled, justified = _greedy_stage(
-        graph, capacity, tuple(candidates), justify_rounds, samples, serial_samples
+        graph, capacity, tuple(candidates), justify_rounds, samples, serial_samples, lambda: tables_of(graph)
     )
     for makespan, name, weights, _start in greedy_runs:
         tried[name if policy == "critical_path" and not scored_worlds else f"{name} (greedy)"] = makespan

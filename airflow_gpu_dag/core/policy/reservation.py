@@ -80,7 +80,39 @@ class PoolDecision:
         """The pool open at its capacity, nothing reserved: ``why`` rendered as the reason (None: no
         reason, the simulator's decisions)."""
         reason = "" if why is None else render(why)
-        return cls(pool, capacity, capacity, None, 0, 0, None, reason, used, (), admitted, why=why)
+        return _decision(pool, capacity, capacity, None, 0, 0, None, reason, used, (), admitted, False, why)
+
+
+#: the fields of PoolDecision, in order (what _decision fills in)
+_FIELDS = (
+    *("pool", "capacity", "pool_size", "reserved_for", "reserved_slots", "backfill_slots", "shadow_time"),
+    *("reason", "used", "backfill_tasks", "admitted", "lookahead", "why"),
+)
+
+
+def _decision(
+    pool: str,
+    capacity: int,
+    pool_size: int,
+    reserved_for: str | None,
+    reserved_slots: int,
+    backfill_slots: int,
+    shadow: float | None,
+    reason: str,
+    used: int,
+    backfill_tasks: tuple[str, ...],
+    admitted: tuple[str, ...],
+    lookahead: bool,
+    why: Reason | None,
+) -> PoolDecision:
+    """``PoolDecision(...)`` of these fields (all of them, in order), built without the frozen
+    dataclass's ``__init__``, which sets each of its 13 fields through ``object.__setattr__``: that
+    was a twentieth of a simulated decision, which the simulator makes about twice per task. Equal to
+    the dataclass built the ordinary way, and as immutable."""
+    decision = object.__new__(PoolDecision)
+    values = (pool, capacity, pool_size, reserved_for, reserved_slots, backfill_slots, shadow, reason, used)
+    decision.__dict__.update(zip(_FIELDS, (*values, backfill_tasks, admitted, lookahead, why), strict=True))
+    return decision
 
 
 class DecisionWindow:
@@ -126,6 +158,11 @@ def shadow_time(
     ends = sorted(
         (max(now, r.expected_end), r.slots) for r in running if r.expected_end is not None and r.slots > 0
     )
+    return _shadow(free, needed, ends)
+
+
+def _shadow(free: int, needed: int, ends: Sequence[tuple[float, int]]) -> tuple[float | None, int]:
+    """:func:`shadow_time` from the running tasks' ``(end, slots)`` pairs, sorted (``needed > free``)."""
     available = free
     for index, (end, slots) in enumerate(ends):
         available += slots
@@ -508,9 +545,17 @@ def decide_pool(
             )
             return PoolDecision.at_capacity(pool, capacity, used, admitted, why)
 
-    # the tasks started now hold their slots for their expected duration
-    holding = [*running, *(RunningTask(t.key, pool, t.slots, now + t.duration) for t in admit)]
-    shadow, extra = shadow_time(now, remaining, wide, holding)
+    # the tasks started now hold their slots for their expected duration: shadow_time() over the
+    # running tasks and them, from their (end, slots) pairs (no RunningTask built for each)
+    if wide <= remaining:
+        shadow, extra = shadow_time(now, remaining, wide, running)
+    else:
+        ends = [
+            (max(now, r.expected_end), r.slots) for r in running if r.expected_end is not None and r.slots > 0
+        ]
+        ends += [(max(now, now + t.duration), t.slots) for t in admit if t.slots > 0]
+        ends.sort()
+        shadow, extra = _shadow(remaining, wide, ends)
     if shadow is not None and is_pending:
         shadow = max(shadow, walk.head_ready)  # not before it is expected ready
     # a pending head: what would take the slots freed before it is ready is judged with up to C of them
@@ -586,7 +631,7 @@ def decide_pool(
         if explain
         else None  # the simulator reads only the size and the head: no reason built
     )
-    return PoolDecision(
+    return _decision(
         pool,
         capacity,
         size,
@@ -599,7 +644,7 @@ def decide_pool(
         backfill_keys,
         admitted,
         is_pending,
-        why=decided,
+        decided,
     )
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "RunResult",
     "ScheduledTask",
     "SimulationResult",
+    "SimulationTables",
     "default_rule",
     "simulate",
 ]
@@ -72,6 +73,22 @@ class ScheduledTask:
     def wait(self) -> float:
         """Seconds spent ready but not admitted."""
         return self.start - self.ready
+
+
+_SCHEDULED_FIELDS = ("task_id", "start", "end", "slots", "pool", "priority", "ready")
+
+
+def _scheduled(
+    task_id: str, start: float, end: float, slots: int, pool: str, priority: int, ready: float
+) -> ScheduledTask:
+    """``ScheduledTask(...)`` of these fields, built without the frozen dataclass's ``__init__`` (one
+    ``object.__setattr__`` per field, a few percent of a simulation, which builds one per task): equal
+    to the dataclass built the ordinary way, and as immutable."""
+    task = object.__new__(ScheduledTask)
+    task.__dict__.update(
+        zip(_SCHEDULED_FIELDS, (task_id, start, end, slots, pool, priority, ready), strict=True)
+    )
+    return task
 
 
 @dataclass(frozen=True)
@@ -261,46 +278,48 @@ def _resolve(
     return rule, chosen if isinstance(chosen, str) else getattr(rule, "__name__", "custom")
 
 
-class _Simulation:
-    """The state of one simulated run and its steps; :meth:`run` drives the event loop.
-
-    Task keys (``uid``) are the task ids for one graph, ``"<index>:<dag_id>/<task_id>"`` for several.
-    ``ready_lists`` / ``pending_lists`` hold a pool's waiting tasks as ``(-priority, order, uid)``, sorted
-    (Airflow's admission order).
+class SimulationTables:
+    """What a simulation reads of its graphs' tasks, whatever the priorities and estimates: per task key
+    (``uid``) its duration, pool, slots, graph order, upstream and downstream keys, release time and run,
+    and the counts a run starts from. Built by :func:`simulate` from its arguments, or once for many
+    simulations of the same graphs, pools and triggers (the planner simulates one graph about 25 times
+    per plan): :meth:`build`, passed as ``simulate(..., _tables=...)``. A simulation never modifies it
+    (it copies the counts it changes); do not change the graphs after building it.
     """
 
     def __init__(
         self,
+        sources: list[TaskGraph],
         graphs: list[TaskGraph],
         capacity: dict[str, int],
-        rule: PriorityRule | RunPriority,
-        estimates: Mapping[str, float] | None,
-        triggers: Sequence[float],
-        per_run: bool,
+        triggers: list[float],
     ) -> None:
+        self.sources = sources  # the graphs as given to simulate()
+        self.graphs = graphs  # as simulated: their ladders fitted to the pools
         self.capacity = capacity
+        self.triggers = triggers
         self.durations: dict[str, float] = {}
         self.pools: dict[str, str] = {}
         self.slots: dict[str, int] = {}
-        self.prio: dict[str, int] = {}
         self.order: dict[str, int] = {}
         self.downstream: dict[str, list[str]] = {}
         self.upstream: dict[str, list[str]] = {}
         self.waiting_on: dict[str, int] = {}
         self.release: dict[str, float] = {}  # uid -> not before (the run's trigger + the task's not_before)
         self.run_of: dict[str, int] = {}
-        # Airflow's tie-break after the weight: the run's logical date (trigger), then the task
+        self.run_name: dict[str, str] = {}  # uid -> its run as the controller's tasks name it
+        #: (graph index, key prefix) in the order a simulation computes the weights: Airflow's tie-break
+        #: after the weight is the run's logical date (trigger), then the task
+        self.runs: list[tuple[int, str]] = []
         for gi in sorted(range(len(graphs)), key=lambda i: (triggers[i], i)):
             g = graphs[gi]
-            weights = rule(g, triggers[gi]) if per_run else rule(g)  # type: ignore[call-arg]
-
             prefix = "" if len(graphs) == 1 else f"{gi}:{g.dag_id}/"  # task keys: prefix + task id
+            self.runs.append((gi, prefix))
             for task_id, node in g.nodes.items():
                 key = prefix + task_id
                 self.durations[key] = float(node.duration)
                 self.pools[key] = task_pool(node)
                 self.slots[key] = task_slots(node)
-                self.prio[key] = clamp_int32(weights.get(task_id, 1))
                 self.order[key] = len(self.order)
                 downs, ups = g.downstream(task_id), g.upstream(task_id)
                 self.downstream[key] = [prefix + d for d in downs] if prefix else downs
@@ -308,17 +327,103 @@ class _Simulation:
                 self.waiting_on[key] = len(ups)
                 self.release[key] = triggers[gi] + max(0.0, float(getattr(node, "not_before", 0.0) or 0.0))
                 self.run_of[key] = gi
-        self.triggers = list(triggers)
-        self.timers: list[tuple[float, int, str]] = []  # (release, order, uid): ready once released
-        self.believed = {k: float((estimates or {}).get(k, d)) for k, d in self.durations.items()}
-        # lookahead: a task of a capacity pool is *pending* once each upstream task has started or is
-        # ready (waits in a pool, or starts now in an unlimited one); unqueued_up counts those not yet
-        self.unqueued_up = dict(self.waiting_on)
-        # upstream tasks of another capacity pool not started yet, per task (see waiting)
+                self.run_name[key] = str(gi)
+        # upstream tasks of another capacity pool, per task (see _Simulation.elsewhere)
         self.elsewhere = {
             k: sum(self.pools[u] != self.pools[k] and self.pools[u] in capacity for u in ups)
             for k, ups in self.upstream.items()
         }
+
+    @classmethod
+    def build(
+        cls,
+        graph: TaskGraph | Sequence[TaskGraph],
+        capacity: Mapping[str, int],
+        triggers: Sequence[float] | None = None,
+    ) -> SimulationTables:
+        """The tables of ``simulate(graph, capacity, triggers=triggers)``, its arguments checked as it
+        checks them (:class:`CapacityError`, ``ValueError``)."""
+        sources = _as_graphs(graph)
+        caps = {p: int(c) for p, c in capacity.items()}
+        graphs = [fit_ladders(g, caps) for g in sources]  # a rung that never fits falls back
+        _check_capacity(graphs, caps)
+        bad = next((n for g in graphs for n in g.nodes.values() if not 0 <= n.duration < math.inf), None)
+        if bad is not None:  # a NaN duration never ends: the event loop would wait for it forever
+            dag_id = next(g.dag_id for g in graphs if g.nodes.get(bad.task_id) is bad)
+            raise ValueError(
+                f"DAG {dag_id!r}, task {bad.task_id!r}: duration {bad.duration!r} is not finite seconds "
+                ">= 0; give it an estimate such as 1800 or '30m'"
+            )
+        times = [0.0] * len(graphs) if triggers is None else [float(t) for t in triggers]
+        if len(times) != len(graphs) or any(not math.isfinite(t) or t < 0 for t in times):
+            raise ValueError(f"triggers: one time >= 0 per graph ({len(graphs)}), got {triggers!r}")
+        tables = cls(sources, graphs, caps, times)
+        return tables
+
+    def serves(
+        self,
+        graph: TaskGraph | Sequence[TaskGraph],
+        capacity: Mapping[str, int],
+        triggers: Sequence[float] | None,
+    ) -> bool:
+        """Whether these are the tables of ``simulate(graph, capacity, triggers=triggers)``: the same graph
+        objects, pools (in the same order) and trigger times."""
+        sources = _as_graphs(graph)
+        times = [0.0] * len(sources) if triggers is None else [float(t) for t in triggers]
+        return (
+            len(sources) == len(self.sources)
+            and all(a is b for a, b in zip(sources, self.sources, strict=True))
+            and [(p, int(c)) for p, c in capacity.items()] == list(self.capacity.items())
+            and times == self.triggers
+        )
+
+
+class _Simulation:
+    """The state of one simulated run and its steps; :meth:`run` drives the event loop.
+
+    Task keys (``uid``) are the task ids for one graph, ``"<index>:<dag_id>/<task_id>"`` for several.
+    ``ready_lists`` / ``pending_lists`` hold a pool's waiting tasks as ``(-priority, order, uid)``, sorted
+    (Airflow's admission order). What does not change during a run is read from the
+    :class:`SimulationTables`, shared with other simulations of the same graphs.
+    """
+
+    def __init__(
+        self,
+        tables: SimulationTables,
+        rule: PriorityRule | RunPriority,
+        estimates: Mapping[str, float] | None,
+        per_run: bool,
+    ) -> None:
+        capacity = tables.capacity
+        self.capacity = capacity
+        self.durations = tables.durations
+        self.pools = tables.pools
+        self.slots = tables.slots
+        self.order = tables.order
+        self.downstream = tables.downstream
+        self.upstream = tables.upstream
+        self.release = tables.release
+        self.run_of = tables.run_of
+        self.run_name = tables.run_name
+        self.waiting_on = dict(tables.waiting_on)
+        self.prio: dict[str, int] = {}
+        for gi, prefix in tables.runs:
+            g = tables.graphs[gi]
+            weights = rule(g, tables.triggers[gi]) if per_run else rule(g)  # type: ignore[call-arg]
+            for task_id in g.nodes:
+                self.prio[prefix + task_id] = clamp_int32(weights.get(task_id, 1))
+        self.triggers = tables.triggers
+        self.timers: list[tuple[float, int, str]] = []  # (release, order, uid): ready once released
+        self.believed = (
+            self.durations
+            if estimates is None
+            else {k: float(estimates.get(k, d)) for k, d in self.durations.items()}
+        )
+        # lookahead: a task of a capacity pool is *pending* once each upstream task has started or is
+        # ready (waits in a pool, or starts now in an unlimited one); unqueued_up counts those not yet
+        self.unqueued_up = dict(self.waiting_on)
+        # upstream tasks of another capacity pool not started yet, per task (see waiting)
+        self.elsewhere = dict(tables.elsewhere)
         self.pending_lists: dict[str, list[tuple[int, int, str]]] = {}
         self.pending_set: set[str] = set()
         self.ready_lists: dict[str, list[tuple[int, int, str]]] = {}
@@ -404,7 +509,7 @@ class _Simulation:
             else:
                 after.append(u)
         fields = self._fields(uid, pool)
-        return PendingTask(*fields, max(known, default=-math.inf), tuple(after), run=str(self.run_of[uid]))
+        return PendingTask(*fields, max(known, default=-math.inf), tuple(after), run=self.run_name[uid])
 
     def waiting(self, pool: str, now: float, lookahead: bool) -> Iterable[ReadyTask]:
         """The pool's ready and pending tasks in admission order, built only as far as they are read,
@@ -413,7 +518,12 @@ class _Simulation:
             return self._waiting(pool, now, lookahead)
         return _PoolWaiting(self, pool, now, lookahead)
 
-    def _waiting(self, pool: str, now: float, lookahead: bool) -> Iterator[ReadyTask]:
+    def _waiting(
+        self, pool: str, now: float, lookahead: bool, read: list[ReadyTask] | None = None
+    ) -> Iterator[ReadyTask]:
+        """The pool's ready and pending tasks in admission order, built as they are read; each is also
+        appended to ``read`` when given (one generator, not one wrapping another: a decision reads a
+        few tasks, and each level of generator costs every one of them a resumption)."""
         ready = self.ready_lists.get(pool) or []
         pending = (self.pending_lists.get(pool) or []) if lookahead else []
         # A pending task with an upstream task waiting in another capacity pool does not start with this
@@ -421,12 +531,19 @@ class _Simulation:
         # built (the decision's reason tells "nothing ready" from "nothing waiting"): building each at
         # every tick made a large mapped task quadratic.
         blocked = False
+        pending_set, ready_tasks = self.pending_set, self.ready_tasks
+        task: ReadyTask
         for _p, _o, uid in _merged(ready, pending) if pending else ready:
-            if uid not in self.pending_set:
-                yield self._ready_task(uid, pool)
+            if uid not in pending_set:
+                task = ready_tasks.get(uid) or self._ready_task(uid, pool)
             elif not (elsewhere := self.elsewhere[uid] > 0) or not blocked:
                 blocked = blocked or elsewhere
-                yield self._pending_task(uid, pool, now)
+                task = self._pending_task(uid, pool, now)
+            else:
+                continue
+            if read is not None:
+                read.append(task)
+            yield task
 
     def _fields(self, uid: str, pool: str) -> tuple[str, str, int, int, float, tuple[int]]:
         """A waiting task as the controller sees it: key, pool, slots, weight, estimate, tie-break."""
@@ -436,7 +553,7 @@ class _Simulation:
         """A ready task as the controller sees it (built once: it does not change while it waits)."""
         task = self.ready_tasks.get(uid)
         if task is None:
-            task = ReadyTask(*self._fields(uid, pool), run=str(self.run_of[uid]), since=self.ready_at[uid])
+            task = ReadyTask(*self._fields(uid, pool), run=self.run_name[uid], since=self.ready_at[uid])
             self.ready_tasks[uid] = task
         return task
 
@@ -447,8 +564,10 @@ class _Simulation:
         reserving = False
         window = DecisionWindow() if skipping else None
         self.now_read = False
+        lookahead = options.lookahead
+        next_decision = options.next_decision(now)  # the same for every pool
         for pool, cap in self.capacity.items():
-            if not self.ready_lists.get(pool) and not (options.lookahead and self.pending_lists.get(pool)):
+            if not self.ready_lists.get(pool) and not (lookahead and self.pending_lists.get(pool)):
                 self.pool_size[pool] = cap
                 continue
             starving = self.starving[pool].first(now, self.started) if pool in self.starving else None
@@ -459,10 +578,10 @@ class _Simulation:
                 pool,
                 cap,
                 list(self.holding[pool].values()),
-                self.waiting(pool, now, options.lookahead),
+                self.waiting(pool, now, lookahead),
                 options.backfill,
                 options.strict_backfill,
-                options.next_decision(now),
+                next_decision,
                 options.gate,
                 starving,
                 window=window,
@@ -600,9 +719,7 @@ class _Simulation:
             for down in self.downstream[uid]:
                 self.elsewhere[down] -= self.pools[down] != pool
         heapq.heappush(self.events, (end, self.order[uid], uid))
-        self.schedule.append(
-            ScheduledTask(uid, now, end, self.slots[uid], pool, priority, self.ready_at[uid])
-        )
+        self.schedule.append(_scheduled(uid, now, end, self.slots[uid], pool, priority, self.ready_at[uid]))
 
     def finish_until(self, now: float, lookahead: bool) -> None:
         """End every task whose end is due; their downstream tasks turn ready."""
@@ -639,7 +756,8 @@ class _Simulation:
         interval = options.interval
         skipping = reserve and interval > 0 and not every_tick
         while True:
-            self.release_due(now, options.lookahead)
+            if self.timers:
+                self.release_due(now, options.lookahead)
             if reserve and (interval == 0 or now >= next_tick):
                 if skipping and self.holds(now, interval):
                     self.ticks += 1
@@ -663,7 +781,8 @@ class _Simulation:
             if not candidates:
                 break
             now = min(candidates)
-            self.finish_until(now, options.lookahead)
+            if self.events and self.events[0][0] <= now:
+                self.finish_until(now, options.lookahead)
         if len(self.schedule) != len(self.durations):  # pragma: no cover - guarded by _check_capacity
             stuck = sorted(uid for lst in self.ready_lists.values() for _p, _o, uid in lst)[:5]
             left = len(self.durations) - len(self.schedule)
@@ -752,10 +871,7 @@ class _PoolWaiting:
         self.read: list[ReadyTask] = []  # the tasks handed out so far, in admission order
 
     def __iter__(self) -> Iterator[ReadyTask]:
-        read = self.read
-        for task in self.sim._waiting(self.pool, self.now, self.lookahead):
-            read.append(task)
-            yield task
+        return self.sim._waiting(self.pool, self.now, self.lookahead, self.read)
 
     def ready_tail(self, head: ReadyTask, capacity: int) -> _ReadyTail:
         """The ready tasks after ``head`` (read already: the decision reads in admission order). In
@@ -789,6 +905,7 @@ def simulate(
     *,
     _every_tick: bool = False,
     _lower_bound: float | None = None,
+    _tables: SimulationTables | None = None,
 ) -> SimulationResult:
     """Simulate one run of ``graph`` (or one run of each graph, at its trigger time) and return the
     schedule and each run's completion time.
@@ -829,6 +946,9 @@ def simulate(
         simulator did before it skipped the ticks that cannot change a decision (the same schedule).
     :param _lower_bound: private, for the planner, which simulates one graph many times: its
         :func:`~airflow_gpu_dag.core.analysis.bounds.lower_bound` on ``capacity``, computed once.
+    :param _tables: private, for the planner: ``SimulationTables.build(graph, capacity, triggers)``,
+        built once for its many simulations of one graph (``ValueError`` when built for other
+        arguments).
     :raises CapacityError: a task needs more slots than its pool's capacity.
     :raises ValueError: unknown policy or priority rule, a negative, NaN or infinite interval, bad trigger
         times, a task duration that is NaN, infinite or negative.
@@ -840,19 +960,13 @@ def simulate(
             "controller_interval must be finite seconds >= 0 (0: at every event), "
             f"got {controller_interval!r}"
         )
-    caps = {p: int(c) for p, c in capacity.items()}
-    graphs = [fit_ladders(g, caps) for g in _as_graphs(graph)]  # a rung that never fits falls back
-    _check_capacity(graphs, caps)
-    bad = next((n for g in graphs for n in g.nodes.values() if not 0 <= n.duration < math.inf), None)
-    if bad is not None:  # a NaN duration never ends: the event loop would wait for it forever
-        dag_id = next(g.dag_id for g in graphs if g.nodes.get(bad.task_id) is bad)
-        raise ValueError(
-            f"DAG {dag_id!r}, task {bad.task_id!r}: duration {bad.duration!r} is not finite seconds >= 0; "
-            "give it an estimate such as 1800 or '30m'"
-        )
-    times = [0.0] * len(graphs) if triggers is None else [float(t) for t in triggers]
-    if len(times) != len(graphs) or any(not math.isfinite(t) or t < 0 for t in times):
-        raise ValueError(f"triggers: one time >= 0 per graph ({len(graphs)}), got {triggers!r}")
+    if _tables is None:
+        tables = SimulationTables.build(graph, capacity, triggers)
+    elif _tables.serves(graph, capacity, triggers):
+        tables = _tables
+    else:
+        raise ValueError("_tables: built for other graphs, pools or trigger times than these")
+    graphs, caps, times = tables.graphs, tables.capacity, tables.triggers
     rule: PriorityRule | RunPriority
     if run_priority is not None:
         rule, rule_name = run_priority, getattr(run_priority, "__name__", "per-run")
@@ -867,7 +981,7 @@ def simulate(
         verify_controller,
         gate if reserve else None,
     )
-    sim = _Simulation(graphs, caps, rule, estimates, times, run_priority is not None)
+    sim = _Simulation(tables, rule, estimates, run_priority is not None)
     sim.run(reserve, options, _every_tick)
     ends = list(times)
     for task in sim.schedule:

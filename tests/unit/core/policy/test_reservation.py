@@ -495,3 +495,70 @@ def test_a_task_wider_than_the_pool_does_not_stop_the_backfill() -> None:
     # the same when a caller hands decide_pool that task as the starving one
     alone = decide_pool(NOW, "gpu", 4, running, [too_wide, wide, small], gate=gate, starving=too_wide)
     assert alone.backfill_tasks == ("b",) and alone.pool_size == 3, alone.reason
+
+
+@given(pool_states(), st.floats(0.0, 50.0))
+def test_the_shadow_time_of_a_decision_counts_the_tasks_it_starts_as_running(
+    state: tuple, now: float
+) -> None:
+    # decide_pool reads the ends of the running tasks and of those it starts now as (end, slots) pairs,
+    # without a RunningTask for each: the shadow time is what shadow_time() finds over all of them
+    capacity, running, waiting = state
+    decision = decide_pool(now, "gpu", capacity, running, sorted(waiting, key=admission_order))
+    if decision.reserved_for is None:
+        return
+    starting = {t.key: t for t in waiting if t.key in decision.admitted}
+    holding = [*running, *(run(k, t.slots, now + t.duration) for k, t in starting.items())]
+    free = capacity - sum(r.slots for r in running) - sum(t.slots for t in starting.values())
+    assert decision.shadow_time == shadow_time(now, free, decision.reserved_slots, holding)[0]
+
+
+@given(
+    st.tuples(
+        st.text(max_size=3),
+        st.integers(-2, 16),
+        st.integers(-2, 16),
+        st.none() | st.text(max_size=3),
+        st.integers(0, 16),
+        st.integers(0, 16),
+        st.none() | st.floats(allow_nan=False),
+        st.text(max_size=5),
+        st.integers(0, 16),
+        st.lists(st.text(max_size=2), max_size=3).map(tuple),
+        st.lists(st.text(max_size=2), max_size=3).map(tuple),
+        st.booleans(),
+    )
+)
+def test_a_decision_built_without_the_dataclass_init_is_the_same_decision(values: tuple[Any, ...]) -> None:
+    # decide_pool builds its PoolDecision without the frozen dataclass's __init__ (reservation._decision):
+    # the same fields, equal, the same hash and repr, and as immutable
+    from airflow_gpu_dag.core.policy import reservation
+
+    why = reservation.Reason("idle", "gpu", 8, 0.0)
+    fast = reservation._decision(*values, why)
+    built = PoolDecision(*values, why=why)
+    assert fast == built and hash(fast) == hash(built) and repr(fast) == repr(built)
+    assert vars(fast) == vars(built)
+    assert [f.name for f in dataclasses.fields(PoolDecision)] == list(vars(fast))
+    try:
+        fast.pool_size = 0  # type: ignore[misc]
+    except dataclasses.FrozenInstanceError:
+        pass
+    else:
+        raise AssertionError("a decision must stay immutable")
+    at_capacity = PoolDecision.at_capacity(values[0], values[1], values[8], values[10], why)
+    expected = PoolDecision(
+        values[0],
+        values[1],
+        values[1],
+        None,
+        0,
+        0,
+        None,
+        at_capacity.reason,
+        values[8],
+        (),
+        values[10],
+        why=why,
+    )
+    assert vars(at_capacity) == vars(expected)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import math
 import random
@@ -34,7 +36,9 @@ from airflow_gpu_dag.core.simulation.cross_dag import SIMULATION_EPOCH, believed
 from airflow_gpu_dag.core.simulation.simulator import (
     CapacityError,
     ControllerOptions,
+    ScheduledTask,
     SimulationResult,
+    SimulationTables,
     next_multiple,
     simulate,
 )
@@ -784,3 +788,70 @@ def test_simulator_controller_sees_estimates_not_actual_durations() -> None:
     assert exact.by_id()["wide"].start == 10.0
     assert wrong.by_id()["wide"].start == 21.0
     assert wrong.max_pool_usage["gpu"] <= 8 and exact.max_pool_usage["gpu"] <= 8
+
+
+def _everything(result: SimulationResult) -> tuple[object, ...]:
+    return (
+        result.schedule,
+        result.makespan,
+        result.controller_ticks,
+        result.reservation_ticks,
+        result.max_pool_usage,
+        result.runs,
+        result.priority_rule,
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(two_pool_dags_simulation_equivalence(), min_size=1, max_size=2),
+    st.randoms(use_true_random=False),
+    st.sampled_from([0.0, 2.0, 60.0]),
+)
+def test_tables_built_once_simulate_what_tables_built_per_call_simulate(
+    dags: list[TaskGraph], rnd: random.Random, interval: float
+) -> None:
+    """The planner builds the simulator's tables of a graph once for its many simulations
+    (``_tables``): each simulation through them is the simulation without them, and none changes them
+    for the next (policies, weights, estimates, triggers and intervals vary between them)."""
+    caps = {"gpu": 4, "gpu_b": 3}
+    graph: TaskGraph | list[TaskGraph] = dags[0] if len(dags) == 1 else dags
+    triggers = [float(rnd.choice([0, 0, 5, 40])) for _ in dags]
+    tables = SimulationTables.build(graph, caps, triggers)
+    before = {
+        name: copy.deepcopy(value)
+        for name, value in vars(tables).items()
+        if name not in ("sources", "graphs")
+    }
+    for policy in ("reservation", "critical_path", "reservation", "stock"):
+        weights = {t: rnd.choice([1, 2, 3, 5, 8]) for g in dags for t in g.nodes}
+        estimates = {k: d * rnd.choice([0.5, 1.0, 1.5]) for k, d in tables.durations.items()}
+        options: dict[str, Any] = {
+            "priority": (lambda g, chosen=weights: chosen) if policy != "stock" else None,
+            "estimates": rnd.choice([None, estimates]),
+            "triggers": triggers,
+        }
+        fresh = simulate(graph, caps, policy, interval, **options)
+        assert _everything(simulate(graph, caps, policy, interval, _tables=tables, **options)) == _everything(
+            fresh
+        )
+    assert {name: value for name, value in vars(tables).items() if name in before} == before
+    with pytest.raises(ValueError, match="_tables"):
+        simulate(graph, {"gpu": 4, "gpu_b": 2}, "reservation", interval, triggers=triggers, _tables=tables)
+    with pytest.raises(ValueError, match="_tables"):
+        simulate(copy.copy(dags[0]), caps, "reservation", interval, triggers=triggers[:1], _tables=tables)
+
+
+def test_a_scheduled_task_built_without_the_dataclass_init_is_the_same() -> None:
+    # the simulator builds its ScheduledTask without the frozen dataclass's __init__ (_scheduled)
+    values = ("t1", 3.0, 9.5, 2, "gpu", 7, 1.0)
+    fast, built = simulator_module._scheduled(*values), ScheduledTask(*values)
+    assert (
+        fast == built
+        and hash(fast) == hash(built)
+        and repr(fast) == repr(built)
+        and vars(fast) == vars(built)
+    )
+    assert [f.name for f in dataclasses.fields(ScheduledTask)] == list(vars(fast)) and fast.wait == 2.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.start = 0.0  # type: ignore[misc]
