@@ -144,9 +144,10 @@ H = 3600.0
 
 # -- 3. planned remaining times of a DAG with nothing to plan against ----------------------------------------
 def test_planned_remaining_without_a_capacity_pool_is_the_critical_path() -> None:
-    """The DAG's GPUs are in pool ``gpu_h100``; ``[gpu_dag] pools`` sizes only ``gpu_a100``. Before, the
-    plan on unlimited pools started both chains at 0, so the 1-minute task got the remaining time of
-    the 1-hour chain (60 min) and the same key as its head."""
+    """The DAG's GPUs are in pool ``gpu_h100``; ``[gpu_dag] pools`` sizes only ``gpu_a100``. With no
+    capacity to plan against, the remaining times are the critical path's: a plan on unlimited pools
+    would start both chains at 0 and give the 1-minute task the remaining time of the 1-hour chain
+    (60 min) and the same key as its head."""
     graph = TaskGraph("h100_only")
     graph.add("long", H, 4, pool="gpu_h100")
     graph.add("after", H, 4, pool="gpu_h100")
@@ -154,7 +155,7 @@ def test_planned_remaining_without_a_capacity_pool_is_the_critical_path() -> Non
     graph.add_edge("long", "after")
     remaining = planned_remaining(graph, {"gpu_a100": 8})
     assert remaining == {t: timing.remaining for t, timing in analyze(graph).timings.items()}
-    assert remaining["short"] == pytest.approx(60.0)  # before: 7200
+    assert remaining["short"] == pytest.approx(60.0)  # not the chain's 7200
     assert planned_remaining(TaskGraph("empty"), {"gpu_a100": 8}) == {}
 
 

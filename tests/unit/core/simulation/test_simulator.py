@@ -737,8 +737,9 @@ def test_a_priority_callable_may_put_a_task_first_with_an_infinite_weight() -> N
 
 
 @contextmanager
-def deadline_core_audit2(seconds: int) -> Iterator[None]:
-    """Fail instead of hanging (the defect was an endless event loop)."""
+def fails_after(seconds: int) -> Iterator[None]:
+    """Fail with ``TimeoutError`` after ``seconds`` instead of hanging (a simulation whose event loop
+    never ends)."""
 
     def expired(*_: object) -> None:
         raise TimeoutError(f"still running after {seconds} s")
@@ -755,14 +756,14 @@ def deadline_core_audit2(seconds: int) -> Iterator[None]:
 @pytest.mark.parametrize("duration", [math.nan, math.inf, -5.0])
 @pytest.mark.parametrize("policy", ["stock", "reservation"])
 def test_simulate_refuses_a_duration_that_is_not_finite_seconds(duration: float, policy: str) -> None:
-    # NaN made the event loop wait forever for a task that never ends; a negative duration gave a task
+    # NaN would make the event loop wait forever for a task that never ends, a negative duration a task
     # that ends before it starts, and inf an infinite makespan
     graph = TaskGraph("train")
     graph.add("prep", 5, 1).pool = "gpu"
     graph.add("fit", duration, 2).pool = "gpu"
     graph.add_edge("prep", "fit")
     with (
-        deadline_core_audit2(5),
+        fails_after(5),
         pytest.raises(ValueError, match=r"DAG 'train', task 'fit': duration .* not finite"),
     ):
         simulate(graph, {"gpu": 2}, policy, priority="critical_path")
