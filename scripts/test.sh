@@ -55,7 +55,7 @@ if [ -n "$deps_pid" ] && [ "$#" = 0 ] && [ "${GPU_DAG_SMOKE_LANE:-1}" != 0 ]; th
     while [ ! -f "$deps_status" ] && [ "$waited" -lt 3600 ]; do sleep 2; waited=$((waited + 2)); done
     rc=0
     if [ "$(cat "$deps_status" 2>/dev/null)" = 0 ]; then
-      GPU_DAG_SMOKE_OWN_DAEMON=1 python3 scripts/docker_smoke.py --summary "$smoke_dir/summary.json" \
+      GPU_DAG_SMOKE_OWN_DAEMON=1 python scripts/docker_smoke.py --summary "$smoke_dir/summary.json" \
         >"$smoke_dir/smoke.log" 2>&1 || rc=$?
     else
       rc=78  # the system packages failed: the test fails on that (system_packages) before reading this
