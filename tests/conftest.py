@@ -82,7 +82,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     sort: otherwise file order and test order are kept)."""
     missing = [name for name in (*LONGEST_FIRST, *LANE_FILES.values()) if not (_ROOT / name).is_file()]
     if missing:
-        raise pytest.UsageError(f"tests/conftest.py LONGEST_FIRST names files that do not exist: {missing}")
+        raise pytest.UsageError(
+            f"tests/conftest.py LONGEST_FIRST or LANE_FILES names files that do not exist: {missing}"
+        )
     items.sort(key=_handout_rank)
 
 
