@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.model.resources import GpuRequest
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
@@ -90,15 +93,9 @@ def test_frontier_member_with_the_shipped_settings_is_the_shipped_objective() ->
     assert ours == shipped["results"]["balanced"]
 
 
-def test_frontier_variants_cap_the_stretch_and_keep_gpu_parents_keys() -> None:
-    import multi_dag_frontier as frontier
-
-    from airflow_gpu_dag.core.model.graph import TaskGraph
-    from airflow_gpu_dag.core.model.resources import GpuRequest
-    from airflow_gpu_dag.core.policy.objective import key_of_weight, run_shape
-    from airflow_gpu_dag.core.simulation.cross_dag import SIMULATION_EPOCH
-
-    # load (CPU 10 min) -> init (4 GPUs, 5 min) -> train (4 GPUs, 2 h) -> evaluate (1 GPU, 20 min)
+def _pipeline() -> TaskGraph:
+    """load (CPU 10 min) -> init (4 GPUs, 5 min) -> train (4 GPUs, 2 h) -> evaluate (1 GPU, 20 min),
+    GPU tasks in pool ``gpu``."""
     g = TaskGraph("pipe")
     for task_id, minutes, gpus in (("load", 10, 0), ("init", 5, 4), ("train", 120, 4), ("evaluate", 20, 1)):
         node = g.add(task_id, minutes * 60.0, 0)
@@ -106,6 +103,16 @@ def test_frontier_variants_cap_the_stretch_and_keep_gpu_parents_keys() -> None:
             node.gpu, node.pool, node.pool_slots = GpuRequest(gpus), "gpu", gpus
     for up, down in (("load", "init"), ("init", "train"), ("train", "evaluate")):
         g.add_edge(up, down)
+    return g
+
+
+def test_frontier_variants_cap_the_stretch_and_keep_gpu_parents_keys() -> None:
+    import multi_dag_frontier as frontier
+
+    from airflow_gpu_dag.core.policy.objective import key_of_weight, run_shape
+    from airflow_gpu_dag.core.simulation.cross_dag import SIMULATION_EPOCH
+
+    g = _pipeline()
     shapes = {"pipe": run_shape(g, {"gpu": 8})}
     work, cp = shapes["pipe"].work, shapes["pipe"].remaining["load"]  # 65 min of 8 GPUs; 155 min
 
@@ -139,19 +146,10 @@ def test_frontier_issue_41_terms_move_keys_by_descendants_and_unlocked_work() ->
 
     import multi_dag_frontier as frontier
 
-    from airflow_gpu_dag.core.model.graph import TaskGraph
-    from airflow_gpu_dag.core.model.resources import GpuRequest
     from airflow_gpu_dag.core.policy.objective import key_of_weight, run_shape
     from airflow_gpu_dag.core.simulation.cross_dag import SIMULATION_EPOCH
 
-    # load (CPU 10 min) -> init (4 GPUs, 5 min) -> train (4 GPUs, 2 h) -> evaluate (1 GPU, 20 min)
-    g = TaskGraph("pipe")
-    for task_id, minutes, gpus in (("load", 10, 0), ("init", 5, 4), ("train", 120, 4), ("evaluate", 20, 1)):
-        node = g.add(task_id, minutes * 60.0, 0)
-        if gpus:
-            node.gpu, node.pool, node.pool_slots = GpuRequest(gpus), "gpu", gpus
-    for up, down in (("load", "init"), ("init", "train"), ("train", "evaluate")):
-        g.add_edge(up, down)
+    g = _pipeline()
     shapes = {"pipe": run_shape(g, {"gpu": 8})}
     terms = frontier.run_terms(g, 8)
     # stock's weight less 1; the GPU work at and below each task over the 8 GPUs (evaluate: 20 min x 1/8)
@@ -208,8 +206,6 @@ def test_frontier_hard_summary_ranks_members_by_issue_41_requirements() -> None:
 
 def test_frontier_mix_graph_keeps_every_run_and_its_trigger() -> None:
     import multi_dag_frontier as frontier
-
-    from airflow_gpu_dag.core.model.graph import TaskGraph
 
     first, second = TaskGraph("a"), TaskGraph("b")
     first.add("x", 10.0, gpus=1)
