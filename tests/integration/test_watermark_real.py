@@ -293,6 +293,39 @@ def _controller(cluster: AirflowCluster, config: Path, *extra: str, **env: str) 
     )
 
 
+class _StatsdSink:
+    """A UDP socket read by a thread as datagrams arrive.
+
+    A socket read only at the end of the test fills its kernel buffer on a slow run, and the
+    datagrams sent last (the SIGTERM release) are dropped.
+    """
+
+    def __init__(self) -> None:
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.settimeout(0.2)
+        self.port: int = self._sock.getsockname()[1]
+        self._lines: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, name="statsd-sink", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                self._lines += self._sock.recvfrom(65536)[0].decode().splitlines()
+            except TimeoutError:
+                if self._stop.is_set():
+                    return
+
+    def close(self) -> list[str]:
+        """Stop once the socket has been quiet for a moment; return every line received."""
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self._sock.close()
+        return self._lines
+
+
 def test_kill_9_while_the_pool_is_shut_fails_open_and_all_work_completes(
     cluster: AirflowCluster, client: AirflowRestClient, tmp_path: Path
 ) -> None:
@@ -302,13 +335,11 @@ def test_kill_9_while_the_pool_is_shut_fails_open_and_all_work_completes(
         f"lease: {{lock_file: {tmp_path / 'wm.lock'}, variable: null}}\n"
         f"pools:\n  {FO_POOL}:\n    source: {FO_CAPACITY}\n    backfill: false\n    lookahead: false\n"
     )
-    statsd = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    statsd.bind(("127.0.0.1", 0))
-    statsd.settimeout(0.5)
+    statsd = _StatsdSink()
     metrics_env = {
         "AIRFLOW__METRICS__STATSD_ON": "True",
         "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-        "AIRFLOW__METRICS__STATSD_PORT": str(statsd.getsockname()[1]),
+        "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
     }
     port, heartbeat = _free_port(), tmp_path / "heartbeat.json"
     cluster.wait_for_dag(FO_DAG)
@@ -421,13 +452,7 @@ def test_kill_9_while_the_pool_is_shut_fails_open_and_all_work_completes(
             if proc is not None and proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.communicate(timeout=60)
-        lines: list[str] = []
-        while True:
-            try:
-                lines += statsd.recvfrom(65536)[0].decode().splitlines()
-            except TimeoutError:
-                break
-        statsd.close()
+        lines = statsd.close()
     # the controller's metrics reached a real StatsD socket through Airflow's stats client
     assert f"airflow.gpu_dag.watermark.pool_size.{FO_POOL}:0|g" in lines, sorted(set(lines))[:40]
     assert f"airflow.gpu_dag.watermark.reserved_slots.{FO_POOL}:2|g" in lines
