@@ -12,8 +12,10 @@ the short unit-test files fill the gaps at the end instead of a long real-Airflo
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -25,11 +27,19 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 if str(BENCHMARKS) not in sys.path:
     sys.path.insert(0, str(BENCHMARKS))
 
-# An AIRFLOW_HOME set by the user is kept. The one made here is made again in each xdist worker (the
-# workers inherit the controller's environment), so two workers never share an Airflow home.
+#: This process's scratch folder, made again in each pytest process (xdist workers inherit the
+#: controller's environment) and removed when it ends. Test modules put their module-level temporary
+#: folders in it (``tempfile.mkdtemp(dir=os.environ.get(TESTS_TMP))``), so a run leaves no folders in
+#: /tmp, even for modules that were collected but not run.
+TESTS_TMP = "GPU_DAG_TESTS_TMP"
+os.environ[TESTS_TMP] = tempfile.mkdtemp(prefix="gpu-dag-tests-")
+atexit.register(shutil.rmtree, os.environ[TESTS_TMP], True)
+# An AIRFLOW_HOME set by the user is kept. The one made here is this process's own, so two workers
+# never share an Airflow home.
 _OURS = "GPU_DAG_TESTS_HOME"
 if "AIRFLOW_HOME" not in os.environ or os.environ.get("AIRFLOW_HOME") == os.environ.get(_OURS):
-    os.environ["AIRFLOW_HOME"] = os.environ[_OURS] = tempfile.mkdtemp(prefix="gpu-dag-tests-home-")
+    os.environ["AIRFLOW_HOME"] = os.environ[_OURS] = os.path.join(os.environ[TESTS_TMP], "airflow-home")
+    os.makedirs(os.environ["AIRFLOW_HOME"])
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 # The tests describe their hosts' GPUs (static inventories): a CUDA_VISIBLE_DEVICES of the machine that
 # runs them (a GPU box) would narrow what a worker may lease (airflow_gpu_dag.gpu.inventory.visible_to).
@@ -75,6 +85,11 @@ def _handout_rank(item: pytest.Item) -> tuple[int, int]:
     if item.get_closest_marker("airflow_real") is None:
         return 1, 0
     return 0, LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove this process's scratch folder (the atexit hook is the fallback)."""
+    shutil.rmtree(os.environ[TESTS_TMP], ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

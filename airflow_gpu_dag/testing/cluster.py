@@ -440,6 +440,9 @@ class AirflowCluster(ClusterRest):
         env.update(
             {
                 "AIRFLOW_HOME": str(home),
+                # A task's temporary folders (BashOperator's airflowtmp*) live in the home, so one
+                # left by a killed task goes with the home in stop().
+                "TMPDIR": str(home / "tmp"),
                 "PYTHONUNBUFFERED": "1",
                 # SIGABRT makes a component print every thread's stack (dump_stacks: a hung one).
                 "PYTHONFAULTHANDLER": "1",
@@ -493,6 +496,7 @@ class AirflowCluster(ClusterRest):
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC", sqlite.CONNECT_ARGS_ASYNC_PATH
             )
         (home / "plugins").mkdir(exist_ok=True)
+        Path(env["TMPDIR"]).mkdir(parents=True, exist_ok=True)
         return env
 
     def _rest(self) -> AirflowRestClient:

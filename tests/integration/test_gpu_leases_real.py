@@ -39,7 +39,7 @@ from airflow_gpu_dag.gpu.usage import UsageLedger
 
 pytestmark = pytest.mark.airflow_real
 
-_WORK = Path(tempfile.mkdtemp(prefix="gpu-leases-real-"))
+_WORK = Path(tempfile.mkdtemp(prefix="gpu-leases-real-", dir=os.environ.get("GPU_DAG_TESTS_TMP")))
 LEASE_DIR = _WORK / "leases"
 TASK_LOG = _WORK / "seen"
 TASK_LOG.mkdir(parents=True)

@@ -64,7 +64,7 @@ EXPECTED_CRITICAL = {"load", "preprocess", "train", "checkpoint", "evaluate"}
 _SHOT_DIR = (
     Path(__file__).resolve().parents[2] / "docs" / "img"
     if os.environ.get("GPU_DAG_UPDATE_SCREENSHOTS") == "1"
-    else Path(tempfile.mkdtemp(prefix="gpu-dag-screens-"))
+    else Path(tempfile.mkdtemp(prefix="gpu-dag-screens-", dir=os.environ.get("GPU_DAG_TESTS_TMP")))
 )
 SCREENSHOT = _SHOT_DIR / "critical_path.png"
 GANTT_SCREENSHOT = SCREENSHOT.with_name("critical_path_gantt.png")
@@ -91,7 +91,7 @@ class Browser:
     def __init__(self, binary: str) -> None:
         from websockets.sync.client import connect
 
-        self.profile = tempfile.mkdtemp(prefix="gpu-dag-chromium-")
+        self.profile = tempfile.mkdtemp(prefix="gpu-dag-chromium-", dir=os.environ.get("GPU_DAG_TESTS_TMP"))
         self.proc = subprocess.Popen(
             [
                 binary,
@@ -111,6 +111,7 @@ class Browser:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            env={**os.environ, "TMPDIR": self.profile},  # its own temp folders go with the profile
         )
         port_file = Path(self.profile) / "DevToolsActivePort"
         deadline = time.monotonic() + 60

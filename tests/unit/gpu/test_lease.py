@@ -687,6 +687,8 @@ def _task_env(lease_dir: Path) -> dict[str, str]:
         "AIRFLOW__GPU_DAG__LEASE_DIR": str(lease_dir),
         "AIRFLOW__GPU_DAG__LEASE_POLL_INTERVAL": "0.05",
         "AIRFLOW__GPU_DAG__LEASE_HEARTBEAT": "1s",
+        # the killed task's temporary folder (BashOperator's airflowtmp*) goes with tmp_path
+        "TMPDIR": str(lease_dir.parent),
     }
 
 
