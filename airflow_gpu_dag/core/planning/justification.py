@@ -19,7 +19,7 @@ import bisect
 import heapq
 import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import compress, repeat
+from itertools import compress, islice, repeat
 from itertools import count as count_from
 
 from airflow_gpu_dag.core.model.graph import TaskGraph, task_pool, task_slots
@@ -39,9 +39,11 @@ class UsageProfile:
     interval.
 
     Beside the steps it keeps, for every ``limit`` below the capacity, the time ranges where more than
-    ``limit`` slots are in use, merged (``_full[limit]``: sorted starts and ends). Use only grows, so a
-    range never shrinks: :meth:`earliest` jumps over a range in one step instead of walking its steps,
-    which made a pass over a crowded pool quadratic.
+    ``limit`` slots are in use, merged (``_full[limit]``: one sorted list of their boundaries,
+    ``[start0, end0, start1, end1, ...]``, so that where a time falls is one binary search: an odd
+    position is inside a range). Ranges never touch (touching ones are merged), and use only grows, so
+    a range never shrinks: :meth:`earliest` jumps over a range in one step instead of walking its
+    steps, which made a pass over a crowded pool quadratic.
 
     It also remembers, per limit, the starts :meth:`earliest` found from time 0 or before (``_from_zero``:
     durations ascending, their starts ascending, each start the latest found for at most that
@@ -54,41 +56,44 @@ class UsageProfile:
         self.capacity = capacity
         self.times: list[float] = [0.0]
         self.use: list[int] = [0]  # use[i] holds on [times[i], times[i+1]); the last one forever
-        self._full: list[tuple[list[float], list[float]]] = [([], []) for _ in range(max(0, capacity))]
+        self._full: list[list[float]] = [[] for _ in range(max(0, capacity))]
         self._from_zero: list[tuple[list[float], list[float]]] = [([], []) for _ in range(max(0, capacity))]
 
     def earliest(self, not_before: float, duration: float, slots: int) -> float:
         """The earliest start >= ``not_before`` at which ``slots`` fit for ``duration`` seconds."""
-        reach = abs(not_before) + abs(self.times[0]) + abs(self.times[-1])
+        times = self.times
+        reach = abs(not_before) + abs(times[0]) + abs(times[-1])
         if not duration > 1e-12 * reach or slots <= 0 or slots > self.capacity:
             # a task so short that start + duration can round to start (or NaN, or no slots, or too
             # wide): what the walk finds there (the jumps below assume start + duration > start)
             return self.earliest_by_steps(not_before, duration, slots)
         limit = self.capacity - slots
-        starts, ends = self._full[limit]
+        bounds = self._full[limit]  # [start0, end0, start1, end1, ...] of the too-full ranges
         start = not_before
         durations, found = self._from_zero[limit]
         if not_before >= 0.0:  # no earlier than what a search from 0 found for a duration not longer
             i = bisect.bisect_right(durations, duration)
             if i and found[i - 1] > start:
                 start = found[i - 1]
-        k = bisect.bisect_right(starts, start)
-        if k and ends[k - 1] > start:
-            start = ends[k - 1]  # inside a range with too many slots in use: the first time after it
-        count = len(starts)
-        walked = min(count, k + 6)
-        while k < walked and starts[k] < start + duration:
-            start = ends[k]  # the next such range begins before the task would end
+        k = bisect.bisect_right(bounds, start)  # bounds[k] is the first boundary after start
+        if k & 1:
+            start = bounds[k]  # inside a range with too many slots in use: the first time after it
             k += 1
-        if k == walked < count and starts[k] < start + duration:
-            # many short gaps (a crowded pool): the first range j after k whose gap to the one before
-            # is long enough, starts[j] >= ends[j - 1] + duration, found by C-level iterators
+        count = len(bounds)
+        walked = k + 12 if k + 12 < count else count  # six ranges (min(), a call, costs more here)
+        while k < walked and bounds[k] < start + duration:
+            start = bounds[k + 1]  # the next such range begins before the task would end
+            k += 2
+        if k == walked < count and bounds[k] < start + duration:
+            # many short gaps (a crowded pool): the first range after the one at k whose gap to the
+            # range before is long enough, start >= end before + duration, found by C-level iterators
+            # (the starts from k + 2 on, the ends from k + 1 on: every second boundary)
             fits = map(
                 operator.ge,
-                map(starts.__getitem__, range(k + 1, count)),
-                map(operator.add, map(ends.__getitem__, range(k, count - 1)), repeat(duration)),
+                islice(bounds, k + 2, None, 2),
+                map(operator.add, islice(bounds, k + 1, None, 2), repeat(duration)),
             )
-            start = ends[next(compress(count_from(k + 1), fits), count) - 1]
+            start = bounds[next(compress(count_from(k + 2, 2), fits), count) - 1]
         if not_before <= 0.0:
             self._found_from_zero(durations, found, duration, start)
         return start
@@ -152,33 +157,26 @@ class UsageProfile:
             if before >= capacity:
                 continue
             begin, finish = times[k], times[k + 1]
-            for limit in range(before if before > 0 else 0, after if after < capacity else capacity):
-                starts, ends = full[limit]
-                if not ends or ends[-1] < begin:  # after every range (steps are mostly added in time order)
-                    starts.append(begin)
-                    ends.append(finish)
-                elif ends[-1] == begin:  # right after the last range
-                    ends[-1] = finish
+            # the step now uses more than each limit from `before` (at least 0) up to `after` (at most
+            # the capacity), and did not before: add it to the ranges of those limits
+            for bounds in full[before if before > 0 else 0 : after if after < capacity else capacity]:
+                if bounds and bounds[-1] == begin:  # right after the last range (the most common)
+                    bounds[-1] = finish
+                elif not bounds or bounds[-1] < begin:  # after every range
+                    bounds += (begin, finish)
                 else:
-                    self._cover(limit, begin, finish)
+                    self._cover(bounds, begin, finish)
 
-    def _cover(self, limit: int, begin: float, end: float) -> None:
-        """The step ``[begin, end)`` now uses more than ``limit`` slots: add it to that limit's ranges,
-        merged with a range it touches."""
-        starts, ends = self._full[limit]
-        i = bisect.bisect_left(starts, begin)
-        joins_left = i > 0 and ends[i - 1] == begin
-        joins_right = i < len(starts) and starts[i] == end
-        if joins_left and joins_right:
-            ends[i - 1] = ends[i]
-            del starts[i], ends[i]
-        elif joins_left:
-            ends[i - 1] = end
-        elif joins_right:
-            starts[i] = begin
-        else:
-            starts.insert(i, begin)
-            ends.insert(i, end)
+    @staticmethod
+    def _cover(bounds: list[float], begin: float, end: float) -> None:
+        """Add the step ``[begin, end)``, which no range of ``bounds`` overlaps, to them, merged with a
+        range it touches. Between ``begin`` and ``end`` lie at most the end of the range it touches on
+        the left (``bounds[i]``, at an odd position) and the start of the one it touches on the right
+        (at an even one): those boundaries go, and ``begin`` (``end``) comes in where no range ends
+        (starts) there."""
+        i = bisect.bisect_left(bounds, begin)
+        j = bisect.bisect_right(bounds, end, i)
+        bounds[i:j] = ((begin,) if i % 2 == 0 else ()) + ((end,) if j % 2 == 0 else ())
 
 
 class TaskTable:
@@ -295,7 +293,7 @@ def _serial_by_number(
             start[i] = ready
             continue
         seconds = duration[i]
-        begin = profile.earliest(max(ready, 0.0), seconds, widths[i])
+        begin = profile.earliest(0.0 if ready < 0.0 else ready, seconds, widths[i])  # max(ready, 0.0)
         profile.add(begin, begin + seconds, widths[i])
         start[i] = begin
     return start
