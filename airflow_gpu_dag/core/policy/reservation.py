@@ -26,7 +26,7 @@ import math
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, cast
+from typing import Protocol
 
 from airflow_gpu_dag.core.policy.admission import PendingTask, ReadyTask, RunningTask, admission_order
 from airflow_gpu_dag.core.policy.objective import ReservationGate, key_of_weight
@@ -83,13 +83,6 @@ class PoolDecision:
         return _decision(pool, capacity, capacity, None, 0, 0, None, reason, used, (), admitted, False, why)
 
 
-#: the fields of PoolDecision, in order (what _decision fills in)
-_FIELDS = (
-    *("pool", "capacity", "pool_size", "reserved_for", "reserved_slots", "backfill_slots", "shadow_time"),
-    *("reason", "used", "backfill_tasks", "admitted", "lookahead", "why"),
-)
-
-
 def _decision(
     pool: str,
     capacity: int,
@@ -110,8 +103,24 @@ def _decision(
     was a twentieth of a simulated decision, which the simulator makes about twice per task. Equal to
     the dataclass built the ordinary way, and as immutable."""
     decision = object.__new__(PoolDecision)
-    values = (pool, capacity, pool_size, reserved_for, reserved_slots, backfill_slots, shadow, reason, used)
-    decision.__dict__.update(zip(_FIELDS, (*values, backfill_tasks, admitted, lookahead, why), strict=True))
+    # a dict display of the fields in order (the keys are constants: one step, no zip over a tuple)
+    decision.__dict__.update(
+        {
+            "pool": pool,
+            "capacity": capacity,
+            "pool_size": pool_size,
+            "reserved_for": reserved_for,
+            "reserved_slots": reserved_slots,
+            "backfill_slots": backfill_slots,
+            "shadow_time": shadow,
+            "reason": reason,
+            "used": used,
+            "backfill_tasks": backfill_tasks,
+            "admitted": admitted,
+            "lookahead": lookahead,
+            "why": why,
+        }
+    )
     return decision
 
 
@@ -256,7 +265,8 @@ class _Waiting:
         the source's own index when it has one (:class:`ReadyTail`), else read on (:meth:`ready_after`)."""
         indexed = getattr(self._source, "ready_tail", None)
         if indexed is not None:
-            return cast(ReadyTail, indexed(head, capacity))
+            tail: ReadyTail = indexed(head, capacity)  # (an annotation, not typing.cast: no call)
+            return tail
         return _ListTail(*self.ready_after(capacity, limit))
 
 
@@ -446,12 +456,15 @@ def _bound_window(
     (:meth:`ReservationGate.holds_for`). A backfill only turns unsafe as ``now`` grows (:func:`_is_safe`)."""
     if isinstance(head, PendingTask):
         window.before(head_ready)
+    until = window.until  # the loop below is window.close(now) / window.before(end), inlined
     for task in running:
-        if task.expected_end is not None:
-            if task.expected_end <= now:
-                window.close(now)
-            else:
-                window.before(task.expected_end)
+        end = task.expected_end
+        if end is not None:
+            if end <= now:
+                end = now
+            if end < until:
+                until = end
+    window.until = until
     if gate is not None:
         key = key_of_weight(head.priority, gate.epoch)
         if key is not None and now - key < gate.overdue:  # once overdue, always overdue
@@ -499,7 +512,7 @@ def decide_pool(
     """
     if starving is not None and starving.slots > capacity:
         starving = None  # it can never run here (the walk skips it): it bounds no one's wait
-    used = sum(r.slots for r in running)
+    used = sum([r.slots for r in running])
     free = capacity - used
     queue = _Waiting(waiting)
     walk = _walk(now, capacity, free, queue)
@@ -510,7 +523,7 @@ def decide_pool(
         if not explain:
             return PoolDecision.at_capacity(pool, capacity, used, tuple(t.key for t in walk.admitted))
         return _no_head(pool, capacity, used, walk, queue, now)
-    admitted = tuple(t.key for t in admit)
+    admitted = tuple([t.key for t in admit])
     wide = head.slots
     is_pending = isinstance(head, PendingTask)
     if not is_pending and wide == 1:
@@ -550,10 +563,13 @@ def decide_pool(
     if wide <= remaining:
         shadow, extra = shadow_time(now, remaining, wide, running)
     else:
+        # (`end if end > now else now` is max(now, end), NaN included, without the call)
         ends = [
-            (max(now, r.expected_end), r.slots) for r in running if r.expected_end is not None and r.slots > 0
+            (r.expected_end if r.expected_end > now else now, r.slots)
+            for r in running
+            if r.expected_end is not None and r.slots > 0
         ]
-        ends += [(max(now, now + t.duration), t.slots) for t in admit if t.slots > 0]
+        ends += [(now + t.duration if now + t.duration > now else now, t.slots) for t in admit if t.slots > 0]
         ends.sort()
         shadow, extra = _shadow(remaining, wide, ends)
     if shadow is not None and is_pending:
@@ -566,7 +582,7 @@ def decide_pool(
     picked = []
     if backfill:
         picked = _backfill(now, shadow, extra, remaining, tail.pick, strict_backfill, starving)
-    backfill_open = sum(t.slots for t in picked)
+    backfill_open = sum([t.slots for t in picked])
     started = free - remaining
     if window is not None and (picked or (shadow == now and not is_pending)):
         window.close(now)  # a backfill starts now; a shadow time of now moves with now
@@ -608,7 +624,7 @@ def decide_pool(
     else:
         size = used + started + backfill_open
     size = max(0, min(capacity, size))
-    backfill_keys = tuple(t.key for t in picked)
+    backfill_keys = tuple([t.key for t in picked])
     decided: Reason | None = (
         Reason(
             pool=pool,
