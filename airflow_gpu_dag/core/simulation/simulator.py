@@ -34,7 +34,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_gpu_dag.core.analysis.bounds import lower_bound
-from airflow_gpu_dag.core.analysis.weight_rules import PriorityRule, clamp_int32, resolve_priority
+from airflow_gpu_dag.core.analysis.weight_rules import (
+    INT32_MAX,
+    INT32_MIN,
+    PriorityRule,
+    clamp_int32,
+    resolve_priority,
+)
 from airflow_gpu_dag.core.model.graph import TaskGraph, task_pool, task_slots
 from airflow_gpu_dag.core.model.ladders import fit_ladders
 from airflow_gpu_dag.core.policy.admission import PendingTask, ReadyTask, RunningTask
@@ -75,19 +81,33 @@ class ScheduledTask:
         return self.start - self.ready
 
 
-_SCHEDULED_FIELDS = ("task_id", "start", "end", "slots", "pool", "priority", "ready")
-
-
 def _scheduled(
     task_id: str, start: float, end: float, slots: int, pool: str, priority: int, ready: float
 ) -> ScheduledTask:
     """``ScheduledTask(...)`` of these fields, built without the frozen dataclass's ``__init__`` (one
     ``object.__setattr__`` per field, a few percent of a simulation, which builds one per task): equal
-    to the dataclass built the ordinary way, and as immutable."""
+    to the dataclass built the ordinary way, and as immutable. (A dict display of the fields in order:
+    constant keys, one step.)"""
     task = object.__new__(ScheduledTask)
     task.__dict__.update(
-        zip(_SCHEDULED_FIELDS, (task_id, start, end, slots, pool, priority, ready), strict=True)
+        {
+            "task_id": task_id,
+            "start": start,
+            "end": end,
+            "slots": slots,
+            "pool": pool,
+            "priority": priority,
+            "ready": ready,
+        }
     )
+    return task
+
+
+def _running(key: str, pool: str, slots: int, expected_end: float) -> RunningTask:
+    """``RunningTask(...)`` built as :func:`_scheduled` builds its task (one per started task): equal to
+    the dataclass built the ordinary way, and as immutable."""
+    task = object.__new__(RunningTask)
+    task.__dict__.update({"key": key, "pool": pool, "slots": slots, "expected_end": expected_end})
     return task
 
 
@@ -411,7 +431,10 @@ class _Simulation:
             g = tables.graphs[gi]
             weights = rule(g, tables.triggers[gi]) if per_run else rule(g)  # type: ignore[call-arg]
             for task_id in g.nodes:
-                self.prio[prefix + task_id] = clamp_int32(weights.get(task_id, 1))
+                weight = weights.get(task_id, 1)
+                # an int32 already (the planner's weights are) is its own clamp_int32: no call
+                ok = type(weight) is int and INT32_MIN <= weight <= INT32_MAX
+                self.prio[prefix + task_id] = weight if ok else clamp_int32(weight)
         self.triggers = tables.triggers
         self.timers: list[tuple[float, int, str]] = []  # (release, order, uid): ready once released
         self.believed = (
@@ -557,15 +580,17 @@ class _Simulation:
             self.ready_tasks[uid] = task
         return task
 
-    def tick(self, now: float, options: ControllerOptions, skipping: bool = False) -> None:
-        """One controller tick: :func:`decide_pool` for every capacity pool. With ``skipping``, also how
-        long the decisions hold (:attr:`window`), for :meth:`holds`."""
+    def tick(
+        self, now: float, options: ControllerOptions, skipping: bool, next_decision: float | None
+    ) -> None:
+        """One controller tick: :func:`decide_pool` for every capacity pool, the controller deciding next at
+        ``next_decision`` (``options.next_decision(now)``, which the event loop has computed already). With
+        ``skipping``, also how long the decisions hold (:attr:`window`), for :meth:`holds`."""
         self.ticks += 1
         reserving = False
         window = DecisionWindow() if skipping else None
         self.now_read = False
         lookahead = options.lookahead
-        next_decision = options.next_decision(now)  # the same for every pool
         for pool, cap in self.capacity.items():
             if not self.ready_lists.get(pool) and not (lookahead and self.pending_lists.get(pool)):
                 self.pool_size[pool] = cap
@@ -595,15 +620,16 @@ class _Simulation:
             window.close(now)
         self.window, self.reserving, self.changed = window, reserving, False
 
-    def holds(self, now: float, interval: float) -> bool:
-        """Whether the last decisions are what a tick at ``now`` decides: nothing changed since (no task
-        started, ended or turned ready) and ``now`` is inside their :class:`DecisionWindow`."""
+    def holds(self, now: float, next_decision: float) -> bool:
+        """Whether the last decisions are what a tick at ``now`` decides, the controller deciding next at
+        ``next_decision``: nothing changed since (no task started, ended or turned ready) and ``now`` is
+        inside their :class:`DecisionWindow`."""
         window = self.window
         return (
             window is not None
             and not self.changed
             and now < window.until
-            and next_multiple(now, interval) <= window.next_until
+            and next_decision <= window.next_until
         )
 
     def skip_ticks(self, first: int, interval: float, until: float) -> int:
@@ -715,7 +741,7 @@ class _Simulation:
         self.running[uid] = end
         self.started[uid] = now
         if pool in self.capacity:
-            self.holding[pool][uid] = RunningTask(uid, pool, self.slots[uid], now + self.believed[uid])
+            self.holding[pool][uid] = _running(uid, pool, self.slots[uid], now + self.believed[uid])
             for down in self.downstream[uid]:
                 self.elsewhere[down] -= self.pools[down] != pool
         heapq.heappush(self.events, (end, self.order[uid], uid))
@@ -759,16 +785,16 @@ class _Simulation:
             if self.timers:
                 self.release_due(now, options.lookahead)
             if reserve and (interval == 0 or now >= next_tick):
-                if skipping and self.holds(now, interval):
+                if interval > 0:  # the tick after this one: when the controller decides next
+                    tick_k = tick_index(now, interval)
+                    next_tick = tick_k * interval
+                if skipping and self.holds(now, next_tick):
                     self.ticks += 1
                     self.reservation_ticks += 1 if self.reserving else 0
                 else:
-                    self.tick(now, options, skipping)
+                    self.tick(now, options, skipping, next_tick if interval > 0 else None)
                 if options.verify:
                     self.check_against_full_decision(now, options)
-                if interval > 0:
-                    tick_k = tick_index(now, interval)
-                    next_tick = tick_k * interval
             self.admit(now)
             candidates = [self.events[0][0]] if self.events else []
             if self.timers:
@@ -856,7 +882,8 @@ class _ReadyTail:
     def pick(self, open_slots: int, skip: Sequence[ReadyTask] = ()) -> list[ReadyTask]:
         keys = {t.key for t in skip} if skip else ()
         picked = _greedy_pick(self.lists, self.first, open_slots, keys)
-        return [self.sim._ready_task(item[2], self.pool) for _s, item in picked]
+        built, build, pool = self.sim.ready_tasks, self.sim._ready_task, self.pool  # (_ready_task, inlined)
+        return [built.get(item[2]) or build(item[2], pool) for _s, item in picked]
 
     def rest(self, picked: Sequence[ReadyTask]) -> bool:
         return sum(len(lst) - i for lst, i in zip(self.lists, self.first, strict=True)) > len(picked)

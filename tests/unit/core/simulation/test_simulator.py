@@ -21,7 +21,7 @@ from scale_dags import random_graph
 from workloads import default_workloads_dir, load_workloads, ml_pipeline_workloads
 
 from airflow_gpu_dag.core.analysis.bounds import lower_bound
-from airflow_gpu_dag.core.analysis.weight_rules import INT32_MAX, plan_order_weights
+from airflow_gpu_dag.core.analysis.weight_rules import INT32_MAX, INT32_MIN, clamp_int32, plan_order_weights
 from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.core.planning import justification
 from airflow_gpu_dag.core.planning.justification import (
@@ -30,6 +30,7 @@ from airflow_gpu_dag.core.planning.justification import (
     priority_serial_schedule,
 )
 from airflow_gpu_dag.core.planning.planner import predict
+from airflow_gpu_dag.core.policy.admission import RunningTask
 from airflow_gpu_dag.core.policy.objective import OBJECTIVES, ReservationGate, key_weight
 from airflow_gpu_dag.core.simulation import simulator as simulator_module
 from airflow_gpu_dag.core.simulation.cross_dag import SIMULATION_EPOCH, believed_durations, cross_dag_priority
@@ -736,6 +737,17 @@ def test_a_priority_callable_may_put_a_task_first_with_an_infinite_weight() -> N
     assert result.by_id()["b"].priority == INT32_MAX
 
 
+def test_weights_are_clamped_to_int32_whatever_their_type() -> None:
+    # an int32 weight is taken as it is (no clamp_int32 call); any other is rounded and clamped
+    g = TaskGraph.from_edges("d", {t: 60.0 for t in "abcdef"}, [])
+    weights = {"a": 7, "b": 2**40, "c": -(2**40), "d": 2.6, "e": True, "f": INT32_MAX}
+    result = simulate(g, {"default_pool": 1}, "critical_path", priority=lambda _: weights)
+    got = {t.task_id: t.priority for t in result.schedule}
+    assert got == {t: clamp_int32(w) for t, w in weights.items()}
+    assert got == {"a": 7, "b": INT32_MAX, "c": INT32_MIN, "d": 3, "e": 1, "f": INT32_MAX}
+    assert all(type(p) is int for p in got.values())
+
+
 @contextmanager
 def fails_after(seconds: int) -> Iterator[None]:
     """Fail with ``TimeoutError`` after ``seconds`` instead of hanging (a simulation whose event loop
@@ -856,3 +868,13 @@ def test_a_scheduled_task_built_without_the_dataclass_init_is_the_same() -> None
     assert [f.name for f in dataclasses.fields(ScheduledTask)] == list(vars(fast)) and fast.wait == 2.0
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.start = 0.0  # type: ignore[misc]
+
+
+def test_a_running_task_built_without_the_dataclass_init_is_the_same() -> None:
+    # the simulator builds the RunningTask of a started task without the frozen dataclass's __init__
+    values = ("t1", "gpu", 2, 9.5)
+    fast, built = simulator_module._running(*values), RunningTask(*values)
+    assert fast == built and hash(fast) == hash(built) and repr(fast) == repr(built)
+    assert [f.name for f in dataclasses.fields(RunningTask)] == list(vars(fast)) == list(vars(built))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.slots = 0  # type: ignore[misc]
