@@ -19,7 +19,7 @@ import bisect
 import heapq
 import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import compress, islice, repeat
+from itertools import compress, repeat
 from itertools import count as count_from
 
 from airflow_gpu_dag.core.model.graph import TaskGraph, task_pool, task_slots
@@ -87,11 +87,12 @@ class UsageProfile:
         if k == walked < count and bounds[k] < start + duration:
             # many short gaps (a crowded pool): the first range after the one at k whose gap to the
             # range before is long enough, start >= end before + duration, found by C-level iterators
-            # (the starts from k + 2 on, the ends from k + 1 on: every second boundary)
+            # (the starts from k + 2 on, the ends from k + 1 on: every second boundary; read by index,
+            # not islice(), which would step through the k boundaries before them first)
             fits = map(
                 operator.ge,
-                islice(bounds, k + 2, None, 2),
-                map(operator.add, islice(bounds, k + 1, None, 2), repeat(duration)),
+                map(bounds.__getitem__, range(k + 2, count, 2)),
+                map(operator.add, map(bounds.__getitem__, range(k + 1, count, 2)), repeat(duration)),
             )
             start = bounds[next(compress(count_from(k + 2, 2), fits), count) - 1]
         if not_before <= 0.0:
