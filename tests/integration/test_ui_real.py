@@ -5,8 +5,8 @@ Boots a real api-server (``AirflowCluster``), logs a browser in with the api-ser
 opens it and checks the page rendered inside the tab's iframe: the graph with exactly the critical
 tasks highlighted, slack on every node, the predicted Gantt chart and the GPU pools (the pool row
 shows the reservation the watermark controller wrote in the pool's description). Screenshots go to a
-temp folder removed at the end of the run, or with GPU_DAG_UPDATE_SCREENSHOTS=1 to ``docs/img/critical_path.png`` (graph),
-``critical_path_gantt.png`` and ``critical_path_pools.png``.
+temp folder removed at the end of the run, or with GPU_DAG_UPDATE_SCREENSHOTS=1 to
+``docs/img/critical_path.png`` (graph), ``critical_path_gantt.png`` and ``critical_path_pools.png``.
 A run's live view (``/gpu-dag/critical-path/<dag>/runs/<run>``) is opened while a task of a real run
 waits for slots (the plan's bars with the actual and predicted ones over them, the waiting tasks with
 their reasons and predicted starts; ``critical_path_live.png``) and again once the run has finished
