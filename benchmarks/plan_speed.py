@@ -25,9 +25,11 @@ sizes (``n log n`` gives 1.13 over 1,000-8,000). The DagBag parse is timed apart
 from __future__ import annotations
 
 import argparse
+import atexit
 import io
 import os
 import random
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -37,6 +39,7 @@ from typing import Any
 
 if "AIRFLOW_HOME" not in os.environ:  # (imported by a test: no temporary folder made)
     os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="gpu-dag-bench-")
+    atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], True)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 # the DagBag parse of an 8,000-task file takes more than Airflow's 30-s import timeout on a loaded machine:
 # the benchmark times the parse, it does not limit it
@@ -144,6 +147,7 @@ def scale(sizes: list[int], mapped: int) -> None:
     from scale_dags import fitted_exponent, nlogn_exponent
 
     folder = Path(tempfile.mkdtemp(prefix="gpu-dag-bench-scale-"))
+    atexit.register(shutil.rmtree, folder, True)
     print(f"# random DAGs + a mapped task of {mapped} instances, 8-GPU pool; CPU s (wall s), one run each")
     print(f"| tasks | {' | '.join(_SCALE_COLUMNS.values())} |")
     print("|---|" + "---|" * len(_SCALE_COLUMNS))
@@ -184,6 +188,7 @@ def main() -> None:
     from airflow_gpu_dag.plugins.critical_path_page.layout import graph_svg
 
     folder = Path(tempfile.mkdtemp(prefix="gpu-dag-bench-dags-"))
+    atexit.register(shutil.rmtree, folder, True)
     dag_id = write_dag(folder, opts.tasks)
     dag = find_dag(dag_id, str(folder))
     plan = plan_dag(dag)

@@ -173,13 +173,13 @@ def baseline_rows(revision: str, sizes: Sequence[int], repeat: int) -> dict[int,
     archive = subprocess.run(["git", "archive", revision, "airflow_gpu_dag"], cwd=root, capture_output=True)
     if archive.returncode:
         raise SystemExit(f"error: --baseline {revision}: {archive.stderr.decode().strip()}")
-    folder = tempfile.mkdtemp(prefix="planner-cost-baseline-")
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(folder, filter="data")
-    command = [sys.executable, __file__, "--scale", "--json", "--repeat", str(repeat)]
-    command += ["--sizes", ",".join(map(str, sizes))]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([folder, os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    with tempfile.TemporaryDirectory(prefix="planner-cost-baseline-") as folder:
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(folder, filter="data")
+        command = [sys.executable, __file__, "--scale", "--json", "--repeat", str(repeat)]
+        command += ["--sizes", ",".join(map(str, sizes))]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([folder, os.environ.get("PYTHONPATH", "")])}
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode:
         raise SystemExit(f"error: the baseline run failed:\n{done.stderr[-2000:]}")
     figures = json.loads(done.stdout)

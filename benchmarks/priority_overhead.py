@@ -16,14 +16,18 @@ rule's own cost; ours includes the one CPM analysis of the DAG), and the ratio s
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import random
+import shutil
 import tempfile
 import time
 from types import SimpleNamespace
 from typing import Any
 
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="gpu-dag-bench-"))
+if "AIRFLOW_HOME" not in os.environ:
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="gpu-dag-bench-")
+    atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], True)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 from airflow.models.taskinstance import TaskInstance
