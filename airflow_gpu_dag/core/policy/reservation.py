@@ -152,6 +152,20 @@ class DecisionWindow:
         """The decision may differ at any later ``now``."""
         self.until = min(self.until, now)
 
+    def before_ends(self, now: float, running: Iterable[RunningTask]) -> None:
+        """:meth:`close` for each running task past its expected end (it counts as ending now, which moves
+        with now), :meth:`before` for each one expected to end later; a task with no expected end bounds
+        nothing. One call for the whole list: the simulator makes it at every decision."""
+        until = self.until
+        for task in running:
+            end = task.expected_end
+            if end is not None:
+                if end <= now:
+                    end = now
+                if end < until:
+                    until = end
+        self.until = until
+
 
 def shadow_time(
     now: float, free: int, needed: int, running: Sequence[RunningTask]
@@ -456,15 +470,7 @@ def _bound_window(
     (:meth:`ReservationGate.holds_for`). A backfill only turns unsafe as ``now`` grows (:func:`_is_safe`)."""
     if isinstance(head, PendingTask):
         window.before(head_ready)
-    until = window.until  # the loop below is window.close(now) / window.before(end), inlined
-    for task in running:
-        end = task.expected_end
-        if end is not None:
-            if end <= now:
-                end = now
-            if end < until:
-                until = end
-    window.until = until
+    window.before_ends(now, running)
     if gate is not None:
         key = key_of_weight(head.priority, gate.epoch)
         if key is not None and now - key < gate.overdue:  # once overdue, always overdue

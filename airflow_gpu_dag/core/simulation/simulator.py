@@ -34,13 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_gpu_dag.core.analysis.bounds import lower_bound
-from airflow_gpu_dag.core.analysis.weight_rules import (
-    INT32_MAX,
-    INT32_MIN,
-    PriorityRule,
-    clamp_int32,
-    resolve_priority,
-)
+from airflow_gpu_dag.core.analysis.weight_rules import PriorityRule, clamp_int32, resolve_priority
 from airflow_gpu_dag.core.model.graph import TaskGraph, task_pool, task_slots
 from airflow_gpu_dag.core.model.ladders import fit_ladders
 from airflow_gpu_dag.core.policy.admission import PendingTask, ReadyTask, RunningTask
@@ -431,10 +425,7 @@ class _Simulation:
             g = tables.graphs[gi]
             weights = rule(g, tables.triggers[gi]) if per_run else rule(g)  # type: ignore[call-arg]
             for task_id in g.nodes:
-                weight = weights.get(task_id, 1)
-                # an int32 already (the planner's weights are) is its own clamp_int32: no call
-                ok = type(weight) is int and INT32_MIN <= weight <= INT32_MAX
-                self.prio[prefix + task_id] = weight if ok else clamp_int32(weight)
+                self.prio[prefix + task_id] = clamp_int32(weights.get(task_id, 1))
         self.triggers = tables.triggers
         self.timers: list[tuple[float, int, str]] = []  # (release, order, uid): ready once released
         self.believed = (
@@ -882,8 +873,7 @@ class _ReadyTail:
     def pick(self, open_slots: int, skip: Sequence[ReadyTask] = ()) -> list[ReadyTask]:
         keys = {t.key for t in skip} if skip else ()
         picked = _greedy_pick(self.lists, self.first, open_slots, keys)
-        built, build, pool = self.sim.ready_tasks, self.sim._ready_task, self.pool  # (_ready_task, inlined)
-        return [built.get(item[2]) or build(item[2], pool) for _s, item in picked]
+        return [self.sim._ready_task(item[2], self.pool) for _s, item in picked]
 
     def rest(self, picked: Sequence[ReadyTask]) -> bool:
         return sum(len(lst) - i for lst, i in zip(self.lists, self.first, strict=True)) > len(picked)

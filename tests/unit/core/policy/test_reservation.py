@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from hypothesis import given, settings
@@ -454,6 +455,18 @@ def test_a_decision_holds_inside_its_window_and_explain_changes_only_the_words(d
         later = now + fraction * (min(window.until, now + 500.0) - now)
         if now < later < window.until and (interval is None or later + interval <= window.next_until):
             assert _as_simulated(decide(later)) == _as_simulated(first), (later, window.until)
+
+
+def test_a_window_ends_before_the_first_running_task_ends_or_at_now_for_one_past_its_end() -> None:
+    window = DecisionWindow()
+    window.before_ends(100.0, [RunningTask("a", "gpu", 1, 250.0), RunningTask("b", "gpu", 1, None)])
+    assert window.until == 250.0  # a task with no expected end bounds nothing
+    window.before_ends(100.0, [RunningTask("c", "gpu", 1, 180.0), RunningTask("d", "gpu", 1, float("nan"))])
+    assert window.until == 180.0
+    window.before_ends(100.0, [RunningTask("e", "gpu", 2, 90.0)])  # past its end: ends "now", which moves
+    assert window.until == 100.0
+    window.before_ends(100.0, [RunningTask("f", "gpu", 1, 400.0)])  # never widens
+    assert window.until == 100.0 and window.next_until == math.inf
 
 
 EPOCH = 0.0

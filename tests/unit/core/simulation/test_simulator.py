@@ -738,7 +738,7 @@ def test_a_priority_callable_may_put_a_task_first_with_an_infinite_weight() -> N
 
 
 def test_weights_are_clamped_to_int32_whatever_their_type() -> None:
-    # an int32 weight is taken as it is (no clamp_int32 call); any other is rounded and clamped
+    # an int32 weight is taken as it is; any other is rounded and clamped
     g = TaskGraph.from_edges("d", {t: 60.0 for t in "abcdef"}, [])
     weights = {"a": 7, "b": 2**40, "c": -(2**40), "d": 2.6, "e": True, "f": INT32_MAX}
     result = simulate(g, {"default_pool": 1}, "critical_path", priority=lambda _: weights)
