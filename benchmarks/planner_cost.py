@@ -14,14 +14,15 @@ With ``--scale`` it times the planner at the scale of a platform (issue #44): ra
 8,000 tasks (``scale_dags.py``: 1-8 GPUs of one 8-GPU pool, 10 min-2 h, up to 2 of the 30 tasks before
 each) planned for the reservation controller deciding at every event and every 60 s, ``predict`` (the
 plan and the simulation ``airflow gpu-dag simulate`` shows, 60-s controller) and one simulation with
-critical-path weights; CPU seconds of this process (wall seconds in brackets), best of ``--repeat``,
+critical-path weights; CPU seconds of this process (wall seconds in brackets), best of ``--repeat``
+rounds (each round times every size once, so a change of the machine's load falls on all sizes alike),
 and the exponent of a fit ``seconds = a * tasks ** b`` per column (``n log n`` gives 1.13 over
 1,000-8,000). ``--baseline REV`` times the same, for the sizes up to ``--baseline-max``, with the
 package as git revision ``REV`` had it (exported to a temporary folder, run in a subprocess) and prints
 the ratio new / old.
 
     .venv/bin/python benchmarks/planner_cost.py [--gpus 16] [--learned]
-    .venv/bin/python benchmarks/planner_cost.py --scale [--sizes 1000,2000,4000,8000] [--repeat 2]
+    .venv/bin/python benchmarks/planner_cost.py --scale [--sizes 1000,2000,4000,8000] [--repeat 3]
     .venv/bin/python benchmarks/planner_cost.py --scale --baseline 80e5799 --baseline-max 1000
 """
 
@@ -60,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--learned", action="store_true", help="time the hedging of learned durations")
     parser.add_argument("--scale", action="store_true", help="time random DAGs of 1,000-8,000 tasks")
     parser.add_argument("--sizes", default=",".join(map(str, SCALE_SIZES)), help="--scale: task counts")
-    parser.add_argument("--repeat", type=int, default=2, help="--scale: best of this many runs")
+    parser.add_argument("--repeat", type=int, default=3, help="--scale: best of this many rounds")
     parser.add_argument("--baseline", default="", help="--scale: also time git revision REV (before/after)")
     parser.add_argument("--baseline-max", type=int, default=1000, help="--baseline: up to this many tasks")
     parser.add_argument("--json", action="store_true", help="--scale: print the figures as JSON")
@@ -131,19 +132,16 @@ SCALE_COLUMNS = {
 Row = dict[str, tuple[float, float]]  # column -> (CPU s, wall s)
 
 
-def _best(repeat: int, func: Callable[[], object]) -> tuple[float, float]:
-    """(CPU seconds, wall seconds) of the run of ``func`` that took the least CPU."""
-    runs = []
-    for _ in range(max(1, repeat)):
-        cpu, wall = time.process_time(), time.perf_counter()
-        func()
-        runs.append((time.process_time() - cpu, time.perf_counter() - wall))
-    return min(runs)
+def _timed(func: Callable[[], object]) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of one run of ``func``."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    func()
+    return time.process_time() - cpu, time.perf_counter() - wall
 
 
-def scale_row(tasks: int, repeat: int) -> Row:
-    """The ``--scale`` figures of one size (only the package's public functions: the same code times a
-    baseline revision)."""
+def scale_jobs(tasks: int) -> dict[str, Callable[[], object]]:
+    """What ``--scale`` times on a random DAG of ``tasks`` tasks, per column (only the package's public
+    functions: the same code times a baseline revision)."""
     from airflow_gpu_dag.core.planning import planner
     from airflow_gpu_dag.core.simulation.simulator import simulate
 
@@ -159,11 +157,26 @@ def scale_row(tasks: int, repeat: int) -> Row:
         planner.predict(graph, caps, "reservation", 60.0, priority="packing")
 
     return {
-        "plan0": _best(repeat, lambda: plan(0.0)),
-        "plan60": _best(repeat, lambda: plan(60.0)),
-        "predict60": _best(repeat, predict),
-        "sim60": _best(repeat, lambda: simulate(graph, caps, "reservation", 60.0, priority="critical_path")),
+        "plan0": lambda: plan(0.0),
+        "plan60": lambda: plan(60.0),
+        "predict60": predict,
+        "sim60": lambda: simulate(graph, caps, "reservation", 60.0, priority="critical_path"),
     }
+
+
+def scale_rows(sizes: Sequence[int], repeat: int) -> dict[int, Row]:
+    """Per size and column, the run that took the least CPU of ``repeat`` rounds. A round times every
+    size and column once, so a change in the machine's load during the benchmark falls on every size
+    alike instead of on the sizes timed while it lasted (which would bend the fitted exponents)."""
+    jobs = {tasks: scale_jobs(tasks) for tasks in sizes}
+    rows: dict[int, Row] = {tasks: {} for tasks in sizes}
+    for round_ in range(max(1, repeat)):
+        for tasks in sizes:
+            for column, func in jobs[tasks].items():
+                timed = _timed(func)
+                rows[tasks][column] = min(rows[tasks].get(column, timed), timed)
+            print(f"round {round_ + 1}/{repeat}: {tasks:,} tasks timed", file=sys.stderr, flush=True)
+    return rows
 
 
 def baseline_rows(revision: str, sizes: Sequence[int], repeat: int) -> dict[int, Row]:
@@ -188,19 +201,17 @@ def baseline_rows(revision: str, sizes: Sequence[int], repeat: int) -> dict[int,
 
 def scale(sizes: Sequence[int], repeat: int, baseline: str, baseline_max: int, as_json: bool) -> int:
     """``--scale``: the table, the fitted exponents and, with a baseline, the ratios new / old."""
-    rows: dict[int, Row] = {}
-    if not as_json:
-        print(f"# random DAGs on one 8-GPU pool; CPU s (wall s), best of {repeat}")
-        print(f"| tasks | {' | '.join(SCALE_COLUMNS.values())} | 60 s / every event |")
-        print("|---|" + "---|" * (len(SCALE_COLUMNS) + 1))
-    for tasks in sizes:
-        rows[tasks] = row = scale_row(tasks, repeat)
-        if not as_json:
-            cells = " | ".join(f"{row[c][0]:.2f} ({row[c][1]:.2f})" for c in SCALE_COLUMNS)
-            print(f"| {tasks:,} | {cells} | {row['plan60'][0] / row['plan0'][0]:.2f} |", flush=True)
+    rows = scale_rows(sizes, repeat)
     if as_json:
         print(json.dumps(rows))
         return 0
+    print(f"# random DAGs on one 8-GPU pool; CPU s (wall s), best of {repeat} rounds over every size")
+    print(f"| tasks | {' | '.join(SCALE_COLUMNS.values())} | 60 s / every event |")
+    print("|---|" + "---|" * (len(SCALE_COLUMNS) + 1))
+    for tasks in sizes:
+        row = rows[tasks]
+        cells = " | ".join(f"{row[c][0]:.2f} ({row[c][1]:.2f})" for c in SCALE_COLUMNS)
+        print(f"| {tasks:,} | {cells} | {row['plan60'][0] / row['plan0'][0]:.2f} |", flush=True)
     if len(sizes) > 1:
         fits = ", ".join(
             f"{name} {fitted_exponent(sizes, [rows[n][c][0] for n in sizes]):.2f}"

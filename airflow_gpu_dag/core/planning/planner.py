@@ -46,6 +46,7 @@ from airflow_gpu_dag.core.simulation.simulator import (
 )
 
 __all__ = [
+    "JUSTIFY_BUDGET",
     "PACKING_CANDIDATES",
     "SEARCH_BUDGET",
     "PackingPlan",
@@ -175,8 +176,16 @@ SEARCH_MAX_EVALS = 600
 #: ``serial_budget // tasks`` samples, at least ``SERIAL_MIN_SAMPLES`` and at most
 #: ``SERIAL_MAX_SAMPLES``.
 SERIAL_BUDGET = 20_000
-SERIAL_MIN_SAMPLES = 8
+SERIAL_MIN_SAMPLES = 4  # one of each spread of the priorities (sigma 0.05, 0.1, 0.2, 0.4)
 SERIAL_MAX_SAMPLES = 64
+
+#: A budget for each justification of :func:`packing_weights_plan` (steps 2 and 4), in placed tasks per
+#: round: at most ``justify_budget // tasks`` rounds (at least ``JUSTIFY_MIN_ROUNDS``, at most
+#: ``justify_rounds``). Up to 4,000 tasks every justification may run its 4 rounds; a DAG of 8,000
+#: tasks runs 2, where each further round shortens the schedule by less than 0.1 % (a round that
+#: does not shorten it ends the justification anyway).
+JUSTIFY_BUDGET = 16_000
+JUSTIFY_MIN_ROUNDS = 2
 
 #: With the reservation policy the local search scores an order with one pass
 #: (:func:`_ordered`, a small fraction of a simulation) and runs ``FAST_SEARCH_FACTOR`` times as many
@@ -223,6 +232,7 @@ def packing_weights_plan(
     strict_backfill: bool = False,
     finalists: int = FINALISTS,
     final_worlds: int = FINAL_WORLDS,
+    justify_budget: int = JUSTIFY_BUDGET,
 ) -> PackingPlan:
     """Plan priorities that pack the pools: the ``packing`` rule.
 
@@ -233,9 +243,10 @@ def packing_weights_plan(
        justification
        (:func:`~airflow_gpu_dag.core.planning.justification.justify`): work that waited in front of a wide
        task
-       is moved into the holes the greedy admission left. Next to them, ``serial_budget // tasks``
-       (8 to 64) serial schedules by randomly perturbed critical-path priorities, justified
-       (:func:`_serial_samples`); the four shortest of all are kept.
+       is moved into the holes the greedy admission left, in at most ``justify_rounds`` rounds and at
+       most ``justify_budget // tasks`` (at least 2: :data:`JUSTIFY_BUDGET`). Next to them,
+       ``serial_budget // tasks`` (4 to 64) serial schedules by randomly perturbed critical-path
+       priorities, justified (:func:`_serial_samples`); the four shortest of all are kept.
     3. Options are simulated under ``policy`` (``"critical_path"``: greedy admission with pools at
        capacity; ``"reservation"``: with the reservation controller): every candidate rule's own
        weights (with reservation a rule that loses under greedy admission can win: a wide critical task
@@ -344,6 +355,8 @@ def packing_weights_plan(
         if serial_budget > 0
         else 0
     )
+    if justify_budget > 0:  # the rounds the budget buys for a DAG of this size
+        justify_rounds = min(justify_rounds, max(JUSTIFY_MIN_ROUNDS, justify_budget // max(1, len(graph))))
     greedy_runs, sampled, justified = _greedy_stage(
         graph, capacity, tuple(candidates), justify_rounds, samples, serial_samples, lambda: tables_of(graph)
     )

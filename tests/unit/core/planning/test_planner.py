@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import replace
 
 import pytest
@@ -92,6 +93,32 @@ def test_local_search_packs_independent_rigid_tasks() -> None:
     assert replay.makespan == searched.makespan
     again = packing_weights_plan(graph, caps, "reservation", search_budget=SEARCH_BUDGET)
     assert again.weights == searched.weights  # seeded: the same plan every time
+
+
+@pytest.mark.parametrize(("budget", "rounds"), [(0, 4), (10_000, 4), (15, 3), (10, 2), (1, 2)])
+def test_justification_rounds_follow_the_budget_in_placed_tasks(
+    budget: int, rounds: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A justification of steps 2 and 4 runs at most ``justify_budget // tasks`` rounds, never fewer
+    than 2 nor more than ``justify_rounds`` (budget 0: no budget); the serial samples' own two rounds
+    stay."""
+    from airflow_gpu_dag.core.planning import planner
+
+    seen: list[int] = []
+    real = planner.justify
+
+    def recording(*args: object, max_rounds: int = 4, **kwargs: object) -> object:
+        seen.append(max_rounds)
+        return real(*args, max_rounds=max_rounds, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(planner, "justify", recording)
+    monkeypatch.setattr(planner, "_STAGE_CACHE", weakref.WeakKeyDictionary())  # steps 1-2 run again
+    assert len(DIAMOND) == 5
+    packing_weights_plan(DIAMOND, {"gpu": 8}, "reservation", serial_budget=0, justify_budget=budget)
+    assert seen and set(seen) == {rounds}
+    seen.clear()
+    packing_weights_plan(DIAMOND, {"gpu": 8}, "critical_path", justify_budget=budget)
+    assert rounds in seen and set(seen) <= {rounds, 2}  # the serial samples justify twice
 
 
 def test_plain_critical_path_loses_to_packing_on_a_wide_short_task() -> None:
