@@ -19,10 +19,11 @@ rounds (each round times every size once, so a change of the machine's load fall
 and the exponent of a fit ``seconds = a * tasks ** b`` per column (``n log n`` gives 1.13 over
 1,000-8,000). ``--baseline REV`` times the same, for the sizes up to ``--baseline-max``, with the
 package as git revision ``REV`` had it (exported to a temporary folder, run in a subprocess) and prints
-the ratio new / old.
+the ratio new / old. ``--plot FILE`` also writes the curve as an SVG (log-log, with an ``n log n`` line).
 
     .venv/bin/python benchmarks/planner_cost.py [--gpus 16] [--learned]
-    .venv/bin/python benchmarks/planner_cost.py --scale [--sizes 1000,2000,4000,8000] [--repeat 3]
+    .venv/bin/python benchmarks/planner_cost.py --scale [--sizes 1000,2000,4000,8000] [--repeat 3] \
+        [--plot curve.svg]
     .venv/bin/python benchmarks/planner_cost.py --scale --baseline 80e5799 --baseline-max 1000
 """
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import os
 import subprocess
 import sys
@@ -65,10 +67,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--baseline", default="", help="--scale: also time git revision REV (before/after)")
     parser.add_argument("--baseline-max", type=int, default=1000, help="--baseline: up to this many tasks")
     parser.add_argument("--json", action="store_true", help="--scale: print the figures as JSON")
+    parser.add_argument("--plot", default="", help="--scale: also write the curve as an SVG to this file")
     args = parser.parse_args(argv)
     if args.scale:
         sizes = [int(n) for n in args.sizes.split(",") if n.strip()]
-        return scale(sizes, args.repeat, args.baseline, args.baseline_max, args.json)
+        return scale(sizes, args.repeat, args.baseline, args.baseline_max, args.json, args.plot)
     workloads = load_workloads(DEFAULT_WORKLOADS)
     if args.learned:
         return learned_cost(workloads, args.gpus)
@@ -179,6 +182,67 @@ def scale_rows(sizes: Sequence[int], repeat: int) -> dict[int, Row]:
     return rows
 
 
+#: Line colours of :func:`curve_svg`, per column.
+CURVE_COLOURS = {"plan0": "#1f77b4", "plan60": "#d62728", "predict60": "#2ca02c", "sim60": "#7f7f7f"}
+
+
+def curve_svg(sizes: Sequence[int], seconds: dict[str, list[float]], title: str = "") -> str:
+    """An SVG of ``--scale``'s figures: CPU seconds (y) against tasks (x), both logarithmic, a line per
+    column with its fitted exponent, and a dashed ``n log n`` line through the first point of the
+    60-s plan: a column whose line is no steeper grows no faster than ``n log n``. Written by hand
+    (matplotlib is not a dependency of the project)."""
+    width, height, left, right, top, bottom = 640, 420, 70, 250, 40, 60
+    values = [v for column in seconds.values() for v in column if v > 0]
+    reference = [seconds["plan60"][0] * n * math.log(n) / (sizes[0] * math.log(sizes[0])) for n in sizes]
+    values += reference
+    x0, x1 = math.log10(min(sizes)) - 0.05, math.log10(max(sizes)) + 0.05
+    y0, y1 = math.floor(math.log10(min(values))), math.ceil(math.log10(max(values)))
+
+    def sx(n: float) -> float:
+        return left + (math.log10(n) - x0) / (x1 - x0) * (width - left - right)
+
+    def sy(v: float) -> float:
+        return top + (y1 - math.log10(v)) / (y1 - y0) * (height - top - bottom)
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        'font-family="sans-serif" font-size="11">',
+        f'<rect width="100%" height="100%" fill="white"/><text x="10" y="18" font-size="13">{title}</text>',
+        f'<rect x="{left}" y="{top}" width="{width - left - right}" height="{height - top - bottom}" '
+        'fill="none" stroke="#444"/>',
+    ]
+    for n in sizes:
+        out.append(f'<text x="{sx(n):.1f}" y="{height - bottom + 16}" text-anchor="middle">{n:,}</text>')
+    for power in range(y0, y1 + 1):
+        y = sy(10.0**power)
+        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{width - right}" y2="{y:.1f}" stroke="#ddd"/>')
+        out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{10.0**power:g} s</text>')
+    out.append(
+        f'<text x="{(left + width - right) / 2:.1f}" y="{height - 20}" text-anchor="middle">tasks</text>'
+    )
+
+    def line(points: list[float], colour: str, dashed: bool = False) -> str:
+        path = " ".join(f"{sx(n):.1f},{sy(v):.1f}" for n, v in zip(sizes, points, strict=True) if v > 0)
+        dash = ' stroke-dasharray="5 4"' if dashed else ""
+        return f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"{dash}/>'
+
+    rows = [(f"n log n (dashed): exponent {nlogn_exponent(sizes):.2f}", "#000")]
+    out.append(line(reference, "#000", dashed=True))
+    for column, points in seconds.items():
+        colour = CURVE_COLOURS.get(column, "#9467bd")
+        out.append(line(points, colour))
+        for n, v in zip(sizes, points, strict=True):
+            out.append(f'<circle cx="{sx(n):.1f}" cy="{sy(v):.1f}" r="3" fill="{colour}"/>')
+        rows.append((f"{SCALE_COLUMNS[column]}: exponent {fitted_exponent(sizes, points):.2f}", colour))
+    for k, (text, colour) in enumerate(rows):
+        out.append(f'<text x="{width - right + 10}" y="{top + 14 + 28 * k}" fill="{colour}">')
+        words = text.split(": ")
+        out.append(f'<tspan x="{width - right + 10}">{words[0]}</tspan>')
+        out.append(f'<tspan x="{width - right + 10}" dy="13">{": ".join(words[1:])}</tspan></text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
 def baseline_rows(revision: str, sizes: Sequence[int], repeat: int) -> dict[int, Row]:
     """The ``--scale`` figures with the package of git ``revision``: exported next to nothing else, put
     first on ``PYTHONPATH`` of a subprocess that runs this script (``--scale --json``)."""
@@ -199,9 +263,17 @@ def baseline_rows(revision: str, sizes: Sequence[int], repeat: int) -> dict[int,
     return {int(k): {c: (v[0], v[1]) for c, v in row.items()} for k, row in figures.items()}
 
 
-def scale(sizes: Sequence[int], repeat: int, baseline: str, baseline_max: int, as_json: bool) -> int:
-    """``--scale``: the table, the fitted exponents and, with a baseline, the ratios new / old."""
+def scale(
+    sizes: Sequence[int], repeat: int, baseline: str, baseline_max: int, as_json: bool, plot: str = ""
+) -> int:
+    """``--scale``: the table, the fitted exponents and, with a baseline, the ratios new / old; with
+    ``plot``, the curve as an SVG file."""
     rows = scale_rows(sizes, repeat)
+    if plot:
+        title = f"CPU seconds against tasks (log-log), best of {repeat} rounds"
+        Path(plot).write_text(
+            curve_svg(sizes, {c: [rows[n][c][0] for n in sizes] for c in SCALE_COLUMNS}, title)
+        )
     if as_json:
         print(json.dumps(rows))
         return 0
