@@ -4,20 +4,9 @@ agree on what they compute (no timing is asserted: the figures are in docs/bench
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-@pytest.fixture(autouse=True)
-def _on_path() -> Iterator[None]:
-    sys.path.insert(0, str(BENCHMARKS))
-    yield
-    sys.path.remove(str(BENCHMARKS))
+pytestmark = pytest.mark.usefixtures("benchmarks_on_path")
 
 
 def test_graphlib_is_measured_on_the_same_graphs(capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,36 +3,35 @@ benchmarks; figures in docs/benchmarks/plan_speed.md)."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterator
+import functools
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+pytestmark = pytest.mark.usefixtures("benchmarks_on_path")
 
 
-@pytest.fixture(autouse=True)
-def _on_path() -> Iterator[None]:
-    sys.path.insert(0, str(BENCHMARKS))
-    yield
-    sys.path.remove(str(BENCHMARKS))
-
-
-def _fake_jobs(monkeypatch: pytest.MonkeyPatch, seconds: Callable[[int, str, int], float]) -> list[tuple]:
+def _fake_jobs(
+    monkeypatch: pytest.MonkeyPatch, seconds: Callable[[int, str, int], float]
+) -> list[tuple[int, str]]:
     """Replace the timed work by ``seconds(tasks, column, call)`` CPU seconds; returns the calls made,
     in order, as ``(tasks, column)``."""
     import planner_cost
 
-    calls: list[tuple] = []
+    calls: list[tuple[int, str]] = []
+
+    def job(tasks: int, column: str) -> tuple[int, str]:
+        return tasks, column
 
     def jobs(tasks: int) -> dict[str, Callable[[], object]]:
-        return {column: (lambda t=tasks, c=column: (t, c)) for column in planner_cost.SCALE_COLUMNS}
+        return {column: functools.partial(job, tasks, column) for column in planner_cost.SCALE_COLUMNS}
 
     def timed(func: Callable[[], object]) -> tuple[float, float]:
-        tasks, column = func()  # type: ignore[misc]
+        tasks, column = cast(tuple[int, str], func())
         calls.append((tasks, column))
-        value = seconds(tasks, column, sum(1 for call in calls if call == (tasks, column)))
+        value = seconds(tasks, column, calls.count((tasks, column)))
         return value, value
 
     monkeypatch.setattr(planner_cost, "scale_jobs", jobs)

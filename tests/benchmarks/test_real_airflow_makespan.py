@@ -3,23 +3,14 @@ Airflow; its figures are in docs/benchmarks/real_airflow.md)."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 ORIGIN = 1_800_000_000.0
 
-
-@pytest.fixture(autouse=True)
-def _on_path() -> Iterator[None]:
-    sys.path.insert(0, str(BENCHMARKS))
-    yield
-    sys.path.remove(str(BENCHMARKS))
+pytestmark = pytest.mark.usefixtures("benchmarks_on_path")
 
 
 def _run(times: dict[str, tuple[float, float]], tasks: list[dict[str, Any]]) -> Any:
