@@ -263,6 +263,10 @@ def baseline_rows(revision: str, sizes: Sequence[int], repeat: int) -> dict[int,
     return {int(k): {c: (v[0], v[1]) for c, v in row.items()} for k, row in figures.items()}
 
 
+def _rounds(repeat: int) -> str:
+    return f"{repeat} round" if repeat == 1 else f"{repeat} rounds"
+
+
 def scale(
     sizes: Sequence[int], repeat: int, baseline: str, baseline_max: int, as_json: bool, plot: str = ""
 ) -> int:
@@ -270,14 +274,14 @@ def scale(
     ``plot``, the curve as an SVG file."""
     rows = scale_rows(sizes, repeat)
     if plot:
-        title = f"CPU seconds against tasks (log-log), best of {repeat} rounds"
+        title = f"CPU seconds against tasks (log-log), best of {_rounds(repeat)}"
         Path(plot).write_text(
             curve_svg(sizes, {c: [rows[n][c][0] for n in sizes] for c in SCALE_COLUMNS}, title)
         )
     if as_json:
         print(json.dumps(rows))
         return 0
-    print(f"# random DAGs on one 8-GPU pool; CPU s (wall s), best of {repeat} rounds over every size")
+    print(f"# random DAGs on one 8-GPU pool; CPU s (wall s), best of {_rounds(repeat)} over every size")
     print(f"| tasks | {' | '.join(SCALE_COLUMNS.values())} | 60 s / every event |")
     print("|---|" + "---|" * (len(SCALE_COLUMNS) + 1))
     for tasks in sizes:
