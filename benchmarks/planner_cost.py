@@ -232,7 +232,8 @@ def curve_svg(sizes: Sequence[int], seconds: dict[str, list[float]], title: str 
         colour = CURVE_COLOURS.get(column, "#9467bd")
         out.append(line(points, colour))
         for n, v in zip(sizes, points, strict=True):
-            out.append(f'<circle cx="{sx(n):.1f}" cy="{sy(v):.1f}" r="3" fill="{colour}"/>')
+            if v > 0:  # (as the lines: a time too short to measure has no place on a log axis)
+                out.append(f'<circle cx="{sx(n):.1f}" cy="{sy(v):.1f}" r="3" fill="{colour}"/>')
         rows.append((f"{SCALE_COLUMNS[column]}: exponent {fitted_exponent(sizes, points):.2f}", colour))
     for k, (text, colour) in enumerate(rows):
         out.append(f'<text x="{width - right + 10}" y="{top + 14 + 28 * k}" fill="{colour}">')

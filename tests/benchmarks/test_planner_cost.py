@@ -74,3 +74,12 @@ def test_the_plot_draws_every_column_with_its_fitted_exponent_beside_n_log_n(
     assert "plan, 60-s controller" in svg and "exponent 1.00" in svg  # the fake costs grow linearly
     printed = capsys.readouterr().out
     assert "| 8,000 | 8.00 (8.00) | 16.00 (16.00) |" in printed and "plan, 60-s controller 1.00" in printed
+
+
+def test_the_plot_leaves_out_a_time_too_short_to_measure() -> None:
+    import planner_cost
+
+    curves = {column: [0.5, 1.0] for column in planner_cost.SCALE_COLUMNS}
+    curves["sim60"] = [0.0, 0.2]  # a process-time reading of 0 has no place on a log axis
+    svg = planner_cost.curve_svg([1000, 2000], curves)
+    assert svg.count("<circle") == 2 * len(curves) - 1 and "exponent nan" in svg
