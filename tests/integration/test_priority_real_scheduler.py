@@ -1,14 +1,17 @@
 """Critical-path priority on the real Airflow scheduler (not ``dag.test()``, which ignores pools and
 priority).
 
-Setup: three independent chains (DAG file ``dags/priority/priority_chains.py``), every task in the
-pool ``one_slot`` (1 slot), ``[core] parallelism = 1``. The DAG file is generated twice, with our
-weight rule and with Airflow's default ``downstream`` rule.
+Setup: three independent chains (DAG file ``dags/priority/priority_chains.py``), generated twice,
+with our weight rule and with Airflow's default ``downstream`` rule, and a DAG of the features that
+change the task graph (``priority_features.py``). Each DAG has a pool of its own of 1 slot
+(``one_slot_critical``, ``one_slot_downstream``, ``one_slot_features``) and ``[core] parallelism`` is 3,
+one executor slot per pool: the three runs go at the same time and never compete, each alone in its pool.
 
 What the scheduler does at each step: a loop first moves task instances whose upstreams are done to
 ``scheduled`` and then queues the ready task instances ordered by ``-priority_weight`` (ties:
 logical date, map index) while pool slots and executor slots are free. With one slot only the
-highest-priority ready task starts, and it runs alone until it is done. Two checks follow from that:
+highest-priority ready task of the pool starts, and it runs alone until it is done. Two checks follow
+from that:
 
 - the scheduler's own rule, free of timing: when it queued a task, no task of the run that was
   already ``scheduled`` and still waiting had a higher weight (each task instance records when it
@@ -53,8 +56,13 @@ from tests.scripts import load_script
 pytestmark = pytest.mark.airflow_real
 
 AIRFLOW_DAGS = "priority"
-AIRFLOW_POOLS = {"one_slot": 1}
-AIRFLOW_ENV = {"AIRFLOW__CORE__PARALLELISM": "1"}
+POOLS = {
+    "cp_chains_critical": "one_slot_critical",
+    "cp_chains_downstream": "one_slot_downstream",
+    "cp_features": "one_slot_features",
+}
+AIRFLOW_POOLS = {pool: 1 for pool in POOLS.values()}
+AIRFLOW_ENV = {"AIRFLOW__CORE__PARALLELISM": str(len(POOLS))}  # one executor slot per pool
 
 DAG_DIR = Path(__file__).parent / "dags" / AIRFLOW_DAGS
 CRITICAL = "cp_chains_critical"
@@ -173,13 +181,15 @@ def _analysed_weights(dag: Any) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def runs(airflow_cluster: AirflowCluster) -> dict[str, RunResult]:
-    """Run the three DAGs one after the other (so they never compete) and collect their TIs."""
-    assert airflow_cluster.get_pool("one_slot")["slots"] == 1
+    """Run the three DAGs at the same time, each in its own 1-slot pool (so they never compete), and
+    collect their TIs."""
+    for pool in POOLS.values():
+        assert airflow_cluster.get_pool(pool)["slots"] == 1
     airflow_cluster.wait_for_dags([CRITICAL, DOWNSTREAM, FEATURES], timeout=240)
     assert airflow_cluster.import_errors() == []
+    run_ids = {dag_id: airflow_cluster.trigger(dag_id) for dag_id in (CRITICAL, DOWNSTREAM, FEATURES)}
     results: dict[str, RunResult] = {}
-    for dag_id in (CRITICAL, DOWNSTREAM, FEATURES):
-        run_id = airflow_cluster.trigger(dag_id)
+    for dag_id, run_id in run_ids.items():
         state = airflow_cluster.wait_for_run(dag_id, run_id, timeout=600)
         results[dag_id] = RunResult(dag_id, run_id, state, airflow_cluster.task_instances(dag_id, run_id))
     return results
@@ -195,7 +205,7 @@ def test_all_runs_succeed(runs: dict[str, RunResult]) -> None:
 @pytest.mark.parametrize("dag_id", [CRITICAL, DOWNSTREAM])
 def test_one_slot_pool_runs_one_task_at_a_time(runs: dict[str, RunResult], dag_id: str) -> None:
     tis = sorted(runs[dag_id].tis, key=lambda ti: _ts(ti["start_date"]))
-    assert {ti["pool"] for ti in tis} == {"one_slot"}
+    assert {ti["pool"] for ti in tis} == {POOLS[dag_id]}
     for before, after in itertools.pairwise(tis):
         assert _ts(after["start_date"]) >= _ts(before["end_date"]), (before["task_id"], after["task_id"])
 

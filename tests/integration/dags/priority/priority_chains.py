@@ -1,5 +1,6 @@
 """Three independent chains in a 1-slot pool, generated twice: once with the critical-path weight
-rule, once with Airflow's default ``downstream`` rule. Every task really sleeps ~1 s; the
+rule, once with Airflow's default ``downstream`` rule, each DAG in its own pool (``POOLS``) so that
+their runs can go at the same time without competing. Every task really sleeps ~1 s; the
 estimates (``gpu_hints(duration=...)``) are what the critical-path rule plans with.
 
     chain a: a1 (3h)                         remaining: a1=10800
@@ -17,7 +18,7 @@ from airflow.sdk import DAG, task
 
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
 
-POOL = "one_slot"
+POOLS = {"cp_chains_critical": "one_slot_critical", "cp_chains_downstream": "one_slot_downstream"}
 CHAINS: dict[str, list[str]] = {
     "a": ["3h"],
     "b": ["10m", "10m", "10m", "10m"],
@@ -31,7 +32,7 @@ def work() -> None:
 
 
 def build(dag_id: str, weight_rule: str | None) -> DAG:
-    default_args = {"pool": POOL, "retries": 0}
+    default_args = {"pool": POOLS[dag_id], "retries": 0}
     if weight_rule is not None:
         default_args["weight_rule"] = weight_rule
     with DAG(dag_id, schedule=None, catchup=False, default_args=default_args, tags=["priority"]) as dag:

@@ -1,6 +1,6 @@
 """Critical-path weights on the Airflow features that change the task graph: a setup/teardown pair,
 a task group and a mapped task (``.expand``; the weight rule is the class-path string from
-``default_args``). Used by tests/integration/test_priority_real_scheduler.py.
+``default_args``), in a 1-slot pool of its own. Used by tests/integration/test_priority_real_scheduler.py.
 
     setup_env (5m) -> prep.load (20m) -> prep.clean (10m) -> train[0..2] (1h) -> evaluate (15m)
         -> teardown_env (5m, teardown of setup_env)
@@ -33,7 +33,7 @@ with DAG(
     "cp_features",
     schedule=None,
     catchup=False,
-    default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE, "retries": 0},
+    default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE, "retries": 0, "pool": "one_slot_features"},
     tags=["priority"],
 ) as cp_features:
     setup_env = step.override(task_id="setup_env", executor_config=gpu_hints(duration="5m"))().as_setup()
