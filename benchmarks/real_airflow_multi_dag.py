@@ -25,30 +25,44 @@ durations, the real trigger offsets, and the same controller interval).
     .venv/bin/python benchmarks/real_airflow_multi_dag.py                 # ~4-5 minutes
     .venv/bin/python benchmarks/real_airflow_multi_dag.py --json /tmp/multi.json
     .venv/bin/python benchmarks/real_airflow_multi_dag.py --order provider-first   # repeats: alternate
+
+``--orders N`` boots nothing: it asks whether *any* order of the mix meets issue #41's targets for this
+benchmark (:data:`TARGETS`), predicted with the declared durations and the offsets above. It simulates
+every order of the runs (each run's tasks in critical-path order; ``N`` random ones when there are more
+than :data:`EXHAUSTIVE_RUNS` runs) and ``N`` random orders of the tasks themselves (a random key per
+task), each once with every wide task reserved for and once with none, and prints how many meet every
+target and the best each target allows the others (:func:`order_frontier`).
+
+    .venv/bin/python benchmarks/real_airflow_multi_dag.py --orders 10000   # ~2-3 minutes, no Airflow
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import itertools
 import json
 import math
 import os
+import random
 import statistics
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from controller_thread import controller_running
+from multi_dag_frontier import NeverHolds
 
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE
 from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.core.model.resources import GpuRequest
-from airflow_gpu_dag.core.policy.objective import get_objective
-from airflow_gpu_dag.core.simulation.cross_dag import predict_runs
+from airflow_gpu_dag.core.policy.objective import get_objective, key_weight, run_shape
+from airflow_gpu_dag.core.simulation.cross_dag import SIMULATION_EPOCH, believed_durations, predict_runs
+from airflow_gpu_dag.core.simulation.simulator import SimulationResult, simulate
 from airflow_gpu_dag.hooks.rest_client import parse_time
 from airflow_gpu_dag.priority.trigger import parse_run_id_time
 from airflow_gpu_dag.testing import AirflowCluster
@@ -56,6 +70,13 @@ from airflow_gpu_dag.testing.errors import ClusterError
 
 POOL = "gpu"
 ORDERS = ("stock-first", "provider-first")
+#: Issue #41's targets for this benchmark, ratios to stock Airflow: the sweep's completion time, the
+#: mean completion time over the runs, and the makespan.
+TARGETS = {"sweep": 1.10, "mean": 0.85, "makespan": 1.00}
+#: Up to this many runs ``--orders`` simulates every order of them (8 runs: 40,320 orders).
+EXHAUSTIVE_RUNS = 8
+#: Between two runs' keys in a run order: longer than any run, so the order is strict.
+RUN_RANK_S = 1000.0
 
 DAG_TEMPLATE = """
 import datetime
@@ -172,6 +193,137 @@ def summary(values: Mapping[str, float], makespan: float) -> dict[str, float]:
     return {"mean": statistics.mean(ordered), "p95": p95, "makespan": makespan}
 
 
+@dataclasses.dataclass(frozen=True)
+class OrderOutcome:
+    """One simulated order of the mix: ``how`` (``runs`` or ``tasks``), ``reserved`` (every wide task
+    reserved for, or none), the run order (``runs`` only) and the ratios to stock of :data:`TARGETS`."""
+
+    how: str
+    reserved: bool
+    order: tuple[str, ...]
+    sweep: float
+    mean: float
+    makespan: float
+
+    @property
+    def excess(self) -> float:
+        """How far above :data:`TARGETS` (0: every target met)."""
+        return sum(max(0.0, getattr(self, k) - limit) for k, limit in TARGETS.items())
+
+
+def _ratios(result: SimulationResult, stock: SimulationResult, names: Sequence[str]) -> tuple[float, ...]:
+    ours = [r.completion for r in result.runs]
+    base = [r.completion for r in stock.runs]
+    start = min(r.trigger for r in stock.runs)
+    sweep = names.index("sweep")
+    return (
+        ours[sweep] / base[sweep],
+        statistics.mean(ours) / statistics.mean(base),
+        (max(r.end for r in result.runs) - start) / (max(r.end for r in stock.runs) - start),
+    )
+
+
+def order_outcomes(
+    the_mix: Mapping[str, Sequence[Mapping[str, Any]]],
+    when: Mapping[str, float],
+    capacity: int,
+    interval: float,
+    samples: int,
+    seed: int = 0,
+) -> list[OrderOutcome]:
+    """Simulate the mix under many orders (see the module docstring, ``--orders``), ratios to the stock
+    prediction: every order of the runs (``samples`` random ones above :data:`EXHAUSTIVE_RUNS` runs) and
+    ``samples`` random task orders, each with every wide task reserved for and with none."""
+    names = list(the_mix)
+    graphs = [graph_of(n, the_mix[n], "critical_path") for n in names]
+    triggers = [when[n] for n in names]
+    caps = {POOL: capacity}
+    stock = predict_runs(graphs, triggers, caps, None)
+    estimates = believed_durations(graphs)
+    remaining = {g.dag_id: run_shape(g, caps).remaining for g in graphs}
+    gates = ((True, None), (False, NeverHolds(0.0, math.inf, SIMULATION_EPOCH)))
+    rng = random.Random(seed)
+
+    def outcome(
+        how: str, order: tuple[str, ...], keys: Mapping[tuple[str, str], float]
+    ) -> list[OrderOutcome]:
+        def weights(graph: TaskGraph, _at: float) -> dict[str, int]:
+            return {
+                t: key_weight(SIMULATION_EPOCH + keys[(graph.dag_id, t)], SIMULATION_EPOCH)
+                for t in graph.nodes
+            }
+
+        out = []
+        for reserved, gate in gates:
+            result = simulate(
+                list(graphs),
+                caps,
+                "reservation",
+                interval,
+                triggers=triggers,
+                estimates=estimates,
+                run_priority=weights,
+                gate=gate,
+            )
+            out.append(OrderOutcome(how, reserved, order, *_ratios(result, stock, names)))
+        return out
+
+    if len(names) <= EXHAUSTIVE_RUNS:
+        run_orders: Iterable[tuple[str, ...]] = itertools.permutations(names)
+    else:
+        run_orders = (tuple(rng.sample(names, len(names))) for _ in range(samples))
+    outcomes: list[OrderOutcome] = []
+    for order in run_orders:
+        rank = {n: i * RUN_RANK_S for i, n in enumerate(order)}
+        keys = {(n, t): rank[n] - rest for n in names for t, rest in remaining[n].items()}
+        outcomes += outcome("runs", order, keys)
+    tasks = [(n, t) for n in names for t in remaining[n]]
+    for _ in range(samples):
+        outcomes += outcome("tasks", (), {k: rng.random() * RUN_RANK_S for k in tasks})
+    return outcomes
+
+
+def order_frontier(outcomes: Sequence[OrderOutcome]) -> dict[str, Any]:
+    """What the simulated orders allow: how many meet every target, and, for each target, the best the
+    others can be while it and the makespan's are met (None: no order meets them)."""
+    limit = TARGETS
+
+    def best(key: str, keep: str) -> OrderOutcome | None:
+        kept = [o for o in outcomes if getattr(o, keep) <= limit[keep] and o.makespan <= limit["makespan"]]
+        return min(kept, key=lambda o: getattr(o, key), default=None)
+
+    return {
+        "simulated": len(outcomes),
+        "meeting_every_target": sum(1 for o in outcomes if o.excess == 0),
+        "best_mean_with_sweep_and_makespan": best("mean", "sweep"),
+        "best_sweep_with_mean_and_makespan": best("sweep", "mean"),
+        "least_excess": min(outcomes, key=lambda o: o.excess, default=None),
+    }
+
+
+def print_frontier(frontier: Mapping[str, Any], provider: tuple[float, ...]) -> None:
+    def show(o: OrderOutcome | None) -> str:
+        if o is None:
+            return "none"
+        order = f", runs {' > '.join(o.order)}" if o.order else ", a task order"
+        held = "every wide task reserved for" if o.reserved else "no slot held"
+        return f"sweep {o.sweep:.3f}, mean {o.mean:.3f}, makespan {o.makespan:.3f} ({held}{order})"
+
+    targets = ", ".join(f"{k} <= {v:.2f}" for k, v in TARGETS.items())
+    lines = [
+        f"# orders of the mix, predicted, ratios to stock; targets: {targets}",
+        f"simulated: {frontier['simulated']}; meeting every target: {frontier['meeting_every_target']}",
+        "best mean with the sweep and the makespan met: "
+        + show(frontier["best_mean_with_sweep_and_makespan"]),
+        "best sweep with the mean and the makespan met: "
+        + show(frontier["best_sweep_with_mean_and_makespan"]),
+        f"nearest to every target: {show(frontier['least_excess'])}",
+        f"the provider's keys (predicted): sweep {provider[0]:.3f}, mean {provider[1]:.3f}, "
+        f"makespan {provider[2]:.3f}",
+    ]
+    print("\n".join(lines))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -191,9 +343,34 @@ def main(argv: list[str] | None = None) -> int:
         "a warmed-up scheduler and file cache)",
     )
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--orders",
+        type=int,
+        default=0,
+        metavar="N",
+        help="boot nothing: whether any order of the mix meets the targets (N random task orders)",
+    )
     args = parser.parse_args(argv)
+    if args.orders < 0:
+        parser.error("--orders: a number of random orders, 0 or more")
     the_mix = mix(args.capacity, args.trials, args.evals)
     when = offsets(list(the_mix))
+    if args.orders:
+        started = time.time()
+        frontier = order_frontier(order_outcomes(the_mix, when, args.capacity, args.interval, args.orders))
+        names = list(the_mix)
+        graphs = [graph_of(n, the_mix[n], "critical_path") for n in names]
+        triggers = [when[n] for n in names]
+        objective = dataclasses.replace(get_objective(args.objective), gap=args.gap, overdue=args.overdue)
+        caps = {POOL: args.capacity}
+        provider = _ratios(
+            predict_runs(graphs, triggers, caps, objective, args.interval),
+            predict_runs(graphs, triggers, caps, None),
+            names,
+        )
+        print_frontier(frontier, provider)
+        print(f"# elapsed {time.time() - started:.0f}s")
+        return 0
     settings_env = {
         "AIRFLOW__GPU_DAG__POOLS": json.dumps({POOL: args.capacity}),
         "AIRFLOW__GPU_DAG__OBJECTIVE": args.objective,
@@ -239,10 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     # prediction: declared durations, the real trigger offsets of the provider runs
     real_offsets = [provider[n]["trigger"] - first["provider"] for n in names]
     graphs = [graph_of(n, the_mix[n], "critical_path") for n in names]
-    objective = get_objective(args.objective)
-    from dataclasses import replace
-
-    scaled = replace(objective, gap=args.gap, overdue=args.overdue)
+    scaled = dataclasses.replace(get_objective(args.objective), gap=args.gap, overdue=args.overdue)
     predicted_runs = {
         "stock": predict_runs(graphs, real_offsets, caps, None),
         "provider": predict_runs(graphs, real_offsets, caps, scaled, args.interval),
