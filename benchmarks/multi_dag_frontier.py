@@ -106,7 +106,7 @@ from airflow_gpu_dag.core.simulation.simulator import RunPriority, SimulationRes
 STRETCHES = (0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0)
 CHAINS = (0.0, 1.0, 2.0)
 REMAINING_WEIGHTS = (1.0, 0.5)  # c: the shipped objectives' values
-RESERVATIONS = ("always", "gated", "never")  # the default run: always, gated
+RESERVATIONS = ("always", "gated", "never", "ready")  # the default run: always, gated
 PLAN_ORACLES = ("mix-plan", "mix-plan+evals")  # one whole-mix plan, two ways of giving it to the runs
 #: ``pipelines s=X``: pipelines due at ``T + X * W``, every other run at ``balanced``'s (kinds known)
 PIPELINE_ORACLES = {f"pipelines s={x:g}": x for x in (0.0, 1.0, 2.0)}
@@ -270,6 +270,18 @@ class NeverHolds(ReservationGate):
         return False, "never held"
 
 
+class ReadyOverdueGate(ReservationGate):
+    """``gated`` without the hold for a head ``overdue`` past its *key*: slots are held when no other run's
+    task waits, for the key gap, or for a task ``overdue`` past its *ready time* (starving), which the
+    gate keeps. With the issue #41 terms keys lie days before the trigger, so an overdue counted from the
+    key would hold for every head at once; counted from the ready time it bounds every wait."""
+
+    def holds_for(self, now: float, head: Any, competitor: Any, starving: Any = None) -> tuple[bool, str]:
+        if starving is not None:
+            return super().holds_for(now, head, competitor, starving)
+        return ReservationGate(self.gap, math.inf, self.epoch).holds_for(now, head, competitor)
+
+
 def member_gate(member: Member) -> ReservationGate:
     """``always``: every wide head reserved for (gap 0, as ``throughput``); ``gated``: ``balanced``'s
     gate (or the member's ``gate``); both with that ``overdue``, after which a waiting task starves;
@@ -277,6 +289,8 @@ def member_gate(member: Member) -> ReservationGate:
     gap, overdue = member.gate_constants()
     if member.reservation == "never":
         return NeverHolds(0.0, overdue, SIMULATION_EPOCH)
+    if member.reservation == "ready":
+        return ReadyOverdueGate(gap, overdue, SIMULATION_EPOCH)
     return ReservationGate(0.0 if member.reservation == "always" else gap, overdue, SIMULATION_EPOCH)
 
 

@@ -130,6 +130,38 @@ def test_frontier_variants_cap_the_stretch_and_keep_gpu_parents_keys() -> None:
     assert frontier.member_gate(frontier.Member(3.0, 0.0, "gated", gate=(3600.0, 7200.0))).gap == 3600.0
 
 
+def test_frontier_ready_gate_counts_overdue_from_the_ready_time_not_the_key() -> None:
+    """``ready``: a head whose key lies days before now is not held for as overdue (``gated`` would), but a
+    task that has waited ``overdue`` since it turned ready still is (starving); the key gap holds too."""
+    import multi_dag_frontier as frontier
+
+    from airflow_gpu_dag.core.policy.admission import ReadyTask
+    from airflow_gpu_dag.core.policy.objective import key_weight
+    from airflow_gpu_dag.core.simulation.cross_dag import SIMULATION_EPOCH
+
+    hour = 3600.0
+    member = frontier.Member(5.0, 0.0, "ready", gate=(96 * hour, 36 * hour))
+    gate = frontier.member_gate(member)
+    assert isinstance(gate, frontier.ReadyOverdueGate) and (gate.gap, gate.overdue) == (96 * hour, 36 * hour)
+
+    base = SIMULATION_EPOCH + 1000 * hour  # keys after the epoch (before it they all clamp to it)
+
+    def task(key: str, at: float, since: float) -> ReadyTask:
+        weight = key_weight(base + at, SIMULATION_EPOCH)
+        return ReadyTask(key, "gpu", 8, weight, 3600.0, run=key, since=base + since)
+
+    now = base + 100 * hour
+    head = task("wide", -100 * hour, 99 * hour)  # key 200 h before now (the descendants term), ready 1 h ago
+    other = task("small", -50 * hour, 99 * hour)  # 50 h after the head's key: under the 96 h gap
+    gated = frontier.member_gate(frontier.Member(5.0, 0.0, "gated", gate=(96 * hour, 36 * hour)))
+    assert gated.holds_for(now, head, other)[0]  # 200 h past its key: overdue at once
+    assert not gate.holds_for(now, head, other)[0]  # ready 1 h ago: not overdue
+    assert gate.holds_for(now, head, task("late", 0.0, 99 * hour))[0]  # 100 h before it: the gap holds
+    starving = gate.starving(now, [task("old", -100 * hour, 50 * hour)])  # waited 50 h > 36 h
+    assert starving is not None and gate.holds_for(now, head, other, starving)[0]
+    assert gate.starving(now, [head, other]) is None
+
+
 def test_frontier_issue_41_terms_move_keys_by_descendants_and_unlocked_work() -> None:
     import dataclasses
 
