@@ -37,6 +37,28 @@ def test_every_run_order_and_the_sampled_task_orders_are_simulated_both_ways() -
     assert all(o.sweep > 0 and o.mean > 0 and o.makespan > 0 for o in outcomes)
 
 
+def test_the_climb_follows_the_search_and_keeps_only_steps_that_score_no_worse() -> None:
+    import itertools
+    import random
+
+    import real_airflow_multi_dag as real
+
+    the_mix, when = _tiny()
+    searched = real.order_outcomes(the_mix, when, 2, 2.0, samples=5, climb=20)
+    assert [o.how for o in searched[-40:]] == ["climb"] * 40  # 20 steps, each reserved for and not
+    assert searched[:-40] == real.order_outcomes(the_mix, when, 2, 2.0, samples=5)  # after the same search
+
+    target = {"a": 300.0, "b": 200.0, "c": 100.0}
+
+    def distance(keys: dict) -> float:
+        return sum(abs(keys[k] - target[k]) for k in target)
+
+    start = {"a": 0.0, "b": 500.0, "c": 1000.0}
+    best, path = real.hill_climb(start, distance(start), distance, 400, random.Random(1))
+    assert len(path) == 400 and all(x >= y for x, y in itertools.pairwise(path))
+    assert path[-1] == distance(best) < distance(start) / 4
+
+
 def test_frontier_counts_the_orders_meeting_every_target_and_the_best_of_each() -> None:
     import real_airflow_multi_dag as real
 
