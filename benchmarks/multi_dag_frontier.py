@@ -28,9 +28,11 @@ tasks with the most work behind them first), each known from the run's own shape
 pool capacity, the work ``t`` unlocks, in the unit of ``W``; scale-free). Both are 0 by default (the
 shipped key); both come from the *estimated* graphs, as ``W`` and ``remaining`` do. Both move keys hours
 before the trigger, where ``balanced``'s gate (overdue 12 h past the key) would hold slots at once: the
-gate's constants then scale with them (``--gates 96:720``: hold only 96 h ahead, overdue after 30 days),
-and ``--due-overdues X`` keeps the due cap ``T + W + X`` apart from the gate's overdue (default: the
-same).
+gate's constants then scale with them (``--gates 96:720``: hold only 96 h ahead, overdue after 30 days;
+or ``--reservations ready``, the overdue counted from the ready time, not the key), ``--due-overdues X``
+keeps the due cap ``T + W + X`` apart from the gate's overdue (default: the same), and
+``--descendant-caps K`` counts at most ``K`` descendants (a DAG of hundreds of tasks would otherwise be
+keyed months before its trigger).
 
 ``--oracle`` adds two schedules no trigger-time policy can have: the packing planner
 (:func:`~airflow_gpu_dag.core.planning.planner.packing_weights_plan`) run on the *whole mix* as one graph
@@ -138,6 +140,7 @@ class Member:
     downstream_unit: float = 0.0
     unlocked: float = 0.0
     due_overdue: float | None = None
+    descendant_cap: float = math.inf
 
     @property
     def name(self) -> str:
@@ -154,6 +157,8 @@ class Member:
             extra += f" a={self.unlocked:g}"
         if self.due_overdue is not None:
             extra += f" due={self.due_overdue / 3600:g}h"
+        if math.isfinite(self.descendant_cap):
+            extra += f" dcap={self.descendant_cap:g}"
         c = f" c={self.remaining_weight:g}" if self.remaining_weight != 1.0 else ""
         return f"s={self.stretch:g} chain={self.chain:g}{c} {self.reservation}{extra}"
 
@@ -175,9 +180,10 @@ def members(
     downstream_units: Sequence[float] = (0.0,),
     unlocked: Sequence[float] = (0.0,),
     due_overdues: Sequence[float | None] = (None,),
+    descendant_caps: Sequence[float] = (math.inf,),
 ) -> list[Member]:
     return [
-        Member(s, c, r, x, i, w, k, g, u, a, d)
+        Member(s, c, r, x, i, w, k, g, u, a, d, n)
         for s in stretches
         for c in chains
         for w in remaining_weights
@@ -189,6 +195,7 @@ def members(
         for u in downstream_units
         for a in unlocked
         for d in due_overdues
+        for n in descendant_caps
     ]
 
 
@@ -252,7 +259,9 @@ def member_priority(
                 raise ValueError(f"{member.name}: the downstream and unlocked terms need run_terms")
             extra = terms[graph.dag_id]
             keys = {
-                t: k - member.downstream_unit * extra.descendants[t] - member.unlocked * extra.unlocked[t]
+                t: k
+                - member.downstream_unit * min(extra.descendants[t], member.descendant_cap)
+                - member.unlocked * extra.unlocked[t]
                 for t, k in keys.items()
             }
         if member.inherit:
@@ -618,6 +627,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="hours X of the due cap T + W + X (gate: the gate's overdue, as balanced)",
     )
     parser.add_argument(
+        "--descendant-caps",
+        default="inf",
+        help="at most K descendants counted by --downstream-units (inf: all)",
+    )
+    parser.add_argument(
         "--unlocked-work",
         default="0",
         help="values of a: key - a * (GPU work of the task and its descendants / capacity); 0: none",
@@ -679,6 +693,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--due-overdues: hours (or gate)")
     if not dues or any(d is not None and not 0 <= d <= 30 * 24 * 3600.0 for d in dues):
         parser.error("--due-overdues: hours from 0 to 720 (or gate)")
+    try:
+        descendant_caps = [float(k) for k in args.descendant_caps.split(",") if k]
+    except ValueError:
+        parser.error("--descendant-caps: numbers of tasks >= 0 (inf: all)")
+    if not descendant_caps or any(not k >= 0 for k in descendant_caps):
+        parser.error("--descendant-caps: numbers of tasks >= 0 (inf: all)")
     settings = members(
         [float(s) for s in args.stretches.split(",")],
         [float(c) for c in args.chains.split(",")],
@@ -691,6 +711,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         units,
         unlocked,
         dues,
+        descendant_caps,
     )
     jobs = mix_jobs(args, settings, args.oracle, args.search)
     started = time.time()

@@ -199,6 +199,17 @@ def test_frontier_issue_41_terms_move_keys_by_descendants_and_unlocked_work() ->
         dued["load"] == pytest.approx(1000.0 + work + 1800.0 - 0.5 * cp, abs=1)
         and dued["load"] < plain["load"]
     )
+    # at most 2 descendants counted: load (3) moves as init (2), the others as before
+    capped = keys(
+        frontier.Member(4.0, 0.0, "never", remaining_weight=0.5, downstream_unit=3600.0, descendant_cap=2)
+    )
+    for t in plain:
+        assert capped[t] == pytest.approx(plain[t] - 3600.0 * min(terms.descendants[t], 2), abs=1)
+    uncapped = keys(frontier.Member(4.0, 0.0, "never", remaining_weight=0.5, downstream_unit=3600.0))
+    assert capped["load"] == uncapped["load"] + 3600.0 and capped["init"] == uncapped["init"]
+    assert frontier.Member(4.0, 0.0, "never", downstream_unit=3600.0, descendant_cap=24).name == (
+        "s=4 chain=0 never U=1h dcap=24"
+    )
     member = frontier.Member(4.0, 0.0, "gated", gate=(96 * 3600.0, 96 * 3600.0), downstream_unit=6 * 3600.0)
     assert (
         dataclasses.replace(member, due_overdue=12 * 3600.0).name
