@@ -2,7 +2,8 @@
 
 Rung 1 needs 4 slots of a 4-slot pool while another task holds 2: it cannot get its slots, its
 start-deadline watcher skips it, and rung 2 (2 slots) runs; downstream gets rung 2's result. A second
-DAG whose rungs can never fit shows the exhausted ladder failing the run. A third runs with the
+DAG whose rungs can never fit shows the exhausted ladder failing the run (the two runs go at the same
+time: the exhausted rungs never get slots, so they take none from the first). A third runs with the
 watermark controller managing the pool: its first rung is larger than the live capacity, and the
 controller's too-large check flags it but leaves it to its watcher, so the ladder falls back.
 """
@@ -36,10 +37,18 @@ def _xcom(cluster: Any, dag_id: str, run_id: str, task_id: str, key: str = "retu
     return resp.json()["value"]
 
 
-def test_rung_one_cannot_get_its_slots_in_time_and_rung_two_runs(airflow_cluster):
+@pytest.fixture(scope="module")
+def ladder_runs(airflow_cluster: Any) -> dict[str, str]:
+    """The runs of ``fallback_real`` and ``fallback_real_exhausted``, triggered together."""
     airflow_cluster.wait_for_dags(["fallback_real", "fallback_real_exhausted"])
     assert airflow_cluster.import_errors() == []
-    run_id = airflow_cluster.trigger("fallback_real")
+    return {
+        dag_id: airflow_cluster.trigger(dag_id) for dag_id in ("fallback_real", "fallback_real_exhausted")
+    }
+
+
+def test_rung_one_cannot_get_its_slots_in_time_and_rung_two_runs(airflow_cluster, ladder_runs):
+    run_id = ladder_runs["fallback_real"]
     state = airflow_cluster.wait_for_run("fallback_real", run_id, timeout=300)
     tis = _by_task(airflow_cluster, "fallback_real", run_id)
     states = {t: ti["state"] for t, ti in tis.items()}
@@ -60,9 +69,8 @@ def test_rung_one_cannot_get_its_slots_in_time_and_rung_two_runs(airflow_cluster
     assert evaluated == {"evaluated": {"task": "train.2x", "batch_size": 32, "grad_accum": 2}}
 
 
-def test_exhausted_ladder_fails_the_run(airflow_cluster):
-    airflow_cluster.wait_for_dag("fallback_real_exhausted")
-    run_id = airflow_cluster.trigger("fallback_real_exhausted")
+def test_exhausted_ladder_fails_the_run(airflow_cluster, ladder_runs):
+    run_id = ladder_runs["fallback_real_exhausted"]
     state = airflow_cluster.wait_for_run("fallback_real_exhausted", run_id, timeout=300)
     states = {
         t: ti["state"] for t, ti in _by_task(airflow_cluster, "fallback_real_exhausted", run_id).items()
