@@ -196,8 +196,9 @@ def summary(values: Mapping[str, float], makespan: float) -> dict[str, float]:
 
 @dataclasses.dataclass(frozen=True)
 class OrderOutcome:
-    """One simulated order of the mix: ``how`` (``runs`` or ``tasks``), ``reserved`` (every wide task
-    reserved for, or none), the run order (``runs`` only) and the ratios to stock of :data:`TARGETS`."""
+    """One simulated order of the mix: ``how`` (``runs``, ``tasks`` or ``climb``), ``reserved`` (every
+    wide task reserved for, or none), the run order (``runs`` only) and the ratios to stock of
+    :data:`TARGETS`."""
 
     how: str
     reserved: bool
