@@ -61,7 +61,7 @@ from multi_dag_frontier import NeverHolds
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE
 from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.core.model.resources import GpuRequest
-from airflow_gpu_dag.core.policy.objective import get_objective, key_weight, run_shape
+from airflow_gpu_dag.core.policy.objective import Objective, get_objective, key_weight, run_shape
 from airflow_gpu_dag.core.simulation.cross_dag import SIMULATION_EPOCH, believed_durations, predict_runs
 from airflow_gpu_dag.core.simulation.simulator import SimulationResult, simulate
 from airflow_gpu_dag.hooks.rest_client import parse_time
@@ -142,6 +142,16 @@ def graph_of(name: str, tasks: Sequence[Mapping[str, Any]], rule: str | None) ->
         for parent in t["parents"]:
             graph.add_edge(parent, t["id"])
     return graph
+
+
+def mix_graphs(the_mix: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[TaskGraph]:
+    """The mix's DAGs as the simulator reads them (declared durations, critical-path rule), in order."""
+    return [graph_of(name, tasks, "critical_path") for name, tasks in the_mix.items()]
+
+
+def scaled_objective(args: argparse.Namespace) -> Objective:
+    """``--objective`` with its gate scaled to this mix's seconds (``--gap``, ``--overdue``)."""
+    return dataclasses.replace(get_objective(args.objective), gap=args.gap, overdue=args.overdue)
 
 
 def run_mix(cluster: AirflowCluster, prefix: str, when: Mapping[str, float]) -> dict[str, dict[str, Any]]:
@@ -241,7 +251,7 @@ def order_outcomes(
     task's key or swaps two tasks' keys, and is kept when the nearer of its two outcomes is not farther
     from the targets: outcomes ``climb``)."""
     names = list(the_mix)
-    graphs = [graph_of(n, the_mix[n], "critical_path") for n in names]
+    graphs = mix_graphs(the_mix)
     triggers = [when[n] for n in names]
     caps = {POOL: capacity}
     stock = predict_runs(graphs, triggers, caps, None)
@@ -415,9 +425,9 @@ def main(argv: list[str] | None = None) -> int:
             order_outcomes(the_mix, when, args.capacity, args.interval, args.orders, climb=args.climb)
         )
         names = list(the_mix)
-        graphs = [graph_of(n, the_mix[n], "critical_path") for n in names]
+        graphs = mix_graphs(the_mix)
         triggers = [when[n] for n in names]
-        objective = dataclasses.replace(get_objective(args.objective), gap=args.gap, overdue=args.overdue)
+        objective = scaled_objective(args)
         caps = {POOL: args.capacity}
         provider = _ratios(
             predict_runs(graphs, triggers, caps, objective, args.interval),
@@ -471,8 +481,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     # prediction: declared durations, the real trigger offsets of the provider runs
     real_offsets = [provider[n]["trigger"] - first["provider"] for n in names]
-    graphs = [graph_of(n, the_mix[n], "critical_path") for n in names]
-    scaled = dataclasses.replace(get_objective(args.objective), gap=args.gap, overdue=args.overdue)
+    graphs = mix_graphs(the_mix)
+    scaled = scaled_objective(args)
     predicted_runs = {
         "stock": predict_runs(graphs, real_offsets, caps, None),
         "provider": predict_runs(graphs, real_offsets, caps, scaled, args.interval),
