@@ -166,20 +166,27 @@ class FallbackHint:
 @dataclass(frozen=True)
 class Derived:
     """What the cluster policy derives for a task: its remaining critical path (seconds, own duration
-    included), its run's GPU slot-seconds per pool (independent of the pool sizes), and ``digest``, the
+    included), its run's GPU slot-seconds per pool (independent of the pool sizes), ``digest``, the
     digest of the DAG version they were computed for
-    (:func:`airflow_gpu_dag.airflow.parse_time.version_digest`)."""
+    (:func:`airflow_gpu_dag.airflow.parse_time.version_digest`), and ``descendants``, its descendants
+    lead (:func:`airflow_gpu_dag.core.policy.objective.descendant_lead`: the most tasks downstream of any
+    task with at most its remaining time, up to 64; None: figures written before it was; the ``fair``
+    objective then analyses the DAG)."""
 
     remaining_s: float
     slot_seconds: Mapping[str, float]
     digest: str
+    descendants: int | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        wire: dict[str, Any] = {
             "remaining_s": float(self.remaining_s),
             "slot_seconds": {pool: float(s) for pool, s in sorted(self.slot_seconds.items())},
             "digest": self.digest,
         }
+        if self.descendants is not None:
+            wire["descendants"] = int(self.descendants)
+        return wire
 
 
 @dataclass(frozen=True)
@@ -331,9 +338,11 @@ _KEYS: dict[str, dict[str, Any]] = {
             "remaining_s": {"type": "number", "minimum": 0},
             "slot_seconds": {"type": "object", "additionalProperties": {"type": "number", "minimum": 0}},
             "digest": {"type": "string"},
+            "descendants": {"type": "integer", "minimum": 0},
         },
         "description": "Derived by the cluster policy for every task (remaining critical path, the "
-        "run's slot-seconds per pool, the DAG version's digest); never written by the author: the policy "
+        "run's slot-seconds per pool, the DAG version's digest, its descendants lead up to 64); "
+        "never written by the author: the policy "
         "replaces it, and the scheduler ignores one whose digest is not the DAG's.",
     },
 }
@@ -640,11 +649,15 @@ class _Parser:
             return None
         if not self._keys(value, _DERIVED_KEYS, "derived figures", fix):
             return None
-        remaining, seconds, digest = (value.get(k) for k in _DERIVED_KEYS)
+        remaining, seconds, digest, descendants = (value.get(k) for k in _DERIVED_KEYS)
         good = (
             0 <= real_number(remaining) < math.inf
             and isinstance(digest, str)
             and isinstance(seconds, Mapping)
+            and (
+                descendants is None
+                or (isinstance(descendants, int) and not isinstance(descendants, bool) and descendants >= 0)
+            )
         )
         pools: dict[str, float] = {}
         for pool, amount in seconds.items() if good and isinstance(seconds, Mapping) else ():
@@ -655,7 +668,7 @@ class _Parser:
         if not good:
             self.problem(DERIVED_KEY, "bad-hint", "derived figures are malformed.", fix)
             return None
-        return Derived(float(remaining), pools, str(digest))  # type: ignore[arg-type]
+        return Derived(float(remaining), pools, str(digest), descendants)  # type: ignore[arg-type]
 
 
 def _hints_of(executor_config: object) -> tuple[bool, object]:

@@ -108,15 +108,18 @@ def get_provider_info() -> dict[str, Any]:
                     },
                     "objective": {
                         "description": "What the cross-DAG priority optimizes when many DAGs share the GPU "
-                        "pools: throughput (makespan and pipelines first; every wide task reserved for), "
-                        "balanced (mean completion time and makespan) or latency (mean completion time and "
-                        "small DAGs first). Sets the stretch s (2, 4, 6) and chain c (1, 0.5, 0.5) of the "
-                        "keys and the reservation gate; see docs/priority.md. Another value is reported by "
-                        "lint (bad-config), logged once by the cluster policy, and balanced used.",
+                        "pools: fair (the default: no kind of DAG pays for the others' gain, p95 and "
+                        "makespan nearest stock Airflow's; small runs first, a pipeline's early stages "
+                        "first as in stock), throughput (makespan and pipelines first; every wide task "
+                        "reserved for), balanced (mean completion time first) or latency (mean completion "
+                        "time and small DAGs first). Sets the stretch s (5, 2, 4, 6), the chain c (0.5, 1, "
+                        "0.5, 0.5), fair's 6h per descendant task and the reservation gate; see "
+                        "docs/priority.md. Another value is reported by lint (bad-config), logged once by "
+                        "the cluster policy, and fair used.",
                         "version_added": "0.2.0",
                         "type": "string",
                         "example": "latency",
-                        "default": "balanced",
+                        "default": "fair",
                     },
                     "reservation_gap": {
                         "description": "Override of the objective's reservation gap: the controller holds "
@@ -133,7 +136,9 @@ def get_provider_info() -> dict[str, Any]:
                         "past its key is always reserved for, and a task that has waited this long since "
                         "it turned ready (and since its key) starves: nothing behind it is backfilled, "
                         "which bounds every wait; no run is due more than this after its own GPU work "
-                        "could end. A duration, e.g. 8h, at most 30d (longer is refused: bad-config).",
+                        "could end. Under fair (whose keys lie days before the trigger) it is the gate's "
+                        "alone, counted from the ready time only; the due cap stays 12h. A duration, e.g. "
+                        "8h, at most 30d (longer is refused: bad-config).",
                         "version_added": "0.2.0",
                         "type": "string",
                         "example": "2h",

@@ -343,15 +343,16 @@ def _warn_once(key: str, message: str, *args: object) -> None:
 
 
 def objective_name() -> str:
-    """``[gpu_dag] objective`` as written (``balanced`` when unset); see :func:`objective`."""
-    return (conf_get("objective", "balanced") or "balanced").strip().lower()
+    """``[gpu_dag] objective`` as written (``fair`` when unset); see :func:`objective`."""
+    return (conf_get("objective", DEFAULT_OBJECTIVE) or DEFAULT_OBJECTIVE).strip().lower()
 
 
 def objective() -> Objective:
-    """The cross-DAG objective (``[gpu_dag] objective``: ``throughput``, ``balanced`` — the default —
-    or ``latency``), with ``[gpu_dag] reservation_gap`` / ``reservation_overdue`` overriding its gate.
+    """The cross-DAG objective (``[gpu_dag] objective``: ``fair`` — the default —, ``throughput``,
+    ``balanced`` or ``latency``), with ``[gpu_dag] reservation_gap`` / ``reservation_overdue`` overriding its
+    gate (``reservation_overdue`` is also the due-time cap, but for ``fair``, whose gate has its own).
 
-    Never raises (the scheduler calls it): an unknown name is logged once and ``balanced`` is used; the
+    Never raises (the scheduler calls it): an unknown name is logged once and ``fair`` is used; the
     cluster policy fails the import of DAGs using our weight rules with the fix instead.
     """
     try:
@@ -364,7 +365,12 @@ def objective() -> Objective:
         if raw:
             try:
                 seconds = parse_duration(raw)
-                chosen = replace(chosen, gap=seconds) if field == "gap" else replace(chosen, overdue=seconds)
+                if field == "gap":
+                    chosen = replace(chosen, gap=seconds)
+                elif chosen.reserve_overdue is not None:  # the gate's own (fair): the due cap stays
+                    chosen = replace(chosen, reserve_overdue=seconds)
+                else:
+                    chosen = replace(chosen, overdue=seconds)
             except (EstimateError, ValueError) as err:  # ValueError: a constant the Objective refuses
                 _warn_once(
                     key, "airflow-gpu-dag: [gpu_dag] %s %r is invalid (%s); ignoring it", key, raw, err

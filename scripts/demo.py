@@ -81,11 +81,25 @@ def run_due(dag: Any) -> float:
     return current.objective.due_offset(run_shape(graph, current.capacity).work)
 
 
-def key_chain() -> float:
-    """``c`` in ``key = due - c x priority``: the objective's chain (docs/priority.md)."""
+def key_terms(dag: Any) -> tuple[str, dict[str, float]]:
+    """The objective's key as words (``due - c x priority``, and ``- U x min(descendant lead, K)`` for
+    ``fair``) and per task ``c x priority + U x min(lead, K)``: how far before the due time its key
+    lies (docs/priority.md)."""
+    from airflow_gpu_dag.airflow.dag_reader import build_task_graph
+    from airflow_gpu_dag.core.model.resources import format_duration
+    from airflow_gpu_dag.core.policy.objective import run_shape
     from airflow_gpu_dag.priority.weights import WeightSettings  # start-up: Airflow loads on first use
 
-    return WeightSettings.read().objective.chain
+    objective = WeightSettings.read().objective
+    graph, _ = build_task_graph(dag)
+    shape = run_shape(graph, {})
+    words = f"due - {objective.chain:g} x priority"
+    if objective.head_start > 0:
+        unit = format_duration(objective.descendant_unit)
+        words += f" - {unit} x min(descendant lead, {objective.descendant_cap})"
+    lead = shape.descendant_lead
+    ahead = {t: objective.key(0.0, 0.0, rest, lead[t]) for t, rest in shape.remaining.items()}
+    return words, {t: -k for t, k in ahead.items()}
 
 
 def render_plan(dag: Any) -> str:
@@ -96,7 +110,7 @@ def render_plan(dag: Any) -> str:
     from airflow_gpu_dag.airflow.dag_reader import plan_dag
 
     plan = plan_dag(dag)
-    due, chain = run_due(dag), key_chain()
+    due, (words, ahead) = run_due(dag), key_terms(dag)
     rows = [
         [
             t.task_id,
@@ -107,7 +121,7 @@ def render_plan(dag: Any) -> str:
             _hm(t.latest_finish),
             _hm(t.slack),
             t.priority,
-            f"{due - chain * t.priority:+.0f}s",
+            f"{due - ahead[t.task_id]:+.0f}s",
             t.gpus or "-",
             t.pool or "-",
             "*" if t.critical else "",
@@ -116,7 +130,7 @@ def render_plan(dag: Any) -> str:
     ]
     out = [
         f"Plan of {plan.dag_id} (times h:mm from the start of the run; priority = remaining "
-        f"critical-path seconds; key = due - {chain:g} x priority, seconds after the trigger, "
+        f"critical-path seconds; key = {words}, seconds after the trigger, "
         f"due = {due:+.0f}s)",
         _table(
             ["task", "dur", "ES", "EF", "LS", "LF", "slack", "priority", "key", "GPUs", "pool", "crit"], rows
@@ -182,7 +196,7 @@ def render_outcome(tis: Sequence[dict[str, Any]]) -> str:
             _table(["task", "state", "start (UTC)", "start", "end", "key", "pool", "slots"], rows),
             f"started in this order: {' -> '.join(started) or '(none)'}",
             "key: the latest start of the task for its run's due time, seconds after the trigger, as in "
-            "the plan (due - c x priority; its priority_weight encodes it; the earliest key starts first, "
+            "the plan (its priority_weight encodes it; the earliest key starts first, "
             "across all DAGs)",
         ]
     )

@@ -4,8 +4,11 @@
 5,000 tasks with a mapped one on a busy core). The provider's cluster policy already builds the DAG's
 task graph in the dag-processor to validate it; :func:`annotate` writes, into each task's contract
 (:class:`~airflow_gpu_dag.contract.Derived`, kept verbatim in the serialized DAG, ignored by executors),
-the task's remaining critical path, the run's slot-seconds per pool and the digest of the DAG version
-they belong to (:func:`version_digest`). Mapped tasks count with their instances as the scheduler will
+the task's remaining critical path, the run's slot-seconds per pool, its descendants lead (the most
+tasks downstream of any task with at most its remaining time, up to
+:data:`~airflow_gpu_dag.core.policy.objective.MAX_DESCENDANTS_COUNTED`:
+:func:`~airflow_gpu_dag.core.policy.objective.descendant_lead`) and the digest of the DAG version they
+belong to (:func:`version_digest`). Mapped tasks count with their instances as the scheduler will
 first weigh them: a literal ``expand()`` argument's length, else ``gpu_hints(map_length=N)``, else one.
 The figures are independent of the pool capacities, so changing ``[gpu_dag] pools`` makes no new DAG
 versions; the scheduler divides by the capacity it knows.
@@ -36,9 +39,10 @@ from airflow_gpu_dag.contract import (
 )
 from airflow_gpu_dag.contract import read as read_contract
 from airflow_gpu_dag.core.analysis.critical_path import analyze
+from airflow_gpu_dag.core.analysis.weight_rules import descendant_counts
 from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.core.model.mapping import task_of
-from airflow_gpu_dag.core.policy.objective import slot_seconds
+from airflow_gpu_dag.core.policy.objective import MAX_DESCENDANTS_COUNTED, descendant_lead, slot_seconds
 
 __all__ = ["ParseTimePath", "annotate", "read", "set_executor_config", "strip_derived", "version_digest"]
 
@@ -48,11 +52,13 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class ParseTimePath:
     """One task's parse-time figures: its remaining critical path (seconds), its run's slot-seconds per
-    pool, and the DAG version they belong to (:func:`version_digest`)."""
+    pool, the DAG version they belong to (:func:`version_digest`) and its descendants lead (None:
+    figures written without it)."""
 
     remaining: float
     slot_seconds: Mapping[str, float]
     version: str = ""
+    descendants: int | None = None
 
 
 def _hints(task: Any) -> Mapping[str, Any]:
@@ -154,16 +160,22 @@ def annotate(dag: Any, graph: TaskGraph) -> int:
     digest = version_digest(dag)
     expanded = expand_dag_graph(dag, graph)
     remaining: dict[str, float] = {}
-    for node_id, timing in analyze(expanded).timings.items():
+    descendants: dict[str, int] = {}
+    timings = analyze(expanded).timings
+    lead = descendant_lead(
+        descendant_counts(expanded, MAX_DESCENDANTS_COUNTED), {n: t.remaining for n, t in timings.items()}
+    )
+    for node_id, timing in timings.items():
         task_id = task_of(expanded, node_id)
         remaining[task_id] = max(timing.remaining, remaining.get(task_id, 0.0))
+        descendants[task_id] = max(lead[node_id], descendants.get(task_id, 0))
     seconds = {pool: float(value) for pool, value in sorted(slot_seconds(expanded).items())}
     if set(remaining) != set(dag.task_dict) or not all(
         math.isfinite(v) for v in (*remaining.values(), *seconds.values())
     ):
         return 0
     for task_id, task in dag.task_dict.items():
-        derived = Derived(float(remaining[task_id]), seconds, digest)
+        derived = Derived(float(remaining[task_id]), seconds, digest, descendants[task_id])
         set_executor_config(
             task, contracts[task_id].with_derived(derived).to_executor_config(task.executor_config)
         )
@@ -177,4 +189,4 @@ def read(task: Any) -> ParseTimePath | None:
     derived = read_derived(getattr(task, "executor_config", None))
     if derived is None:
         return None
-    return ParseTimePath(derived.remaining_s, dict(derived.slot_seconds), derived.digest)
+    return ParseTimePath(derived.remaining_s, dict(derived.slot_seconds), derived.digest, derived.descendants)

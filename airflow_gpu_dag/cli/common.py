@@ -64,7 +64,7 @@ def quiet(func: F) -> F:
 
 
 def check_objective_setting() -> None:
-    """Refuse an unknown ``[gpu_dag] objective``: the scheduler falls back to ``balanced`` with a log
+    """Refuse an unknown ``[gpu_dag] objective``: the scheduler falls back to ``fair`` with a log
     line (it must never raise), but a command that prints a plan under it says so at once.
 
     :raises ValueError: the unknown name and the known ones (:func:`quiet` prints it, exit code 1).

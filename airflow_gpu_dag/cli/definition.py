@@ -150,7 +150,7 @@ ARG_TRIGGER = Arg(
 )
 ARG_OBJECTIVE = Arg(
     ("--objective",),
-    choices=("throughput", "balanced", "latency"),
+    choices=("fair", "throughput", "balanced", "latency"),
     default=None,
     help="Cross-DAG objective of our policy (default: gpu_dag.objective); given with one DAG id, that "
     "DAG is simulated as one run of the cross-DAG policy.",

@@ -196,6 +196,10 @@ def _json(outcome: _Outcome) -> dict:
             "stretch": objective.stretch,
             "gap_s": objective.gap,
             "overdue_s": objective.overdue,
+            "chain": objective.chain,
+            "descendant_unit_s": objective.descendant_unit,
+            "descendant_cap": objective.descendant_cap,
+            "reservation_overdue_s": objective.gate_overdue,
         },
         "runs": [
             {
@@ -278,7 +282,14 @@ def _print(outcome: _Outcome) -> None:
     capacity_text = display.pools_text(capacity)
     out.print(
         f"Capacity: {capacity_text}. Ours: objective {objective.name} (stretch {objective.stretch:g}, "
-        f"reservation gap {format_duration(objective.gap)}, overdue {format_duration(objective.overdue)}); "
+        f"reservation gap {format_duration(objective.gap)}, overdue {format_duration(objective.overdue)}"
+        + (
+            f", {format_duration(objective.descendant_unit)} earlier per descendant task up to "
+            f"{objective.descendant_cap}, reservation overdue {format_duration(objective.gate_overdue)}"
+            if objective.head_start > 0
+            else ""
+        )
+        + "); "
         "stock: Airflow's downstream weights, pools at capacity.",
         markup=False,
     )

@@ -65,6 +65,13 @@ class DagBasis:
         node = node_id(self.shape.remaining, task_id, map_index)
         return None if node is None else self.shape.remaining[node]
 
+    def descendant_lead(self, task_id: str, map_index: int = -1) -> int:
+        """The descendants lead of the task instance's node (``fair``'s term,
+        :attr:`~airflow_gpu_dag.core.policy.objective.RunShape.descendant_lead`; 0 when it is not in
+        the graph)."""
+        node = node_id(self.shape.remaining, task_id, map_index)
+        return 0 if node is None else self.shape.descendant_lead.get(node, 0)
+
 
 def build_basis(
     dag: Any,

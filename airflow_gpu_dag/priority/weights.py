@@ -3,14 +3,17 @@
 For a task instance of DAG ``d`` (the serialized DAG object the scheduler or api-server holds) in a run
 triggered at ``T``::
 
-    weight = 2**31 - 1 - round(T + min(s * W(d), W(d) + overdue) - c * remaining(d, task) - E)
+    weight = 2**31 - 1 - round(T + min(s * W(d), W(d) + overdue) - c * remaining(d, task)
+                               - U * min(lead(d, task), K) - E)
 
 (:mod:`airflow_gpu_dag.core.policy.objective`): ``remaining`` is the critical path from the task to the end of
 the run (``critical_path`` rule) or the packing plan's planned end - planned start (``packing`` rule,
 once the plan is ready; the critical path until then; for a DAG of more than
 :data:`PACKING_PLAN_MAX_TASKS` tasks, which is not planned, the ``width_aware`` critical path), ``W``
-the DAG's GPU work over the pool capacity, ``s``, ``c`` and ``overdue`` the objective's stretch, chain
-and overdue, ``E`` ``[gpu_dag] key_epoch``.
+the DAG's GPU work over the pool capacity, ``lead`` the descendants lead of the task (the most tasks
+downstream of any task of the DAG with at most its remaining time), ``s``,
+``c``, ``overdue``, ``U`` and ``K`` the objective's stretch, chain, overdue, descendant unit and cap
+(``U`` = 0 but for ``fair``), ``E`` ``[gpu_dag] key_epoch``.
 Work per call: dictionary lookups, plus, once per DAG object, the O(V + E) basis (:mod:`.basis`): made
 off the scheduler loop when the task carries the figures the cluster policy derived
 (:mod:`airflow_gpu_dag.airflow.parse_time`; the weights use them until the basis is ready, once their
@@ -384,11 +387,14 @@ class CrossDagWeights:
             if early is not None:
                 return early
         basis = self.basis(dag)  # inline only for a DAG without the policy's figures (or forged ones)
-        remaining = basis.remaining(task.task_id, -1 if map_index is None else int(map_index))
+        index = -1 if map_index is None else int(map_index)
+        remaining = basis.remaining(task.task_id, index)
         if remaining is None:
             raise KeyError(f"task {task.task_id!r} is not in the graph of DAG {basis.dag_id!r}")
         current = self.settings()
-        key = current.objective.key(self.triggers.of(ti), basis.shape.work, remaining)
+        key = current.objective.key(
+            self.triggers.of(ti), basis.shape.work, remaining, basis.descendant_lead(task.task_id, index)
+        )
         return key_weight(key, current.epoch)
 
     def _parse_time_weight(self, ti: Any, task: Any, dag: Any) -> int | None:
@@ -407,11 +413,13 @@ class CrossDagWeights:
             return None
         if not self._digest_matches(dag, ti, path.version):
             return None
+        if path.descendants is None and current.objective.head_start > 0:
+            return None  # figures written before the descendants count: the DAG is analysed
         self._analyse_later(dag)
         if self._analysed(dag):  # (inline, in tests, it is ready now)
             return None
         work = work_of(path.slot_seconds, current.capacity)
-        key = current.objective.key(self.triggers.of(ti), work, path.remaining)
+        key = current.objective.key(self.triggers.of(ti), work, path.remaining, path.descendants or 0)
         return key_weight(key, current.epoch)
 
     def _digest_matches(self, dag: Any, ti: Any, claimed: str) -> bool:
@@ -478,11 +486,21 @@ def policy_text(graph: TaskGraph, read_settings: Callable[[], WeightSettings] = 
         if pools
         else "this run's GPU work: 0 without [gpu_dag] pools or inventory, so runs go by trigger time"
     )
+    overdue = (
+        f"or {format_duration(objective.gate_overdue)} overdue"
+        if objective.head_start <= 0
+        else f"or once it has waited {format_duration(objective.gate_overdue)} since it turned ready"
+    )
     gate = (
         "reserves for every wide task"
         if objective.always_reserves
         else f"reserves for a wide task {format_duration(objective.gap)} more urgent than other runs' work, "
-        f"or {format_duration(objective.overdue)} overdue"
+        f"{overdue}"
+    )
+    descendants = (
+        f" - {format_duration(objective.descendant_unit)} x min(descendant lead, {objective.descendant_cap})"
+        if objective.head_start > 0
+        else ""
     )
     error = planning_error(graph) if graph.priority_rule == "packing" else 0.0
     hedge = (
@@ -493,7 +511,7 @@ def policy_text(graph: TaskGraph, read_settings: Callable[[], WeightSettings] = 
     )
     return (
         f"Priority: {rule}, objective {objective.name}: key = trigger + min({objective.stretch:g} x W, W + "
-        f"{format_duration(objective.overdue)}) - {objective.chain:g} x remaining, W = "
+        f"{format_duration(objective.overdue)}) - {objective.chain:g} x remaining{descendants}, W = "
         f"{format_duration(work)} ({work_text}); the earliest key starts "
         f"first across all DAGs.{hedge} Controller: {gate}."
     )

@@ -119,7 +119,8 @@ def test_invalid_conf_is_refused_at_trigger(examples: dict[str, Any]) -> None:
 
 def test_weights_are_the_cross_dag_keys_of_each_run(examples: dict[str, Any]) -> None:
     """What the scheduler and the api-server stored is, task for task, the key of docs/priority.md:
-    2**31 - 1 - round(trigger + min(4 W, W + 12 h) - 0.5 remaining - epoch) (objective balanced, W =
+    2**31 - 1 - round(trigger + min(5 W, W + 12 h) - 0.5 remaining - 6 h min(lead, 24) - epoch)
+    (objective fair, the default; lead: the task's descendant lead; W =
     the run's GPU work over the 2-GPU pool, a mapped task counted as its expected instances: the sweep
     declares ``map_length=4`` and this is its first run, so there is no history), with the trigger time
     of the run (from its run id)."""
@@ -134,7 +135,7 @@ def test_weights_are_the_cross_dag_keys_of_each_run(examples: dict[str, Any]) ->
         trigger = parse_run_id_time(examples["runs"][dag_id])
         assert trigger is not None, examples["runs"][dag_id]
         graph, _ = build_task_graph(dags[dag_id], expand_mapped=True)
-        keys = run_weights(graph, trigger, {"gpu_default": POOL_SLOTS}, get_objective("balanced"))
+        keys = run_weights(graph, trigger, {"gpu_default": POOL_SLOTS}, get_objective(None))
         expected = weights_by_task(graph, keys)
         stored = {ti["task_id"]: ti["priority_weight"] for ti in tis}  # mapped instances: one weight each
         assert stored == {task_id: expected[task_id] for task_id in stored}, dag_id

@@ -318,9 +318,12 @@ def test_weights_of_a_new_run_follow_the_learned_durations(
             if t["task_id"] in TASK_IDS
         }
         assert set(weights) == set(TASK_IDS), weights
-        chain = OBJECTIVES[DEFAULT_OBJECTIVE].chain  # keys of one run differ by c x remaining
+        # keys of one run differ by c x remaining and U x the descendant leads (fair): with the learned
+        # durations short_runs_long (right below it) leads by 1, long_runs_short and right by 0
+        objective = OBJECTIVES[DEFAULT_OBJECTIVE]
+        chain, lead = objective.chain, objective.key(0.0, 0.0, 0.0, 0) - objective.key(0.0, 0.0, 0.0, 1)
         long_short = (weights["declared_long_runs_short"] - weights["declared_right"]) / chain
-        short_long = (weights["declared_short_runs_long"] - weights["declared_right"]) / chain
+        short_long = (weights["declared_short_runs_long"] - weights["declared_right"] - lead) / chain
         assert short_long > long_short, (weights, real)  # the critical path moved to what really takes long
         # remaining(short_runs_long) - remaining(right) = its learned duration (keys round to 1 s,
         # which is 1 / c s of remaining time)

@@ -49,7 +49,8 @@ import pytest
 
 from airflow_gpu_dag.airflow.dag_reader import build_task_graph
 from airflow_gpu_dag.core.analysis.critical_path import analyze
-from airflow_gpu_dag.core.policy.objective import DEFAULT_OBJECTIVE, KEY_WEIGHT_FLOOR, OBJECTIVES
+from airflow_gpu_dag.core.model.mapping import task_of
+from airflow_gpu_dag.core.policy.objective import DEFAULT_OBJECTIVE, KEY_WEIGHT_FLOOR, OBJECTIVES, run_shape
 from airflow_gpu_dag.testing import AirflowCluster
 from tests.scripts import load_script
 
@@ -210,15 +211,37 @@ def test_one_slot_pool_runs_one_task_at_a_time(runs: dict[str, RunResult], dag_i
         assert _ts(after["start_date"]) >= _ts(before["end_date"]), (before["task_id"], after["task_id"])
 
 
-#: ``c`` of the cluster's objective (the default): keys of one run differ by c x the remaining times
-CHAIN = OBJECTIVES[DEFAULT_OBJECTIVE].chain
+#: The cluster's objective (the default): keys of one run differ by ``c`` x the remaining times and
+#: ``U`` x the descendant leads (``fair``)
+OBJECTIVE = OBJECTIVES[DEFAULT_OBJECTIVE]
+CHAIN = OBJECTIVE.chain
 
 
-def _as_remaining(observed: dict[str, int], analysed: dict[str, int]) -> dict[str, int]:
-    """Cross-DAG keys of one run differ exactly by ``c`` x the tasks' remaining critical paths (the run's
-    trigger time and work are the same for all of them): the remaining times, anchored on one task."""
+def _leads(dag: Any) -> dict[str, int]:
+    """Each task's descendant lead, as the scheduler's analysis computes it (mapped tasks expanded)."""
+    graph, _ = build_task_graph(dag, expand_mapped=True)
+    leads: dict[str, int] = {}
+    for node, lead in run_shape(graph, {}).descendant_lead.items():
+        task_id = task_of(graph, node)
+        leads[task_id] = max(lead, leads.get(task_id, 0))
+    return leads
+
+
+def _as_remaining(
+    observed: dict[str, int], analysed: dict[str, int], leads: dict[str, int]
+) -> dict[str, int]:
+    """Cross-DAG keys of one run differ exactly by ``c`` x the tasks' remaining critical paths plus ``U``
+    x their descendant leads (the run's trigger time and work are the same for all of them): the
+    remaining times, anchored on one task."""
     anchor = next(iter(analysed))
-    return {t: round(analysed[anchor] + (w - observed[anchor]) / CHAIN) for t, w in observed.items()}
+
+    def ahead(task_id: str) -> float:
+        return OBJECTIVE.key(0.0, 0.0, 0.0, 0) - OBJECTIVE.key(0.0, 0.0, 0.0, leads.get(task_id, 0))
+
+    return {
+        t: round(analysed[anchor] + (w - observed[anchor] - ahead(t) + ahead(anchor)) / CHAIN)
+        for t, w in observed.items()
+    }
 
 
 def test_critical_path_weights_are_keys_of_the_remaining_critical_path(runs: dict[str, RunResult]) -> None:
@@ -227,7 +250,7 @@ def test_critical_path_weights_are_keys_of_the_remaining_critical_path(runs: dic
     assert analysed == EXPECTED_CP_WEIGHTS
     observed = {task_id: ti["priority_weight"] for task_id, ti in runs[CRITICAL].by_task().items()}
     assert all(w >= KEY_WEIGHT_FLOOR for w in observed.values()), observed  # cross-DAG keys
-    assert _as_remaining(observed, analysed) == analysed
+    assert _as_remaining(observed, analysed, _leads(module.cp_chains_critical)) == analysed
 
 
 @pytest.mark.parametrize("dag_id", [CRITICAL, DOWNSTREAM])
@@ -285,11 +308,12 @@ def test_features_get_critical_path_weights(runs: dict[str, RunResult]) -> None:
     result = runs[FEATURES]
     unmapped = {task_id: ti["priority_weight"] for task_id, ti in result.by_task().items()}
     expected = {k: v for k, v in EXPECTED_FEATURE_WEIGHTS.items() if k != "train"}
-    relative = _as_remaining({k: unmapped[k] for k in expected}, expected)
+    leads = _leads(module.cp_features)
+    relative = _as_remaining({k: unmapped[k] for k in expected}, expected, leads)
     assert relative == expected
     anchor = {"setup_env": unmapped["setup_env"]}
     mapped = sorted(
-        (ti["map_index"], _as_remaining({**anchor, "train": ti["priority_weight"]}, expected)["train"])
+        (ti["map_index"], _as_remaining({**anchor, "train": ti["priority_weight"]}, expected, leads)["train"])
         for ti in result.tis
         if ti["task_id"] == "train"
     )

@@ -114,8 +114,10 @@ def test_critical_path_weights_were_applied(stress_round: tuple[Any, Any]) -> No
         keys.setdefault(ti["dag_run_id"], {})[ti["task_id"]] = ti["priority_weight"]
     assert len(keys) == RUNS and all(set(run) == {"train", "evaluate"} for run in keys.values()), keys
     # cross-DAG keys: within a run they differ by c (the default objective's chain) x the remaining
-    # critical paths, train: 1 h + evaluate 20 min downstream = 4800 s; evaluate: 20 min = 1200 s
-    gap = round(OBJECTIVES[DEFAULT_OBJECTIVE].chain * (4800 - 1200))
+    # critical paths, train: 1 h + evaluate 20 min downstream = 4800 s; evaluate: 20 min = 1200 s, and
+    # U x the descendant leads (fair: train has evaluate below it, 1; evaluate 0)
+    objective = OBJECTIVES[DEFAULT_OBJECTIVE]
+    gap = round(objective.key(0.0, 0.0, 1200.0, 0) - objective.key(0.0, 0.0, 4800.0, 1))
     assert all(run["train"] - run["evaluate"] == gap for run in keys.values()), keys
 
 

@@ -20,9 +20,10 @@ def test_plan_of_example_dag_names_the_critical_path(monkeypatch: pytest.MonkeyP
     text = render_plan(dag)
     assert "critical path: load_data -> preprocess -> init_model -> train -> checkpoint -> evaluate" in text
     train = next(line for line in text.splitlines() if line.startswith("train "))
-    # duration 1:30, ES 0:45, slack 0:00, priority = 2h remaining = 7200 s, key = due - priority, 4 GPUs
+    # duration 1:30, ES 0:45, slack 0:00, priority = 2h remaining = 7200 s, 4 GPUs; key (fair, the
+    # default) = due - 0.5 x priority - 6 h x its 2 descendants = 42375 - 3600 - 43200
     assert train.split()[:10] == [
-        "train", "1:30", "0:45", "2:15", "0:45", "2:15", "0:00", "7200", "+30300s", "4"
+        "train", "1:30", "0:45", "2:15", "0:45", "2:15", "0:00", "7200", "-4425s", "4"
     ]  # fmt: skip
     assert train.rstrip().endswith("*")
     ablation = next(line for line in text.splitlines() if line.startswith("ablation_train"))
@@ -37,11 +38,12 @@ def test_plan_and_outcome_show_the_key_in_one_unit(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu_default": 4}')
     dag = load_dag(DEFAULT_DAGS_FOLDER, DEMO_DAG_ID)
     plan_text = render_plan(dag)
-    # W = 33900 GPU-seconds / 4 GPUs = 8475 s; due = min(4 x W, W + 12 h) = 33900 s after the trigger
-    # (balanced: stretch 4, chain 0.5, overdue 12 h); key = due - 0.5 x priority
-    assert "key = due - 0.5 x priority, seconds after the trigger, due = +33900s" in plan_text.splitlines()[0]
+    # W = 33900 GPU-seconds / 4 GPUs = 8475 s; due = min(5 x W, W + 12 h) = 42375 s after the trigger
+    # (fair: stretch 5, chain 0.5, overdue 12 h); key = due - 0.5 x priority - 6 h x min(lead, 24)
+    words = "key = due - 0.5 x priority - 6h00m x min(descendant lead, 24), seconds after the trigger"
+    assert f"{words}, due = +42375s" in plan_text.splitlines()[0]
     load = next(line for line in plan_text.splitlines() if line.startswith("load_data "))
-    assert load.split()[7:9] == ["9900", "+28950s"]
+    assert load.split()[7:9] == ["9900", "-113775s"]  # 42375 - 4950 - 7 descendants x 6 h
     from airflow_gpu_dag.core.policy.objective import key_weight
 
     trigger = 1767225600.0  # 2026-01-01T00:00:00Z
@@ -51,15 +53,15 @@ def test_plan_and_outcome_show_the_key_in_one_unit(monkeypatch: pytest.MonkeyPat
         "state": "success",
         "start_date": "2026-01-01T00:00:01Z",
         "end_date": "2026-01-01T00:00:02Z",
-        "priority_weight": key_weight(trigger + 33900.0 - 4950.0),  # the weight rule's key for load_data
+        "priority_weight": key_weight(trigger - 113775.0),  # the weight rule's key for load_data
         "run_id": "manual__2026-01-01T00:00:00+00:00",
         "pool": "default_pool",
         "pool_slots": 1,
     }
     outcome = render_outcome([ti])
     row = next(line for line in outcome.splitlines() if line.startswith("load_data "))
-    assert "+28950s" in row.split()
-    assert "as in the plan (due - c x priority" in outcome.splitlines()[-1]
+    assert "-113775s" in row.split()
+    assert "as in the plan (its priority_weight encodes it" in outcome.splitlines()[-1]
 
 
 def test_example_dag_tasks_use_gpu_pool_slots_equal_to_gpus() -> None:

@@ -117,6 +117,13 @@ def test_the_wire_form_validates_against_the_schema_and_parses_back() -> None:
     assert (parsed.duration_s, parsed.gpu_request) == (5400.0, GpuRequest(2, 40960, "a100"))
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**wire, "gpu_mem": 1}, contract.json_schema())
+    # the policy's figures, with the descendants count fair's key reads (optional: older figures lack it)
+    derived = parsed.with_derived(contract.Derived(600.0, {"gpu": 3600.0}, "d", 3)).to_wire()
+    jsonschema.validate(derived, contract.json_schema())
+    assert contract.read({"gpu_dag": derived}).derived == contract.Derived(600.0, {"gpu": 3600.0}, "d", 3)
+    del derived["derived"]["descendants"]
+    jsonschema.validate(derived, contract.json_schema())
+    assert contract.read({"gpu_dag": derived}).derived == contract.Derived(600.0, {"gpu": 3600.0}, "d")
 
 
 @pytest.mark.parametrize(

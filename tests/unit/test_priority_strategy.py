@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
 from airflow_gpu_dag.airflow.policy import dag_policy
 from airflow_gpu_dag.core.analysis.weight_rules import INT32_MAX
-from airflow_gpu_dag.core.policy.objective import DEFAULT_EPOCH, OBJECTIVES, key_of_weight
+from airflow_gpu_dag.core.policy.objective import DEFAULT_EPOCH, DEFAULT_OBJECTIVE, OBJECTIVES, key_of_weight
 from airflow_gpu_dag.log_once import LogOnce
 from airflow_gpu_dag.priority.background import Background
 from airflow_gpu_dag.priority_strategy import (
@@ -43,8 +43,14 @@ RUN_ID = "manual__2026-11-30T12:00:00+00:00"
 
 
 TRIGGER = 1_796_040_000.0  # the time in RUN_ID
-BALANCED = OBJECTIVES["balanced"]
-C = BALANCED.chain  # key = trigger + due offset - C x remaining
+DEFAULT = OBJECTIVES[DEFAULT_OBJECTIVE]
+C = DEFAULT.chain  # key = trigger + due offset - C x remaining - U x min(descendant lead, K)
+
+
+def _ahead(remaining: float, lead: int = 0) -> float:
+    """How far before ``trigger + due offset`` the default objective puts a task's key (``lead``: its
+    descendant lead, the tasks below it where no task with less remaining time has more)."""
+    return C * remaining + DEFAULT.descendant_unit * min(lead, DEFAULT.descendant_cap)
 
 
 def _ti(sdag: Any, task_id: str, run_id: str = RUN_ID, map_index: int = -1) -> Any:
@@ -81,11 +87,12 @@ def test_weights_are_keys_of_the_remaining_critical_path() -> None:
         load >> side
     sdag = serialized(dag)
     # no pool sizes configured: the work term is 0, key = trigger - c x remaining critical path
-    assert {t: (TRIGGER - _key(_weight(sdag, t))) / C for t in sdag.task_dict} == {
-        "load": 600 + 3600 + 1200,
-        "train": 3600 + 1200,
-        "eval": 1200,
-        "side": 300,
+    # - U x min(descendants, K) (fair, the default: load has train, eval and side below it)
+    assert {t: TRIGGER - _key(_weight(sdag, t)) for t in sdag.task_dict} == {
+        "load": _ahead(600 + 3600 + 1200, 3),
+        "train": _ahead(3600 + 1200, 1),
+        "eval": _ahead(1200),
+        "side": _ahead(300),
     }
 
 
@@ -105,11 +112,11 @@ def test_task_group_mapped_and_setup_teardown() -> None:
         setup >> clean >> swept >> teardown
     sdag = serialized(dag)
     assert set(sdag.task_dict) == {"create_cluster", "prep.clean", "sweep", "delete_cluster"}
-    assert TRIGGER - _key(_weight(sdag, "sweep")) == C * (1800 + 300)
+    assert TRIGGER - _key(_weight(sdag, "sweep")) == _ahead(1800 + 300, 1)  # the teardown below it
     mapped = CriticalPathPriorityStrategy().get_weight(_ti(sdag, "sweep", map_index=1))  # type: ignore[arg-type]
     assert mapped == _weight(sdag, "sweep")  # every instance of a mapped task alike
-    assert TRIGGER - _key(_weight(sdag, "prep.clean")) == C * (1200 + 1800 + 300)
-    assert TRIGGER - _key(_weight(sdag, "create_cluster")) == C * (300 + 1200 + 1800 + 300)
+    assert TRIGGER - _key(_weight(sdag, "prep.clean")) == _ahead(1200 + 1800 + 300, 3)  # 2 instances
+    assert TRIGGER - _key(_weight(sdag, "create_cluster")) == _ahead(300 + 1200 + 1800 + 300, 4)
 
 
 @pytest.mark.usefixtures("_fresh_weights")
@@ -247,8 +254,8 @@ def test_unknown_objective_is_logged_once_and_the_default_used(
 
     monkeypatch.setenv("AIRFLOW__GPU_DAG__OBJECTIVE", "fastest")
     monkeypatch.setattr(settings, "_warned", LogOnce(settings.log))
-    assert settings.objective().name == "balanced"
-    assert settings.objective().name == "balanced"
+    assert settings.objective().name == DEFAULT_OBJECTIVE == "fair"
+    assert settings.objective().name == DEFAULT_OBJECTIVE
     assert caplog.text.count("unknown objective 'fastest'") == 1
 
 
@@ -278,7 +285,7 @@ def test_packing_keys_follow_the_plan_and_start_from_the_critical_path(
     strategy = PackingPriorityStrategy()
     work = sum((10 + 7 * i) * 60 * (1 + i % 3) for i in range(6)) / 4
     for task_id, rest in expected.items():
-        expected = TRIGGER + BALANCED.due_offset(work) - C * rest
+        expected = TRIGGER + DEFAULT.due_offset(work) - _ahead(rest)  # independent tasks
         assert _key(_weight(sdag, task_id, strategy=strategy)) == math.floor(expected + 0.5)
 
 
@@ -322,8 +329,8 @@ def test_packing_dags_above_the_planning_limit_use_the_width_aware_weights(
     assert planned == []  # over the limit: never planned
     widths = width_aware_weights(build_task_graph(sdag)[0], {"gpu": 4})
     work = (40 * 60 * 4 + 4 * 50 * 60) / 4
-    due = TRIGGER + BALANCED.due_offset(work)
-    assert keys == {t: math.floor(due - C * w / 10 + 0.5) for t, w in widths.items()}
+    due = TRIGGER + DEFAULT.due_offset(work)
+    assert keys == {t: math.floor(due - _ahead(w / 10) + 0.5) for t, w in widths.items()}
     assert min(keys, key=keys.__getitem__) == "wide"  # the plain critical path started the narrow ones first
     # the critical-path rule is unchanged by the limit
     assert _key(_weight(sdag, "wide")) > _key(_weight(sdag, "narrow0"))
@@ -612,7 +619,7 @@ def test_packing_strategy_never_raises_and_follows_the_plan(monkeypatch: pytest.
     from airflow_gpu_dag import priority_strategy as ps
     from airflow_gpu_dag.airflow.dag_reader import build_task_graph
     from airflow_gpu_dag.core.planning.planner import planned_remaining
-    from airflow_gpu_dag.core.policy.objective import key_of_weight
+    from airflow_gpu_dag.core.policy.objective import descendant_lead, key_of_weight
 
     assert PACKING_WEIGHT_RULE == "airflow_gpu_dag.priority_strategy.PackingPriorityStrategy"
     with DAG("packing_strategy_dag", schedule=None) as dag:
@@ -636,17 +643,18 @@ def test_packing_strategy_never_raises_and_follows_the_plan(monkeypatch: pytest.
     monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu": 8}')
     ps.PackingPriorityStrategy._weights.reset()
     planned = planned_remaining(build_task_graph(dag)[0], {"gpu": 8})
-    base = rest("a") - C * planned["a"]  # -(trigger + due offset): the same for every task of the run
-    assert all(abs(rest(t) - C * planned[t] - base) <= 1 for t in ("b", "c"))  # (keys are whole seconds)
+    lead = descendant_lead({"a": 1}, planned)  # a has b below it
+    base = rest("a") - _ahead(planned["a"], lead["a"])  # -(trigger + due offset): the same for every task
+    assert all(abs(rest(t) - _ahead(planned[t], lead[t]) - base) <= 1 for t in ("b", "c"))  # (whole s)
     assert strategy.get_weight(ti("a")) > strategy.get_weight(ti("b"))  # a gates the long wide task
     # a task wider than the configured pool: the planner refuses, critical-path remaining, no exception
     monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu": 4}')
     ps.PackingPriorityStrategy._weights.reset()
-    assert rest("a") - rest("b") == C * 10  # remaining 110 vs 100: the critical path
+    assert rest("a") - rest("b") == _ahead(10, 1)  # remaining 110 vs 100: the critical path
     # no pool sizes configured: the critical path too
     monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS")
     ps.PackingPriorityStrategy._weights.reset()
-    assert abs(rest("a") - rest("c") - C * 105) <= 1
+    assert abs(rest("a") - rest("c") - _ahead(105, 1)) <= 1
     no_task: Any = SimpleNamespace(task=None, task_id="x")
     assert strategy.get_weight(no_task) == 1
     # anything else failing: the task's own priority_weight

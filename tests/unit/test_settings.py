@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from airflow_gpu_dag import settings
-from airflow_gpu_dag.core.policy.objective import DEFAULT_EPOCH, OBJECTIVES
+from airflow_gpu_dag.core.policy.objective import DEFAULT_EPOCH, DEFAULT_OBJECTIVE, OBJECTIVES
 from tests.unit.conftest import (
     _problem,
     _set,
@@ -152,8 +152,11 @@ def test_weights_keep_the_critical_path_order_with_a_millisecond_epoch(
         }
     finally:
         weights.reset()
-    # keys of one run differ by c x the remaining times (10 min of difference)
-    assert got["load"] - got["train"] == 600 * OBJECTIVES["balanced"].chain and got["load"] < 2**31 - 1
+    # keys of one run differ by c x the remaining times (10 min of difference) and U x the descendants
+    # (load has train below it)
+    objective = OBJECTIVES[DEFAULT_OBJECTIVE]
+    apart = 600 * objective.chain + objective.descendant_unit
+    assert got["load"] - got["train"] == apart and got["load"] < 2**31 - 1
 
 
 # -- enumerations and booleans ------------------------------------------------------------------------------
@@ -733,7 +736,7 @@ def test_an_overdue_that_lets_a_task_wait_without_bound_is_refused_at_start_up_w
     _set(monkeypatch, "reservation_overdue", value)
     assert "over 30 days" in (_problem("reservation_overdue") or "")
     with caplog.at_level(logging.WARNING):  # where it is read (the scheduler): logged, default used
-        assert settings.objective().overdue == OBJECTIVES["balanced"].overdue
+        assert settings.objective().gate_overdue == OBJECTIVES[DEFAULT_OBJECTIVE].gate_overdue
     assert "reservation_overdue" in caplog.text and "30 days" in caplog.text
     with pytest.raises(
         SystemExit, match=r"\[gpu_dag\] reservation_overdue .* over 30 days: a task could wait"
@@ -741,4 +744,18 @@ def test_an_overdue_that_lets_a_task_wait_without_bound_is_refused_at_start_up_w
         _refuse_bad_config()  # the watermark controller does not start on it
     _set(monkeypatch, "reservation_overdue", "30d")  # the longest accepted
     assert _problem("reservation_overdue") is None
-    assert settings.objective().overdue == 30 * 24 * 3600.0
+    assert settings.objective().gate_overdue == 30 * 24 * 3600.0
+
+
+@pytest.mark.usefixtures("_fresh")
+def test_reservation_overdue_sets_the_gates_overdue_and_the_due_cap_only_where_they_are_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``fair`` counts its gate's overdue from the ready time, apart from the 12-h due cap: the setting
+    moves the gate alone. The other objectives have one ``overdue`` for both: it moves both."""
+    _set(monkeypatch, "reservation_overdue", "2d")
+    fair = settings.objective()
+    assert (fair.name, fair.gate_overdue, fair.overdue) == ("fair", 48 * 3600.0, 12 * 3600.0)
+    _set(monkeypatch, "objective", "balanced")
+    balanced = settings.objective()
+    assert (balanced.gate_overdue, balanced.overdue) == (48 * 3600.0, 48 * 3600.0)

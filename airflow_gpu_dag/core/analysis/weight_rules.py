@@ -38,6 +38,7 @@ __all__ = [
     "RuleUse",
     "clamp_int32",
     "critical_path_weights",
+    "descendant_counts",
     "downstream_weights",
     "incomparable_rules",
     "plan_order_weights",
@@ -80,6 +81,35 @@ def downstream_weights(graph: TaskGraph) -> dict[str, int]:
     order = graph.topological_order()
     bits = _descendant_bits(graph, order)
     return {t: clamp_int32(1 + bits[t].bit_count()) for t in order}
+
+
+def descendant_counts(graph: TaskGraph, cap: int) -> dict[str, int]:
+    """Per task, how many tasks are downstream of it (all descendants, as Airflow's ``downstream`` rule
+    counts them less the task itself), counted up to ``cap``: ``min(descendants, cap)``.
+
+    One pass in reverse topological order keeps, per task, the set of its descendants only while it has
+    fewer than ``cap`` (a task with a child of ``cap`` or more has more itself): O(E x cap) at worst,
+    however large the DAG, where the exact count is O(V x E)."""
+    if cap <= 0:
+        return {t: 0 for t in graph.nodes}
+    below: dict[str, set[str] | None] = {}  # None: at least cap descendants
+    counts: dict[str, int] = {}
+    for task_id in reversed(graph.topological_order()):
+        seen: set[str] | None = set()
+        for down in graph.downstream(task_id):
+            sub = below[down]
+            if sub is None:
+                seen = None
+                break
+            assert seen is not None
+            seen.add(down)
+            seen |= sub
+            if len(seen) >= cap:
+                seen = None
+                break
+        below[task_id] = seen
+        counts[task_id] = cap if seen is None else len(seen)
+    return counts
 
 
 def critical_path_weights(graph: TaskGraph, analysis: CriticalPathAnalysis | None = None) -> dict[str, int]:

@@ -6,6 +6,8 @@ bound they must age. Every task instance therefore gets a **key**, an absolute t
 
     due(run)  = T + min(s * W, W + overdue)    T: when the run was triggered
     key(t)    = due(run) - c * remaining(t)    W: the run's GPU work / the pool capacity (max over pools)
+                - U * min(lead(t), K)          lead: the most tasks downstream of any task of the run
+                                                whose remaining is at most t's (stock's weight - 1)
     weight(t) = 2**31 - 1 - round(key(t) - E)      E: a fixed epoch; the earliest key goes first
 
 * **Within one run** ``due`` is a constant, so the order is exactly the critical-path order (or the
@@ -13,18 +15,25 @@ bound they must age. Every task instance therefore gets a **key**, an absolute t
 * **Across runs** the ``s * W`` term is shortest-work-first with aging: a 20-minute evaluation DAG
   is due long before a 40-GPU-hour pipeline triggered at the same moment, but a run triggered later
   is due later. The ``- c * remaining(t)`` term starts a long chain early (``c``, the objective's
-  ``chain``, is how much of it counts across runs).
+  ``chain``, is how much of it counts across runs). The ``- U * min(lead, K)`` term (``fair`` only;
+  ``U`` = 0 elsewhere) moves the keys toward stock Airflow's order across runs, a pipeline's early
+  stages first: it is what keeps p95 and the makespan near stock's while small runs still go first.
+  ``lead(t)`` is the largest descendants count of the tasks of the run with at most ``t``'s remaining
+  time, so it never decreases along the critical path and the order *within* a run stays the
+  critical path's (or the plan's).
 * **No run pays for the others without bound**: ``due <= T + W + overdue``, so a wide run (a sweep)
   triggered early is overtaken only by runs triggered within ``W + overdue + c * CP`` after it
-  (``CP`` the overtaker's critical path), however large its work; and ``key >= T - CP``, so a run
-  triggered after ``key(X) + CP_max`` can never overtake task ``X`` (docs/priority.md states the wait
-  bound and proves it; :class:`ReservationGate` is the controller's half).
+  (``CP`` the overtaker's critical path), however large its work; and ``key >= T - c * CP - U * K``, so
+  a run triggered after ``key(X) + CP_max + U * K`` can never overtake task ``X`` (docs/priority.md
+  states the wait bound and proves it; :class:`ReservationGate` is the controller's half).
 * ``W`` scales with the pool: at 8 GPUs the keys behave like shortest-work-first, at 32 like the
   critical path with first-come-first-served.
 
-The objective (``[gpu_dag] objective``) picks ``s``, ``c`` and the reservation gate (:data:`OBJECTIVES`):
-``throughput`` (makespan and pipelines first, every wide task reserved for), ``balanced`` (the
-default), ``latency`` (mean completion time and small DAGs first). Pure and deterministic.
+The objective (``[gpu_dag] objective``) picks ``s``, ``c``, ``U``, ``K`` and the reservation gate
+(:data:`OBJECTIVES`): ``fair`` (the default: every kind of DAG within 1.05x stock, p95 and makespan
+nearest stock's), ``throughput`` (makespan and pipelines first, every wide task reserved for),
+``balanced`` (more of the mean gain; makespan and p95 up to 5 % and 11 % above stock), ``latency``
+(mean completion time and small DAGs first). Pure and deterministic.
 """
 
 from __future__ import annotations
@@ -32,10 +41,11 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Container, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 from airflow_gpu_dag.core.analysis.critical_path import analyze
-from airflow_gpu_dag.core.analysis.weight_rules import INT32_MAX, clamp_int32
+from airflow_gpu_dag.core.analysis.weight_rules import INT32_MAX, clamp_int32, descendant_counts
 from airflow_gpu_dag.core.model.graph import TaskGraph, task_pool, task_slots
 from airflow_gpu_dag.core.policy.admission import PendingTask, ReadyTask, admission_order
 
@@ -43,12 +53,14 @@ __all__ = [
     "DEFAULT_EPOCH",
     "DEFAULT_OBJECTIVE",
     "KEY_WEIGHT_FLOOR",
+    "MAX_DESCENDANTS_COUNTED",
     "MAX_OVERDUE",
     "OBJECTIVES",
     "Objective",
     "ReservationGate",
     "RunShape",
     "StarvingWatch",
+    "descendant_lead",
     "get_objective",
     "key_of_weight",
     "key_weight",
@@ -68,6 +80,9 @@ KEY_WEIGHT_FLOOR = 2**30
 #: for any finite value, but a task may wait ``overdue`` before anything is reserved for it, and a wait
 #: of months is, to the team that waits, a wait without bound.
 MAX_OVERDUE = 30 * 24 * 3600.0
+#: The most descendants a key counts (an objective's ``descendant_cap`` is at most this): what
+#: :class:`RunShape` keeps per task, counted in O(E x this) however large the DAG.
+MAX_DESCENDANTS_COUNTED = 64
 
 
 @dataclass(frozen=True)
@@ -87,6 +102,14 @@ class Objective:
     head is then reserved for, with only work ahead of the starving task backfilled. ``overdue`` also
     caps the due time: no run is due more than ``overdue`` after its own work could end.
 
+    ``descendant_unit`` and ``descendant_cap`` are ``U`` (seconds) and ``K`` in ``key -= U * min(lead,
+    K)`` (:attr:`RunShape.descendant_lead`): a task with many tasks downstream (a pipeline's first
+    stages, what stock Airflow runs first) starts earlier, by at most ``U * K`` (:attr:`head_start`).
+    With that term keys lie up to days before the trigger, so the gate no longer holds for a head
+    ``overdue`` past its *key* (every such head would be at once) and ``reserve_overdue`` (None:
+    ``overdue``) is the gate's own: a task that has waited it since it turned ready starves, while
+    ``overdue`` still caps the due time.
+
     :raises ValueError: a constant that would let a run wait without bound or lose the critical-path
         order, with the reason (:func:`objective_problems`).
     """
@@ -96,9 +119,20 @@ class Objective:
     gap: float
     overdue: float
     chain: float = 1.0
+    descendant_unit: float = 0.0
+    descendant_cap: int = 0
+    reserve_overdue: float | None = None
 
     def __post_init__(self) -> None:
-        problems = objective_problems(self.stretch, self.chain, self.gap, self.overdue)
+        problems = objective_problems(
+            self.stretch,
+            self.chain,
+            self.gap,
+            self.overdue,
+            self.descendant_unit,
+            self.descendant_cap,
+            self.reserve_overdue,
+        )
         if problems:
             raise ValueError(f"objective {self.name!r}: " + "; ".join(problems))
 
@@ -106,23 +140,47 @@ class Objective:
     def always_reserves(self) -> bool:
         return self.gap <= 0
 
+    @property
+    def head_start(self) -> float:
+        """``U * K``: the most the descendants term moves a key before its run's trigger (0 without it)."""
+        return self.descendant_unit * self.descendant_cap if self.descendant_unit > 0 else 0.0
+
+    @property
+    def gate_overdue(self) -> float:
+        """The gate's overdue: ``reserve_overdue``, else ``overdue``."""
+        return self.overdue if self.reserve_overdue is None else self.reserve_overdue
+
     def due_offset(self, work: float) -> float:
         """``min(s * W, W + overdue)``: how long after its trigger a run of work ``W`` is due."""
         return min(self.stretch * work, work + self.overdue)
 
-    def key(self, trigger: float, work: float, remaining: float) -> float:
-        """``T + min(s * W, W + overdue) - c * remaining``: the key of a task with ``remaining`` seconds
-        of critical path, of a run of work ``W`` triggered at ``T``."""
-        return trigger + self.due_offset(work) - self.chain * remaining
+    def key(self, trigger: float, work: float, remaining: float, lead: int = 0) -> float:
+        """``T + min(s * W, W + overdue) - c * remaining - U * min(lead, K)``: the key of a task with
+        ``remaining`` seconds of critical path and a descendants lead of ``lead``
+        (:attr:`RunShape.descendant_lead`), of a run of work ``W`` triggered at ``T``."""
+        key = trigger + self.due_offset(work) - self.chain * remaining
+        if self.descendant_unit > 0:
+            key -= self.descendant_unit * min(lead, self.descendant_cap)
+        return key
 
 
-def objective_problems(stretch: float, chain: float, gap: float, overdue: float) -> list[str]:
+def objective_problems(
+    stretch: float,
+    chain: float,
+    gap: float,
+    overdue: float,
+    descendant_unit: float = 0.0,
+    descendant_cap: int = 0,
+    reserve_overdue: float | None = None,
+) -> list[str]:
     """What is wrong with these objective constants (empty: nothing). Each refused value would break
     a guarantee of docs/priority.md: a stretch that is negative or not finite lets ever larger runs go
     first (or puts every key at infinity); a chain outside (0, 1] loses the critical-path order within
     a run (0) or lets a long run overtake by more than its critical path (> 1); a negative gap is
-    meaningless; an overdue that is negative, not finite or over :data:`MAX_OVERDUE` lets a task wait
-    without bound before it is reserved for."""
+    meaningless; an overdue (or gate overdue) that is negative, not finite or over :data:`MAX_OVERDUE`
+    lets a task wait without bound before it is reserved for; a descendants term whose head start
+    ``U * K`` is not finite or over :data:`MAX_OVERDUE` lets a run overtake runs triggered that long after
+    it, and a cap that is not a whole number in [0, :data:`MAX_DESCENDANTS_COUNTED`] is not counted."""
     problems = []
     if not (math.isfinite(stretch) and stretch >= 0):
         problems.append(
@@ -141,6 +199,26 @@ def objective_problems(stretch: float, chain: float, gap: float, overdue: float)
             "(30 days): "
             "a task may wait that long before it is reserved for, so a larger one lets it wait without bound"
         )
+    if reserve_overdue is not None and not (
+        math.isfinite(reserve_overdue) and 0 <= reserve_overdue <= MAX_OVERDUE
+    ):
+        problems.append(
+            f"reservation overdue {reserve_overdue!r} must be finite, >= 0 and at most {MAX_OVERDUE:.0f} s "
+            "(30 days): a task may wait that long before it is reserved for"
+        )
+    if not (isinstance(descendant_cap, int) and 0 <= descendant_cap <= MAX_DESCENDANTS_COUNTED):
+        problems.append(
+            f"descendant cap {descendant_cap!r} must be a whole number in [0, {MAX_DESCENDANTS_COUNTED}] "
+            "(the most descendants a key counts)"
+        )
+    elif not (math.isfinite(descendant_unit) and descendant_unit >= 0):
+        problems.append(f"descendant unit {descendant_unit!r} must be a finite number of seconds >= 0")
+    elif descendant_unit * descendant_cap > MAX_OVERDUE:
+        problems.append(
+            f"descendant unit x cap = {descendant_unit * descendant_cap:.0f} s must be at most "
+            f"{MAX_OVERDUE:.0f} s (30 days): a run's first tasks would go ahead of every run triggered "
+            "up to that long after it, a wait without bound to those runs"
+        )
     return problems
 
 
@@ -152,13 +230,29 @@ _HOUR = 3600.0
 #: longer before it is reserved for, and no run is due later after its own work could end (scale both
 #: for your tasks); ``chain`` 0.5 lets a long pipeline start early but not jump a wide sweep triggered
 #: before it by its whole length; ``stretch`` 4 puts small runs first while every kind stays within
-#: 1.05x of stock. ``throughput`` keeps the 8 h ``overdue`` it was measured with.
+#: 1.05x of stock. ``throughput`` keeps the 8 h ``overdue`` it was measured with. ``fair``: 6 h per
+#: descendant task (``U``) is about one training stage of the pool, so a pipeline's first stage, with
+#: tens of tasks below it, goes ahead of runs triggered a day or more after it, as in stock Airflow;
+#: at most 24 descendants count (``K``: no figure moves up to there, and a DAG of hundreds of tasks is
+#: not put weeks ahead); the gap of 96 h is 16 descendants, so slots are held almost only when no
+#: other run's task waits; a task that has waited 36 h since it turned ready is reserved for (below
+#: 24 h the holds cost the sweeps); ``stretch`` 5 and the 12 h due cap keep small runs first.
 OBJECTIVES: dict[str, Objective] = {
     "throughput": Objective("throughput", stretch=2.0, gap=0.0, overdue=8 * _HOUR, chain=1.0),
     "balanced": Objective("balanced", stretch=4.0, gap=8 * _HOUR, overdue=12 * _HOUR, chain=0.5),
+    "fair": Objective(
+        "fair",
+        stretch=5.0,
+        gap=96 * _HOUR,
+        overdue=12 * _HOUR,
+        chain=0.5,
+        descendant_unit=6 * _HOUR,
+        descendant_cap=24,
+        reserve_overdue=36 * _HOUR,
+    ),
     "latency": Objective("latency", stretch=6.0, gap=8 * _HOUR, overdue=12 * _HOUR, chain=0.5),
 }
-DEFAULT_OBJECTIVE = "balanced"
+DEFAULT_OBJECTIVE = "fair"
 
 
 def get_objective(name: str | None) -> Objective:
@@ -176,11 +270,43 @@ def get_objective(name: str | None) -> Objective:
 @dataclass(frozen=True)
 class RunShape:
     """What a DAG contributes to its runs' keys: ``remaining[t]`` (seconds from ``t``'s start to the
-    run's end: the critical path, own duration included, or planned end - planned start) and ``work``
-    (its GPU slot-seconds over the pool capacity, the largest over the capacity pools)."""
+    run's end: the critical path, own duration included, or planned end - planned start), ``work``
+    (its GPU slot-seconds over the pool capacity, the largest over the capacity pools) and
+    ``descendants[t]`` (the tasks downstream of ``t``, up to :data:`MAX_DESCENDANTS_COUNTED`; a task not
+    in it counts 0)."""
 
     remaining: dict[str, float]
     work: float
+    descendants: dict[str, int] = field(default_factory=dict)
+
+    @cached_property
+    def descendant_lead(self) -> dict[str, int]:
+        """Per task, the count the descendants term uses (:func:`descendant_lead`)."""
+        return descendant_lead(self.descendants, self.remaining)
+
+
+def descendant_lead(descendants: Mapping[str, int], remaining: Mapping[str, float]) -> dict[str, int]:
+    """Per task of ``remaining``, the largest ``descendants`` count of the tasks whose remaining time is
+    at most its own (a task not in ``descendants`` counts 0).
+
+    It never decreases as the remaining time grows, so ``- U * min(lead, K)`` moves a task at least as
+    far as every task with less remaining: the order within a run stays the critical path's (or the
+    plan's), while across runs a pipeline's early stages (many tasks below them) go first as in stock
+    Airflow. The count of the task itself alone would put a short task with many successors ahead of
+    its run's long critical task, stock's mistake the critical path exists to fix."""
+    lead: dict[str, int] = {}
+    best = 0
+    ordered = sorted(remaining, key=remaining.__getitem__)
+    start = 0
+    while start < len(ordered):  # tasks of equal remaining time share one lead
+        end = start
+        while end < len(ordered) and remaining[ordered[end]] == remaining[ordered[start]]:
+            best = max(best, descendants.get(ordered[end], 0))
+            end += 1
+        for task_id in ordered[start:end]:
+            lead[task_id] = best
+        start = end
+    return lead
 
 
 def run_shape(
@@ -190,7 +316,8 @@ def run_shape(
     add no work); ``remaining`` replaces the critical-path remaining times (e.g. from a plan)."""
     if remaining is None:
         remaining = {t: timing.remaining for t, timing in analyze(graph).timings.items()}
-    return RunShape(dict(remaining), work_of(slot_seconds(graph), capacity))
+    descendants = descendant_counts(graph, MAX_DESCENDANTS_COUNTED)
+    return RunShape(dict(remaining), work_of(slot_seconds(graph), capacity), descendants)
 
 
 def slot_seconds(graph: TaskGraph) -> dict[str, float]:
@@ -214,9 +341,17 @@ def work_of(seconds: Mapping[str, float], capacity: Mapping[str, int]) -> float:
 
 
 def task_keys(shape: RunShape, trigger: float, objective: Objective) -> dict[str, float]:
-    """``key(t) = trigger + min(s * W, W + overdue) - c * remaining(t)`` for every task (see the module
-    docstring)."""
-    return {task_id: objective.key(trigger, shape.work, rest) for task_id, rest in shape.remaining.items()}
+    """``key(t) = trigger + min(s * W, W + overdue) - c * remaining(t) - U * min(lead(t), K)`` for every
+    task (see the module docstring)."""
+    if objective.head_start <= 0:
+        return {
+            task_id: objective.key(trigger, shape.work, rest) for task_id, rest in shape.remaining.items()
+        }
+    lead = shape.descendant_lead
+    return {
+        task_id: objective.key(trigger, shape.work, rest, lead[task_id])
+        for task_id, rest in shape.remaining.items()
+    }
 
 
 def key_weight(key: float, epoch: float = DEFAULT_EPOCH) -> int:
@@ -260,7 +395,9 @@ class ReservationGate:
       critical path or the plan, has already ordered the work), or
     * ``W``'s key is earlier than that of the next waiting ready task of another run by at least
       ``gap`` seconds: ``W`` is clearly more urgent than the work the held slots would run, or
-    * ``W`` is ``overdue`` seconds past its key: from then on it is always reserved for.
+    * ``W`` is ``overdue`` seconds past its key: from then on it is always reserved for (only with
+      ``past_key_holds``; an objective with a descendants term has keys days before the trigger, every
+      head would be past it, and its heads are held for once they starve instead).
 
     Otherwise the pool stays at its capacity and Airflow's own admission runs. A head or competitor
     whose weight is not a key (a DAG on a stock weight rule) is always reserved for (no gate).
@@ -277,11 +414,13 @@ class ReservationGate:
     gap: float
     overdue: float
     epoch: float = DEFAULT_EPOCH
+    past_key_holds: bool = True
 
     @classmethod
     def for_objective(cls, objective: Objective, epoch: float = DEFAULT_EPOCH) -> ReservationGate:
-        """The gate of ``objective`` (``gap`` 0: it holds slots for every wide head)."""
-        return cls(objective.gap, objective.overdue, epoch)
+        """The gate of ``objective`` (``gap`` 0: it holds slots for every wide head; with a descendants
+        term, overdue counted from the ready time only)."""
+        return cls(objective.gap, objective.gate_overdue, epoch, past_key_holds=objective.head_start <= 0)
 
     def waiting_since(self, task: ReadyTask) -> float | None:
         """``max(key, ready time)`` of ``task``: what its starving is measured from (None when its weight
@@ -308,9 +447,9 @@ class ReservationGate:
         """The most a task with key ``key``, ready at ``ready``, waits with the controller running every
         ``interval`` seconds (docs/priority.md proves it), ``ahead`` task instances of its pool having an
         earlier key and ``longest`` being the pool's longest task: ``max(0, key - ready) + overdue +
-        (ahead + 1) * (longest + 2 * interval)``; at interval 0 the tighter ``max(0, key + overdue -
-        ready) + (ahead + 1) * longest``."""
-        if interval <= 0:
+        (ahead + 1) * (longest + 2 * interval)``; at interval 0, with past-key holds, the tighter
+        ``max(0, key + overdue - ready) + (ahead + 1) * longest``."""
+        if interval <= 0 and self.past_key_holds:
             return max(0.0, key + self.overdue - ready) + (ahead + 1) * longest
         return max(0.0, key - ready) + self.overdue + (ahead + 1) * (longest + 2 * interval)
 
@@ -326,15 +465,20 @@ class ReservationGate:
         head_key = key_of_weight(head.priority, self.epoch)
         if head_key is None or competitor is None or self.gap <= 0:
             return True, ""
-        if now - head_key >= self.overdue:
+        if self.past_key_holds and now - head_key >= self.overdue:
             return True, f"; {now - head_key:.0f}s past its key: overdue"
         other = key_of_weight(competitor.priority, self.epoch)
         if other is None or other - head_key >= self.gap:
             return True, ""
+        overdue = (
+            f"{max(0.0, now - head_key):.0f}s past (overdue after {self.overdue:.0f}s)"
+            if self.past_key_holds
+            else f"held for once it has waited {self.overdue:.0f}s since it turned ready"
+        )
         return False, (
             f"{head.key} ({head.slots} slots) is not urgent enough to hold slots for: its key is "
-            f"{other - head_key:.0f}s before {competitor.key}'s (gap {self.gap:.0f}s) and "
-            f"{max(0.0, now - head_key):.0f}s past (overdue after {self.overdue:.0f}s); pool = capacity"
+            f"{other - head_key:.0f}s before {competitor.key}'s (gap {self.gap:.0f}s) and {overdue}; "
+            "pool = capacity"
         )
 
 

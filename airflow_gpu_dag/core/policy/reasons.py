@@ -83,8 +83,10 @@ class Reason:
     unknown); ``lookahead``: ``W`` is not scheduled yet, expected ready by ``until``; ``nothing_else``:
     no other ready task could take ``W``'s slots, so the pool stays open. The objective's gate:
     ``competitor`` the next waiting task of another run, ``key_gap`` its key minus ``W``'s, ``gap`` and
-    ``overdue_after`` the objective's thresholds, ``past_key`` how far ``now`` is past ``W``'s key;
-    ``starving`` the starving task and ``waited`` how long it has waited.
+    ``overdue_after`` the objective's thresholds, ``past_key`` how far ``now`` is past ``W``'s key
+    (``from_ready``: the gate holds for ``W`` only once it starves, ``overdue_after`` after it turned
+    ready, not once it is past its key); ``starving`` the starving task and ``waited`` how long it has
+    waited.
     """
 
     code: str
@@ -110,6 +112,7 @@ class Reason:
     overdue_after: float | None = None
     starving: str | None = None
     waited: float | None = None
+    from_ready: bool = False
 
     @property
     def holds(self) -> bool:
@@ -127,14 +130,16 @@ def gate_terms(
     """The :class:`Reason` fields of the objective's gate for a wide head (the code among
     ``reserving``, ``overdue``, ``starving`` and ``not-urgent-enough``, and its figures), taking the
     branches of :meth:`ReservationGate.holds_for` in its order: a starving task first, then a head or
-    competitor without a key (always held for), ``overdue``, then the gap."""
+    competitor without a key (always held for), ``overdue`` (a gate with ``past_key_holds`` only), then
+    the gap. A gate without past-key holds (``fair``) gives ``from_ready``: its heads are held for once
+    they starve, ``overdue_after`` seconds after they turned ready."""
     if starving is not None:
         since = gate.waiting_since(starving)
         return {"code": "starving", "starving": starving.key, "waited": 0.0 if since is None else now - since}
     head_key = key_of_weight(head.priority, gate.epoch)
     if head_key is None or competitor is None or gate.gap <= 0:
         return {"code": "reserving"}
-    if now - head_key >= gate.overdue:
+    if gate.past_key_holds and now - head_key >= gate.overdue:
         return {"code": "overdue", "past_key": now - head_key, "overdue_after": gate.overdue}
     other = key_of_weight(competitor.priority, gate.epoch)
     if other is None or other - head_key >= gate.gap:
@@ -146,6 +151,7 @@ def gate_terms(
         "gap": gate.gap,
         "past_key": max(0.0, now - head_key),
         "overdue_after": gate.overdue,
+        "from_ready": not gate.past_key_holds,
     }
 
 
@@ -168,11 +174,15 @@ def render(reason: Reason) -> str:
     if code == "next-slot":
         return f"{reason.task} (1 slot) takes the next free slot; pool = capacity"
     if code == "not-urgent-enough":
+        overdue = (
+            f"held for once it has waited {_num(reason.overdue_after):.0f}s since it turned ready"
+            if reason.from_ready
+            else f"{_num(reason.past_key):.0f}s past (overdue after {_num(reason.overdue_after):.0f}s)"
+        )
         return (
             f"{reason.task} ({reason.slots} slots) is not urgent enough to hold slots for: its key is "
             f"{_num(reason.key_gap):.0f}s before {reason.competitor}'s (gap {_num(reason.gap):.0f}s) and "
-            f"{_num(reason.past_key):.0f}s past (overdue after {_num(reason.overdue_after):.0f}s); "
-            "pool = capacity"
+            f"{overdue}; pool = capacity"
         )
     when = "unknown" if reason.until is None else f"+{reason.until - reason.at:g}s"
     what = "expected ready and its slots free" if reason.lookahead else "slots expected free"
@@ -203,7 +213,7 @@ _INTS: tuple[str, ...] = (
     "backfill_count",
 )
 _FLOATS: tuple[str, ...] = ("at", "until", "key_gap", "gap", "past_key", "overdue_after", "waited")
-_BOOLS: tuple[str, ...] = ("lookahead", "nothing_else")
+_BOOLS: tuple[str, ...] = ("lookahead", "nothing_else", "from_ready")
 
 
 def _cut(key: str) -> str:

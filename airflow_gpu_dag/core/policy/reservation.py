@@ -473,7 +473,7 @@ def _bound_window(
     window.before_ends(now, running)
     if gate is not None:
         key = key_of_weight(head.priority, gate.epoch)
-        if key is not None and now - key < gate.overdue:  # once overdue, always overdue
+        if gate.past_key_holds and key is not None and now - key < gate.overdue:  # once overdue, always
             window.near(key + gate.overdue)
 
 

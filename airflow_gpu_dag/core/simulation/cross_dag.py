@@ -13,7 +13,14 @@ from collections.abc import Callable, Mapping, Sequence
 
 from airflow_gpu_dag.core.analysis.weight_rules import downstream_weights
 from airflow_gpu_dag.core.model.graph import TaskGraph
-from airflow_gpu_dag.core.policy.objective import Objective, ReservationGate, RunShape, key_weight, run_shape
+from airflow_gpu_dag.core.policy.objective import (
+    Objective,
+    ReservationGate,
+    RunShape,
+    key_weight,
+    run_shape,
+    task_keys,
+)
 from airflow_gpu_dag.core.simulation.simulator import RunPriority, SimulationResult, simulate
 
 __all__ = ["SIMULATION_EPOCH", "believed_durations", "cross_dag_priority", "predict_runs"]
@@ -53,10 +60,9 @@ def cross_dag_priority(
         source = believed(graph, trigger)
         if source not in shapes:
             shapes[source] = run_shape(source, capacity, (remaining or {}).get(graph.dag_id))
-        shape = shapes[source]
         return {
-            task_id: key_weight(objective.key(trigger, shape.work, rest), epoch)
-            for task_id, rest in shape.remaining.items()
+            task_id: key_weight(key, epoch)
+            for task_id, key in task_keys(shapes[source], trigger, objective).items()
         }
 
     weights.__name__ = f"cross-DAG {objective.name}"

@@ -80,6 +80,14 @@ def test_the_policy_writes_the_critical_path_and_the_serialized_dag_keeps_it() -
     assert paths["prep"].remaining == (10 + 120 + 30 + 45) * 60  # type: ignore[union-attr]
     gpu_slot_seconds = (120 * 4 + 30 * 2 + 45 * 1 + 20 * 1) * 60
     assert paths["side"].slot_seconds["gpu"] == gpu_slot_seconds  # type: ignore[union-attr]
+    # the tasks below each (fair's descendants term): prep has the three GPU steps and side
+    assert {t: p.descendants for t, p in paths.items()} == {  # type: ignore[union-attr]
+        "prep": 4,
+        "gpu_0": 2,
+        "gpu_1": 1,
+        "gpu_2": 0,
+        "side": 0,
+    }
     # the declared hints are kept (in their canonical form)
     assert sdag.task_dict["gpu_0"].executor_config["gpu_dag"]["duration_s"] == 7200
 
@@ -173,6 +181,10 @@ def test_dags_with_mapped_tasks_are_annotated_too() -> None:
         {"remaining_s": 600.0, "slot_seconds": {}},
         {"remaining_s": 600.0, "slot_seconds": {}, "digest": 5},
         {"remaining_s": 600.0, "slot_seconds": {}, "digest": "d", "extra": 1},
+        {"remaining_s": 600.0, "slot_seconds": {}, "digest": "d", "descendants": -1},
+        {"remaining_s": 600.0, "slot_seconds": {}, "digest": "d", "descendants": 1.5},
+        {"remaining_s": 600.0, "slot_seconds": {}, "digest": "d", "descendants": True},
+        {"remaining_s": 600.0, "slot_seconds": {}, "digest": "d", "descendants": "3"},
     ],
 )
 def test_a_malformed_entry_is_ignored(entry: object) -> None:
@@ -185,6 +197,9 @@ def test_a_well_formed_entry_is_read_and_the_version_1_key_is_not() -> None:
     entry = {"remaining_s": 600, "slot_seconds": {"gpu": 3600.0}, "digest": "d"}
     path = parse_time.read(SimpleNamespace(executor_config={"gpu_dag": {"derived": entry}}))
     assert path == parse_time.ParseTimePath(600.0, {"gpu": 3600.0}, "d")
+    counted = {**entry, "descendants": 3}
+    path = parse_time.read(SimpleNamespace(executor_config={"gpu_dag": {"derived": counted}}))
+    assert path == parse_time.ParseTimePath(600.0, {"gpu": 3600.0}, "d", 3)
     legacy = {"gpu_dag_critical_path": {"remaining_s": 600, "slot_seconds": {"gpu": 3600.0}, "version": "d"}}
     assert parse_time.read(SimpleNamespace(executor_config=legacy)) is None
 
@@ -295,3 +310,30 @@ def test_any_executor_config_fails_the_import_clearly_and_never_breaks_get_weigh
     for cls in STRATEGIES:
         cls._weights.reset()
     all_weights(serialized(dag))
+
+
+@pytest.mark.usefixtures("_fresh_priority_parse_time")
+@pytest.mark.parametrize(("objective", "early"), [("fair", False), ("balanced", True)])
+def test_figures_written_without_the_descendants_count_are_used_only_where_the_key_needs_none(
+    monkeypatch: pytest.MonkeyPatch, objective: str, early: bool
+) -> None:
+    """Figures a provider wrote before it counted descendants (a DAG not parsed again since): ``fair``'s
+    key needs the count, so the DAG is analysed at once (right weights, not early ones without the
+    term); ``balanced`` uses them while its analysis runs off the loop. The weights are the same."""
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__OBJECTIVE", objective)
+    dag = _dag("older")
+    dag_policy(dag)
+    expected = _weights(serialized(dag), CriticalPathPriorityStrategy())
+    CriticalPathPriorityStrategy._weights.reset()
+    data = DagSerialization.to_dict(dag)
+    for entry in data["dag"]["tasks"]:
+        derived = entry["__var"]["executor_config"]["__var"]["gpu_dag"]["__var"]["derived"]
+        del derived["__var"]["descendants"]
+    older = DagSerialization.from_dict(data)
+    assert all(parse_time.read(t).descendants is None for t in older.task_dict.values())  # type: ignore[union-attr]
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__PLAN_IN_BACKGROUND", "true")
+    analysed_in = record_analysis_threads(monkeypatch)
+    assert _weights(older, CriticalPathPriorityStrategy()) == expected
+    weights = CriticalPathPriorityStrategy._weights
+    assert weights.background is not None and weights.background.wait_idle(60)
+    assert ("gpu-dag-weights" in analysed_in[0]) == early, analysed_in

@@ -163,7 +163,11 @@ def test_unknown_objective_is_a_lint_error_and_stock_rules_on_gpu_tasks_are_flag
     monkeypatch.setenv("AIRFLOW__GPU_DAG__OBJECTIVE", "fastest")
     assert priority_findings(ours_dag) == []
     (error,) = config_findings()
-    assert error.is_error and error.code == "bad-config" and "throughput, balanced, latency" in error.message
+    assert (
+        error.is_error
+        and error.code == "bad-config"
+        and "throughput, balanced, fair, latency" in error.message
+    )
 
 
 def test_inventory_checks_requests_when_no_pool_sizes_are_given(
@@ -324,10 +328,14 @@ def _forge(config: dict[str, Any], forgery: dict[str, Any]) -> dict[str, Any]:
     ids=["legacy-key", "derived"],
 )
 @pytest.mark.parametrize("mapped", [True, False], ids=["mapped", "plain"])
-def test_a_forged_parse_time_key_does_not_jump_the_queue(forged: dict[str, Any], mapped: bool) -> None:
+def test_a_forged_parse_time_key_does_not_jump_the_queue(
+    forged: dict[str, Any], mapped: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A 250-hour training that writes its own 'remaining time' of a year into its executor_config
     must not go ahead of a 10-minute evaluation triggered at the same moment: the cluster policy
-    writes the derived figures itself, for every DAG, mapped or not."""
+    writes the derived figures itself, for every DAG, mapped or not. (Under ``balanced``: ``fair``
+    puts a training with tasks below it first, as stock Airflow does, forged figures or not.)"""
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__OBJECTIVE", "balanced")
     honest, forger = training_dag(None, mapped=mapped), training_dag(forged, mapped=mapped)
     for dag in (honest, forger, evaluation := _evaluation()):
         dag_policy(dag)

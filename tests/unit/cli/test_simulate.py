@@ -154,6 +154,10 @@ def test_simulate_several_runs_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     assert [r["trigger_offset_s"] for r in result["runs"]] == [0.0, 1200.0]
     assert result["objective"]["name"] == "latency" and result["capacity"] == {"gpu_default": 4}
+    assert (
+        result["objective"]["descendant_unit_s"] == 0
+        and result["objective"]["reservation_overdue_s"] == 43200
+    )
     for label in ("stock", "latency"):
         completions = [r[f"{label}_completion_s"] for r in result["runs"]]
         summary = result["summary"][label]
@@ -177,7 +181,8 @@ def test_simulate_several_runs_table(capsys: pytest.CaptureFixture[str]) -> None
     out = capsys.readouterr().out
     assert code == 0
     assert "Predicted completion per run" in out and "mean completion" in out and "makespan" in out
-    assert "+1h" in out and "objective balanced" in out  # the run named with an offset, the policy named
+    assert "+1h" in out and "objective fair" in out  # the run named with an offset, the policy named
+    assert "6h00m earlier per descendant task up to 24, reservation overdue 36h00m" in out
 
 
 @pytest.mark.usefixtures("_no_configured_pools")
@@ -212,7 +217,7 @@ def test_simulate_several_runs_writes_the_gantt_chart_asked_for(
     code, result = run_json(capsys, "simulate", "--file", str(GOOD), *argv, "--gantt", str(chart))
     assert code == 0 and result["gantt"] == str(chart)
     page = chart.read_text()
-    assert "stock: makespan" in page and "balanced: makespan" in page and "2 runs of 1 DAG(s)" in page
+    assert "stock: makespan" in page and "fair: makespan" in page and "2 runs of 1 DAG(s)" in page
 
 
 @pytest.mark.usefixtures("_no_configured_pools")
@@ -346,7 +351,7 @@ def test_simulate_says_how_to_give_several_trigger_offsets(
 def test_plan_and_simulate_refuse_an_unknown_objective_setting(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str]
 ) -> None:
-    # The scheduler falls back to balanced with a log line; a command printing a plan must not hide it.
+    # The scheduler falls back to fair with a log line; a command printing a plan must not hide it.
     monkeypatch.setenv("AIRFLOW__GPU_DAG__OBJECTIVE", "bogus")
     assert run_cli(*argv) == 1
     err = capsys.readouterr().err

@@ -17,7 +17,7 @@ from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
 from airflow_gpu_dag.airflow.dag_reader import build_task_graph
 from airflow_gpu_dag.core.analysis.estimates import DurationEstimate, with_estimates
 from airflow_gpu_dag.core.model.graph import TaskGraph
-from airflow_gpu_dag.core.policy.objective import DEFAULT_EPOCH, OBJECTIVES, key_of_weight
+from airflow_gpu_dag.core.policy.objective import DEFAULT_EPOCH, DEFAULT_OBJECTIVE, OBJECTIVES, key_of_weight
 from airflow_gpu_dag.priority.learned import LearnedDurations
 from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy
 from tests.unit.conftest import record_analysis_threads
@@ -49,7 +49,10 @@ def _remaining(sdag: Any, task_id: str) -> float:
     ti = SimpleNamespace(task=sdag.task_dict[task_id], task_id=task_id, dag_id=sdag.dag_id, run_id=RUN_ID)
     key = key_of_weight(CriticalPathPriorityStrategy().get_weight(ti), DEFAULT_EPOCH)  # type: ignore[arg-type]
     assert key is not None
-    return (TRIGGER - key) / OBJECTIVES["balanced"].chain  # key = trigger - c x remaining (no pools: W = 0)
+    # key = trigger - c x remaining - U x min(descendant lead, K) (no pools: W = 0); prep has train below
+    objective = OBJECTIVES[DEFAULT_OBJECTIVE]
+    ahead = objective.descendant_unit * min({"prep": 1}.get(task_id, 0), objective.descendant_cap)
+    return (TRIGGER - key - ahead) / objective.chain
 
 
 class FakeHistory:

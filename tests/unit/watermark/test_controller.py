@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_gpu_dag.core.policy.objective import key_weight
+from airflow_gpu_dag.core.policy.objective import DEFAULT_OBJECTIVE, OBJECTIVES, key_weight
 from airflow_gpu_dag.executor_config import duration_hint
 from airflow_gpu_dag.hooks.rest_client import RestError
 from airflow_gpu_dag.pool_claim.state import parse_pool_state
@@ -200,18 +200,20 @@ def test_backfill_with_nothing_to_backfill_keeps_the_reservation_closed() -> Non
 
 def test_a_task_scheduled_long_ago_starves_and_stops_backfill_behind_it() -> None:
     """``scheduled_when`` (when a task instance turned SCHEDULED) is its ready time: a task waiting the
-    objective's ``overdue`` (12 h) since then, and since its key, lets no later work backfill."""
+    objective's gate overdue (36 h for ``fair``, the default) since then, and since its key, lets no
+    later work backfill."""
     hour = 3600.0
+    overdue = OBJECTIVES[DEFAULT_OBJECTIVE].gate_overdue
     rest = FakeRest()
     rest.tis = [
         ti("busy", "running", slots=3, started=NOW - 10, duration=2 * hour),
-        ti("wide", "scheduled", slots=4, priority=key_weight(NOW - 14 * hour), scheduled=NOW - 60),
-        ti("waiting", "scheduled", slots=2, priority=key_weight(NOW - 13 * hour), duration=hour),
+        ti("wide", "scheduled", slots=4, priority=key_weight(NOW - overdue - 2 * hour), scheduled=NOW - 60),
+        ti("waiting", "scheduled", slots=2, priority=key_weight(NOW - overdue - hour), duration=hour),
         ti("quick", "scheduled", slots=1, priority=key_weight(NOW), duration=60, scheduled=NOW),
     ]
     controller(rest, Source(4)).tick()
     assert rest.pools["gpu"]["slots"] == 4  # "quick" backfills the free slot: its end cannot delay "wide"
-    rest.tis[2]["scheduled_when"] = datetime.fromtimestamp(NOW - 12 * hour, UTC).isoformat()
+    rest.tis[2]["scheduled_when"] = datetime.fromtimestamp(NOW - overdue, UTC).isoformat()
     controller(rest, Source(4)).tick()
     assert rest.pools["gpu"]["slots"] == 0
     assert "d/r/waiting/-1 starving" in rest.pools["gpu"]["description"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from airflow_gpu_dag.core.analysis.weight_rules import (
     INT32_MAX,
@@ -13,6 +15,7 @@ from airflow_gpu_dag.core.analysis.weight_rules import (
     RuleUse,
     clamp_int32,
     critical_path_weights,
+    descendant_counts,
     downstream_weights,
     incomparable_rules,
     plan_order_weights,
@@ -20,7 +23,7 @@ from airflow_gpu_dag.core.analysis.weight_rules import (
     width_aware_weights,
     work_weights,
 )
-from tests.unit.graphs import gpu_graph
+from tests.unit.graphs import draw_task_graph, gpu_graph
 
 DIAMOND = gpu_graph(
     {"a": (10, 1), "b": (5, 8), "c": (20, 1), "d": (1, 1), "e": (3, 1)},
@@ -30,6 +33,26 @@ DIAMOND = gpu_graph(
 
 def test_downstream_is_airflows_rule() -> None:
     assert downstream_weights(DIAMOND) == {"a": 4, "b": 2, "c": 2, "d": 1, "e": 1}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_descendant_counts_are_stocks_weight_less_one_capped(data: st.DataObject) -> None:
+    """What ``fair``'s key counts: Airflow's ``downstream`` weight less the task itself, up to the cap,
+    computed without the exact count (which is O(V x E))."""
+    graph = draw_task_graph(data.draw, "d", (1, 30), [0, 1], 10)
+    cap = data.draw(st.integers(0, 40))
+    exact = downstream_weights(graph)
+    assert descendant_counts(graph, cap) == {t: min(w - 1, cap) for t, w in exact.items()}
+
+
+def test_descendant_counts_stop_at_the_cap_on_a_wide_fan_out() -> None:
+    fan = gpu_graph({"root": (1, 0), **{f"leaf{i}": (1, 0) for i in range(500)}}, [])
+    for i in range(500):
+        fan.add_edge("root", f"leaf{i}")
+    counts = descendant_counts(fan, 64)
+    assert counts["root"] == 64 and counts["leaf7"] == 0
+    assert descendant_counts(DIAMOND, 2) == {"a": 2, "b": 1, "c": 1, "d": 0, "e": 0}
 
 
 def test_critical_path_weights_are_remaining_seconds() -> None:

@@ -17,11 +17,13 @@ from airflow_gpu_dag.core.policy.admission import PendingTask, ReadyTask, Runnin
 from airflow_gpu_dag.core.policy.objective import (
     DEFAULT_EPOCH,
     KEY_WEIGHT_FLOOR,
+    MAX_DESCENDANTS_COUNTED,
     MAX_OVERDUE,
     OBJECTIVES,
     Objective,
     ReservationGate,
     StarvingWatch,
+    descendant_lead,
     get_objective,
     key_of_weight,
     key_weight,
@@ -54,9 +56,9 @@ def _waiting(key: str, slots: int, key_at: float, since: float | None, duration:
 
 
 def test_unknown_objective_names_the_known_ones() -> None:
-    assert get_objective(None).name == "balanced"
+    assert get_objective(None).name == "fair"
     assert get_objective(" Latency ").name == "latency"
-    with pytest.raises(ValueError, match=r"unknown objective 'fast'.*throughput, balanced, latency"):
+    with pytest.raises(ValueError, match=r"unknown objective 'fast'.*throughput, balanced, fair, latency"):
         get_objective("fast")
 
 
@@ -92,19 +94,20 @@ def test_a_wide_run_is_due_at_most_overdue_after_its_own_work() -> None:
 @settings(max_examples=150, deadline=None)
 @given(st.data())
 def test_a_run_triggered_later_than_the_bound_never_overtakes(data: st.DataObject) -> None:
-    """The overtaking bound of docs/priority.md: a run Y triggered more than ``W_X + overdue + c * CP_Y``
-    after run X has no task ahead of any task of X, however small Y and however wide X; and every key is
-    at least ``T - CP`` (what the wait bound's proof needs)."""
+    """The overtaking bound of docs/priority.md: a run Y triggered more than ``W_X + overdue + c * CP_Y +
+    U * K`` after run X has no task ahead of any task of X, however small Y and however wide X; and every
+    key is at least ``T - c * CP - U * K`` (what the wait bound's proof needs)."""
     objective = OBJECTIVES[data.draw(st.sampled_from(sorted(OBJECTIVES)))]
     caps = {"gpu": data.draw(st.sampled_from([1, 4, 8, 32]))}
     x = draw_task_graph(data.draw, "x", (1, 12), [0, 1, 2, 4], 20_000)
     y = draw_task_graph(data.draw, "y", (1, 6), [0, 1], 3_000)
     sx, sy = run_shape(x, caps), run_shape(y, caps)
     cp_y = max(sy.remaining.values())
-    later = NOW + sx.work + objective.overdue + objective.chain * cp_y + data.draw(st.integers(1, 10**6))
+    ahead = objective.chain * cp_y + objective.head_start
+    later = NOW + sx.work + objective.overdue + ahead + data.draw(st.integers(1, 10**6))
     kx, ky = task_keys(sx, NOW, objective), task_keys(sy, later, objective)
     assert min(ky.values()) > max(kx.values())
-    assert min(kx.values()) >= NOW - max(sx.remaining.values())
+    assert min(kx.values()) >= NOW - objective.chain * max(sx.remaining.values()) - objective.head_start
 
 
 @pytest.mark.parametrize(
@@ -145,6 +148,8 @@ def test_key_weight_round_trip_and_stock_weights_are_not_keys() -> None:
 @settings(max_examples=100, deadline=None)
 @given(st.data())
 def test_within_one_run_the_key_order_is_the_critical_path_order(data: st.DataObject) -> None:
+    """Every objective, ``fair``'s descendants term included (its lead never decreases along the
+    critical path)."""
     g = draw_task_graph(data.draw, "k", (1, 14), [0, 1, 2, 4], 40)
     objective = OBJECTIVES[data.draw(st.sampled_from(sorted(OBJECTIVES)))]
     trigger = NOW + data.draw(st.integers(0, 10**6))
@@ -154,6 +159,79 @@ def test_within_one_run_the_key_order_is_the_critical_path_order(data: st.DataOb
         for b in g.nodes:
             if cp[a] > cp[b]:
                 assert weights[a] >= weights[b]
+
+
+def test_the_descendant_lead_keeps_the_critical_path_first_within_a_run() -> None:
+    """Stock Airflow runs ``b1`` (three tasks below it, 40 minutes of work) before ``a1`` (a 3-hour leaf,
+    the critical path). ``fair`` moves a task by the most descendants of any task of its run with at most
+    its remaining time, so ``a1`` keeps its place ahead of ``b1`` while the run as a whole moves ahead
+    of other runs by the count of its early stages."""
+    g = gpu_graph(
+        {"a1": (10800, 1), "b1": (600, 1), "b2": (600, 1), "b3": (600, 1), "b4": (600, 1), "c1": (3000, 1)},
+        [("b1", "b2"), ("b2", "b3"), ("b3", "b4")],
+    )
+    shape = run_shape(g, {"gpu": 1})
+    assert shape.descendants == {"a1": 0, "b1": 3, "b2": 2, "b3": 1, "b4": 0, "c1": 0}
+    assert shape.descendant_lead == {"a1": 3, "b1": 3, "b2": 2, "b3": 1, "b4": 0, "c1": 3}
+    keys = task_keys(shape, NOW, get_objective("fair"))
+    assert sorted(keys, key=keys.__getitem__) == ["a1", "c1", "b1", "b2", "b3", "b4"]  # the critical path
+    # equal remaining times share the larger count
+    assert descendant_lead({"x": 2, "y": 5}, {"x": 60.0, "y": 60.0, "z": 10.0}) == {"x": 5, "y": 5, "z": 0}
+
+
+def test_fair_moves_a_task_earlier_by_its_descendants_up_to_the_cap() -> None:
+    """``fair``'s key: ``- U * min(lead, K)`` on top of balanced's terms, so a pipeline's first
+    stage (many tasks below it) goes ahead of a run triggered hours after it, as in stock Airflow; the
+    count stops at ``K`` and the shape keeps it up to MAX_DESCENDANTS_COUNTED."""
+    fair = get_objective("fair")
+    assert (fair.descendant_unit, fair.descendant_cap, fair.head_start) == (6 * HOUR, 24, 144 * HOUR)
+    chain = {f"s{i}": (600.0, 1) for i in range(70)}
+    g = gpu_graph(chain, [(f"s{i}", f"s{i + 1}") for i in range(69)], dag_id="long")
+    shape = run_shape(g, {"gpu": 8})
+    assert shape.descendants["s0"] == MAX_DESCENDANTS_COUNTED and shape.descendants["s60"] == 9
+    keys = task_keys(shape, NOW, fair)
+    due = NOW + fair.due_offset(shape.work)
+    assert keys["s0"] == due - fair.chain * 70 * 600 - 24 * 6 * HOUR  # capped at 24
+    assert keys["s60"] == due - fair.chain * 10 * 600 - 9 * 6 * HOUR
+    assert keys["s69"] == due - fair.chain * 600  # a sink: no descendants
+    assert fair.key(NOW, 0.0, 0.0, 5) == NOW - 30 * HOUR
+    assert get_objective("balanced").key(NOW, 0.0, 0.0, 5) == NOW  # no term without a unit
+
+
+@pytest.mark.parametrize(
+    ("constants", "reason"),
+    [
+        ({"descendant_unit": -1.0, "descendant_cap": 4}, "descendant unit -1.0 must be a finite number"),
+        ({"descendant_unit": math.inf, "descendant_cap": 4}, "descendant unit inf must be a finite"),
+        ({"descendant_unit": HOUR, "descendant_cap": MAX_DESCENDANTS_COUNTED + 1}, "descendant cap 65"),
+        ({"descendant_unit": HOUR, "descendant_cap": 2.5}, "must be a whole number"),
+        ({"descendant_unit": 24 * HOUR, "descendant_cap": 31}, "a wait without bound to those runs"),
+        ({"reserve_overdue": MAX_OVERDUE * 2}, "reservation overdue 5184000.0 must be finite"),
+        ({"reserve_overdue": math.nan}, "reservation overdue nan must be finite"),
+    ],
+)
+def test_a_descendants_term_or_gate_overdue_without_bound_is_refused(constants: dict, reason: str) -> None:
+    with pytest.raises(ValueError, match=f"objective 'bad': .*{reason}"):
+        Objective("bad", stretch=4.0, gap=HOUR, overdue=8 * HOUR, chain=0.5, **constants)
+
+
+def test_fairs_gate_counts_overdue_from_the_ready_time_only() -> None:
+    """``fair``'s keys lie up to 144 h before the trigger: a gate that held for a head ``overdue`` past
+    its key would hold for every head at once. Its gate holds for the 96-h key gap, when no other run
+    waits, or for a task that has waited 36 h since it turned ready."""
+    gate = ReservationGate.for_objective(get_objective("fair"))
+    assert gate == ReservationGate(96 * HOUR, 36 * HOUR, DEFAULT_EPOCH, past_key_holds=False)
+    running = [RunningTask("busy", "gpu", 6, NOW + 3600)]
+    wide = _waiting("wide", 4, NOW - 100 * HOUR, NOW - HOUR)  # 100 h past its key, ready an hour ago
+    close = _waiting("eval", 1, NOW - 90 * HOUR, NOW - HOUR)
+    d = decide_pools(NOW, {"gpu": 8}, running, [wide, close], gate=gate)["gpu"]
+    assert d.reserved_for is None and d.pool_size == 8
+    assert "held for once it has waited 129600s since it turned ready" in d.reason
+    starving = _waiting("wide", 4, NOW - 100 * HOUR, NOW - 37 * HOUR)
+    d = decide_pools(NOW, {"gpu": 8}, running, [starving, close], gate=gate)["gpu"]
+    assert d.reserved_for == "wide" and "starving" in d.reason
+    far = _waiting("eval", 1, NOW - 3 * HOUR, NOW - HOUR)  # 97 h later: the gap
+    assert decide_pools(NOW, {"gpu": 8}, running, [wide, far], gate=gate)["gpu"].reserved_for == "wide"
 
 
 def test_small_runs_triggered_together_go_first_and_later_runs_age() -> None:
@@ -421,12 +499,12 @@ def test_every_gpu_task_starts_within_the_wait_bound(seed: int) -> None:
     rng = random.Random(seed)
     capacity = rng.choice([2, 4, 8])
     caps = {"gpu": capacity}
-    objective = get_objective(rng.choice(["throughput", "balanced", "latency"]))
+    objective = get_objective(rng.choice(["throughput", "balanced", "fair", "latency"]))
     graphs, triggers = _mix(rng, capacity)
     gap = 0.0 if objective.name == "throughput" else rng.choice([300.0, 600.0, 3600.0])
     overdue = rng.choice([120.0, 600.0, 1800.0])
     interval = rng.choice([0.0, 10.0, 30.0, 60.0, 120.0])
-    gate = ReservationGate(gap, overdue, EPOCH)
+    gate = ReservationGate(gap, overdue, EPOCH, past_key_holds=objective.head_start == 0)
     result = simulate(
         graphs,
         caps,

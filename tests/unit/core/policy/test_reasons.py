@@ -136,6 +136,16 @@ def test_gate_cases_have_their_codes_and_the_gates_words() -> None:
     d = decide_pools(now, {"gpu": 8}, busy, [old, close], gate=gate)["gpu"]
     assert d.why is not None and d.why.code == "overdue"
     assert d.reason.endswith("; 32400s past its key: overdue")
+    # fair's gate: no hold for a head past its key, the words say when it will be held for
+    ready_gate = ReservationGate(gap=4 * HOUR, overdue=8 * HOUR, past_key_holds=False)
+    near = ready("eval", 1, key_weight(now - 8.5 * HOUR), 600.0)  # half an hour after old's key
+    assert decide_pools(now, {"gpu": 8}, busy, [old, near], gate=gate)["gpu"].reserved_for == "wide"
+    d = decide_pools(now, {"gpu": 8}, busy, [old, near], gate=ready_gate)["gpu"]
+    assert d.why is not None and d.why.code == "not-urgent-enough" and d.why.from_ready
+    assert d.reason == ready_gate.holds_for(now, old, near)[1] == render(d.why)
+    assert "and held for once it has waited 28800s since it turned ready; pool = capacity" in d.reason
+    back = reason_from_json(json.loads(json.dumps(reason_to_json(d.why))))
+    assert back is not None and render(back) == d.reason
 
 
 @settings(max_examples=300, deadline=None)
@@ -144,7 +154,7 @@ def test_with_the_gate_the_sentence_is_the_gates_and_the_code_agrees_with_its_ve
     """The sentence each gated decision had before the reasons were data: the gate's own words
     (ReservationGate.holds_for) when it does not hold, appended to the reservation's when it does."""
     now, capacity, running, waiting = state
-    gate = ReservationGate(gap=4 * HOUR, overdue=8 * HOUR)
+    gate = ReservationGate(gap=4 * HOUR, overdue=8 * HOUR, past_key_holds=len(waiting) % 2 == 0)
     ordered = sorted(waiting, key=admission_order)
     starving = gate.starving(now, [t for t in waiting if t.slots <= capacity])
     d = decide_pool(now, "gpu", capacity, running, ordered, gate=gate, starving=starving)
