@@ -121,6 +121,19 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "latency",
                         "default": "fair",
                     },
+                    "descendant_unit": {
+                        "description": "Override of the fair objective's time per descendant task: a "
+                        "task's key moves this much earlier per task of its descendant lead (at most 24 "
+                        "counted), so a pipeline's early stages go ahead of runs triggered up to that "
+                        "many units later. About one training stage of the pool (6h by default); scale "
+                        "it with reservation_gap and reservation_overdue to your tasks, e.g. 30m for "
+                        "10-minute jobs. 0 turns the term off. Ignored by the other objectives; 24 units "
+                        "over 30d are refused (bad-config).",
+                        "version_added": "0.3.0",
+                        "type": "string",
+                        "example": "30m",
+                        "default": None,
+                    },
                     "reservation_gap": {
                         "description": "Override of the objective's reservation gap: the controller holds "
                         "slots for a wide task only when its key is this much earlier than the next waiting "

@@ -250,6 +250,7 @@ _DURATIONS = (
     "default_duration",
     "reservation_gap",
     "reservation_overdue",
+    "descendant_unit",
     "watermark_watchdog_interval",
     "learned_refresh",
     "budget_claim_ttl",
@@ -259,6 +260,11 @@ _DURATIONS = (
 _DURATION_FLOORS: dict[str, tuple[Callable[[float], bool], str]] = {
     "learned_refresh": (lambda s: s >= MIN_LEARNED_REFRESH_S, "is under 1s, the shortest refresh"),
     "budget_claim_ttl": (lambda s: s > 0, "is not > 0 (a claim would lapse as it is made: gates pass)"),
+    "descendant_unit": (
+        lambda s: s * OBJECTIVES["fair"].descendant_cap <= MAX_OVERDUE,
+        f"times fair's {OBJECTIVES['fair'].descendant_cap} descendants is over 30 days: a run's first tasks "
+        "would go ahead of every run triggered up to that long after it (a wait without bound to them)",
+    ),
     "reservation_overdue": (
         lambda s: s <= MAX_OVERDUE,
         "is over 30 days: a task could wait that long before anything is reserved for it, and runs "
@@ -350,7 +356,8 @@ def objective_name() -> str:
 def objective() -> Objective:
     """The cross-DAG objective (``[gpu_dag] objective``: ``fair`` — the default —, ``throughput``,
     ``balanced`` or ``latency``), with ``[gpu_dag] reservation_gap`` / ``reservation_overdue`` overriding its
-    gate (``reservation_overdue`` is also the due-time cap, but for ``fair``, whose gate has its own).
+    gate (``reservation_overdue`` is also the due-time cap, but for ``fair``, whose gate has its own) and
+    ``[gpu_dag] descendant_unit`` fair's time per descendant task.
 
     Never raises (the scheduler calls it): an unknown name is logged once and ``fair`` is used; the
     cluster policy fails the import of DAGs using our weight rules with the fix instead.
@@ -360,13 +367,20 @@ def objective() -> Objective:
     except ValueError as err:
         _warn_once("objective", "airflow-gpu-dag: %s; using %r", err, DEFAULT_OBJECTIVE)
         chosen = get_objective(DEFAULT_OBJECTIVE)
-    for key, field in (("reservation_gap", "gap"), ("reservation_overdue", "overdue")):
+    for key, field in (
+        ("reservation_gap", "gap"),
+        ("reservation_overdue", "overdue"),
+        ("descendant_unit", "descendant_unit"),
+    ):
         raw = conf_get(key, None)
         if raw:
             try:
                 seconds = parse_duration(raw)
                 if field == "gap":
                     chosen = replace(chosen, gap=seconds)
+                elif field == "descendant_unit":  # fair's term; the other objectives have none
+                    if chosen.descendant_cap > 0:
+                        chosen = replace(chosen, descendant_unit=seconds)
                 elif chosen.reserve_overdue is not None:  # the gate's own (fair): the due cap stays
                     chosen = replace(chosen, reserve_overdue=seconds)
                 else:

@@ -759,3 +759,23 @@ def test_reservation_overdue_sets_the_gates_overdue_and_the_due_cap_only_where_t
     _set(monkeypatch, "objective", "balanced")
     balanced = settings.objective()
     assert (balanced.gate_overdue, balanced.overdue) == (48 * 3600.0, 48 * 3600.0)
+
+
+@pytest.mark.usefixtures("_fresh")
+def test_descendant_unit_scales_fairs_term_and_a_unit_without_bound_is_refused(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``descendant_unit`` is fair's time per descendant task (6 h: a training stage; 30 m for 10-minute
+    jobs); the other objectives have no such term. 24 units over 30 days would put a run's first tasks
+    ahead of a month of later runs: refused by lint and the controller, ignored where it is read."""
+    _set(monkeypatch, "descendant_unit", "30m")
+    assert _problem("descendant_unit") is None
+    assert settings.objective().descendant_unit == 1800.0 and settings.objective().descendant_cap == 24
+    _set(monkeypatch, "objective", "balanced")
+    assert settings.objective().head_start == 0
+    _set(monkeypatch, "objective", "fair")
+    _set(monkeypatch, "descendant_unit", "2d")  # x 24 = 48 days
+    assert "over 30 days" in (_problem("descendant_unit") or "")
+    with caplog.at_level(logging.WARNING):
+        assert settings.objective().descendant_unit == OBJECTIVES["fair"].descendant_unit
+    assert "descendant_unit" in caplog.text
