@@ -32,7 +32,10 @@ gate's constants then scale with them (``--gates 96:720``: hold only 96 h ahead,
 or ``--reservations ready``, the overdue counted from the ready time, not the key), ``--due-overdues X``
 keeps the due cap ``T + W + X`` apart from the gate's overdue (default: the same), and
 ``--descendant-caps K`` counts at most ``K`` descendants (a DAG of hundreds of tasks would otherwise be
-keyed months before its trigger).
+keyed months before its trigger), and ``--descendant-orders task,lead`` counts each task's own
+descendants (``task``) or its *lead*, the most descendants of any task of its run with at most its
+remaining time (``lead``: what the shipped ``fair`` objective counts; the order within a run stays the
+critical path's, :func:`~airflow_gpu_dag.core.policy.objective.descendant_lead`).
 
 ``--oracle`` adds two schedules no trigger-time policy can have: the packing planner
 (:func:`~airflow_gpu_dag.core.planning.planner.packing_weights_plan`) run on the *whole mix* as one graph
@@ -98,6 +101,7 @@ from airflow_gpu_dag.core.policy.objective import (
     OBJECTIVES,
     Objective,
     ReservationGate,
+    descendant_lead,
     key_weight,
     run_shape,
     task_keys,
@@ -127,7 +131,8 @@ class Member:
     replaces ``balanced``'s gate constants (and the cap ``W + overdue`` of the due time, unless
     ``due_overdue`` gives that cap's overdue); ``downstream_unit`` (seconds per descendant task) and
     ``unlocked`` move keys earlier by ``downstream_unit * descendants + unlocked * unlocked work``
-    (:class:`RunTerms`)."""
+    (:class:`RunTerms`), counting each task's descendant lead instead of its own count with
+    ``descendant_lead``."""
 
     stretch: float
     chain: float
@@ -141,6 +146,7 @@ class Member:
     unlocked: float = 0.0
     due_overdue: float | None = None
     descendant_cap: float = math.inf
+    descendant_lead: bool = False
 
     @property
     def name(self) -> str:
@@ -159,6 +165,8 @@ class Member:
             extra += f" due={self.due_overdue / 3600:g}h"
         if math.isfinite(self.descendant_cap):
             extra += f" dcap={self.descendant_cap:g}"
+        if self.descendant_lead:
+            extra += " lead"
         c = f" c={self.remaining_weight:g}" if self.remaining_weight != 1.0 else ""
         return f"s={self.stretch:g} chain={self.chain:g}{c} {self.reservation}{extra}"
 
@@ -181,9 +189,10 @@ def members(
     unlocked: Sequence[float] = (0.0,),
     due_overdues: Sequence[float | None] = (None,),
     descendant_caps: Sequence[float] = (math.inf,),
+    descendant_leads: Sequence[bool] = (False,),
 ) -> list[Member]:
     return [
-        Member(s, c, r, x, i, w, k, g, u, a, d, n)
+        Member(s, c, r, x, i, w, k, g, u, a, d, n, lead)
         for s in stretches
         for c in chains
         for w in remaining_weights
@@ -196,6 +205,7 @@ def members(
         for a in unlocked
         for d in due_overdues
         for n in descendant_caps
+        for lead in descendant_leads
     ]
 
 
@@ -258,10 +268,11 @@ def member_priority(
             if terms is None:
                 raise ValueError(f"{member.name}: the downstream and unlocked terms need run_terms")
             extra = terms[graph.dag_id]
+            counted = {t: int(min(extra.descendants[t], member.descendant_cap)) for t in keys}
+            if member.descendant_lead:
+                counted = descendant_lead(counted, shape.remaining)
             keys = {
-                t: k
-                - member.downstream_unit * min(extra.descendants[t], member.descendant_cap)
-                - member.unlocked * extra.unlocked[t]
+                t: k - member.downstream_unit * counted[t] - member.unlocked * extra.unlocked[t]
                 for t, k in keys.items()
             }
         if member.inherit:
@@ -279,27 +290,16 @@ class NeverHolds(ReservationGate):
         return False, "never held"
 
 
-class ReadyOverdueGate(ReservationGate):
-    """``gated`` without the hold for a head ``overdue`` past its *key*: slots are held when no other run's
-    task waits, for the key gap, or for a task ``overdue`` past its *ready time* (starving), which the
-    gate keeps. With the issue #41 terms keys lie days before the trigger, so an overdue counted from the
-    key would hold for every head at once; counted from the ready time it bounds every wait."""
-
-    def holds_for(self, now: float, head: Any, competitor: Any, starving: Any = None) -> tuple[bool, str]:
-        if starving is not None:
-            return super().holds_for(now, head, competitor, starving)
-        return ReservationGate(self.gap, math.inf, self.epoch).holds_for(now, head, competitor)
-
-
 def member_gate(member: Member) -> ReservationGate:
     """``always``: every wide head reserved for (gap 0, as ``throughput``); ``gated``: ``balanced``'s
     gate (or the member's ``gate``); both with that ``overdue``, after which a waiting task starves;
-    ``never``: no slot ever held (:class:`NeverHolds`)."""
+    ``ready``: ``gated`` with the overdue counted from the ready time only, no hold for a head past its
+    key (``fair``'s gate); ``never``: no slot ever held (:class:`NeverHolds`)."""
     gap, overdue = member.gate_constants()
     if member.reservation == "never":
         return NeverHolds(0.0, overdue, SIMULATION_EPOCH)
-    if member.reservation == "ready":
-        return ReadyOverdueGate(gap, overdue, SIMULATION_EPOCH)
+    if member.reservation == "ready":  # fair's gate: no hold for a head past its key
+        return ReservationGate(gap, overdue, SIMULATION_EPOCH, past_key_holds=False)
     return ReservationGate(0.0 if member.reservation == "always" else gap, overdue, SIMULATION_EPOCH)
 
 
@@ -632,6 +632,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="at most K descendants counted by --downstream-units (inf: all)",
     )
     parser.add_argument(
+        "--descendant-orders",
+        default="task",
+        help="task (each task's own count), lead (the most of any task with at most its remaining time)",
+    )
+    parser.add_argument(
         "--unlocked-work",
         default="0",
         help="values of a: key - a * (GPU work of the task and its descendants / capacity); 0: none",
@@ -699,6 +704,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--descendant-caps: numbers of tasks >= 0 (inf: all)")
     if not descendant_caps or any(not k >= 0 for k in descendant_caps):
         parser.error("--descendant-caps: numbers of tasks >= 0 (inf: all)")
+    orders = [o for o in args.descendant_orders.split(",") if o]
+    if not orders or set(orders) - {"task", "lead"}:
+        parser.error("--descendant-orders: use task, lead")
     settings = members(
         [float(s) for s in args.stretches.split(",")],
         [float(c) for c in args.chains.split(",")],
@@ -712,6 +720,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         unlocked,
         dues,
         descendant_caps,
+        [o == "lead" for o in orders],
     )
     jobs = mix_jobs(args, settings, args.oracle, args.search)
     started = time.time()

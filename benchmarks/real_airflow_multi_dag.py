@@ -12,10 +12,13 @@ The mix runs twice, on copies of the DAGs:
 
 * ``stock``: Airflow's ``downstream`` weight rule, pool fixed at capacity, no controller;
 * ``provider``: ``CriticalPathPriorityStrategy`` (cross-DAG keys, ``[gpu_dag] objective``, default
-  ``balanced``) and the watermark controller every ``--interval`` s with the objective's reservation gate.
-  The gate's constants are hours for hour-long training; here they are scaled to the seconds of this
-  mix (``--gap``, ``--overdue``, ``balanced``'s 8 h and 12 h over 1,200: 24 s and 36 s; also given to
-  the scheduler so both sides agree).
+  ``fair``) and the watermark controller every ``--interval`` s with the objective's reservation gate.
+  The objective's times are hours for hour-long training; here they are scaled to the seconds of this
+  mix, each over :data:`TIME_SCALE` (``--gap``, ``--overdue``, ``--descendant-unit``: ``fair``'s 96 h,
+  36 h and 6 h are 288 s, 108 s and 18 s, ``balanced``'s 8 h and 12 h 24 s and 36 s), given to the
+  scheduler as ``[gpu_dag] reservation_gap``, ``reservation_overdue`` and ``descendant_unit`` and read
+  back through :func:`airflow_gpu_dag.settings.objective`, so both sides agree (``fair``'s 12-h due cap
+  is not scaled: no setting moves it, and on this mix's seconds it never binds).
 
 Printed side by side: every run's completion time (trigger -> last task ends), the mean, the p95 and
 the makespan, real and predicted (:func:`airflow_gpu_dag.core.simulation.cross_dag.predict_runs` with the
@@ -58,7 +61,7 @@ from typing import Any
 from controller_thread import controller_running
 from multi_dag_frontier import NeverHolds
 
-from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE
+from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, settings
 from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.core.model.resources import GpuRequest
 from airflow_gpu_dag.core.policy.objective import Objective, get_objective, key_weight, run_shape
@@ -149,9 +152,47 @@ def mix_graphs(the_mix: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[TaskG
     return [graph_of(name, tasks, "critical_path") for name, tasks in the_mix.items()]
 
 
+#: The mix's tasks run seconds where the objectives' times are hours of training: each is divided by this.
+TIME_SCALE = 1200.0
+
+
+def scaled_times(args: argparse.Namespace) -> tuple[float, float, float]:
+    """``(gap, overdue, descendant unit)`` in seconds: ``--gap``, ``--overdue``, ``--descendant-unit``,
+    each by default the objective's own over :data:`TIME_SCALE`."""
+    chosen = get_objective(args.objective)
+    defaults = (chosen.gap, chosen.gate_overdue, chosen.descendant_unit)
+    given = (args.gap, args.overdue, args.descendant_unit)
+    gap, overdue, unit = (d / TIME_SCALE if g is None else g for g, d in zip(given, defaults, strict=True))
+    return gap, overdue, unit
+
+
+def settings_env(args: argparse.Namespace) -> dict[str, str]:
+    """What the scheduler, the api-server and the controller are told: the pool, the objective and its
+    scaled times (:func:`scaled_times`)."""
+    gap, overdue, unit = scaled_times(args)
+    return {
+        "AIRFLOW__GPU_DAG__POOLS": json.dumps({POOL: args.capacity}),
+        "AIRFLOW__GPU_DAG__OBJECTIVE": args.objective,
+        "AIRFLOW__GPU_DAG__RESERVATION_GAP": f"{gap:g}s",
+        "AIRFLOW__GPU_DAG__RESERVATION_OVERDUE": f"{overdue:g}s",
+        "AIRFLOW__GPU_DAG__DESCENDANT_UNIT": f"{unit:g}s",
+    }
+
+
 def scaled_objective(args: argparse.Namespace) -> Objective:
-    """``--objective`` with its gate scaled to this mix's seconds (``--gap``, ``--overdue``)."""
-    return dataclasses.replace(get_objective(args.objective), gap=args.gap, overdue=args.overdue)
+    """The objective as the scheduler reads it under :func:`settings_env` (the environment is restored
+    after: ``--orders`` runs inside other processes' tests)."""
+    env = settings_env(args)
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        return settings.objective()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def run_mix(cluster: AirflowCluster, prefix: str, when: Mapping[str, float]) -> dict[str, dict[str, Any]]:
@@ -389,9 +430,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=8, help="sweep trials (default 8)")
     parser.add_argument("--evals", type=int, default=6, help="evaluation DAGs (default 6)")
     parser.add_argument("--interval", type=float, default=2.0, help="controller interval, s (default 2)")
-    parser.add_argument("--objective", default="balanced", help="cross-DAG objective (default balanced)")
-    parser.add_argument("--gap", type=float, default=24.0, help="reservation gap, s (scaled; default 24)")
-    parser.add_argument("--overdue", type=float, default=36.0, help="reservation overdue, s (default 36)")
+    parser.add_argument("--objective", default="fair", help="cross-DAG objective (default fair)")
+    parser.add_argument("--gap", type=float, help="reservation gap, s (default: the objective's / 1200)")
+    parser.add_argument(
+        "--overdue", type=float, help="reservation overdue, s (default: the objective's / 1200)"
+    )
+    parser.add_argument(
+        "--descendant-unit", type=float, help="fair's time per descendant task, s (default: 6 h / 1200 = 18)"
+    )
     parser.add_argument(
         "--order",
         choices=ORDERS,
@@ -437,21 +483,14 @@ def main(argv: list[str] | None = None) -> int:
         print_frontier(frontier, provider)
         print(f"# elapsed {time.time() - started:.0f}s")
         return 0
-    settings_env = {
-        "AIRFLOW__GPU_DAG__POOLS": json.dumps({POOL: args.capacity}),
-        "AIRFLOW__GPU_DAG__OBJECTIVE": args.objective,
-        "AIRFLOW__GPU_DAG__RESERVATION_GAP": f"{args.gap}s",
-        "AIRFLOW__GPU_DAG__RESERVATION_OVERDUE": f"{args.overdue}s",
-    }
-    os.environ.update(settings_env)  # the in-process controller reads the same settings
+    env = settings_env(args)
+    os.environ.update(env)  # the in-process controller reads the same settings
     caps = {POOL: args.capacity}
     with tempfile.TemporaryDirectory(prefix="gpu-dag-multi-") as folder:
         Path(folder, "mix.py").write_text(
             DAG_TEMPLATE.format(mix=the_mix, rule=CRITICAL_PATH_WEIGHT_RULE, pool=POOL)
         )
-        with AirflowCluster(
-            folder, pools=caps, parallelism=max(8, args.capacity + 4), env=settings_env
-        ) as cluster:
+        with AirflowCluster(folder, pools=caps, parallelism=max(8, args.capacity + 4), env=env) as cluster:
             cluster.wait_for_dags([f"{p}_{n}" for p in ("stock", "provider") for n in the_mix], timeout=300)
             sides: dict[str, dict[str, dict[str, Any]]] = {}
             for side in ("stock", "provider") if args.order == "stock-first" else ("provider", "stock"):
@@ -493,8 +532,9 @@ def main(argv: list[str] | None = None) -> int:
         "interval_s": args.interval,
         "objective": args.objective,
         "order": args.order,
-        "gap_s": args.gap,
-        "overdue_s": args.overdue,
+        "gap_s": scaled.gap,
+        "overdue_s": scaled.gate_overdue,
+        "descendant_unit_s": scaled.descendant_unit,
         "runs": {
             n: {
                 "trigger_offset_s": round(when[n], 1),

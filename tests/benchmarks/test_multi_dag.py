@@ -82,6 +82,33 @@ def test_frontier_member_with_the_shipped_settings_is_the_shipped_objective() ->
     assert ours == shipped["results"]["balanced"]
 
 
+def test_frontier_lead_member_at_fairs_constants_is_the_shipped_fair() -> None:
+    """The frontier's figures for ``--descendant-orders lead`` at fair's constants are the shipped ``fair``."""
+    import multi_dag
+    import multi_dag_frontier as frontier
+
+    hour = 3600.0
+    member = frontier.Member(
+        5.0,
+        0.0,
+        "ready",
+        remaining_weight=0.5,
+        gate=(96 * hour, 36 * hour),
+        downstream_unit=6 * hour,
+        due_overdue=12 * hour,
+        descendant_cap=24,
+        descendant_lead=True,
+    )
+    assert member.name == "s=5 chain=0 c=0.5 ready gate=96h/36h U=6h due=12h dcap=24 lead"
+    for job in (
+        ("A", 3, 8, "once", "exact", [member], False, 0, 60.0),
+        ("B", 1, 16, "spread", "uniform30", [member], False, 0, 60.0),
+    ):
+        ours = frontier.one_instance(job)["results"][member.name]
+        shipped = multi_dag.one_instance((*job[:5], ["stock", "fair"], 60.0))
+        assert ours == shipped["results"]["fair"]
+
+
 def _pipeline() -> TaskGraph:
     """load (CPU 10 min) -> init (4 GPUs, 5 min) -> train (4 GPUs, 2 h) -> evaluate (1 GPU, 20 min),
     GPU tasks in pool ``gpu``."""
@@ -142,7 +169,7 @@ def test_frontier_ready_gate_counts_overdue_from_the_ready_time_not_the_key() ->
     hour = 3600.0
     member = frontier.Member(5.0, 0.0, "ready", gate=(96 * hour, 36 * hour))
     gate = frontier.member_gate(member)
-    assert isinstance(gate, frontier.ReadyOverdueGate) and (gate.gap, gate.overdue) == (96 * hour, 36 * hour)
+    assert not gate.past_key_holds and (gate.gap, gate.overdue) == (96 * hour, 36 * hour)
 
     base = SIMULATION_EPOCH + 1000 * hour  # keys after the epoch (before it they all clamp to it)
 

@@ -3,8 +3,9 @@ objective's reservation gate, and the anti-starvation bound of docs/priority.md.
 
 One boot. A pipeline whose ``wide`` task needs the whole 4-GPU pool, a stream of 1-GPU evaluation DAGs
 triggered every second behind it, and, once the controller is reserving for ``wide``, a small probe
-DAG. The gate's constants are scaled to these seconds-long tasks (gap 10 s, overdue 30 s; docs: set them
-to a few typical training durations). Checked from the task instances the REST API returns:
+DAG. The objective is the default, ``fair``, its times scaled to these seconds-long tasks (gap 10 s, a
+task reserved for once it has waited 30 s since it turned ready, 5 s per task of descendant lead; docs:
+set them to a few typical training durations). Checked from the task instances the REST API returns:
 
 * every run succeeds, the pool never holds more than 4 GPUs;
 * ``wide`` is not starved by the stream: it starts within its bound
@@ -37,7 +38,7 @@ pytestmark = pytest.mark.airflow_real
 POOL = "gpu_multi"
 CAPACITY = 4
 INTERVAL = 2.0
-GAP, OVERDUE = 10.0, 30.0
+GAP, OVERDUE, DESCENDANT_UNIT = 10.0, 30.0, 5.0
 LONGEST = 8.0  # the longest task (a stream evaluation)
 STREAM = 8
 #: scheduler and executor latency on a loaded CI machine, added to every bound
@@ -46,9 +47,10 @@ SLACK = 30.0
 TASK_OVERHEAD = 5.0
 SETTINGS = {
     "AIRFLOW__GPU_DAG__POOLS": f'{{"{POOL}": {CAPACITY}}}',
-    "AIRFLOW__GPU_DAG__OBJECTIVE": "balanced",
+    "AIRFLOW__GPU_DAG__OBJECTIVE": "fair",
     "AIRFLOW__GPU_DAG__RESERVATION_GAP": f"{GAP:g}s",
     "AIRFLOW__GPU_DAG__RESERVATION_OVERDUE": f"{OVERDUE:g}s",
+    "AIRFLOW__GPU_DAG__DESCENDANT_UNIT": f"{DESCENDANT_UNIT:g}s",
 }
 AIRFLOW_DAGS = "multi_dag"
 AIRFLOW_POOLS = {POOL: CAPACITY}
@@ -97,7 +99,7 @@ def mix(airflow_cluster: AirflowCluster) -> Iterator[dict[str, Any]]:
     )
     client = _RecordingClient(cluster.api_url, cluster.USERNAME, cluster.PASSWORD)
     controller = WatermarkController(config, client, default_duration=5.0)
-    assert controller.gate is not None and controller.gate.gap == GAP
+    assert controller.gate is not None and controller.gate.gap == GAP and not controller.gate.past_key_holds
     stop = threading.Event()
     thread = threading.Thread(target=controller.run, args=(stop,), daemon=True)
     thread.start()
@@ -159,7 +161,7 @@ def _bound(tis: list[dict[str, Any]], task: dict[str, Any], ready: float) -> flo
     ]
     key = key_of_weight(task["priority_weight"])
     assert key is not None, task
-    gate = ReservationGate(GAP, OVERDUE)
+    gate = ReservationGate(GAP, OVERDUE, past_key_holds=False)  # fair's gate: overdue from the ready time
     return gate.wait_bound(key, ready, len(ahead), LONGEST + TASK_OVERHEAD, INTERVAL) + SLACK
 
 
