@@ -94,6 +94,7 @@ def build_basis(
                 _logged.warning(str(finding), message, finding)
     caps = {p: c for p, c in capacity.items() if c > 0}
     shape = run_shape(graph, caps)
+    _ = shape.descendant_lead  # (cached: made here, off the scheduler loop, not by the first weight)
     return DagBasis(
         dag_id=graph.dag_id,
         graph=graph,

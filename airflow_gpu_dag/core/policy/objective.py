@@ -231,12 +231,13 @@ _HOUR = 3600.0
 #: for your tasks); ``chain`` 0.5 lets a long pipeline start early but not jump a wide sweep triggered
 #: before it by its whole length; ``stretch`` 4 puts small runs first while every kind stays within
 #: 1.05x of stock. ``throughput`` keeps the 8 h ``overdue`` it was measured with. ``fair``: 6 h per
-#: descendant task (``U``) is about one training stage of the pool, so a pipeline's first stage, with
-#: tens of tasks below it, goes ahead of runs triggered a day or more after it, as in stock Airflow;
-#: at most 24 descendants count (``K``: no figure moves up to there, and a DAG of hundreds of tasks is
-#: not put weeks ahead); the gap of 96 h is 16 descendants, so slots are held almost only when no
-#: other run's task waits; a task that has waited 36 h since it turned ready is reserved for (below
-#: 24 h the holds cost the sweeps); ``stretch`` 5 and the 12 h due cap keep small runs first.
+#: task of descendant lead (``U``) is about one training stage of the pool, so a pipeline's first stage,
+#: with tens of tasks below it, goes ahead of runs triggered a day or more after it, as in stock Airflow
+#: (5 h or 7 h let a kind reach 1.09x: scale it to the pool's stage length, ``[gpu_dag]
+#: descendant_unit``); at most 24 counted (``K``: all give the same figures, and a DAG of hundreds of
+#: tasks is not put weeks ahead); the gap of 96 h is 16 tasks of lead, so slots are held almost only when
+#: no other run's task waits; a task that has waited 36 h since it turned ready is reserved for (24 h
+#: costs the sweeps); ``stretch`` 5 and the 12 h due cap keep small runs first.
 OBJECTIVES: dict[str, Objective] = {
     "throughput": Objective("throughput", stretch=2.0, gap=0.0, overdue=8 * _HOUR, chain=1.0),
     "balanced": Objective("balanced", stretch=4.0, gap=8 * _HOUR, overdue=12 * _HOUR, chain=0.5),
