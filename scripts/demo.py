@@ -27,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from airflow_gpu_dag.core.policy.objective import DEFAULT_OBJECTIVE
 from airflow_gpu_dag.testing.cluster import AirflowCluster, ClusterError
 
 __all__ = ["DEMO_DAG_ID", "DEMO_INVENTORY", "demo_pools", "main", "render_outcome", "render_plan"]
@@ -266,6 +267,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "AIRFLOW__GPU_DAG__INVENTORY_SOURCE": "static",
         "AIRFLOW__GPU_DAG__INVENTORY": args.inventory,
         "AIRFLOW__GPU_DAG__POOLS": json.dumps(gpu_pools),
+        # named, not left to the configuration: this process may have read a developer's airflow.cfg
+        # (one an earlier version wrote says "objective = balanced") before the cluster's home existed,
+        # and the plan printed here must be the one the cluster's scheduler runs
+        "AIRFLOW__GPU_DAG__OBJECTIVE": DEFAULT_OBJECTIVE,
     }
     print(f"== booting Airflow (dags: {dags_folder}; GPU pools from inventory {args.inventory}: {pools})")
     try:
