@@ -83,7 +83,7 @@ def test_frontier_member_with_the_shipped_settings_is_the_shipped_objective() ->
 
 
 def test_frontier_lead_member_at_fairs_constants_is_the_shipped_fair() -> None:
-    """The frontier's figures for ``--descendant-orders lead`` at fair's constants are the shipped ``fair``."""
+    """The frontier's figures for ``--descendant-orders lead`` at fair's constants are the shipped fair."""
     import multi_dag
     import multi_dag_frontier as frontier
 
