@@ -367,18 +367,14 @@ def objective() -> Objective:
     except ValueError as err:
         _warn_once("objective", "airflow-gpu-dag: %s; using %r", err, DEFAULT_OBJECTIVE)
         chosen = get_objective(DEFAULT_OBJECTIVE)
-    for key, field in (
-        ("reservation_gap", "gap"),
-        ("reservation_overdue", "overdue"),
-        ("descendant_unit", "descendant_unit"),
-    ):
+    for key in ("reservation_gap", "reservation_overdue", "descendant_unit"):
         raw = conf_get(key, None)
         if raw:
             try:
                 seconds = parse_duration(raw)
-                if field == "gap":
+                if key == "reservation_gap":
                     chosen = replace(chosen, gap=seconds)
-                elif field == "descendant_unit":  # fair's term; the other objectives have none
+                elif key == "descendant_unit":  # fair's term; the other objectives have none
                     if chosen.descendant_cap > 0:
                         chosen = replace(chosen, descendant_unit=seconds)
                 elif chosen.reserve_overdue is not None:  # the gate's own (fair): the due cap stays

@@ -57,6 +57,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from controller_thread import controller_running
 from multi_dag_frontier import NeverHolds
@@ -182,17 +183,8 @@ def settings_env(args: argparse.Namespace) -> dict[str, str]:
 def scaled_objective(args: argparse.Namespace) -> Objective:
     """The objective as the scheduler reads it under :func:`settings_env` (the environment is restored
     after: ``--orders`` runs inside other processes' tests)."""
-    env = settings_env(args)
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    try:
+    with mock.patch.dict(os.environ, settings_env(args)):
         return settings.objective()
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def run_mix(cluster: AirflowCluster, prefix: str, when: Mapping[str, float]) -> dict[str, dict[str, Any]]:

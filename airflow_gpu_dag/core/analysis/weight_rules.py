@@ -95,21 +95,27 @@ def descendant_counts(graph: TaskGraph, cap: int) -> dict[str, int]:
     below: dict[str, set[str] | None] = {}  # None: at least cap descendants
     counts: dict[str, int] = {}
     for task_id in reversed(graph.topological_order()):
-        seen: set[str] | None = set()
-        for down in graph.downstream(task_id):
-            sub = below[down]
-            if sub is None:
-                seen = None
-                break
-            assert seen is not None
-            seen.add(down)
-            seen |= sub
-            if len(seen) >= cap:
-                seen = None
-                break
+        seen = _descendants_under(graph.downstream(task_id), below, cap)
         below[task_id] = seen
         counts[task_id] = cap if seen is None else len(seen)
     return counts
+
+
+def _descendants_under(
+    children: Iterable[str], below: Mapping[str, set[str] | None], cap: int
+) -> set[str] | None:
+    """The descendants of a task with these ``children`` (``below``: theirs), or None once they reach
+    ``cap`` (a child already at the cap puts the task there too)."""
+    seen: set[str] = set()
+    for child in children:
+        sub = below[child]
+        if sub is None:
+            return None
+        seen.add(child)
+        seen |= sub
+        if len(seen) >= cap:
+            return None
+    return seen
 
 
 def critical_path_weights(graph: TaskGraph, analysis: CriticalPathAnalysis | None = None) -> dict[str, int]:
