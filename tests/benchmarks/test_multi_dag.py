@@ -181,11 +181,11 @@ def test_frontier_ready_gate_counts_overdue_from_the_ready_time_not_the_key() ->
     head = task("wide", -100 * hour, 99 * hour)  # key 200 h before now (the descendants term), ready 1 h ago
     other = task("small", -50 * hour, 99 * hour)  # 50 h after the head's key: under the 96 h gap
     gated = frontier.member_gate(frontier.Member(5.0, 0.0, "gated", gate=(96 * hour, 36 * hour)))
-    assert gated.holds_for(now, head, other)[0]  # 200 h past its key: overdue at once
-    assert not gate.holds_for(now, head, other)[0]  # ready 1 h ago: not overdue
-    assert gate.holds_for(now, head, task("late", 0.0, 99 * hour))[0]  # 100 h before it: the gap holds
+    assert gated.holds_for(now, head, other)  # 200 h past its key: overdue at once
+    assert not gate.holds_for(now, head, other)  # ready 1 h ago: not overdue
+    assert gate.holds_for(now, head, task("late", 0.0, 99 * hour))  # 100 h before it: the gap holds
     starving = gate.starving(now, [task("old", -100 * hour, 50 * hour)])  # waited 50 h > 36 h
-    assert starving is not None and gate.holds_for(now, head, other, starving)[0]
+    assert starving is not None and gate.holds_for(now, head, other, starving)
     assert gate.starving(now, [head, other]) is None
 
 

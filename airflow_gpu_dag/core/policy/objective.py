@@ -43,6 +43,7 @@ import math
 from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from airflow_gpu_dag.core.analysis.critical_path import analyze
 from airflow_gpu_dag.core.analysis.weight_rules import INT32_MAX, clamp_int32, descendant_counts
@@ -454,33 +455,46 @@ class ReservationGate:
             return max(0.0, key + self.overdue - ready) + (ahead + 1) * longest
         return max(0.0, key - ready) + self.overdue + (ahead + 1) * (longest + 2 * interval)
 
-    def holds_for(
+    def verdict(
         self, now: float, head: ReadyTask, competitor: ReadyTask | None, starving: ReadyTask | None = None
-    ) -> tuple[bool, str]:
-        """(hold slots for ``head``?, why), ``competitor`` being the next ready task of another run after
-        it (None: there is none), ``starving`` a starving task (:meth:`starving`; always held for)."""
+    ) -> dict[str, Any]:
+        """The gate's verdict on holding slots for the wide ``head``, as the fields of a
+        :class:`~airflow_gpu_dag.core.policy.reasons.Reason`: ``code`` (``starving``, ``reserving``,
+        ``overdue`` or, when it does not hold, ``not-urgent-enough``) and the figures behind it.
+        ``competitor`` is the next ready task of another run after ``head`` (None: there is none),
+        ``starving`` a starving task (:meth:`starving`; always held for).
+
+        The branches, in order: a starving task; a head or competitor without a key, or a gap of 0
+        (always held for); ``overdue`` (with ``past_key_holds`` only); then the gap. Without past-key
+        holds (``fair``) the words say ``from_ready``: the head is held for once it starves,
+        ``overdue`` seconds after it turned ready."""
         if starving is not None:
             since = self.waiting_since(starving)
             waited = 0.0 if since is None else now - since
-            return True, f"; {starving.key} starving ({waited:.0f}s waited): nothing behind it backfilled"
+            return {"code": "starving", "starving": starving.key, "waited": waited}
         head_key = key_of_weight(head.priority, self.epoch)
         if head_key is None or competitor is None or self.gap <= 0:
-            return True, ""
+            return {"code": "reserving"}
         if self.past_key_holds and now - head_key >= self.overdue:
-            return True, f"; {now - head_key:.0f}s past its key: overdue"
+            return {"code": "overdue", "past_key": now - head_key, "overdue_after": self.overdue}
         other = key_of_weight(competitor.priority, self.epoch)
         if other is None or other - head_key >= self.gap:
-            return True, ""
-        overdue = (
-            f"{max(0.0, now - head_key):.0f}s past (overdue after {self.overdue:.0f}s)"
-            if self.past_key_holds
-            else f"held for once it has waited {self.overdue:.0f}s since it turned ready"
-        )
-        return False, (
-            f"{head.key} ({head.slots} slots) is not urgent enough to hold slots for: its key is "
-            f"{other - head_key:.0f}s before {competitor.key}'s (gap {self.gap:.0f}s) and {overdue}; "
-            "pool = capacity"
-        )
+            return {"code": "reserving"}
+        return {
+            "code": "not-urgent-enough",
+            "competitor": competitor.key,
+            "key_gap": other - head_key,
+            "gap": self.gap,
+            "past_key": max(0.0, now - head_key),
+            "overdue_after": self.overdue,
+            "from_ready": not self.past_key_holds,
+        }
+
+    def holds_for(
+        self, now: float, head: ReadyTask, competitor: ReadyTask | None, starving: ReadyTask | None = None
+    ) -> bool:
+        """Whether the gate holds slots for ``head`` (:meth:`verdict`)."""
+        return self.verdict(now, head, competitor, starving)["code"] != "not-urgent-enough"
 
 
 class StarvingWatch:

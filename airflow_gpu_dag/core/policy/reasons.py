@@ -19,9 +19,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_gpu_dag.core.policy.admission import ReadyTask
-from airflow_gpu_dag.core.policy.objective import ReservationGate, key_of_weight
-
 __all__ = [
     "CODES",
     "HOLDING_CODES",
@@ -31,7 +28,6 @@ __all__ = [
     "Reason",
     "TaskReason",
     "for_task",
-    "gate_terms",
     "reason_from_json",
     "reason_to_json",
     "render",
@@ -118,41 +114,6 @@ class Reason:
     def holds(self) -> bool:
         """Slots are held for :attr:`task`."""
         return self.code in HOLDING_CODES
-
-
-def gate_terms(
-    gate: ReservationGate,
-    now: float,
-    head: ReadyTask,
-    competitor: ReadyTask | None,
-    starving: ReadyTask | None,
-) -> dict[str, Any]:
-    """The :class:`Reason` fields of the objective's gate for a wide head (the code among
-    ``reserving``, ``overdue``, ``starving`` and ``not-urgent-enough``, and its figures), taking the
-    branches of :meth:`ReservationGate.holds_for` in its order: a starving task first, then a head or
-    competitor without a key (always held for), ``overdue`` (a gate with ``past_key_holds`` only), then
-    the gap. A gate without past-key holds (``fair``) gives ``from_ready``: its heads are held for once
-    they starve, ``overdue_after`` seconds after they turned ready."""
-    if starving is not None:
-        since = gate.waiting_since(starving)
-        return {"code": "starving", "starving": starving.key, "waited": 0.0 if since is None else now - since}
-    head_key = key_of_weight(head.priority, gate.epoch)
-    if head_key is None or competitor is None or gate.gap <= 0:
-        return {"code": "reserving"}
-    if gate.past_key_holds and now - head_key >= gate.overdue:
-        return {"code": "overdue", "past_key": now - head_key, "overdue_after": gate.overdue}
-    other = key_of_weight(competitor.priority, gate.epoch)
-    if other is None or other - head_key >= gate.gap:
-        return {"code": "reserving"}
-    return {
-        "code": "not-urgent-enough",
-        "competitor": competitor.key,
-        "key_gap": other - head_key,
-        "gap": gate.gap,
-        "past_key": max(0.0, now - head_key),
-        "overdue_after": gate.overdue,
-        "from_ready": not gate.past_key_holds,
-    }
 
 
 def _num(value: float | None) -> float:

@@ -30,7 +30,7 @@ from typing import Protocol
 
 from airflow_gpu_dag.core.policy.admission import PendingTask, ReadyTask, RunningTask, admission_order
 from airflow_gpu_dag.core.policy.objective import ReservationGate, key_of_weight
-from airflow_gpu_dag.core.policy.reasons import Reason, gate_terms, render
+from airflow_gpu_dag.core.policy.reasons import Reason, render
 
 __all__ = [
     "DecisionWindow",
@@ -545,11 +545,10 @@ def decide_pool(
     terms: dict[str, object] = {"code": "reserving"}
     if gate is not None:
         competitor = queue.peek_ready(capacity, other_run=head.run)
-        hold, _words = gate.holds_for(now, head, competitor, starving)
-        if not hold and not explain:
-            return PoolDecision.at_capacity(pool, capacity, used, admitted)
-        terms = gate_terms(gate, now, head, competitor, starving) if explain else terms
-        if not hold:
+        terms = gate.verdict(now, head, competitor, starving)
+        if terms["code"] == "not-urgent-enough":
+            if not explain:
+                return PoolDecision.at_capacity(pool, capacity, used, admitted)
             why = Reason(
                 pool=pool,
                 capacity=capacity,

@@ -131,7 +131,11 @@ def test_gate_cases_have_their_codes_and_the_gates_words() -> None:
     d = decide_pools(now, {"gpu": 8}, busy, [wide, close], gate=gate)["gpu"]
     assert d.why is not None
     assert d.why.code == "not-urgent-enough" and d.why.competitor == "eval" and d.why.key_gap == HOUR
-    assert d.reason == gate.holds_for(now, wide, close)[1] == render(d.why)
+    assert not gate.holds_for(now, wide, close) and d.reason == render(d.why)
+    assert d.reason == (
+        "wide (4 slots) is not urgent enough to hold slots for: its key is 3600s before eval's (gap 14400s) "
+        "and 3600s past (overdue after 28800s); pool = capacity"
+    )
     old = ready("wide", 4, key_weight(now - 9 * HOUR), 600.0)
     d = decide_pools(now, {"gpu": 8}, busy, [old, close], gate=gate)["gpu"]
     assert d.why is not None and d.why.code == "overdue"
@@ -142,7 +146,7 @@ def test_gate_cases_have_their_codes_and_the_gates_words() -> None:
     assert decide_pools(now, {"gpu": 8}, busy, [old, near], gate=gate)["gpu"].reserved_for == "wide"
     d = decide_pools(now, {"gpu": 8}, busy, [old, near], gate=ready_gate)["gpu"]
     assert d.why is not None and d.why.code == "not-urgent-enough" and d.why.from_ready
-    assert d.reason == ready_gate.holds_for(now, old, near)[1] == render(d.why)
+    assert not ready_gate.holds_for(now, old, near) and d.reason == render(d.why)
     assert "and held for once it has waited 28800s since it turned ready; pool = capacity" in d.reason
     back = reason_from_json(json.loads(json.dumps(reason_to_json(d.why))))
     assert back is not None and render(back) == d.reason
@@ -150,9 +154,10 @@ def test_gate_cases_have_their_codes_and_the_gates_words() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(gated_pools())
-def test_with_the_gate_the_sentence_is_the_gates_and_the_code_agrees_with_its_verdict(state: Any) -> None:
-    """The sentence each gated decision had before the reasons were data: the gate's own words
-    (ReservationGate.holds_for) when it does not hold, appended to the reservation's when it does."""
+def test_with_the_gate_the_reason_carries_the_gates_verdict(state: Any) -> None:
+    """Each gated decision's reason is the gate's verdict (ReservationGate.verdict) on its head: the
+    same code and figures, slots held exactly when the gate holds for it, and the sentence is the
+    reservation's, with the starving or overdue clause, or the gate's refusal."""
     now, capacity, running, waiting = state
     gate = ReservationGate(gap=4 * HOUR, overdue=8 * HOUR, past_key_holds=len(waiting) % 2 == 0)
     ordered = sorted(waiting, key=admission_order)
@@ -171,15 +176,16 @@ def test_with_the_gate_the_sentence_is_the_gates_and_the_code_agrees_with_its_ve
         ),
         None,
     )
-    hold, words = gate.holds_for(now, head, competitor, starving)
-    assert hold == (why.code != "not-urgent-enough")
-    if hold:
-        assert d.reason.startswith(f"reserving {head.slots} slots for {head.key}") and d.reason.endswith(
-            words
-        )
-        assert (why.code == "reserving") == (words == "")
+    verdict = gate.verdict(now, head, competitor, starving)
+    assert {name: getattr(why, name) for name in verdict} == verdict
+    assert gate.holds_for(now, head, competitor, starving) == why.holds
+    if why.holds:
+        assert d.reason.startswith(f"reserving {head.slots} slots for {head.key}")
+        assert ("starving (" in d.reason) == (why.code == "starving")
+        assert d.reason.endswith("past its key: overdue") == (why.code == "overdue")
     else:
-        assert d.reason == words and d.reserved_for is None
+        assert d.reason.startswith(f"{head.key} ({head.slots} slots) is not urgent enough to hold slots")
+        assert d.reserved_for is None
     back = reason_from_json(json.loads(json.dumps(reason_to_json(why))))
     assert back is not None and render(back) == d.reason
 
