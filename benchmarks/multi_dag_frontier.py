@@ -286,8 +286,8 @@ class NeverHolds(ReservationGate):
     """A gate that never holds slots, not even for a starving task: the pool stays at its capacity and
     Airflow's greedy admission runs on the keys alone (no wait bound: a frontier point, not a policy)."""
 
-    def holds_for(self, now: float, head: Any, competitor: Any, starving: Any = None) -> tuple[bool, str]:
-        return False, "never held"
+    def verdict(self, now: float, head: Any, competitor: Any, starving: Any = None) -> dict[str, Any]:
+        return {"code": "not-urgent-enough"}
 
 
 def member_gate(member: Member) -> ReservationGate:

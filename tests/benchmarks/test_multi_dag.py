@@ -154,6 +154,18 @@ def test_frontier_variants_cap_the_stretch_and_keep_gpu_parents_keys() -> None:
     assert member.name == "s=3 chain=0 never chaincap=1h gate=4h/8h"
     gate = frontier.member_gate(member)
     assert isinstance(gate, frontier.NeverHolds) and gate.overdue == 8 * 3600.0
+    # the controller's walk with it keeps the pool at capacity, even for a starving wide head
+    from airflow_gpu_dag.core.policy.admission import ReadyTask, RunningTask
+    from airflow_gpu_dag.core.policy.reservation import decide_pool
+
+    now = 1_800_000_000.0
+    wide = ReadyTask("wide", "gpu", 4, 9, 600.0, run="a", since=now - 9 * 3600.0)
+    small = ReadyTask("small", "gpu", 1, 1, 600.0, run="b", since=now)
+    busy = [RunningTask("busy", "gpu", 6, now + 3600.0)]
+    for starving in (None, wide):
+        decision = decide_pool(now, "gpu", 8, busy, [wide, small], gate=gate, starving=starving)
+        assert decision.reserved_for is None and decision.pool_size == 8, decision
+        assert decision.why is not None and decision.why.code == "not-urgent-enough"
     assert frontier.member_gate(frontier.Member(3.0, 0.0, "gated", gate=(3600.0, 7200.0))).gap == 3600.0
 
 
