@@ -113,7 +113,8 @@ def get_provider_info() -> dict[str, Any]:
                         "first as in stock), throughput (makespan and pipelines first; every wide task "
                         "reserved for), balanced (mean completion time first) or latency (mean completion "
                         "time and small DAGs first). Sets the stretch s (5, 2, 4, 6), the chain c (0.5, 1, "
-                        "0.5, 0.5), fair's 6h per descendant task and the reservation gate; see "
+                        "0.5, 0.5), fair's stage per descendant task and the reservation gate (times in "
+                        "stage_length); see "
                         "docs/priority.md. Another value is reported by lint (bad-config), logged once by "
                         "the cluster policy, and fair used.",
                         "version_added": "0.2.0",
@@ -121,15 +122,29 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "latency",
                         "default": "fair",
                     },
+                    "stage_length": {
+                        "description": "How long one training stage of the pool runs (a pre-training, an "
+                        "SFT). Every time of the objective is a multiple of it: fair moves a key one stage "
+                        "per task of descendant lead, caps the due time at 2 stages after the run's work, "
+                        "and holds slots at a key gap of 16 stages or for a task that has waited 6; the "
+                        "default, 6h, is the stage they were chosen for. Set it to your pool's stages "
+                        "(e.g. 20m for 10-minute jobs of 20-minute stages) to get the same behaviour at "
+                        "your time scale; reservation_gap, reservation_overdue and descendant_unit "
+                        "override single times after it. Stages over 30h are refused (bad-config): fair's "
+                        "24 stages of lead would exceed 30d.",
+                        "version_added": "0.2.0",
+                        "type": "string",
+                        "example": "20m",
+                        "default": None,
+                    },
                     "descendant_unit": {
                         "description": "Override of the fair objective's time per descendant task: a "
                         "task's key moves this much earlier per task of its descendant lead (at most 24 "
                         "counted), so a pipeline's early stages go ahead of runs triggered up to that "
-                        "many units later. About one training stage of the pool (6h by default); scale "
-                        "it with reservation_gap and reservation_overdue to your tasks, e.g. 30m for "
-                        "10-minute jobs. 0 turns the term off. Ignored by the other objectives; 24 units "
-                        "over 30d are refused (bad-config).",
-                        "version_added": "0.3.0",
+                        "many units later. One stage_length by default (6h); to move every time of the "
+                        "objective to your tasks, set stage_length instead. 0 turns the term off. Ignored "
+                        "by the other objectives; 24 units over 30d are refused (bad-config).",
+                        "version_added": "0.2.0",
                         "type": "string",
                         "example": "30m",
                         "default": None,
@@ -137,8 +152,8 @@ def get_provider_info() -> dict[str, Any]:
                     "reservation_gap": {
                         "description": "Override of the objective's reservation gap: the controller holds "
                         "slots for a wide task only when its key is this much earlier than the next waiting "
-                        "task of another run (or it is overdue). A duration, e.g. 4h; scale it to a few "
-                        "typical training durations of the pool.",
+                        "task of another run (or it is overdue). A duration, e.g. 4h; by default the "
+                        "objective's, scaled by stage_length.",
                         "version_added": "0.2.0",
                         "type": "string",
                         "example": "40m",
@@ -150,8 +165,9 @@ def get_provider_info() -> dict[str, Any]:
                         "it turned ready (and since its key) starves: nothing behind it is backfilled, "
                         "which bounds every wait; no run is due more than this after its own GPU work "
                         "could end. Under fair (whose keys lie days before the trigger) it is the gate's "
-                        "alone, counted from the ready time only; the due cap stays 12h. A duration, e.g. "
-                        "8h, at most 30d (longer is refused: bad-config).",
+                        "alone, counted from the ready time only; the due cap stays 2 stages. A duration, "
+                        "e.g. 8h, at most 30d (longer is refused: bad-config); by default the objective's, "
+                        "scaled by stage_length.",
                         "version_added": "0.2.0",
                         "type": "string",
                         "example": "2h",

@@ -251,6 +251,7 @@ _DURATIONS = (
     "reservation_gap",
     "reservation_overdue",
     "descendant_unit",
+    "stage_length",
     "watermark_watchdog_interval",
     "learned_refresh",
     "budget_claim_ttl",
@@ -264,6 +265,12 @@ _DURATION_FLOORS: dict[str, tuple[Callable[[float], bool], str]] = {
         lambda s: s * OBJECTIVES["fair"].descendant_cap <= MAX_OVERDUE,
         f"times fair's {OBJECTIVES['fair'].descendant_cap} descendants is over 30 days: a run's first tasks "
         "would go ahead of every run triggered up to that long after it (a wait without bound to them)",
+    ),
+    "stage_length": (
+        lambda s: _stage_fits(s),
+        f"is not > 0 or is over {MAX_OVERDUE / OBJECTIVES['fair'].descendant_cap / 3600:g}h: fair's "
+        f"{OBJECTIVES['fair'].descendant_cap} stages of descendant lead would exceed 30 days (a run's first "
+        "tasks would go ahead of every run triggered up to that long after it)",
     ),
     "reservation_overdue": (
         lambda s: s <= MAX_OVERDUE,
@@ -348,16 +355,34 @@ def _warn_once(key: str, message: str, *args: object) -> None:
     _warned.warning(key, message, *args)
 
 
+#: ``[gpu_dag] stage_length`` default: the stage the objectives' times were chosen for
+#: (:data:`~airflow_gpu_dag.core.policy.objective.STAGE_LENGTH`).
+DEFAULT_STAGE_LENGTH = "6h"
+
+
 def objective_name() -> str:
     """``[gpu_dag] objective`` as written (``fair`` when unset); see :func:`objective`."""
     return (conf_get("objective", DEFAULT_OBJECTIVE) or DEFAULT_OBJECTIVE).strip().lower()
 
 
+def _stage_fits(seconds: float) -> bool:
+    """Whether every objective scaled to stages of ``seconds`` (:meth:`Objective.for_stage`) is one it
+    accepts (fair's ``U * K`` binds: stages of at most 30 h)."""
+    try:
+        for known in OBJECTIVES.values():
+            known.for_stage(seconds)
+    except ValueError:
+        return False
+    return True
+
+
 def objective() -> Objective:
     """The cross-DAG objective (``[gpu_dag] objective``: ``fair`` — the default —, ``throughput``,
-    ``balanced`` or ``latency``), with ``[gpu_dag] reservation_gap`` / ``reservation_overdue`` overriding its
-    gate (``reservation_overdue`` is also the due-time cap, but for ``fair``, whose gate has its own) and
-    ``[gpu_dag] descendant_unit`` fair's time per descendant task.
+    ``balanced`` or ``latency``) for the pool's ``[gpu_dag] stage_length`` (its times scaled from the
+    6-h stages they were chosen for, :meth:`Objective.for_stage`), then with ``[gpu_dag]
+    reservation_gap`` / ``reservation_overdue`` overriding its gate (``reservation_overdue`` is also the
+    due-time cap, but for ``fair``, whose gate has its own) and ``[gpu_dag] descendant_unit`` fair's time
+    per descendant task.
 
     Never raises (the scheduler calls it): an unknown name is logged once and ``fair`` is used; the
     cluster policy fails the import of DAGs using our weight rules with the fix instead.
@@ -367,6 +392,18 @@ def objective() -> Objective:
     except ValueError as err:
         _warn_once("objective", "airflow-gpu-dag: %s; using %r", err, DEFAULT_OBJECTIVE)
         chosen = get_objective(DEFAULT_OBJECTIVE)
+    raw = conf_get("stage_length", None)
+    if raw:
+        try:
+            chosen = chosen.for_stage(parse_duration(raw))
+        except (EstimateError, ValueError) as err:
+            _warn_once(
+                "stage_length",
+                "airflow-gpu-dag: [gpu_dag] stage_length %r is invalid (%s); using %s",
+                raw,
+                err,
+                DEFAULT_STAGE_LENGTH,
+            )
     for key in ("reservation_gap", "reservation_overdue", "descendant_unit"):
         raw = conf_get(key, None)
         if raw:

@@ -161,8 +161,12 @@ def _eval(b: _B, variant: str) -> None:
         b.task("evaluate", math.exp(b.u(math.log(3), math.log(90))), gpus)
 
 
-def make_mix(seed: int, variant: str = "A") -> list[Run]:
-    """The DAGs of one mix, in tie-break order."""
+def make_mix(seed: int, variant: str = "A", time_scale: float = 1.0) -> list[Run]:
+    """The DAGs of one mix, in tie-break order; ``time_scale``: every duration times it (whole seconds,
+    at least 1), the same DAGs on a pool whose tasks are that much longer (the triggers follow: they come
+    from the GPU-seconds)."""
+    if not (math.isfinite(time_scale) and time_scale > 0):
+        raise ValueError(f"time scale {time_scale!r}: give a positive number")
     rng = random.Random(f"mix:{check_variant(variant)}:{seed}")
     if variant == "A":
         counts = {"pipeline": rng.randint(1, 3), "sweep": rng.randint(1, 4), "eval": rng.randint(5, 40)}
@@ -177,6 +181,10 @@ def make_mix(seed: int, variant: str = "A") -> list[Run]:
             b.g.topological_order()
             runs.append(Run(b.g, kind))
     rng.shuffle(runs)
+    if time_scale != 1.0:
+        for run in runs:
+            for node in run.graph.nodes.values():
+                node.duration = max(1.0, round(node.duration * time_scale))
     return runs
 
 

@@ -55,7 +55,7 @@ from mixes import (  # type: ignore[import-not-found]
 
 from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.core.planning.planner import packing_weights_plan
-from airflow_gpu_dag.core.policy.objective import OBJECTIVES, ReservationGate, run_shape
+from airflow_gpu_dag.core.policy.objective import OBJECTIVES, STAGE_LENGTH, ReservationGate, run_shape
 from airflow_gpu_dag.core.simulation.cross_dag import believed_durations, predict_runs
 from airflow_gpu_dag.core.simulation.simulator import RunPriority, SimulationResult, simulate
 
@@ -78,8 +78,10 @@ def run_policy(
     trigger: Sequence[float],
     capacity: int,
     interval: float,
+    stage_length: float = STAGE_LENGTH,
 ) -> SimulationResult:
-    """Simulate one mix under ``policy``; weights and the controller see ``estimated`` durations."""
+    """Simulate one mix under ``policy``; weights and the controller see ``estimated`` durations; an
+    objective's times are for stages of ``stage_length`` seconds (:meth:`Objective.for_stage`)."""
     caps = {GPU_POOL: capacity}
     if policy == "stock":
         return predict_runs(actual, trigger, caps, None, estimated=estimated)
@@ -89,7 +91,8 @@ def run_policy(
             for g in estimated
         }
         return simulate_weights(lambda g, t: plans[g.dag_id], actual, estimated, trigger, capacity, interval)
-    return predict_runs(actual, trigger, caps, OBJECTIVES[policy], interval, estimated=estimated)
+    objective = OBJECTIVES[policy].for_stage(stage_length)
+    return predict_runs(actual, trigger, caps, objective, interval, estimated=estimated)
 
 
 def simulate_weights(
@@ -144,11 +147,18 @@ def outcome(result: SimulationResult, start: float) -> dict[str, Any]:
 
 
 def measure(
-    variant: str, seed: int, capacity: int, mode: str, estimates: str, simulations: Simulations
+    variant: str,
+    seed: int,
+    capacity: int,
+    mode: str,
+    estimates: str,
+    simulations: Simulations,
+    time_scale: float = 1.0,
 ) -> dict[str, Any]:
-    """Build the mix ``seed`` of ``variant`` (tasks running for the ``estimates`` errors, triggered in
-    ``mode``), run ``simulations`` on it and keep every policy's run completion times and makespan."""
-    runs: list[Run] = make_mix(seed, variant)
+    """Build the mix ``seed`` of ``variant`` (every duration times ``time_scale``; tasks running for the
+    ``estimates`` errors, triggered in ``mode``), run ``simulations`` on it and keep every policy's run
+    completion times and makespan."""
+    runs: list[Run] = make_mix(seed, variant, time_scale)
     estimated = [r.graph for r in runs]
     actual = actual_graphs(runs, ESTIMATES[estimates], seed, variant)
     trigger = triggers(runs, capacity, mode, seed, variant)
@@ -168,7 +178,11 @@ def measure(
 
 
 def one_instance(job: tuple) -> dict[str, Any]:
-    variant, seed, capacity, mode, estimates, policies, interval = job
+    """One mix under every policy: ``(variant, seed, capacity, mode, estimates, policies, interval)``,
+    then optionally the ``time_scale`` (:func:`mix_jobs`) and the objectives' ``stage_length`` (seconds)."""
+    variant, seed, capacity, mode, estimates, policies, interval, *rest = job
+    time_scale = rest[0] if rest else 1.0
+    stage = rest[1] if len(rest) > 1 else STAGE_LENGTH
     return measure(
         variant,
         seed,
@@ -176,8 +190,9 @@ def one_instance(job: tuple) -> dict[str, Any]:
         mode,
         estimates,
         lambda runs, estimated, actual, trigger: (
-            (p, run_policy(p, actual, estimated, trigger, capacity, interval)) for p in policies
+            (p, run_policy(p, actual, estimated, trigger, capacity, interval, stage)) for p in policies
         ),
+        time_scale,
     )
 
 
@@ -460,8 +475,9 @@ def add_mix_arguments(
     modes: str = "spread,once",
     estimates: str = "exact,uniform30",
 ) -> None:
-    """The options that choose the mixes (``--variant --seeds --caps --modes --estimates``), the
-    controller's ``--interval`` and the worker ``--jobs``; read back by :func:`mix_jobs`."""
+    """The options that choose the mixes (``--variant --seeds --caps --modes --estimates
+    --time-scale``), the controller's ``--interval`` and the worker ``--jobs``; read back by
+    :func:`mix_jobs`."""
     parser.add_argument("--variant", default="A", help="mix generator(s): A, B (comma separated)")
     parser.add_argument("--seeds", default="0-29", help="mix seeds, e.g. 0-29 or 100-129")
     parser.add_argument("--caps", default=caps, help="GPU pool capacities")
@@ -470,13 +486,21 @@ def add_mix_arguments(
     )
     parser.add_argument("--estimates", default=estimates, help=f"from {', '.join(ESTIMATES)}")
     parser.add_argument("--interval", type=float, default=60.0, help="controller interval, seconds")
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="every task duration of the mixes times this (the same DAGs on a pool of longer or shorter "
+        "tasks; the triggers follow)",
+    )
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
 
 
 def mix_jobs(args: argparse.Namespace, *extra: Any) -> list[tuple]:
     """One job per mix the options of :func:`add_mix_arguments` name:
-    ``(variant, seed, capacity, mode, estimates, *extra, interval)``; a bad generator, trigger mode or
-    estimate model stops here (not in a worker, and not by silently drawing other mixes)."""
+    ``(variant, seed, capacity, mode, estimates, *extra, interval, time_scale)``; a bad generator,
+    trigger mode, estimate model or time scale stops here (not in a worker, and not by silently drawing
+    other mixes)."""
     variants, modes, models = _items(args.variant), _items(args.modes), _items(args.estimates)
     for variant in variants:
         try:
@@ -488,11 +512,13 @@ def mix_jobs(args: argparse.Namespace, *extra: Any) -> list[tuple]:
             spread_factor(mode)
         except ValueError as err:
             raise SystemExit(f"error: --modes: {err}") from None
+    if not (math.isfinite(args.time_scale) and args.time_scale > 0):
+        raise SystemExit(f"error: --time-scale: {args.time_scale!r} is not a positive number")
     unknown = [e for e in models if e not in ESTIMATES]
     if unknown:
         raise SystemExit(f"error: --estimates: {', '.join(map(repr, unknown))}: use {', '.join(ESTIMATES)}")
     return [
-        (variant, seed, int(cap), mode, estimates, *extra, args.interval)
+        (variant, seed, int(cap), mode, estimates, *extra, args.interval, args.time_scale)
         for variant in variants
         for cap in _items(args.caps)
         for mode in modes
@@ -524,21 +550,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--policies", default=",".join(DEFAULT_POLICIES), help="besides stock: v0.1, " + ", ".join(OBJECTIVES)
     )
+    parser.add_argument(
+        "--stage-length",
+        type=float,
+        default=STAGE_LENGTH / 3600.0,
+        help="hours, the objectives' [gpu_dag] stage_length (default 6: their times as shipped)",
+    )
     parser.add_argument("--json", default="", help="write every instance's raw figures here")
     parser.add_argument("--plot", default="", help="write the mean-against-makespan plot here (SVG)")
     args = parser.parse_args(argv)
+    try:
+        for name in OBJECTIVES:
+            OBJECTIVES[name].for_stage(args.stage_length * 3600.0)
+    except ValueError as err:
+        parser.error(f"--stage-length: {err}")
     policies = ["stock", *(p for p in args.policies.split(",") if p and p != "stock")]
     unknown = [p for p in policies if p not in ("stock", "v0.1", *OBJECTIVES)]
     if unknown:
         parser.error(f"unknown policies {unknown}")
-    jobs = mix_jobs(args, policies)
+    jobs = [(*job, args.stage_length * 3600.0) for job in mix_jobs(args, policies)]
     started = time.time()
     results = run_jobs(one_instance, jobs, args.jobs)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle)
+    scale = (
+        f"; durations x {args.time_scale:g}, stage length {args.stage_length:g} h"
+        if args.time_scale != 1.0 or args.stage_length * 3600.0 != STAGE_LENGTH
+        else ""
+    )
     print(
-        f"# multi-DAG benchmark: {len(jobs)} instances, controller every {args.interval:g} s; "
+        f"# multi-DAG benchmark: {len(jobs)} instances, controller every {args.interval:g} s{scale}; "
         "ratios ours / stock, mean over instances"
     )
     table(results, policies)

@@ -408,7 +408,8 @@ def search_offsets(
 
 
 def one_instance(job: tuple) -> dict[str, Any]:
-    variant, seed, capacity, mode, estimates, settings, oracle, search, interval = job
+    variant, seed, capacity, mode, estimates, settings, oracle, search, interval, *rest = job
+    time_scale = rest[0] if rest else 1.0  # mix_jobs: the mixes' --time-scale
 
     def simulations(
         runs: list[Run], estimated: list[TaskGraph], actual: list[TaskGraph], trigger: list[float]
@@ -464,7 +465,7 @@ def one_instance(job: tuple) -> dict[str, Any]:
             )
             yield "search", best
 
-    return measure(variant, seed, capacity, mode, estimates, simulations)
+    return measure(variant, seed, capacity, mode, estimates, simulations, time_scale)
 
 
 def worst_kind(f: Mapping[str, float]) -> float:

@@ -13,12 +13,13 @@ The mix runs twice, on copies of the DAGs:
 * ``stock``: Airflow's ``downstream`` weight rule, pool fixed at capacity, no controller;
 * ``provider``: ``CriticalPathPriorityStrategy`` (cross-DAG keys, ``[gpu_dag] objective``, default
   ``fair``) and the watermark controller every ``--interval`` s with the objective's reservation gate.
-  The objective's times are hours for hour-long training; here they are scaled to the seconds of this
-  mix, each over :data:`TIME_SCALE` (``--gap``, ``--overdue``, ``--descendant-unit``: ``fair``'s 96 h,
-  36 h and 6 h are 288 s, 108 s and 18 s, ``balanced``'s 8 h and 12 h 24 s and 36 s), given to the
-  scheduler as ``[gpu_dag] reservation_gap``, ``reservation_overdue`` and ``descendant_unit`` and read
-  back through :func:`airflow_gpu_dag.settings.objective`, so both sides agree (``fair``'s 12-h due cap
-  is not scaled: no setting moves it, and on this mix's seconds it never binds).
+  The objective's times are for 6-h training stages; here the stages last seconds, so the scheduler is
+  told ``[gpu_dag] stage_length`` = 6 h over :data:`TIME_SCALE` = 18 s, which scales every time of the
+  objective (``fair``'s unit, due cap, gap and gate overdue 18 s, 36 s, 288 s and 108 s; ``balanced``'s
+  gap and overdue 24 s and 36 s), and the prediction reads the same settings back through
+  :func:`airflow_gpu_dag.settings.objective`, so both sides agree. ``--gap``, ``--overdue`` and
+  ``--descendant-unit`` override single times (``reservation_gap``, ``reservation_overdue``,
+  ``descendant_unit``).
 
 Printed side by side: every run's completion time (trigger -> last task ends), the mean, the p95 and
 the makespan, real and predicted (:func:`airflow_gpu_dag.core.simulation.cross_dag.predict_runs` with the
@@ -65,7 +66,7 @@ from multi_dag_frontier import NeverHolds
 from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, settings
 from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.core.model.resources import GpuRequest
-from airflow_gpu_dag.core.policy.objective import Objective, get_objective, key_weight, run_shape
+from airflow_gpu_dag.core.policy.objective import STAGE_LENGTH, Objective, key_weight, run_shape
 from airflow_gpu_dag.core.simulation.cross_dag import SIMULATION_EPOCH, believed_durations, predict_runs
 from airflow_gpu_dag.core.simulation.simulator import SimulationResult, simulate
 from airflow_gpu_dag.hooks.rest_client import parse_time
@@ -157,27 +158,23 @@ def mix_graphs(the_mix: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[TaskG
 TIME_SCALE = 1200.0
 
 
-def scaled_times(args: argparse.Namespace) -> tuple[float, float, float]:
-    """``(gap, overdue, descendant unit)`` in seconds: ``--gap``, ``--overdue``, ``--descendant-unit``,
-    each by default the objective's own over :data:`TIME_SCALE`."""
-    chosen = get_objective(args.objective)
-    defaults = (chosen.gap, chosen.gate_overdue, chosen.descendant_unit)
-    given = (args.gap, args.overdue, args.descendant_unit)
-    gap, overdue, unit = (d / TIME_SCALE if g is None else g for g, d in zip(given, defaults, strict=True))
-    return gap, overdue, unit
-
-
 def settings_env(args: argparse.Namespace) -> dict[str, str]:
-    """What the scheduler, the api-server and the controller are told: the pool, the objective and its
-    scaled times (:func:`scaled_times`)."""
-    gap, overdue, unit = scaled_times(args)
-    return {
+    """What the scheduler, the api-server and the controller are told: the pool, the objective, its stage
+    length (:data:`STAGE_LENGTH` over :data:`TIME_SCALE`) and the single times given on the command
+    line."""
+    env = {
         "AIRFLOW__GPU_DAG__POOLS": json.dumps({POOL: args.capacity}),
         "AIRFLOW__GPU_DAG__OBJECTIVE": args.objective,
-        "AIRFLOW__GPU_DAG__RESERVATION_GAP": f"{gap:g}s",
-        "AIRFLOW__GPU_DAG__RESERVATION_OVERDUE": f"{overdue:g}s",
-        "AIRFLOW__GPU_DAG__DESCENDANT_UNIT": f"{unit:g}s",
+        "AIRFLOW__GPU_DAG__STAGE_LENGTH": f"{STAGE_LENGTH / TIME_SCALE:g}s",
     }
+    for option, value in (
+        ("RESERVATION_GAP", args.gap),
+        ("RESERVATION_OVERDUE", args.overdue),
+        ("DESCENDANT_UNIT", args.descendant_unit),
+    ):
+        if value is not None:
+            env[f"AIRFLOW__GPU_DAG__{option}"] = f"{value:g}s"
+    return env
 
 
 def scaled_objective(args: argparse.Namespace) -> Objective:
@@ -527,6 +524,7 @@ def main(argv: list[str] | None = None) -> int:
         "gap_s": scaled.gap,
         "overdue_s": scaled.gate_overdue,
         "descendant_unit_s": scaled.descendant_unit,
+        "due_cap_s": scaled.overdue,
         "runs": {
             n: {
                 "trigger_offset_s": round(when[n], 1),

@@ -88,3 +88,28 @@ def test_orders_flag_prints_the_frontier_without_booting(capsys: pytest.CaptureF
     assert "simulated: 16; meeting every target:" in out  # (3! + 2) orders, each reserved for and not
     assert "best mean with the sweep and the makespan met:" in out
     assert "the provider's keys (predicted): sweep" in out
+
+
+@pytest.mark.parametrize("name", ["fair", "balanced"])
+def test_the_scheduler_is_told_the_stage_length_of_the_mix_and_reads_back_every_time_scaled(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mix's stages last seconds: ``[gpu_dag] stage_length`` = 6 h / 1200 scales every time of the
+    objective, the due cap included, and the prediction reads the same objective back; a time given on
+    the command line overrides that one alone."""
+    import argparse
+
+    import real_airflow_multi_dag as real
+
+    from airflow_gpu_dag.core.policy.objective import OBJECTIVES
+
+    for option in ("STAGE_LENGTH", "RESERVATION_GAP", "RESERVATION_OVERDUE", "DESCENDANT_UNIT"):
+        monkeypatch.delenv(f"AIRFLOW__GPU_DAG__{option}", raising=False)
+    args = argparse.Namespace(capacity=4, objective=name, gap=None, overdue=None, descendant_unit=None)
+    env = real.settings_env(args)
+    assert env["AIRFLOW__GPU_DAG__STAGE_LENGTH"] == "18s"
+    assert not {"AIRFLOW__GPU_DAG__RESERVATION_GAP", "AIRFLOW__GPU_DAG__DESCENDANT_UNIT"} & set(env)
+    assert real.scaled_objective(args) == OBJECTIVES[name].for_stage(18.0)
+    args.gap = 50.0
+    assert real.scaled_objective(args).gap == 50.0
+    assert real.scaled_objective(args).overdue == OBJECTIVES[name].overdue / 1200

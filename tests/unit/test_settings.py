@@ -779,3 +779,40 @@ def test_descendant_unit_scales_fairs_term_and_a_unit_without_bound_is_refused(
     with caplog.at_level(logging.WARNING):
         assert settings.objective().descendant_unit == OBJECTIVES["fair"].descendant_unit
     assert "descendant_unit" in caplog.text
+
+
+@pytest.mark.usefixtures("_fresh")
+def test_stage_length_scales_every_time_of_the_objective_and_the_single_overrides_come_after(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``stage_length`` moves all of an objective's times from the 6-h stages they were chosen for to the
+    pool's (fair: its unit, due cap, gap and gate overdue; balanced: its gap and overdue), the unitless
+    constants staying; ``descendant_unit`` and the reservation options still override one time each.
+    Stages whose 24 units of lead exceed 30 days (over 30 h) or that are not > 0 are refused by lint and
+    the controller, ignored where read."""
+    _set(monkeypatch, "stage_length", "20m")
+    assert _problem("stage_length") is None
+    fair, shipped = settings.objective(), OBJECTIVES["fair"]
+    assert (fair.descendant_unit, fair.overdue, fair.gap, fair.gate_overdue) == (1200.0, 2400.0, 19200.0, 7200.0)
+    assert (fair.stretch, fair.chain, fair.descendant_cap) == (shipped.stretch, shipped.chain, 24)
+    _set(monkeypatch, "descendant_unit", "30m")
+    _set(monkeypatch, "reservation_gap", "1h")
+    fair = settings.objective()
+    assert (fair.descendant_unit, fair.gap, fair.overdue, fair.gate_overdue) == (1800.0, 3600.0, 2400.0, 7200.0)
+    _set(monkeypatch, "objective", "balanced")
+    _set(monkeypatch, "reservation_gap", "")
+    _set(monkeypatch, "stage_length", "3h")
+    balanced = settings.objective()
+    assert (balanced.gap, balanced.overdue, balanced.head_start) == (4 * 3600.0, 6 * 3600.0, 0)
+    _set(monkeypatch, "objective", "fair")
+    _set(monkeypatch, "descendant_unit", "")
+    _set(monkeypatch, "stage_length", settings.DEFAULT_STAGE_LENGTH)
+    assert settings.objective() == OBJECTIVES["fair"]
+    for bad, words in (("31h", "over 30h"), ("0s", "is not > 0"), ("soon", "'soon'")):
+        _set(monkeypatch, "stage_length", bad)
+        assert words in (_problem("stage_length") or ""), bad
+        with caplog.at_level(logging.WARNING):
+            assert settings.objective() == OBJECTIVES["fair"]
+    assert "stage_length" in caplog.text
+    _set(monkeypatch, "stage_length", "30h")  # the longest accepted: 24 x 30 h = 30 days
+    assert _problem("stage_length") is None and settings.objective().head_start == 30 * 24 * 3600.0

@@ -41,7 +41,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Container, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -57,6 +57,7 @@ __all__ = [
     "MAX_DESCENDANTS_COUNTED",
     "MAX_OVERDUE",
     "OBJECTIVES",
+    "STAGE_LENGTH",
     "Objective",
     "ReservationGate",
     "RunShape",
@@ -84,6 +85,10 @@ MAX_OVERDUE = 30 * 24 * 3600.0
 #: The most descendants a key counts (an objective's ``descendant_cap`` is at most this): what
 #: :class:`RunShape` keeps per task, counted in O(E x this) however large the DAG.
 MAX_DESCENDANTS_COUNTED = 64
+#: The length of one training stage the objectives' times were chosen for (a pre-training runs 2-8 h in
+#: the benchmark's mixes): each time constant of :data:`OBJECTIVES` is a multiple of it, and
+#: :meth:`Objective.for_stage` scales them to another pool's stages (``[gpu_dag] stage_length``).
+STAGE_LENGTH = 6 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -150,6 +155,32 @@ class Objective:
     def gate_overdue(self) -> float:
         """The gate's overdue: ``reserve_overdue``, else ``overdue``."""
         return self.overdue if self.reserve_overdue is None else self.reserve_overdue
+
+    def for_stage(self, length: float) -> Objective:
+        """This objective for a pool whose training stages last ``length`` seconds: every time constant
+        (``gap``, ``overdue``, ``reserve_overdue``, ``descendant_unit``) times ``length /``
+        :data:`STAGE_LENGTH`, the stage its times were chosen for; ``stretch``, ``chain`` and
+        ``descendant_cap`` have no unit and stay. The keys of a pool whose every duration is ``f`` times
+        another's then order its tasks as the other pool's are ordered at ``f`` times the stage length,
+        so the objective behaves the same at any time scale (docs/priority.md, "The stage length").
+
+        :raises ValueError: ``length`` is not a positive finite number of seconds, or a scaled constant
+            is refused (:func:`objective_problems`: e.g. fair's ``U * K`` over 30 days).
+        """
+        if not (math.isfinite(length) and length > 0):
+            raise ValueError(
+                f"objective {self.name!r}: stage length {length!r} must be a positive number of seconds"
+            )
+        factor = length / STAGE_LENGTH
+        if factor == 1.0:
+            return self
+        return replace(
+            self,
+            gap=self.gap * factor,
+            overdue=self.overdue * factor,
+            descendant_unit=self.descendant_unit * factor,
+            reserve_overdue=None if self.reserve_overdue is None else self.reserve_overdue * factor,
+        )
 
     def due_offset(self, work: float) -> float:
         """``min(s * W, W + overdue)``: how long after its trigger a run of work ``W`` is due."""
@@ -225,32 +256,33 @@ def objective_problems(
 
 _HOUR = 3600.0
 #: The objectives ``[gpu_dag] objective`` accepts (figures in docs/benchmarks/multi_dag.md).
-#: Why each constant (docs/priority.md, "Why these constants"): ``gap`` 8 h is about one long training
-#: stage (a pre-training): slots are held for a wide task only when it is at least that much more
-#: urgent than the work they would run; ``overdue`` 12 h is that stage and half again: a task waits no
-#: longer before it is reserved for, and no run is due later after its own work could end (scale both
-#: for your tasks); ``chain`` 0.5 lets a long pipeline start early but not jump a wide sweep triggered
-#: before it by its whole length; ``stretch`` 4 puts small runs first while every kind stays within
-#: 1.05x of stock. ``throughput`` keeps the 8 h ``overdue`` it was measured with. ``fair``: 6 h per
-#: task of descendant lead (``U``) is about one training stage of the pool, so a pipeline's first stage,
-#: with tens of tasks below it, goes ahead of runs triggered a day or more after it, as in stock Airflow
-#: (5 h or 7 h let a kind reach 1.09x: scale it to the pool's stage length, ``[gpu_dag]
-#: descendant_unit``); at most 24 counted (``K``: all give the same figures, and a DAG of hundreds of
-#: tasks is not put weeks ahead); the gap of 96 h is 16 tasks of lead, so slots are held almost only when
-#: no other run's task waits; a task that has waited 36 h since it turned ready is reserved for (24 h
-#: costs the sweeps); ``stretch`` 5 and the 12 h due cap keep small runs first.
+#: Why each constant (docs/priority.md, "Why these constants"); every time is for pools whose training
+#: stages last :data:`STAGE_LENGTH` (6 h) and scales with ``[gpu_dag] stage_length``
+#: (:meth:`Objective.for_stage`): ``gap`` 8 h is about one long training stage (a pre-training): slots
+#: are held for a wide task only when it is at least that much more urgent than the work they would
+#: run; ``overdue`` 12 h is that stage and half again: a task waits no longer before it is reserved
+#: for, and no run is due later after its own work could end; ``chain`` 0.5 lets a long pipeline start
+#: early but not jump a wide sweep triggered before it by its whole length; ``stretch`` 4 puts small
+#: runs first while every kind stays within 1.05x of stock. ``throughput`` keeps the 8 h ``overdue`` it
+#: was measured with. ``fair``: one stage per task of descendant lead (``U``), so a pipeline's first
+#: stage, with tens of tasks below it, goes ahead of runs triggered a day or more after it, as in stock
+#: Airflow (5 h or 7 h for 6-h stages let a kind reach 1.09x); at most 24 counted (``K``: all give the
+#: same figures, and a DAG of hundreds of tasks is not put weeks ahead); the gap of 16 stages is 16
+#: tasks of lead, so slots are held almost only when no other run's task waits; a task that has waited
+#: 6 stages since it turned ready is reserved for (4 cost the sweeps); ``stretch`` 5 and the due cap of
+#: 2 stages keep small runs first.
 OBJECTIVES: dict[str, Objective] = {
     "throughput": Objective("throughput", stretch=2.0, gap=0.0, overdue=8 * _HOUR, chain=1.0),
     "balanced": Objective("balanced", stretch=4.0, gap=8 * _HOUR, overdue=12 * _HOUR, chain=0.5),
     "fair": Objective(
         "fair",
         stretch=5.0,
-        gap=96 * _HOUR,
-        overdue=12 * _HOUR,
+        gap=16 * STAGE_LENGTH,  # 96 h
+        overdue=2 * STAGE_LENGTH,  # 12 h
         chain=0.5,
-        descendant_unit=6 * _HOUR,
+        descendant_unit=STAGE_LENGTH,  # 6 h
         descendant_cap=24,
-        reserve_overdue=36 * _HOUR,
+        reserve_overdue=6 * STAGE_LENGTH,  # 36 h
     ),
     "latency": Objective("latency", stretch=6.0, gap=8 * _HOUR, overdue=12 * _HOUR, chain=0.5),
 }

@@ -20,6 +20,7 @@ from airflow_gpu_dag.core.policy.objective import (
     MAX_DESCENDANTS_COUNTED,
     MAX_OVERDUE,
     OBJECTIVES,
+    STAGE_LENGTH,
     Objective,
     ReservationGate,
     StarvingWatch,
@@ -33,6 +34,7 @@ from airflow_gpu_dag.core.policy.objective import (
     task_keys,
 )
 from airflow_gpu_dag.core.policy.reservation import decide_pools
+from airflow_gpu_dag.core.simulation.cross_dag import predict_runs
 from airflow_gpu_dag.core.simulation.simulator import simulate
 from airflow_gpu_dag.log_once import LogOnce
 from tests.unit.graphs import (
@@ -549,3 +551,96 @@ def test_balanced_gate_holds_for_a_stage_more_urgent_and_overdue_later() -> None
         balanced.overdue,
     )
     assert get_objective("throughput").always_reserves and get_objective("throughput").overdue == 8 * HOUR
+
+
+# -- the stage length ---------------------------------------------------------------------------------------
+def test_for_stage_scales_the_times_and_keeps_the_unitless_constants() -> None:
+    fair = OBJECTIVES["fair"]
+    assert STAGE_LENGTH == 6 * HOUR and fair.for_stage(STAGE_LENGTH) is fair
+    assert (fair.descendant_unit, fair.overdue, fair.gap, fair.gate_overdue) == (
+        STAGE_LENGTH,
+        2 * STAGE_LENGTH,
+        16 * STAGE_LENGTH,
+        6 * STAGE_LENGTH,
+    )
+    short = fair.for_stage(20 * 60.0)
+    assert (short.descendant_unit, short.overdue, short.gap, short.gate_overdue) == (
+        1200.0,
+        2400.0,
+        19200.0,
+        7200.0,
+    )
+    assert (short.stretch, short.chain, short.descendant_cap, short.name) == (5.0, 0.5, 24, "fair")
+    throughput = OBJECTIVES["throughput"].for_stage(3 * HOUR)
+    assert (throughput.gap, throughput.overdue, throughput.reserve_overdue) == (0.0, 4 * HOUR, None)
+    for bad in (0.0, -HOUR, math.inf, math.nan):
+        with pytest.raises(ValueError, match=r"stage length .* must be a positive number of seconds"):
+            fair.for_stage(bad)
+    with pytest.raises(ValueError, match="a wait without bound to those runs"):
+        fair.for_stage(31 * HOUR)  # 24 stages of lead over 30 days
+    assert fair.for_stage(30 * HOUR).head_start == MAX_OVERDUE
+
+
+def _stage_mix(f: float, seed: int) -> tuple[list[TaskGraph], list[float]]:
+    """A pipeline (a chain of 1-4-GPU stages), a sweep of 2-GPU trials and eight evaluations triggered over
+    six hours, every duration and trigger times ``f``."""
+    rng = random.Random(seed)
+    chain = {f"s{i}": (f * rng.randint(1800, 4 * 3600), rng.choice((1, 2, 4))) for i in range(6)}
+    graphs = [gpu_graph(chain, [(f"s{i}", f"s{i + 1}") for i in range(5)], "pipeline")]
+    trials = {f"t{i}": (f * rng.randint(1200, 3600), 2) for i in range(6)}
+    graphs.append(gpu_graph({"prep": (f * 600, 0), **trials}, [("prep", t) for t in trials], "sweep"))
+    graphs += [gpu_graph({"e": (f * rng.randint(300, 3600), 1)}, [], f"eval{i}") for i in range(8)]
+    return graphs, [0.0, f * 1800.0] + [f * rng.randint(0, 6 * 3600) for _ in range(8)]
+
+
+@pytest.mark.parametrize("name", ["fair", "balanced"])
+@pytest.mark.parametrize("f", [0.25, 4.0])
+def test_at_its_stage_length_an_objective_keys_a_pool_f_times_slower_f_times_later(
+    name: str, f: float
+) -> None:
+    """Every term of a key is a time (trigger, work, remaining, the unit per descendant, the due cap) or a
+    count: a pool whose every duration and trigger is ``f`` times another's, keyed at ``f`` times the
+    stage length, gets exactly ``f`` times the keys, so the same order."""
+    graphs, triggers = _stage_mix(1.0, 3)
+    scaled, later = _stage_mix(f, 3)
+    objective = OBJECTIVES[name]
+    for g, t, h, u in zip(graphs, triggers, scaled, later, strict=True):
+        keys = task_keys(run_shape(g, {"gpu": 4}), t, objective)
+        ours = task_keys(run_shape(h, {"gpu": 4}), u, objective.for_stage(f * STAGE_LENGTH))
+        assert ours == pytest.approx({k: f * v for k, v in keys.items()}, rel=1e-12, abs=1e-6)
+
+
+def test_without_the_stage_length_the_order_across_runs_depends_on_the_time_scale() -> None:
+    """Why the setting exists: a 2-task chain triggered 6 h after a 1-h evaluation goes after it with
+    6-h stages (its key 0.25 h, the evaluation's 0.125 h); the same DAGs a quarter as long, keyed with the
+    6-h constants, put the chain first (its lead of one task still moves it 6 h), while at a 1.5-h stage
+    length the keys are a quarter of the first ones and the evaluation goes first again."""
+    fair = OBJECTIVES["fair"]
+
+    def keys(f: float, objective: Objective) -> tuple[float, float]:
+        chain = gpu_graph({"a0": (f * HOUR, 1), "a1": (f * HOUR, 1)}, [("a0", "a1")], "chain")
+        evaluation = gpu_graph({"e": (f * HOUR, 1)}, [], "eval")
+        first = task_keys(run_shape(chain, {"gpu": 8}), f * 6 * HOUR, objective)["a0"]
+        return first, task_keys(run_shape(evaluation, {"gpu": 8}), 0.0, objective)["e"]
+
+    assert keys(1.0, fair) == pytest.approx((0.25 * HOUR, 0.125 * HOUR))
+    chain, evaluation = keys(0.25, fair)
+    assert chain < evaluation  # the order flipped
+    assert keys(0.25, fair.for_stage(1.5 * HOUR)) == pytest.approx((0.0625 * HOUR, 0.03125 * HOUR))
+
+
+@pytest.mark.parametrize("f", [0.5, 2.0])
+@pytest.mark.parametrize("seed", [3, 5])
+def test_a_pool_f_times_slower_at_f_times_the_stage_length_is_scheduled_f_times_later(
+    f: float, seed: int
+) -> None:
+    """The whole policy, keys, gate and controller (its interval scaled too), in the simulator: every task
+    of the slower pool starts exactly ``f`` times later."""
+    base = predict_runs(*_stage_mix(1.0, seed), {"gpu": 4}, OBJECTIVES["fair"], 60.0)
+    slow = predict_runs(
+        *_stage_mix(f, seed), {"gpu": 4}, OBJECTIVES["fair"].for_stage(f * STAGE_LENGTH), 60.0 * f
+    )
+    starts = {t.task_id: t.start for t in base.schedule}
+    assert {t.task_id: t.start for t in slow.schedule} == pytest.approx(
+        {k: f * v for k, v in starts.items()}, abs=1e-6
+    )
