@@ -124,3 +124,35 @@ def test_learned_multi_dag_refuses_an_unknown_generator_or_mode(capsys: pytest.C
             learned_multi_dag.main([option, value, "--seeds", "0", "--caps", "8", "--jobs", "1"])
         err = capsys.readouterr().err
         assert "use A (tuning) or B" in err or "use once, spread or spread:RHO" in err
+
+
+def test_a_time_scale_draws_the_same_mix_with_every_duration_scaled_and_the_triggers_follow() -> None:
+    import mixes
+    import multi_dag
+
+    plain, slow = mixes.make_mix(4, "B"), mixes.make_mix(4, "B", 2.0)
+    assert [r.graph.dag_id for r in plain] == [r.graph.dag_id for r in slow]
+    for a, b in zip(plain, slow, strict=True):
+        assert {t: 2 * n.duration for t, n in a.graph.nodes.items()} == {
+            t: n.duration for t, n in b.graph.nodes.items()
+        }
+    a_plain, a_slow = mixes.make_mix(4, "A"), mixes.make_mix(4, "A", 2.0)
+    assert mixes.triggers(a_slow, 8, "spread", 4, "A") == pytest.approx(
+        [2 * t for t in mixes.triggers(a_plain, 8, "spread", 4, "A")],
+        abs=1.0,  # whole seconds
+    )
+    # B's evaluations arrive in bursts a few minutes wide, whatever the scale
+    assert mixes.triggers(slow, 8, "spread", 4, "B") == pytest.approx(
+        [2 * t for t in mixes.triggers(plain, 8, "spread", 4, "B")], abs=300.0
+    )
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="time scale"):
+            mixes.make_mix(4, "B", bad)
+    parser = argparse.ArgumentParser()
+    multi_dag.add_mix_arguments(parser)
+    args = parser.parse_args(["--seeds", "3", "--caps", "8", "--modes", "once", "--time-scale", "0.5"])
+    assert {job[-1] for job in multi_dag.mix_jobs(args, ["stock"])} == {0.5}
+    with pytest.raises(SystemExit, match=r"--time-scale: 0\.0 is not a positive number"):
+        multi_dag.mix_jobs(parser.parse_args(["--time-scale", "0"]), ["stock"])
+    with pytest.raises(SystemExit):
+        multi_dag.main(["--stage-length", "40", "--seeds", "0", "--caps", "8", "--jobs", "1"])  # 24 x 40 h
