@@ -200,6 +200,7 @@ def _json(outcome: _Outcome) -> dict:
             "descendant_unit_s": objective.descendant_unit,
             "descendant_cap": objective.descendant_cap,
             "reservation_overdue_s": objective.gate_overdue,
+            "stage_length_s": objective.stage_length,
         },
         "runs": [
             {

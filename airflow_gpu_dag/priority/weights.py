@@ -510,7 +510,8 @@ def policy_text(graph: TaskGraph, read_settings: Callable[[], WeightSettings] = 
         else ""
     )
     return (
-        f"Priority: {rule}, objective {objective.name}: key = trigger + min({objective.stretch:g} x W, W + "
+        f"Priority: {rule}, objective {objective.name} for stages of "
+        f"{format_duration(objective.stage_length)}: key = trigger + min({objective.stretch:g} x W, W + "
         f"{format_duration(objective.overdue)}) - {objective.chain:g} x remaining{descendants}, W = "
         f"{format_duration(work)} ({work_text}); the earliest key starts "
         f"first across all DAGs.{hedge} Controller: {gate}."

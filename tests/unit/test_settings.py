@@ -793,12 +793,22 @@ def test_stage_length_scales_every_time_of_the_objective_and_the_single_override
     _set(monkeypatch, "stage_length", "20m")
     assert _problem("stage_length") is None
     fair, shipped = settings.objective(), OBJECTIVES["fair"]
-    assert (fair.descendant_unit, fair.overdue, fair.gap, fair.gate_overdue) == (1200.0, 2400.0, 19200.0, 7200.0)
+    assert (fair.descendant_unit, fair.overdue, fair.gap, fair.gate_overdue) == (
+        1200.0,
+        2400.0,
+        19200.0,
+        7200.0,
+    )
     assert (fair.stretch, fair.chain, fair.descendant_cap) == (shipped.stretch, shipped.chain, 24)
     _set(monkeypatch, "descendant_unit", "30m")
     _set(monkeypatch, "reservation_gap", "1h")
     fair = settings.objective()
-    assert (fair.descendant_unit, fair.gap, fair.overdue, fair.gate_overdue) == (1800.0, 3600.0, 2400.0, 7200.0)
+    assert (fair.descendant_unit, fair.gap, fair.overdue, fair.gate_overdue) == (
+        1800.0,
+        3600.0,
+        2400.0,
+        7200.0,
+    )
     _set(monkeypatch, "objective", "balanced")
     _set(monkeypatch, "reservation_gap", "")
     _set(monkeypatch, "stage_length", "3h")

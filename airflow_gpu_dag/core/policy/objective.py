@@ -116,6 +116,9 @@ class Objective:
     ``overdue``) is the gate's own: a task that has waited it since it turned ready starves, while
     ``overdue`` still caps the due time.
 
+    ``stage_length`` (seconds) is the length of the pool's training stages these times are for
+    (:meth:`for_stage` scales them to another).
+
     :raises ValueError: a constant that would let a run wait without bound or lose the critical-path
         order, with the reason (:func:`objective_problems`).
     """
@@ -128,6 +131,7 @@ class Objective:
     descendant_unit: float = 0.0
     descendant_cap: int = 0
     reserve_overdue: float | None = None
+    stage_length: float = STAGE_LENGTH
 
     def __post_init__(self) -> None:
         problems = objective_problems(
@@ -139,6 +143,8 @@ class Objective:
             self.descendant_cap,
             self.reserve_overdue,
         )
+        if not (math.isfinite(self.stage_length) and self.stage_length > 0):
+            problems.append(f"stage length {self.stage_length!r} must be a positive number of seconds")
         if problems:
             raise ValueError(f"objective {self.name!r}: " + "; ".join(problems))
 
@@ -159,10 +165,11 @@ class Objective:
     def for_stage(self, length: float) -> Objective:
         """This objective for a pool whose training stages last ``length`` seconds: every time constant
         (``gap``, ``overdue``, ``reserve_overdue``, ``descendant_unit``) times ``length /``
-        :data:`STAGE_LENGTH`, the stage its times were chosen for; ``stretch``, ``chain`` and
-        ``descendant_cap`` have no unit and stay. The keys of a pool whose every duration is ``f`` times
-        another's then order its tasks as the other pool's are ordered at ``f`` times the stage length,
-        so the objective behaves the same at any time scale (docs/priority.md, "The stage length").
+        :attr:`stage_length`, the stage its times are for (:data:`STAGE_LENGTH` as shipped);
+        ``stretch``, ``chain`` and ``descendant_cap`` have no unit and stay. The keys of a pool whose
+        every duration is ``f`` times another's then order its tasks as the other pool's are ordered at
+        ``f`` times the stage length, so the objective behaves the same at any time scale
+        (docs/priority.md, "The stage length").
 
         :raises ValueError: ``length`` is not a positive finite number of seconds, or a scaled constant
             is refused (:func:`objective_problems`: e.g. fair's ``U * K`` over 30 days).
@@ -171,11 +178,12 @@ class Objective:
             raise ValueError(
                 f"objective {self.name!r}: stage length {length!r} must be a positive number of seconds"
             )
-        factor = length / STAGE_LENGTH
+        factor = length / self.stage_length
         if factor == 1.0:
             return self
         return replace(
             self,
+            stage_length=length,
             gap=self.gap * factor,
             overdue=self.overdue * factor,
             descendant_unit=self.descendant_unit * factor,

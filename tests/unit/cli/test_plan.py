@@ -97,7 +97,7 @@ def test_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert plan["total_gpu_hours"] == pytest.approx(8 + 2 + 0.5 + 6 * 0.75)
     # the plan says which policy its priorities assume: the DAG's rule and the cross-DAG objective
     assert plan["policy"].startswith(
-        "Priority: critical path, objective fair: key = trigger + min(5 x W, W + 12h00m) "
+        "Priority: critical path, objective fair for stages of 6h00m: key = trigger + min(5 x W, W + 12h00m) "
         "- 0.5 x remaining - 6h00m x min(descendant lead, 24)"
     )
     assert plan["policy"].endswith("or once it has waited 36h00m since it turned ready.")

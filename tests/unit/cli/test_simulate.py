@@ -157,6 +157,7 @@ def test_simulate_several_runs_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert (
         result["objective"]["descendant_unit_s"] == 0
         and result["objective"]["reservation_overdue_s"] == 43200
+        and result["objective"]["stage_length_s"] == 6 * 3600
     )
     for label in ("stock", "latency"):
         completions = [r[f"{label}_completion_s"] for r in result["runs"]]

@@ -571,11 +571,14 @@ def test_for_stage_scales_the_times_and_keeps_the_unitless_constants() -> None:
         7200.0,
     )
     assert (short.stretch, short.chain, short.descendant_cap, short.name) == (5.0, 0.5, 24, "fair")
+    assert short.stage_length == 1200.0 and short.for_stage(STAGE_LENGTH) == fair  # from its own stage
     throughput = OBJECTIVES["throughput"].for_stage(3 * HOUR)
     assert (throughput.gap, throughput.overdue, throughput.reserve_overdue) == (0.0, 4 * HOUR, None)
     for bad in (0.0, -HOUR, math.inf, math.nan):
         with pytest.raises(ValueError, match=r"stage length .* must be a positive number of seconds"):
             fair.for_stage(bad)
+        with pytest.raises(ValueError, match=r"stage length .* must be a positive number of seconds"):
+            Objective("bad", stretch=4.0, gap=HOUR, overdue=8 * HOUR, chain=0.5, stage_length=bad)
     with pytest.raises(ValueError, match="a wait without bound to those runs"):
         fair.for_stage(31 * HOUR)  # 24 stages of lead over 30 days
     assert fair.for_stage(30 * HOUR).head_start == MAX_OVERDUE
