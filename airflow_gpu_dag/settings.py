@@ -376,6 +376,33 @@ def _stage_fits(seconds: float) -> bool:
     return True
 
 
+def stage_length() -> float:
+    """``[gpu_dag] stage_length`` in seconds: how long one training stage of the pool runs, the unit of
+    the objective's times (default :data:`DEFAULT_STAGE_LENGTH`). A value that does not parse, is not >
+    0 or would put fair's 24 stages of lead over 30 days is logged once and the default used. Never
+    raises."""
+    default = parse_duration(DEFAULT_STAGE_LENGTH)
+    raw = conf_get("stage_length", None)
+    if not raw:
+        return default
+    try:
+        seconds = parse_duration(raw)
+    except EstimateError as err:
+        problem = str(err)
+    else:
+        if _stage_fits(seconds):
+            return seconds
+        problem = _DURATION_FLOORS["stage_length"][1]
+    _warn_once(
+        "stage_length",
+        "airflow-gpu-dag: [gpu_dag] stage_length %r is invalid (%s); using %s",
+        raw,
+        problem,
+        DEFAULT_STAGE_LENGTH,
+    )
+    return default
+
+
 def objective() -> Objective:
     """The cross-DAG objective (``[gpu_dag] objective``: ``fair`` — the default —, ``throughput``,
     ``balanced`` or ``latency``) for the pool's ``[gpu_dag] stage_length`` (its times scaled from the
@@ -392,18 +419,7 @@ def objective() -> Objective:
     except ValueError as err:
         _warn_once("objective", "airflow-gpu-dag: %s; using %r", err, DEFAULT_OBJECTIVE)
         chosen = get_objective(DEFAULT_OBJECTIVE)
-    raw = conf_get("stage_length", None)
-    if raw:
-        try:
-            chosen = chosen.for_stage(parse_duration(raw))
-        except (EstimateError, ValueError) as err:
-            _warn_once(
-                "stage_length",
-                "airflow-gpu-dag: [gpu_dag] stage_length %r is invalid (%s); using %s",
-                raw,
-                err,
-                DEFAULT_STAGE_LENGTH,
-            )
+    chosen = chosen.for_stage(stage_length())
     for key in ("reservation_gap", "reservation_overdue", "descendant_unit"):
         raw = conf_get(key, None)
         if raw:

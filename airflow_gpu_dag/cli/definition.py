@@ -155,6 +155,13 @@ ARG_OBJECTIVE = Arg(
     help="Cross-DAG objective of our policy (default: gpu_dag.objective); given with one DAG id, that "
     "DAG is simulated as one run of the cross-DAG policy.",
 )
+ARG_STAGE_LENGTH = Arg(
+    ("--stage-length",),
+    default=None,
+    metavar="DURATION",
+    help="How long one training stage of the pool runs, e.g. 20m (default: gpu_dag.stage_length): every "
+    "time of the objective scales with it; simulate a few to see how the order of the runs moves.",
+)
 ARG_RUN_ID = Arg(
     ("run_id",),
     nargs="?",
@@ -245,6 +252,7 @@ GPU_DAG_COMMANDS: tuple[ActionCommand, ...] = (
             ARG_CAPACITY,
             ARG_POLICY,
             ARG_OBJECTIVE,
+            ARG_STAGE_LENGTH,
             ARG_INTERVAL,
             ARG_DECLARED_ONLY,
             ARG_GANTT,

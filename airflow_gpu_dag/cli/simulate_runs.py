@@ -29,6 +29,7 @@ from airflow_gpu_dag.core.planning.planner import planned_remaining
 from airflow_gpu_dag.core.policy.objective import get_objective
 from airflow_gpu_dag.core.simulation import cross_dag
 from airflow_gpu_dag.settings import objective as configured_objective
+from airflow_gpu_dag.settings import stage_length as configured_stage_length
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -50,11 +51,26 @@ class RunSpec:
 
 
 def wants_several_runs(args: argparse.Namespace) -> bool:
-    """Several DAG ids, a folder, trigger offsets or an ``--objective`` (the cross-DAG policy's: one
-    DAG with it is one run of that policy; before, the option was ignored): the multi-run simulation."""
+    """Several DAG ids, a folder, trigger offsets, an ``--objective`` or a ``--stage-length`` (the
+    cross-DAG policy's: one DAG with either is one run of that policy): the multi-run simulation."""
     return len(args.dag_ids or ()) > 1 or bool(
-        getattr(args, "folder", None) or getattr(args, "triggers", None) or getattr(args, "objective", None)
+        getattr(args, "folder", None)
+        or getattr(args, "triggers", None)
+        or getattr(args, "objective", None)
+        or getattr(args, "stage_length", None)
     )
+
+
+def with_stage_length(objective: Objective, value: str) -> Objective:
+    """``objective`` at the ``--stage-length`` ``value`` (:meth:`Objective.for_stage`).
+
+    :raises ValueError: not a duration, not > 0, or a stage the objective refuses (``fair``: over 30 h,
+        its 24 stages of lead over 30 days), with the option named.
+    """
+    try:
+        return objective.for_stage(parse_duration(value))
+    except (EstimateError, ValueError) as err:
+        raise ValueError(f"--stage-length {value!r}: {err}") from None
 
 
 def parse_triggers(values: Sequence[str] | None) -> list[RunSpec]:
@@ -312,11 +328,13 @@ def simulate_runs(args: argparse.Namespace, err: Console) -> None:
             f"--policy {args.policy} compares the admission of one DAG; several runs are predicted with the "
             "cross-DAG policy and the reservation controller: choose its objective with --objective"
         )
-    if getattr(args, "objective", None):
-        objective = get_objective(args.objective)
+    if getattr(args, "objective", None):  # the shipped objective at the pool's stage length
+        objective = get_objective(args.objective).for_stage(configured_stage_length())
     else:
         check_objective_setting()
         objective = configured_objective()
+    if getattr(args, "stage_length", None):
+        objective = with_stage_length(objective, args.stage_length)
     given = parse_pool_args(args.capacity, option="--capacity")
     with status(err, "Loading DAGs...", json_output):
         runs, dags = _runs(args)

@@ -168,6 +168,34 @@ def test_simulate_several_runs_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.usefixtures("_no_configured_pools")
+def test_simulate_at_another_stage_length_scales_every_time_of_the_objective(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--stage-length`` scales the objective's times (one DAG with it is one run of the cross-DAG
+    policy); ``--objective`` alone takes the pool's ``[gpu_dag] stage_length``; a bad stage is refused
+    with the option named."""
+    common = ("simulate", PIPELINE, "--file", str(GOOD), "--capacity", "gpu_default=4")
+    code, result = run_json(capsys, *common, "--stage-length", "20m")
+    assert code == 0 and len(result["runs"]) == 1
+    fair = result["objective"]
+    assert (fair["name"], fair["stage_length_s"], fair["descendant_unit_s"], fair["gap_s"]) == (
+        "fair",
+        1200,
+        1200,
+        16 * 1200,
+    )
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__STAGE_LENGTH", "3h")
+    code, result = run_json(capsys, *common, "--objective", "balanced")
+    assert code == 0 and (result["objective"]["gap_s"], result["objective"]["stage_length_s"]) == (
+        4 * 3600,
+        3 * 3600,
+    )
+    for bad, words in (("soon", "--stage-length 'soon'"), ("31h", "a wait without bound to those runs")):
+        assert run_cli(*common, "--stage-length", bad) == 1
+        assert words in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_simulate_several_runs_table(capsys: pytest.CaptureFixture[str]) -> None:
     code = run_cli(
         "simulate",
