@@ -45,6 +45,10 @@ the same with every evaluation run ahead of everything (``mix-plan+evals``; the 
 stock's completion times); and ``pipelines s=0|1|2``: ``balanced``'s keys and gate, but the pipelines
 (the runs that end last) due at ``T + s * W`` (the oracle knows which runs are pipelines).
 
+``--time-scale f`` runs the same mixes with every duration times ``f``, the members' times (``--gates``,
+``--downstream-units``, ``--due-overdues``) staying as given: how a setting fares on a pool of longer or
+shorter tasks (``multi_dag.py --stage-length`` scales the shipped objectives instead).
+
 ``--search N`` adds an oracle that sees the outcomes: per mix, a hill-climb over one offset per run
 (``key = offset - remaining(t)``; the shipped keys are ``offset = T + s * W``), starting from
 ``balanced``'s, the controller reserving for every wide head, ``N`` simulations, keeping the offsets
