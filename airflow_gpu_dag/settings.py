@@ -403,10 +403,11 @@ def stage_length() -> float:
     return default
 
 
-def objective() -> Objective:
+def objective(stage: float | None = None) -> Objective:
     """The cross-DAG objective (``[gpu_dag] objective``: ``fair`` — the default —, ``throughput``,
-    ``balanced`` or ``latency``) for the pool's ``[gpu_dag] stage_length`` (its times scaled from the
-    6-h stages they were chosen for, :meth:`Objective.for_stage`), then with ``[gpu_dag]
+    ``balanced`` or ``latency``) for the pool's ``[gpu_dag] stage_length`` (``stage`` seconds instead
+    when given; its times scaled from the 6-h stages they were chosen for,
+    :meth:`Objective.for_stage`), then with ``[gpu_dag]
     reservation_gap`` / ``reservation_overdue`` overriding its gate (``reservation_overdue`` is also the
     due-time cap, but for ``fair``, whose gate has its own) and ``[gpu_dag] descendant_unit`` fair's time
     per descendant task.
@@ -419,7 +420,7 @@ def objective() -> Objective:
     except ValueError as err:
         _warn_once("objective", "airflow-gpu-dag: %s; using %r", err, DEFAULT_OBJECTIVE)
         chosen = get_objective(DEFAULT_OBJECTIVE)
-    chosen = chosen.for_stage(stage_length())
+    chosen = chosen.for_stage(stage_length() if stage is None else stage)
     for key in ("reservation_gap", "reservation_overdue", "descendant_unit"):
         raw = conf_get(key, None)
         if raw:

@@ -26,7 +26,7 @@ from airflow_gpu_dag.core.model.resources import (
     parse_duration,
 )
 from airflow_gpu_dag.core.planning.planner import planned_remaining
-from airflow_gpu_dag.core.policy.objective import get_objective
+from airflow_gpu_dag.core.policy.objective import OBJECTIVES, get_objective
 from airflow_gpu_dag.core.simulation import cross_dag
 from airflow_gpu_dag.settings import objective as configured_objective
 from airflow_gpu_dag.settings import stage_length as configured_stage_length
@@ -61,16 +61,21 @@ def wants_several_runs(args: argparse.Namespace) -> bool:
     )
 
 
-def with_stage_length(objective: Objective, value: str) -> Objective:
-    """``objective`` at the ``--stage-length`` ``value`` (:meth:`Objective.for_stage`).
+def parse_stage_length(value: str | None) -> float | None:
+    """``--stage-length`` in seconds (None when not given).
 
-    :raises ValueError: not a duration, not > 0, or a stage the objective refuses (``fair``: over 30 h,
-        its 24 stages of lead over 30 days), with the option named.
+    :raises ValueError: not a duration, not > 0, or a stage an objective refuses (over 30 h: ``fair``'s
+        24 stages of lead would exceed 30 days), with the option named.
     """
+    if not value:
+        return None
     try:
-        return objective.for_stage(parse_duration(value))
+        seconds = parse_duration(value)
+        for known in OBJECTIVES.values():
+            known.for_stage(seconds)
     except (EstimateError, ValueError) as err:
         raise ValueError(f"--stage-length {value!r}: {err}") from None
+    return seconds
 
 
 def parse_triggers(values: Sequence[str] | None) -> list[RunSpec]:
@@ -328,13 +333,13 @@ def simulate_runs(args: argparse.Namespace, err: Console) -> None:
             f"--policy {args.policy} compares the admission of one DAG; several runs are predicted with the "
             "cross-DAG policy and the reservation controller: choose its objective with --objective"
         )
-    if getattr(args, "objective", None):  # the shipped objective at the pool's stage length
-        objective = get_objective(args.objective).for_stage(configured_stage_length())
+    stage = parse_stage_length(getattr(args, "stage_length", None))  # replaces [gpu_dag] stage_length
+    if getattr(args, "objective", None):  # the shipped objective, at the pool's stage length
+        stage = configured_stage_length() if stage is None else stage
+        objective = get_objective(args.objective).for_stage(stage)
     else:
         check_objective_setting()
-        objective = configured_objective()
-    if getattr(args, "stage_length", None):
-        objective = with_stage_length(objective, args.stage_length)
+        objective = configured_objective(stage)
     given = parse_pool_args(args.capacity, option="--capacity")
     with status(err, "Loading DAGs...", json_output):
         runs, dags = _runs(args)

@@ -171,8 +171,9 @@ def test_simulate_several_runs_json(capsys: pytest.CaptureFixture[str]) -> None:
 def test_simulate_at_another_stage_length_scales_every_time_of_the_objective(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``--stage-length`` scales the objective's times (one DAG with it is one run of the cross-DAG
-    policy); ``--objective`` alone takes the pool's ``[gpu_dag] stage_length``; a bad stage is refused
+    """``--stage-length`` stands for ``[gpu_dag] stage_length`` in this simulation (one DAG with it is
+    one run of the cross-DAG policy): the objective's times scale with it, a single time set in the
+    settings stays as set; ``--objective`` alone takes the pool's stage length; a bad stage is refused
     with the option named."""
     common = ("simulate", PIPELINE, "--file", str(GOOD), "--capacity", "gpu_default=4")
     code, result = run_json(capsys, *common, "--stage-length", "20m")
@@ -184,6 +185,10 @@ def test_simulate_at_another_stage_length_scales_every_time_of_the_objective(
         1200,
         16 * 1200,
     )
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__RESERVATION_GAP", "1h")  # a single time stays as set
+    code, result = run_json(capsys, *common, "--stage-length", "20m")
+    assert (result["objective"]["gap_s"], result["objective"]["descendant_unit_s"]) == (3600, 1200)
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__RESERVATION_GAP")
     monkeypatch.setenv("AIRFLOW__GPU_DAG__STAGE_LENGTH", "3h")
     code, result = run_json(capsys, *common, "--objective", "balanced")
     assert code == 0 and (result["objective"]["gap_s"], result["objective"]["stage_length_s"]) == (
