@@ -128,8 +128,9 @@ def get_provider_info() -> dict[str, Any]:
                         "per task of descendant lead, caps the due time at 2 stages after the run's work, "
                         "and holds slots at a key gap of 16 stages or for a task that has waited 6; the "
                         "default, 6h, is the stage they were chosen for. Set it to your pool's stages "
-                        "(e.g. 20m for 10-minute jobs of 20-minute stages) to get the same behaviour at "
-                        "your time scale; reservation_gap, reservation_overdue and descendant_unit "
+                        "(e.g. 20m where a fine-tuning stage takes 20 minutes; try it first with airflow "
+                        "gpu-dag simulate --stage-length) to get the same behaviour at your time scale; "
+                        "reservation_gap, reservation_overdue and descendant_unit "
                         "override single times after it. Stages over 30h are refused (bad-config): fair's "
                         "24 stages of lead would exceed 30d.",
                         "version_added": "0.2.0",
