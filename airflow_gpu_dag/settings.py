@@ -23,7 +23,9 @@ from airflow_gpu_dag.core.policy.objective import (
     KEY_WEIGHT_FLOOR,
     MAX_OVERDUE,
     OBJECTIVES,
+    STAGE_LENGTH,
     get_objective,
+    stage_length_problem,
 )
 from airflow_gpu_dag.log_once import LogOnce
 
@@ -267,7 +269,7 @@ _DURATION_FLOORS: dict[str, tuple[Callable[[float], bool], str]] = {
         "would go ahead of every run triggered up to that long after it (a wait without bound to them)",
     ),
     "stage_length": (
-        lambda s: _stage_fits(s),
+        lambda s: stage_length_problem(s) is None,
         f"is not > 0 or is over {MAX_OVERDUE / OBJECTIVES['fair'].descendant_cap / 3600:g}h: fair's "
         f"{OBJECTIVES['fair'].descendant_cap} stages of descendant lead would exceed 30 days (a run's first "
         "tasks would go ahead of every run triggered up to that long after it)",
@@ -365,32 +367,20 @@ def objective_name() -> str:
     return (conf_get("objective", DEFAULT_OBJECTIVE) or DEFAULT_OBJECTIVE).strip().lower()
 
 
-def _stage_fits(seconds: float) -> bool:
-    """Whether every objective scaled to stages of ``seconds`` (:meth:`Objective.for_stage`) is one it
-    accepts (fair's ``U * K`` binds: stages of at most 30 h)."""
-    try:
-        for known in OBJECTIVES.values():
-            known.for_stage(seconds)
-    except ValueError:
-        return False
-    return True
-
-
 def stage_length() -> float:
     """``[gpu_dag] stage_length`` in seconds: how long one training stage of the pool runs, the unit of
     the objective's times (default :data:`DEFAULT_STAGE_LENGTH`). A value that does not parse, is not >
     0 or would put fair's 24 stages of lead over 30 days is logged once and the default used. Never
     raises."""
-    default = parse_duration(DEFAULT_STAGE_LENGTH)
     raw = conf_get("stage_length", None)
     if not raw:
-        return default
+        return STAGE_LENGTH
     try:
         seconds = parse_duration(raw)
     except EstimateError as err:
         problem = str(err)
     else:
-        if _stage_fits(seconds):
+        if stage_length_problem(seconds) is None:
             return seconds
         problem = _DURATION_FLOORS["stage_length"][1]
     _warn_once(
@@ -400,7 +390,7 @@ def stage_length() -> float:
         problem,
         DEFAULT_STAGE_LENGTH,
     )
-    return default
+    return STAGE_LENGTH
 
 
 def objective(stage: float | None = None) -> Objective:

@@ -57,7 +57,13 @@ from mixes import (  # type: ignore[import-not-found]
 
 from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.core.planning.planner import packing_weights_plan
-from airflow_gpu_dag.core.policy.objective import OBJECTIVES, STAGE_LENGTH, ReservationGate, run_shape
+from airflow_gpu_dag.core.policy.objective import (
+    OBJECTIVES,
+    STAGE_LENGTH,
+    ReservationGate,
+    run_shape,
+    stage_length_problem,
+)
 from airflow_gpu_dag.core.simulation.cross_dag import believed_durations, predict_runs
 from airflow_gpu_dag.core.simulation.simulator import RunPriority, SimulationResult, simulate
 
@@ -561,11 +567,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", default="", help="write every instance's raw figures here")
     parser.add_argument("--plot", default="", help="write the mean-against-makespan plot here (SVG)")
     args = parser.parse_args(argv)
-    try:
-        for name in OBJECTIVES:
-            OBJECTIVES[name].for_stage(args.stage_length * 3600.0)
-    except ValueError as err:
-        parser.error(f"--stage-length: {err}")
+    if problem := stage_length_problem(args.stage_length * 3600.0):
+        parser.error(f"--stage-length: {problem}")
     policies = ["stock", *(p for p in args.policies.split(",") if p and p != "stock")]
     unknown = [p for p in policies if p not in ("stock", "v0.1", *OBJECTIVES)]
     if unknown:

@@ -26,7 +26,7 @@ from airflow_gpu_dag.core.model.resources import (
     parse_duration,
 )
 from airflow_gpu_dag.core.planning.planner import planned_remaining
-from airflow_gpu_dag.core.policy.objective import OBJECTIVES, get_objective
+from airflow_gpu_dag.core.policy.objective import get_objective, stage_length_problem
 from airflow_gpu_dag.core.simulation import cross_dag
 from airflow_gpu_dag.settings import objective as configured_objective
 from airflow_gpu_dag.settings import stage_length as configured_stage_length
@@ -71,10 +71,10 @@ def parse_stage_length(value: str | None) -> float | None:
         return None
     try:
         seconds = parse_duration(value)
-        for known in OBJECTIVES.values():
-            known.for_stage(seconds)
-    except (EstimateError, ValueError) as err:
+    except EstimateError as err:
         raise ValueError(f"--stage-length {value!r}: {err}") from None
+    if problem := stage_length_problem(seconds):
+        raise ValueError(f"--stage-length {value!r}: {problem}")
     return seconds
 
 

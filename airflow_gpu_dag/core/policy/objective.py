@@ -70,6 +70,7 @@ __all__ = [
     "run_shape",
     "run_weights",
     "slot_seconds",
+    "stage_length_problem",
     "task_keys",
     "work_of",
 ]
@@ -295,6 +296,19 @@ OBJECTIVES: dict[str, Objective] = {
     "latency": Objective("latency", stretch=6.0, gap=8 * _HOUR, overdue=12 * _HOUR, chain=0.5),
 }
 DEFAULT_OBJECTIVE = "fair"
+
+
+def stage_length_problem(length: float) -> str | None:
+    """What is wrong with training stages of ``length`` seconds for the objectives of :data:`OBJECTIVES`
+    (None: nothing): a length that is not positive and finite, or one at which an objective refuses its
+    scaled times (:meth:`Objective.for_stage`; ``fair``'s 24 stages of lead over 30 days bind: stages
+    over 30 h)."""
+    try:
+        for known in OBJECTIVES.values():
+            known.for_stage(length)
+    except ValueError as err:
+        return str(err)
+    return None
 
 
 def get_objective(name: str | None) -> Objective:
