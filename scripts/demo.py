@@ -196,9 +196,9 @@ def render_outcome(tis: Sequence[dict[str, Any]]) -> str:
         [
             _table(["task", "state", "start (UTC)", "start", "end", "key", "pool", "slots"], rows),
             f"started in this order: {' -> '.join(started) or '(none)'}",
-            "key: the latest start of the task for its run's due time, seconds after the trigger, as in "
-            "the plan (its priority_weight encodes it; the earliest key starts first, "
-            "across all DAGs)",
+            "key: the task's cross-DAG key, seconds after the trigger, as in the plan (its run's due "
+            "time, moved earlier by its remaining critical path and its descendant lead; its "
+            "priority_weight encodes it, and the earliest key starts first, across all DAGs)",
         ]
     )
 

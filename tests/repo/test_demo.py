@@ -61,7 +61,7 @@ def test_plan_and_outcome_show_the_key_in_one_unit(monkeypatch: pytest.MonkeyPat
     outcome = render_outcome([ti])
     row = next(line for line in outcome.splitlines() if line.startswith("load_data "))
     assert "-113775s" in row.split()
-    assert "as in the plan (its priority_weight encodes it" in outcome.splitlines()[-1]
+    assert "as in the plan (its run's due time" in outcome.splitlines()[-1]
 
 
 def test_example_dag_tasks_use_gpu_pool_slots_equal_to_gpus() -> None:
@@ -123,7 +123,7 @@ def test_outcome_lists_tasks_in_start_order() -> None:
     assert "+4.0s" in text
     assert "m[0]" in text
     assert "-90s" in text  # a cross-DAG key is shown relative to its run's trigger
-    assert text.splitlines()[-1].startswith("key: the latest start")
+    assert text.splitlines()[-1].startswith("key: the task's cross-DAG key")
 
 
 def test_load_dag_skips_broken_files(tmp_path: Path) -> None:
