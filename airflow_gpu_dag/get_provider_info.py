@@ -132,7 +132,8 @@ def get_provider_info() -> dict[str, Any]:
                         "gpu-dag simulate --stage-length) to get the same behaviour at your time scale; "
                         "reservation_gap, reservation_overdue and descendant_unit "
                         "override single times after it. Stages over 30h are refused (bad-config): fair's "
-                        "24 stages of lead would exceed 30d.",
+                        "24 stages of lead would exceed 30d. lint warns (stage-length-mismatch) when the "
+                        "longest GPU task of your DAGs is under a sixth of a stage or over three.",
                         "version_added": "0.2.0",
                         "type": "string",
                         "example": "20m",

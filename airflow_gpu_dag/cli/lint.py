@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
@@ -22,13 +22,16 @@ from airflow_gpu_dag.cli.loading import DagLoadError, LoadedDags, load_dags
 from airflow_gpu_dag.core.analysis.validation import Finding, ValidationPolicy, cycle_finding, validate_graph
 from airflow_gpu_dag.core.analysis.weight_rules import incomparable_rules
 from airflow_gpu_dag.core.model.findings import ERROR, WARNING
+from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.model.resources import format_duration
+from airflow_gpu_dag.core.policy.objective import stage_length_mismatch
 from airflow_gpu_dag.gpu.inventory import (
     inventory_problem,
     parse_time_inventory_summary,
     parse_time_pool_sizes,
 )
 from airflow_gpu_dag.operators.gpu_spec import DeclarationErrors, collecting_declaration_errors
-from airflow_gpu_dag.settings import config_problems, max_gpus_per_host
+from airflow_gpu_dag.settings import config_problems, max_gpus_per_host, stage_length
 
 __all__ = [
     "LINT_COLUMNS",
@@ -40,6 +43,7 @@ __all__ = [
     "incomparable_rule_findings",
     "lint",
     "lint_dags",
+    "stage_length_findings",
 ]
 
 
@@ -216,6 +220,41 @@ def incomparable_rule_findings(dags: dict[str, Any]) -> list[Finding]:
     ]
 
 
+def stage_length_findings(graphs: Mapping[str, TaskGraph], length: float | None = None) -> list[Finding]:
+    """A ``stage-length-mismatch`` warning when the longest declared GPU task of ``graphs`` (the GPU
+    DAGs linted) is under a sixth of ``[gpu_dag] stage_length`` (``length``: that setting) or over
+    three stages (:func:`~airflow_gpu_dag.core.policy.objective.stage_length_mismatch`), naming the DAG
+    and the task; none without a declared GPU task. The linted DAGs may be a part of the pool: the
+    message says what was measured on."""
+    length = stage_length() if length is None else length
+    declared = [
+        (node.duration, dag_id, node.task_id)
+        for dag_id, graph in sorted(graphs.items())
+        for node in graph.nodes.values()
+        if node.gpus > 0 and node.duration_declared and node.duration > 0
+    ]
+    if not declared:
+        return []
+    duration, dag_id, task_id = max(declared, key=lambda found: found[0])  # the first of equal ones
+    problem = stage_length_mismatch(length, duration)
+    if problem is None:
+        return []
+    return [
+        Finding(
+            WARNING,
+            "stage-length-mismatch",
+            dag_id,
+            task_id,
+            f"[gpu_dag] stage_length is {format_duration(length)} and the longest GPU task of the linted "
+            f"DAGs takes {format_duration(duration)}, {problem}.",
+            f"set [gpu_dag] stage_length to how long one training stage of your pool runs (about "
+            f"{format_duration(duration)} if this task is one), after checking the order with airflow "
+            f"gpu-dag simulate --stage-length {format_duration(duration)} on your DAGs; docs/priority.md, "
+            "'The stage length'.",
+        )
+    ]
+
+
 def lint_dags(
     loaded: LoadedDags, policy: ValidationPolicy, declared: DeclarationErrors | None = None
 ) -> LintReport:
@@ -235,10 +274,12 @@ def lint_dags(
     # pool of an unknown GPU type (gpu_<type>): the type is the mistake
     seen = {(f.code, f.dag_id, f.task_id) for f in found}
     seen |= {("unknown-pool", d, t) for code, d, t in seen if code == "unknown-gpu-type"}
+    gpu_graphs: dict[str, TaskGraph] = {}
     for dag_id in sorted(loaded.dags):
         dag = loaded.dags[dag_id]
         graph, extra = build_task_graph(dag)
         if uses_provider(dag):
+            gpu_graphs[dag_id] = graph
             findings = validate_graph(graph, policy, extra=[*extra, *priority_findings(dag)]).findings
             # a malformed estimate is already an error; do not also call it "missing"
             bad = {f.task_id for f in [*findings, *found] if f.code == "bad-estimate" and f.dag_id == dag_id}
@@ -261,6 +302,7 @@ def lint_dags(
     ]
     report.findings.extend(shared)
     report.findings.extend(claim_findings(loaded.dags, dict(policy.pool_slots or {})))
+    report.findings.extend(stage_length_findings(gpu_graphs))
     report.findings[:0] = config_findings()
     return report
 

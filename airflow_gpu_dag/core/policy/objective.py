@@ -57,6 +57,7 @@ __all__ = [
     "MAX_DESCENDANTS_COUNTED",
     "MAX_OVERDUE",
     "OBJECTIVES",
+    "STAGE_FIT",
     "STAGE_LENGTH",
     "Objective",
     "ReservationGate",
@@ -70,6 +71,7 @@ __all__ = [
     "run_shape",
     "run_weights",
     "slot_seconds",
+    "stage_length_mismatch",
     "stage_length_problem",
     "task_keys",
     "work_of",
@@ -309,6 +311,36 @@ def stage_length_problem(length: float) -> str | None:
     except ValueError as err:
         return str(err)
     return None
+
+
+#: The pool's longest GPU task, in stages, inside which ``[gpu_dag] stage_length`` is taken to fit the
+#: pool (:func:`stage_length_mismatch`). In the benchmark's mixes, on which the objectives' times were
+#: chosen, the longest GPU task is 0.3-1.3 stages; this range is that one widened about twice on each
+#: side. Beyond it the pool runs on another time scale, where ``fair`` loses to stock Airflow: with every
+#: duration a tenth, evaluations wait 1.44x and the mean reaches 1.23x stock's at 32 GPUs; four times,
+#: sweeps wait 1.32x (docs/benchmarks/multi_dag.md, "The stage length").
+STAGE_FIT = (1 / 6, 3.0)
+
+
+def stage_length_mismatch(length: float, longest: float) -> str | None:
+    """Why training stages of ``length`` seconds do not fit a pool whose longest GPU task takes
+    ``longest`` seconds (None: they fit, or ``longest`` is not a positive duration): the longest task is
+    under a sixth of a stage or over three stages (:data:`STAGE_FIT`). That is another time scale, not
+    another mix: every time of the objective (the descendant unit, the due cap, the reservation gap and
+    overdue) is then off by about that factor."""
+    if not (math.isfinite(length) and length > 0 and math.isfinite(longest) and longest > 0):
+        return None
+    low, high = STAGE_FIT
+    ratio = longest / length
+    if low <= ratio <= high:
+        return None
+    side = f"under {low:.3g}" if ratio < low else f"over {high:g}"
+    factor = max(ratio, 1 / ratio)
+    return (
+        f"{ratio:.3g} stages ({side}): the objective's times (descendant unit, due cap, reservation gap "
+        f"and overdue) are for pools whose longest GPU task is about one stage, so here they are about "
+        f"{factor:.0f}x too {'long' if ratio < low else 'short'}"
+    )
 
 
 def get_objective(name: str | None) -> Objective:

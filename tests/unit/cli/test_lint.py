@@ -301,6 +301,7 @@ def test_a_narrow_lint_table_wraps_codes_dags_and_tasks_instead_of_cutting_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__STAGE_LENGTH", "5m")  # its 5-minute tasks: no stage-length-mismatch
     assert run_cli("lint", str(long_ids_dag_file(tmp_path)), "--no-granularity") == 0
     out = capsys.readouterr().out
     # one finding: the GPU tasks are on a stock weight rule
@@ -471,3 +472,42 @@ def test_lint_names_a_dag_whose_weight_rule_cannot_be_compared_with_the_dags_sha
     assert "CRITICAL_PATH_WEIGHT_RULE" in found["fix"]
     code, report = run_json(capsys, "lint", str(tmp_path / "stock.py"), "--no-granularity")
     assert report["findings"] == [], "alone in the pool: nothing to compare with"
+
+
+# -- the stage length against the DAGs' longest GPU task -----------------------------------------------------
+_SHORT_EVAL = """
+from airflow.sdk import DAG
+from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE
+from airflow_gpu_dag.operators.gpu import GpuBashOperator
+
+with DAG("quick_eval", default_args={"weight_rule": CRITICAL_PATH_WEIGHT_RULE}, schedule=None):
+    GpuBashOperator(task_id="score", bash_command="true", gpus=1, duration="12m")
+    GpuBashOperator(task_id="report", bash_command="true", gpus=1, duration="4m")
+"""
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
+def test_lint_warns_when_the_longest_gpu_task_is_another_time_scale_than_the_stage_length(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keyed for 6-h stages, a pool whose longest GPU task takes 12 minutes runs on another time scale:
+    one warning naming that DAG and task and the stage length to try; none at a fitting stage length or
+    once a DAG with a 1-h task is linted with it."""
+    (tmp_path / "quick_eval.py").write_text(_SHORT_EVAL)
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__STAGE_LENGTH", raising=False)
+    code, report = run_json(capsys, "lint", str(tmp_path), "--no-granularity")
+    assert code == 0  # a warning
+    (found,) = [f for f in report["findings"] if f["code"] == "stage-length-mismatch"]
+    assert (found["severity"], found["dag_id"], found["task_id"]) == ("warning", "quick_eval", "score")
+    assert "stage_length is 6h00m" in found["message"] and "takes 12m" in found["message"]
+    assert "about 30x too long" in found["message"]
+    assert "--stage-length 12m" in found["fix"]
+    assert run_cli("lint", str(tmp_path), "--no-granularity", "--strict", "-o", "json") == 1
+    capsys.readouterr()
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__STAGE_LENGTH", "20m")
+    code, report = run_json(capsys, "lint", str(tmp_path), "--no-granularity")
+    assert [f for f in report["findings"] if f["code"] == "stage-length-mismatch"] == []
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__STAGE_LENGTH")
+    (tmp_path / "keyed.py").write_text(_KEYED)  # a 1-h training task: a sixth of a stage
+    code, report = run_json(capsys, "lint", str(tmp_path), "--no-granularity")
+    assert [f for f in report["findings"] if f["code"] == "stage-length-mismatch"] == []

@@ -20,6 +20,7 @@ from airflow_gpu_dag.core.policy.objective import (
     MAX_DESCENDANTS_COUNTED,
     MAX_OVERDUE,
     OBJECTIVES,
+    STAGE_FIT,
     STAGE_LENGTH,
     Objective,
     ReservationGate,
@@ -31,6 +32,7 @@ from airflow_gpu_dag.core.policy.objective import (
     run_shape,
     run_weights,
     slot_seconds,
+    stage_length_mismatch,
     task_keys,
 )
 from airflow_gpu_dag.core.policy.reservation import decide_pools
@@ -582,6 +584,20 @@ def test_for_stage_scales_the_times_and_keeps_the_unitless_constants() -> None:
     with pytest.raises(ValueError, match="a wait without bound to those runs"):
         fair.for_stage(31 * HOUR)  # 24 stages of lead over 30 days
     assert fair.for_stage(30 * HOUR).head_start == MAX_OVERDUE
+
+
+def test_a_longest_gpu_task_within_a_sixth_to_three_stages_fits_the_stage_length() -> None:
+    """The benchmark's mixes have their longest GPU task at 0.3-1.3 stages; a sixth or three stages is
+    still taken to fit, beyond is another time scale, said with its direction and factor."""
+    assert STAGE_FIT == (1 / 6, 3.0)
+    for longest in (STAGE_LENGTH / 6, 0.3 * STAGE_LENGTH, STAGE_LENGTH, 3 * STAGE_LENGTH):
+        assert stage_length_mismatch(STAGE_LENGTH, longest) is None
+    short = stage_length_mismatch(STAGE_LENGTH, 6 * 60.0)  # 6-minute tasks keyed for 6-h stages
+    assert short is not None and "0.0167 stages (under 0.167)" in short and "about 60x too long" in short
+    long = stage_length_mismatch(20 * 60.0, 80 * 60.0)
+    assert long is not None and "4 stages (over 3)" in long and "about 4x too short" in long
+    for length, longest in ((0.0, HOUR), (HOUR, 0.0), (math.nan, HOUR), (HOUR, math.inf)):
+        assert stage_length_mismatch(length, longest) is None  # nothing measured: nothing to say
 
 
 def _stage_mix(f: float, seed: int) -> tuple[list[TaskGraph], list[float]]:
