@@ -24,7 +24,7 @@ from airflow_gpu_dag.core.analysis.weight_rules import incomparable_rules
 from airflow_gpu_dag.core.model.findings import ERROR, WARNING
 from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.core.model.resources import format_duration
-from airflow_gpu_dag.core.policy.objective import stage_length_mismatch
+from airflow_gpu_dag.core.policy.objective import longest_gpu_task, stage_length_mismatch
 from airflow_gpu_dag.gpu.inventory import (
     inventory_problem,
     parse_time_inventory_summary,
@@ -227,15 +227,10 @@ def stage_length_findings(graphs: Mapping[str, TaskGraph], length: float | None 
     and the task; none without a declared GPU task. The linted DAGs may be a part of the pool: the
     message says what was measured on."""
     length = stage_length() if length is None else length
-    declared = [
-        (node.duration, dag_id, node.task_id)
-        for dag_id, graph in sorted(graphs.items())
-        for node in graph.nodes.values()
-        if node.gpus > 0 and node.duration_declared and node.duration > 0
-    ]
-    if not declared:
+    longest = longest_gpu_task(graphs)
+    if longest is None:
         return []
-    duration, dag_id, task_id = max(declared, key=lambda found: found[0])  # the first of equal ones
+    duration, dag_id, task_id = longest
     problem = stage_length_mismatch(length, duration)
     if problem is None:
         return []

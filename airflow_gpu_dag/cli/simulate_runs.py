@@ -6,7 +6,7 @@ p95, and the makespan (table or ``-o json``)."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -26,7 +26,12 @@ from airflow_gpu_dag.core.model.resources import (
     parse_duration,
 )
 from airflow_gpu_dag.core.planning.planner import planned_remaining
-from airflow_gpu_dag.core.policy.objective import get_objective, stage_length_problem
+from airflow_gpu_dag.core.policy.objective import (
+    get_objective,
+    longest_gpu_task,
+    stage_length_mismatch,
+    stage_length_problem,
+)
 from airflow_gpu_dag.core.simulation import cross_dag
 from airflow_gpu_dag.settings import objective as configured_objective
 from airflow_gpu_dag.settings import stage_length as configured_stage_length
@@ -222,6 +227,7 @@ def _json(outcome: _Outcome) -> dict:
             "descendant_cap": objective.descendant_cap,
             "reservation_overdue_s": objective.gate_overdue,
             "stage_length_s": objective.stage_length,
+            "stage_note": stage_note(objective.stage_length, {d: g.graph for d, g in outcome.graphs.items()}),
         },
         "runs": [
             {
@@ -269,6 +275,22 @@ def _rows(outcome: _Outcome) -> list[dict[str, Any]]:
     ]
 
 
+def stage_note(length: float, graphs: Mapping[str, TaskGraph]) -> str | None:
+    """A note when stages of ``length`` seconds do not fit the longest GPU task of ``graphs``
+    (:func:`~airflow_gpu_dag.core.policy.objective.stage_length_mismatch`, what lint's
+    ``stage-length-mismatch`` says): the prediction is then of the objective at another time scale."""
+    longest = longest_gpu_task(graphs)
+    problem = stage_length_mismatch(length, longest[0]) if longest else None
+    if longest is None or problem is None:
+        return None
+    duration, dag_id, task_id = longest
+    return (
+        f"Note: the longest GPU task, {task_id!r} of {dag_id!r}, takes {format_duration(duration)}, "
+        f"{problem}; try --stage-length {format_duration(duration)} (and set [gpu_dag] stage_length to "
+        "what fits)."
+    )
+
+
 def _print(outcome: _Outcome) -> None:
     runs, capacity, results, objective = outcome.runs, outcome.capacity, outcome.results, outcome.objective
 
@@ -311,10 +333,12 @@ def _print(outcome: _Outcome) -> None:
             if objective.head_start > 0
             else ""
         )
-        + "); "
+        + f"; stages of {format_duration(objective.stage_length)}); "
         "stock: Airflow's downstream weights, pools at capacity.",
         markup=False,
     )
+    if note := stage_note(objective.stage_length, {d: g.graph for d, g in outcome.graphs.items()}):
+        out.print(note, markup=False)
     for dag_id, g in outcome.graphs.items():
         notes = input_notes(
             g.graph, g.estimates, "", verb="simulated", label=f"{dag_id}: ", capacity=capacity

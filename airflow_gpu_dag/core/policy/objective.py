@@ -67,6 +67,7 @@ __all__ = [
     "get_objective",
     "key_of_weight",
     "key_weight",
+    "longest_gpu_task",
     "objective_problems",
     "run_shape",
     "run_weights",
@@ -341,6 +342,19 @@ def stage_length_mismatch(length: float, longest: float) -> str | None:
         f"and overdue) are for pools whose longest GPU task is about one stage, so here they are about "
         f"{factor:.0f}x too {'long' if ratio < low else 'short'}"
     )
+
+
+def longest_gpu_task(graphs: Mapping[str, TaskGraph]) -> tuple[float, str, str] | None:
+    """``(duration, dag_id, task_id)`` of the longest GPU task of ``graphs`` (by DAG id) with a declared
+    estimate, what :func:`stage_length_mismatch` measures a pool by (the first of equal ones, DAGs in id
+    order); None without one."""
+    declared = [
+        (node.duration, dag_id, node.task_id)
+        for dag_id, graph in sorted(graphs.items())
+        for node in graph.nodes.values()
+        if node.gpus > 0 and node.duration_declared and node.duration > 0
+    ]
+    return max(declared, key=lambda found: found[0]) if declared else None
 
 
 def get_objective(name: str | None) -> Objective:

@@ -201,6 +201,27 @@ def test_simulate_at_another_stage_length_scales_every_time_of_the_objective(
 
 
 @pytest.mark.usefixtures("_no_configured_pools")
+def test_simulate_says_when_the_stage_length_is_another_time_scale_than_the_dags(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pipeline's longest GPU task (train, 2 h) is 6 stages of 20 minutes: the prediction is of the
+    objective at another time scale, said in a note (and in the JSON) with the stage length to try; at
+    2-h stages there is none."""
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__STAGE_LENGTH", raising=False)
+    common = ("simulate", PIPELINE, "--file", str(GOOD), "--capacity", "gpu_default=4")
+    code, result = run_json(capsys, *common, "--stage-length", "20m")
+    note = result["objective"]["stage_note"]
+    assert code == 0 and note is not None
+    assert "'train' of 'gpu_pipeline', takes 2h00m, 6 stages (over 3)" in note
+    assert "try --stage-length 2h00m" in note
+    code, result = run_json(capsys, *common, "--stage-length", "2h")
+    assert result["objective"]["stage_note"] is None
+    assert run_cli(*common, "--stage-length", "20m") == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "stages of 20m);" in out and "Note: the longest GPU task, 'train' of 'gpu_pipeline'" in out
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
 def test_simulate_several_runs_table(capsys: pytest.CaptureFixture[str]) -> None:
     code = run_cli(
         "simulate",

@@ -29,6 +29,7 @@ from airflow_gpu_dag.core.policy.objective import (
     get_objective,
     key_of_weight,
     key_weight,
+    longest_gpu_task,
     run_shape,
     run_weights,
     slot_seconds,
@@ -598,6 +599,17 @@ def test_a_longest_gpu_task_within_a_sixth_to_three_stages_fits_the_stage_length
     assert long is not None and "4 stages (over 3)" in long and "about 4x too short" in long
     for length, longest in ((0.0, HOUR), (HOUR, 0.0), (math.nan, HOUR), (HOUR, math.inf)):
         assert stage_length_mismatch(length, longest) is None  # nothing measured: nothing to say
+
+
+def test_the_longest_gpu_task_counts_only_gpu_tasks_with_a_declared_estimate() -> None:
+    """A CPU task or a GPU task whose estimate is a filled-in default says nothing about the pool's time
+    scale; of equal tasks the first DAG in id order is named."""
+    cpu = gpu_graph({"load": (9 * HOUR, 0), "score": (HOUR, 1)}, [("load", "score")], "b_eval")
+    guessed = gpu_graph({"train": (HOUR, 2)}, [], "a_guess")
+    guessed.add("long", 8 * HOUR, 4, duration_declared=False)
+    assert longest_gpu_task({"b_eval": cpu, "a_guess": guessed}) == (HOUR, "a_guess", "train")
+    assert longest_gpu_task({"cpu": gpu_graph({"load": (HOUR, 0)}, [], "cpu")}) is None
+    assert longest_gpu_task({}) is None
 
 
 def _stage_mix(f: float, seed: int) -> tuple[list[TaskGraph], list[float]]:
