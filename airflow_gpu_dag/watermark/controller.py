@@ -38,7 +38,7 @@ from airflow_gpu_dag.core.policy.reservation import PoolDecision, decide_pools
 from airflow_gpu_dag.executor_config import fallback_hint
 from airflow_gpu_dag.hooks.rest_client import AirflowRestClient
 from airflow_gpu_dag.pool_claim.state import PoolState, needs_write, parse_pool_state, with_state
-from airflow_gpu_dag.settings import default_duration_seconds, key_epoch, objective
+from airflow_gpu_dag.settings import default_duration_seconds, key_epoch, objective, stage_length
 from airflow_gpu_dag.watermark import task_instance_fields
 from airflow_gpu_dag.watermark.config import ConfigError, PoolSpec, WatermarkConfig
 from airflow_gpu_dag.watermark.durations import ControllerHistory
@@ -51,6 +51,7 @@ from airflow_gpu_dag.watermark.leader_lock import (
 from airflow_gpu_dag.watermark.lifecycle import Preflight, preflight, release_pools
 from airflow_gpu_dag.watermark.plan_quality import PlanErrorReporter
 from airflow_gpu_dag.watermark.sources import CapacitySource, CapacityTracker, PoolCapacity, build_sources
+from airflow_gpu_dag.watermark.stage_fit import StageFitWatch
 from airflow_gpu_dag.watermark.too_large import TooLargeWatch
 
 log = logging.getLogger(__name__)
@@ -162,6 +163,8 @@ class WatermarkController:
         self.history = ControllerHistory(client, self.default_duration)
         # a task too large for any host is never pending forever (watermark/too_large.py)
         self.too_large = TooLargeWatch(client, dry_run=dry_run)
+        # whether [gpu_dag] stage_length fits the tasks that really wait here (watermark/stage_fit.py)
+        self.stage_fit = StageFitWatch(stage_length())
 
         # each pool's source: the one given (tests), else built from the config (build_sources)
         given = dict(sources or {})
@@ -379,6 +382,7 @@ class WatermarkController:
         except Exception as err:
             log.warning("cannot read the tasks about to be ready (%s); reserving for ready tasks only", err)
             pending = []
+        self.stage_fit.observe(now, [*ready, *pending])
 
         decisions: dict[str, PoolDecision] = {}
         for backfill, strict in ((True, False), (True, True), (False, False)):
