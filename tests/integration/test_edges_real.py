@@ -65,9 +65,24 @@ class Env:
             time.sleep(1)
         raise AssertionError(f"{name}: {task_id} never reached {state}: {self.states(name)}")
 
-    def log(self, name: str, task_id: str, try_number: int = 1) -> str:
+    def log(
+        self,
+        name: str,
+        task_id: str,
+        try_number: int = 1,
+        containing: str | None = None,
+        timeout: float = 60.0,
+    ) -> str:
+        """The task's log; with ``containing``, read again every 2 s for up to ``timeout`` seconds until it
+        holds that text: under load the api-server may answer an error (the log then reads '') or not
+        have the whole log yet, and the test must fail only on what the log really says."""
         dag_id, run_id = self.runs[name]
-        return self.cluster.task_log(dag_id, run_id, task_id, try_number)
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.cluster.task_log(dag_id, run_id, task_id, try_number)
+            if containing is None or containing in text or time.monotonic() >= deadline:
+                return text
+            time.sleep(2.0)
 
     def xcom(self, name: str, task_id: str) -> Any:
         dag_id, run_id = self.runs[name]
@@ -188,7 +203,8 @@ def test_failed_producer_falls_back_to_last_good_artifact(env: Env) -> None:
     _, run_id = env.runs["data_fallback"]
     # the consumer read the previous good data, not the broken run's
     assert (env.base / dag_id / f"consumed-{run_id}").read_text().strip() == f"rows-{used_run}"
-    assert "last good artifact" in env.log("data_fallback", "wait_edges_data")
+    fallback = "last good artifact"
+    assert fallback in env.log("data_fallback", "wait_edges_data", containing=fallback)
 
 
 def test_without_fallback_failed_producer_retries_then_blocks(env: Env) -> None:
@@ -203,7 +219,7 @@ def test_never_complete_dataset_times_out_with_clear_message(env: Env) -> None:
     assert env.finish("strict_never_complete") == "failed"
     states = env.states("strict_never_complete")
     assert states["wait_edges_data_strict"] == "failed" and states["consume"] == "upstream_failed"
-    log = env.log("strict_never_complete", "wait_edges_data_strict")
+    log = env.log("strict_never_complete", "wait_edges_data_strict", containing="_SUCCESS missing")
     assert "was not complete after 12s" in log and "_SUCCESS missing" in log
 
 
@@ -257,7 +273,7 @@ def test_missed_start_window_skips_or_fails_per_policy(env: Env) -> None:
     assert states["skip_task__window"] == "skipped"
     assert states["skip_task"] == states["after_skip"] == "skipped"
     assert states["fail_task__window"] == "failed" and states["fail_task"] == "upstream_failed"
-    assert "was missed" in env.log("window_missed", "fail_task__window")
+    assert "was missed" in env.log("window_missed", "fail_task__window", containing="was missed")
 
 
 def test_stage_dependency_starts_downstream_while_upstream_runs(env: Env) -> None:
@@ -294,8 +310,9 @@ def test_checkpoint_sensor_gives_up_when_training_fails(env: Env) -> None:
     assert states["train"] == "failed", states
     assert states["wait_train_ckpt_2"] == "failed", states
     assert states["evaluate"] == "upstream_failed", states
-    log = env.log("stage_train_fails", "wait_train_ckpt_2")
-    assert "training task 'train' ended failed without a complete checkpoint" in log, log[-2000:]
+    expected = "training task 'train' ended failed without a complete checkpoint"
+    log = env.log("stage_train_fails", "wait_train_ckpt_2", containing=expected)
+    assert expected in log, log[-2000:]
     assert env.ti("stage_train_fails", "wait_train_ckpt_2")["try_number"] == 1  # not retried
 
 
@@ -306,7 +323,7 @@ def test_budget_cap_pauses_gpu_task_until_raised(env: Env) -> None:
     states = env.states("budget")
     assert states["fit__budget"] == "deferred"
     assert states["fit"] in (None, "none", "scheduled")  # not started, holds no GPU slot
-    assert "GPU budget reached" in env.log("budget", "fit__budget")
+    assert "GPU budget reached" in env.log("budget", "fit__budget", containing="GPU budget reached")
     env.cluster.api("POST", "/variables", json={"key": "gpu_dag_budget.pool_day.edges_gpu", "value": "10"})
     assert env.finish("budget") == "success"
     assert env.states("budget")["fit"] == "success"
@@ -333,7 +350,7 @@ def test_start_window_waits_until_it_opens(env: Env) -> None:
     opens = env.window_opens
     assert opens is not None
     assert env.finish("window_wait") == "success"
-    sensor_log = env.log("window_wait", "skip_task__window")
+    sensor_log = env.log("window_wait", "skip_task__window", containing="deferring until then")
     assert "deferring until then" in sensor_log, (
         "the window sensor must start while the window is closed and defer (a very slow machine?)\n"
         + sensor_log[-2000:]
