@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_gpu_dag.core.analysis.estimates import EstimateSettings
 from airflow_gpu_dag.core.model.pools import pool_name_problem
-from airflow_gpu_dag.core.model.resources import EstimateError, parse_duration, parse_estimate
+from airflow_gpu_dag.core.model.resources import (
+    EstimateError,
+    format_duration,
+    parse_duration,
+    parse_estimate,
+)
 from airflow_gpu_dag.core.policy.objective import (
     DEFAULT_EPOCH,
     DEFAULT_OBJECTIVE,
@@ -359,7 +364,7 @@ def _warn_once(key: str, message: str, *args: object) -> None:
 
 #: ``[gpu_dag] stage_length`` default: the stage the objectives' times were chosen for
 #: (:data:`~airflow_gpu_dag.core.policy.objective.STAGE_LENGTH`).
-DEFAULT_STAGE_LENGTH = "6h"
+DEFAULT_STAGE_LENGTH = format_duration(STAGE_LENGTH)
 
 
 def objective_name() -> str:
