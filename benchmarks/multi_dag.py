@@ -29,6 +29,8 @@ marked unreachable.
     .venv/bin/python benchmarks/multi_dag.py --seeds 0-4 --caps 8 --policies v0.1,balanced   # quick
     .venv/bin/python benchmarks/multi_dag.py --time-scale 2 --stage-length 12   # tasks twice as long,
                                                      # the objectives at their stage length (6 h: as shipped)
+    .venv/bin/python benchmarks/multi_dag.py --time-scale 0.1 --stage-length fit  # each mix at the stage
+                                                     # length lint advises for it
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ from airflow_gpu_dag.core.policy.objective import (
     OBJECTIVES,
     STAGE_LENGTH,
     ReservationGate,
+    fitted_stage_length,
+    longest_gpu_task,
     run_shape,
     stage_length_problem,
 )
@@ -185,9 +189,24 @@ def measure(
     }
 
 
+#: ``--stage-length fit``: each mix at the stage length lint advises for it.
+FIT = "fit"
+
+
+def mix_stage_length(stage: float | str, estimated: Sequence[TaskGraph]) -> float:
+    """The objectives' stage length for one mix: ``stage`` seconds, or for :data:`FIT` what
+    ``airflow gpu-dag lint`` advises a team whose pool runs this mix (the shipped 6 h while its longest
+    declared GPU task fits them, else that task's duration: :func:`fitted_stage_length`)."""
+    if stage != FIT:
+        return float(stage)
+    longest = longest_gpu_task({graph.dag_id: graph for graph in estimated})
+    return STAGE_LENGTH if longest is None else fitted_stage_length(STAGE_LENGTH, longest[0])
+
+
 def one_instance(job: tuple) -> dict[str, Any]:
     """One mix under every policy: ``(variant, seed, capacity, mode, estimates, policies, interval)``,
-    then optionally the ``time_scale`` (:func:`mix_jobs`) and the objectives' ``stage_length`` (seconds)."""
+    then optionally the ``time_scale`` (:func:`mix_jobs`) and the objectives' ``stage_length`` (seconds,
+    or :data:`FIT`)."""
     variant, seed, capacity, mode, estimates, policies, interval, *rest = job
     time_scale = rest[0] if rest else 1.0
     stage = rest[1] if len(rest) > 1 else STAGE_LENGTH
@@ -198,7 +217,13 @@ def one_instance(job: tuple) -> dict[str, Any]:
         mode,
         estimates,
         lambda runs, estimated, actual, trigger: (
-            (p, run_policy(p, actual, estimated, trigger, capacity, interval, stage)) for p in policies
+            (
+                p,
+                run_policy(
+                    p, actual, estimated, trigger, capacity, interval, mix_stage_length(stage, estimated)
+                ),
+            )
+            for p in policies
         ),
         time_scale,
     )
@@ -560,28 +585,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--stage-length",
-        type=float,
-        default=STAGE_LENGTH / 3600.0,
-        help="hours, the objectives' [gpu_dag] stage_length (default 6: their times as shipped)",
+        default=f"{STAGE_LENGTH / 3600.0:g}",
+        help="hours, the objectives' [gpu_dag] stage_length (default 6: their times as shipped); 'fit': "
+        "each mix at the one lint advises for it (6 h, or its longest GPU task when that is outside "
+        "a sixth to three stages)",
     )
     parser.add_argument("--json", default="", help="write every instance's raw figures here")
     parser.add_argument("--plot", default="", help="write the mean-against-makespan plot here (SVG)")
     args = parser.parse_args(argv)
-    if problem := stage_length_problem(args.stage_length * 3600.0):
-        parser.error(f"--stage-length: {problem}")
+    stage: float | str = FIT
+    if args.stage_length != FIT:
+        try:
+            stage = float(args.stage_length) * 3600.0
+        except ValueError:
+            parser.error(f"--stage-length: {args.stage_length!r} is neither hours nor {FIT!r}")
+        if problem := stage_length_problem(stage):
+            parser.error(f"--stage-length: {problem}")
     policies = ["stock", *(p for p in args.policies.split(",") if p and p != "stock")]
     unknown = [p for p in policies if p not in ("stock", "v0.1", *OBJECTIVES)]
     if unknown:
         parser.error(f"unknown policies {unknown}")
-    jobs = [(*job, args.stage_length * 3600.0) for job in mix_jobs(args, policies)]
+    jobs = [(*job, stage) for job in mix_jobs(args, policies)]
     started = time.time()
     results = run_jobs(one_instance, jobs, args.jobs)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle)
+    length = "fitted to each mix" if stage == FIT else f"{float(stage) / 3600.0:g} h"
     scale = (
-        f"; durations x {args.time_scale:g}, stage length {args.stage_length:g} h"
-        if args.time_scale != 1.0 or args.stage_length * 3600.0 != STAGE_LENGTH
+        f"; durations x {args.time_scale:g}, stage length {length}"
+        if args.time_scale != 1.0 or stage != STAGE_LENGTH
         else ""
     )
     print(

@@ -24,7 +24,7 @@ from airflow_gpu_dag.core.analysis.weight_rules import incomparable_rules
 from airflow_gpu_dag.core.model.findings import ERROR, WARNING
 from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.core.model.resources import format_duration
-from airflow_gpu_dag.core.policy.objective import longest_gpu_task, stage_length_mismatch
+from airflow_gpu_dag.core.policy.objective import fitted_stage_length, longest_gpu_task, stage_length_mismatch
 from airflow_gpu_dag.gpu.inventory import (
     inventory_problem,
     parse_time_inventory_summary,
@@ -234,6 +234,7 @@ def stage_length_findings(graphs: Mapping[str, TaskGraph], length: float | None 
     problem = stage_length_mismatch(length, duration)
     if problem is None:
         return []
+    fitted = format_duration(fitted_stage_length(length, duration))
     return [
         Finding(
             WARNING,
@@ -243,8 +244,8 @@ def stage_length_findings(graphs: Mapping[str, TaskGraph], length: float | None 
             f"[gpu_dag] stage_length is {format_duration(length)} and the longest GPU task of the linted "
             f"DAGs takes {format_duration(duration)}, {problem}.",
             f"set [gpu_dag] stage_length to how long one training stage of your pool runs (about "
-            f"{format_duration(duration)} if this task is one), after checking the order with airflow "
-            f"gpu-dag simulate --stage-length {format_duration(duration)} on your DAGs; docs/priority.md, "
+            f"{fitted} if this task is one), after checking the order with airflow "
+            f"gpu-dag simulate --stage-length {fitted} on your DAGs; docs/priority.md, "
             "'The stage length'.",
         )
     ]

@@ -27,6 +27,7 @@ from airflow_gpu_dag.core.model.resources import (
 )
 from airflow_gpu_dag.core.planning.planner import planned_remaining
 from airflow_gpu_dag.core.policy.objective import (
+    fitted_stage_length,
     get_objective,
     longest_gpu_task,
     stage_length_mismatch,
@@ -286,8 +287,8 @@ def stage_note(length: float, graphs: Mapping[str, TaskGraph]) -> str | None:
     duration, dag_id, task_id = longest
     return (
         f"Note: the longest GPU task, {task_id!r} of {dag_id!r}, takes {format_duration(duration)}, "
-        f"{problem}; try --stage-length {format_duration(duration)} (and set [gpu_dag] stage_length to "
-        "what fits)."
+        f"{problem}; try --stage-length {format_duration(fitted_stage_length(length, duration))} (and set "
+        "[gpu_dag] stage_length to what fits)."
     )
 
 

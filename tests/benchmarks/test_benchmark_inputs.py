@@ -144,6 +144,59 @@ def test_the_mixes_the_objectives_were_chosen_on_fit_their_stage_length() -> Non
             assert stage_length_mismatch(STAGE_LENGTH, longest(tenth)) is not None
 
 
+def test_a_fitted_stage_length_is_the_shipped_one_at_the_mixes_scale_and_the_longest_task_off_it() -> None:
+    """``--stage-length fit`` measures what lint advises: every tuning mix keeps 6 h at its own scale (so
+    its figures are the shipped ones), and at a tenth of it each mix gets its own longest GPU task."""
+    import mixes
+    import multi_dag
+
+    from airflow_gpu_dag.core.policy.objective import STAGE_LENGTH
+
+    for variant in ("A", "B"):
+        for seed in range(0, 30, 3):
+            own = [r.graph for r in mixes.make_mix(seed, variant)]
+            tenth = [r.graph for r in mixes.make_mix(seed, variant, 0.1)]
+            assert multi_dag.mix_stage_length(multi_dag.FIT, own) == STAGE_LENGTH
+            longest = max(n.duration for g in tenth for n in g.nodes.values() if n.gpus > 0)
+            assert multi_dag.mix_stage_length(multi_dag.FIT, tenth) == longest
+            assert multi_dag.mix_stage_length(7200.0, tenth) == 7200.0
+
+
+def test_the_stage_length_option_takes_hours_or_fit_and_refuses_the_rest(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    import multi_dag
+
+    for bad, words in (("soon", "is neither hours nor 'fit'"), ("40", "a wait without bound")):
+        with pytest.raises(SystemExit):
+            multi_dag.main(["--stage-length", bad, "--seeds", "0", "--caps", "8", "--jobs", "1"])
+        assert words in capsys.readouterr().err
+    assert (
+        multi_dag.main(
+            [
+                "--stage-length",
+                "fit",
+                "--time-scale",
+                "0.1",
+                "--seeds",
+                "0",
+                "--caps",
+                "8",
+                "--modes",
+                "once",
+                "--estimates",
+                "exact",
+                "--policies",
+                "fair",
+                "--jobs",
+                "1",
+            ]
+        )
+        == 0
+    )
+    assert "stage length fitted to each mix" in capsys.readouterr().out
+
+
 def test_a_time_scale_draws_the_same_mix_with_every_duration_scaled_and_the_triggers_follow() -> None:
     import mixes
     import multi_dag

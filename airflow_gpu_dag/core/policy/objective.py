@@ -56,6 +56,7 @@ __all__ = [
     "KEY_WEIGHT_FLOOR",
     "MAX_DESCENDANTS_COUNTED",
     "MAX_OVERDUE",
+    "MAX_STAGE_LENGTH",
     "OBJECTIVES",
     "STAGE_FIT",
     "STAGE_LENGTH",
@@ -64,6 +65,7 @@ __all__ = [
     "RunShape",
     "StarvingWatch",
     "descendant_lead",
+    "fitted_stage_length",
     "get_objective",
     "key_of_weight",
     "key_weight",
@@ -314,6 +316,22 @@ def stage_length_problem(length: float) -> str | None:
     return None
 
 
+def _longest_stage_length() -> float:
+    """The longest stage at which every objective's scaled times stay within :data:`MAX_OVERDUE`
+    (:func:`objective_problems`: the overdue, the gate's overdue and fair's head start ``U * K``)."""
+    bounds = []
+    for known in OBJECTIVES.values():
+        bounded = max(known.overdue, known.gate_overdue, known.descendant_unit * known.descendant_cap)
+        if bounded > 0:
+            bounds.append(MAX_OVERDUE * known.stage_length / bounded)
+    return min(bounds)
+
+
+#: The longest ``[gpu_dag] stage_length`` every objective accepts (:func:`stage_length_problem`):
+#: fair's 24 stages of lead must stay within 30 days, so 30 h.
+MAX_STAGE_LENGTH = _longest_stage_length()
+
+
 #: The pool's longest GPU task, in stages, inside which ``[gpu_dag] stage_length`` is taken to fit the
 #: pool (:func:`stage_length_mismatch`). In the benchmark's mixes, on which the objectives' times were
 #: chosen, the longest GPU task is 0.3-1.3 stages; this range is that one widened about twice on each
@@ -342,6 +360,18 @@ def stage_length_mismatch(length: float, longest: float) -> str | None:
         f"and overdue) are for pools whose longest GPU task is about one stage, so here they are about "
         f"{factor:.0f}x too {'long' if ratio < low else 'short'}"
     )
+
+
+def fitted_stage_length(length: float, longest: float) -> float:
+    """The stage length lint and simulate advise for a pool whose longest GPU task takes ``longest``
+    seconds: ``length`` while that task fits it (:func:`stage_length_mismatch`), else the task's own
+    duration, taken as one training stage, at most :data:`MAX_STAGE_LENGTH`. Inside the fit nothing
+    moves, so a pool at the benchmark's time scale keeps the figures the objectives were chosen on; a
+    pool of minutes-long (or days-long) tasks gets stages of its own scale (docs/benchmarks/multi_dag.md,
+    "The stage length", measures both)."""
+    if stage_length_mismatch(length, longest) is None:
+        return length
+    return min(longest, MAX_STAGE_LENGTH)
 
 
 def longest_gpu_task(graphs: Mapping[str, TaskGraph]) -> tuple[float, str, str] | None:

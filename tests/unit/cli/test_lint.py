@@ -511,3 +511,7 @@ def test_lint_warns_when_the_longest_gpu_task_is_another_time_scale_than_the_sta
     (tmp_path / "keyed.py").write_text(_KEYED)  # a 1-h training task: a sixth of a stage
     code, report = run_json(capsys, "lint", str(tmp_path), "--no-granularity")
     assert [f for f in report["findings"] if f["code"] == "stage-length-mismatch"] == []
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__STAGE_LENGTH", "5m")  # that task is 12 stages of 5 min
+    code, report = run_json(capsys, "lint", str(tmp_path), "--no-granularity")
+    (found,) = [f for f in report["findings"] if f["code"] == "stage-length-mismatch"]
+    assert "12 stages (over 3)" in found["message"] and "--stage-length 1h00m" in found["fix"]

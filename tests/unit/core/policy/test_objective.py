@@ -19,6 +19,7 @@ from airflow_gpu_dag.core.policy.objective import (
     KEY_WEIGHT_FLOOR,
     MAX_DESCENDANTS_COUNTED,
     MAX_OVERDUE,
+    MAX_STAGE_LENGTH,
     OBJECTIVES,
     STAGE_FIT,
     STAGE_LENGTH,
@@ -26,6 +27,7 @@ from airflow_gpu_dag.core.policy.objective import (
     ReservationGate,
     StarvingWatch,
     descendant_lead,
+    fitted_stage_length,
     get_objective,
     key_of_weight,
     key_weight,
@@ -34,6 +36,7 @@ from airflow_gpu_dag.core.policy.objective import (
     run_weights,
     slot_seconds,
     stage_length_mismatch,
+    stage_length_problem,
     task_keys,
 )
 from airflow_gpu_dag.core.policy.reservation import decide_pools
@@ -599,6 +602,30 @@ def test_a_longest_gpu_task_within_a_sixth_to_three_stages_fits_the_stage_length
     assert long is not None and "4 stages (over 3)" in long and "about 4x too short" in long
     for length, longest in ((0.0, HOUR), (HOUR, 0.0), (math.nan, HOUR), (HOUR, math.inf)):
         assert stage_length_mismatch(length, longest) is None  # nothing measured: nothing to say
+
+
+def test_the_longest_stage_length_is_where_fairs_lead_reaches_thirty_days() -> None:
+    """:data:`MAX_STAGE_LENGTH` is derived from the objectives, not written down: every objective takes
+    it, and a second more is refused (fair's 24 stages of lead over 30 days)."""
+    assert MAX_STAGE_LENGTH == 30 * HOUR
+    assert stage_length_problem(MAX_STAGE_LENGTH) is None
+    assert stage_length_problem(MAX_STAGE_LENGTH + 1.0) is not None
+
+
+def test_the_fitted_stage_length_keeps_a_stage_that_fits_and_takes_the_longest_task_otherwise() -> None:
+    """What lint and simulate advise: nothing moves while the longest GPU task fits the stage (so a pool
+    at the benchmark's scale keeps its figures); outside, one stage is that task, at most the longest
+    stage length the objectives accept."""
+    for longest in (STAGE_LENGTH / 6, HOUR, 5 * HOUR, 3 * STAGE_LENGTH):
+        assert fitted_stage_length(STAGE_LENGTH, longest) == STAGE_LENGTH
+    assert fitted_stage_length(STAGE_LENGTH, 12 * 60.0) == 12 * 60.0  # minutes-long tasks
+    assert fitted_stage_length(20 * 60.0, 2 * HOUR) == 2 * HOUR  # 6 stages of 20 min
+    assert fitted_stage_length(HOUR, 40 * HOUR) == MAX_STAGE_LENGTH  # past the longest stage accepted
+    for length, longest in ((STAGE_LENGTH, 0.0), (STAGE_LENGTH, math.nan)):
+        assert fitted_stage_length(length, longest) == length  # nothing measured: nothing moves
+    for longest in (60.0, 30 * 60.0, 2 * STAGE_LENGTH, 25 * HOUR):
+        fitted = fitted_stage_length(STAGE_LENGTH, longest)
+        assert stage_length_problem(fitted) is None and stage_length_mismatch(fitted, longest) is None
 
 
 def test_the_longest_gpu_task_counts_only_gpu_tasks_with_a_declared_estimate() -> None:
