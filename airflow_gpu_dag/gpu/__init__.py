@@ -24,6 +24,7 @@ from airflow_gpu_dag.gpu.lease import (
     LeaseManager,
     LeaseOwner,
     LeaseSettings,
+    LeaseTableCorrupt,
     LeaseTimeout,
 )
 from airflow_gpu_dag.gpu.usage import (
@@ -44,6 +45,7 @@ __all__ = [
     "LeaseManager",
     "LeaseOwner",
     "LeaseSettings",
+    "LeaseTableCorrupt",
     "LeaseTimeout",
     "UsageLedger",
     "UsageRecord",

@@ -22,6 +22,7 @@ __all__ = [
     "key",
     "order",
     "priority",
+    "scheduled_time",
     "slots",
     "start_time",
 ]

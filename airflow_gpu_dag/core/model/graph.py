@@ -104,10 +104,10 @@ class TaskGraph:
         if not changed:
             return self
         copy = TaskGraph(self.dag_id, priority_rule=self.priority_rule)
-        for node in self.nodes.values():
-            copy.add_task(changed.get(node.task_id, node))
-        for up, down, kind in self.edges():
-            copy.add_edge(up, down, kind)
+        copy.nodes = {task_id: changed.get(task_id, node) for task_id, node in self.nodes.items()}
+        # the adjacency as it is, so each task's upstream and downstream lists keep their order
+        copy._down = {task_id: dict(downs) for task_id, downs in self._down.items()}
+        copy._up = {task_id: dict(ups) for task_id, ups in self._up.items()}
         return copy
 
     # -- reading --------------------------------------------------------------------------------
@@ -146,7 +146,10 @@ class TaskGraph:
 
     # -- order ----------------------------------------------------------------------------------
     def topological_order(self) -> list[str]:
-        """Kahn's algorithm, O(V+E), ties broken by insertion order. Raises :class:`CycleError`."""
+        """Kahn's algorithm, O(V+E). Ties are broken depth first: the tasks a task makes ready come
+        next (in the order their edges were added), before tasks that were ready earlier; the first
+        ready tasks go in insertion order. So a chain stays together, and the order is deterministic.
+        Raises :class:`CycleError`."""
         indegree = {t: len(ups) for t, ups in self._up.items()}
         ready = [t for t in self.nodes if indegree[t] == 0]
         ready.reverse()  # pop() from the end keeps insertion order

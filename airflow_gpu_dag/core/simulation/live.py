@@ -117,8 +117,8 @@ def predict_live(
     ``reservation``: a watermark controller decides the pool sizes every ``interval`` seconds, its
     latest tick at ``last_tick`` (None: unknown; the simulated ticks then start at ``now``); else
     Airflow's admission alone. Tasks holding slots start first (they already hold them); a task that
-    the simulation would have started before ``now`` starts ``now``. A task larger than its pool, and
-    everything after it, is left out (it never runs).
+    the simulation would have started before ``now`` starts ``now``, and the tasks after it no earlier
+    than it ends. A task larger than its pool, and everything after it, is left out (it never runs).
     """
     live = list(tasks)
     # The simulator has no task running at its start: a task holding slots is one it starts at time 0. A
@@ -166,12 +166,17 @@ def predict_live(
         gate=gate,
     )
     holding = {t.key for t in live if t.state == "holding"}
+    upstream = {t.key: t.upstream for t in live}
     out: dict[str, Predicted] = {}
-    for scheduled in result.schedule:
+    # in simulated start order, so every upstream task is placed before the tasks after it: a task the
+    # simulation started before now starts now, and a task after it starts no earlier than it ends
+    for scheduled in sorted(result.schedule, key=lambda s: (s.start, s.end)):
         key = uid_key[scheduled.task_id]
         start, end = origin + scheduled.start, origin + scheduled.end
-        if key not in holding and start < now:
-            start, end = now, now + (end - start)
+        if key not in holding:
+            earliest = max([now, *(out[up].end for up in upstream[key] if up in out)])
+            if start < earliest:
+                start, end = earliest, earliest + (end - start)
         out[key] = Predicted(key, start, end)
     return out
 
