@@ -142,10 +142,13 @@ class Background:
         if self.inline:
             job()
             return
-        self._jobs.put((key, job))
         with self._lock:
-            if self._closed:  # replaced: the job runs in the closing worker if it is still draining
+            if self._closed:
+                # replaced: the worker stops at the close mark queued before this job, so the job is
+                # dropped (the object that replaced this one does the work) and its key freed
+                self._pending.discard(key)
                 return
+            self._jobs.put((key, job))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._work, name="gpu-dag-weights", daemon=True)
                 self._thread.start()
@@ -187,12 +190,13 @@ class Background:
     def wait_idle(self, timeout: float = 60.0) -> bool:
         """Wait until no job is queued or running (tests, benchmarks); True when idle."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while True:
             with self._lock:
                 if not self._pending and self._jobs.empty():
                     return True
+            if time.monotonic() >= deadline:
+                return False
             time.sleep(0.01)
-        return False
 
     # -- the planning subprocess ----------------------------------------------------------------
     def _executor(self) -> ProcessPoolExecutor:
