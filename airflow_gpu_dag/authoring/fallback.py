@@ -92,7 +92,7 @@ __all__ = [
     "fallback_ladder",
 ]
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+_NAME = re.compile(r"^[A-Za-z0-9_-]+\Z")
 
 
 class FallbackError(ValueError):

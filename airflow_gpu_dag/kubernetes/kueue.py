@@ -38,7 +38,7 @@ POD_GROUP_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 #: Label naming a Kueue ``WorkloadPriorityClass``.
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 
-_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")  # \Z: no trailing newline
 
 
 class KueueError(ValueError):

@@ -80,9 +80,10 @@ DEFAULT_GPU_PRODUCTS: Mapping[str, tuple[str, ...]] = {
 DataAffinity = Literal["prefer", "require"]
 _DATA_AFFINITY_MODES = ("prefer", "require")
 
-# A label key's name part: at most 63 characters, alphanumeric at both ends, [-_.] inside.
-_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+# A label key's name part: at most 63 characters, alphanumeric at both ends, [-_.] inside (``\Z``, not
+# ``$``: a name ending in a newline is refused, as the API server refuses it).
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?\Z")
 
 
 class GpuPodSpecError(ValueError):
@@ -130,6 +131,17 @@ class GpuPodSpec:
     data_affinity: DataAffinity = "prefer"
     gpu_memory_affinity: bool = True
 
+    def __post_init__(self) -> None:
+        """The checks that make a spec built directly (not by :meth:`parse`) a valid pod: whole GPUs,
+        a known data affinity (an unknown one would silently drop the datasets' affinity)."""
+        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
+            raise GpuPodSpecError(f"gpus {self.gpus!r} must be a whole number of GPUs >= 1, e.g. gpus=4")
+        if self.data_affinity not in _DATA_AFFINITY_MODES:
+            raise GpuPodSpecError(
+                f"data_affinity {self.data_affinity!r} must be 'prefer' (run elsewhere if no node holds the "
+                "data) or 'require' (only on nodes that hold it)"
+            )
+
     @classmethod
     def parse(
         cls,
@@ -150,7 +162,10 @@ class GpuPodSpec:
             raise GpuPodSpecError(str(err)) from None
         try:
             mapping = {
-                normalize_gpu_type(k): tuple(v) for k, v in (gpu_products or DEFAULT_GPU_PRODUCTS).items()
+                normalize_gpu_type(k): (v,)
+                if isinstance(v, str)
+                else tuple(v)  # one product, not its letters
+                for k, v in (gpu_products or DEFAULT_GPU_PRODUCTS).items()
             }
         except ValueError as err:
             raise GpuPodSpecError(f"gpu_products: {err}") from None
@@ -177,10 +192,12 @@ class GpuPodSpec:
                     f"unknown gpu_type {gpu_type!r}; known types: {', '.join(sorted(mapping))}. {fix}"
                 )
             products = mapping[gtype]
-            if not products or not all(isinstance(p, str) and _LABEL_VALUE.match(p) for p in products):
+            if not products or not all(
+                isinstance(p, str) and len(p) <= 63 and _LABEL_VALUE.match(p) for p in products
+            ):
                 raise GpuPodSpecError(
                     f"gpu_products[{gtype!r}] = {list(products)!r} must be a non-empty list of "
-                    f"{GPU_PRODUCT_LABEL} label values such as 'NVIDIA-A100-SXM4-80GB'"
+                    f"{GPU_PRODUCT_LABEL} label values (at most 63 characters), e.g. 'NVIDIA-A100-SXM4-80GB'"
                 )
         if data_affinity not in _DATA_AFFINITY_MODES:
             raise GpuPodSpecError(

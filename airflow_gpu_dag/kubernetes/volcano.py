@@ -54,9 +54,10 @@ PODGROUP_VERSION = "v1beta1"
 PODGROUP_PLURAL = "podgroups"
 PODGROUP_KIND = "PodGroup"
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-#: A Kubernetes object name (DNS-1123 subdomain, at most 253 characters): any PodGroup's name.
-OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+#: A Kubernetes object name (DNS-1123 subdomain, at most 253 characters): any PodGroup's name (``\Z``:
+#: a name ending in a newline is refused, as the API server refuses it).
+OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 _SCHEMA_FILE = "volcano_podgroup_v1beta1.schema.json"
 
 
@@ -160,7 +161,9 @@ def validate_podgroup(manifest: Mapping[str, Any], *, strict: bool = True) -> No
         raise PodGroupError(f"not a {PODGROUP_GROUP}/{PODGROUP_VERSION} PodGroup: {manifest.get('kind')!r}")
     if errors:
         detail = "; ".join(f"{'.'.join(str(p) for p in e.path) or '<root>'}: {e.message}" for e in errors)
-        raise PodGroupError(f"PodGroup {manifest.get('metadata', {}).get('name')!r} is invalid: {detail}")
+        metadata = manifest.get("metadata")
+        name = metadata.get("name") if isinstance(metadata, Mapping) else None
+        raise PodGroupError(f"PodGroup {name!r} is invalid: {detail}")
 
 
 def ensure_podgroup(hook: Any, manifest: Mapping[str, Any], namespace: str) -> bool:
