@@ -520,7 +520,9 @@ def _live_entry(
     state = state_of[key]
     queue = waiting_by_pool.get(pool_name, [])
     mine = _order(ti)
-    ahead = [other for other in queue if _order(other) < mine and fields.key(other) != key]
+    # only a task waiting for slots has tasks ahead of it (a running one holds its slots already)
+    waits = state == "scheduled"
+    ahead = [other for other in queue if waits and _order(other) < mine and fields.key(other) != key]
     entry: dict[str, Any] = {
         "task": key,
         "task_id": ti.get("task_id"),
@@ -551,8 +553,7 @@ def _live_entry(
     else:
         why = pool.state.why if pool.state is not None and pool.controller(now) == "running" else None
         if state != "scheduled":
-            text = f"{state}: not ready yet (its upstream tasks have not all ended)"
-            entry["reason"] = {"code": "not-ready", "text": text}
+            entry["reason"] = {"code": "not-ready", "text": f"{state}: {_NOT_READY.get(state, _UPSTREAM)}"}
         elif why is not None:
             reason = for_task(why, key, now)
             entry["reason"] = {"code": reason.code, "text": reason.text}
@@ -567,11 +568,24 @@ def _live_entry(
         guess = predicted.get(key)
         if guess is not None:
             entry["predicted_start"], entry["predicted_end"] = guess.start, guess.end
-        else:
+        elif pool.capacity is None or fields.slots(ti) > pool.capacity:
             entry["reason"]["text"] += (
                 f"; it needs more slots than pool {pool_name} has ({pool.capacity}): it never starts"
             )
+        else:
+            entry["reason"]["text"] += (
+                "; it comes after a task that needs more slots than its pool has: it never starts"
+            )
     return entry
+
+
+#: Why a task that is not SCHEDULED yet waits, by state (else: its upstream tasks).
+_UPSTREAM = "not ready yet (its upstream tasks have not all ended)"
+_NOT_READY = {
+    "up_for_retry": "not ready yet (it failed and waits for its retry delay)",
+    "up_for_reschedule": "not ready yet (a sensor waiting for its next poke)",
+    "deferred": "not ready yet (deferred: its trigger has not fired)",
+}
 
 
 def _done_entry(ti: Mapping[str, Any], comparison: Any, epoch: float) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from airflow import settings
 from airflow.configuration import conf
 from airflow.dag_processing.dagbag import DagBag
 from airflow.exceptions import AirflowDagDuplicatedIdException
-from airflow.sdk.definitions._internal.dag_parsing_context import _airflow_parsing_context_manager
+from airflow.sdk.definitions.context import _AIRFLOW_PARSING_CONTEXT_DAG_ID
 from airflow.sdk.exceptions import AirflowDagCycleException
 
 __all__ = ["DagLoadError", "LoadedDags", "find_dag", "load_dags"]
@@ -168,6 +168,22 @@ def _same_file(a: Any, b: Any) -> bool | None:
     return os.path.realpath(str(a)) == os.path.realpath(str(b))
 
 
+@contextlib.contextmanager
+def _parsing_only(dag_id: str) -> Iterator[None]:
+    """Airflow's parsing context for ``dag_id`` (DAG files that call ``get_parsing_context()`` build only
+    that DAG) while the files load, and as it was afterwards, also when loading raises: left set, every
+    later load in the process would build only that DAG."""
+    before = os.environ.get(_AIRFLOW_PARSING_CONTEXT_DAG_ID)
+    os.environ[_AIRFLOW_PARSING_CONTEXT_DAG_ID] = dag_id
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(_AIRFLOW_PARSING_CONTEXT_DAG_ID, None)
+        else:
+            os.environ[_AIRFLOW_PARSING_CONTEXT_DAG_ID] = before
+
+
 def find_dag(dag_id: str, file: str | None = None) -> Any:
     """The DAG ``dag_id`` from ``file`` (a file or folder) or from the configured dags folder.
 
@@ -175,7 +191,7 @@ def find_dag(dag_id: str, file: str | None = None) -> Any:
         that failed to import.
     """
     where = file or str(settings.DAGS_FOLDER)
-    with _airflow_parsing_context_manager(dag_id=dag_id):
+    with _parsing_only(dag_id):
         loaded = load_dags([file] if file else [], option="--file PATH")
     if dag_id in loaded.dags:
         if dag_id in loaded.duplicates:
