@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ def default_lease_dir() -> Path:
 
 def configured_lease_dir() -> Path:
     """``[gpu_dag] lease_dir``, else :func:`default_lease_dir`."""
-    return Path(conf_get("lease_dir", None) or default_lease_dir())
+    return Path((conf_get("lease_dir", None) or "").strip() or default_lease_dir())
 
 
 def configured_usage_ledger() -> Path:
@@ -76,8 +77,9 @@ class LeaseSettings:
         if self.host_marker_dir is not None:
             object.__setattr__(self, "host_marker_dir", Path(self.host_marker_dir))
         for name in ("ttl_s", "heartbeat_s", "poll_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"lease setting {name}={getattr(self, name)} must be > 0")
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):  # a NaN ttl written into a lease corrupts the table
+                raise ValueError(f"lease setting {name}={value} must be > 0 (a finite number of seconds)")
         if self.reclaim_grace_s < 0:
             raise ValueError(f"lease setting reclaim_grace_s={self.reclaim_grace_s} must be >= 0")
         if self.wait_timeout_s < 0:

@@ -147,20 +147,20 @@ class LeaseTable:
         :raises LeaseTableCorrupt: the file cannot be read as a table.
         """
         try:
-            raw = self.table_path.read_text(encoding="utf-8")
+            data = self.table_path.read_bytes()
         except FileNotFoundError:
             return {"version": 1, "leases": {}}
         except PermissionError as err:
             raise self._unwritable(err, "read") from err
         except OSError as err:  # a directory in its place, no permission, an I/O error
-            raw = ""
+            data = b""
             problem: Exception | None = err
         else:
             problem = None
         try:
             if problem is not None:
                 raise ValueError(str(problem))
-            table = json.loads(raw)
+            table = json.loads(data.decode("utf-8"))  # UnicodeDecodeError is a ValueError: corrupt
             if not isinstance(table, dict) or not isinstance(table.get("leases"), dict):
                 raise ValueError("no 'leases' object")
             for lease_id, record in table["leases"].items():
@@ -268,7 +268,6 @@ class LeaseTable:
         """
         if not self._sees_processes_of(record):
             return [], []
-        me = os.getpid()
         groups: set[int] = set()
         pids: set[int] = set()
         for proc in record.get("processes") or ():
@@ -279,7 +278,7 @@ class LeaseTable:
             if pgid == pid:
                 if group_members(pid):
                     groups.add(pid)
-            elif leader is not None and pid != me:
+            elif leader is not None:  # this process too: it runs, so its devices stay held
                 pids.add(pid)
         holder_start = (record.get("holder") or {}).get("start")
         pids.update(processes_with_env(LEASE_ENV, lease_id, started_after=holder_start))

@@ -44,10 +44,12 @@ def process_start_token(pid: int) -> str | None:
     if pid <= 0:
         return None
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
+        with open(_PROC / str(pid) / "stat", "rb") as handle:
             raw = handle.read().decode(errors="replace")
     except FileNotFoundError:
-        return None
+        if (_PROC / "self" / "stat").exists():
+            return None  # /proc is there and the pid is not: gone
+        raw = ""  # no /proc (not Linux): psutil below
     except OSError:
         raw = ""
     if raw:
@@ -154,7 +156,7 @@ def group_members(pgid: int) -> list[int]:
         return []
     except PermissionError:
         pass
-    except OSError:
+    except (OSError, OverflowError):  # OverflowError: a number no pgid can be (a damaged record)
         return []
     if not (_PROC / "self" / "stat").exists():
         return [pgid]

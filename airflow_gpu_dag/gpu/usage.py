@@ -75,6 +75,9 @@ class UsageRecord:
         for key in ("start", "end"):  # NaN, Infinity or 1e20 broke every budget summary of the ledger
             if not 0 <= float(data[key]) < _YEAR_10000:
                 raise ValueError(f"{key} {data[key]!r} is not a time (seconds since 1970)")
+        for key in ("dag_id", "run_id", "task_id", "pool", "lease_id", "host"):  # keys of the summaries
+            if data.get(key) is not None and not isinstance(data[key], str):
+                raise TypeError(f"{key} {data[key]!r} is not a name")
         return cls(
             dag_id=data.get("dag_id"),
             run_id=data.get("run_id"),
