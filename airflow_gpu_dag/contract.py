@@ -126,7 +126,7 @@ class WindowHint:
         wire: dict[str, Any] = {"opens": self.opens, "closes": self.closes}
         if self.fixed:
             wire["fixed"] = True
-        elif self.tz is not None:
+        if self.tz is not None:  # also a one-off window's: its naive times are read in it
             wire["tz"] = self.tz
         wire["on_missed"] = self.on_missed
         return wire
@@ -375,7 +375,7 @@ def json_schema() -> dict[str, Any]:
 
 
 def _unknown(key: object, known: Iterable[str], where: str, fix: str) -> ContractProblem:
-    name = key if isinstance(key, str) else repr(key)
+    name = key if isinstance(key, str) else _short(key)
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6) if isinstance(key, str) else []
     hint = f"did you mean {close[0]!r}? " if close else ""
     return ContractProblem(
@@ -456,9 +456,8 @@ class _Parser:
         if whole and 1 <= value <= CONTRACT_VERSION:  # type: ignore[operator]
             return value  # type: ignore[return-value]
         if whole and value > CONTRACT_VERSION:  # type: ignore[operator]
-            message = (
-                f"contract version {value} is newer than this airflow-gpu-dag reads ({CONTRACT_VERSION})."
-            )
+            newer = f"is newer than this airflow-gpu-dag reads ({CONTRACT_VERSION})."
+            message = f"contract version {_short(value)} {newer}"
             fix = "run one airflow-gpu-dag version where DAGs are parsed and where they are scheduled."
         else:
             message, fix = (
