@@ -60,6 +60,8 @@ class DagBasis:
     learned_at: float | None = None  # when its learned durations were read (None: declared estimates)
     from_history: bool = False  # its graph has durations or map counts learned from past runs
     notes: list[str] = field(default_factory=list)
+    #: the planner settings it was made with (part of ``fingerprint``): a basis is reused only for them
+    planner: dict[str, Any] = field(default_factory=dict)
 
     def remaining(self, task_id: str, map_index: int = -1) -> float | None:
         node = node_id(self.shape.remaining, task_id, map_index)
@@ -104,4 +106,5 @@ def build_basis(
         shape=shape,
         version=version,
         learned_at=learned_at,
+        planner=dict(settings),
     )

@@ -203,7 +203,7 @@ class CrossDagWeights:
             basis = self._bases.get(dag)
         except TypeError:  # not weak-referenceable: no cache
             basis = None
-        hit = basis is not None and basis.capacity == current.capacity
+        hit = basis is not None and self._current(basis, current)
         if basis is None or not hit:
             basis = self._build(dag, current)
             self.basis_builds += 1
@@ -276,7 +276,12 @@ class CrossDagWeights:
             basis = self._versions.get(key)
             if basis is not None:
                 self._versions.move_to_end(key)
-        return basis if basis is not None and basis.capacity == current.capacity else None
+        return basis if basis is not None and self._current(basis, current) else None
+
+    def _current(self, basis: DagBasis, current: WeightSettings) -> bool:
+        """Whether ``basis`` was made for the current capacities and planner settings (a change of
+        either makes the DAG analysed, and planned, again)."""
+        return basis.capacity == current.capacity and basis.planner == self._planner(current)
 
     def _keep_version(self, basis: DagBasis) -> None:
         key = f"{basis.dag_id}:{basis.version}"
@@ -406,12 +411,12 @@ class CrossDagWeights:
         if path is None:
             return None
         current = self.settings()
+        if not self._digest_matches(dag, ti, path.version):  # first: figures of another version
+            return None  # must not borrow that version's basis either
         ready = self._version(f"{dag.dag_id}:{path.version}", current)
         if ready is not None:  # another object of this DAG version was analysed: share its basis
             with contextlib.suppress(TypeError):
                 self._bases[dag] = ready
-            return None
-        if not self._digest_matches(dag, ti, path.version):
             return None
         if path.descendants is None and current.objective.head_start > 0:
             return None  # figures written before the descendants count: the DAG is analysed
@@ -461,9 +466,10 @@ class CrossDagWeights:
 
 
 def fallback_weight(task: Any) -> int:
-    """The task's own ``priority_weight`` (what Airflow would use), clamped."""
+    """The task's own ``priority_weight`` (what Airflow would use; 1 when it has none), clamped."""
     try:
-        return clamp_int32(getattr(task, "priority_weight", 1) or 1)
+        value = getattr(task, "priority_weight", None)
+        return clamp_int32(1 if value is None else value)
     except Exception:
         return 1
 
