@@ -76,7 +76,13 @@ from airflow.sdk.definitions._internal.mixins import DependencyMixin
 
 from airflow_gpu_dag.contract import FallbackHint
 from airflow_gpu_dag.core.model.pools import pool_for_gpu_type
-from airflow_gpu_dag.core.model.resources import EstimateError, GpuRequest, parse_duration, parse_estimate
+from airflow_gpu_dag.core.model.resources import (
+    EstimateError,
+    GpuRequest,
+    format_duration,
+    parse_duration,
+    parse_estimate,
+)
 from airflow_gpu_dag.executor_config import HINTS_KEY, gpu_hints, read_hints
 from airflow_gpu_dag.operators.fallback import FallbackDecision, FallbackResult
 from airflow_gpu_dag.operators.gpu_spec import building_rung
@@ -141,7 +147,7 @@ class Rung:
         """``8x a100 (start within 20m)``."""
         text = GpuRequest(int(self.gpus), None, self.gpu_type).describe() if self.gpus else self.name
         if self.start_within is not None:
-            text += f" (start within {int(parse_duration(self.start_within))}s)"
+            text += f" (start within {format_duration(parse_duration(self.start_within))})"
         return text
 
 
@@ -223,10 +229,10 @@ def _apply_rung_defaults(
     rungs before it, and 0 for the rungs after it (they run only when it could not start)."""
     if rung.gpus and task.pool == DEFAULT_POOL_NAME:
         task.pool = rung.pool_name  # type: ignore[assignment]
-        if task.pool_slots == 1:
-            task.pool_slots = int(rung.gpus)
     elif rung.pool and task.pool == DEFAULT_POOL_NAME:
         task.pool = rung.pool
+    if rung.gpus and task.pool_slots == 1:  # what the factory did not set: one slot per GPU
+        task.pool_slots = int(rung.gpus)
     existing = read_hints(task.executor_config)
     ours = read_hints(gpu_hints(duration=rung.duration, gpus=rung.gpus, gpu_type=rung.gpu_type))
     config = dict(task.executor_config or {})
@@ -313,6 +319,10 @@ def fallback_ladder(
     """
     _check_rungs(group_id, rungs)
     where = f"fallback ladder {group_id!r}"
+    if watch_mode not in ("poke", "reschedule"):
+        raise FallbackError(
+            f"{where}: watch_mode={watch_mode!r} is not a sensor mode; use 'poke' (default) or 'reschedule'"
+        )
     names = [r.name for r in rungs]
     if plan_rung is not None and plan_rung not in names:
         raise FallbackError(f"{where}: plan_rung={plan_rung!r} is not one of its rungs ({', '.join(names)})")

@@ -123,6 +123,7 @@ class CheckpointSensor(BaseSensorOperator):
         """One look. An error no later look can cure (a missing package or connection) fails the
         task at once; any other (a flaky object store) is logged and counts as "not there yet", as
         in the trigger: the timeout still bounds the wait."""
+        self._look_failed = False
         try:
             path, step, reason = find_checkpoint(
                 self.checkpoint_dir, self.pattern, self.step, self.completeness, self.conn_id
@@ -132,6 +133,7 @@ class CheckpointSensor(BaseSensorOperator):
             if fix is not None:
                 raise AirflowFailException(self._error_message(fix)) from err
             path, step, reason = None, None, check_failed(err)
+            self._look_failed = True
             self.log.warning("checkpoint directory %s: %s; checking again", self.checkpoint_dir, reason)
         self._reason = reason
         return path, step, reason
@@ -145,14 +147,16 @@ class CheckpointSensor(BaseSensorOperator):
         return ended_training_state(ti.dag_id, ti.run_id, self.training_task_id, self.log)
 
     def _fail_if_training_over(self, context: Any) -> dict[str, Any] | None:
-        """None while training may still write the checkpoint; the checkpoint if it landed just before
-        training ended; raises once training has ended without it."""
+        """None while training may still write the checkpoint (or the store cannot be read to tell); the
+        checkpoint if it landed just before training ended; raises once training has ended without it."""
         over = self._training_over(context)
         if over is None:
             return None
         path, step, _ = self._find()  # it may have landed since the last look
         if path is not None:
             return {"path": path, "step": step}
+        if self._look_failed:  # the store could not be read: the checkpoint may be there (timeout bounds it)
+            return None
         self._give_up(over)
 
     def _give_up(self, state: str) -> NoReturn:

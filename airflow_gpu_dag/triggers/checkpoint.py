@@ -177,7 +177,9 @@ class CheckpointTrigger(BaseTrigger):
         )
 
     async def _find(self) -> tuple[str | None, int | None, str, str | None]:
-        """One look: ``(path, step, reason, fix)``; ``fix`` is set for an error no later look cures."""
+        """One look: ``(path, step, reason, fix)``; ``fix`` is set for an error no later look cures
+        (:attr:`_look_failed`: this look could not read the store)."""
+        self._look_failed = False
         try:
             path, step, reason = await off_loop(
                 find_checkpoint, self.directory, self.pattern, self.min_step, self.completeness, self.conn_id
@@ -188,6 +190,7 @@ class CheckpointTrigger(BaseTrigger):
                 self.log.error("checkpoint directory %s cannot be checked: %s", self.directory, fix)
                 return None, None, fix, fix
             path, step, reason = None, None, check_failed(err)
+            self._look_failed = True
             self.log.warning("checkpoint directory %s: %s; checking again", self.directory, reason)
         return path, step, reason, None
 
@@ -214,6 +217,15 @@ class CheckpointTrigger(BaseTrigger):
                 path, step, reason, fix = await self._find()
                 if path is not None:
                     yield TriggerEvent({"status": "complete", "path": path, "step": step, "reason": reason})
+                    return
+                if fix is not None:
+                    yield TriggerEvent({"status": "error", "path": self.directory, "reason": fix})
+                    return
+                if self._look_failed:  # the store could not be read: the checkpoint may be there
+                    await asyncio.sleep(max(0.1, min(self.poke_interval, self.deadline - time.time())))
+                    if time.time() < self.deadline:
+                        continue
+                    yield TriggerEvent({"status": "timeout", "path": self.directory, "reason": reason})
                     return
                 self.log.error("training task %r ended %s: %s", self.training_task_id, over, reason)
                 yield TriggerEvent(

@@ -125,6 +125,22 @@ def test_an_unreadable_state_keeps_waiting_until_the_deadline(
 
 
 @pytest.mark.usefixtures("_deferring")
+def test_a_store_that_cannot_be_read_once_training_ended_is_not_taken_for_no_checkpoint(
+    ckpt_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Training succeeded but every look fails (an S3 503): the trigger cannot tell whether the
+    checkpoint is there, so it does not say training wrote none; it waits for its deadline."""
+
+    def unreadable(*args: object, **kwargs: object) -> None:
+        raise OSError("S3 503 SlowDown")
+
+    monkeypatch.setattr(trigger_module, "training_state", _states("success"))
+    monkeypatch.setattr(trigger_module, "find_checkpoint", unreadable)
+    payload = first_event(_trigger(ckpt_dir, seconds=0.3))
+    assert payload["status"] == "timeout" and "S3 503 SlowDown" in payload["reason"]
+
+
+@pytest.mark.usefixtures("_deferring")
 def test_without_a_training_task_the_state_is_never_read(
     ckpt_dir: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
