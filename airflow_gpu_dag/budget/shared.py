@@ -345,6 +345,14 @@ def _new_records(local: Path, offset: int) -> Iterator[tuple[int, UsageRecord | 
             yield offset, record
 
 
+def _first_line_digest(path: Path) -> str:
+    """What tells this usage file from one that replaced it: a digest of its first line (a rotated file
+    starts with another lease; an inode number can be reused at once). Empty while it has no line."""
+    with path.open("rb") as handle:
+        first = handle.readline()
+    return hashlib.sha1(first).hexdigest()[:16] if first.endswith(b"\n") else ""
+
+
 def forward_local_usage(shared: SqlBudgetLedger, local: str | os.PathLike[str]) -> int:
     """Send the records of this host's usage file that the shared ledger does not have yet.
 
@@ -355,12 +363,16 @@ def forward_local_usage(shared: SqlBudgetLedger, local: str | os.PathLike[str]) 
     if not path.exists():
         return 0
     marker = _offset_file(path, shared.url)
+    stat = path.stat()
+    identity = _first_line_digest(path)
     try:
-        offset = int(marker.read_text().strip() or 0)
+        # "<offset> <digest of the file's first line>" (a marker written before it was kept: "<offset>")
+        offset_text, _, marked = marker.read_text().strip().partition(" ")
+        offset = int(offset_text or 0)
     except (FileNotFoundError, ValueError):
-        offset = 0
-    if offset > path.stat().st_size:
-        offset = 0  # the file was replaced
+        offset, marked = 0, ""
+    if not 0 <= offset <= stat.st_size or (marked and marked != identity):
+        offset = 0  # a damaged marker, or the file was replaced (shorter, or another file altogether)
     batch: list[UsageRecord] = []
     end = offset
     for position, record in _new_records(path, offset):
@@ -371,7 +383,7 @@ def forward_local_usage(shared: SqlBudgetLedger, local: str | os.PathLike[str]) 
         return 0
     sent = shared.record_many(batch) if batch else 0
     tmp = marker.with_name(marker.name + f".{os.getpid()}.tmp")
-    tmp.write_text(str(end))
+    tmp.write_text(f"{end} {identity}")
     os.replace(tmp, marker)
     if sent:
         log.info("budget: forwarded %d usage record(s) of %s to %r", sent, path, shared)

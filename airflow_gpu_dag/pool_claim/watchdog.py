@@ -113,7 +113,7 @@ def expired_pools(pools: Iterable[tuple[Any, Any, Any]], now: float) -> list[Res
                 )
             )
             continue
-        if slots == state.capacity:
+        if slots >= state.capacity or slots < 0:  # open already (-1: unlimited): never shrunk here
             continue
         found.append(
             Restore(
