@@ -46,6 +46,7 @@ from airflow_gpu_dag.core.analysis.validation import (
     HiddenDependency,
     hidden_dependency_pairs,
     normalise_path,
+    path_contains,
     paths_overlap,
 )
 from airflow_gpu_dag.core.model.graph import TaskGraph
@@ -117,9 +118,11 @@ def _unguarded_paths(graph: TaskGraph, writer: str, reader: str) -> list[str]:
     reads = [normalise_path(p) for p in graph.nodes[reader].inputs]
     paths: list[str] = []
     for out in (normalise_path(p) for p in graph.nodes[writer].outputs):
-        if out in paths or not any(paths_overlap(out, r) for r in reads):
+        shared = [r if len(r) > len(out) else out for r in reads if paths_overlap(out, r)]
+        if out in paths or not shared:
             continue
-        if not any(paths_overlap(out, a) for a in awaited):
+        # guarded: each part the two share lies inside a path already awaited
+        if not all(any(path_contains(a, part) for a in awaited) for part in shared):
             paths.append(out)
     return paths
 

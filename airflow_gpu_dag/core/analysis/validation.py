@@ -7,6 +7,7 @@ DAG from running; warnings (missing estimates, granularity, hidden dependencies)
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from airflow_gpu_dag.core.analysis.gpu_requests import (
 from airflow_gpu_dag.core.model.findings import ERROR, WARNING, Finding
 from airflow_gpu_dag.core.model.graph import TaskGraph, TaskNode, task_pool
 from airflow_gpu_dag.core.model.ladders import as_rung_findings
-from airflow_gpu_dag.core.model.pools import DEFAULT_POOL
+from airflow_gpu_dag.core.model.pools import DEFAULT_POOL, normalize_gpu_type, pool_for_gpu_type
 from airflow_gpu_dag.core.model.resources import format_duration
 
 __all__ = [
@@ -146,7 +147,13 @@ def _check_resources(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Fin
         pool = task_pool(node)
         # the known pools are the GPU pools ([gpu_dag] pools, lint --pool): a CPU task's pool is not
         # among them and may well exist in Airflow
-        if pools is not None and node.gpus > 0 and pool not in pools and pool != DEFAULT_POOL:
+        if (
+            pools is not None
+            and node.gpus > 0
+            and pool not in pools
+            and pool != DEFAULT_POOL
+            and not _pool_of_unknown_type(node, pool, limits.gpu_types)
+        ):
             known = ", ".join(sorted(pools)) or "none"
             yield Finding(
                 ERROR,
@@ -163,19 +170,43 @@ def _check_resources(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Fin
         yield from as_rung_findings(found, node.attrs.get("fallback"))
 
 
+def _pool_of_unknown_type(node: TaskNode, pool: str, types: frozenset[str] | None) -> bool:
+    """Whether ``pool`` is the ``gpu_<type>`` pool of a GPU type not among ``types``: the type is the
+    mistake (``unknown-gpu-type``), and creating the pool would not help, so it is not also an
+    ``unknown-pool``."""
+    if node.gpu is None or node.gpu.gpu_type is None or types is None:
+        return False
+    try:
+        gpu_type = normalize_gpu_type(node.gpu.gpu_type)
+    except ValueError:
+        return False
+    return gpu_type not in types and pool == pool_for_gpu_type(gpu_type)
+
+
 def _check_estimates(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Finding]:
     for node in graph.nodes.values():
         rung = node.attrs.get("fallback")
         # a fallback rung: its own estimate, not what the plan counts for it (the wait of one that
         # falls back, 0 for one skipped)
         duration = float(rung.get("expected_duration") or 0.0) if isinstance(rung, dict) else node.duration
+        if not (math.isfinite(duration) and duration >= 0):  # the DAG reader refuses these; a graph
+            yield Finding(  # built another way gets the same error, not a crash
+                ERROR,
+                "bad-estimate",
+                graph.dag_id,
+                node.task_id,
+                f"estimate {duration!r} is not a duration.",
+                "declare a finite estimate of 0 or more, e.g. duration='2h'.",
+            )
+            continue
         if not node.duration_declared:
             if finding := _missing_estimate(graph.dag_id, node, duration, policy):
                 yield finding
             continue
         if not policy.check_granularity or duration == 0:
             continue
-        if duration < policy.min_task_seconds:
+        # compared as printed (whole seconds): never "estimated 10m, under 10m"
+        if round(duration) < policy.min_task_seconds:
             yield Finding(
                 WARNING,
                 "granularity-too-fine",
@@ -185,7 +216,7 @@ def _check_estimates(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Fin
                 f"{format_duration(policy.min_task_seconds)}: scheduling overhead dominates.",
                 "merge it with a neighbouring step.",
             )
-        elif duration > policy.max_task_seconds:
+        elif round(duration) > policy.max_task_seconds:
             yield Finding(
                 WARNING,
                 "granularity-too-coarse",
@@ -233,6 +264,11 @@ def normalise_path(path: str) -> str:
     return path.rstrip("/") or "/"
 
 
+def path_contains(outer: str, inner: str) -> bool:
+    """True when ``inner`` equals ``outer`` or lies inside it (by whole path components)."""
+    return inner == outer or inner.startswith(outer if outer.endswith("/") else outer + "/")
+
+
 def paths_overlap(a: str, b: str) -> bool:
     """True when one path equals or contains the other (by whole path components)."""
     if a == b:
@@ -277,11 +313,14 @@ def hidden_dependency_pairs(graph: TaskGraph) -> list[HiddenDependency]:
                 return True
         return False
 
-    def guarded(reader: str, path: str) -> bool:
+    def guarded(reader: str, written: str, read: str) -> bool:
+        """A completeness sensor before ``reader`` on a path holding all it shares with the writer (the
+        more specific of the two paths): a sensor on another part of the dataset guards nothing."""
         if reader not in awaited:
             waits = [reader, *graph.ancestors(reader)]
             awaited[reader] = [normalise_path(p) for t in waits for p in graph.nodes[t].awaits]
-        return any(paths_overlap(path, p) for p in awaited[reader])
+        shared = read if len(read) > len(written) else written
+        return any(path_contains(p, shared) for p in awaited[reader])
 
     pairs: list[HiddenDependency] = []
     reported: set[tuple[str, str]] = set()
@@ -300,7 +339,7 @@ def hidden_dependency_pairs(graph: TaskGraph) -> list[HiddenDependency]:
                 found = HiddenDependency(task_a, path_a, task_b, path_b, writes_b)
             else:
                 found = HiddenDependency(task_b, path_b, task_a, path_a, writes_a)
-            if not found.other_writes and guarded(found.other, found.writer_path):
+            if not found.other_writes and guarded(found.other, found.writer_path, found.other_path):
                 continue
             reported.add(pair)
             pairs.append(found)

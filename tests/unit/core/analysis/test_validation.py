@@ -8,14 +8,20 @@ from airflow.sdk import DAG
 
 from airflow_gpu_dag.authoring import exclusive
 from airflow_gpu_dag.core import GpuRequest, TaskGraph, TaskNode, ValidationPolicy, validate_graph
+from airflow_gpu_dag.core.analysis.gpu_requests import InventorySummary, RequestLimits
 from airflow_gpu_dag.core.analysis.validation import (
     GraphValidationError,
+    HiddenDependency,
+    ValidationReport,
+    cycle_finding,
     find_hidden_dependencies,
     hidden_dependency_pairs,
 )
+from airflow_gpu_dag.core.model.findings import ERROR, WARNING, Finding
 from airflow_gpu_dag.core.model.pools import MAX_POOL_NAME_LENGTH
 from airflow_gpu_dag.operators.gpu import GpuBashOperator
 from airflow_gpu_dag.operators.gpu_spec import GpuTaskError
+from tests.unit.graphs import gpu_graph
 
 
 def _codes(report) -> list[tuple[str, str | None]]:  # type: ignore[no-untyped-def]
@@ -227,12 +233,6 @@ def test_a_rung_without_an_estimate_is_said_to_assume_the_default() -> None:
     )
 
 
-@pytest.fixture
-def _no_configured_limits(monkeypatch: pytest.MonkeyPatch) -> None:
-    for option in ("POOLS", "MAX_GPUS_PER_HOST", "INVENTORY", "INVENTORY_SOURCE"):
-        monkeypatch.delenv(f"AIRFLOW__GPU_DAG__{option}", raising=False)
-
-
 @pytest.mark.usefixtures("_no_configured_limits")
 def test_a_pool_name_longer_than_airflow_stores_is_refused() -> None:
     long = "p" * (MAX_POOL_NAME_LENGTH + 1)
@@ -249,3 +249,564 @@ def test_a_pool_name_longer_than_airflow_stores_is_refused() -> None:
         tasks = [EmptyOperator(task_id=f"t{i}") for i in range(2)]
     with pytest.raises(ValueError, match="257 characters"):
         exclusive(tasks, pool=long, pool_size=2)
+
+
+# -- the report --------------------------------------------------------------------------------------
+def test_an_empty_graph_validates_clean() -> None:
+    """A DAG with no task (all tasks commented out) is valid, not a crash in the cycle or path checks."""
+    report = validate_graph(TaskGraph("empty"), ValidationPolicy(pool_slots={}, max_gpus_per_host=1))
+    assert report.dag_id == "empty" and report.findings == [] and report.ok
+    assert hidden_dependency_pairs(TaskGraph("empty")) == []
+
+
+def test_findings_the_reader_made_come_first_and_count_as_errors() -> None:
+    """``extra`` (a malformed estimate the DAG reader could not parse) is kept in front of the graph's
+    own findings, and an error among them makes the report fail."""
+    bad = Finding(ERROR, "bad-estimate", "g", "train", "duration 'forty' cannot be parsed.", "set one.")
+    graph = TaskGraph("g")
+    graph.add_task(TaskNode("train", duration=60))
+    report = validate_graph(graph, extra=[bad])
+    assert report.findings == [bad, *report.warnings]
+    assert _codes(report) == [("bad-estimate", "train"), ("granularity-too-fine", "train")]
+    assert report.errors == [bad] and not report.ok
+
+
+def test_errors_and_warnings_partition_the_findings() -> None:
+    warning = Finding(WARNING, "missing-estimate", "d", "a", "m.", "f.")
+    error = Finding(ERROR, "cycle", "d", "a", "m.", "f.")
+    report = ValidationReport("d", [warning, error, warning])
+    assert report.errors == [error]
+    assert report.warnings == [warning, warning]
+    assert not report.ok
+    assert ValidationReport("d", [warning]).ok
+
+
+def test_raise_for_errors_lists_every_error_and_no_warning() -> None:
+    """The cluster policy raises this as the DAG's import error: each error on its own line, the
+    warnings (logged separately) left out."""
+    graph = TaskGraph("two")
+    graph.add_task(TaskNode("a", duration=1200, gpu=GpuRequest(16), pool="gpu", pool_slots=16))
+    graph.add_task(TaskNode("b", duration=1200, gpu=GpuRequest(1), pool="gpu_x", pool_slots=1))
+    graph.add_task(TaskNode("c", duration=60))
+    report = validate_graph(graph, ValidationPolicy(pool_slots={"gpu": 8}))
+    with pytest.raises(GraphValidationError) as raised:
+        report.raise_for_errors()
+    assert isinstance(raised.value, ValueError)
+    assert raised.value.findings == report.errors
+    assert [(f.code, f.task_id) for f in raised.value.findings] == [
+        ("impossible-request", "a"),
+        ("unknown-pool", "b"),
+    ]
+    lines = str(raised.value).splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("ERROR [impossible-request] DAG 'two', task 'a': ")
+    assert lines[1].startswith("ERROR [unknown-pool] DAG 'two', task 'b': ")
+
+
+def test_raise_for_errors_is_silent_when_there_are_only_warnings() -> None:
+    graph = TaskGraph("w")
+    graph.add_task(TaskNode("tiny", duration=60))
+    report = validate_graph(graph)
+    assert _codes(report) == [("granularity-too-fine", "tiny")]
+    report.raise_for_errors()  # no exception: a warning does not stop a DAG
+
+
+def test_the_policy_hands_its_limits_to_the_request_check() -> None:
+    inventory = InventorySummary((("a100", 81920),), "static", "#0 a100 80GiB")
+    policy = ValidationPolicy(
+        pool_slots={"gpu": 8}, max_gpus_per_host=4, known_gpu_types=frozenset({"h100"}), inventory=inventory
+    )
+    assert policy.request_limits() == RequestLimits(
+        pool_slots={"gpu": 8},
+        max_gpus_per_host=4,
+        inventory=inventory,
+        known_gpu_types=frozenset({"h100"}),
+    )
+    assert policy.request_limits().gpu_types == frozenset({"a100"})  # the inventory wins
+
+
+# -- every finding names the DAG, the task and the fix, with its documented severity -------------------
+_FALLBACK = {"ladder": "train", "rungs": 2, "index": 0, "start_within_s": 300.0, "expected_duration": 3600.0}
+
+
+@pytest.mark.parametrize(
+    ("code", "severity", "nodes", "policy"),
+    [
+        pytest.param(
+            "impossible-request",
+            ERROR,
+            [TaskNode("t", 3600, gpu=GpuRequest(16), pool="gpu", pool_slots=16)],
+            ValidationPolicy(pool_slots={"gpu": 8}),
+            id="impossible-request",
+        ),
+        pytest.param(
+            "unknown-pool",
+            ERROR,
+            [TaskNode("t", 3600, gpu=GpuRequest(1), pool="gpu_x", pool_slots=1)],
+            ValidationPolicy(pool_slots={"gpu": 8}),
+            id="unknown-pool",
+        ),
+        pytest.param(
+            "unknown-gpu-type",
+            ERROR,
+            [TaskNode("t", 3600, gpu=GpuRequest(1, gpu_type="tpu"), pool="gpu_default")],
+            ValidationPolicy(known_gpu_types=frozenset({"a100"})),
+            id="unknown-gpu-type",
+        ),
+        pytest.param(
+            "implausible-gpu-memory",
+            ERROR,
+            [TaskNode("t", 3600, gpu=GpuRequest(1, memory_mib=8000 * 1024 * 1024), pool="gpu_default")],
+            ValidationPolicy(),
+            id="implausible-gpu-memory",
+        ),
+        pytest.param(
+            "pool-type-mismatch",
+            ERROR,
+            [TaskNode("t", 3600, gpu=GpuRequest(1, gpu_type="a100"), pool="gpu_h100")],
+            ValidationPolicy(known_gpu_types=frozenset({"a100", "h100"})),
+            id="pool-type-mismatch-known-type",
+        ),
+        pytest.param(
+            "pool-type-mismatch",
+            WARNING,
+            [TaskNode("t", 3600, gpu=GpuRequest(1, gpu_type="a100"), pool="gpu_h100")],
+            ValidationPolicy(),
+            id="pool-type-mismatch-type-shaped-pool",
+        ),
+        pytest.param(
+            "bad-pool-name",
+            ERROR,
+            [TaskNode("t", 3600, gpu=GpuRequest(1), pool="g" * 300)],
+            ValidationPolicy(),
+            id="bad-pool-name",
+        ),
+        pytest.param(
+            "gpu-type-spelling",
+            WARNING,
+            [TaskNode("t", 3600, gpu=GpuRequest(1, gpu_type="a-100"), pool="gpu_a_100")],
+            ValidationPolicy(),
+            id="gpu-type-spelling",
+        ),
+        pytest.param(
+            "gpu-in-default-pool",
+            WARNING,
+            [TaskNode("t", 3600, gpu=GpuRequest(2), pool="default_pool", pool_slots=2)],
+            ValidationPolicy(),
+            id="gpu-in-default-pool",
+        ),
+        pytest.param(
+            "rung-never-starts",
+            WARNING,
+            [
+                TaskNode(
+                    "t", 300, gpu=GpuRequest(16), pool="gpu", pool_slots=16, attrs={"fallback": _FALLBACK}
+                )
+            ],
+            ValidationPolicy(pool_slots={"gpu": 8}),
+            id="rung-never-starts",
+        ),
+        pytest.param(
+            "missing-estimate",
+            WARNING,
+            [TaskNode("t", 1800, gpu=GpuRequest(1), duration_declared=False)],
+            ValidationPolicy(),
+            id="missing-estimate",
+        ),
+        pytest.param("granularity-too-fine", WARNING, [TaskNode("t", 60)], ValidationPolicy(), id="fine"),
+        pytest.param(
+            "granularity-too-coarse", WARNING, [TaskNode("t", 3 * 3600)], ValidationPolicy(), id="coarse"
+        ),
+        pytest.param(
+            "hidden-dependency",
+            WARNING,
+            [TaskNode("w", 1200, outputs=("/data/x",)), TaskNode("t", 1200, inputs=("/data/x",))],
+            ValidationPolicy(),
+            id="hidden-dependency",
+        ),
+    ],
+)
+def test_each_finding_names_the_dag_the_task_and_a_fix_with_its_documented_severity(
+    code: str, severity: str, nodes: list[TaskNode], policy: ValidationPolicy
+) -> None:
+    """The severities are those of the lint codes table in docs/cli.md; a lint line or an import error
+    must say where the problem is and what to do."""
+    graph = TaskGraph("d")
+    for node in nodes:
+        graph.add_task(node)
+    (finding,) = [f for f in validate_graph(graph, policy).findings if f.code == code]
+    assert (finding.severity, finding.dag_id, finding.task_id) == (severity, "d", "t")
+    assert str(finding).startswith(f"{severity.upper()} [{code}] DAG 'd', task 't': ")
+    assert " Fix: " in str(finding) and len(finding.fix) > 10
+    assert finding.to_dict()["code"] == code
+
+
+# -- cycles ----------------------------------------------------------------------------------------------
+def test_a_task_that_depends_on_itself_is_a_cycle_of_one() -> None:
+    graph = TaskGraph("self")
+    graph.add_task(TaskNode("a", duration=900))
+    graph.add_edge("a", "a")
+    (finding,) = validate_graph(graph).findings
+    assert (finding.severity, finding.code, finding.task_id) == (ERROR, "cycle", "a")
+    assert finding.message.startswith("dependency cycle a -> a. ")
+
+
+def test_cycle_finding_names_the_first_task_and_airflows_own_message() -> None:
+    finding = cycle_finding("d", ["x", "y", "z", "x"])
+    assert (finding.severity, finding.code, finding.dag_id, finding.task_id) == (ERROR, "cycle", "d", "x")
+    assert finding.message.startswith("dependency cycle x -> y -> z -> x. ")
+    assert "'Cycle detected in Dag: d. Faulty task: ...'" in finding.message
+    assert finding.fix.startswith("remove one edge of the cycle")
+    assert "airflow gpu-dag lint" in finding.fix
+
+
+def test_a_cyclic_graph_still_gets_its_resource_and_estimate_checks_but_no_path_check() -> None:
+    """The other errors of a cyclic DAG are reported in the same lint run; the hidden-dependency check
+    (which assumes an acyclic graph) is skipped, not looped forever."""
+    graph = gpu_graph({"a": (60, 0), "b": (1200, 16)}, [("a", "b"), ("b", "a")], dag_id="loop")
+    graph.nodes["a"].outputs = ("/data/x",)
+    graph.nodes["b"].inputs = ("/data/x",)
+    graph.add_task(TaskNode("c", duration=1200, inputs=("/data/x",)))  # unordered: would be reported
+    report = validate_graph(graph, ValidationPolicy(max_gpus_per_host=8))
+    assert _codes(report) == [
+        ("cycle", "a"),
+        ("impossible-request", "b"),
+        ("granularity-too-fine", "a"),
+    ]
+
+
+# -- pools, hosts and the inventory ----------------------------------------------------------------------
+def test_pools_are_not_checked_when_no_pool_sizes_are_known() -> None:
+    """docs/cli.md: with neither ``[gpu_dag] pools`` nor ``--pool``, pools are not checked."""
+    graph = TaskGraph("free")
+    graph.add_task(TaskNode("train", duration=3600, gpu=GpuRequest(64), pool="anything", pool_slots=64))
+    assert validate_graph(graph, ValidationPolicy()).findings == []
+
+
+def test_an_empty_pool_list_makes_every_gpu_pool_unknown() -> None:
+    graph = TaskGraph("none")
+    graph.add_task(TaskNode("train", duration=3600, gpu=GpuRequest(1), pool="gpu_default", pool_slots=1))
+    (finding,) = validate_graph(graph, ValidationPolicy(pool_slots={})).findings
+    assert finding.code == "unknown-pool"
+    assert finding.message == "pool 'gpu_default' does not exist (known pools: none)."
+    assert finding.fix == (
+        "create it (airflow pools set gpu_default <slots> '<description>') or use a known pool."
+    )
+
+
+def test_a_gpu_task_in_the_default_pool_is_warned_about_not_called_an_unknown_pool() -> None:
+    graph = TaskGraph("dp")
+    graph.add_task(TaskNode("train", duration=3600, gpu=GpuRequest(2), pool="default_pool", pool_slots=2))
+    report = validate_graph(graph, ValidationPolicy(pool_slots={"gpu_default": 8}))
+    assert _codes(report) == [("gpu-in-default-pool", "train")]
+    assert report.ok
+    assert "pool_slots=2 (e.g. pool='gpu_default')" in report.findings[0].fix
+
+
+def test_a_pool_of_no_slots_can_never_run_a_task() -> None:
+    """``[gpu_dag] pools`` accepts 0 slots: a GPU task there waits forever, so it is an error whose fix
+    is to give the pool slots (not to request at most 0 GPUs)."""
+    graph = TaskGraph("zero")
+    graph.add_task(TaskNode("train", duration=3600, gpu=GpuRequest(1), pool="gpu", pool_slots=1))
+    (finding,) = validate_graph(graph, ValidationPolicy(pool_slots={"gpu": 0})).findings
+    assert (finding.severity, finding.code, finding.task_id) == (ERROR, "impossible-request", "train")
+    assert finding.message.startswith("needs 1 GPUs but pool 'gpu' has only 0 in all, so it could never run")
+    assert finding.fix.startswith("give pool 'gpu' slots (it has none")
+
+
+def test_a_cpu_task_asking_more_slots_than_its_listed_pool_has_is_impossible() -> None:
+    graph = TaskGraph("cpu")
+    graph.add_task(TaskNode("extract", duration=1200, pool="etl", pool_slots=3))
+    (finding,) = validate_graph(graph, ValidationPolicy(pool_slots={"etl": 2})).errors
+    assert finding.code == "impossible-request"
+    assert finding.message.startswith("needs 3 slots but pool 'etl' has only 2 in all")
+    assert finding.fix == "request at most 2 slots, or grow pool 'etl'."
+
+
+def test_a_request_exactly_the_size_of_the_pool_and_the_host_is_fine() -> None:
+    graph = TaskGraph("edge")
+    graph.add_task(TaskNode("train", duration=3600, gpu=GpuRequest(8), pool="gpu", pool_slots=8))
+    assert validate_graph(graph, ValidationPolicy(pool_slots={"gpu": 8}, max_gpus_per_host=8)).findings == []
+
+
+def test_more_gpus_than_the_largest_host_is_an_error_even_without_pool_sizes() -> None:
+    graph = TaskGraph("host")
+    graph.add_task(TaskNode("train", duration=3600, gpu=GpuRequest(9), pool="gpu", pool_slots=9))
+    (finding,) = validate_graph(graph, ValidationPolicy(max_gpus_per_host=8)).findings
+    assert finding.code == "impossible-request" and finding.is_error
+    assert finding.message == "needs 9 GPUs but the largest host has 8 (gpu_dag.max_gpus_per_host)."
+    assert finding.fix == "request at most 8 GPUs or split the task."
+
+
+_FOUR_A100 = InventorySummary((("a100", 81920),) * 4, "static", "4x a100 80GiB")
+
+
+def test_more_gpus_than_the_inventory_host_has_is_an_error() -> None:
+    graph = TaskGraph("inv")
+    graph.add_task(TaskNode("train", duration=3600, gpu=GpuRequest(8), pool="gpu_default", pool_slots=8))
+    (finding,) = validate_graph(graph, ValidationPolicy(inventory=_FOUR_A100)).findings
+    assert (finding.code, finding.task_id, finding.is_error) == ("impossible-request", "train", True)
+    assert "the static inventory has only 4 GPU(s) of that kind (4x a100 80GiB;" in finding.message
+    assert finding.fix.startswith("request fewer GPUs or less memory, or correct [gpu_dag] inventory")
+
+
+def test_more_memory_per_gpu_than_the_inventory_gpus_have_is_an_error() -> None:
+    graph = TaskGraph("mem")
+    big = GpuRequest(1, memory_mib=120 * 1024)
+    graph.add_task(TaskNode("train", duration=3600, gpu=big, pool="gpu_default", pool_slots=1))
+    (finding,) = validate_graph(graph, ValidationPolicy(inventory=_FOUR_A100)).findings
+    assert finding.code == "impossible-request"
+    assert "has only 0 GPU(s) with 120GiB of that kind" in finding.message
+
+
+def test_a_gpu_type_unknown_to_the_inventory_names_the_known_types_and_where_they_come_from() -> None:
+    nvml = InventorySummary((("a100", 81920),) * 4, "nvml", "4x a100 80GiB")
+    graph = TaskGraph("type")
+    graph.add_task(TaskNode("train", duration=3600, gpu=GpuRequest(1, gpu_type="h100"), pool="gpu_default"))
+    (finding,) = validate_graph(graph, ValidationPolicy(inventory=nvml)).findings
+    assert (finding.code, finding.is_error) == ("unknown-gpu-type", True)
+    assert finding.message.startswith("GPU type 'h100' is not in the inventory (known types: a100; ")
+    assert "inventory_source = nvml" in finding.message
+    assert "set [gpu_dag] inventory_source = auto" in finding.fix
+
+
+def test_a_gpu_type_is_matched_to_the_inventory_whatever_its_case() -> None:
+    graph = TaskGraph("case")
+    graph.add_task(TaskNode("train", duration=3600, gpu=GpuRequest(4, gpu_type="A100"), pool="gpu_a100"))
+    policy = ValidationPolicy(inventory=_FOUR_A100, known_gpu_types=frozenset({"h100"}))
+    assert validate_graph(graph, policy).findings == []
+
+
+def test_the_last_rung_of_a_ladder_that_never_fits_is_an_error_not_a_warning() -> None:
+    """A rung that can fall back only waits its ``start_within``; the last rung has no next one and
+    would wait forever."""
+    graph = TaskGraph("ladder")
+    last = {**_FALLBACK, "index": 1}
+    graph.add_task(
+        TaskNode(
+            "train.big", 300, gpu=GpuRequest(16), pool="gpu", pool_slots=16, attrs={"fallback": _FALLBACK}
+        )
+    )
+    graph.add_task(
+        TaskNode("train.last", 3600, gpu=GpuRequest(16), pool="gpu", pool_slots=16, attrs={"fallback": last})
+    )
+    report = validate_graph(graph, ValidationPolicy(pool_slots={"gpu": 8}))
+    assert [(f.severity, f.code, f.task_id) for f in report.findings] == [
+        (WARNING, "rung-never-starts", "train.big"),
+        (ERROR, "impossible-request", "train.last"),
+    ]
+    big = report.findings[0]
+    assert "As rung 1 of 2 of fallback ladder 'train'" in big.message and "(300s)" in big.message
+    assert big.fix == "drop the rung, or request at most 8 GPUs, or grow pool 'gpu'."
+
+
+# -- estimates -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("seconds", "code"), [(599, "granularity-too-fine"), (7201, "granularity-too-coarse")]
+)
+def test_granularity_warns_just_outside_ten_minutes_to_two_hours(seconds: float, code: str) -> None:
+    graph = TaskGraph("bounds")
+    graph.add_task(TaskNode("t", duration=seconds))
+    assert _codes(validate_graph(graph)) == [(code, "t")]
+
+
+@pytest.mark.parametrize("seconds", [600, 7200])
+def test_granularity_accepts_exactly_ten_minutes_and_two_hours(seconds: float) -> None:
+    graph = TaskGraph("bounds")
+    graph.add_task(TaskNode("t", duration=seconds))
+    assert validate_graph(graph).findings == []
+
+
+def test_granularity_messages_give_the_estimate_and_the_bound() -> None:
+    graph = TaskGraph("msg")
+    graph.add_task(TaskNode("tiny", duration=90))
+    graph.add_task(TaskNode("month", duration=30 * 86400))  # huge, but a valid estimate
+    fine, coarse = validate_graph(graph).findings
+    assert fine.message == "estimated 1m30s, under 10m: scheduling overhead dominates."
+    assert fine.fix == "merge it with a neighbouring step."
+    assert coarse.message == "estimated 720h00m, over 2h00m: the scheduler loses flexibility."
+    assert coarse.fix.startswith("split it into atomic steps")
+    assert not fine.is_error and not coarse.is_error
+
+
+def test_granularity_follows_the_policys_bounds() -> None:
+    graph = TaskGraph("custom")
+    graph.add_task(TaskNode("a", duration=30))
+    graph.add_task(TaskNode("b", duration=300))
+    graph.add_task(TaskNode("c", duration=1200))
+    report = validate_graph(graph, ValidationPolicy(min_task_seconds=60, max_task_seconds=600))
+    assert _codes(report) == [("granularity-too-fine", "a"), ("granularity-too-coarse", "c")]
+    assert report.findings[1].message.startswith("estimated 20m, over 10m:")
+
+
+def test_a_task_estimated_at_zero_seconds_is_not_too_fine_whatever_it_runs_on() -> None:
+    """A 0 estimate is a marker (a sensor, a branch): no scheduling overhead to warn about."""
+    graph = TaskGraph("zero")
+    graph.add_task(TaskNode("gpu_marker", duration=0, gpu=GpuRequest(1), pool="gpu", pool_slots=1))
+    graph.add_task(TaskNode("cpu_marker", duration=0))
+    assert validate_graph(graph).findings == []
+
+
+def test_a_task_without_an_estimate_is_not_judged_on_its_assumed_duration() -> None:
+    """Its default is no estimate of the author's: only ``missing-estimate``, not a granularity warning."""
+    graph = TaskGraph("assumed")
+    graph.add_task(TaskNode("gpu", duration=5 * 3600, gpu=GpuRequest(1), duration_declared=False))
+    graph.add_task(TaskNode("cpu", duration=60, duration_declared=False))
+    assert _codes(validate_graph(graph)) == [("missing-estimate", "gpu")]
+
+
+def test_a_missing_estimate_names_the_default_it_assumes() -> None:
+    graph = TaskGraph("defaults")
+    graph.add_task(
+        TaskNode(
+            "dag",
+            duration=1200,
+            gpu=GpuRequest(1),
+            duration_declared=False,
+            attrs={"duration_default": "dag"},
+        )
+    )
+    graph.add_task(TaskNode("bare", duration=5400, gpu=GpuRequest(1), duration_declared=False))
+    messages = {f.task_id: f.message for f in validate_graph(graph).findings}
+    assert messages == {
+        "dag": "no duration estimate; assuming 20m, the DAG's gpu_dag_default_duration.",
+        "bare": "no duration estimate; assuming 1h30m.",
+    }
+
+
+def test_strict_estimates_warn_about_a_cpu_task_only_without_a_dag_default() -> None:
+    """``lint --strict``: a CPU task whose DAG sets ``gpu_dag_default_duration`` has an estimate the
+    author chose; one falling back on the deployment default (or none) is named."""
+    graph = TaskGraph("strict")
+    graph.add_task(TaskNode("dag", duration=1200, duration_declared=False, attrs={"duration_default": "dag"}))
+    graph.add_task(TaskNode("bare", duration=1200, duration_declared=False))
+    graph.add_task(TaskNode("declared", duration=1200))
+    policy = ValidationPolicy(cpu_estimates=True)
+    assert _codes(validate_graph(graph, policy)) == [("missing-estimate", "bare")]
+
+
+def test_a_gpu_teardown_without_an_estimate_is_not_warned_about() -> None:
+    graph = TaskGraph("teardown")
+    graph.add_task(
+        TaskNode(
+            "release",
+            duration=0,
+            gpu=GpuRequest(1),
+            duration_declared=False,
+            attrs={"duration_default": "teardown"},
+        )
+    )
+    assert validate_graph(graph, ValidationPolicy(cpu_estimates=True)).findings == []
+
+
+def test_a_skipped_rung_is_judged_on_its_own_estimate_not_the_zero_the_plan_counts() -> None:
+    graph = TaskGraph("rungs")
+    skipped = {**_FALLBACK, "role": "contingent", "expected_duration": 5 * 3600.0}
+    waited = {**_FALLBACK, "role": "fell back", "expected_duration": 3600.0}
+    graph.add_task(TaskNode("train.skipped", duration=0.0, attrs={"fallback": skipped}))
+    graph.add_task(TaskNode("train.waited", duration=300.0, attrs={"fallback": waited}))
+    (finding,) = validate_graph(graph).findings
+    assert (finding.code, finding.task_id) == ("granularity-too-coarse", "train.skipped")
+    assert finding.message.startswith("estimated 5h00m, over 2h00m")
+
+
+# -- hidden dependencies ---------------------------------------------------------------------------------
+def test_a_hidden_dependency_says_who_reads_what_who_writes_it_and_the_edge_to_add() -> None:
+    graph = TaskGraph("lake")
+    graph.add_task(TaskNode("clean", duration=1200, outputs=("s3://lake/clean/",)))
+    graph.add_task(TaskNode("train", duration=1200, inputs=(" s3://lake/clean/shard-1 ",)))
+    (finding,) = validate_graph(graph).findings
+    assert (finding.severity, finding.code, finding.dag_id, finding.task_id) == (
+        WARNING,
+        "hidden-dependency",
+        "lake",
+        "train",
+    )
+    assert finding.message == (
+        "'train' reads 's3://lake/clean/shard-1', which overlaps 's3://lake/clean' written by 'clean', "
+        "with no dependency between the two tasks."
+    )
+    assert finding.fix.startswith("add the edge clean >> train, or a completeness sensor on the dataset")
+    assert hidden_dependency_pairs(graph) == [
+        HiddenDependency("clean", "s3://lake/clean", "train", "s3://lake/clean/shard-1", False)
+    ]
+
+
+def test_an_indirect_path_either_way_orders_writer_and_reader() -> None:
+    """Neither a reader downstream of the writer through another task, nor one that runs before the
+    writer (it reads the previous data), is a hidden dependency."""
+    graph = TaskGraph("order")
+    graph.add_task(TaskNode("write", duration=1200, outputs=("/d/x",)))
+    graph.add_task(TaskNode("middle", duration=1200))
+    graph.add_task(TaskNode("after", duration=1200, inputs=("/d/x",)))
+    graph.add_task(TaskNode("before", duration=1200, inputs=("/d/x/part",)))
+    graph.add_edge("write", "middle")
+    graph.add_edge("middle", "after")
+    graph.add_edge("before", "write")
+    assert hidden_dependency_pairs(graph) == []
+
+
+def test_a_pair_sharing_several_paths_is_reported_once() -> None:
+    graph = TaskGraph("once")
+    graph.add_task(TaskNode("w", duration=1200, outputs=("/a", "/b")))
+    graph.add_task(TaskNode("r", duration=1200, inputs=("/a", "/b/c")))
+    assert [(d.writer, d.other) for d in hidden_dependency_pairs(graph)] == [("w", "r")]
+
+
+def test_a_writer_of_the_root_overlaps_every_path() -> None:
+    graph = TaskGraph("root")
+    graph.add_task(TaskNode("wipe", duration=1200, outputs=("/",)))
+    graph.add_task(TaskNode("read", duration=1200, inputs=("/data/x",)))
+    graph.add_task(TaskNode("sibling", duration=1200, inputs=("/datax",)))
+    pairs = {(d.writer, d.writer_path, d.other) for d in hidden_dependency_pairs(graph)}
+    assert pairs == {("wipe", "/", "read"), ("wipe", "/", "sibling")}
+
+
+def test_a_reader_that_awaits_the_dataset_itself_is_guarded() -> None:
+    graph = TaskGraph("self_guard")
+    graph.add_task(TaskNode("write", duration=1200, outputs=("/lake/clean",)))
+    graph.add_task(TaskNode("read", duration=1200, inputs=("/lake/clean/p0",), awaits=("/lake/clean",)))
+    assert find_hidden_dependencies(graph) == []
+
+
+def test_a_task_that_reads_and_writes_one_path_does_not_conflict_with_itself() -> None:
+    graph = TaskGraph("inplace")
+    graph.add_task(TaskNode("update", duration=1200, inputs=("/d/x",), outputs=("/d/x",)))
+    assert find_hidden_dependencies(graph) == []
+
+
+# -- defects a review found --------------------------------------------------------------------------------
+def test_the_pool_of_an_unknown_gpu_type_is_not_also_an_unknown_pool() -> None:
+    """docs/cli.md: for ``unknown-gpu-type`` 'its pool gpu_<type> is then not also reported as
+    unknown-pool' (the type is the mistake; creating the pool would not help)."""
+    graph = TaskGraph("u")
+    graph.add_task(TaskNode("t", duration=3600, gpu=GpuRequest(1, gpu_type="tpu"), pool="gpu_tpu"))
+    policy = ValidationPolicy(pool_slots={"gpu_default": 8}, known_gpu_types=frozenset({"a100"}))
+    assert _codes(validate_graph(graph, policy)) == [("unknown-gpu-type", "t")]
+
+
+def test_an_infinite_estimate_is_an_error_finding_not_a_crash() -> None:
+    """``validate_graph`` is the pure core's entry point; a graph built outside the DAG reader (which
+    refuses it) with an infinite estimate should be refused with a finding, not an exception."""
+    graph = TaskGraph("inf")
+    graph.add_task(TaskNode("t", duration=float("inf")))
+    report = validate_graph(graph)
+    assert [(f.code, f.is_error) for f in report.findings] == [("bad-estimate", True)]
+
+
+def test_a_too_fine_warning_never_says_the_estimate_equals_the_bound() -> None:
+    graph = TaskGraph("round")
+    graph.add_task(TaskNode("t", duration=599.6))
+    messages = [f.message for f in validate_graph(graph).findings]
+    assert not any(m.startswith("estimated 10m, under 10m") for m in messages), messages
+
+
+def test_awaiting_another_part_of_a_dataset_does_not_guard_the_part_read() -> None:
+    """A completeness sensor on ``/lake/clean/p1`` says nothing about ``/lake/clean/p0``, which the
+    reader reads while the writer of ``/lake/clean`` may still be writing it."""
+    graph = TaskGraph("parts")
+    graph.add_task(TaskNode("write", duration=1200, outputs=("/lake/clean",)))
+    graph.add_task(TaskNode("wait_p1", duration=0, awaits=("/lake/clean/p1",)))
+    graph.add_task(TaskNode("read_p0", duration=1200, inputs=("/lake/clean/p0",)))
+    graph.add_edge("wait_p1", "read_p0")
+    assert [f.task_id for f in find_hidden_dependencies(graph)] == ["read_p0"]
