@@ -58,7 +58,8 @@ def quiet(func: F) -> F:
     def wrapper(args: argparse.Namespace) -> Any:
         if getattr(args, "verbose", False):
             return run(args)
-        return suppress_logs_and_warning(run)(args)
+        # Airflow's wrapper reads args.verbose: a command without -v gets a namespace that has it
+        return suppress_logs_and_warning(lambda _quiet: run(args))(argparse.Namespace(verbose=False))
 
     return wrapper  # type: ignore[return-value]
 

@@ -18,6 +18,7 @@ from typing import IO, Any
 
 import yaml
 from rich.box import Box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -203,16 +204,17 @@ class PlainTable:
         self.rows.append(([str(c) for c in cells], highlight))
 
     def render(self, colour: bool = False) -> str:
-        widths = [len(name) for name, _ in self.columns]
+        # widths on the screen (a CJK character takes two cells), so wide ids keep the columns aligned
+        widths = [cell_len(name) for name, _ in self.columns]
         for cells, _ in self.rows:
             for i, cell in enumerate(cells):
-                widths[i] = max(widths[i], len(cell))
+                widths[i] = max(widths[i], cell_len(cell))
 
         def line(cells: Sequence[str]) -> str:
-            parts = [
-                cell.rjust(widths[i]) if self.columns[i][1] == "right" else cell.ljust(widths[i])
-                for i, cell in enumerate(cells)
-            ]
+            parts = []
+            for i, cell in enumerate(cells):
+                pad = " " * (widths[i] - cell_len(cell))
+                parts.append(pad + cell if self.columns[i][1] == "right" else cell + pad)
             return "  ".join(parts).rstrip()
 
         out = [self.title, line([name for name, _ in self.columns])]
