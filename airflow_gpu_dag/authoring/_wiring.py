@@ -22,13 +22,15 @@ __all__ = [
 
 def where_of(task: Any) -> str:
     """``DAG 'd', task 't'`` (``task 't'`` when it is in no DAG yet): how messages name a task."""
-    dag = task.dag if task.has_dag() else None
+    has_dag = getattr(task, "has_dag", None)
+    dag = (task.dag if has_dag() else None) if callable(has_dag) else getattr(task, "dag", None)
     return f"DAG {dag.dag_id!r}, task {task.task_id!r}" if dag is not None else f"task {task.task_id!r}"
 
 
 def require_dag(task: Any, helper: str) -> Any:
-    """The task's DAG, or a clear error when the task is not in one yet."""
-    dag = getattr(task, "dag", None)
+    """The task's DAG, or a clear error when the task is not in one yet (Airflow 3's ``task.dag`` raises
+    then, so ``has_dag`` is asked first)."""
+    dag = task.dag if task.has_dag() else None
     if dag is None:
         raise ValueError(
             f"task {task.task_id!r}: create it inside a DAG (with DAG(...):) before calling {helper}()."

@@ -29,7 +29,7 @@ from airflow_gpu_dag.authoring._wiring import (
     where_of,
 )
 from airflow_gpu_dag.contract import WindowHint
-from airflow_gpu_dag.core.model.windows import parse_window
+from airflow_gpu_dag.core.model.windows import parse_timezone, parse_window
 from airflow_gpu_dag.executor_config import window_hints
 from airflow_gpu_dag.sensors.checkpoint import CheckpointSensor
 from airflow_gpu_dag.sensors.window import StartWindowSensor, WindowGuard, check_on_missed, templated
@@ -65,7 +65,11 @@ def start_window(
     where = where_of(task)
     check_gatable(task)  # before anything is added
     check_on_missed(on_missed, where)
-    window = None if templated(opens) or templated(closes) else parse_window(opens, closes, tz, where=where)
+    if templated(opens) or templated(closes):  # the times are checked at run time, the zone now
+        parse_timezone(tz, where=where)
+        window = None
+    else:
+        window = parse_window(opens, closes, tz, where=where)
     sensor = StartWindowSensor(
         task_id=task_id or f"{task.label}__window",  # label: the id inside its task group
         opens=opens,

@@ -32,6 +32,7 @@ __all__ = [
     "TimeWindow",
     "Window",
     "parse_time_of_day",
+    "parse_timezone",
     "parse_window",
     "seconds_until_open",
     "window_from_hint",
@@ -44,8 +45,9 @@ _TIME = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
 
 
 def parse_time_of_day(value: object, what: str = "time") -> time:
-    """``"22:00"``, ``"06:30:15"`` or a :class:`datetime.time`."""
-    if isinstance(value, time):
+    """``"22:00"``, ``"06:30:15"`` or a :class:`datetime.time` without microseconds or a zone (a window's
+    hint stores it as ``HH:MM:SS``, and its zone is the window's ``tz``)."""
+    if isinstance(value, time) and not value.microsecond and value.tzinfo is None:
         return value
     match = _TIME.match(str(value).strip()) if isinstance(value, str) else None
     if match:
@@ -78,8 +80,19 @@ def _zone(tz: str | tzinfo, prefix: str) -> tzinfo:
         raise ValueError(f"{prefix}unknown timezone {tz!r}; use an IANA name like 'Europe/Berlin'.") from None
 
 
+def parse_timezone(tz: str | tzinfo, where: str = "") -> tzinfo:
+    """The zone ``tz`` names (an IANA name, ``UTC``, ``UTC+02:00``, or a zone a plan can read back from
+    its name). :raises ValueError: an unknown zone; ``where`` prefixes the message."""
+    return _zone(tz, f"{where}: " if where else "")
+
+
 def _tz_name(zone: tzinfo) -> str:
-    return getattr(zone, "key", None) or ("UTC" if zone in (UTC,) else str(zone))
+    """The name a window's hint stores ``zone`` by. A fixed offset is stored as its offset
+    (``UTC+01:00``), never by its own name: ``timezone(+1h, "CET")`` would read back as the IANA zone
+    CET, which has summer time."""
+    if isinstance(zone, timezone):
+        return str(timezone(zone.utcoffset(None)))  # "UTC" for a zero offset
+    return getattr(zone, "key", None) or str(zone)
 
 
 @dataclass(frozen=True)
