@@ -20,7 +20,7 @@ from airflow import settings
 from airflow.configuration import conf
 from airflow.dag_processing.dagbag import DagBag
 from airflow.exceptions import AirflowDagDuplicatedIdException
-from airflow.sdk.definitions.context import _AIRFLOW_PARSING_CONTEXT_DAG_ID
+from airflow.sdk.definitions._internal.dag_parsing_context import _airflow_parsing_context_manager
 from airflow.sdk.exceptions import AirflowDagCycleException
 
 __all__ = ["DagLoadError", "LoadedDags", "find_dag", "load_dags"]
@@ -168,20 +168,25 @@ def _same_file(a: Any, b: Any) -> bool | None:
     return os.path.realpath(str(a)) == os.path.realpath(str(b))
 
 
+#: The environment variables Airflow's parsing context lives in (``_AIRFLOW_PARSING_CONTEXT_DAG_ID``,
+#: ``..._TASK_ID``): what :func:`get_parsing_context` reads in DAG files.
+_PARSING_CONTEXT_PREFIX = "_AIRFLOW_PARSING_CONTEXT_"
+
+
 @contextlib.contextmanager
 def _parsing_only(dag_id: str) -> Iterator[None]:
     """Airflow's parsing context for ``dag_id`` (DAG files that call ``get_parsing_context()`` build only
-    that DAG) while the files load, and as it was afterwards, also when loading raises: left set, every
-    later load in the process would build only that DAG."""
-    before = os.environ.get(_AIRFLOW_PARSING_CONTEXT_DAG_ID)
-    os.environ[_AIRFLOW_PARSING_CONTEXT_DAG_ID] = dag_id
+    that DAG) while the files load, and the environment as it was afterwards, also when loading raises:
+    Airflow's own context manager restores only a value that was set before, and left set, every later
+    load in the process would build only that DAG."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith(_PARSING_CONTEXT_PREFIX)}
     try:
-        yield
+        with _airflow_parsing_context_manager(dag_id=dag_id):
+            yield
     finally:
-        if before is None:
-            os.environ.pop(_AIRFLOW_PARSING_CONTEXT_DAG_ID, None)
-        else:
-            os.environ[_AIRFLOW_PARSING_CONTEXT_DAG_ID] = before
+        for key in [k for k in os.environ if k.startswith(_PARSING_CONTEXT_PREFIX) and k not in saved]:
+            del os.environ[key]
+        os.environ.update(saved)
 
 
 def find_dag(dag_id: str, file: str | None = None) -> Any:
