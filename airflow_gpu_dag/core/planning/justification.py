@@ -189,6 +189,8 @@ class TaskTable:
     def __init__(self, graph: TaskGraph) -> None:
         self.graph = graph
         self.duration = {t: node.duration for t, node in graph.nodes.items()}
+        # the opening of each task's start window (0: none): no forward pass starts it earlier
+        self.not_before = {t: max(0.0, float(node.not_before or 0.0)) for t, node in graph.nodes.items()}
         self.pool = {t: task_pool(node) for t, node in graph.nodes.items()}
         self.slots = {t: task_slots(node) for t, node in graph.nodes.items()}
         self.up = {t: graph.upstream(t) for t in graph.nodes}
@@ -199,6 +201,7 @@ class TaskTable:
         self.number = {t: i for i, t in enumerate(graph.nodes)}
         number = self.number
         self.durations = list(self.duration.values())
+        self.releases = list(self.not_before.values())
         self.pools = list(self.pool.values())
         self.widths = list(self.slots.values())
         self.ups = [[number[u] for u in ups] for ups in self.up.values()]
@@ -236,6 +239,7 @@ def _place(
     when ``before`` has ended)."""
     duration = tasks.duration
     ready = max((start[t] + duration[t] for t in before), default=0.0)
+    ready = max(ready, tasks.not_before[task_id])  # its start window
     profile = profiles.get(tasks.pool[task_id])
     if profile is None:
         start[task_id] = ready
@@ -278,6 +282,8 @@ def _serial_by_number(
     profile_of = [profiles.get(pool) for pool in tasks.pools]
     duration, widths = tasks.durations, tasks.widths
     before = tasks.downs if reverse else tasks.ups
+    # start windows bind forward in time only (a mirrored pass has no clock to open them on)
+    release = [0.0] * len(duration) if reverse else tasks.releases
     start = [0.0] * len(duration)
     for i in placed:
         ready = 0.0
@@ -289,6 +295,8 @@ def _serial_by_number(
                 end = start[up] + duration[up]
                 if end > ready:
                     ready = end
+        if release[i] > ready:
+            ready = release[i]
         profile = profile_of[i]
         if profile is None:
             start[i] = ready
@@ -387,14 +395,16 @@ def justify(
         scheduled = set(map(number.__getitem__, best))
         by_topo = [i for i in by_topo if i in scheduled]
     by_topo_reversed = by_topo[::-1]
-    makespan = best_makespan
     for _round in range(max_rounds):
         # latest finish first, ties by the later topological position (stable sort of that order)
         latest_first = list(map(operator.neg, map(operator.add, current, durations)))
         backward_order = sorted(by_topo_reversed, key=latest_first.__getitem__)
         mirrored = _serial_by_number(tasks, capacity, backward_order, reverse=True)
-        right = list(map(operator.sub, map(operator.sub, repeat(makespan), mirrored), durations))
-        forward_order = sorted(by_topo, key=right.__getitem__)  # ties by topological position
+        # latest mirrored finish first (the earliest start right-justified), ties by topological
+        # position: no subtraction from the makespan, whose rounding put a task ahead of its 0-s
+        # upstream task
+        mirrored_finish = list(map(operator.neg, map(operator.add, mirrored, durations)))
+        forward_order = sorted(by_topo, key=mirrored_finish.__getitem__)
         forward = _serial_by_number(tasks, capacity, forward_order, reverse=False)
         ends = map(
             operator.add, map(forward.__getitem__, forward_order), map(durations.__getitem__, forward_order)
@@ -404,7 +414,7 @@ def justify(
             best = dict(
                 zip(map(ids.__getitem__, forward_order), map(forward.__getitem__, forward_order), strict=True)
             )
-            best_makespan = makespan = new_makespan
+            best_makespan = new_makespan
             current = forward
         else:
             break

@@ -363,9 +363,10 @@ def packing_weights_plan(
     for makespan, name, weights, _start in greedy_runs:
         tried[name if policy == "critical_path" and not scored_worlds else f"{name} (greedy)"] = makespan
         options.append((name, weights))
-    if not greedy_runs:
+    if not greedy_runs:  # no candidate rule (or no task): the critical path, as the policy runs it
         weights = critical_path_weights(graph)
-        return PackingPlan(weights, "critical_path", 0.0, {}, tried)
+        makespan, start = run(weights) if len(graph) else (0.0, {})
+        return PackingPlan(weights, "critical_path", makespan, start, tried)
     _best_makespan, best_name, _best_weights, best_start = min([*greedy_runs, *sampled], key=lambda r: r[0])
     options.append((f"{best_name}+plan_order", plan_order_weights(graph, best_start)))
     for _makespan, name, schedule in justified:

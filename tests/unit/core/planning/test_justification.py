@@ -21,7 +21,7 @@ from airflow_gpu_dag.core.planning.justification import (
     serial_schedule,
 )
 from airflow_gpu_dag.core.simulation.simulator import simulate
-from tests.unit.graphs import draw_task_graph
+from tests.unit.graphs import draw_task_graph, gpu_graph
 
 
 def _feasible(graph: TaskGraph, cap: int, start: dict[str, float]) -> None:
@@ -243,3 +243,275 @@ def test_priority_serial_schedule_by_task_number_matches_the_heap_of_task_ids(
     ):
         placed = priority_serial_schedule(graph, {"gpu": cap}, priority)
         assert list(placed.items()) == list(_by_priority_by_id(graph, {"gpu": cap}, priority).items())
+
+
+# -- UsageProfile -----------------------------------------------------------------------------------------
+def test_usage_profile_add_ignores_empty_intervals_and_counts_overlaps() -> None:
+    """An interval of no length or no slots holds nothing; overlapping ones add up, 0 outside them."""
+    p = UsageProfile(4)
+    p.add(5, 5, 2)
+    p.add(5, 3, 2)
+    p.add(0, 10, 0)
+    assert (p.times, p.use) == ([0.0], [0])
+    p.add(2, 6, 3)
+    p.add(4, 8, 1)
+    assert (p.times, p.use) == ([0.0, 2, 4, 6, 8], [0, 3, 4, 1, 0])
+    assert p.earliest(0, 4, 1) == 0  # one slot is left free up to 4
+    assert p.earliest(0, 5, 1) == 6  # 5 s of one slot: only after the full step [4, 6)
+    assert p.earliest(0, 3, 2) == 6  # two slots are free only before 2 and from 6 on
+    assert p.earliest(0, 3, 4) == 8  # the whole pool: only once both intervals have ended
+
+
+def test_usage_profile_without_slots_to_hold_starts_at_not_before() -> None:
+    """A task holding no slots fits a full pool at once; a pool of capacity 0 fits no slot at all."""
+    p = UsageProfile(2)
+    p.add(0, 100, 2)
+    assert p.earliest(7, 5, 0) == 7
+    assert p.earliest_by_steps(7, 5, 0) == 7
+    with pytest.raises(ValueError, match="1 slots can never fit a pool of capacity 0"):
+        UsageProfile(0).earliest(0, 1, 1)
+
+
+# -- TaskTable --------------------------------------------------------------------------------------------
+def test_task_table_reads_the_graph_once_and_is_reused_only_for_that_graph() -> None:
+    graph = TaskGraph("table")
+    graph.add("prep", 2.0)  # no GPU: default pool, 1 slot
+    graph.add("train", 10.0, 4, pool="gpu")
+    graph.add("eval", 1.0, 1, pool="gpu")
+    graph.add_edge("prep", "train")
+    graph.add_edge("train", "eval")
+    graph.add_edge("prep", "eval")
+    table = TaskTable(graph)
+    assert table.duration == {"prep": 2.0, "train": 10.0, "eval": 1.0}
+    assert table.pool == {"prep": "default_pool", "train": "gpu", "eval": "gpu"}
+    assert table.slots == {"prep": 1, "train": 4, "eval": 1}
+    assert table.up == {"prep": [], "train": ["prep"], "eval": ["train", "prep"]}
+    assert table.down == {"prep": ["train", "eval"], "train": ["eval"], "eval": []}
+    # the same by task number (position in graph.nodes)
+    assert table.number == {"prep": 0, "train": 1, "eval": 2}
+    assert (table.durations, table.pools, table.widths) == (
+        [2.0, 10.0, 1.0],
+        ["default_pool", "gpu", "gpu"],
+        [1, 4, 1],
+    )
+    assert (table.ups, table.downs) == ([[], [0], [1, 0]], [[1, 2], [2], []])
+    assert table.topo == {"prep": 0, "train": 1, "eval": 2}
+    assert table.topo_numbers == [0, 1, 2]
+    assert TaskTable.of(graph, table) is table
+    other_graph = TaskGraph("other")
+    other = TaskTable.of(other_graph, table)
+    assert other is not table and other.graph is other_graph
+    assert TaskTable.of(graph, None).graph is graph
+
+
+def test_task_table_topological_numbers_follow_the_graph_order_not_insertion() -> None:
+    """A task added before its upstream task comes after it in ``topo`` and ``topo_numbers``."""
+    graph = TaskGraph("late_source")
+    graph.add("b", 1.0)
+    graph.add("a", 1.0)
+    graph.add_edge("a", "b")
+    table = TaskTable(graph)
+    assert table.number == {"b": 0, "a": 1}
+    assert table.topo == {"a": 0, "b": 1}
+    assert table.topo_numbers == [1, 0]
+
+
+# -- serial passes ----------------------------------------------------------------------------------------
+def test_serial_schedule_places_each_task_at_its_earliest_fit_in_order() -> None:
+    """Two 1-GPU tasks share a 2-GPU pool at 0; the 2-GPU task waits for both; the last 1-GPU task
+    waits for it (it cannot start in the hole before: the pool is full there)."""
+    graph = gpu_graph({"a": (4, 1), "b": (4, 1), "c": (2, 2), "d": (4, 1)}, [])
+    placed = serial_schedule(graph, {"gpu": 2}, ["a", "b", "c", "d"])
+    assert list(placed.items()) == [("a", 0.0), ("b", 0.0), ("c", 4.0), ("d", 6.0)]
+
+
+def test_serial_schedule_backwards_returns_mirrored_starts() -> None:
+    """Reversed, a chain a (10 s) -> b (5 s) is placed from its end: b's mirrored start is 0 and a's
+    is 5 (= makespan 15 - its finish 10)."""
+    graph = gpu_graph({"a": (10, 1), "b": (5, 1)}, [("a", "b")])
+    assert serial_schedule(graph, {"gpu": 1}, ["b", "a"], reverse=True) == {"b": 0.0, "a": 5.0}
+    assert serial_schedule(graph, {"gpu": 1}, ["a", "b"]) == {"a": 0.0, "b": 10.0}
+
+
+def test_serial_passes_start_tasks_of_pools_without_capacity_when_ready() -> None:
+    """Pools not in ``capacity`` are unlimited: three 4-GPU tasks of pool ``tpu`` start together, while
+    the 4-GPU tasks of the sized pool ``gpu`` take turns."""
+    graph = TaskGraph("unlimited")
+    for i in range(3):
+        graph.add(f"tpu{i}", 10.0, 4, pool="tpu")
+        graph.add(f"gpu{i}", 10.0, 4, pool="gpu")
+    graph.add("after", 1.0, 4, pool="tpu")
+    graph.add_edge("tpu2", "after")
+    caps = {"gpu": 4}
+    order = list(graph.nodes)
+    expected = {"tpu0": 0.0, "tpu1": 0.0, "tpu2": 0.0, "after": 10.0, "gpu0": 0.0, "gpu1": 10.0, "gpu2": 20.0}
+    assert serial_schedule(graph, caps, order) == expected
+    assert ordered_schedule(graph, caps, order) == expected
+    assert priority_serial_schedule(graph, caps, {}) == expected
+    improved, makespan = justify(graph, caps, expected)
+    assert makespan == 30.0 and improved["gpu2"] - improved["gpu0"] in (20.0, -20.0)
+
+
+def test_zero_duration_tasks_hold_no_slots_but_wait_for_their_upstream_tasks() -> None:
+    """A 0-s 4-GPU join runs while the pool is full, but only after its upstream task."""
+    graph = gpu_graph({"long": (10, 4), "short": (3, 1), "join": (0, 4), "next": (2, 1)}, [])
+    graph.add_edge("short", "join")
+    graph.add_edge("join", "next")
+    placed = serial_schedule(graph, {"gpu": 4}, ["long", "short", "join", "next"])
+    assert placed == {"long": 0.0, "short": 10.0, "join": 13.0, "next": 13.0}
+    placed = serial_schedule(graph, {"gpu": 5}, ["long", "short", "join", "next"])
+    assert placed == {"long": 0.0, "short": 0.0, "join": 3.0, "next": 3.0}
+
+
+def test_serial_passes_refuse_a_task_wider_than_its_pool() -> None:
+    """An 8-GPU task on a 4-GPU pool is reported (ValueError), not silently placed or dropped."""
+    graph = gpu_graph({"small": (1, 1), "wide": (5, 8)}, [("small", "wide")])
+    caps = {"gpu": 4}
+    with pytest.raises(ValueError, match="8 slots can never fit a pool of capacity 4"):
+        serial_schedule(graph, caps, ["small", "wide"])
+    with pytest.raises(ValueError, match="never fit"):
+        ordered_schedule(graph, caps, ["small", "wide"])
+    with pytest.raises(ValueError, match="never fit"):
+        priority_serial_schedule(graph, caps, {"small": 2, "wide": 1})
+    with pytest.raises(ValueError, match="never fit"):
+        justify(graph, caps, {"small": 0.0, "wide": 1.0})
+
+
+def test_ordered_schedule_starts_no_task_before_the_one_placed_before_it_in_its_pool() -> None:
+    """The 1-GPU task fits beside the first one at 0, but the controller reserves for the 4-GPU task
+    placed before it, so it starts after that one; a task of an unlimited pool is not held back. What
+    the simulated controller without backfill does with the order as weights."""
+    graph = gpu_graph({"a": (10, 1), "w": (5, 4), "s": (1, 1), "cpu": (3, 0)}, [])
+    order = ["a", "w", "s", "cpu"]
+    start = ordered_schedule(graph, {"gpu": 4}, order)
+    assert start == {"a": 0.0, "w": 10.0, "s": 15.0, "cpu": 0.0}
+    assert serial_schedule(graph, {"gpu": 4}, order)["s"] == 0.0  # a serial pass fills the hole
+    weights = {t: len(order) - k for k, t in enumerate(order)}
+    simulated = simulate(graph, {"gpu": 4}, "reservation", priority=lambda g: weights, backfill=False)
+    assert {t.task_id: t.start for t in simulated.schedule} == start
+
+
+def test_priority_serial_schedule_places_by_priority_into_holes_left_earlier() -> None:
+    """Placed by priority (a, then b, then c), c goes into the hole beside a, before b, which was
+    placed earlier; the returned order is the order placed. A task without a priority counts 0."""
+    graph = gpu_graph({"a": (10, 1), "b": (5, 2), "c": (10, 1)}, [])
+    placed = priority_serial_schedule(graph, {"gpu": 2}, {"a": 3, "b": 2, "c": 1})
+    assert list(placed.items()) == [("a", 0.0), ("b", 10.0), ("c", 0.0)]
+    placed = priority_serial_schedule(graph, {"gpu": 2}, {"b": 2, "a": -1})
+    assert list(placed.items()) == [("b", 0.0), ("c", 5.0), ("a", 5.0)]
+
+
+def test_priority_serial_schedule_places_a_task_only_after_its_upstream_tasks() -> None:
+    """The highest priority goes to the last task of a chain: it is still placed last."""
+    graph = gpu_graph({"a": (2, 1), "b": (3, 1), "c": (1, 1)}, [("a", "b"), ("b", "c")])
+    placed = priority_serial_schedule(graph, {"gpu": 1}, {"c": 10, "b": 5, "a": 1})
+    assert list(placed.items()) == [("a", 0.0), ("b", 2.0), ("c", 5.0)]
+
+
+# -- justify ----------------------------------------------------------------------------------------------
+def test_justify_moves_narrow_work_into_the_hole_before_a_wide_task() -> None:
+    """One task after the other (14 s) on 2 GPUs: justification runs the 1-GPU tasks side by side
+    around the 2-GPU one and ends at 10 s, the optimum (three 4-s tasks on 2 GPUs and 2 s of both)."""
+    graph = gpu_graph({"a": (4, 1), "b": (4, 1), "c": (2, 2), "d": (4, 1)}, [])
+    start = {"a": 0.0, "b": 4.0, "c": 8.0, "d": 10.0}
+    improved, makespan = justify(graph, {"gpu": 2}, start)
+    assert (improved, makespan) == ({"a": 0.0, "b": 0.0, "c": 4.0, "d": 6.0}, 10.0)
+    assert justify(graph, {"gpu": 2}, start, max_rounds=1) == (improved, makespan)
+    assert start == {"a": 0.0, "b": 4.0, "c": 8.0, "d": 10.0}  # the input is not changed
+
+
+def test_justify_returns_its_input_when_no_round_shortens_it() -> None:
+    """No rounds, a schedule that cannot be shorter (a chain) and an empty one come back as given."""
+    graph = gpu_graph({"a": (4, 1), "b": (4, 1), "c": (2, 2), "d": (4, 1)}, [])
+    start = {"a": 0.0, "b": 4.0, "c": 8.0, "d": 10.0}
+    assert justify(graph, {"gpu": 2}, start, max_rounds=0) == (start, 14.0)
+    chain = gpu_graph({"a": (10, 1), "b": (5, 1)}, [("a", "b")])
+    assert justify(chain, {"gpu": 1}, {"a": 0.0, "b": 10.0}) == ({"a": 0.0, "b": 10.0}, 15.0)
+    assert justify(TaskGraph("empty"), {"gpu": 1}, {}) == ({}, 0.0)
+    table = TaskTable(graph)  # a table read once for many calls gives the same result
+    assert justify(graph, {"gpu": 2}, start, table=table) == justify(graph, {"gpu": 2}, start)
+
+
+def _feasible_in_pools(graph: TaskGraph, capacity: dict[str, int], start: dict[str, float]) -> None:
+    """Every task placed, after its upstream tasks; no capacity pool over its size at any moment."""
+    assert start.keys() == graph.nodes.keys()
+    for up, down, _ in graph.edges():
+        assert start[down] >= start[up] + graph.nodes[up].duration - 1e-9
+    for pool, cap in capacity.items():
+        for moment in set(start.values()):
+            held = sum(
+                graph.nodes[t].gpus
+                for t in graph.nodes
+                if graph.nodes[t].pool == pool and start[t] <= moment < start[t] + graph.nodes[t].duration
+            )
+            assert held <= cap
+
+
+@st.composite
+def two_pool_dags(draw: st.DrawFn) -> TaskGraph:
+    """Random DAGs whose GPU tasks hold slots of ``a``, ``b`` or the unsized ``c``."""
+    return draw_task_graph(
+        draw, "pools", (1, 14), [0, 1, 2, 3, 4], 20, lambda d, _count: d(st.sampled_from(["a", "b", "c"]))
+    )
+
+
+@settings(max_examples=120, deadline=None)
+@given(two_pool_dags(), st.randoms(use_true_random=False))
+def test_every_pass_keeps_each_pool_within_its_capacity(graph: TaskGraph, rng: Random) -> None:
+    """Several pools and an unlimited one: every serial pass and the justification of a greedy schedule
+    keep each sized pool within its capacity and every task after its upstream tasks."""
+    caps = {"a": 4, "b": 5}
+    order = _random_topological_order(graph, rng)
+    _feasible_in_pools(graph, caps, serial_schedule(graph, caps, order))
+    _feasible_in_pools(graph, caps, ordered_schedule(graph, caps, order))
+    priority = {t: rng.random() for t in graph.nodes}
+    _feasible_in_pools(graph, caps, priority_serial_schedule(graph, caps, priority))
+    greedy = simulate(graph, caps, "stock")
+    improved, makespan = justify(graph, caps, {t.task_id: t.start for t in greedy.schedule})
+    _feasible_in_pools(graph, caps, improved)
+    assert makespan <= greedy.makespan
+
+
+@settings(max_examples=60, deadline=None)
+@given(random_dags(), st.sampled_from([8, 10]), st.integers(0, 4))
+def test_justify_is_deterministic(graph: TaskGraph, cap: int, rounds: int) -> None:
+    """The same schedule, in the same order, for the same input, with or without a table read once."""
+    start = {t.task_id: t.start for t in simulate(graph, {"gpu": cap}, "stock").schedule}
+    first = justify(graph, {"gpu": cap}, start, max_rounds=rounds)
+    again = justify(graph, {"gpu": cap}, dict(start), max_rounds=rounds, table=TaskTable(graph))
+    assert list(first[0].items()) == list(again[0].items()) and first[1] == again[1]
+
+
+def test_justify_keeps_a_task_after_its_zero_duration_upstream_task() -> None:
+    """A chain w (0.1 s) -> u (0 s) -> d (0.1 s) -> e (0.7 s) without any resource conflict: no
+    schedule ends before 0.9 s and d cannot start before u. Justified, d starts at 0."""
+    graph = gpu_graph({"w": (0.1, 1), "u": (0.0, 1), "d": (0.1, 1), "e": (0.7, 1)}, [])
+    for up, down in (("w", "u"), ("u", "d"), ("d", "e")):
+        graph.add_edge(up, down)
+    start = {"w": 0.0, "u": 0.1, "d": 0.1, "e": 0.2}
+    improved, makespan = justify(graph, {"gpu": 4}, start)
+    assert improved["d"] >= improved["u"]
+    assert makespan == pytest.approx(0.9)
+
+
+def test_justify_keeps_a_task_within_its_start_window() -> None:
+    """A task whose start window opens at 100 s starts there in the greedy schedule; justified it
+    starts at 0 and the makespan (10 s) is one no schedule can reach."""
+    graph = TaskGraph("window")
+    graph.add("late", 10.0, 1, pool="gpu", not_before=100.0)
+    graph.add("early", 10.0, 1, pool="gpu")
+    greedy = simulate(graph, {"gpu": 4}, "stock")
+    start = {t.task_id: t.start for t in greedy.schedule}
+    assert start == {"early": 0.0, "late": 100.0}
+    improved, makespan = justify(graph, {"gpu": 4}, start)
+    assert improved["late"] >= 100.0 and makespan == 110.0
+
+
+def test_ordered_schedule_is_what_the_controller_realizes_with_a_start_window() -> None:
+    """Its docstring: for DAGs whose tasks all hold slots of capacity pools, exactly what the simulator
+    predicts. The simulator holds a task back until its start window opens."""
+    graph = TaskGraph("window")
+    graph.add("late", 10.0, 1, pool="gpu", not_before=100.0)
+    simulated = simulate(graph, {"gpu": 4}, "reservation", priority=lambda g: {"late": 1}, backfill=False)
+    assert simulated.by_id()["late"].start == 100.0
+    assert ordered_schedule(graph, {"gpu": 4}, ["late"]) == {"late": 100.0}
