@@ -63,10 +63,9 @@ from airflow_gpu_dag.core.policy.objective import (
     OBJECTIVES,
     STAGE_LENGTH,
     ReservationGate,
-    fitted_stage_length,
-    longest_gpu_task,
     run_shape,
     stage_length_problem,
+    stage_misfit,
 )
 from airflow_gpu_dag.core.simulation.cross_dag import believed_durations, predict_runs
 from airflow_gpu_dag.core.simulation.simulator import RunPriority, SimulationResult, simulate
@@ -196,11 +195,11 @@ FIT = "fit"
 def mix_stage_length(stage: float | str, estimated: Sequence[TaskGraph]) -> float:
     """The objectives' stage length for one mix: ``stage`` seconds, or for :data:`FIT` what
     ``airflow gpu-dag lint`` advises a team whose pool runs this mix (the shipped 6 h while its longest
-    declared GPU task fits them, else that task's duration: :func:`fitted_stage_length`)."""
+    declared GPU task fits them, else that task's duration: :func:`stage_misfit`)."""
     if stage != FIT:
         return float(stage)
-    longest = longest_gpu_task({graph.dag_id: graph for graph in estimated})
-    return STAGE_LENGTH if longest is None else fitted_stage_length(STAGE_LENGTH, longest[0])
+    misfit = stage_misfit({graph.dag_id: graph for graph in estimated}, STAGE_LENGTH)
+    return STAGE_LENGTH if misfit is None else misfit.advised
 
 
 def one_instance(job: tuple) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from airflow_gpu_dag.core.analysis.weight_rules import incomparable_rules
 from airflow_gpu_dag.core.model.findings import ERROR, WARNING
 from airflow_gpu_dag.core.model.graph import TaskGraph
 from airflow_gpu_dag.core.model.resources import format_duration
-from airflow_gpu_dag.core.policy.objective import fitted_stage_length, longest_gpu_task, stage_length_mismatch
+from airflow_gpu_dag.core.policy.objective import stage_misfit
 from airflow_gpu_dag.gpu.inventory import (
     inventory_problem,
     parse_time_inventory_summary,
@@ -227,22 +227,18 @@ def stage_length_findings(graphs: Mapping[str, TaskGraph], length: float | None 
     and the task; none without a declared GPU task. The linted DAGs may be a part of the pool: the
     message says what was measured on."""
     length = stage_length() if length is None else length
-    longest = longest_gpu_task(graphs)
-    if longest is None:
+    misfit = stage_misfit(graphs, length)
+    if misfit is None:
         return []
-    duration, dag_id, task_id = longest
-    problem = stage_length_mismatch(length, duration)
-    if problem is None:
-        return []
-    fitted = format_duration(fitted_stage_length(length, duration))
+    fitted = format_duration(misfit.advised)
     return [
         Finding(
             WARNING,
             "stage-length-mismatch",
-            dag_id,
-            task_id,
+            misfit.dag_id,
+            misfit.task_id,
             f"[gpu_dag] stage_length is {format_duration(length)} and the longest GPU task of the linted "
-            f"DAGs takes {format_duration(duration)}, {problem}.",
+            f"DAGs takes {format_duration(misfit.duration)}, {misfit.problem}.",
             f"set [gpu_dag] stage_length to how long one training stage of your pool runs (about "
             f"{fitted} if this task is one), after checking the order with airflow "
             f"gpu-dag simulate --stage-length {fitted} on your DAGs; docs/priority.md, "

@@ -27,11 +27,9 @@ from airflow_gpu_dag.core.model.resources import (
 )
 from airflow_gpu_dag.core.planning.planner import planned_remaining
 from airflow_gpu_dag.core.policy.objective import (
-    fitted_stage_length,
     get_objective,
-    longest_gpu_task,
-    stage_length_mismatch,
     stage_length_problem,
+    stage_misfit,
 )
 from airflow_gpu_dag.core.simulation import cross_dag
 from airflow_gpu_dag.settings import objective as configured_objective
@@ -278,17 +276,15 @@ def _rows(outcome: _Outcome) -> list[dict[str, Any]]:
 
 def stage_note(length: float, graphs: Mapping[str, TaskGraph]) -> str | None:
     """A note when stages of ``length`` seconds do not fit the longest GPU task of ``graphs``
-    (:func:`~airflow_gpu_dag.core.policy.objective.stage_length_mismatch`, what lint's
+    (:func:`~airflow_gpu_dag.core.policy.objective.stage_misfit`, what lint's
     ``stage-length-mismatch`` says): the prediction is then of the objective at another time scale."""
-    longest = longest_gpu_task(graphs)
-    problem = stage_length_mismatch(length, longest[0]) if longest else None
-    if longest is None or problem is None:
+    misfit = stage_misfit(graphs, length)
+    if misfit is None:
         return None
-    duration, dag_id, task_id = longest
     return (
-        f"Note: the longest GPU task, {task_id!r} of {dag_id!r}, takes {format_duration(duration)}, "
-        f"{problem}; try --stage-length {format_duration(fitted_stage_length(length, duration))} (and set "
-        "[gpu_dag] stage_length to what fits)."
+        f"Note: the longest GPU task, {misfit.task_id!r} of {misfit.dag_id!r}, takes "
+        f"{format_duration(misfit.duration)}, {misfit.problem}; try --stage-length "
+        f"{format_duration(misfit.advised)} (and set [gpu_dag] stage_length to what fits)."
     )
 
 

@@ -63,6 +63,7 @@ __all__ = [
     "Objective",
     "ReservationGate",
     "RunShape",
+    "StageMisfit",
     "StarvingWatch",
     "descendant_lead",
     "fitted_stage_length",
@@ -76,6 +77,7 @@ __all__ = [
     "slot_seconds",
     "stage_length_mismatch",
     "stage_length_problem",
+    "stage_misfit",
     "task_keys",
     "work_of",
 ]
@@ -372,6 +374,32 @@ def fitted_stage_length(length: float, longest: float) -> float:
     if stage_length_mismatch(length, longest) is None:
         return length
     return min(longest, MAX_STAGE_LENGTH)
+
+
+@dataclass(frozen=True)
+class StageMisfit:
+    """The longest declared GPU task of some DAGs, when stages of the length asked about do not fit it
+    (:func:`stage_misfit`): where it is, :func:`stage_length_mismatch`'s words (``problem``) and the
+    stage length to try (``advised``, :func:`fitted_stage_length`). What lint and simulate report."""
+
+    duration: float
+    dag_id: str
+    task_id: str
+    problem: str
+    advised: float
+
+
+def stage_misfit(graphs: Mapping[str, TaskGraph], length: float) -> StageMisfit | None:
+    """The :class:`StageMisfit` of ``graphs`` (by DAG id) at stages of ``length`` seconds; None when
+    their longest declared GPU task fits them, or they have none."""
+    longest = longest_gpu_task(graphs)
+    if longest is None:
+        return None
+    duration, dag_id, task_id = longest
+    problem = stage_length_mismatch(length, duration)
+    if problem is None:
+        return None
+    return StageMisfit(duration, dag_id, task_id, problem, fitted_stage_length(length, duration))
 
 
 def longest_gpu_task(graphs: Mapping[str, TaskGraph]) -> tuple[float, str, str] | None:

@@ -37,6 +37,7 @@ from airflow_gpu_dag.core.policy.objective import (
     slot_seconds,
     stage_length_mismatch,
     stage_length_problem,
+    stage_misfit,
     task_keys,
 )
 from airflow_gpu_dag.core.policy.reservation import decide_pools
@@ -626,6 +627,27 @@ def test_the_fitted_stage_length_keeps_a_stage_that_fits_and_takes_the_longest_t
     for longest in (60.0, 30 * 60.0, 2 * STAGE_LENGTH, 25 * HOUR):
         fitted = fitted_stage_length(STAGE_LENGTH, longest)
         assert stage_length_problem(fitted) is None and stage_length_mismatch(fitted, longest) is None
+
+
+def test_a_stage_misfit_names_the_longest_gpu_task_the_problem_and_the_stage_to_try() -> None:
+    """What lint and simulate report: nothing while the longest GPU task fits the stages, else where it
+    is, the mismatch's words and the fitted stage length."""
+    graphs = {
+        "quick": TaskGraph.from_edges(
+            "quick", {"score": 720.0, "report": 240.0}, [], {"score": 1, "report": 1}
+        )
+    }
+    assert stage_misfit(graphs, 20 * 60.0) is None
+    assert stage_misfit({}, STAGE_LENGTH) is None
+    misfit = stage_misfit(graphs, STAGE_LENGTH)
+    assert misfit is not None
+    assert (misfit.duration, misfit.dag_id, misfit.task_id, misfit.advised) == (
+        720.0,
+        "quick",
+        "score",
+        720.0,
+    )
+    assert misfit.problem == stage_length_mismatch(STAGE_LENGTH, 720.0)
 
 
 def test_the_longest_gpu_task_counts_only_gpu_tasks_with_a_declared_estimate() -> None:
