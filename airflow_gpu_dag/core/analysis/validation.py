@@ -271,10 +271,8 @@ def path_contains(outer: str, inner: str) -> bool:
 
 def paths_overlap(a: str, b: str) -> bool:
     """True when one path equals or contains the other (by whole path components)."""
-    if a == b:
-        return True
     short, long_ = (a, b) if len(a) < len(b) else (b, a)
-    return long_.startswith(short if short.endswith("/") else short + "/")
+    return path_contains(short, long_)
 
 
 @dataclass(frozen=True)
