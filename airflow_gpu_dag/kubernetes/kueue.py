@@ -18,7 +18,7 @@ admission, so the fallback ladder reacts to a queue that has no GPU quota left.
 
 from __future__ import annotations
 
-import re
+from airflow_gpu_dag.kubernetes.labels import is_label_value
 
 __all__ = [
     "POD_GROUP_LABEL",
@@ -38,15 +38,13 @@ POD_GROUP_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 #: Label naming a Kueue ``WorkloadPriorityClass``.
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 
-_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")  # \Z: no trailing newline
-
 
 class KueueError(ValueError):
     """Kueue metadata that cannot be valid."""
 
 
 def _check_value(what: str, value: str) -> str:
-    if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+    if not is_label_value(value):
         raise KueueError(
             f"{what} {value!r} must be a label value: at most 63 characters of [A-Za-z0-9-_.], starting "
             "and ending with a letter or digit"

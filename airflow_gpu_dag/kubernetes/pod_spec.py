@@ -23,7 +23,6 @@ the DAG and task id.
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -32,6 +31,7 @@ from kubernetes.client import models as k8s
 
 from airflow_gpu_dag.core.model.pools import normalize_gpu_type
 from airflow_gpu_dag.core.model.resources import EstimateError, GpuRequest
+from airflow_gpu_dag.kubernetes.labels import LABEL_MAX_LENGTH, is_label_value
 
 __all__ = [
     "DATASET_LABEL_PREFIX",
@@ -80,11 +80,6 @@ DEFAULT_GPU_PRODUCTS: Mapping[str, tuple[str, ...]] = {
 DataAffinity = Literal["prefer", "require"]
 _DATA_AFFINITY_MODES = ("prefer", "require")
 
-# A label key's name part: at most 63 characters, alphanumeric at both ends, [-_.] inside (``\Z``, not
-# ``$``: a name ending in a newline is refused, as the API server refuses it).
-_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?\Z")
-
 
 class GpuPodSpecError(ValueError):
     """A GPU pod argument that cannot be turned into a valid pod; the message says how to fix it."""
@@ -93,10 +88,11 @@ class GpuPodSpecError(ValueError):
 def dataset_label(dataset: str) -> str:
     """The node label key that marks nodes holding ``dataset``: ``gpu-dag.io/dataset-<name>``."""
     name = f"{DATASET_LABEL_PREFIX.split('/', 1)[1]}{dataset}"
-    if not isinstance(dataset, str) or not dataset or len(name) > 63 or not _LABEL_NAME.match(name):
+    if not isinstance(dataset, str) or not dataset or not is_label_value(name):
+        room = LABEL_MAX_LENGTH - len(name) + len(str(dataset))  # what the name part leaves the dataset
         raise GpuPodSpecError(
             f"dataset name {dataset!r} cannot be part of the node label {DATASET_LABEL_PREFIX}<name>: use "
-            f"at most {63 - len(name) + len(str(dataset))} characters of [A-Za-z0-9-_.], starting and "
+            f"at most {room} characters of [A-Za-z0-9-_.], starting and "
             "ending with a letter or digit (e.g. 'c4-en' or 'imagenet_2012')"
         )
     return DATASET_LABEL_PREFIX + dataset
@@ -192,9 +188,8 @@ class GpuPodSpec:
                     f"unknown gpu_type {gpu_type!r}; known types: {', '.join(sorted(mapping))}. {fix}"
                 )
             products = mapping[gtype]
-            if not products or not all(
-                isinstance(p, str) and len(p) <= 63 and _LABEL_VALUE.match(p) for p in products
-            ):
+            # an empty label value is one too
+            if not products or not all(p == "" or is_label_value(p) for p in products):
                 raise GpuPodSpecError(
                     f"gpu_products[{gtype!r}] = {list(products)!r} must be a non-empty list of "
                     f"{GPU_PRODUCT_LABEL} label values (at most 63 characters), e.g. 'NVIDIA-A100-SXM4-80GB'"
