@@ -62,3 +62,15 @@ def fallen_back_ladder(wait: float, small: float, others: int = 0) -> TaskGraph:
     for i in range(others):
         graph.add(f"other{i}", 2 * HOUR, 8, pool="gpu")
     return graph
+
+
+def sized_and_unlimited_pools() -> TaskGraph:
+    """Three 4-GPU tasks in the sized pool ``gpu`` and three in ``tpu``, a pool no capacity names (so
+    unlimited), and ``after`` (``tpu``) after ``tpu2``: 10-s tasks, ``after`` 1 s."""
+    graph = TaskGraph("unlimited")
+    for i in range(3):
+        graph.add(f"tpu{i}", 10.0, 4, pool="tpu")
+        graph.add(f"gpu{i}", 10.0, 4, pool="gpu")
+    graph.add("after", 1.0, 4, pool="tpu")
+    graph.add_edge("tpu2", "after")
+    return graph

@@ -21,7 +21,7 @@ from airflow_gpu_dag.core.planning.justification import (
     serial_schedule,
 )
 from airflow_gpu_dag.core.simulation.simulator import simulate
-from tests.unit.graphs import draw_task_graph, gpu_graph
+from tests.unit.graphs import draw_task_graph, gpu_graph, sized_and_unlimited_pools
 
 
 def _feasible(graph: TaskGraph, cap: int, start: dict[str, float]) -> None:
@@ -336,12 +336,7 @@ def test_serial_schedule_backwards_returns_mirrored_starts() -> None:
 def test_serial_passes_start_tasks_of_pools_without_capacity_when_ready() -> None:
     """Pools not in ``capacity`` are unlimited: three 4-GPU tasks of pool ``tpu`` start together, while
     the 4-GPU tasks of the sized pool ``gpu`` take turns."""
-    graph = TaskGraph("unlimited")
-    for i in range(3):
-        graph.add(f"tpu{i}", 10.0, 4, pool="tpu")
-        graph.add(f"gpu{i}", 10.0, 4, pool="gpu")
-    graph.add("after", 1.0, 4, pool="tpu")
-    graph.add_edge("tpu2", "after")
+    graph = sized_and_unlimited_pools()
     caps = {"gpu": 4}
     order = list(graph.nodes)
     expected = {"tpu0": 0.0, "tpu1": 0.0, "tpu2": 0.0, "after": 10.0, "gpu0": 0.0, "gpu1": 10.0, "gpu2": 20.0}

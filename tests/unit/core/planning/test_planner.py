@@ -29,6 +29,7 @@ from airflow_gpu_dag.core.simulation.simulator import CapacityError, simulate
 from tests.unit.graphs import (
     draw_task_graph,
     gpu_graph,
+    sized_and_unlimited_pools,
 )
 
 DIAMOND = gpu_graph(
@@ -342,12 +343,7 @@ def test_zero_duration_tasks_are_planned_after_their_upstream_tasks() -> None:
 def test_tasks_of_pools_without_capacity_start_when_ready() -> None:
     """Pools not in ``capacity`` are unlimited: three 4-GPU tasks of ``tpu`` run together while the
     4-GPU tasks of the sized ``gpu`` pool take turns."""
-    graph = TaskGraph("unlimited")
-    for i in range(3):
-        graph.add(f"tpu{i}", 10.0, 4, pool="tpu")
-        graph.add(f"gpu{i}", 10.0, 4, pool="gpu")
-    graph.add("after", 1.0, 4, pool="tpu")
-    graph.add_edge("tpu2", "after")
+    graph = sized_and_unlimited_pools()
     plan = packing_weights_plan(graph, {"gpu": 4}, "reservation")
     assert {t: plan.schedule[t] for t in ("tpu0", "tpu1", "tpu2", "after")} == {
         "tpu0": 0.0,
