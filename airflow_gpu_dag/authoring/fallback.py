@@ -74,6 +74,7 @@ from airflow.sdk import BaseOperator, TaskGroup, TriggerRule
 from airflow.sdk.bases.operator import DEFAULT_POOL_NAME
 from airflow.sdk.definitions._internal.mixins import DependencyMixin
 
+from airflow_gpu_dag.airflow.declaring import declaring_dag
 from airflow_gpu_dag.contract import FallbackHint
 from airflow_gpu_dag.core.model.pools import pool_for_gpu_type
 from airflow_gpu_dag.core.model.resources import (
@@ -257,8 +258,14 @@ def _apply_rung_defaults(
         task.schedule_timeout_seconds = max(1, int(seconds))  # type: ignore[attr-defined]
 
 
+def _ladder_where(group_id: str) -> str:
+    """How a ladder's errors name it: the group id and, inside a ``with DAG(...)`` block, the DAG."""
+    dag_id = getattr(declaring_dag({}), "dag_id", None)
+    return f"fallback ladder {group_id!r} in DAG {dag_id!r}" if dag_id else f"fallback ladder {group_id!r}"
+
+
 def _check_rungs(group_id: str, rungs: Sequence[Rung]) -> None:
-    where = f"fallback ladder {group_id!r}"
+    where = _ladder_where(group_id)
     if not rungs:
         raise FallbackError(f"{where} has no rungs; give at least one Rung(...)")
     for index, rung in enumerate(rungs):  # before their names are read below
@@ -318,7 +325,7 @@ def fallback_ladder(
     :raises FallbackError: the ladder cannot work as written (the message says how to fix it).
     """
     _check_rungs(group_id, rungs)
-    where = f"fallback ladder {group_id!r}"
+    where = _ladder_where(group_id)
     if watch_mode not in ("poke", "reschedule"):
         raise FallbackError(
             f"{where}: watch_mode={watch_mode!r} is not a sensor mode; use 'poke' (default) or 'reschedule'"

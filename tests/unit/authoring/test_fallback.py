@@ -539,29 +539,29 @@ def test_a_rung_is_immutable_and_keeps_its_own_params() -> None:
     [
         (
             [Rung("a", start_within="1m"), {"name": "b"}],
-            "fallback ladder 'train': rung 1 is dict, not a Rung(...)",
+            "fallback ladder 'train' in DAG 'fba_bad': rung 1 is dict, not a Rung(...)",
         ),
-        ([Rung("")], "fallback ladder 'train': rung name '' must match [A-Za-z0-9_-]+ (it is a task id)"),
+        ([Rung("")], "fallback ladder 'train' in DAG 'fba_bad': rung name '' must match [A-Za-z0-9_-]+ (it is a task id)"),
         (
             [Rung("a.b")],
-            "fallback ladder 'train': rung name 'a.b' must match [A-Za-z0-9_-]+ (it is a task id)",
+            "fallback ladder 'train' in DAG 'fba_bad': rung name 'a.b' must match [A-Za-z0-9_-]+ (it is a task id)",
         ),
         (
             [Rung("a", gpus=-1)],
-            "fallback ladder 'train', rung 'a': GPU count -1 must be at least 1; a task that needs no GPU "
+            "fallback ladder 'train' in DAG 'fba_bad', rung 'a': GPU count -1 must be at least 1; a task that needs no GPU "
             "should not declare a GPU request",
         ),
         (
             [Rung("a", gpus=2.5)],  # type: ignore[arg-type]
-            "fallback ladder 'train', rung 'a': GPU count 2.5 must be a whole number of GPUs (1, 2, 4, 8)",
+            "fallback ladder 'train' in DAG 'fba_bad', rung 'a': GPU count 2.5 must be a whole number of GPUs (1, 2, 4, 8)",
         ),
         (
             [Rung("a", gpus=True)],
-            "fallback ladder 'train', rung 'a': GPU count True must be a whole number of GPUs (1, 2, 4, 8)",
+            "fallback ladder 'train' in DAG 'fba_bad', rung 'a': GPU count True must be a whole number of GPUs (1, 2, 4, 8)",
         ),
         (
             [Rung("a", start_within=datetime.timedelta(0)), Rung("b")],
-            "fallback ladder 'train', rung 'a': start_within must be > 0, e.g. start_within='20m'",
+            "fallback ladder 'train' in DAG 'fba_bad', rung 'a': start_within must be > 0, e.g. start_within='20m'",
         ),
     ],
     ids=["not-a-rung", "empty-name", "dotted-name", "negative-gpus", "fractional-gpus", "bool-gpus", "zero"],
@@ -579,15 +579,15 @@ def test_a_bad_rung_is_refused_before_any_task_is_added(rungs: list[Any], messag
     [
         (
             Rung("a", duration="forever"),
-            r"^fallback ladder 'train', rung 'a': duration 'forever' cannot be parsed",
+            r"^fallback ladder 'train' in DAG 'fba_durations', rung 'a': duration 'forever' cannot be parsed",
         ),
         (
             Rung("a", start_within=-5),
-            r"^fallback ladder 'train', rung 'a': duration -5 is negative; use seconds",
+            r"^fallback ladder 'train' in DAG 'fba_durations', rung 'a': duration -5 is negative; use seconds",
         ),
         (
             Rung("a", start_within="soon"),
-            r"^fallback ladder 'train', rung 'a': duration 'soon' cannot be parsed",
+            r"^fallback ladder 'train' in DAG 'fba_durations', rung 'a': duration 'soon' cannot be parsed",
         ),
     ],
     ids=["duration", "negative-start-within", "unparsable-start-within"],
@@ -620,7 +620,7 @@ def test_a_factory_that_returns_no_single_operator_is_refused(factory: Any, retu
     with _dag("fba_factory"), pytest.raises(FallbackError) as err:
         fallback_ladder("train", [Rung("a")], factory)
     assert str(err.value) == (
-        f"fallback ladder 'train', rung 'a': the factory returned {returned}; it must return one operator "
+        f"fallback ladder 'train' in DAG 'fba_factory', rung 'a': the factory returned {returned}; it must return one operator "
         "(not a mapped task, not a list)"
     )
 
@@ -629,7 +629,7 @@ def test_a_factory_task_with_another_id_is_named_with_the_fix() -> None:
     with _dag("fba_ids"), pytest.raises(FallbackError) as err:
         fallback_ladder("train", [Rung("a")], lambda r: PythonOperator(task_id="b", python_callable=print))
     assert str(err.value) == (
-        "fallback ladder 'train': the factory built task 'train.b' for rung 'a'; create it with "
+        "fallback ladder 'train' in DAG 'fba_ids': the factory built task 'train.b' for rung 'a'; create it with "
         "task_id=rung.name inside the factory"
     )
 
@@ -900,3 +900,10 @@ def test_a_ladder_wires_to_lists_and_both_shift_directions() -> None:
 def test_a_bad_watch_mode_is_a_fallback_error() -> None:
     with _dag("fba_mode"), pytest.raises(FallbackError, match=r"fallback ladder 'train'.*watch_mode"):
         fallback_ladder("train", [Rung("a", start_within="1m"), Rung("b")], _py, watch_mode="sometimes")
+
+
+def test_a_ladder_checked_outside_a_dag_is_named_by_its_group_alone() -> None:
+    """Its rungs are checked before any task is made, so the error comes even without a DAG to name."""
+    with pytest.raises(FallbackError) as err:
+        fallback_ladder("train", [], _py)
+    assert str(err.value) == "fallback ladder 'train' has no rungs; give at least one Rung(...)"
