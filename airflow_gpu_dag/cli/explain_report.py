@@ -160,7 +160,7 @@ class _Pool:
             return "absent"
         if self.state.expires is None:
             return "stopped"
-        return "running" if self.state.expires > now else "stale"
+        return "running" if self.state.claimed(now) else "stale"
 
 
 def _pool(client: Any, name: str) -> _Pool:

@@ -10,7 +10,8 @@ The description ends with a machine-readable state::
 - ``lease`` / ``holder`` / ``expires``: the **claim** of a running controller. ``lease`` names the
   controller group (its lease Variable or host lock file: standbys of one group share it), ``holder``
   the process that wrote it, ``expires`` (epoch) when the claim lapses unless renewed. A lapsed claim
-  means no controller has written for ``fail_open_after`` intervals: the watchdog in the scheduler
+  means no controller has written for ``fail_open_after`` intervals (a claim expiring more than
+  ``MAX_CLAIM`` ahead counts as lapsed: no controller writes one, so it was edited or corrupted): the watchdog in the scheduler
   (:mod:`.watchdog`) then writes the pool back to ``capacity``. A controller that stops cleanly writes
   the pool back itself and drops the claim;
 - ``why``: the controller's latest decision as data
@@ -37,6 +38,7 @@ from airflow_gpu_dag.core.model.resources import real_number
 from airflow_gpu_dag.core.policy.reasons import Reason, reason_from_json, reason_to_json
 
 __all__ = [
+    "MAX_CLAIM",
     "RENEW_MARGIN_INTERVALS",
     "PoolState",
     "comparable",
@@ -54,6 +56,11 @@ _STATE = re.compile(r"(?<!\s)\s*\[gpu-dag-state (\{.*?\})\]")
 _COUNTDOWN = re.compile(r"(?<![\w.])[+-]\d+(?:\.\d+)?(?:e[+-]?\d+)?s\b")
 #: A claim is renewed once fewer than this many intervals of it remain.
 RENEW_MARGIN_INTERVALS = 1.5
+#: Longest a pool write stays claimed (``fail_open_after`` x ``interval``) and longest lease: 30 days.
+MAX_CLAIM = 30 * 86400.0
+#: How far the clocks of the controller's host and the scheduler's may disagree before a claim written
+#: at the longest window reads as further ahead than any controller writes.
+CLOCK_SKEW = 3600.0
 
 
 #: Most slots a pool can be given (Airflow's ``slot_pool.slots`` is an int column; as for tasks).
@@ -97,8 +104,14 @@ class PoolState:
     why: Reason | None = None  # the latest decision, as data
 
     def claimed(self, now: float) -> bool:
-        """A live claim: a controller has written within its fail-open window."""
-        return self.expires is not None and self.expires > now
+        """A live claim: a controller has written within its fail-open window. A claim expiring more
+        than ``MAX_CLAIM`` (and ``CLOCK_SKEW``) after ``now`` is not live: no controller writes one (the window is at most
+        ``MAX_CLAIM``), and taking it at its word would keep the pool shrunk for years."""
+        return self.expires is not None and now < self.expires <= now + MAX_CLAIM + CLOCK_SKEW
+
+    def lapsed(self, now: float) -> bool:
+        """A claim that is there but not live at ``now`` (what the watchdog fails open)."""
+        return self.expires is not None and not self.claimed(now)
 
     def unclaimed(self) -> PoolState:
         """The same state without a claim (what a released or failed-open pool carries): no controller

@@ -34,6 +34,7 @@ from sqlalchemy import select, update
 
 import airflow_gpu_dag.metrics as metrics
 from airflow_gpu_dag.pool_claim.state import (
+    MAX_CLAIM,
     PoolState,
     iso_time,
     parse_pool_state,
@@ -80,13 +81,25 @@ class Restore:
 def failed_open_description(state: PoolState, now: float) -> str:
     """The description the watchdog writes: what happened, and the state without the claim."""
     capacity = state.capacity if state.capacity is not None else 0
-    lapsed = iso_time(state.expires) if state.expires is not None else "?"
     text = (
         f"gpu-dag watermark: pool {capacity} of capacity {capacity} | failed open by the scheduler's "
-        f"watchdog at {iso_time(now)}: no watermark controller of {state.lease or '?'} "
-        f"({state.holder or '?'}) renewed its claim, which lapsed at {lapsed}"
+        f"watchdog at {iso_time(now)}: {_why_lapsed(state, now)}"
     )
     return with_state(text, state.unclaimed())
+
+
+def _why_lapsed(state: PoolState, now: float) -> str:
+    """Why a lapsed claim is no controller's: not renewed in time, or expiring further ahead than any
+    controller writes one (an edited or corrupted description)."""
+    controller = f"watermark controller of {state.lease or '?'} ({state.holder or '?'})"
+    if state.expires is None:
+        return f"no {controller} renewed its claim, which lapsed at ?"
+    if state.expires > now:
+        return (
+            f"the claim of the {controller} expires at {iso_time(state.expires)}, further ahead than any "
+            f"controller claims a pool ({MAX_CLAIM / 86400:g} days), so it is not a live one"
+        )
+    return f"no {controller} renewed its claim, which lapsed at {iso_time(state.expires)}"
 
 
 def expired_pools(pools: Iterable[tuple[Any, Any, Any]], now: float) -> list[Restore]:
@@ -95,13 +108,12 @@ def expired_pools(pools: Iterable[tuple[Any, Any, Any]], now: float) -> list[Res
     found = []
     for name, slots, description in pools:
         state = parse_pool_state(description)
-        if state is None or state.expires is None or state.expires > now:
+        if state is None or not state.lapsed(now):
             continue
         if isinstance(slots, bool) or not isinstance(slots, int):
             continue
         if state.capacity is None:
-            lapsed = iso_time(state.expires)
-            event = f"found by the scheduler's watchdog at {iso_time(now)}, claim lapsed at {lapsed}"
+            event = f"found by the scheduler's watchdog at {iso_time(now)}: {_why_lapsed(state, now)}"
             found.append(
                 Restore(
                     str(name),

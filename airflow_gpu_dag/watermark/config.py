@@ -50,7 +50,7 @@ import jsonschema
 import yaml
 
 from airflow_gpu_dag.core.model.resources import EstimateError, parse_duration, parse_memory_mib
-from airflow_gpu_dag.pool_claim.state import MAX_POOL_SLOTS
+from airflow_gpu_dag.pool_claim.state import MAX_CLAIM, MAX_POOL_SLOTS
 from airflow_gpu_dag.settings import config_problems, pool_capacities
 
 __all__ = [
@@ -74,8 +74,6 @@ DEFAULT_INTERVAL = 60.0
 DEFAULT_FAIL_OPEN_AFTER = 3
 #: Longest tick interval (a day): a longer one is a typo, and waits that long overflow ``time_t``.
 MAX_INTERVAL = 86400.0
-#: Longest a pool write stays claimed (``fail_open_after`` x ``interval``) and longest lease: 30 days.
-MAX_CLAIM = 30 * 86400.0
 #: Longest pool name Airflow stores (``slot_pool.pool``).
 MAX_POOL_NAME = 256
 #: The JSON Schema of the file (``airflow_gpu_dag/watermark/watermark.schema.json``): the keys below

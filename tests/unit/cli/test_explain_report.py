@@ -257,6 +257,14 @@ def test_a_claim_that_expires_at_the_moment_asked_has_lapsed() -> None:
     )
 
 
+def test_a_claim_further_ahead_than_any_controller_writes_is_stale_not_running() -> None:
+    """The scheduler's watchdog fails such a pool open (``PoolState.claimed``); explain must not call its
+    controller running meanwhile."""
+    api = reservation_state()
+    _managed(api, PoolState(capacity=4, holder=HOLDER, expires=NOW + 400 * 86400, interval=5.0), slots=0)
+    assert report(api, "evals")["controller"]["gpu"]["status"] == "stale"
+
+
 # -- a task that has not finished --------------------------------------------------------------------------
 def test_a_running_task_is_explained_by_the_slots_it_holds_and_ends_when_its_history_says() -> None:
     api = reservation_state()

@@ -183,3 +183,19 @@ def test_a_hand_edited_capacity_beyond_any_pool_is_unknown_not_written_back() ->
     assert huge.unsized and huge.capacity == 0  # kept at its size, said so: not opened to 10**12
     (fine,) = expired_pools([("gpu", 0, description(4))], now=100.0)
     assert fine.capacity == 4 and not fine.unsized
+
+
+def test_a_claim_is_live_only_between_now_and_the_longest_window_ahead() -> None:
+    """``claimed`` and ``lapsed`` are each other's opposite for a claim; a state without one is neither."""
+    from airflow_gpu_dag.pool_claim.state import CLOCK_SKEW, MAX_CLAIM, PoolState
+
+    for expires, live in [
+        (NOW, False),
+        (NOW + 1, True),
+        (NOW + MAX_CLAIM + CLOCK_SKEW, True),
+        (NOW + MAX_CLAIM + CLOCK_SKEW + 1, False),
+        (1e300, False),
+    ]:
+        state = PoolState(capacity=4, expires=expires)
+        assert (state.claimed(NOW), state.lapsed(NOW)) == (live, not live), expires
+    assert not PoolState(capacity=4).claimed(NOW) and not PoolState(capacity=4).lapsed(NOW)

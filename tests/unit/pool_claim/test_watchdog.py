@@ -17,7 +17,7 @@ from sqlalchemy import Engine, create_engine, select, update
 from sqlalchemy.orm import Session
 
 from airflow_gpu_dag.pool_claim import watchdog
-from airflow_gpu_dag.pool_claim.state import PoolState, parse_pool_state, with_state
+from airflow_gpu_dag.pool_claim.state import MAX_CLAIM, PoolState, parse_pool_state, with_state
 from tests.unit.watermark.conftest import (
     INTERVAL,
     NOW,
@@ -158,7 +158,8 @@ def test_a_failed_open_description_of_a_nameless_or_corrupt_claim_still_says_wha
     nameless = watchdog.failed_open_description(_state(lease=None, holder=None, expires=None), NOW)
     assert "no watermark controller of ? (?) renewed its claim, which lapsed at ? [" in nameless
     corrupt = watchdog.failed_open_description(_state(expires=1e300), NOW)
-    assert "which lapsed at epoch 1e+300 [" in corrupt
+    assert "claim of the watermark controller of variable:gpu_dag_watermark_lease (gpu-1:812:3fa2c1d0) " in corrupt
+    assert "expires at epoch 1e+300, further ahead than any controller claims a pool (30 days)" in corrupt
     assert parse_pool_state(corrupt) == PoolState(last_good=4, failures=1, capacity=4, source="abc123")
 
 
@@ -170,6 +171,23 @@ def test_a_claim_lapses_at_its_expiry_exactly() -> None:
     assert (restore.pool, restore.slots, restore.capacity, restore.unsized) == ("gpu", 0, 4, False)
     assert restore.old_description == _shrunk()
     assert restore.new_description == watchdog.failed_open_description(_state(), NOW + 30)
+
+
+@pytest.mark.parametrize("ahead_days", [31.5, 365, 1e6])
+def test_a_claim_expiring_further_ahead_than_any_controller_writes_is_failed_open(ahead_days: float) -> None:
+    """No controller claims a pool for longer than ``MAX_CLAIM`` (30 days): a claim that does was edited
+    or corrupted, and taking it at its word would keep the pool shrunk for that long."""
+    rows = [("gpu", 0, _shrunk(expires=NOW + ahead_days * 86400))]
+    (restore,) = watchdog.expired_pools(rows, NOW)
+    assert (restore.slots, restore.capacity) == (0, 4)
+    assert "further ahead than any controller claims a pool" in restore.new_description
+
+
+def test_a_claim_at_the_longest_window_stays_live_with_an_hour_of_clock_skew() -> None:
+    """A controller with ``fail_open_after x interval`` = 30 days on a host whose clock runs ahead still
+    holds its pool."""
+    rows = [("gpu", 0, _shrunk(expires=NOW + MAX_CLAIM + 3000))]
+    assert watchdog.expired_pools(rows, NOW) == []
 
 
 def test_pools_without_a_lapsed_claim_or_with_an_unreadable_size_are_left_alone() -> None:
