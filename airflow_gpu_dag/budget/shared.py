@@ -252,9 +252,18 @@ class SqlBudgetLedger:
 
     # -- writing ------------------------------------------------------------------------------------
     def _lock(self, conn: Any) -> None:
-        """Take the ledger's write lock for the rest of the transaction."""
+        """Take the ledger's write lock for the rest of the transaction. A lock row deleted by hand (a
+        cleaned table) is written again first: an update of no row locks nothing, and claims would no
+        longer be serialised (two hosts could both spend the last of a budget)."""
         table = self.lock_table
-        conn.execute(update(table).where(table.c.name == _LOCK_NAME).values(counter=table.c.counter + 1))
+        bump = update(table).where(table.c.name == _LOCK_NAME).values(counter=table.c.counter + 1)
+        if conn.execute(bump).rowcount > 0:
+            return
+        try:
+            with conn.begin_nested():  # a savepoint: a row another process wrote first fails only this
+                conn.execute(insert(table).values(name=_LOCK_NAME, counter=1))
+        except IntegrityError:
+            conn.execute(bump)  # theirs: waits for their transaction, then holds the row
 
     def claim(self, cap: BudgetCap, claim: BudgetClaim, now: float | None = None) -> BudgetDecision:
         moment = now if now is not None else datetime.now(UTC).timestamp()

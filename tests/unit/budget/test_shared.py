@@ -100,6 +100,30 @@ def test_two_gates_cannot_both_pass_when_only_one_fits(
 
 
 @pytest.mark.usefixtures("_deferring")
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_gates_stay_serialised_after_the_lock_row_was_deleted(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    """A cleaned ``gpu_dag_budget_lock`` table: the first claim writes the row again, so the race above
+    still lets one gate of six pass (an update of no row would lock nothing)."""
+    from sqlalchemy import delete
+
+    if kind == "postgres":
+        request.getfixturevalue("system_packages")
+    with contextlib.ExitStack() as stack:
+        where = f"sqlite:///{tmp_path / 'budget.db'}" if kind == "sqlite" else stack.enter_context(_pg())
+        book = SqlBudgetLedger(where)
+        with book.engine.begin() as conn:
+            conn.execute(delete(book.lock_table))
+        outcomes = _run_race("sql", where, tmp_path)
+        with book.engine.connect() as conn:
+            rows = conn.execute(select(book.lock_table.c.name, book.lock_table.c.counter)).all()
+        book.engine.dispose()
+    assert outcomes.count(True) == 1, outcomes
+    assert [(name, counter) for name, counter in rows] == [("budget", 6)]
+
+
+@pytest.mark.usefixtures("_deferring")
 def test_sql_ledger_survives_a_restart(tmp_path: Path) -> None:
     from airflow_gpu_dag.budget import shared
 
