@@ -45,6 +45,10 @@ the same with every evaluation run ahead of everything (``mix-plan+evals``; the 
 stock's completion times); and ``pipelines s=0|1|2``: ``balanced``'s keys and gate, but the pipelines
 (the runs that end last) due at ``T + s * W`` (the oracle knows which runs are pipelines).
 
+``--hold-critical yes`` makes the gate also hold slots for every wide head of the mix's critical run
+(the latest trigger + critical path, estimated: the run that sets the makespan's lower bound), whatever
+the gate's gap says: what holding for the run that ends last buys the makespan, and who pays for it.
+
 ``--time-scale f`` runs the same mixes with every duration times ``f``, the members' times (``--gates``,
 ``--downstream-units``, ``--due-overdues``) staying as given: how a setting fares on a pool of longer or
 shorter tasks (``multi_dag.py --stage-length`` scales the shipped objectives instead).
@@ -105,6 +109,7 @@ from airflow_gpu_dag.core.policy.objective import (
     OBJECTIVES,
     Objective,
     ReservationGate,
+    RunShape,
     descendant_lead,
     key_weight,
     run_shape,
@@ -136,7 +141,8 @@ class Member:
     ``due_overdue`` gives that cap's overdue); ``downstream_unit`` (seconds per descendant task) and
     ``unlocked`` move keys earlier by ``downstream_unit * descendants + unlocked * unlocked work``
     (:class:`RunTerms`), counting each task's descendant lead instead of its own count with
-    ``descendant_lead``."""
+    ``descendant_lead``; ``hold_critical`` holds slots for every wide head of the mix's critical run
+    whatever the gate says (:class:`CriticalRunHolds`)."""
 
     stretch: float
     chain: float
@@ -151,6 +157,7 @@ class Member:
     due_overdue: float | None = None
     descendant_cap: float = math.inf
     descendant_lead: bool = False
+    hold_critical: bool = False
 
     @property
     def name(self) -> str:
@@ -171,6 +178,8 @@ class Member:
             extra += f" dcap={self.descendant_cap:g}"
         if self.descendant_lead:
             extra += " lead"
+        if self.hold_critical:
+            extra += " hold-critical"
         c = f" c={self.remaining_weight:g}" if self.remaining_weight != 1.0 else ""
         return f"s={self.stretch:g} chain={self.chain:g}{c} {self.reservation}{extra}"
 
@@ -194,9 +203,10 @@ def members(
     due_overdues: Sequence[float | None] = (None,),
     descendant_caps: Sequence[float] = (math.inf,),
     descendant_leads: Sequence[bool] = (False,),
+    hold_critical: Sequence[bool] = (False,),
 ) -> list[Member]:
     return [
-        Member(s, c, r, x, i, w, k, g, u, a, d, n, lead)
+        Member(s, c, r, x, i, w, k, g, u, a, d, n, lead, h)
         for s in stretches
         for c in chains
         for w in remaining_weights
@@ -210,6 +220,7 @@ def members(
         for d in due_overdues
         for n in descendant_caps
         for lead in descendant_leads
+        for h in hold_critical
     ]
 
 
@@ -292,6 +303,29 @@ class NeverHolds(ReservationGate):
 
     def verdict(self, now: float, head: Any, competitor: Any, starving: Any = None) -> dict[str, Any]:
         return {"code": "not-urgent-enough"}
+
+
+@dataclasses.dataclass(frozen=True)
+class CriticalRunHolds(ReservationGate):
+    """The member's gate, but slots are always held for a wide head of ``critical``: the run of the mix
+    with the latest ``T + CP`` (estimated), which sets the lower bound of the makespan. A frontier point
+    (``--hold-critical yes``): does holding for the run that ends last buy the makespan, and who pays?"""
+
+    inner: ReservationGate | None = None
+    critical: str = ""
+
+    def verdict(self, now: float, head: Any, competitor: Any, starving: Any = None) -> dict[str, Any]:
+        assert self.inner is not None
+        found = self.inner.verdict(now, head, competitor, starving)
+        if found["code"] == "not-urgent-enough" and head.run == self.critical:
+            return {"code": "reserving"}
+        return found
+
+
+def critical_run(shapes: Sequence[RunShape], trigger: Sequence[float]) -> str:
+    """The simulator's run name (its index) of the run with the latest trigger + critical path."""
+    ends = [t + max(shape.remaining.values(), default=0.0) for t, shape in zip(trigger, shapes, strict=True)]
+    return str(max(range(len(ends)), key=ends.__getitem__))
 
 
 def member_gate(member: Member) -> ReservationGate:
@@ -426,6 +460,15 @@ def one_instance(job: tuple) -> dict[str, Any]:
         for member in settings:
             priority = member_priority(member, by_dag, terms)
             gate = member_gate(member)
+            if member.hold_critical:
+                gate = CriticalRunHolds(
+                    gate.gap,
+                    gate.overdue,
+                    gate.epoch,
+                    gate.past_key_holds,
+                    gate,
+                    critical_run(shapes, trigger),
+                )
             yield (
                 member.name,
                 simulate_weights(priority, actual, estimated, trigger, capacity, interval, gate),
@@ -642,6 +685,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="task (each task's own count), lead (the most of any task with at most its remaining time)",
     )
     parser.add_argument(
+        "--hold-critical",
+        default="no",
+        help="no, yes: slots always held for the wide heads of the run with the latest T + CP",
+    )
+    parser.add_argument(
         "--unlocked-work",
         default="0",
         help="values of a: key - a * (GPU work of the task and its descendants / capacity); 0: none",
@@ -712,6 +760,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     orders = [o for o in args.descendant_orders.split(",") if o]
     if not orders or set(orders) - {"task", "lead"}:
         parser.error("--descendant-orders: use task, lead")
+    hold = [h for h in args.hold_critical.split(",") if h]
+    if not hold or set(hold) - {"no", "yes"}:
+        parser.error("--hold-critical: use no, yes")
     settings = members(
         [float(s) for s in args.stretches.split(",")],
         [float(c) for c in args.chains.split(",")],
@@ -726,6 +777,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dues,
         descendant_caps,
         [o == "lead" for o in orders],
+        [h == "yes" for h in hold],
     )
     jobs = mix_jobs(args, settings, args.oracle, args.search)
     started = time.time()
