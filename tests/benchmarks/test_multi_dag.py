@@ -438,3 +438,30 @@ def test_summary_reports_each_seed_set_and_the_hard_requirements(capsys: pytest.
     hard = f["p95"] <= 1 and f["makespan"] <= 1 and all(f[k] <= 1.05 for k in ("pipeline", "sweep", "eval"))
     assert rows[0].endswith("| met |") == hard and f"{f['makespan']:.3f}" in rows[0]
     assert multi_dag.seed_set(129) == "100-199"
+
+
+def test_frontier_hold_critical_holds_only_for_the_run_that_ends_last() -> None:
+    """``--hold-critical``: the run with the latest trigger + critical path is held for whatever the
+    gate's gap says; a head of any other run gets the gate's own verdict."""
+    import multi_dag_frontier as frontier
+
+    from airflow_gpu_dag.core.policy.admission import ReadyTask
+    from airflow_gpu_dag.core.policy.objective import ReservationGate, key_weight, run_shape
+    from airflow_gpu_dag.core.simulation.cross_dag import SIMULATION_EPOCH
+
+    g = _pipeline()
+    shapes = [run_shape(g, {"gpu": 8})] * 3
+    cp = shapes[0].remaining["load"]
+    assert frontier.critical_run(shapes, [0.0, 600.0, 300.0]) == "1"  # the same chain, triggered last
+    inner = ReservationGate(96 * 3600.0, 36 * 3600.0, SIMULATION_EPOCH, past_key_holds=False)
+    gate = frontier.CriticalRunHolds(inner.gap, inner.overdue, inner.epoch, False, inner, "1")
+
+    def task(run: str, key: float) -> ReadyTask:
+        return ReadyTask(f"{run}:pipe/init", "gpu", 4, key_weight(key, SIMULATION_EPOCH), 300.0, run=run)
+
+    competitor = task("2", 2 * cp)  # keyed close behind: the gap says not to hold
+    assert inner.verdict(0.0, task("0", cp), competitor)["code"] == "not-urgent-enough"
+    assert gate.verdict(0.0, task("0", cp), competitor)["code"] == "not-urgent-enough"
+    assert gate.verdict(0.0, task("1", cp), competitor) == {"code": "reserving"}
+    member = frontier.Member(5.0, 0.0, "ready", hold_critical=True)
+    assert member.name.endswith(" hold-critical")
