@@ -11,9 +11,9 @@ The description ends with a machine-readable state::
   controller group (its lease Variable or host lock file: standbys of one group share it), ``holder``
   the process that wrote it, ``expires`` (epoch) when the claim lapses unless renewed. A lapsed claim
   means no controller has written for ``fail_open_after`` intervals (a claim expiring more than
-  ``MAX_CLAIM`` ahead counts as lapsed: no controller writes one, so it was edited or corrupted): the watchdog in the scheduler
-  (:mod:`.watchdog`) then writes the pool back to ``capacity``. A controller that stops cleanly writes
-  the pool back itself and drops the claim;
+  ``MAX_CLAIM`` ahead counts as lapsed: no controller writes one, so it was edited or corrupted): the
+  watchdog in the scheduler (:mod:`.watchdog`) then writes the pool back to ``capacity``. A controller
+  that stops cleanly writes the pool back itself and drops the claim;
 - ``why``: the controller's latest decision as data
   (:func:`~airflow_gpu_dag.core.policy.reasons.reason_to_json`: a code, the tasks involved, the times;
   bounded), which the human part says in words, and ``interval``
@@ -105,8 +105,8 @@ class PoolState:
 
     def claimed(self, now: float) -> bool:
         """A live claim: a controller has written within its fail-open window. A claim expiring more
-        than ``MAX_CLAIM`` (and ``CLOCK_SKEW``) after ``now`` is not live: no controller writes one (the window is at most
-        ``MAX_CLAIM``), and taking it at its word would keep the pool shrunk for years."""
+        than ``MAX_CLAIM`` (and ``CLOCK_SKEW``) after ``now`` is not live: no controller writes one (the
+        window is at most ``MAX_CLAIM``), and taking it at its word would keep the pool shrunk for years."""
         return self.expires is not None and now < self.expires <= now + MAX_CLAIM + CLOCK_SKEW
 
     def lapsed(self, now: float) -> bool:

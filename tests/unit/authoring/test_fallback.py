@@ -541,27 +541,35 @@ def test_a_rung_is_immutable_and_keeps_its_own_params() -> None:
             [Rung("a", start_within="1m"), {"name": "b"}],
             "fallback ladder 'train' in DAG 'fba_bad': rung 1 is dict, not a Rung(...)",
         ),
-        ([Rung("")], "fallback ladder 'train' in DAG 'fba_bad': rung name '' must match [A-Za-z0-9_-]+ (it is a task id)"),
+        (
+            [Rung("")],
+            "fallback ladder 'train' in DAG 'fba_bad': rung name '' must match [A-Za-z0-9_-]+ "
+            "(it is a task id)",
+        ),
         (
             [Rung("a.b")],
-            "fallback ladder 'train' in DAG 'fba_bad': rung name 'a.b' must match [A-Za-z0-9_-]+ (it is a task id)",
+            "fallback ladder 'train' in DAG 'fba_bad': rung name 'a.b' must match [A-Za-z0-9_-]+ "
+            "(it is a task id)",
         ),
         (
             [Rung("a", gpus=-1)],
-            "fallback ladder 'train' in DAG 'fba_bad', rung 'a': GPU count -1 must be at least 1; a task that needs no GPU "
-            "should not declare a GPU request",
+            "fallback ladder 'train' in DAG 'fba_bad', rung 'a': GPU count -1 must be at least 1; a task "
+            "that needs no GPU should not declare a GPU request",
         ),
         (
             [Rung("a", gpus=2.5)],  # type: ignore[arg-type]
-            "fallback ladder 'train' in DAG 'fba_bad', rung 'a': GPU count 2.5 must be a whole number of GPUs (1, 2, 4, 8)",
+            "fallback ladder 'train' in DAG 'fba_bad', rung 'a': GPU count 2.5 must be a whole number of "
+            "GPUs (1, 2, 4, 8)",
         ),
         (
             [Rung("a", gpus=True)],
-            "fallback ladder 'train' in DAG 'fba_bad', rung 'a': GPU count True must be a whole number of GPUs (1, 2, 4, 8)",
+            "fallback ladder 'train' in DAG 'fba_bad', rung 'a': GPU count True must be a whole number of "
+            "GPUs (1, 2, 4, 8)",
         ),
         (
             [Rung("a", start_within=datetime.timedelta(0)), Rung("b")],
-            "fallback ladder 'train' in DAG 'fba_bad', rung 'a': start_within must be > 0, e.g. start_within='20m'",
+            "fallback ladder 'train' in DAG 'fba_bad', rung 'a': start_within must be > 0, "
+            "e.g. start_within='20m'",
         ),
     ],
     ids=["not-a-rung", "empty-name", "dotted-name", "negative-gpus", "fractional-gpus", "bool-gpus", "zero"],
@@ -583,7 +591,8 @@ def test_a_bad_rung_is_refused_before_any_task_is_added(rungs: list[Any], messag
         ),
         (
             Rung("a", start_within=-5),
-            r"^fallback ladder 'train' in DAG 'fba_durations', rung 'a': duration -5 is negative; use seconds",
+            r"^fallback ladder 'train' in DAG 'fba_durations', rung 'a': duration -5 is negative; "
+            "use seconds",
         ),
         (
             Rung("a", start_within="soon"),
@@ -620,8 +629,8 @@ def test_a_factory_that_returns_no_single_operator_is_refused(factory: Any, retu
     with _dag("fba_factory"), pytest.raises(FallbackError) as err:
         fallback_ladder("train", [Rung("a")], factory)
     assert str(err.value) == (
-        f"fallback ladder 'train' in DAG 'fba_factory', rung 'a': the factory returned {returned}; it must return one operator "
-        "(not a mapped task, not a list)"
+        f"fallback ladder 'train' in DAG 'fba_factory', rung 'a': the factory returned {returned}; it "
+        "must return one operator (not a mapped task, not a list)"
     )
 
 
@@ -629,8 +638,8 @@ def test_a_factory_task_with_another_id_is_named_with_the_fix() -> None:
     with _dag("fba_ids"), pytest.raises(FallbackError) as err:
         fallback_ladder("train", [Rung("a")], lambda r: PythonOperator(task_id="b", python_callable=print))
     assert str(err.value) == (
-        "fallback ladder 'train' in DAG 'fba_ids': the factory built task 'train.b' for rung 'a'; create it with "
-        "task_id=rung.name inside the factory"
+        "fallback ladder 'train' in DAG 'fba_ids': the factory built task 'train.b' for rung 'a'; "
+        "create it with task_id=rung.name inside the factory"
     )
 
 

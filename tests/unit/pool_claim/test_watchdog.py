@@ -158,7 +158,8 @@ def test_a_failed_open_description_of_a_nameless_or_corrupt_claim_still_says_wha
     nameless = watchdog.failed_open_description(_state(lease=None, holder=None, expires=None), NOW)
     assert "no watermark controller of ? (?) renewed its claim, which lapsed at ? [" in nameless
     corrupt = watchdog.failed_open_description(_state(expires=1e300), NOW)
-    assert "claim of the watermark controller of variable:gpu_dag_watermark_lease (gpu-1:812:3fa2c1d0) " in corrupt
+    controller = "watermark controller of variable:gpu_dag_watermark_lease (gpu-1:812:3fa2c1d0)"
+    assert f"claim of the {controller} " in corrupt
     assert "expires at epoch 1e+300, further ahead than any controller claims a pool (30 days)" in corrupt
     assert parse_pool_state(corrupt) == PoolState(last_good=4, failures=1, capacity=4, source="abc123")
 
