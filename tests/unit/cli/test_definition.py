@@ -6,14 +6,21 @@ still prints every rich table and line; rich tables wrap long ids instead of cut
 
 from __future__ import annotations
 
+import argparse
+import importlib
+import inspect
 import json
+import logging
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
+from airflow.cli.cli_config import ActionCommand
 
-from airflow_gpu_dag.cli.definition import get_parser
+from airflow_gpu_dag.cli import definition, display
+from airflow_gpu_dag.cli.definition import GPU_DAG_COMMANDS, get_gpu_dag_cli_commands, get_parser
 from tests.unit.cli.conftest import (
     GOOD,
     LONG_IDS,
@@ -169,3 +176,174 @@ def test_a_narrow_table_wraps_task_ids_instead_of_cutting_them(
     out = capsys.readouterr().out
     assert "…" not in table_column(out, 0)
     assert table_column(out, 0) == "".join(LONG_IDS)
+
+
+# -- direct unit tests of the module --------------------------------------------------------------------
+@pytest.mark.parametrize(("value", "gpus"), [("1", 1), (" 3 ", 3), ("64", 64)])
+def test_max_gpus_per_host_takes_a_whole_number_of_at_least_one(value: str, gpus: int) -> None:
+    assert definition._host_gpus(value) == gpus
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "1.5", "eight", "", "1e3"])
+def test_max_gpus_per_host_refuses_what_is_no_whole_number_of_at_least_one(value: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError) as caught:
+        definition._host_gpus(value)
+    assert str(caught.value) == f"{value!r}: give the GPUs of the largest host, a whole number >= 1"
+
+
+def test_the_parser_refuses_zero_gpus_per_host_naming_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        get_parser().parse_args(["gpu-dag", "lint", "--max-gpus-per-host", "0"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "--max-gpus-per-host" in err and "a whole number >= 1" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "d", "-o", "xml"],
+        ["simulate", "d", "--objective", "fastest"],
+        ["simulate", "d", "--policy", "stock"],
+        ["estimates", "d", "--factor", "1,5"],
+        ["simulate", "d", "--controller-interval", "5s"],
+    ],
+)
+def test_a_bad_option_value_is_a_usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        get_parser().parse_args(["gpu-dag", *argv])
+    assert stop.value.code == 2
+    assert argv[-2] in capsys.readouterr().err  # the option is named
+
+
+def test_the_output_choices_are_the_formats_display_prints() -> None:
+    assert definition.OUTPUT_FORMATS == display.OUTPUT_FORMATS
+    for command in ("lint", "plan", "estimates", "simulate", "explain"):
+        for output in display.OUTPUT_FORMATS:
+            assert get_parser().parse_args(["gpu-dag", command, "d", "-o", output]).output == output
+
+
+def test_simulate_defaults_and_repeated_options_accumulate_in_order() -> None:
+    argv = ["simulate", "a", "b", "--trigger", "a=0", "--trigger", "b=1h", "--capacity", "p=1"]
+    args = get_parser().parse_args(["gpu-dag", *argv, "--capacity", "q=2"])
+    assert args.dag_ids == ["a", "b"] and args.triggers == ["a=0", "b=1h"] and args.capacity == ["p=1", "q=2"]
+    assert (args.policy, args.objective, args.stage_length, args.controller_interval) == (
+        "reservation",
+        None,
+        None,
+        0.0,
+    )
+    assert (args.output, args.folder, args.gantt, args.declared_only, args.file) == (
+        "table",
+        None,
+        None,
+        False,
+        None,
+    )
+    bare = get_parser().parse_args(["gpu-dag", "simulate"])
+    assert bare.dag_ids == [] and bare.triggers is None and bare.capacity is None
+
+
+def test_the_other_commands_defaults() -> None:
+    parser = get_parser()
+    lint = parser.parse_args(["gpu-dag", "lint"])
+    assert (lint.paths, lint.pools, lint.max_gpus_per_host, lint.strict, lint.no_granularity) == (
+        [],
+        None,
+        None,
+        False,
+        False,
+    )
+    estimates = parser.parse_args(["gpu-dag", "estimates", "d", "--factor", "2"])
+    assert estimates.factor == 2.0 and estimates.file is None
+    explain = parser.parse_args(["gpu-dag", "explain", "d"])
+    assert (explain.run_id, explain.task, explain.conn_id) == (None, None, "gpu_dag_api")
+
+
+def test_every_command_loads_a_function_that_exists() -> None:
+    """The commands are imported only when they run: a wrong import path would surface only then."""
+    (group,) = get_gpu_dag_cli_commands()
+    for command in group.subcommands:
+        path = inspect.getclosurevars(command.func).nonlocals["import_path"]
+        module, _, name = path.rpartition(".")
+        assert callable(getattr(importlib.import_module(module), name, None)), path
+
+
+def test_the_group_has_each_command_once() -> None:
+    (group,) = get_gpu_dag_cli_commands()
+    names = [c.name for c in group.subcommands]
+    assert group.name == "gpu-dag"
+    assert names == [c.name for c in GPU_DAG_COMMANDS] + ["watermark", "watermark-health"]
+    assert len(set(names)) == len(names)
+
+
+def test_the_help_listing_in_the_docs_has_every_command_with_its_help() -> None:
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "cli.md").read_text()
+    listing = docs.split("Positional Arguments:", 1)[1].split("Options:", 1)[0]
+    (group,) = get_gpu_dag_cli_commands()
+    for command in group.subcommands:
+        assert command.name in listing and command.help in listing, command.name
+
+
+# -- the watermark command, from a module that may be missing or broken ---------------------------------
+def _watermark_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> str:
+    """A module with ``body`` on ``sys.path``, standing for ``airflow_gpu_dag.cli.watermark_command``."""
+    name = f"fake_watermark_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(definition, "_WATERMARK_MODULE", name)
+    return name
+
+
+def test_a_missing_watermark_module_gives_a_stub_that_says_to_reinstall(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(definition, "_WATERMARK_MODULE", "airflow_gpu_dag.cli.no_such_watermark_module")
+    command = definition._watermark_command()
+    assert command.name == "watermark" and "(not available in this installation)" in command.help
+    with pytest.raises(SystemExit, match="reinstall airflow-gpu-dag"):
+        command.func(argparse.Namespace())
+    assert definition._watermark_health_command() == ()
+
+
+def test_a_broken_watermark_module_is_logged_and_the_other_commands_keep_working(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = _watermark_module(tmp_path, monkeypatch, "raise RuntimeError('broken install')\n")
+    with caplog.at_level(logging.ERROR, logger=definition.log.name):
+        (group,) = get_gpu_dag_cli_commands()
+    names = [c.name for c in group.subcommands]
+    assert names == [c.name for c in GPU_DAG_COMMANDS] + ["watermark"]  # no health command
+    assert "not available" in group.subcommands[-1].help
+    assert any(name in r.getMessage() and "disabled" in r.getMessage() for r in caplog.records)
+
+
+def test_a_watermark_module_with_only_its_args_gets_a_command_built_from_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = (
+        "from airflow.cli.cli_config import Arg\n"
+        "WATERMARK_ARGS = (Arg(('--config',), help='x'),)\n"
+        "WATERMARK_HELP = 'Run the fake controller'\n"
+        "def watermark(args):\n    return 'ran'\n"
+    )
+    _watermark_module(tmp_path, monkeypatch, body)
+    command = definition._watermark_command()
+    assert command.name == "watermark" and command.help == "Run the fake controller"
+    assert [a.flags for a in command.args] == [("--config",)]
+    assert command.func(argparse.Namespace()) == "ran"
+
+
+def test_a_watermark_module_with_ready_commands_is_used_as_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = (
+        "from airflow.cli.cli_config import ActionCommand\n"
+        "WATERMARK_COMMAND = ActionCommand(name='watermark', help='w', func=print, args=())\n"
+        "WATERMARK_HEALTH_COMMAND = ActionCommand(name='watermark-health', help='h', func=print, args=())\n"
+    )
+    name = _watermark_module(tmp_path, monkeypatch, body)
+    module = sys.modules.get(name) or __import__(name)
+    assert definition._watermark_command() is module.WATERMARK_COMMAND
+    assert definition._watermark_health_command() == (module.WATERMARK_HEALTH_COMMAND,)
+    assert isinstance(module.WATERMARK_COMMAND, ActionCommand)
