@@ -309,7 +309,15 @@ def stage_length_problem(length: float) -> str | None:
     """What is wrong with training stages of ``length`` seconds for the objectives of :data:`OBJECTIVES`
     (None: nothing): a length that is not positive and finite, or one at which an objective refuses its
     scaled times (:meth:`Objective.for_stage`; ``fair``'s 24 stages of lead over 30 days bind: stages
-    over 30 h)."""
+    over 30 h: the message names that limit and why)."""
+    if not (math.isfinite(length) and length > 0):
+        return f"a stage length must be a positive number of seconds, not {length!r}"
+    if length > MAX_STAGE_LENGTH:
+        return (
+            f"a stage length of {length:g} s is over the longest allowed, {MAX_STAGE_LENGTH / 3600:g}h: "
+            "'fair' counts up to 24 stages of lead, which must stay within 30 days; give at most "
+            f"{MAX_STAGE_LENGTH / 3600:g}h"
+        )
     try:
         for known in OBJECTIVES.values():
             known.for_stage(length)
