@@ -9,6 +9,7 @@ left as one node, an unreadable history); :func:`input_json` gives the same for 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -28,15 +29,18 @@ __all__ = [
     "planning_graph",
 ]
 
-#: What the database drivers say about a table that is not there: SQLite, PostgreSQL, MySQL.
-_NO_TABLE = ("no such table", "UndefinedTable", "does not exist", "doesn't exist")
+#: What the database drivers say about a table that is not there: SQLite, PostgreSQL, MySQL. Only a
+#: *table*: a PostgreSQL role or database that does not exist is not fixed by ``airflow db migrate``.
+_NO_TABLE = re.compile(
+    r"no such table|UndefinedTable|relation \"[^\"]*\" does not exist|Table '[^']*' doesn't exist"
+)
 
 
 def history_note(note: str) -> str:
     """``note`` (why the history could not be read) with the fix when the metadata database has no
     tables: a fresh ``AIRFLOW_HOME`` where ``airflow db migrate`` never ran reads as ``no such table:
     task_instance``, which does not say what to do."""
-    if note.startswith("history unreadable") and any(words in note for words in _NO_TABLE):
+    if note.startswith("history unreadable") and _NO_TABLE.search(note):
         return f"the metadata database is not set up: run `airflow db migrate` ({note})"
     return note
 
