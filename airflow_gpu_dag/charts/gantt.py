@@ -86,7 +86,9 @@ def _tick_step(span: float) -> float:
     """A round tick step giving 5-10 ticks over ``span`` seconds."""
     if span <= 0:
         return 1.0
-    candidates = [1, 5, 10, 30, 60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400]
+    # each step at most twice the one before, so the first with at most 10 ticks gives at least 5
+    candidates = [1, 2, 3, 5, 10, 15, 20, 30, 60, 120, 180, 300, 600, 900, 1200, 1800, 3600, 7200, 10800]
+    candidates += [14400, 21600, 43200, 86400]
     for step in candidates:
         if span / step <= 10:
             return float(step)
