@@ -25,7 +25,7 @@ from airflow_gpu_dag.core.model.budget import BudgetCap
 from airflow_gpu_dag.core.model.resources import real_number
 from airflow_gpu_dag.deferral import is_deferrable, resume_race_retry
 from airflow_gpu_dag.executor_config import control_task_hints
-from airflow_gpu_dag.triggers.budget import BudgetTrigger
+from airflow_gpu_dag.triggers.budget import MIN_POKE_INTERVAL, BudgetTrigger
 
 __all__ = ["BudgetGateOperator"]
 
@@ -137,9 +137,14 @@ class BudgetGateOperator(BaseOperator):
         if decision.allowed:
             self.log.info("budget ok, claimed %.3f GPU-h: %s", self.claim_gpu_seconds / 3600, decision.reason)
             return {"allowed": True, "reason": decision.reason, "waited": False}
-        self._wait(context, decision.reason)
-        while True:  # not deferring (defer() raises): check again from this worker
-            time.sleep(self.poke_interval)
+        return self._until_claimed(context, decision.reason)
+
+    def _until_claimed(self, context: Any, reason: str) -> dict[str, Any]:
+        """Wait for room: defer (``defer()`` raises) or, not deferring, check again from this worker
+        every ``poke_interval`` (at least the trigger's minimum) until a claim is made."""
+        self._wait(context, reason)
+        while True:
+            time.sleep(max(MIN_POKE_INTERVAL, self.poke_interval))
             decision = self._claim(context)
             if decision.allowed:
                 self.log.info("budget available again, claimed %.3f GPU-h", self.claim_gpu_seconds / 3600)
@@ -147,8 +152,8 @@ class BudgetGateOperator(BaseOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> dict[str, Any]:
         decision = self._claim(context)
-        if not decision.allowed:  # another gate claimed the room first
-            self._wait(context, decision.reason)
+        if not decision.allowed:  # another gate claimed the room first: wait again, never pass unclaimed
+            return self._until_claimed(context, decision.reason)
         reason = (event or {}).get("reason", "") or decision.reason
         self.log.info("budget available again, claimed %.3f GPU-h: %s", self.claim_gpu_seconds / 3600, reason)
         return {"allowed": True, "reason": reason, "waited": True}
