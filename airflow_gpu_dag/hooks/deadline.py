@@ -54,10 +54,14 @@ def deadline(seconds: float) -> Iterator[float]:
 
     :raises ValueError: ``seconds`` is not a finite number > 0.
     """
-    if not (isinstance(seconds, int | float) and 0 < seconds < math.inf):
+    if not (isinstance(seconds, int | float) and not isinstance(seconds, bool) and 0 < seconds < math.inf):
         raise ValueError(f"a deadline needs seconds > 0, not {seconds!r}")
+    try:
+        span = float(seconds)
+    except OverflowError:  # an int beyond any float: no finite number of seconds
+        raise ValueError(f"a deadline needs a finite number of seconds > 0, not {seconds!r}") from None
     previous: float | None = getattr(_local, "at", None)
-    at = time.monotonic() + float(seconds)
+    at = time.monotonic() + span
     if previous is not None:
         at = min(at, previous)
     _local.at = at
@@ -125,7 +129,7 @@ def _resolve(host: str, port: int) -> list[str]:
     def lookup() -> None:
         try:
             found["infos"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except OSError as err:
+        except (OSError, UnicodeError) as err:  # UnicodeError: a name the IDNA codec refuses
             found["error"] = err
 
     thread = threading.Thread(target=lookup, name=f"resolve-{host}"[:60], daemon=True)
@@ -133,8 +137,8 @@ def _resolve(host: str, port: int) -> list[str]:
     thread.join(max(0.0, left))
     if thread.is_alive():
         raise httpcore.ConnectTimeout(f"resolving {host} took longer than the call's deadline")
-    if "error" in found:
-        raise httpcore.ConnectError(f"cannot resolve {host}: {found['error']}")
+    if "infos" not in found:  # the lookup failed (or its thread died of something unforeseen)
+        raise httpcore.ConnectError(f"cannot resolve {host}: {found.get('error', 'the lookup failed')}")
     addresses = [str(info[4][0]) for info in found["infos"]]
     return list(dict.fromkeys(addresses)) or [host]
 
