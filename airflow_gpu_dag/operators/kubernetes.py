@@ -112,6 +112,19 @@ def _pod_scheduled(pod: Any) -> bool:
     return any(c.type == "PodScheduled" and c.status == "True" for c in (status.conditions or []))
 
 
+def _kueue_metadata(
+    where: str, queue: Any, pod_group: Any, pod_group_size: Any, priority_class: Any
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The Kueue labels and annotations of a pod (:func:`kueue_pod_metadata`), its errors named for the
+    task (``where``): what the constructor and ``.partial()`` both check."""
+    try:
+        return kueue_pod_metadata(
+            queue, pod_group=pod_group, pod_group_size=pod_group_size, workload_priority_class=priority_class
+        )
+    except KueueError as err:
+        raise GpuPodConfigError(f"{where}: {err}") from None
+
+
 class GpuKubernetesPodOperator(KubernetesPodOperator):
     """A ``KubernetesPodOperator`` for GPU work (see the module docstring).
 
@@ -198,15 +211,9 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
         labels = dict(merged.get("labels") or {})
         annotations = dict(merged.get("annotations") or {})
         if kueue:
-            try:
-                k_labels, k_annotations = kueue_pod_metadata(
-                    kueue_queue,  # type: ignore[arg-type]
-                    pod_group=kueue_pod_group,
-                    pod_group_size=kueue_pod_group_size,
-                    workload_priority_class=kueue_priority_class,
-                )
-            except KueueError as err:
-                raise GpuPodConfigError(f"{where}: {err}") from None
+            k_labels, k_annotations = _kueue_metadata(
+                where, kueue_queue, kueue_pod_group, kueue_pod_group_size, kueue_priority_class
+            )
             labels.update(k_labels)
             annotations.update(k_annotations)
 
@@ -257,6 +264,14 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
             if name.startswith(("volcano", "kueue"))
         }
         cls._check_modes(where, **modes, schedulername=kwargs.get("schedulername"))
+        if modes.get("kueue"):  # the labels' values too, as the operator's constructor checks them
+            _kueue_metadata(
+                where,
+                modes.get("kueue_queue"),
+                modes.get("kueue_pod_group"),
+                modes.get("kueue_pod_group_size"),
+                modes.get("kueue_priority_class"),
+            )
 
         gpu_args = {name: kwargs[name] for name in GPU_ARGS if name in kwargs}
         merged = gpu_pod_kwargs(

@@ -8,6 +8,7 @@ Nothing here talks to a cluster."""
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 from unittest import mock
 
@@ -467,3 +468,450 @@ def test_a_pod_templates_tolerations_affinity_and_resources_are_kept() -> None:
     # what the task gives itself still wins over the template, as in the provider
     given = _build(explicit, dag)
     assert {t["key"] for t in given["spec"]["tolerations"]} == {"spot", "nvidia.com/gpu"}
+
+
+# -- "not scheduled in time", charging, PodGroups: the provider's own steps patched out ---------------------
+def _op(dag_id: str = "k8s_gpu", **kwargs: Any) -> GpuKubernetesPodOperator:
+    """Task ``train`` (2 GPUs, namespace ``ml``) with its pod manager and hook faked."""
+    with _dag(dag_id):
+        op = GpuKubernetesPodOperator(
+            task_id="train", image="i", namespace="ml", gpus=2, get_logs=False, **kwargs
+        )
+    op.__dict__["pod_manager"] = mock.Mock()
+    op.__dict__["hook"] = mock.Mock()
+    op.__dict__["client"] = mock.Mock()
+    return op
+
+
+@pytest.fixture
+def charged(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Every ``charge_finished_pod`` call of the operator module, instead of charging."""
+    import airflow_gpu_dag.operators.kubernetes as module
+
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(
+        module, "charge_finished_pod", lambda pod, **kwargs: calls.append({"pod": pod, **kwargs})
+    )
+    return calls
+
+
+def _phase(phase: str | None, conditions: list[Any] | None = None) -> k8s.V1Pod:
+    return k8s.V1Pod(status=k8s.V1PodStatus(phase=phase, conditions=conditions))
+
+
+@pytest.mark.parametrize(
+    ("pod", "scheduled"),
+    [
+        (k8s.V1Pod(status=None), False),
+        (_phase("Running"), True),
+        (_phase("Succeeded"), True),
+        (_phase("Failed"), True),
+        (_phase("Pending"), False),
+        (_phase(None), False),
+        (_phase("Unknown"), False),
+        (pending_pod(True), True),
+        (pending_pod(False), False),
+        (_phase("Pending", [k8s.V1PodCondition(type="Ready", status="True")]), False),
+    ],
+)
+def test_a_pod_counts_as_scheduled_once_bound_to_a_node_or_past_pending(pod: Any, scheduled: bool) -> None:
+    from airflow_gpu_dag.operators.kubernetes import _pod_scheduled
+
+    assert _pod_scheduled(pod) is scheduled
+
+
+def _launch_timeout(message: str = "Pod took too long to be scheduled on the cluster, giving up.") -> Any:
+    from airflow.providers.cncf.kubernetes.utils.pod_manager import PodLaunchTimeoutException
+
+    return PodLaunchTimeoutException(message)
+
+
+def test_an_unscheduled_pod_at_the_timeout_is_not_started_naming_the_task_and_its_gpus(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    from airflow_gpu_dag.operators.fallback import NotStartedInTime
+
+    op = _op(schedule_timeout_seconds=1200)
+    op.pod_manager.read_pod.return_value = pending_pod(False)
+    monkeypatch.setattr(KubernetesPodOperator, "await_pod_start", mock.Mock(side_effect=_launch_timeout()))
+    with pytest.raises(GpuPodNotScheduled) as raised:
+        op.await_pod_start(pending_pod(False))
+    assert isinstance(raised.value, NotStartedInTime)
+    message = str(raised.value)
+    assert "pod train-abc of k8s_gpu.train (2 GPU) was not scheduled within 1200s" in message
+    assert op._not_scheduled == message
+
+
+def test_a_scheduled_pod_that_did_not_start_fails_as_in_the_provider(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scheduled but not started (image pull, ...): retried as usual, not reported as "not started"."""
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    op = _op()
+    op.pod_manager.read_pod.return_value = pending_pod(True)
+    error = _launch_timeout("Pod took too long to start. More than 120s.")
+    monkeypatch.setattr(KubernetesPodOperator, "await_pod_start", mock.Mock(side_effect=error))
+    with pytest.raises(type(error)) as raised:
+        op.await_pod_start(pending_pod(True))
+    assert raised.value is error and op._not_scheduled is None
+
+
+@pytest.mark.parametrize(
+    ("message", "not_started"),
+    [
+        ("Pod took too long to be scheduled on the cluster, giving up. More than 600s.", True),
+        ("Pod took too long to start. More than 120s.", False),
+    ],
+)
+def test_without_the_api_the_providers_message_tells_unscheduled_from_not_started(
+    monkeypatch: pytest.MonkeyPatch, message: str, not_started: bool
+) -> None:
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    op = _op()
+    op.pod_manager.read_pod.side_effect = RuntimeError("api-server unreachable")
+    monkeypatch.setattr(
+        KubernetesPodOperator, "await_pod_start", mock.Mock(side_effect=_launch_timeout(message))
+    )
+    with pytest.raises(GpuPodNotScheduled if not_started else type(_launch_timeout())):
+        op.await_pod_start(pending_pod(False))
+    assert (op._not_scheduled is not None) is not_started
+
+
+def test_an_unscheduled_pod_is_deleted_even_when_asked_to_keep_it_and_is_not_charged(
+    monkeypatch: pytest.MonkeyPatch, charged: list[dict[str, Any]]
+) -> None:
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    provider_cleanup = mock.Mock()
+    monkeypatch.setattr(KubernetesPodOperator, "cleanup", provider_cleanup)
+    op = _op(on_finish_action="keep_pod")
+    op._not_scheduled = "not scheduled"
+    local, remote = pending_pod(False), pending_pod(False)
+    op.cleanup(local, remote)
+    op.pod_manager.delete_pod.assert_called_once_with(remote)
+    provider_cleanup.assert_not_called()
+    assert charged == []
+    # the remote pod could not be read: the local one is deleted
+    op.pod_manager.delete_pod.reset_mock()
+    op.cleanup(local, None)  # type: ignore[arg-type]
+    op.pod_manager.delete_pod.assert_called_once_with(local)
+
+
+def test_a_failed_delete_of_an_unscheduled_pod_is_logged_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    op = _op()
+    op._not_scheduled = "not scheduled"
+    op.pod_manager.delete_pod.side_effect = RuntimeError("forbidden")
+    op.cleanup(pending_pod(False), pending_pod(False))  # no exception: the task fails as not started
+    op.pod_manager.delete_pod.assert_called_once()
+
+
+def test_a_finished_pod_is_charged_before_the_providers_cleanup(
+    monkeypatch: pytest.MonkeyPatch, charged: list[dict[str, Any]]
+) -> None:
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    charges_seen: list[int] = []  # how many charges the provider's cleanup found made
+    monkeypatch.setattr(
+        KubernetesPodOperator, "cleanup", lambda *args, **kwargs: charges_seen.append(len(charged))
+    )
+    op = _op(gpu_type="a100")
+    remote = pending_pod(True)
+    context = {"ti": mock.Mock(), "run_id": "r1"}
+    op.cleanup(pending_pod(True), remote, context=context)  # type: ignore[arg-type]
+    assert charges_seen == [1]  # charged first: the provider's cleanup may delete the pod
+    (call,) = charged
+    assert call["pod"] is remote and call["context"] is context
+    assert (call["gpus"], call["pool"], call["container"]) == (2, "gpu_a100", "base")
+    # reading the pod again goes through the pod manager, and only when asked
+    op.pod_manager.read_pod.assert_not_called()
+    call["reread"](remote)
+    op.pod_manager.read_pod.assert_called_once_with(remote)
+
+
+def test_a_killed_or_never_created_pod_is_not_charged_at_cleanup(
+    monkeypatch: pytest.MonkeyPatch, charged: list[dict[str, Any]]
+) -> None:
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    provider_cleanup = mock.Mock()
+    monkeypatch.setattr(KubernetesPodOperator, "cleanup", provider_cleanup)
+    op = _op()
+    op.cleanup(pending_pod(True), None)  # type: ignore[arg-type]
+    op._killed = True  # on_kill charged it already
+    op.cleanup(pending_pod(True), pending_pod(True))
+    assert charged == [] and provider_cleanup.call_count == 2
+
+
+def test_a_killed_task_charges_its_pod_with_executes_context_before_the_pod_is_deleted(
+    monkeypatch: pytest.MonkeyPatch, charged: list[dict[str, Any]]
+) -> None:
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    deleted: list[int] = []
+    monkeypatch.setattr(KubernetesPodOperator, "on_kill", lambda self: deleted.append(len(charged)))
+    op = _op()
+    op.on_kill()  # no pod yet: nothing to charge
+    assert charged == [] and deleted == [0]
+    context = {"ti": mock.Mock(), "run_id": "r1"}
+    op._run_context = context
+    op.pod = pending_pod(True)
+    op.on_kill()
+    assert deleted == [0, 1]  # charged first, then the provider deletes the pod
+    assert charged[0]["pod"] is op.pod and charged[0]["context"] is context
+
+
+def test_execute_records_not_started_for_the_fallback_ladder(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    op = _op()
+    ti = mock.Mock()
+    context = _context(_dag(), "train", ti=ti)
+    monkeypatch.setattr(
+        KubernetesPodOperator, "execute", mock.Mock(side_effect=GpuPodNotScheduled("no node"))
+    )
+    with pytest.raises(GpuPodNotScheduled):
+        op.execute(context)  # type: ignore[arg-type]
+    ti.xcom_push.assert_called_once_with(
+        key=FALLBACK_XCOM_KEY, value={"outcome": "not_started", "reason": "no node"}
+    )
+    assert op._run_context is context
+    # any other failure is the provider's: no "not started" record
+    ti.reset_mock()
+    monkeypatch.setattr(KubernetesPodOperator, "execute", mock.Mock(side_effect=RuntimeError("OOMKilled")))
+    with pytest.raises(RuntimeError):
+        op.execute(context)  # type: ignore[arg-type]
+    ti.xcom_push.assert_not_called()
+
+
+@pytest.mark.parametrize(
+    ("event_status", "remote", "not_started"),
+    [
+        ("timeout", pending_pod(False), True),
+        ("timeout", pending_pod(True), False),  # scheduled, then did not start: the provider's failure
+        ("error", pending_pod(False), False),  # only the trigger's timeout means "not scheduled in time"
+    ],
+)
+def test_a_deferred_pod_is_not_started_only_when_its_timeout_finds_it_unscheduled(
+    monkeypatch: pytest.MonkeyPatch, event_status: str, remote: k8s.V1Pod, not_started: bool
+) -> None:
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+    from airflow.sdk.exceptions import AirflowException
+
+    failure = AirflowException("Pod train-abc returned a failure")
+    monkeypatch.setattr(KubernetesPodOperator, "trigger_reentry", mock.Mock(side_effect=failure))
+    op = _op(deferrable=True)
+    op.hook.get_pod.return_value = remote
+    ti = mock.Mock()
+    event = {"name": "train-abc", "namespace": "ml", "status": event_status}
+    with pytest.raises(AirflowException) as raised:
+        op.trigger_reentry(_context(_dag(), "train", ti=ti), event)
+    assert isinstance(raised.value, GpuPodNotScheduled) is not_started
+    assert ti.xcom_push.called is not_started
+
+
+def test_a_deferred_timeout_whose_pod_cannot_be_read_is_the_providers_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+    from airflow.sdk.exceptions import AirflowException
+
+    failure = AirflowException("Pod train-abc not found")
+    monkeypatch.setattr(KubernetesPodOperator, "trigger_reentry", mock.Mock(side_effect=failure))
+    op = _op(deferrable=True)
+    op.hook.get_pod.side_effect = RuntimeError("api-server unreachable")
+    with pytest.raises(AirflowException) as raised:
+        op.trigger_reentry(
+            _context(_dag(), "train", ti=mock.Mock()), {"name": "p", "namespace": "ml", "status": "timeout"}
+        )
+    assert raised.value is failure
+
+
+def test_a_gangs_podgroup_is_created_before_the_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    import airflow_gpu_dag.operators.kubernetes as module
+
+    order: list[str] = []
+    ensure = mock.Mock(side_effect=lambda *args: order.append("podgroup") or True)
+    monkeypatch.setattr(module, "ensure_podgroup", ensure)
+    monkeypatch.setattr(
+        KubernetesPodOperator, "get_or_create_pod", lambda self, pod, context: order.append("pod") or pod
+    )
+    op = _op(
+        volcano=True,
+        volcano_queue="training",
+        volcano_gang="ddp",
+        volcano_gang_size=4,
+        priority_class_name="hi",
+    )
+    pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name="train-abc", namespace="ml"))
+    context = _context(_dag(), "train")
+    assert op.get_or_create_pod(pod, context) is pod  # type: ignore[arg-type]
+    assert order == ["podgroup", "pod"]
+    hook, manifest, namespace = ensure.call_args.args
+    assert hook is op.hook and namespace == "ml"
+    assert manifest["metadata"]["name"] == op.pod_group_name(context)  # type: ignore[arg-type]
+    assert manifest["spec"]["minMember"] == 4 and manifest["spec"]["queue"] == "training"
+    assert manifest["spec"]["minResources"] == {"nvidia.com/gpu": "8"}  # 2 GPUs x 4 pods
+    assert manifest["spec"]["priorityClassName"] == "hi"
+
+
+def test_an_existing_podgroup_is_joined_not_created(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    import airflow_gpu_dag.operators.kubernetes as module
+
+    ensure = mock.Mock()
+    monkeypatch.setattr(module, "ensure_podgroup", ensure)
+    monkeypatch.setattr(KubernetesPodOperator, "get_or_create_pod", lambda self, pod, context: pod)
+    op = _op(volcano=True, volcano_pod_group="nightly-eval")
+    pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name="train-abc", namespace="ml"))
+    op.get_or_create_pod(pod, _context(_dag(), "train"))  # type: ignore[arg-type]
+    ensure.assert_not_called()
+    assert op.podgroup_manifest(None, "ml") is None and op.pod_group_name(None) == "nightly-eval"
+    assert _op().pod_group_name(None) is None  # not Volcano: no PodGroup
+
+
+def test_a_podgroup_that_cannot_be_valid_fails_naming_the_dag_and_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from airflow.sdk.exceptions import AirflowException
+
+    import airflow_gpu_dag.operators.kubernetes as module
+    from airflow_gpu_dag.kubernetes.volcano import PodGroupError
+
+    op = _op(volcano=True, volcano_queue="training", volcano_gang="ddp", volcano_gang_size=2)
+    monkeypatch.setattr(
+        module, "podgroup_manifest", mock.Mock(side_effect=PodGroupError("minMember 0 must be"))
+    )
+    pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name="train-abc", namespace="ml"))
+    with pytest.raises(AirflowException, match=r"^k8s_gpu\.train: minMember 0 must be"):
+        op.get_or_create_pod(pod, _context(_dag(), "train"))  # type: ignore[arg-type]
+
+
+def test_a_gangs_podgroup_is_one_per_run_and_named_for_kubernetes() -> None:
+    op = _op(
+        dag_id="Données_Nightly",
+        volcano=True,
+        volcano_queue="q",
+        volcano_gang="DDP workers",
+        volcano_gang_size=2,
+    )
+    first = op.pod_group_name({"run_id": "manual__2026-12-01T00:00:00+00:00"})  # type: ignore[arg-type]
+    again = op.pod_group_name({"run_id": "manual__2026-12-01T00:00:00+00:00"})  # type: ignore[arg-type]
+    other = op.pod_group_name({"run_id": "manual__2026-12-02T00:00:00+00:00"})  # type: ignore[arg-type]
+    assert first == again and first != other
+    for name in (first, other, op.pod_group_name(None)):
+        assert name is not None and len(name) <= 63
+        assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name), name
+
+
+def test_a_failed_critical_path_analysis_falls_back_to_the_noncritical_class(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import airflow_gpu_dag.operators.kubernetes as module
+
+    monkeypatch.setattr(module, "build_task_graph", mock.Mock(side_effect=ValueError("cycle")))
+    op = _op(critical_priority_class="gpu-critical", noncritical_priority_class="gpu-batch")
+    assert op._critical_priority_class() == "gpu-batch"
+    assert _op()._critical_priority_class() is None  # no classes given: no analysis at all
+
+
+# -- parse-time checks of the scheduler modes ---------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"volcano": True, "kueue": True, "volcano_queue": "q", "kueue_queue": "q"}, "choose Volcano"),
+        ({"volcano_queue": "q"}, "only apply with volcano=True; add volcano=True"),
+        ({"volcano_gang_size": 4}, "only apply with volcano=True; add volcano=True"),
+        ({"kueue_queue": "q"}, "only apply with kueue=True; add kueue=True"),
+        ({"kueue": True}, "kueue=True needs kueue_queue="),
+        ({"kueue": True, "kueue_queue": "q", "kueue_pod_group_size": 2}, "needs kueue_pod_group="),
+        ({"volcano": True}, "volcano=True needs volcano_queue="),
+        (
+            {"volcano": True, "volcano_queue": "q", "schedulername": "default-scheduler"},
+            "remove schedulername=",
+        ),
+        (
+            {"volcano": True, "volcano_queue": "q", "volcano_gang": "g", "volcano_pod_group": "pg"},
+            "either volcano_gang .* or volcano_pod_group",
+        ),
+        (
+            {"volcano": True, "volcano_queue": "q", "volcano_gang_size": 0},
+            r"volcano_gang_size=0 must be an int >= 1",
+        ),
+        (
+            {"volcano": True, "volcano_queue": "q", "volcano_gang_size": True},
+            "volcano_gang_size=True must be",
+        ),
+        ({"volcano": True, "volcano_queue": "q", "volcano_gang_size": 2.0}, "volcano_gang_size=2.0 must be"),
+        ({"volcano": True, "volcano_queue": "q", "volcano_gang_size": 2}, "needs volcano_gang="),
+        (
+            {"volcano": True, "volcano_queue": "q", "volcano_gang": "  "},
+            "volcano_gang must be a non-empty name",
+        ),
+        ({"volcano": True, "volcano_pod_group": "Nightly"}, "cannot name a PodGroup"),
+        ({"volcano": True, "volcano_pod_group": "nightly_eval"}, "cannot name a PodGroup"),
+        ({"volcano": True, "volcano_pod_group": "évaluation"}, "cannot name a PodGroup"),
+        ({"volcano": True, "volcano_pod_group": "a" * 254}, "cannot name a PodGroup"),
+        ({"volcano": True, "volcano_pod_group": "nightly-"}, "cannot name a PodGroup"),
+    ],
+)
+def test_a_bad_scheduler_mode_is_refused_at_parse_time_naming_the_task(
+    kwargs: dict[str, Any], message: str
+) -> None:
+    from airflow_gpu_dag.operators.kubernetes import GpuPodConfigError
+
+    with (
+        _dag(),
+        pytest.raises(GpuPodConfigError, match=r"^GpuKubernetesPodOperator k8s_gpu\.t: .*" + message),
+    ):
+        GpuKubernetesPodOperator(task_id="t", image="i", gpus=1, **kwargs)
+    # .partial() checks the same
+    with _dag(), pytest.raises(GpuPodConfigError, match=message):
+        GpuKubernetesPodOperator.partial(task_id="t", image="i", gpus=1, **kwargs)
+
+
+def test_a_pod_group_name_of_253_characters_is_accepted() -> None:
+    name = ".".join(["a" * 63] * 4)[:253].rstrip(".")
+    op = _op(volcano=True, volcano_pod_group=name)
+    assert op.pod_group_name(None) == name
+
+
+@pytest.mark.parametrize("size", [0, -2, "2", True])
+def test_a_bad_kueue_pod_group_size_is_refused_naming_the_task(size: object) -> None:
+    from airflow_gpu_dag.operators.kubernetes import GpuPodConfigError
+
+    with (
+        _dag(),
+        pytest.raises(
+            GpuPodConfigError, match=r"^GpuKubernetesPodOperator k8s_gpu\.t: .*pod_group_size >= 1"
+        ),
+    ):
+        GpuKubernetesPodOperator(
+            task_id="t",
+            image="i",
+            gpus=1,
+            kueue=True,
+            kueue_queue="q",
+            kueue_pod_group="g",
+            kueue_pod_group_size=size,
+        )
+
+
+@pytest.mark.filterwarnings("ignore:Task 't' was never mapped")
+def test_a_bad_kueue_pod_group_size_is_refused_at_parse_time_in_partial_too() -> None:
+    from airflow_gpu_dag.operators.kubernetes import GpuPodConfigError
+
+    with _dag(), pytest.raises(GpuPodConfigError, match="pod_group_size >= 1"):
+        GpuKubernetesPodOperator.partial(
+            task_id="t",
+            image="i",
+            gpus=1,
+            kueue=True,
+            kueue_queue="q",
+            kueue_pod_group="g",
+            kueue_pod_group_size=0,
+        )
