@@ -21,13 +21,15 @@ __all__ = ["pod_run_window", "pod_usage_record"]
 
 
 def _ts(value: Any) -> float | None:
-    if isinstance(value, datetime):
-        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+    """Epoch seconds of a Kubernetes timestamp (a ``datetime`` or an ISO string); one without a zone is
+    UTC, as the API's are, whatever the worker's local zone."""
     if isinstance(value, str) and value:
         try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
             return None
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
     return None
 
 
