@@ -58,7 +58,7 @@ class LeaseDirMarkers:
         self.marker_dir = Path(marker_dir)
         self.lease_dir = Path(os.path.abspath(lease_dir))
         self.ttl_s = ttl_s
-        digest = hashlib.sha256(str(self.lease_dir).encode()).hexdigest()[:16]
+        digest = hashlib.sha256(os.fsencode(self.lease_dir)).hexdigest()[:16]  # any name the OS takes
         self.path = self.marker_dir / f"{digest}.json"
 
     def touch(self) -> None:
@@ -82,6 +82,12 @@ class LeaseDirMarkers:
                 os.utime(self.path)  # another user's marker of the same directory: keep it fresh
             log.debug("GPU lease directory marker %s not written: %s", self.path, err)
 
+    @staticmethod
+    def _ours(body: dict[str, Any]) -> bool:
+        """A marker this process wrote: its pid, on this host (containers that share ``/dev/shm`` have
+        pid namespaces, and host names, of their own; a marker naming no host is this host's)."""
+        return body.get("pid") == os.getpid() and body.get("host") in (None, socket.gethostname())
+
     def others(self, now: float | None = None) -> list[dict[str, Any]]:
         """Fresh markers of other lease directories, written by other processes."""
         now = time.time() if now is None else now
@@ -103,7 +109,7 @@ class LeaseDirMarkers:
                 continue
             if not isinstance(body, dict) or not isinstance(body.get("lease_dir"), str):
                 continue
-            if body["lease_dir"] == str(self.lease_dir) or body.get("pid") == os.getpid():
+            if body["lease_dir"] == str(self.lease_dir) or self._ours(body):
                 continue  # the same directory, or this process itself (it uses one at a time)
             ttl = body.get("ttl_s")
             theirs = float(ttl) if isinstance(ttl, (int, float)) and not isinstance(ttl, bool) else 0.0
