@@ -12,6 +12,7 @@ Both need read access to the DAG. The report is read from this api-server's own 
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from airflow.api_fastapi.core_api.security import requires_access_dag
@@ -48,11 +49,26 @@ def viewer_token(request: Request) -> str:
 
 
 def own_api(request: Request) -> AirflowRestClient:
-    """A REST client of this api-server (``[api] base_url``) that acts as the viewer."""
+    """A REST client of this api-server (``[api] base_url``, else ``[api] host`` and ``port``) that acts
+    as the viewer."""
     base = conf.get("api", "base_url", fallback="") or (
-        f"http://{conf.get('api', 'host', fallback='localhost')}:{conf.get('api', 'port', fallback='8080')}"
+        f"http://{_reachable(conf.get('api', 'host', fallback='localhost'))}"
+        f":{conf.get('api', 'port', fallback='8080')}"
     )
     return AirflowRestClient(base.rstrip("/"), token=viewer_token(request), timeout=30.0)
+
+
+def _reachable(host: str) -> str:
+    """``[api] host`` as a URL host this process can call: a wildcard bind address (``0.0.0.0``,
+    ``::``) is the loopback one, and an IPv6 address is bracketed."""
+    host = host.strip() or "localhost"
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return host
+    if address.is_unspecified:
+        address = ipaddress.ip_address("::1" if address.version == 6 else "127.0.0.1")
+    return f"[{address}]" if address.version == 6 else str(address)
 
 
 def live_report(dag_id: str, run_id: str, request: Request) -> dict[str, Any]:
