@@ -201,16 +201,18 @@ class ClusterRest:
         """
         deadline = time.monotonic() + timeout
         while True:
+            unpaused = False
             try:
                 resp = self.api("GET", f"/dags/{dag_id}", check=False)
                 if resp.status_code == 200:
                     dag = dict(resp.json())
-                    if dag.get("is_paused"):
+                    if dag.get("is_paused"):  # read again soon, within the deadline like any other wait
                         self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
-                        continue
-                    details = self.api("GET", f"/dags/{dag_id}/details", check=False)
-                    if details.status_code == 200:
-                        return dag
+                        unpaused = True
+                    else:
+                        details = self.api("GET", f"/dags/{dag_id}/details", check=False)
+                        if details.status_code == 200:
+                            return dag
             except ClusterError:
                 self.check_alive()  # a dead api-server is why nothing answers: name it, with its log
                 raise
@@ -227,7 +229,7 @@ class ClusterRest:
                     f"DAG {dag_id!r} was not parsed within {timeout:.0f}s from {self.dags_folder}. "
                     f"Import errors:\n{errors or '  (none)'}\n{self.log_tails(30)}"
                 )
-            time.sleep(1.0)
+            time.sleep(0.1 if unpaused else 1.0)
 
     def wait_for_dags(self, dag_ids: Iterable[str], timeout: float = 180.0) -> None:
         """:meth:`wait_for_dag` for several DAGs, sharing one deadline."""
