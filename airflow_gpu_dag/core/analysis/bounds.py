@@ -276,6 +276,8 @@ def _overlap(members: Sequence[_Member], cap: int, tolerance: float = 1e-6) -> f
     high = max(m[0] + m[3] for m in members) + max(m[3] + m[1] for m in members)  # nothing forced
     while high - low > tolerance * max(1.0, high):
         mid = (low + high) / 2
+        if mid in (low, high):  # adjacent floats: as exact as bisection gets (a tolerance of 0 or less)
+            break
         if _forced_overlap(members, cap, mid):
             low = mid
         else:

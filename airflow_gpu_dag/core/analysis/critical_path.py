@@ -18,9 +18,11 @@ weight, does not depend on the window; slack does.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.model.resources import EstimateError
 
 __all__ = ["CriticalPathAnalysis", "TaskTiming", "analyze"]
 
@@ -62,16 +64,24 @@ class CriticalPathAnalysis:
 
 
 def analyze(graph: TaskGraph) -> CriticalPathAnalysis:
-    """Run CPM on ``graph``. Raises :class:`~airflow_gpu_dag.core.model.graph.CycleError` on a cycle."""
+    """Run CPM on ``graph``. Raises :class:`~airflow_gpu_dag.core.model.graph.CycleError` on a cycle and
+    :class:`~airflow_gpu_dag.core.model.resources.EstimateError` (a ``ValueError``) on a duration that is
+    not a finite number of seconds >= 0, naming the DAG and the task."""
     order = graph.topological_order()
     nodes = graph.nodes
     earliest_finish: dict[str, float] = {}
     earliest_start: dict[str, float] = {}
     for task_id in order:
+        duration = nodes[task_id].duration
+        if not 0.0 <= duration < math.inf:  # NaN fails too: every later sum would be NaN, some loops hang
+            raise EstimateError(
+                f"DAG {graph.dag_id!r}, task {task_id!r}: duration {duration!r} is not a finite number of "
+                "seconds >= 0; declare an estimate such as duration='30m'"
+            )
         start = max((earliest_finish[u] for u in graph.upstream(task_id)), default=0.0)
         start = max(start, nodes[task_id].not_before)
         earliest_start[task_id] = start
-        earliest_finish[task_id] = start + nodes[task_id].duration
+        earliest_finish[task_id] = start + duration
     makespan = max(earliest_finish.values(), default=0.0)
     tolerance = _EPS * max(1.0, makespan)
 

@@ -7,12 +7,16 @@ renewable resources), so the best of them is the optimum."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+import math
+import signal
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from airflow_gpu_dag.core.analysis import bounds
 from airflow_gpu_dag.core.analysis.bounds import (
     best_lower_bound,
     dependency_lower_bound,
@@ -21,11 +25,11 @@ from airflow_gpu_dag.core.analysis.bounds import (
     release_profile_bound,
     rounds_bound,
 )
-from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.model.graph import CycleError, TaskGraph
 from airflow_gpu_dag.core.planning.justification import serial_schedule
 from airflow_gpu_dag.core.planning.planner import predict
 from airflow_gpu_dag.core.simulation.simulator import simulate
-from tests.unit.graphs import HOUR, fallen_back_ladder, gpu_graph
+from tests.unit.graphs import HOUR, fallen_back_ladder, gpu_graph, sized_and_unlimited_pools
 
 
 def optimum(graph: TaskGraph, capacity: Mapping[str, int]) -> float:
@@ -153,3 +157,177 @@ def test_the_bounds_of_a_ladder_hold_for_the_schedule_the_simulator_makes() -> N
     ):
         assert bound(graph, caps) <= made + 1e-6 * made, bound.__name__
     assert best_lower_bound(graph, caps) == pytest.approx(6 * HOUR + 75)  # (3 x 8 x 2 h + 600) / 8
+
+
+# -- 3. edges of the input: empty graphs, pools without capacity, bad numbers --------------------------
+ALL_BOUNDS = (
+    lower_bound,
+    dependency_lower_bound,
+    release_profile_bound,
+    overlap_bound,
+    rounds_bound,
+    best_lower_bound,
+)
+
+
+@contextmanager
+def hang_guard(seconds: int = 3) -> Iterator[None]:
+    """Raises ``TimeoutError`` in a call that does not return: a guard against a hang, not a speed figure."""
+
+    def hung(signum: int, frame: object) -> None:
+        raise TimeoutError(f"no answer in {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_every_bound_of_an_empty_dag_is_zero() -> None:
+    for bound in ALL_BOUNDS:
+        assert bound(TaskGraph("empty"), {"gpu": 4}) == 0.0, bound.__name__
+    assert lower_bound([], {"gpu": 4}) == 0.0
+
+
+def test_pools_of_no_capacity_and_pools_not_named_add_nothing_and_divide_by_nothing() -> None:
+    """A pool not in ``capacity`` is unlimited; one of 0 (or fewer) slots is skipped, not divided by."""
+    graph = gpu_graph({"a": (10, 2), "b": (10, 2)}, [])
+    for caps in ({}, {"gpu": 0}, {"gpu": -4}, {"other": 1}):
+        for bound in (release_profile_bound, overlap_bound, rounds_bound):
+            assert bound(graph, caps) == 0.0, (bound.__name__, caps)
+        assert best_lower_bound(graph, caps) == 10.0  # the critical path alone
+
+
+def test_an_unlimited_pools_tasks_do_not_count_against_a_sized_one() -> None:
+    """Three 4-GPU tasks of 10 s in ``gpu`` of 4 GPUs run one after another: 30 s; ``tpu`` (no capacity
+    named) runs its tasks at once, so its tasks change nothing."""
+    graph = sized_and_unlimited_pools()
+    caps = {"gpu": 4}
+    assert best_lower_bound(graph, caps) == pytest.approx(30.0)
+    assert rounds_bound(graph, caps) == 30.0
+    assert lower_bound(graph, caps) == 30.0
+
+
+def test_each_pool_is_bounded_on_its_own_capacity() -> None:
+    """Two 10-s tasks on a 1-slot pool take 20 s whatever the other, wider pool does."""
+    graph = TaskGraph("pools")
+    graph.add("a1", 10.0, 1, pool="narrow")
+    graph.add("a2", 10.0, 1, pool="narrow")
+    graph.add("b1", 10.0, 1, pool="wide")
+    graph.add("b2", 10.0, 1, pool="wide")
+    caps = {"narrow": 1, "wide": 2}
+    assert rounds_bound(graph, caps) == 20.0
+    assert best_lower_bound(graph, caps) == 20.0
+    assert best_lower_bound(graph, {"narrow": 2, "wide": 2}) == 10.0
+
+
+def test_lower_bound_of_several_graphs_sums_their_work_and_takes_the_longest_path() -> None:
+    one = gpu_graph({"a": (10, 4)}, [], dag_id="one")
+    two = gpu_graph({"b": (10, 4), "c": (25, 0)}, [("b", "c")], dag_id="two")
+    assert lower_bound([one, two], {"gpu": 4}) == 35.0  # the path b -> c
+    assert lower_bound([one, two], {"gpu": 2}) == 40.0  # 80 GPU-seconds on 2 GPUs
+
+
+def test_tasks_of_no_time_or_no_slots_take_nothing_from_the_pool() -> None:
+    tasks = {f"z{k}": (0.0, 4) for k in range(50)} | {f"c{k}": (30.0, 0) for k in range(50)}
+    graph = gpu_graph(tasks, [])
+    for bound in (release_profile_bound, overlap_bound, rounds_bound):
+        assert bound(graph, {"gpu": 4}) == 0.0, bound.__name__
+    assert best_lower_bound(graph, {"gpu": 4}) == 30.0
+
+
+def test_the_dependency_bound_counts_a_serial_tail_after_a_wide_phase_and_a_head_before_it() -> None:
+    """Eight 10-s GPU tasks on 4 GPUs take 20 s; a 100-s task after them (or before them) follows
+    those 20 s: 120 s, where the critical path says 110."""
+    shards = {f"s{k}": (10.0, 1) for k in range(8)}
+    tail = gpu_graph({**shards, "tail": (100.0, 0)}, [(s, "tail") for s in shards])
+    head = gpu_graph({"head": (100.0, 0), **shards}, [("head", s) for s in shards])
+    for graph in (tail, head):
+        assert lower_bound(graph, {"gpu": 4}) == 110.0
+        assert dependency_lower_bound(graph, {"gpu": 4}) == 120.0
+        assert best_lower_bound(graph, {"gpu": 4}) == 120.0
+
+
+def test_the_best_bound_is_the_largest_of_the_others() -> None:
+    shapes = [
+        gpu_graph({"a": (10, 1), "b": (10, 1), "c": (10, 1)}, []),
+        gpu_graph({"split": (40, 1), "early": (10, 1), **{f"m{k}": (10, 1) for k in range(8)}}, []),
+        fallen_back_ladder(wait=2 * HOUR, small=600.0, others=2),
+        sized_and_unlimited_pools(),
+    ]
+    for graph in shapes:
+        caps = {"gpu": 2}
+        values = [bound(graph, caps) for bound in ALL_BOUNDS[:-1]]
+        assert best_lower_bound(graph, caps) == pytest.approx(max(values))
+
+
+def test_the_bounds_change_neither_the_graph_nor_the_capacity_and_repeat_exactly() -> None:
+    graph = fallen_back_ladder(wait=2 * HOUR, small=600.0, others=3)
+    before = {t: (n.duration, n.gpus, n.pool, repr(n.attrs)) for t, n in graph.nodes.items()}
+    edges = sorted(graph.edges())
+    caps = {"gpu": 8}
+    first = [bound(graph, caps) for bound in ALL_BOUNDS]
+    assert [bound(graph, caps) for bound in ALL_BOUNDS] == first
+    assert {t: (n.duration, n.gpus, n.pool, repr(n.attrs)) for t, n in graph.nodes.items()} == before
+    assert sorted(graph.edges()) == edges and caps == {"gpu": 8}
+
+
+def test_a_dependency_cycle_is_refused_naming_the_dag() -> None:
+    graph = gpu_graph({"a": (10, 1), "b": (5, 1)}, [("a", "b"), ("b", "a")], dag_id="loop")
+    for bound in ALL_BOUNDS:
+        with pytest.raises(CycleError, match="DAG 'loop' has a dependency cycle"):
+            bound(graph, {"gpu": 4})
+
+
+def test_the_release_profile_stays_valid_and_keeps_all_tasks_when_thresholds_are_thinned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """300 10-s GPU tasks, each followed by a CPU task of its own few milliseconds: 300 distinct tails,
+    more than the thresholds tried. Fewer thresholds may only lower the bound, and the set of every task
+    (the least tail, 1 ms) is always tried: all the work / capacity (300 s) + that tail."""
+    tasks = {f"g{k}": (10.0, 1) for k in range(300)} | {f"c{k}": ((k + 1) / 1000, 0) for k in range(300)}
+    graph = gpu_graph(tasks, [(f"g{k}", f"c{k}") for k in range(300)])
+    caps = {"gpu": 10}
+    full = release_profile_bound(graph, caps)
+    monkeypatch.setattr(bounds, "PROFILE_THRESHOLDS", 3)
+    thinned = release_profile_bound(graph, caps)
+    assert 300.001 - 1e-9 <= thinned <= full
+
+
+def test_a_looser_overlap_tolerance_never_overstates_the_bound() -> None:
+    graph = gpu_graph({"a": (10, 1), "b": (10, 1), "c": (10, 1)}, [])
+    tight = overlap_bound(graph, {"gpu": 2}, tolerance=1e-9)
+    loose = overlap_bound(graph, {"gpu": 2}, tolerance=0.1)
+    assert tight == pytest.approx(20.0, rel=1e-8)
+    assert 20.0 * 0.9 - 1e-9 <= loose <= tight
+
+
+def test_huge_durations_give_finite_bounds() -> None:
+    graph = gpu_graph({"a": (1e300, 1), "b": (1e300, 1), "c": (1e300, 1)}, [])
+    assert best_lower_bound(graph, {"gpu": 2}) == pytest.approx(2e300)
+
+
+@pytest.mark.parametrize("tolerance", [0.0, -1e-6])
+def test_an_exact_or_negative_overlap_tolerance_is_answered_not_hung(tolerance: float) -> None:
+    """Bisection stops when ``high - low <= tolerance * high``; with 0 it needs ``low == high``, which
+    two adjacent floats never reach (the midpoint is one of them). Either the exact bound or a refusal
+    naming the tolerance."""
+    graph = gpu_graph({"a": (10, 1), "b": (10, 1), "c": (10, 1)}, [])
+    with hang_guard():
+        try:
+            value = overlap_bound(graph, {"gpu": 2}, tolerance=tolerance)
+        except ValueError as err:
+            assert "tolerance" in str(err)
+        else:
+            assert value == pytest.approx(20.0)
+
+
+def test_a_nan_duration_is_refused_naming_the_task_not_hung() -> None:
+    """A NaN duration (a workload file, a learned estimate gone wrong) makes ``_forced_overlap`` true for
+    every makespan, so the overlap bisection never ends; the other bounds give NaN or inf."""
+    graph = gpu_graph({"a": (math.nan, 1), "b": (5.0, 1)}, [], dag_id="bad")
+    with hang_guard(), pytest.raises(ValueError, match="'a'"):
+        best_lower_bound(graph, {"gpu": 4})
