@@ -315,8 +315,9 @@ def stage_length_problem(length: float) -> str | None:
     if length > MAX_STAGE_LENGTH:
         return (
             f"a stage length of {length:g} s is over the longest allowed, {MAX_STAGE_LENGTH / 3600:g}h: "
-            "'fair' counts up to 24 stages of lead, which must stay within 30 days; give at most "
-            f"{MAX_STAGE_LENGTH / 3600:g}h"
+            "'fair' counts up to 24 stages of lead, which must stay within 30 days (a run's first tasks "
+            "would otherwise go ahead of every run triggered up to that long after it, a wait without bound "
+            f"to those runs); give at most {MAX_STAGE_LENGTH / 3600:g}h"
         )
     try:
         for known in OBJECTIVES.values():
@@ -467,7 +468,8 @@ def descendant_lead(descendants: Mapping[str, int], remaining: Mapping[str, floa
     ordered = sorted(remaining, key=remaining.__getitem__)
     start = 0
     while start < len(ordered):  # tasks of equal remaining time share one lead
-        end = start
+        best = max(best, descendants.get(ordered[start], 0))
+        end = start + 1  # at least one task a round: a NaN equals nothing, not even itself
         while end < len(ordered) and remaining[ordered[end]] == remaining[ordered[start]]:
             best = max(best, descendants.get(ordered[end], 0))
             end += 1
@@ -484,6 +486,13 @@ def run_shape(
     add no work); ``remaining`` replaces the critical-path remaining times (e.g. from a plan)."""
     if remaining is None:
         remaining = {t: timing.remaining for t, timing in analyze(graph).timings.items()}
+    else:
+        for task_id, seconds in remaining.items():
+            if not 0.0 <= seconds < math.inf:  # NaN fails too
+                raise ValueError(
+                    f"DAG {graph.dag_id!r}, task {task_id!r}: remaining time {seconds!r} is not a finite "
+                    "number of seconds >= 0; plan the DAG again (airflow gpu-dag plan)"
+                )
     descendants = descendant_counts(graph, MAX_DESCENDANTS_COUNTED)
     return RunShape(dict(remaining), work_of(slot_seconds(graph), capacity), descendants)
 

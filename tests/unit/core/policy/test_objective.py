@@ -612,10 +612,12 @@ def test_the_longest_stage_length_is_where_fairs_lead_reaches_thirty_days() -> N
     assert stage_length_problem(MAX_STAGE_LENGTH) is None
     assert stage_length_problem(MAX_STAGE_LENGTH + 1.0) == (
         "a stage length of 108001 s is over the longest allowed, 30h: 'fair' counts up to 24 stages of "
-        "lead, which must stay within 30 days; give at most 30h"
+        "lead, which must stay within 30 days (a run's first tasks would otherwise go ahead of every run "
+        "triggered up to that long after it, a wait without bound to those runs); give at most 30h"
     )
     for bad in (0.0, -1.0, math.nan, math.inf):
-        assert stage_length_problem(bad) == f"a stage length must be a positive number of seconds, not {bad!r}"
+        expected = f"a stage length must be a positive number of seconds, not {bad!r}"
+        assert stage_length_problem(bad) == expected
 
 
 def test_the_fitted_stage_length_keeps_a_stage_that_fits_and_takes_the_longest_task_otherwise() -> None:
