@@ -101,7 +101,7 @@ def expand_mapped(
         if count == 0:  # no instance runs (Airflow skips it): one node taking no time and no slots
             ids[task_id] = [task_id]  # keeps the order
             attrs.setdefault("declared_duration", node.duration)  # what it declares, for the tables
-            copy.add_task(replace(node, duration=0.0, gpu=None, pool=None, pool_slots=1, attrs=attrs))
+            copy.add_task(replace(node, duration=0.0, gpu=None, pool=None, pool_slots=0, attrs=attrs))
             continue
         ids[task_id] = []
         for index in range(count):

@@ -485,8 +485,6 @@ class _Simulation:
         self.changed = True
         self.ready_at[uid] = now
         pool = self.pools[uid]
-        if self.gate is not None:
-            self.starving.setdefault(pool, StarvingWatch(self.gate)).add(self._ready_task(uid, pool))
         item = (-self.prio[uid], self.order[uid], uid)
         if uid in self.pending_set:
             self.pending_set.discard(uid)
@@ -494,6 +492,13 @@ class _Simulation:
             del pending[bisect.bisect_left(pending, item)]
         if lookahead:
             self._upstream_queued(uid)
+        if self.slots[uid] == 0:
+            # no slot to wait for (a task mapped over nothing, which Airflow skips at once): it starts
+            # now, whatever its pool's state (a starved pool admits nothing, not even 0 slots)
+            self._start(uid, pool, now, self.prio[uid])
+            return
+        if self.gate is not None:
+            self.starving.setdefault(pool, StarvingWatch(self.gate)).add(self._ready_task(uid, pool))
         bisect.insort(self.ready_lists.setdefault(pool, []), item)
         if pool in self.by_slots:
             bisect.insort(self.by_slots[pool][self.slots[uid]], item)
