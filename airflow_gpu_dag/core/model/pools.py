@@ -60,9 +60,16 @@ def normalize_gpu_type(gpu_type: str) -> str:
     raw = str(gpu_type)
     if not raw.isascii():
         odd = "".join(dict.fromkeys(c for c in raw if not c.isascii()))
-        plain = "".join(c for c in unicodedata.normalize("NFKD", raw) if c.isascii())
-        spelled = _NON_NAME.sub("_", plain.strip().lower()).strip("_")
-        fix = f"write {spelled!r}" if spelled else "write it in ASCII letters and digits, e.g. 'a100'"
+        spelled = _NON_NAME.sub("_", _ascii_form(raw).strip().lower()).strip("_")
+        # a letter or digit with no ASCII form ('ß', 'ø') would be dropped: no spelling to offer then
+        lost = [c for c in odd if c.isalnum() and not any(a.isalnum() for a in _ascii_form(c))]
+        fix = (
+            f"write {spelled!r}"
+            if spelled and not lost
+            else f"write it in ASCII letters and digits, e.g. 'a100' ({''.join(lost)!r} has no ASCII form)"
+            if lost
+            else "write it in ASCII letters and digits, e.g. 'a100'"
+        )
         raise ValueError(
             f"GPU type {raw!r} has characters that are not ASCII ({odd!r}); pool names and the workers' "
             f"GPU types are ASCII. Fix: {fix}"
@@ -118,6 +125,12 @@ def gpu_type_of_pool(pool: str) -> str | None:
     return pool[len(GPU_POOL_PREFIX) :]
 
 
+def _ascii_form(text: str) -> str:
+    """The ASCII characters of ``text`` decomposed (NFKD): a full-width ``A`` is ``A``, ``'ä'`` is
+    ``'a'``, ``'ß'`` is nothing."""
+    return "".join(c for c in unicodedata.normalize("NFKD", text) if c.isascii())
+
+
 def pool_sizes_for_devices(gpu_types: Iterable[str]) -> dict[str, int]:
     """Full pool sizes for a host with devices of ``gpu_types`` (one entry per device).
 
@@ -128,5 +141,6 @@ def pool_sizes_for_devices(gpu_types: Iterable[str]) -> dict[str, int]:
     for gpu_type in gpu_types:
         sizes[DEFAULT_GPU_POOL] += 1
         pool = pool_for_gpu_type(gpu_type)
-        sizes[pool] = sizes.get(pool, 0) + 1
+        if pool != DEFAULT_GPU_POOL:  # a type named "default" is that pool already: counted once
+            sizes[pool] = sizes.get(pool, 0) + 1
     return sizes
