@@ -226,19 +226,24 @@ def fetch(
     with deadline(seconds) if seconds is not None else contextlib.nullcontext():
         at = getattr(_local, "at", None)
         send_options = {key: kwargs.pop(key) for key in ("auth", "follow_redirects") if key in kwargs}
-        if at is not None:
-            left = at - time.monotonic()
-            if left <= 0:
-                raise httpx.ConnectTimeout("the call's deadline has passed before it was sent")
-            kwargs["timeout"] = httpx.Timeout(left)  # connect, pool wait, write, read: at most the rest
+        left = None if at is None else at - time.monotonic()
+        if left is not None:
+            # connect, pool wait, write, read: at most the rest, and at most a shorter timeout given
+            given = kwargs.get("timeout")
+            shorter = isinstance(given, int | float) and not isinstance(given, bool) and 0 < given < left
+            kwargs["timeout"] = httpx.Timeout(float(given) if shorter else max(0.0, left))
         request = client.build_request(method, url, **kwargs)
+        if left is not None and left <= 0:
+            raise httpx.ConnectTimeout("the call's deadline has passed before it was sent", request=request)
         response = client.send(request, stream=True, **send_options)
         try:
             chunks, size = [], 0
             for chunk in response.iter_bytes():
                 size += len(chunk)
                 if size > max_bytes:
-                    raise AnswerTooLarge(f"answer over {max_bytes:,} bytes")
+                    too_large = AnswerTooLarge(f"answer over {max_bytes:,} bytes")
+                    too_large.request = request  # as httpx's own errors carry it
+                    raise too_large
                 chunks.append(chunk)
                 if at is not None and time.monotonic() > at:
                     raise httpx.ReadTimeout("no complete answer by the call's deadline", request=request)

@@ -59,6 +59,33 @@ def test_fetch_refuses_an_answer_too_large() -> None:
         assert fetch(client, "GET", "http://x/", seconds=5, max_bytes=5000).content == b"x" * 5000
 
 
+def test_fetch_errors_carry_the_request_as_httpx_errors_do() -> None:
+    """A caller reading ``err.request`` (to name the URL) must not get httpx's RuntimeError."""
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=b"x" * 5000))
+    with deadline_client(transport=transport) as client:
+        with pytest.raises(AnswerTooLarge) as too_large:
+            fetch(client, "GET", "http://x/big", seconds=5, max_bytes=4096)
+        assert too_large.value.request.url.path == "/big"
+        with deadline(1e-9), pytest.raises(httpx.ConnectTimeout) as late:
+            time.sleep(0.001)
+            fetch(client, "GET", "http://x/late")
+        assert late.value.request.url.path == "/late"
+
+
+def test_a_shorter_timeout_the_caller_gives_is_kept_under_a_deadline() -> None:
+    seen: list[dict[str, float | None]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.extensions["timeout"])
+        return httpx.Response(200)
+
+    with deadline_client(transport=httpx.MockTransport(answer)) as client:
+        fetch(client, "GET", "http://x/", seconds=60, timeout=2.5)
+        fetch(client, "GET", "http://x/", seconds=5, timeout=30)
+    assert seen[0]["read"] == 2.5 and seen[0]["connect"] == 2.5
+    assert seen[1]["read"] is not None and 4.0 < seen[1]["read"] <= 5.0
+
+
 def test_fetch_returns_the_decoded_answer() -> None:
     import gzip
 
