@@ -33,6 +33,7 @@ from airflow_gpu_dag.core.policy.objective import (
 )
 from airflow_gpu_dag.core.simulation import cross_dag
 from airflow_gpu_dag.settings import objective as configured_objective
+from airflow_gpu_dag.settings import objective_name
 from airflow_gpu_dag.settings import stage_length as configured_stage_length
 
 if TYPE_CHECKING:
@@ -355,10 +356,13 @@ def simulate_runs(args: argparse.Namespace, err: Console) -> None:
             "cross-DAG policy and the reservation controller: choose its objective with --objective"
         )
     stage = parse_stage_length(getattr(args, "stage_length", None))  # replaces [gpu_dag] stage_length
-    if getattr(args, "objective", None):  # the shipped objective, at the pool's stage length
+    chosen = getattr(args, "objective", None)
+    if chosen and get_objective(chosen).name != objective_name():
+        # another objective than the pool's: as shipped, at the pool's stage length (the single times
+        # set in [gpu_dag], reservation_gap and the like, were set for the pool's objective)
         stage = configured_stage_length() if stage is None else stage
-        objective = get_objective(args.objective).for_stage(stage)
-    else:
+        objective = get_objective(chosen).for_stage(stage)
+    else:  # the pool's own objective, with every time set for it
         check_objective_setting()
         objective = configured_objective(stage)
     given = parse_pool_args(args.capacity, option="--capacity")

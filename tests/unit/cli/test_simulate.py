@@ -188,6 +188,11 @@ def test_simulate_at_another_stage_length_scales_every_time_of_the_objective(
     monkeypatch.setenv("AIRFLOW__GPU_DAG__RESERVATION_GAP", "1h")  # a single time stays as set
     code, result = run_json(capsys, *common, "--stage-length", "20m")
     assert (result["objective"]["gap_s"], result["objective"]["descendant_unit_s"]) == (3600, 1200)
+    # naming the pool's own objective changes nothing; another one is as shipped (the 1 h was for fair)
+    code, result = run_json(capsys, *common, "--stage-length", "20m", "--objective", "fair")
+    assert (result["objective"]["gap_s"], result["objective"]["descendant_unit_s"]) == (3600, 1200)
+    code, result = run_json(capsys, *common, "--stage-length", "20m", "--objective", "balanced")
+    assert (result["objective"]["name"], result["objective"]["gap_s"]) == ("balanced", 8 * 1200 / 6)
     monkeypatch.delenv("AIRFLOW__GPU_DAG__RESERVATION_GAP")
     monkeypatch.setenv("AIRFLOW__GPU_DAG__STAGE_LENGTH", "3h")
     code, result = run_json(capsys, *common, "--objective", "balanced")
