@@ -34,13 +34,17 @@ def _ts(value: Any) -> float | None:
 
 
 def pod_run_window(pod: Any, container: str = "base", now: float | None = None) -> tuple[float, float] | None:
-    """``(start, end)`` epoch seconds of ``container`` in ``pod`` (a ``V1Pod``), or None if it never ran."""
+    """``(start, end)`` epoch seconds of ``container`` in ``pod`` (a ``V1Pod``), or None if it never ran
+    (or the pod has several containers, none of them ``container``)."""
     status = getattr(pod, "status", None)
     if status is None:
         return None
     statuses = list(getattr(status, "container_statuses", None) or [])
+    # the container by name; a pod of one container whatever its name, never a guess among several
+    # (the first of several may be a sidecar that ran far longer or shorter than the work)
     main = next(
-        (s for s in statuses if getattr(s, "name", None) == container), statuses[0] if statuses else None
+        (s for s in statuses if getattr(s, "name", None) == container),
+        statuses[0] if len(statuses) == 1 else None,
     )
     state = getattr(main, "state", None)
     terminated = getattr(state, "terminated", None)

@@ -298,6 +298,7 @@ class GpuKubernetesPodOperator(KubernetesPodOperator):
         if not m["volcano"] and (
             any(m[k] is not None for k in ("volcano_queue", "volcano_gang", "volcano_pod_group"))
             or m["volcano_gang_size"] != 1
+            or isinstance(m["volcano_gang_size"], bool)  # True == 1, but it was given
         ):
             fail(
                 "volcano_queue/volcano_gang/volcano_gang_size/volcano_pod_group only apply with "

@@ -90,6 +90,15 @@ def test_the_main_container_is_found_by_name_not_by_its_position() -> None:
     )
 
 
+def test_a_pod_of_one_container_counts_it_whatever_its_name_but_several_are_never_guessed() -> None:
+    from airflow_gpu_dag.kubernetes.usage import pod_run_window
+
+    only = _status("trainer", T0, T0 + timedelta(minutes=10))
+    assert pod_run_window(_raw_pod(only)) == (T0.timestamp(), T0.timestamp() + 600)
+    sidecar = _status("istio-proxy", T0 - timedelta(minutes=5), T0 + timedelta(hours=2))
+    assert pod_run_window(_raw_pod(sidecar, only)) is None  # neither is "base"
+
+
 def test_iso_timestamps_with_z_or_an_offset_are_the_same_instant() -> None:
     from airflow_gpu_dag.kubernetes.usage import pod_run_window
 

@@ -826,6 +826,7 @@ def test_a_failed_critical_path_analysis_falls_back_to_the_noncritical_class(
         ({"volcano": True, "kueue": True, "volcano_queue": "q", "kueue_queue": "q"}, "choose Volcano"),
         ({"volcano_queue": "q"}, "only apply with volcano=True; add volcano=True"),
         ({"volcano_gang_size": 4}, "only apply with volcano=True; add volcano=True"),
+        ({"volcano_gang_size": True}, "only apply with volcano=True; add volcano=True"),
         ({"kueue_queue": "q"}, "only apply with kueue=True; add kueue=True"),
         ({"kueue": True}, "kueue=True needs kueue_queue="),
         ({"kueue": True, "kueue_queue": "q", "kueue_pod_group_size": 2}, "needs kueue_pod_group="),
