@@ -209,7 +209,10 @@ def _int(value: object) -> int | None:
 def _float(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int of hundreds of digits (JSON has no limit)
+        return None
     return number if math.isfinite(number) else None
 
 
@@ -226,7 +229,7 @@ def reason_from_json(data: object) -> Reason | None:
     if not isinstance(data, Mapping):
         return None
     code, pool = data.get("code"), data.get("pool")
-    if code not in CODES or not isinstance(pool, str):
+    if not isinstance(code, str) or code not in CODES or not isinstance(pool, str):
         return None
     fields: dict[str, Any] = {"code": code, "pool": pool}
     for name in _INTS:
@@ -265,7 +268,8 @@ class TaskReason:
 def _time(when: float | None, now: float | None, at: float) -> str:
     if when is None:
         return "an unknown time"
-    return f"+{when - (at if now is None else now):.0f}s"
+    ahead = when - (at if now is None else now)
+    return f"+{ahead:.0f}s" if ahead >= 0 else "any moment now"  # a time already past: no "+-40s"
 
 
 def for_task(decision: Reason, task: str, now: float | None = None) -> TaskReason:

@@ -199,3 +199,14 @@ def test_a_claim_is_live_only_between_now_and_the_longest_window_ahead() -> None
         state = PoolState(capacity=4, expires=expires)
         assert (state.claimed(NOW), state.lapsed(NOW)) == (live, not live), expires
     assert not PoolState(capacity=4).claimed(NOW) and not PoolState(capacity=4).lapsed(NOW)
+
+
+@pytest.mark.parametrize(
+    "why", ['{"code": ["idle"], "pool": "gpu"}', '{"code": "idle", "pool": "gpu", "at": 1' + "0" * 400 + "}"]
+)
+def test_a_decision_of_the_wrong_json_types_reads_without_raising(why: str) -> None:
+    """A hand-edited ``why`` must not crash the controller, ``explain`` or the page that read the pool."""
+    from airflow_gpu_dag.pool_claim.state import parse_pool_state
+
+    state = parse_pool_state(f'gpu-dag watermark: x [gpu-dag-state {{"capacity":4,"why":{why}}}]')
+    assert state is not None and state.capacity == 4

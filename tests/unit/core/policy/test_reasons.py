@@ -4,6 +4,10 @@ state (bounded, parseable by every reader), counted by the metrics, and read bac
 from __future__ import annotations
 
 import json
+import math
+import re
+from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -15,7 +19,10 @@ from airflow_gpu_dag.core.policy.admission import PendingTask, ReadyTask, Runnin
 from airflow_gpu_dag.core.policy.objective import ReservationGate, key_weight
 from airflow_gpu_dag.core.policy.reasons import (
     CODES,
+    HOLDING_CODES,
+    MAX_KEY,
     MAX_LISTED,
+    TASK_CODES,
     Reason,
     for_task,
     reason_from_json,
@@ -296,3 +303,255 @@ def test_for_task_says_what_the_decision_means_for_each_waiting_task() -> None:
     free = decide([RunningTask("r", "gpu", 4, 150.0)], [ready("one", 1, 5), ready("two", 1, 4)])
     assert for_task(free.why, "one").code == "next-slot"
     assert for_task(free.why, "two").code == "waiting-for-slots"
+
+
+# -- Reason built directly: every code, every clause of the sentence ---------------------------------------
+def _held(code: str = "reserving", **kw: Any) -> Reason:
+    fields: dict[str, Any] = {"task": "wide", "slots": 4, "free": 1, "until": 160.0, **kw}
+    return Reason(code, "gpu", 4, 100.0, **fields)
+
+
+def test_slots_are_held_exactly_under_the_holding_codes() -> None:
+    for code in CODES:
+        assert Reason(code, "gpu", 4, 0.0).holds == (code in HOLDING_CODES)
+    assert {"reserving", "overdue", "starving"} == HOLDING_CODES
+
+
+def test_the_docs_table_lists_every_code_and_no_other() -> None:
+    """``CODES``: "docs/watermarks.md lists the same"."""
+    text = (Path(__file__).parents[4] / "docs" / "watermarks.md").read_text(encoding="utf-8")
+    table = text.split("### Reasons as data", 1)[1].split("The state stays bounded", 1)[0]
+    documented = set(re.findall(r"^\| `([a-z-]+)` \|", table, flags=re.MULTILINE))
+    assert documented == set(CODES)
+
+
+def test_every_sentence_starts_as_the_docs_table_says() -> None:
+    starts = {
+        "idle": "no task waiting",
+        "fits": "3 waiting task(s) start",
+        "too-wide": "no waiting task fits capacity 4",
+        "not-ready": "no task ready",
+        "next-slot": "wide (1 slot) takes the next free slot",
+        "not-urgent-enough": "wide (4 slots) is not urgent enough",
+        "reserving": "reserving 4 slots for wide",
+        "overdue": "reserving 4 slots for wide",
+        "starving": "reserving 4 slots for wide",
+    }
+    assert set(starts) == set(CODES)
+    for code, start in starts.items():
+        assert render(_held(code, admitted_count=3)).startswith(start), code
+
+
+def test_the_reserving_sentence_has_each_optional_clause_only_when_it_applies() -> None:
+    plain = render(_held())
+    assert plain == (
+        "reserving 4 slots for wide: 1 of 4 free, slots expected free at +60s; backfill 0 slot(s) for work "
+        "that cannot delay it"
+    )
+    full = render(_held(starting=2, lookahead=True, nothing_else=True, backfill_slots=1))
+    assert ", 2 starting first, expected ready and its slots free at +60s; backfill 1 slot(s)" in full
+    assert full.endswith("; nothing else waiting: pool = capacity")
+    assert "at unknown;" in render(_held(until=None))
+
+
+def test_the_overdue_and_starving_sentences_end_with_their_clause() -> None:
+    assert render(_held("overdue", past_key=32400.4)).endswith("; 32400s past its key: overdue")
+    starving = render(_held("starving", starving="old", waited=29000.0))
+    assert starving.endswith("; old starving (29000s waited): nothing behind it backfilled")
+
+
+def test_a_not_urgent_reason_with_its_numbers_missing_reads_them_as_zero() -> None:
+    """A reason read back from an edited description may lack the gate's figures: render still works."""
+    text = render(Reason("not-urgent-enough", "gpu", 8, 0.0, task="wide", slots=4, competitor="eval"))
+    assert text == (
+        "wide (4 slots) is not urgent enough to hold slots for: its key is 0s before eval's (gap 0s) and "
+        "0s past (overdue after 0s); pool = capacity"
+    )
+
+
+# -- the JSON form: bounded, defaults left out ---------------------------------------------------------------
+def test_a_default_reason_writes_only_its_code_pool_capacity_and_time() -> None:
+    assert reason_to_json(Reason("idle", "gpu", 4, 12.5)) == {
+        "code": "idle",
+        "pool": "gpu",
+        "capacity": 4,
+        "at": 12.5,
+    }
+    assert reason_to_json(Reason("idle", "gpu", 0, 0.0)) == {
+        "code": "idle",
+        "pool": "gpu",
+        "capacity": 0,
+        "at": 0.0,
+    }
+
+
+def test_a_full_reason_round_trips_through_json_text() -> None:
+    why = _held(
+        "starving",
+        starting=1,
+        admitted=("a", "b"),
+        admitted_count=2,
+        backfill_slots=1,
+        backfill=("c",),
+        backfill_count=1,
+        lookahead=True,
+        nothing_else=True,
+        competitor="eval",
+        key_gap=-30.5,
+        gap=14400.0,
+        past_key=10.0,
+        overdue_after=28800.0,
+        starving="old",
+        waited=29000.0,
+        from_ready=True,
+    )
+    assert reason_from_json(json.loads(json.dumps(reason_to_json(why), allow_nan=False))) == why
+
+
+@pytest.mark.parametrize(("length", "kept"), [(MAX_KEY - 1, True), (MAX_KEY, True), (MAX_KEY + 1, False)])
+def test_task_keys_are_cut_to_max_key_characters_with_an_ellipsis(length: int, kept: bool) -> None:
+    key = "é" * length  # characters, not bytes
+    data = reason_to_json(_held(task=key, admitted=(key,), admitted_count=1, competitor=key, starving=key))
+    for value in (data["task"], data["admitted"][0], data["competitor"], data["starving"]):
+        assert len(value) == min(length, MAX_KEY)
+        assert (value == key) is kept
+        assert kept or value.endswith("…")
+
+
+def test_a_long_pool_name_is_cut_too() -> None:
+    assert len(reason_to_json(Reason("idle", "p" * 1000, 4, 0.0))["pool"]) == MAX_KEY
+
+
+def test_the_lists_keep_the_first_keys_and_the_whole_counts() -> None:
+    keys = tuple(f"t{i}" for i in range(MAX_LISTED + 5))
+    why = _held(admitted=keys, admitted_count=len(keys), backfill=keys, backfill_count=len(keys))
+    data = reason_to_json(why)
+    assert data["admitted"] == list(keys[:MAX_LISTED]) == data["backfill"]
+    assert data["admitted_count"] == data["backfill_count"] == MAX_LISTED + 5
+    back = reason_from_json(data)
+    assert back is not None and back.admitted == keys[:MAX_LISTED] and back.admitted_count == MAX_LISTED + 5
+
+
+def test_a_gap_of_zero_reads_back_to_the_same_sentence() -> None:
+    """Two tasks with the same key give ``key_gap=0.0``, which the JSON form leaves out."""
+    why = Reason(
+        "not-urgent-enough",
+        "gpu",
+        8,
+        0.0,
+        task="w",
+        slots=4,
+        competitor="c",
+        key_gap=0.0,
+        gap=60.0,
+        past_key=0.0,
+    )
+    back = reason_from_json(reason_to_json(why))
+    assert back is not None and render(back) == render(why)
+
+
+# -- reading it back: never raises, odd fields read as absent ---------------------------------------------
+def test_fields_of_the_wrong_json_type_read_as_absent() -> None:
+    back = reason_from_json(
+        {
+            "code": "reserving",
+            "pool": "gpu",
+            "slots": 4.0,  # a float where an int belongs
+            "free": True,
+            "until": "160",
+            "key_gap": math.nan,
+            "gap": math.inf,
+            "lookahead": "true",  # only JSON true is true
+            "nothing_else": 1,
+            "task": 7,
+            "backfill": "abc",  # not a list
+        }
+    )
+    assert back is not None
+    assert (back.slots, back.free, back.until, back.key_gap, back.gap) == (0, 0, None, None, None)
+    assert (back.lookahead, back.nothing_else, back.task, back.backfill) == (False, False, None, ())
+
+
+def test_a_list_longer_than_max_listed_is_cut_when_read() -> None:
+    back = reason_from_json({"code": "fits", "pool": "gpu", "admitted": [f"t{i}" for i in range(100)]})
+    assert back is not None and len(back.admitted) == MAX_LISTED
+
+
+def test_any_mapping_is_read_and_a_pool_that_is_not_text_is_no_reason() -> None:
+    assert reason_from_json(MappingProxyType({"code": "idle", "pool": "gpu", "capacity": 2})) == Reason(
+        "idle", "gpu", 2, 0.0
+    )
+    assert reason_from_json({"code": "idle", "pool": 4}) is None
+    assert reason_from_json({"code": "IDLE", "pool": "gpu"}) is None
+
+
+@pytest.mark.parametrize("code", [["idle"], {"idle": 1}])
+def test_a_code_of_the_wrong_json_type_reads_as_no_reason(code: object) -> None:
+    """The description is text anyone can edit: ``"code": ["idle"]`` must read as no reason, not crash
+    the controller, ``explain`` and the Critical path page (``parse_pool_state`` passes it on)."""
+    assert reason_from_json({"code": code, "pool": "gpu"}) is None
+
+
+def test_a_time_too_large_for_a_float_reads_as_absent() -> None:
+    data = json.loads('{"code": "reserving", "pool": "gpu", "until": 1' + "0" * 400 + "}")
+    back = reason_from_json(data)
+    assert back is not None and back.until is None
+
+
+# -- for_task ---------------------------------------------------------------------------------------------
+def test_for_task_names_the_starving_task_and_the_task_slots_are_held_for() -> None:
+    why = _held("starving", starving="old", waited=29000.0, backfill=("never",))
+    reason = for_task(why, "old")
+    assert (reason.task, reason.code, reason.decision) == ("old", "starving", why)
+    assert (
+        reason.text
+        == "starving: it has waited 29000s, so nothing behind it is let through and slots are held for wide"
+    )
+    assert for_task(why, "wide").code == "reserved"
+
+
+def test_for_task_checks_the_admitted_tasks_first() -> None:
+    why = _held(admitted=("wide",), admitted_count=1)
+    assert for_task(why, "wide").code == "starting"
+
+
+def test_for_task_counts_from_the_decision_time_by_default_and_says_when_it_is_unknown() -> None:
+    assert for_task(_held(), "wide").text.endswith("its slots expected free at +60s")
+    assert for_task(_held(lookahead=True), "wide").text.endswith("expected ready and its slots free at +60s")
+    assert for_task(_held(until=None), "other").text.endswith("(expected at an unknown time)")
+
+
+def test_for_task_says_why_a_not_urgent_head_waits() -> None:
+    why = Reason(
+        "not-urgent-enough",
+        "gpu",
+        8,
+        0.0,
+        task="wide",
+        slots=4,
+        competitor="eval",
+        key_gap=3600.0,
+        gap=14400.0,
+    )
+    reason = for_task(why, "wide")
+    assert reason.code == "not-urgent-enough"
+    assert reason.text == (
+        "not urgent enough to hold slots for: its key is 3600s before eval's (gap 14400s); it waits for "
+        "slots to free"
+    )
+    assert for_task(why, "other").code == "waiting-for-slots"
+
+
+def test_every_code_for_task_gives_is_documented() -> None:
+    why = _held(admitted=("a",), backfill=("b",), starving="s")
+    codes = {for_task(why, t).code for t in ("a", "b", "s", "wide", "x")}
+    codes |= {for_task(Reason(c, "gpu", 4, 0.0, task="h"), "h").code for c in CODES}
+    assert codes <= set(TASK_CODES)
+
+
+def test_a_reservation_time_already_past_is_not_shown_as_a_countdown() -> None:
+    """``explain`` asks with its own ``now``; a decision that changed only in its times is not rewritten,
+    so its ``until`` may lie in the past by then."""
+    for task in ("wide", "other"):
+        text = for_task(_held(until=160.0), task, now=200.0).text
+        assert "+-" not in text
