@@ -51,6 +51,10 @@ class BudgetUsage:
         return self.pool_day_claimed_seconds / 3600.0
 
 
+#: GPU-hours of float rounding a claim may exceed its cap by (``0.1 + 0.2`` hours against a 0.3 cap).
+_ROUNDING_HOURS = 1e-9
+
+
 def _check_hours(value: object, what: str, where: str) -> float | None:
     if value is None:
         return None
@@ -100,11 +104,12 @@ class BudgetCap:
             ("gpu_hours_per_run", self.gpu_hours_per_run),
             ("gpu_hours_per_pool_day", self.gpu_hours_per_pool_day),
         ):
-            if cap is not None and hours > cap:
+            if cap is not None and hours > cap + _ROUNDING_HOURS:  # the tolerance evaluate() allows
+                enough = math.ceil(hours * 1000) / 1000  # above the request, however close to the cap
                 raise ValueError(
-                    f"{where}: the gated task is expected to use {hours:g} GPU-hours (GPUs x duration "
+                    f"{where}: the gated task is expected to use {hours:.10g} GPU-hours (GPUs x duration "
                     f"estimate) but {what}={cap:g}, so its gate could never pass. Fix: raise the cap to "
-                    f"at least {hours:g}, or lower the task's GPUs or duration estimate."
+                    f"at least {enough:g}, or lower the task's GPUs or duration estimate."
                 )
 
     def to_dict(self) -> dict[str, Any]:
@@ -180,7 +185,7 @@ class BudgetDecision:
 def _blocked(used: float, claimed: float, request: float, cap_hours: float) -> bool:
     total = (used + claimed) / 3600.0
     # written so that NaN anywhere (a NaN claim, a NaN cap) blocks: every comparison with NaN is False
-    return not (total < cap_hours and total + request / 3600.0 <= cap_hours + 1e-9)
+    return not (total < cap_hours and total + request / 3600.0 <= cap_hours + _ROUNDING_HOURS)
 
 
 def evaluate(cap: BudgetCap, usage: BudgetUsage, request_gpu_seconds: float = 0.0) -> BudgetDecision:

@@ -87,9 +87,10 @@ def not_ascii(what: str, value: str) -> EstimateError | None:
 
 
 def real_number(value: object) -> float:
-    """``value`` (an int or a float, not a bool) as a float: NaN for anything else, and an infinity of
-    its sign for an int too large for a float (``10**400``), so one ``math.isfinite`` refuses both."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    """``value`` (a real number, not a bool: ints, floats and NumPy's numbers computed in a DAG file) as
+    a float: NaN for anything else, and an infinity of its sign for an int too large for a float
+    (``10**400``), so one ``math.isfinite`` refuses both."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return math.nan
     try:
         return float(value)
