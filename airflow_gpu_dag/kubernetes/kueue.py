@@ -73,6 +73,10 @@ def kueue_pod_metadata(
             )
         labels[POD_GROUP_LABEL] = _check_value("Kueue pod group", pod_group)
         annotations[POD_GROUP_TOTAL_COUNT_ANNOTATION] = str(pod_group_size)
+    elif pod_group_size is not None:
+        raise KueueError(
+            f"pod_group_size={pod_group_size!r} needs pod_group='<name shared by the group's pods>'"
+        )
     if workload_priority_class:
         labels[PRIORITY_CLASS_LABEL] = _check_value("Kueue workload priority class", workload_priority_class)
     return labels, annotations

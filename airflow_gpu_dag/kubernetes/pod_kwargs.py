@@ -14,8 +14,9 @@ from airflow.providers.cncf.kubernetes.backcompat.backwards_compat_converters im
     convert_affinity,
     convert_toleration,
 )
+from kubernetes.client import models as k8s
 
-from airflow_gpu_dag.airflow.declaring import declaring_dag
+from airflow_gpu_dag.airflow.declaring import declaring_dag, partial_default
 from airflow_gpu_dag.core.model.pools import pool_for_gpu_type
 from airflow_gpu_dag.core.model.resources import EstimateError
 from airflow_gpu_dag.executor_config import gpu_hints
@@ -113,6 +114,11 @@ def gpu_pod_kwargs(
     ``tolerations``, ``pool``, ``executor_config``...); GPU values are merged into them.
     :raises GpuPodConfigError: naming the DAG/task and the fix.
     """
+    # the DAG's (and task group's) default_args for the arguments given explicitly below: Airflow fills
+    # an argument from them only when it is not given, and these always are
+    for key in MERGED_ARGS:
+        if key not in kwargs and (default := partial_default(kwargs, key)) is not None:
+            kwargs[key] = default
     spec = parse_pod_spec(
         kwargs, gpus, gpu_memory, gpu_type, datasets, data_affinity, gpu_products, gpu_memory_affinity
     )
@@ -177,7 +183,14 @@ def with_gpu_parts(
             spec.required_node_requirements(),
             spec.preferred_terms(),
         )
-        tolerations = merge_tolerations([convert_toleration(t) for t in kwargs.get("tolerations") or []])
+        given = kwargs.get("tolerations") or []
+        for toleration in given:
+            if not isinstance(toleration, dict | k8s.V1Toleration):
+                raise GpuPodSpecError(
+                    f"tolerations: {toleration!r} is not a toleration; give dicts such as {{'key': 'team', "
+                    "'operator': 'Equal', 'value': 'ml', 'effect': 'NoSchedule'}} (or V1Toleration)"
+                )
+        tolerations = merge_tolerations([convert_toleration(t) for t in given])
     except (GpuPodSpecError, EstimateError, TypeError) as err:
         raise GpuPodConfigError(f"{pod_where(kwargs)}: {err}") from None
     out = dict(kwargs)

@@ -156,6 +156,11 @@ class GpuPodSpec:
             request = GpuRequest.parse(gpus, gpu_memory, None)
         except EstimateError as err:
             raise GpuPodSpecError(str(err)) from None
+        if gpu_products is not None and not isinstance(gpu_products, Mapping):
+            raise GpuPodSpecError(
+                f"gpu_products {gpu_products!r} must map our GPU types to node product labels, e.g. "
+                "gpu_products={'a100': ['NVIDIA-A100-SXM4-80GB']}"
+            )
         try:
             mapping = {
                 normalize_gpu_type(k): (v,)

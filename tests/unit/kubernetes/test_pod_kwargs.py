@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
+import inspect
 from unittest import mock
 
 import pytest
 from airflow.providers.cncf.kubernetes.operators.kueue import KubernetesStartKueueJobOperator
 
+from airflow_gpu_dag.kubernetes.pod_kwargs import GPU_ARGS, pod_where, with_defaults
 from airflow_gpu_dag.operators.kubernetes import GpuKubernetesPodOperator, GpuPodConfigError, gpu_pod_kwargs
 from tests.unit.operators.conftest import SER, _context, _dag, _validate, pod_dag
 
@@ -115,3 +117,144 @@ def test_gpu_pod_kwargs_reuse_the_providers_kueue_job_operator():
     template = job["spec"]["template"]["spec"]
     assert template["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
     assert op.pool == "gpu_h100" and op.pool_slots == 4
+
+
+# -- pod_kwargs' helpers, directly ----------------------------------------------------------------------
+GPU_TOL = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+ZONE_IN_A = {"key": "zone", "operator": "In", "values": ["a"]}
+TEAM_TOL = {"key": "team", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}
+
+
+def test_with_defaults_fills_only_the_merged_args_the_task_does_not_give() -> None:
+    defaults = {"tolerations": [TEAM_TOL], "labels": {"team": "ml"}, "pool": "cpu", "retries": 3}
+    kwargs = {"task_id": "t", "labels": {"own": "1"}, "default_args": defaults}
+    filled = with_defaults(kwargs)
+    assert filled == {**kwargs, "tolerations": [TEAM_TOL]}  # not pool (a GPU pod's follows its GPUs)
+    assert "tolerations" not in kwargs  # the caller's dict is not changed
+
+
+@pytest.mark.parametrize("kwargs", [{"task_id": "t"}, {"task_id": "t", "default_args": None}])
+def test_with_defaults_without_default_args_returns_the_kwargs_unchanged(kwargs: dict) -> None:
+    assert with_defaults(kwargs) is kwargs
+
+
+def test_pod_where_names_the_dag_and_the_task_or_says_which_is_missing() -> None:
+    assert pod_where({}) == "GpuKubernetesPodOperator <no dag>.<no task_id>"
+    with pod_dag("nightly_é"):
+        assert pod_where({"task_id": "train"}) == "GpuKubernetesPodOperator nightly_é.train"
+    assert pod_where({"task_id": "t", "dag": pod_dag("given")}) == "GpuKubernetesPodOperator given.t"
+
+
+def test_gpu_args_are_exactly_the_gpu_parameters_of_gpu_pod_kwargs() -> None:
+    """``GPU_ARGS`` tells the operator which arguments are not the base operator's: a parameter
+    added to one and not the other would be passed to ``KubernetesPodOperator`` (or dropped)."""
+    params = inspect.signature(gpu_pod_kwargs).parameters
+    assert set(GPU_ARGS) == {name for name, p in params.items() if p.kind is p.KEYWORD_ONLY}
+
+
+def test_gpu_pod_kwargs_sets_the_gpu_pool_slots_resources_toleration_and_hints() -> None:
+    out = gpu_pod_kwargs(task_id="t", image="i", gpus=2, gpu_type="A100", duration="1h", inputs="/lake/a")
+    assert (out["task_id"], out["image"], out["pool"], out["pool_slots"]) == ("t", "i", "gpu_a100", 2)
+    assert SER(out["container_resources"]) == {
+        "limits": {"nvidia.com/gpu": "2"},
+        "requests": {"nvidia.com/gpu": "2"},
+    }
+    assert SER(out["tolerations"]) == [GPU_TOL]
+    terms = SER(out["affinity"])["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "nvidia.com/gpu.product"
+    assert out["executor_config"] == {
+        "gpu_dag": {"gpus": 2, "gpu_type": "a100", "duration_s": 3600.0, "inputs": ["/lake/a"]}
+    }
+
+
+def test_without_gpu_type_or_datasets_no_affinity_is_added() -> None:
+    assert "affinity" not in gpu_pod_kwargs(task_id="t", gpus=1)
+
+
+def test_the_authors_pool_and_pool_slots_win_even_when_falsy() -> None:
+    out = gpu_pod_kwargs(task_id="t", gpus=4, gpu_type="h100", pool="", pool_slots=0)
+    assert (out["pool"], out["pool_slots"]) == ("", 0)
+    out = gpu_pod_kwargs(task_id="t", gpus=4, pool=None, pool_slots=None)
+    assert (out["pool"], out["pool_slots"]) == ("gpu_default", 4)
+
+
+def test_the_authors_own_pod_arguments_are_merged_not_replaced() -> None:
+    kwargs: dict = {
+        "tolerations": [TEAM_TOL],
+        "container_resources": {"requests": {"cpu": "4"}, "limits": {"memory": "8Gi"}},
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                    ]
+                }
+            }
+        },
+        "executor_config": {"pod_override": {"x": 1}, "gpu_dag": {"outputs": ["/o"]}},
+    }
+    out = gpu_pod_kwargs(task_id="t", gpus=2, gpu_type="a100", **kwargs)
+    assert SER(out["tolerations"]) == [TEAM_TOL, GPU_TOL]
+    assert SER(out["container_resources"]) == {
+        "limits": {"memory": "8Gi", "nvidia.com/gpu": "2"},
+        "requests": {"cpu": "4", "nvidia.com/gpu": "2"},
+    }
+    (term,) = SER(out["affinity"])["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert [e["key"] for e in term["matchExpressions"]] == ["zone", "nvidia.com/gpu.product"]  # ANDed
+    assert out["executor_config"]["pod_override"] == {"x": 1}
+    assert out["executor_config"]["gpu_dag"]["outputs"] == ["/o"]
+    assert kwargs["tolerations"] == [TEAM_TOL]
+    assert kwargs["executor_config"]["gpu_dag"] == {"outputs": ["/o"]}
+
+
+def test_an_authors_gpu_toleration_is_not_doubled() -> None:
+    own = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "x", "effect": "NoExecute"}
+    assert SER(gpu_pod_kwargs(task_id="t", gpus=1, tolerations=[own])["tolerations"]) == [own]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"gpus": None}, r"gpus is required.*gpus=4"),
+        ({"gpus": 1.5}, "whole number"),
+        ({"gpus": True}, "whole number"),
+        ({"gpus": 2**70}, "out of range"),
+        ({"gpus": 1, "gpu_memory": float("nan")}, "finite size"),
+        ({"gpus": 1, "gpu_memory": float("inf")}, "finite size"),
+        ({"gpus": 1, "gpu_type": "ä100"}, "not ASCII"),
+        ({"gpus": 1, "datasets": 5}, "not iterable"),
+        ({"gpus": 1, "container_resources": "4 cpus"}, "V1ResourceRequirements or a dict"),
+    ],
+)
+def test_bad_gpu_arguments_of_gpu_pod_kwargs_name_the_dag_and_task(kwargs: dict, match: str) -> None:
+    with pod_dag("jobs"), pytest.raises(GpuPodConfigError, match=match) as err:
+        gpu_pod_kwargs(task_id="train", image="i", **kwargs)
+    assert str(err.value).startswith("GpuKubernetesPodOperator jobs.train: ")
+
+
+@pytest.mark.parametrize("tolerations", [[42], ["team=ml:NoSchedule"]])
+def test_a_toleration_that_is_no_dict_is_a_config_error_naming_the_task(tolerations: list) -> None:
+    """``convert_toleration`` raises ``AirflowException: Expected dict or V1Toleration, got <class
+    'int'>``, which ``with_gpu_parts`` does not turn into a ``GpuPodConfigError``."""
+    with pod_dag("jobs"), pytest.raises(GpuPodConfigError, match=r"jobs\.train: .*toleration"):
+        gpu_pod_kwargs(task_id="train", gpus=1, tolerations=tolerations)
+
+
+def test_gpu_products_that_are_no_mapping_are_a_config_error_naming_the_task() -> None:
+    with pod_dag("jobs"), pytest.raises(GpuPodConfigError, match=r"jobs\.train: .*gpu_products"):
+        gpu_pod_kwargs(task_id="train", gpus=1, gpu_type="a100", gpu_products=["a100"])  # type: ignore[arg-type]
+
+
+def test_gpu_pod_kwargs_keep_the_dags_default_tolerations_and_pod_override() -> None:
+    """``with_defaults`` exists because DAG-wide tolerations were silently replaced by the GPU one; the
+    GPU operator applies it, but ``gpu_pod_kwargs`` (the documented way to build a Kueue Job) gives
+    ``tolerations`` and ``executor_config`` explicitly, so Airflow never fills the DAG's."""
+    defaults = {"tolerations": [TEAM_TOL], "executor_config": {"pod_override": {"x": 1}}}
+    with pod_dag("jobs", default_args=defaults):
+        op = KubernetesStartKueueJobOperator(
+            queue_name="team-a", **gpu_pod_kwargs(task_id="train", image="i", gpus=1)
+        )
+    assert [t["key"] if isinstance(t, dict) else t.key for t in op.tolerations] == ["team", "nvidia.com/gpu"]
+    assert op.executor_config.get("pod_override") == {"x": 1}
