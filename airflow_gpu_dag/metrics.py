@@ -21,16 +21,19 @@ as Airflow does for its own metrics, unless ``[metrics] legacy_names_on`` is fal
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
+import math
 import os
 import re
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import ModuleType
-from typing import Any
+from typing import Any, ParamSpec
 
+P = ParamSpec("P")
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -171,9 +174,27 @@ def _suffix(value: object) -> str:
     return _INVALID.sub("_", str(value))[:100] or "_"
 
 
+def _never_raises(function: Callable[P, None]) -> Callable[P, None]:
+    """``function``, its exceptions logged at debug and swallowed: what it is given is computed on before
+    :func:`_send` (a None duration, a NaN time) and must not break the caller either."""
+
+    @functools.wraps(function)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            function(*args, **kwargs)
+        except Exception:
+            log.debug("airflow-gpu-dag: metric %s not sent", function.__name__, exc_info=True)
+
+    return wrapper
+
+
 def _send(kind: str, name: str, value: float, tags: Mapping[str, Any], per: str | None = None) -> None:
-    """Send one metric (and its tag-in-name twin for plain StatsD); never raises."""
+    """Send one metric (and its tag-in-name twin for plain StatsD); never raises. A value that is not a
+    finite number is not sent: one NaN or infinite increment would spoil a counter for good."""
     try:
+        if not math.isfinite(value):
+            log.debug("airflow-gpu-dag: metric %s not sent: %r is not a finite number", name, value)
+            return
         stats = _stats()
         if stats is None:
             return
@@ -193,6 +214,7 @@ def _send(kind: str, name: str, value: float, tags: Mapping[str, Any], per: str 
 
 
 # -- watermark controller ------------------------------------------------------------------------------
+@_never_raises
 def watermark_pool(
     pool: str,
     *,
@@ -215,11 +237,13 @@ def watermark_pool(
     _send("gauge", WATERMARK_SOURCE_FAILED_INTERVALS, failed_intervals, tags, "pool")
 
 
+@_never_raises
 def watermark_pool_write(pool: str, ok: bool) -> None:
     """A pool write (size/description) was attempted: counted in ``pool_writes`` or ``pool_write_errors``."""
     _send("counter", WATERMARK_POOL_WRITES if ok else WATERMARK_POOL_WRITE_ERRORS, 1, {"pool": pool}, "pool")
 
 
+@_never_raises
 def watermark_tick(seconds: float, active: bool) -> None:
     """A tick ended after ``seconds`` (timer in ms, and the ``ticks`` counter), tagged ``role``."""
     role = {"role": "active" if active else "standby"}
@@ -227,23 +251,27 @@ def watermark_tick(seconds: float, active: bool) -> None:
     _send("counter", WATERMARK_TICKS, 1, role, "role")
 
 
+@_never_raises
 def watermark_decision(pool: str, code: str) -> None:
     """One tick's decision for ``pool`` had reason ``code`` (``core.policy.reasons.CODES``): counted per
     pool and code, so a dashboard shows how often each pool reserves, starves, or is idle."""
     _send("counter", WATERMARK_DECISIONS, 1, {"pool": pool, "code": code}, "pool")
 
 
+@_never_raises
 def watermark_fail_open(pool: str, by: str) -> None:
     """A pool was written back to its capacity by ``by`` (``controller`` on a clean stop, ``watchdog``)."""
     _send("counter", WATERMARK_FAIL_OPEN, 1, {"pool": pool, "by": by}, "pool")
 
 
 # -- GPU leases ---------------------------------------------------------------------------------------
+@_never_raises
 def lease_waited(seconds: float, pool: str | None) -> None:
     """A lease was granted ``seconds`` after it was asked for (timer, ms)."""
     _send("timer", LEASE_WAIT, max(0.0, seconds) * 1000.0, {"pool": pool or "none"}, "pool")
 
 
+@_never_raises
 def lease_used(devices: int, start: float, end: float, outcome: str, pool: str | None) -> None:
     """A lease ended (released or reclaimed): its GPU-seconds; a reclaim is also counted."""
     tags = {"pool": pool or "none", "outcome": outcome}
@@ -254,6 +282,7 @@ def lease_used(devices: int, start: float, end: float, outcome: str, pool: str |
 
 
 # -- plan against what happened ----------------------------------------------------------------------
+@_never_raises
 def plan_error(dag_id: str, start: Mapping[str, float | None], end: Mapping[str, float | None]) -> None:
     """How far a finished run of ``dag_id`` was from its plan: the median and p90 of the absolute start and
     end errors over its GPU tasks, in seconds (gauges tagged ``dag_id``; a None value is not sent). Sent
@@ -270,6 +299,7 @@ def plan_error(dag_id: str, start: Mapping[str, float | None], end: Mapping[str,
 
 
 # -- priority strategy --------------------------------------------------------------------------------
+@_never_raises
 def priority_plan_time(seconds: float, strategy: str) -> None:
     """Planning one DAG version took ``seconds`` (timer, ms), tagged ``strategy`` (e.g. ``packing``)."""
     _send("timer", PRIORITY_PLAN_TIME, seconds * 1000.0, {"strategy": strategy}, "strategy")
@@ -283,6 +313,7 @@ _cache_lock = threading.Lock()
 _cache_flushed = [time.monotonic()]
 
 
+@_never_raises
 def priority_cache(hit: bool, strategy: str) -> None:
     """A weight was served from a cached plan (``hit``) or needed a new one. Counted in memory; a miss
     (rare: a new DAG version) sends the counts at once, hits at most every :data:`PRIORITY_CACHE_FLUSH_S`."""

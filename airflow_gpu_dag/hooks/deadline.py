@@ -230,8 +230,10 @@ def fetch(
         if left is not None:
             # connect, pool wait, write, read: at most the rest, and at most a shorter timeout given
             given = kwargs.get("timeout")
-            shorter = isinstance(given, int | float) and not isinstance(given, bool) and 0 < given < left
-            kwargs["timeout"] = httpx.Timeout(float(given) if shorter else max(0.0, left))
+            limit = max(0.0, left)
+            if isinstance(given, int | float) and not isinstance(given, bool) and 0 < given < left:
+                limit = float(given)
+            kwargs["timeout"] = httpx.Timeout(limit)
         request = client.build_request(method, url, **kwargs)
         if left is not None and left <= 0:
             raise httpx.ConnectTimeout("the call's deadline has passed before it was sent", request=request)

@@ -3,8 +3,13 @@ own stats client, with the names and tags documented in docs/metrics.md."""
 
 from __future__ import annotations
 
+import logging
+import math
+import os
 import re
 import socket
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -209,3 +214,313 @@ def test_every_metric_is_documented() -> None:
     for name, (kind, tags, _) in metrics.METRICS.items():
         row = next(line for line in text.splitlines() if line.startswith(f"| `{name}`"))
         assert kind in row and all(f"`{tag}`" in row for tag in tags), row
+
+
+# -- the functions, against a fake stats module ---------------------------------------------------------
+class FakeStats:
+    """Records what the provider sends: ``(kind, name, value, tags)``."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str, float, dict[str, str]]] = []
+
+    def gauge(self, name: str, value: float, tags: dict[str, str]) -> None:
+        self.sent.append(("gauge", name, value, tags))
+
+    def timing(self, name: str, value: float, tags: dict[str, str]) -> None:
+        self.sent.append(("timer", name, value, tags))
+
+    def incr(self, name: str, value: float, tags: dict[str, str]) -> None:
+        self.sent.append(("counter", name, value, tags))
+
+
+@pytest.fixture
+def fake_stats(monkeypatch: pytest.MonkeyPatch) -> FakeStats:
+    """This process's stats, configured: a :class:`FakeStats`, legacy names on."""
+    stats = FakeStats()
+    monkeypatch.setitem(metrics._state, "pid", os.getpid())
+    monkeypatch.setitem(metrics._state, "stats", stats)
+    monkeypatch.setitem(metrics._state, "legacy", True)
+    return stats
+
+
+def test_a_tagged_metric_is_also_sent_with_the_tag_value_in_its_name(fake_stats: FakeStats) -> None:
+    metrics.watermark_pool_write("gpu_a100", ok=True)
+    metrics.watermark_pool_write("gpu_a100", ok=False)
+    assert fake_stats.sent == [
+        ("counter", metrics.WATERMARK_POOL_WRITES, 1, {"pool": "gpu_a100"}),
+        ("counter", f"{metrics.WATERMARK_POOL_WRITES}.gpu_a100", 1, {}),
+        ("counter", metrics.WATERMARK_POOL_WRITE_ERRORS, 1, {"pool": "gpu_a100"}),
+        ("counter", f"{metrics.WATERMARK_POOL_WRITE_ERRORS}.gpu_a100", 1, {}),
+    ]
+
+
+def test_legacy_names_off_sends_each_metric_once(
+    fake_stats: FakeStats, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(metrics._state, "legacy", False)
+    metrics.watermark_fail_open("gpu_h100", "watchdog")
+    assert fake_stats.sent == [
+        ("counter", metrics.WATERMARK_FAIL_OPEN, 1, {"pool": "gpu_h100", "by": "watchdog"})
+    ]
+
+
+def test_the_legacy_name_keeps_the_other_tags(fake_stats: FakeStats) -> None:
+    metrics.watermark_decision("gpu_a100", "too-wide")
+    assert fake_stats.sent[1] == (
+        "counter",
+        f"{metrics.WATERMARK_DECISIONS}.gpu_a100",
+        1,
+        {"code": "too-wide"},
+    )
+
+
+def test_every_metric_is_sent_as_the_kind_and_with_the_tags_its_table_says(
+    fake_stats: FakeStats, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(metrics, "_cache_counts", {})
+    metrics.watermark_pool(
+        "p", capacity=8, size=6, reserved_slots=2, backfill_slots=1, source_status="ok", failed_intervals=0
+    )
+    metrics.watermark_pool_write("p", ok=True)
+    metrics.watermark_pool_write("p", ok=False)
+    metrics.watermark_tick(0.25, active=True)
+    metrics.watermark_decision("p", "fits")
+    metrics.watermark_fail_open("p", "controller")
+    metrics.lease_waited(1.0, "p")
+    metrics.lease_used(2, 0.0, 10.0, "reclaimed", "p")
+    metrics.plan_error("d", {"median": 1.0, "p90": 2.0}, {"median": 3.0, "p90": 4.0})
+    metrics.priority_plan_time(0.1, "packing")
+    metrics.priority_cache(True, "packing")
+    metrics.priority_cache(False, "packing")  # a miss flushes at once
+    tagged = [(kind, name, set(tags)) for kind, name, _, tags in fake_stats.sent if name in metrics.METRICS]
+    assert {name for _, name, _ in tagged} == set(metrics.METRICS)
+    for kind, name, tags in tagged:
+        assert (kind, tuple(sorted(tags))) == (
+            metrics.METRICS[name][0],
+            tuple(sorted(metrics.METRICS[name][1])),
+        )
+
+
+def test_watermark_pool_skips_an_undecided_size_and_codes_the_source_status(fake_stats: FakeStats) -> None:
+    metrics.watermark_pool(
+        "p",
+        capacity=8,
+        size=None,
+        reserved_slots=0,
+        backfill_slots=0,
+        source_status="stale",
+        failed_intervals=3,
+    )
+    names = [name for _, name, _, tags in fake_stats.sent if "pool" in tags]
+    assert metrics.WATERMARK_POOL_SIZE not in names
+    status = [(v, t) for _, name, v, t in fake_stats.sent if name == metrics.WATERMARK_SOURCE_STATUS]
+    assert status == [(1, {"pool": "p", "status": "stale"})]
+
+
+@pytest.mark.parametrize(("status", "code"), [("ok", 0), ("stale", 1), ("floor", 2), ("unheard-of", 2)])
+def test_an_unknown_source_status_is_sent_as_the_floor_code(
+    fake_stats: FakeStats, status: str, code: int
+) -> None:
+    metrics.watermark_pool(
+        "p", capacity=1, size=1, reserved_slots=0, backfill_slots=0, source_status=status, failed_intervals=0
+    )
+    assert [v for _, name, v, _ in fake_stats.sent if name == metrics.WATERMARK_SOURCE_STATUS] == [code]
+
+
+def test_the_tick_is_timed_in_milliseconds_by_role(fake_stats: FakeStats) -> None:
+    metrics.watermark_tick(0.25, active=False)
+    assert fake_stats.sent[0] == ("timer", metrics.WATERMARK_TICK_DURATION, 250.0, {"role": "standby"})
+    assert fake_stats.sent[1] == ("timer", f"{metrics.WATERMARK_TICK_DURATION}.standby", 250.0, {})
+    assert fake_stats.sent[2] == ("counter", metrics.WATERMARK_TICKS, 1, {"role": "standby"})
+
+
+def test_a_lease_wait_is_never_negative_and_a_task_without_pool_is_tagged_none(fake_stats: FakeStats) -> None:
+    """A wall clock stepped back can give a negative wait; a timer of -5 s is no wait."""
+    metrics.lease_waited(-5.0, None)
+    assert fake_stats.sent[:2] == [
+        ("timer", metrics.LEASE_WAIT, 0.0, {"pool": "none"}),
+        ("timer", f"{metrics.LEASE_WAIT}.none", 0.0, {}),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("devices", "start", "end", "gpu_seconds"),
+    [
+        (4, 100.0, 160.5, 242.0),
+        (1, 0.0, 1 / 3, 0.333),
+        (2, 50.0, 10.0, 0.0),
+        (-1, 0.0, 10.0, 0.0),
+        (0, 0, 9, 0.0),
+    ],
+)
+def test_a_leases_gpu_seconds_are_devices_times_the_time_held(
+    fake_stats: FakeStats, devices: int, start: float, end: float, gpu_seconds: float
+) -> None:
+    metrics.lease_used(devices, start, end, "success", "gpu_a100")
+    assert fake_stats.sent[0] == (
+        "counter",
+        metrics.LEASE_GPU_SECONDS,
+        gpu_seconds,
+        {"pool": "gpu_a100", "outcome": "success"},
+    )
+    assert fake_stats.sent[1][1:] == (
+        f"{metrics.LEASE_GPU_SECONDS}.gpu_a100",
+        gpu_seconds,
+        {"outcome": "success"},
+    )
+    assert len(fake_stats.sent) == 2  # no reclaim counted
+
+
+def test_a_reclaimed_lease_is_also_counted_as_a_reclaim(fake_stats: FakeStats) -> None:
+    metrics.lease_used(1, 0.0, 1.0, "reclaimed", None)
+    assert ("counter", metrics.LEASE_RECLAIMS, 1, {"pool": "none"}) in fake_stats.sent
+
+
+@pytest.mark.parametrize(
+    ("devices", "start", "end"), [(0, -math.inf, 1.0), (2, 0.0, math.inf), (1, -1e308, 1e308)]
+)
+def test_a_lease_with_a_non_finite_time_adds_no_non_finite_gpu_seconds(
+    fake_stats: FakeStats, devices: int, start: float, end: float
+) -> None:
+    """``acquired_at`` comes from the lease file (``float()`` of JSON, which reads ``Infinity``); one inf
+    or NaN increment spoils a Prometheus counter for good."""
+    metrics.lease_used(devices, start, end, "success", "p")
+    assert all(math.isfinite(value) for _, _, value, _ in fake_stats.sent)
+
+
+def test_plan_error_sends_only_the_values_it_has(fake_stats: FakeStats) -> None:
+    metrics.plan_error("nightly", {"median": 4, "p90": None}, {})
+    assert fake_stats.sent == [
+        ("gauge", metrics.PLAN_START_ERROR_MEDIAN, 4.0, {"dag_id": "nightly"}),
+        ("gauge", f"{metrics.PLAN_START_ERROR_MEDIAN}.nightly", 4.0, {}),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "suffix"),
+    [
+        ("gpu_a100", "gpu_a100"),
+        ("gpu a100/x:y|z", "gpu_a100_x_y_z"),
+        ("gpu_ä100", "gpu__100"),
+        ("", "_"),
+        ("x" * 150, "x" * 100),
+        (7, "7"),
+    ],
+)
+def test_a_tag_value_in_a_name_has_only_statsd_safe_characters(value: object, suffix: str) -> None:
+    assert metrics._suffix(value) == suffix
+
+
+def test_a_failing_backend_is_swallowed(fake_stats: FakeStats, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError("statsd is down")
+
+    monkeypatch.setattr(fake_stats, "gauge", broken)
+    metrics.plan_error("d", {"median": 1.0}, {})  # does not raise
+    metrics.watermark_tick(0.1, True)  # the other kinds still go out
+    assert [name for _, name, _, _ in fake_stats.sent][:1] == [metrics.WATERMARK_TICK_DURATION]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: metrics.watermark_tick(None, True),  # type: ignore[arg-type]
+        lambda: metrics.lease_waited(None, "p"),  # type: ignore[arg-type]
+        lambda: metrics.lease_used(1, None, 5.0, "success", "p"),  # type: ignore[arg-type]
+        lambda: metrics.lease_used(float("nan"), 0.0, 5.0, "success", "p"),  # type: ignore[arg-type]
+        lambda: metrics.plan_error("d", {"median": "n/a"}, {}),  # type: ignore[dict-item]
+        lambda: metrics.priority_plan_time(None, "packing"),  # type: ignore[arg-type]
+    ],
+    ids=[
+        "tick-none",
+        "wait-none",
+        "lease-start-none",
+        "lease-devices-nan",
+        "plan-error-text",
+        "plan-time-none",
+    ],
+)
+def test_a_metric_function_never_raises_whatever_it_is_given(fake_stats: FakeStats, call) -> None:
+    """The module promises each function "never raises: a metric must never break a controller tick, a
+    GPU lease or the scheduler's weight rule"; the arithmetic before ``_send`` is outside its guard."""
+    call()
+
+
+def test_outside_an_airflow_process_nothing_is_sent_and_airflow_is_not_loaded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(metrics._state, "pid", None)
+    monkeypatch.delitem(sys.modules, "airflow")
+    configured: list[bool] = []
+    monkeypatch.setattr(metrics, "configure", lambda force=False: configured.append(force))
+    assert metrics._stats() is None
+    metrics.watermark_tick(0.1, True)
+    assert configured == []
+
+
+def test_configure_runs_once_per_process_unless_forced(
+    fake_stats: FakeStats, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fail() -> None:
+        raise AssertionError("configured again")
+
+    monkeypatch.setattr(metrics, "_sdk_stats", fail)
+    metrics.configure()  # this pid is configured: nothing read
+    assert metrics._state["stats"] is fake_stats
+
+
+def test_a_backend_that_cannot_be_configured_turns_metrics_off_with_a_warning(
+    fake_stats: FakeStats, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def fail() -> None:
+        raise ImportError("no stats here")
+
+    monkeypatch.setattr(metrics, "_sdk_stats", fail)
+    with caplog.at_level(logging.WARNING, logger=metrics.__name__):
+        metrics.configure(force=True)
+    assert metrics._state["stats"] is None and metrics._state["pid"] == os.getpid()
+    assert "metrics disabled" in caplog.text
+    metrics.watermark_tick(0.1, True)
+    assert fake_stats.sent == []
+
+
+def test_cache_counts_from_many_threads_are_all_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``get_weight`` runs in several threads of the api-server: no count may be lost."""
+    sent: list[tuple[str, str, float]] = []
+    lock = threading.Lock()
+
+    def record(kind: str, name: str, value: float, tags: dict, per: str | None = None) -> None:
+        with lock:
+            sent.append((name, tags["strategy"], value))
+
+    monkeypatch.setattr(metrics, "_cache_counts", {})
+    monkeypatch.setattr(metrics, "_send", record)
+    monkeypatch.setattr(metrics, "PRIORITY_CACHE_FLUSH_S", 0.0)  # every hit may flush: the worst race
+
+    def work(strategy: str) -> None:
+        for i in range(500):
+            metrics.priority_cache(i % 10 != 0, strategy)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in ("a", "b", "a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    metrics.flush_priority_cache()
+    totals: dict[tuple[str, str], float] = {}
+    for name, strategy, value in sent:
+        totals[(name, strategy)] = totals.get((name, strategy), 0) + value
+    assert totals == {
+        (metrics.PRIORITY_CACHE_HITS, "a"): 900,
+        (metrics.PRIORITY_CACHE_MISSES, "a"): 100,
+        (metrics.PRIORITY_CACHE_HITS, "b"): 900,
+        (metrics.PRIORITY_CACHE_MISSES, "b"): 100,
+    }
+
+
+def test_flush_sends_nothing_when_nothing_was_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[object] = []
+    monkeypatch.setattr(metrics, "_cache_counts", {})
+    monkeypatch.setattr(metrics, "_send", lambda *args, **kwargs: sent.append(args))
+    metrics.flush_priority_cache()
+    assert sent == []

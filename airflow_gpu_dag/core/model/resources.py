@@ -11,6 +11,7 @@ import numbers
 import re
 import unicodedata
 from dataclasses import dataclass
+from typing import cast
 
 from airflow_gpu_dag.core.model.pools import normalize_gpu_type
 
@@ -94,8 +95,8 @@ def real_number(value: object) -> float:
         return math.nan
     try:
         return float(value)
-    except OverflowError:
-        return math.inf if value > 0 else -math.inf
+    except OverflowError:  # an int beyond any float: only its sign is left
+        return math.inf if cast(int, value) > 0 else -math.inf
 
 
 def parse_duration(value: object) -> float:
