@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -12,6 +11,7 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, AirflowSkipException
 
 from airflow_gpu_dag.airflow.declaring import declaring_dag, declaring_group, partial_default
+from airflow_gpu_dag.core.model.resources import real_number
 
 __all__ = [
     "RESUME_RACE_RETRIES",
@@ -76,6 +76,11 @@ def soft_failing(sensor: Any) -> Iterator[None]:
         raise
 
 
+#: The longest timeout taken (100 years): Airflow keeps a sensor's timeout as a ``timedelta`` and adds
+#: it to dates, which overflow long before ``float`` does (``1e300`` s); a longer one is a typo.
+_LONGEST_TIMEOUT_S = timedelta(days=36500).total_seconds()
+
+
 def require_timeout(
     task_id: str, sensor: str, timeout: float | timedelta | None, *, where: str | None = None
 ) -> float:
@@ -87,13 +92,13 @@ def require_timeout(
             f"{where}: {sensor} needs an explicit timeout; a dataset that never completes would "
             f"otherwise block the run for days. Pass timeout=timedelta(hours=2) (or seconds)."
         )
-    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf:
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else real_number(timeout)
+    if not 0 < seconds <= _LONGEST_TIMEOUT_S:  # NaN fails too; an int beyond a float reads as inf
         raise ValueError(
             f"{where}: {sensor} timeout={timeout!r} must be a positive (finite) number of "
             "seconds or a timedelta, e.g. timeout=timedelta(hours=2)."
         )
-    return float(seconds)
+    return seconds
 
 
 def resume_race_retry(kwargs: dict[str, Any]) -> dict[str, Any]:

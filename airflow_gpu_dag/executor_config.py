@@ -133,9 +133,23 @@ def _checked(parse: Any, value: object) -> object:
 
 
 def merge_hints(executor_config: Mapping[str, Any] | None, hints: Mapping[str, Any]) -> dict[str, Any]:
-    """Return a copy of ``executor_config`` with ``hints`` merged under :data:`HINTS_KEY`."""
+    """Return a copy of ``executor_config`` with ``hints`` merged under :data:`HINTS_KEY`.
+
+    :raises TypeError: ``executor_config`` (or the hints already in it) is not a mapping.
+    """
+    if executor_config is not None and not isinstance(executor_config, Mapping):
+        raise TypeError(
+            f"executor_config must be a dict, e.g. executor_config={{'pod_override': ...}}, not "
+            f"{type(executor_config).__name__} {executor_config!r:.80}"
+        )
     merged = dict(executor_config or {})
-    merged[HINTS_KEY] = {**dict(merged.get(HINTS_KEY) or {}), **hints}
+    ours = merged.get(HINTS_KEY) or {}
+    if not isinstance(ours, Mapping):
+        raise TypeError(
+            f"executor_config[{HINTS_KEY!r}] holds this provider's hints and must be a dict, not "
+            f"{type(ours).__name__}; set them with gpu_hints(...) instead"
+        )
+    merged[HINTS_KEY] = {**dict(ours), **hints}
     return merged
 
 
