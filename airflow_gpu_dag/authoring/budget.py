@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from airflow_gpu_dag.airflow.mapped import is_mapped
-from airflow_gpu_dag.authoring._wiring import as_operator, insert_before, where_of
+from airflow_gpu_dag.authoring._wiring import as_operator, check_gatable, insert_before, where_of
 from airflow_gpu_dag.budget.charge import SettleBudgetClaim
 from airflow_gpu_dag.core.model.pools import is_gpu_pool
 from airflow_gpu_dag.core.model.resources import EstimateError, parse_duration
@@ -71,9 +71,21 @@ def budget_gate(
             f"{task.pool!r}, where its GPU-hours are charged: the cap would never see them. Fix: "
             f"set the task's pool={pool!r}, or drop pool= (the task's own pool is capped)."
         )
-    gpus, gpu_seconds = expected_gpu_seconds(task)
+    check_gatable(task)  # a teardown: refused before anything is added
+    gpus, gpu_seconds = expected_gpu_seconds(task, where)
+    gate_id = task_id or f"{task.label}__budget"  # label: the id inside its task group
+    group_prefix = task.task_id[: -len(task.label)] if task.task_id.endswith(task.label) else ""
+    # the gate's own checks, before it is added to the DAG: a refused call leaves the DAG as it was
+    BudgetGateOperator.checked_arguments(
+        f"DAG {dag.dag_id!r}, task {group_prefix + gate_id!r}",
+        gpu_hours_per_run,
+        gpu_hours_per_pool_day,
+        task.pool or pool,
+        gpu_seconds,
+        poke_interval,
+    )
     gate = BudgetGateOperator(
-        task_id=task_id or f"{task.label}__budget",  # label: the id inside its task group
+        task_id=gate_id,
         gpu_hours_per_run=gpu_hours_per_run,
         gpu_hours_per_pool_day=gpu_hours_per_pool_day,
         # the task's pool also for a per-run cap: its claim then counts against that pool's day
@@ -114,14 +126,24 @@ def _charged_by(task: Any) -> str | None:
     return None
 
 
-def expected_gpu_seconds(task: Any) -> tuple[int, float]:
+def expected_gpu_seconds(task: Any, where: str | None = None) -> tuple[int, float]:
     """``(GPUs, GPUs x duration estimate)`` of a task from its hints (a GPU pool's slots when it
-    declares no GPUs; the default estimate when it declares no duration)."""
+    declares no GPUs; the default estimate when it declares no duration).
+
+    :raises ValueError: the hints declare a GPU count that is no whole number of GPUs >= 1 (``where``
+        names the task); its claim could not be sized.
+    """
     hints = read_hints(getattr(task, "executor_config", None))
-    try:
-        gpus = int(hints["gpus"]) if "gpus" in hints else 0
-    except (TypeError, ValueError):
-        gpus = 0
+    declared = hints.get("gpus")
+    gpus = 0
+    if declared is not None:
+        whole = isinstance(declared, int | float) and not isinstance(declared, bool) and 1 <= declared < 2**31
+        if not whole or not float(declared).is_integer():
+            raise ValueError(
+                f"{where or where_of(task)}: gpus={declared!r} is not a whole number of GPUs >= 1, so its "
+                "budget claim cannot be sized. Fix: declare e.g. gpus=2 in its GPU hints."
+            )
+        gpus = int(declared)
     if not gpus and is_gpu_pool(getattr(task, "pool", None)):
         gpus = int(getattr(task, "pool_slots", 1) or 1)
     try:

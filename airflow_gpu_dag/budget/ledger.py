@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import json
 import os
+import threading
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -110,6 +111,27 @@ class BudgetLedger(Protocol):
         ...
 
 
+_THREAD_LOCKS: dict[str, threading.Lock] = {}
+_THREAD_LOCKS_GUARD = threading.Lock()
+
+
+def _forget_thread_locks() -> None:
+    """A forked child starts with no thread in the ledger: locks copied while held would never open."""
+    global _THREAD_LOCKS_GUARD
+    _THREAD_LOCKS.clear()
+    _THREAD_LOCKS_GUARD = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_thread_locks)
+
+
+def _thread_lock(path: Path) -> threading.Lock:
+    """This process's lock of the ledger whose lock file is ``path`` (one per file, whichever object)."""
+    key = os.path.abspath(path)
+    with _THREAD_LOCKS_GUARD:
+        return _THREAD_LOCKS.setdefault(key, threading.Lock())
+
+
 class FileBudgetLedger:
     """The JSON-lines usage ledger plus ``<ledger>.claims.json``, changed under ``<ledger>.lock``."""
 
@@ -123,15 +145,18 @@ class FileBudgetLedger:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o664)
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            with contextlib.suppress(OSError):
-                fcntl.lockf(fd, fcntl.LOCK_UN)
-            os.close(fd)
+        """The ledger for this thread alone: the lock file for other processes (``lockf`` locks are a
+        process's, so they do not keep two threads of one process apart) and a lock of this process."""
+        with _thread_lock(self.lock_path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o664)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                with contextlib.suppress(OSError):
+                    fcntl.lockf(fd, fcntl.LOCK_UN)
+                os.close(fd)
 
     def _claims(self, now: float | None) -> dict[str, BudgetClaim]:
         """The claims on file that have not expired at ``now`` (all of them with ``now`` None).

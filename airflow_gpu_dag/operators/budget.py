@@ -83,13 +83,31 @@ class BudgetGateOperator(BaseOperator):
         kwargs["executor_config"] = control_task_hints(kwargs.get("executor_config"))
         super().__init__(**resume_race_retry(kwargs))
         where = f"DAG {self.dag_id!r}, task {self.task_id!r}" if self.has_dag() else f"task {self.task_id!r}"
-        self.cap = BudgetCap.checked(where, gpu_hours_per_run, gpu_hours_per_pool_day, pool_to_cap)
-        self.claim_gpu_seconds = _number(claim_gpu_seconds, "claim_gpu_seconds", where, zero_ok=True)
-        self.cap.check_request(self.claim_gpu_seconds, where)
+        self.cap, self.claim_gpu_seconds, self.poke_interval = self.checked_arguments(
+            where, gpu_hours_per_run, gpu_hours_per_pool_day, pool_to_cap, claim_gpu_seconds, poke_interval
+        )
         self.ledger = ledger
-        self.poke_interval = _number(poke_interval, "poke_interval", where, zero_ok=False)
         self.gated_task_id = gated_task_id or self.task_id
         self.deferrable = is_deferrable(deferrable)
+
+    @staticmethod
+    def checked_arguments(
+        where: str,
+        gpu_hours_per_run: object,
+        gpu_hours_per_pool_day: object,
+        pool_to_cap: str | None,
+        claim_gpu_seconds: object,
+        poke_interval: object,
+    ) -> tuple[BudgetCap, float, float]:
+        """``(cap, claim_gpu_seconds, poke_interval)`` checked as the constructor checks them, so that
+        :func:`~airflow_gpu_dag.authoring.budget.budget_gate` can refuse them before it adds anything.
+
+        :raises ValueError: naming ``where`` and the fix.
+        """
+        cap = BudgetCap.checked(where, gpu_hours_per_run, gpu_hours_per_pool_day, pool_to_cap)
+        claim = _number(claim_gpu_seconds, "claim_gpu_seconds", where, zero_ok=True)
+        cap.check_request(claim, where)
+        return cap, claim, _number(poke_interval, "poke_interval", where, zero_ok=False)
 
     def _claim(self, context: Any) -> Any:
         ti = context.get("ti")

@@ -249,3 +249,200 @@ def test_a_pod_ended_by_timeout_or_kill_is_charged_from_its_current_status() -> 
         op.on_kill()  # killed: charged before the provider deletes the pod
     assert len(charged) == 2 and charged[1].task_id == "train" and charged[1].gpu_seconds > 0
     assert manager.read_pod.call_count == 2
+
+
+# -- charge() and the settle callback on their own --------------------------------------------------------
+def _record(lease_id: str | None = "l1", hours: float = 1.0, gpus: int = 2) -> Any:
+    from airflow_gpu_dag.gpu.usage import UsageRecord
+
+    end = datetime(2026, 11, 30, 12, tzinfo=UTC).timestamp()
+    return UsageRecord("d", "r1", "fit", 1, tuple(range(gpus)), end - hours * 3600, end, lease_id=lease_id)
+
+
+def _task_ti(**overrides: Any) -> SimpleNamespace:
+    values: dict[str, Any] = {
+        "dag_id": "d",
+        "run_id": "r1",
+        "task_id": "fit",
+        "map_index": -1,
+        "try_number": 1,
+        "start_date": datetime.now(UTC) - timedelta(hours=1),
+        "state": "success",
+    }
+    return SimpleNamespace(**{**values, **overrides})
+
+
+@pytest.fixture
+def _file_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No shared ledger; the configured usage ledger is ``tmp_path/usage.jsonl`` (returned)."""
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__BUDGET_CONN_ID", raising=False)
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__USAGE_LEDGER", str(tmp_path / "usage.jsonl"))
+    return tmp_path / "usage.jsonl"
+
+
+@pytest.mark.usefixtures("_file_ledger")
+def test_charge_records_in_the_named_ledger_once_per_lease(tmp_path: Path) -> None:
+    from airflow_gpu_dag.budget.charge import charge
+
+    named = tmp_path / "named.jsonl"
+    assert charge(_record(), str(named)) and charge(_record(), str(named))  # charged twice: counted once
+    assert [r.lease_id for r in UsageLedger(named).read()] == ["l1"]
+    assert not (tmp_path / "usage.jsonl").exists()
+
+
+def test_charge_without_a_ledger_uses_the_configured_one(_file_ledger: Path) -> None:
+    from airflow_gpu_dag.budget.charge import charge
+
+    assert charge(_record(lease_id=None, hours=0.5))
+    (record,) = UsageLedger(_file_ledger).read()
+    assert record.gpu_seconds == 3600.0
+
+
+@pytest.mark.usefixtures("_file_ledger")
+def test_charge_never_raises_when_the_ledger_cannot_be_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ledger that cannot be written must not fail the GPU work that already ran."""
+    from airflow_gpu_dag.budget.charge import charge
+
+    (tmp_path / "a_file").write_text("not a folder")
+    with caplog.at_level("ERROR", logger="airflow_gpu_dag.budget.charge"):
+        assert charge(_record(), str(tmp_path / "a_file" / "usage.jsonl")) is False
+    assert "could not charge 7200.0 GPU-s of d.fit" in caplog.text
+
+
+@pytest.mark.usefixtures("_file_ledger")
+def test_charge_to_a_unicode_ledger_path(tmp_path: Path) -> None:
+    from airflow_gpu_dag.budget.charge import charge
+
+    ledger = tmp_path / "données" / "budget·训练.jsonl"
+    assert charge(_record(), str(ledger))
+    assert read_usage(str(ledger), "d", "r1", None).run_gpu_hours == 2.0
+
+
+@pytest.mark.usefixtures("_file_ledger")
+def test_a_callback_with_no_task_instance_in_its_context_does_nothing(tmp_path: Path) -> None:
+    SettleBudgetClaim(ledger=str(tmp_path / "u.jsonl"), gpus=2, pool="gpu")({"dag_run": object()})
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.usefixtures("_file_ledger")
+def test_the_callback_reads_the_task_instance_under_either_context_key(tmp_path: Path) -> None:
+    ledger = str(tmp_path / "u.jsonl")
+    SettleBudgetClaim(ledger=ledger, gpus=2, pool="gpu")({"task_instance": _task_ti()})
+    assert read_usage(ledger, "d", "r1", None).run_gpu_hours == pytest.approx(2.0, abs=0.01)
+
+
+@pytest.mark.usefixtures("_file_ledger")
+def test_the_charged_record_says_who_ran_where_and_how_it_ended(tmp_path: Path) -> None:
+    ledger = tmp_path / "u.jsonl"
+    settle = SettleBudgetClaim(ledger=str(ledger), gpus=3, pool="gpu_a100")
+    settle({"ti": _task_ti(map_index=4, try_number=2, state=None)})
+    (record,) = UsageLedger(ledger).read()
+    assert (record.dag_id, record.run_id, record.task_id, record.map_index) == ("d", "r1", "fit", 4)
+    assert (record.try_number, record.devices, record.pool) == (2, (0, 1, 2), "gpu_a100")
+    assert record.outcome == "ended" and record.lease_id == "task:d|r1|fit|4|2" and record.host
+    assert record.gpu_seconds == pytest.approx(3 * 3600, abs=30)
+    assert repr(settle) == "SettleBudgetClaim(gpus=3, pool='gpu_a100', close=True)"
+
+
+@pytest.mark.usefixtures("_file_ledger")
+def test_a_map_index_that_is_not_a_number_is_read_as_an_unmapped_task(tmp_path: Path) -> None:
+    from airflow_gpu_dag.budget.ledger import FileBudgetLedger
+    from airflow_gpu_dag.core.model.budget import BudgetCap, BudgetClaim
+
+    ledger = tmp_path / "u.jsonl"
+    book = FileBudgetLedger(ledger)
+    claim = BudgetClaim("d", "r1", "fit", 7200, None, "2026-11-30", 0, 4e9)
+    assert book.claim(BudgetCap(gpu_hours_per_run=10), claim, 1).allowed
+    SettleBudgetClaim(ledger=str(ledger), gpus=2, pool=None)({"ti": _task_ti(map_index=None)})
+    assert book._claims(None) == {}  # the unmapped task's claim is closed
+    assert UsageLedger(ledger).read()[0].map_index == -1
+
+
+@pytest.mark.usefixtures("_file_ledger")
+def test_a_try_that_did_not_start_or_started_in_the_future_is_charged_no_time(tmp_path: Path) -> None:
+    ledger = tmp_path / "u.jsonl"
+    SettleBudgetClaim(ledger=str(ledger), gpus=2, pool=None)({"ti": _task_ti(start_date=None)})
+    future = datetime.now(UTC) + timedelta(hours=5)  # a clock ahead on another host
+    SettleBudgetClaim(ledger=str(ledger), gpus=2, pool=None)(
+        {"ti": _task_ti(try_number=2, start_date=future)}
+    )
+    assert [r.gpu_seconds for r in UsageLedger(ledger).read()] == [0.0, 0.0]
+
+
+@pytest.mark.usefixtures("_file_ledger")
+def test_a_task_without_gpus_is_charged_nothing_but_its_claim_is_closed(tmp_path: Path) -> None:
+    from airflow_gpu_dag.budget.ledger import FileBudgetLedger
+    from airflow_gpu_dag.core.model.budget import BudgetCap, BudgetClaim
+
+    ledger = tmp_path / "u.jsonl"
+    book = FileBudgetLedger(ledger)
+    assert book.claim(BudgetCap(gpu_hours_per_run=10), BudgetClaim("d", "r1", "fit", 0, None, "x", 0, 4e9), 1)
+    SettleBudgetClaim(ledger=str(ledger), gpus=0, pool=None)({"ti": _task_ti()})
+    assert book._claims(None) == {} and UsageLedger(ledger).read() == []
+
+
+@pytest.mark.usefixtures("_file_ledger")
+def test_a_try_to_be_retried_is_charged_and_keeps_the_claim(tmp_path: Path) -> None:
+    from airflow_gpu_dag.budget.ledger import FileBudgetLedger
+    from airflow_gpu_dag.core.model.budget import BudgetCap, BudgetClaim
+
+    ledger = tmp_path / "u.jsonl"
+    book = FileBudgetLedger(ledger)
+    claim = BudgetClaim("d", "r1", "fit", 7200, None, "x", 0, 4e9)
+    assert book.claim(BudgetCap(gpu_hours_per_run=10), claim, 1).allowed
+    keep = SettleBudgetClaim(ledger=str(ledger), gpus=2, pool=None, close=False)
+    keep({"ti": _task_ti(state="up_for_retry")})
+    keep({"ti": _task_ti(state="up_for_retry")})  # the callback run twice: the try charged once
+    assert list(book._claims(None)) == [claim.claim_id]
+    assert [r.outcome for r in UsageLedger(ledger).read()] == ["up_for_retry"]
+
+
+def test_a_lease_task_on_the_configured_ledger_is_not_charged_its_run_time(_file_ledger: Path) -> None:
+    for ledger in (None, str(_file_ledger)):
+        SettleBudgetClaim(ledger=ledger, gpus=2, pool=None, charged_by="lease")({"ti": _task_ti()})
+    assert UsageLedger(_file_ledger).read() == []  # its lease charges it there
+
+
+def test_a_lease_task_gated_on_another_ledger_is_charged_its_run_time_there(
+    _file_ledger: Path, tmp_path: Path
+) -> None:
+    """Its lease records go to the configured usage ledger, which the gate's own file never sees."""
+    other = tmp_path / "team.jsonl"
+    SettleBudgetClaim(ledger=str(other), gpus=2, pool=None, charged_by="lease")({"ti": _task_ti()})
+    assert read_usage(str(other), "d", "r1", None).run_gpu_hours == pytest.approx(2.0, abs=0.01)
+
+
+def test_a_pod_gated_on_the_local_file_while_pods_charge_a_shared_ledger_is_charged_its_run_time(
+    _file_ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__BUDGET_CONN_ID", "gpu_dag_budget")  # pods charge the database
+    SettleBudgetClaim(ledger=str(_file_ledger), gpus=1, pool=None, charged_by="pod")({"ti": _task_ti()})
+    assert read_usage(str(_file_ledger), "d", "r1", None).run_gpu_hours == pytest.approx(1.0, abs=0.01)
+
+
+@pytest.mark.usefixtures("_file_ledger")
+def test_the_callback_never_raises_when_the_ledger_cannot_be_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "a_file").write_text("not a folder")
+    settle = SettleBudgetClaim(ledger=str(tmp_path / "a_file" / "u.jsonl"), gpus=2, pool=None)
+    with caplog.at_level("ERROR", logger="airflow_gpu_dag.budget.charge"):
+        settle({"ti": _task_ti()})
+    assert "could not settle the claim of d.fit (it expires on its own)" in caplog.text
+
+
+@pytest.mark.usefixtures("_file_ledger")
+def test_a_ledger_template_is_rendered_with_the_dags_template_environment(tmp_path: Path) -> None:
+    from airflow_gpu_dag.budget.charge import _rendered
+
+    with DAG("team_a", schedule=None) as dag:
+        task = EmptyOperator(task_id="fit")
+    template = str(tmp_path / "{{ dag.dag_id }}" / "{% if run_id %}{{ run_id }}{% endif %}.jsonl")
+    assert _rendered(template, {"dag": dag, "run_id": "r1"}) == str(tmp_path / "team_a" / "r1.jsonl")
+    assert _rendered(template, {"task": task, "dag": dag, "run_id": "r1"}) == str(
+        tmp_path / "team_a" / "r1.jsonl"
+    )
+    assert _rendered("/plain/u.jsonl", {}) == "/plain/u.jsonl"
+    assert _rendered(None, {"dag": dag}) is None
