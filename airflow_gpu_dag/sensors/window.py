@@ -37,6 +37,7 @@ from airflow_gpu_dag.core.model.windows import (
     TimeWindow,
     Window,
     parse_time_of_day,
+    parse_timezone,
     parse_window,
 )
 from airflow_gpu_dag.deferral import declared_where, is_deferrable, resume_race_retry
@@ -55,8 +56,9 @@ __all__ = [
 
 
 def templated(value: object) -> bool:
-    """True for a Jinja template (checked at run time only)."""
-    return isinstance(value, str) and "{{" in value
+    """True for a Jinja template, an expression ``{{ }}`` or a statement ``{% %}`` (checked at run time
+    only)."""
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
 
 
 def check_on_missed(on_missed: object, where: str) -> None:
@@ -121,7 +123,9 @@ class StartWindowSensor(BaseSensorOperator):
         deferrable = is_deferrable(deferrable)
         if not deferrable:
             kwargs["mode"] = partial_default(kwargs, "mode") or "reschedule"  # default_args' mode too
-        if not (templated(opens) or templated(closes)):
+        if templated(opens) or templated(closes):  # the times are checked at run time, the zone now
+            parse_timezone(tz, where=where)
+        else:
             parse_window(opens, closes, tz, where=where)
         # The window bounds the wait; the sensor timeout is only a backstop (2 days).
         kwargs.setdefault("timeout", timedelta(days=2))

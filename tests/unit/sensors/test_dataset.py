@@ -280,3 +280,245 @@ def test_the_sensors_fail_on_a_permanent_error_with_the_fix(monkeypatch: pytest.
         AirflowFailException, match=r"task 'wait_ckpt': cannot check checkpoint directory s3://b/c"
     ):
         ckpt.execute_complete({}, {**event, "path": "s3://b/c"})
+
+
+# -- the sensor's answers, its wait and its fallback -------------------------------------------------------
+def _sensor(path: str, **kwargs: Any) -> Any:
+    """A dataset sensor ``wait`` with a one-hour timeout (unless told) in DAG ``d``."""
+    from airflow.sdk import DAG
+
+    from airflow_gpu_dag.sensors import DatasetCompleteSensor
+
+    kwargs.setdefault("timeout", 3600)
+    with DAG("d", schedule=None):
+        return DatasetCompleteSensor(task_id="wait", path=path, **kwargs)
+
+
+def _producer_ti(state: str | None) -> Any:
+    from types import SimpleNamespace
+
+    states = {"r2": {"prep": state}} if state else {}
+    return SimpleNamespace(dag_id="d", run_id="r2", get_task_states=lambda **kwargs: states)
+
+
+@pytest.mark.usefixtures("_deferring")
+def test_a_dataset_complete_at_the_first_check_answers_without_deferring(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from airflow.sdk import Asset
+
+    from airflow_gpu_dag.datasets import write_marker
+
+    clean = Asset("clean", uri="file:///lake/clean")
+    write_marker(str(tmp_path))
+    event = SimpleNamespace(extra=None)
+    answer = _sensor(str(tmp_path), asset=clean).execute({"outlet_events": {clean: event}})
+    assert answer["path"] == str(tmp_path) and answer["fallback"] is False and "_SUCCESS" in answer["reason"]
+    assert event.extra == {"path": str(tmp_path), "fallback": False}  # the asset event names the data
+
+
+@pytest.mark.usefixtures("_deferring")
+def test_an_incomplete_dataset_defers_to_a_trigger_bounded_by_the_timeout(tmp_path) -> None:
+    import time
+    from datetime import timedelta
+
+    from airflow.sdk.exceptions import TaskDeferred
+
+    sensor = _sensor(str(tmp_path), timeout=timedelta(hours=2), poke_interval=45, conn_id="lake")
+    assert sensor.timeout == 7200.0
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute({})
+    trigger = deferred.value.trigger
+    assert (trigger.path, trigger.poke_interval, trigger.conn_id) == (str(tmp_path), 45.0, "lake")
+    assert trigger.completeness == {"kind": "marker", "name": "_SUCCESS"}
+    assert 7190 < trigger.deadline - time.time() <= 7200
+    assert deferred.value.method_name == "execute_complete"
+    assert deferred.value.timeout == timedelta(seconds=7200 + 120)  # a backstop after the deadline
+
+
+@pytest.mark.usefixtures("_deferring")
+def test_a_flaky_first_check_counts_as_not_complete_yet_and_the_sensor_still_defers(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from airflow.sdk.exceptions import TaskDeferred
+
+    import airflow_gpu_dag.sensors.dataset as sensor_dataset
+
+    monkeypatch.setattr(
+        sensor_dataset, "check_once", lambda *a, **k: (_ for _ in ()).throw(OSError("503 SlowDown"))
+    )
+    sensor = _sensor(str(tmp_path))
+    with pytest.raises(TaskDeferred):
+        sensor.execute({})
+    logged = capsys.readouterr().out  # the task logger writes through structlog to stdout
+    assert "check failed: OSError: 503 SlowDown; checking again" in logged
+
+
+@pytest.mark.usefixtures("_deferring")
+def test_under_soft_fail_a_permanent_error_at_the_first_check_skips() -> None:
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    with pytest.raises(AirflowSkipException, match=r"soft_fail.*cannot check dataset s3://"):
+        _sensor(MISSING_S3FS, soft_fail=True).execute({})
+
+
+def test_a_poking_sensor_is_done_once_the_marker_is_written(tmp_path) -> None:
+    from airflow_gpu_dag.datasets import write_marker
+
+    sensor = _sensor(str(tmp_path), deferrable=False)
+    assert sensor.poke({}).is_done is False
+    write_marker(str(tmp_path))
+    answer = sensor.poke({})
+    assert answer.is_done and answer.xcom_value["path"] == str(tmp_path)
+
+
+def test_a_poking_sensor_that_times_out_says_what_was_missing_and_the_fix(tmp_path) -> None:
+    from airflow.sdk.exceptions import AirflowSensorTimeout
+
+    sensor = _sensor(str(tmp_path), deferrable=False, mode="poke", timeout=0.05, poke_interval=0.02)
+    with pytest.raises(
+        AirflowSensorTimeout,
+        match=r"task 'wait': dataset .* was not complete after 0s \(marker rule\): marker _SUCCESS missing"
+        r".*Fix",
+    ):
+        sensor.execute({})
+
+
+@pytest.mark.usefixtures("_deferring")
+def test_resumed_from_its_trigger_the_sensor_answers_fails_or_times_out(tmp_path) -> None:
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
+
+    sensor = _sensor(str(tmp_path), completeness="manifest")
+    answer = sensor.execute_complete({}, {"status": "complete", "reason": "3 files"})
+    assert answer == {"path": str(tmp_path), "fallback": False, "reason": "3 files"}
+    with pytest.raises(AirflowFailException, match=r"task 'wait': cannot check dataset .*: unknown error"):
+        sensor.execute_complete({}, {"status": "error"})
+    with pytest.raises(
+        AirflowSensorTimeout, match=r"not complete after 3600s \(manifest rule\): part-1 missing"
+    ):
+        sensor.execute_complete({}, {"status": "timeout", "reason": "part-1 missing"})
+    with pytest.raises(AirflowSensorTimeout, match=r"\(manifest rule\): unknown\. Fix"):
+        sensor.execute_complete({}, None)  # no event at all (the defer timeout)
+
+
+@pytest.mark.usefixtures("_deferring")
+def test_the_asset_is_added_to_the_tasks_outlets_and_inlets_and_the_path_to_its_hints() -> None:
+    from airflow.sdk import Asset
+
+    clean, audit = Asset("clean", uri="file:///lake/clean"), Asset("audit", uri="file:///lake/audit")
+    sensor = _sensor("/lake/clean/{{ ds }}", asset=clean, outlets=[audit])
+    assert sensor.outlets == [audit, clean] and sensor.inlets == [clean]
+    hints = sensor.executor_config["gpu_dag"]
+    assert hints["awaits"] == ["/lake/clean/{{ ds }}"] and hints["duration_s"] == 0.0
+    assert sensor.trigger_rule == "all_success"  # no fallback: the producer must succeed
+
+
+@pytest.mark.usefixtures("_deferring")
+def test_an_object_storage_path_keeps_its_connection_unless_one_is_given() -> None:
+    from airflow.sdk import ObjectStoragePath
+
+    path = ObjectStoragePath("s3://lake/clean/{{ ds }}", conn_id="aws_lake")
+    own = _sensor(path)
+    assert (own.path, own.conn_id) == ("s3://lake/clean/{{ ds }}", "aws_lake")
+    assert _sensor(path, conn_id="aws_other").conn_id == "aws_other"
+    assert _sensor("s3://lake/clean").conn_id is None
+
+
+@pytest.mark.usefixtures("_deferring")
+def test_a_dataset_under_a_unicode_path_is_checked(tmp_path) -> None:
+    from airflow_gpu_dag.datasets import write_manifest
+
+    data = tmp_path / "données" / "训练 set"
+    data.mkdir(parents=True)
+    (data / "partie-0.parquet").write_bytes(b"abc")
+    write_manifest(str(data))
+    assert _sensor(str(data), completeness="manifest").execute({})["path"] == str(data)
+
+
+def _fallback_sensor(path: str, **kwargs: Any) -> Any:
+    from airflow.sdk import Asset
+
+    return _sensor(
+        path,
+        asset=Asset("clean", uri="file:///lake/clean"),
+        fallback_to_last_good=True,
+        producer_task_id="prep",
+        **kwargs,
+    )
+
+
+@pytest.mark.usefixtures("_deferring")
+def test_with_a_failed_producer_the_newest_complete_artifact_is_taken_and_logged(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from types import SimpleNamespace
+
+    from airflow_gpu_dag.datasets import write_marker
+
+    runs = {name: tmp_path / name for name in ("r0", "r1", "r2")}
+    for path in runs.values():
+        path.mkdir()
+        write_marker(str(path))  # r2, this run's own path, is complete but never its own fallback
+    sensor = _fallback_sensor(str(runs["r2"]))
+    assert sensor.trigger_rule == "all_done"  # it runs when the producer failed
+    out = SimpleNamespace(extra=None)
+    events = [
+        SimpleNamespace(extra={"path": str(runs["r0"])}),
+        SimpleNamespace(extra={"path": str(runs["r1"])}),
+        SimpleNamespace(extra=None),  # an event from before paths were recorded
+        SimpleNamespace(extra={"path": str(runs["r2"])}),
+    ]
+    context = {"ti": _producer_ti("failed"), "inlet_events": {sensor.asset: events}}
+    context["outlet_events"] = {sensor.asset: out}
+    answer = sensor.execute(context)
+    assert answer["path"] == str(runs["r1"]) and answer["fallback"] is True
+    assert answer["reason"] == "producer 'prep' failed; last good"
+    assert out.extra == {"path": str(runs["r1"]), "fallback": True}
+    assert "continuing on the last good artifact" in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("_deferring")
+@pytest.mark.parametrize("state", ["upstream_failed", "skipped", "removed"])
+def test_a_producer_that_produced_nothing_with_no_good_artifact_blocks_downstream(
+    tmp_path, state: str
+) -> None:
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    sensor = _fallback_sensor(str(tmp_path / "r2"))
+    context = {
+        "ti": _producer_ti(state),
+        "inlet_events": {sensor.asset: [SimpleNamespace(extra={"path": str(tmp_path / "r1_incomplete")})]},
+    }
+    with pytest.raises(
+        AirflowFailException,
+        match=rf"producer 'prep' ended {state} and asset 'file:///lake/clean' has no earlier complete "
+        r"artifact.*Fix the producer",
+    ):
+        sensor.execute(context)
+
+
+@pytest.mark.usefixtures("_deferring")
+def test_with_a_producer_that_succeeded_the_fallback_is_not_used(tmp_path) -> None:
+    from airflow.sdk.exceptions import TaskDeferred
+
+    sensor = _fallback_sensor(str(tmp_path / "r2"))
+    with pytest.raises(TaskDeferred):  # its own data is not complete yet: wait for it
+        sensor.execute({"ti": _producer_ti("success"), "inlet_events": {}})
+
+
+@pytest.mark.usefixtures("_deferring")
+@pytest.mark.parametrize("poke_interval", [math.nan, math.inf, -1])
+def test_a_poke_interval_that_is_not_a_finite_number_of_seconds_is_refused_naming_the_task(
+    poke_interval: float,
+) -> None:
+    with pytest.raises(ValueError, match=r"^DAG 'd', task 'wait': .*poke_interval="):
+        _sensor("/lake/x", poke_interval=poke_interval)
+
+
+@pytest.mark.usefixtures("_deferring")
+@pytest.mark.parametrize("timeout", [10**400, 1e300], ids=["int_10e400", "float_1e300"])
+def test_a_timeout_too_large_for_a_time_span_is_refused_with_the_fix(timeout: float) -> None:
+    with pytest.raises(ValueError, match=r"^DAG 'd', task 'wait': DatasetCompleteSensor timeout=.*timedelta"):
+        _sensor("/lake/x", timeout=timeout)

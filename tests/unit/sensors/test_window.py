@@ -184,3 +184,180 @@ def test_a_window_sensor_that_does_not_defer_passes_an_open_window_and_skips_a_m
 def test_templated_window_is_checked_at_run_time_only() -> None:
     with DAG("tw", schedule=None):
         StartWindowSensor(task_id="s", opens="{{ dag_run.conf['opens'] }}", closes="23:00")
+
+
+# -- parse-time checks, defaults and the sensor's answers ------------------------------------------------
+def _hhmm(delta: timedelta, tz: dt.tzinfo = UTC) -> str:
+    return (datetime.now(tz) + delta).strftime("%H:%M")
+
+
+def test_check_on_missed_accepts_the_two_policies_and_names_them_for_anything_else() -> None:
+    from airflow_gpu_dag.sensors.window import check_on_missed
+
+    check_on_missed("skip", "DAG 'd', task 'w'")
+    check_on_missed("fail", "DAG 'd', task 'w'")
+    for bad in ("Skip", "", None, ["skip"]):
+        with pytest.raises(ValueError, match=r"^DAG 'd', task 'w': on_missed=.* use 'skip' or 'fail'"):
+            check_on_missed(bad, "DAG 'd', task 'w'")
+
+
+def test_templated_recognises_jinja_expressions_in_strings_only() -> None:
+    from airflow_gpu_dag.sensors.window import templated
+
+    assert templated("{{ dag_run.conf['opens'] }}")
+    assert not templated("22:00") and not templated(None) and not templated(dt.time(22, 0))
+
+
+def test_a_window_given_as_a_jinja_statement_is_checked_at_run_time_only() -> None:
+    with DAG("tw_stmt", schedule=None):
+        StartWindowSensor(
+            task_id="s",
+            opens="{% if dag_run.conf.get('late') %}23:00{% else %}22:00{% endif %}",
+            closes="06:00",
+        )
+
+
+def test_an_unknown_timezone_is_refused_at_parse_time_even_with_templated_times() -> None:
+    with (
+        DAG("tw_tz", schedule=None),
+        pytest.raises(ValueError, match="DAG 'tw_tz', task 's': unknown timezone"),
+    ):
+        StartWindowSensor(task_id="s", opens="{{ dag_run.conf['opens'] }}", closes="06:00", tz="Mars/Base")
+
+
+@pytest.mark.parametrize(
+    ("opens", "closes", "message"),
+    [
+        ("22:00", "22:00", r"opens='22:00' equals closes='22:00', so it is never open\. Give two"),
+        ("24:00", "06:00", r"opens='24:00' is not a time of day; use 'HH:MM'"),
+        ("22:00", "6h", r"closes='6h' is not a time of day"),
+        (22, "06:00", r"opens=22 is not a time of day"),
+        (None, "06:00", r"opens=None is not a time of day"),
+        ("22:00", "2026-12-02T06:00+00:00", r"mix a time of day and a date-time; give two times"),
+        (
+            "2026-12-02T06:00+00:00",
+            "2026-12-01T22:00+00:00",
+            r"before it opens .* Fix: swap opens and closes",
+        ),
+        ("2026-12-01T22:00+00:00", "2026-12-01T22:00+00:00", r"before it opens"),
+        ("2026-13-01T22:00", "2026-12-02T06:00", r"opens='2026-13-01T22:00' is neither a time of day"),
+    ],
+)
+def test_an_impossible_window_is_refused_at_parse_time_naming_the_dag_the_task_and_the_fix(
+    opens: object, closes: object, message: str
+) -> None:
+    with (
+        DAG("tw_bad", schedule=None),
+        pytest.raises(ValueError, match=r"^DAG 'tw_bad', task 's': .*" + message),
+    ):
+        StartWindowSensor(task_id="s", opens=opens, closes=closes)
+
+
+def test_times_of_day_are_read_with_seconds_single_digit_hours_or_as_time_objects() -> None:
+    with DAG("tw_ok", schedule=None):
+        StartWindowSensor(task_id="a", opens="7:05", closes="23:59:59")
+        StartWindowSensor(task_id="b", opens=dt.time(22, 0), closes=dt.time(6, 0), tz="Europe/Berlin")
+        StartWindowSensor(task_id="c", opens="00:00", closes="00:00:01", tz="UTC+05:30")
+
+
+def test_the_sensor_waits_two_days_at_most_unless_told_and_reschedules_unless_given_a_mode() -> None:
+    sensor = StartWindowSensor(task_id="w", opens="22:00", closes="06:00", deferrable=False, dag=_dag())
+    assert sensor.timeout == timedelta(days=2).total_seconds() and sensor.mode == "reschedule"
+    poking = StartWindowSensor(
+        task_id="p", opens="22:00", closes="06:00", deferrable=False, mode="poke", timeout=600, dag=_dag()
+    )
+    assert (poking.mode, poking.timeout) == ("poke", 600)
+    assert poking.executor_config["gpu_dag"]["duration_s"] == 0.0  # a control task: no estimate padding
+    assert set(StartWindowSensor.template_fields) == {"opens", "closes"}
+
+
+def test_a_deferring_sensor_sleeps_until_the_window_opens_in_utc() -> None:
+    kolkata = dt.timezone(timedelta(hours=5, minutes=30))
+    sensor = StartWindowSensor(
+        task_id="w",
+        opens=_hhmm(timedelta(hours=2), kolkata),
+        closes=_hhmm(timedelta(hours=3), kolkata),
+        tz="Asia/Kolkata",
+        deferrable=True,
+        dag=_dag(),
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(_window_context(datetime.now(UTC)))
+    moment = deferred.value.trigger.moment
+    assert moment.utcoffset() == timedelta(0) and deferred.value.method_name == "execute_complete"
+    assert timedelta(hours=1, minutes=58) < moment - datetime.now(UTC) <= timedelta(hours=2)
+
+
+def test_resumed_inside_its_window_the_sensor_answers_the_window_in_its_timezone() -> None:
+    kolkata = dt.timezone(timedelta(hours=5, minutes=30))
+    sensor = StartWindowSensor(
+        task_id="w",
+        opens=_hhmm(timedelta(hours=-1), kolkata),
+        closes=_hhmm(timedelta(hours=1), kolkata),
+        tz="Asia/Kolkata",
+        deferrable=True,
+        dag=_dag(),
+    )
+    answer = sensor.execute_complete(_window_context(datetime.now(UTC)), {"status": "success"})
+    start, end = datetime.fromisoformat(answer["window_start"]), datetime.fromisoformat(answer["window_end"])
+    assert start.utcoffset() == timedelta(hours=5, minutes=30) and start <= datetime.now(UTC) < end
+
+
+def test_resumed_after_its_window_closed_the_sensor_fails_with_the_window_when_told_to() -> None:
+    now = datetime.now(UTC)
+    sensor = StartWindowSensor(
+        task_id="w",
+        opens=(now - timedelta(hours=2)).isoformat(),
+        closes=(now - timedelta(seconds=1)).isoformat(),
+        on_missed="fail",
+        deferrable=True,
+        dag=_dag(),
+    )
+    with pytest.raises(
+        AirflowFailException, match=r"task 'w': start window .* was missed .*on_missed='fail'"
+    ):
+        sensor.execute_complete(_window_context(now))
+
+
+def test_poking_before_the_window_opens_is_not_done() -> None:
+    now = datetime.now(UTC)
+    sensor = StartWindowSensor(
+        task_id="w",
+        opens=(now + timedelta(hours=1)).isoformat(),
+        closes=(now + timedelta(hours=2)).isoformat(),
+        deferrable=False,
+        dag=_dag(),
+    )
+    answer = sensor.poke(_window_context(now))
+    assert answer.is_done is False and answer.xcom_value is None
+
+
+def test_a_template_that_renders_to_no_time_fails_at_run_time_naming_the_task_and_the_fix() -> None:
+    sensor = StartWindowSensor(
+        task_id="w", opens="{{ params.opens }}", closes="06:00", deferrable=True, dag=_dag()
+    )
+    sensor.opens = "late evening"  # what the template rendered to
+    with pytest.raises(ValueError, match=r"task 'w': opens='late evening' is not a time of day; use 'HH:MM'"):
+        sensor.execute(_window_context(datetime.now(UTC)))
+
+
+def test_guard_without_a_dag_run_takes_the_window_around_now() -> None:
+    guard = WindowGuard(opens=_hhmm(timedelta(hours=-1)), closes=_hhmm(timedelta(hours=1)), on_missed="fail")
+    guard({"task": SimpleNamespace(task_id="train"), "ti": None})  # open: starts
+
+
+def test_guard_runs_the_previous_hook_first_even_when_resuming() -> None:
+    calls: list[str] = []
+    guard = _guard("fail", previous=lambda context: calls.append("previous"))
+    guard(_context(datetime.now(UTC) - timedelta(hours=4), resumed=True))
+    assert calls == ["previous"]
+    failing = _guard("fail", previous=lambda context: (_ for _ in ()).throw(RuntimeError("hook")))
+    with pytest.raises(RuntimeError, match="hook"):  # its own error, before any window check
+        failing(_context(datetime.now(UTC) - timedelta(hours=4)))
+
+
+def test_guard_refuses_a_template_that_renders_to_no_time_naming_the_task() -> None:
+    guard = WindowGuard(opens="{{ params.opens }}", closes="06:00")
+    task_obj = SimpleNamespace(task_id="train", render_template=lambda value, context: "teatime")
+    with pytest.raises(ValueError, match=r"^task 'train': opens='teatime' is not a time of day"):
+        guard(_context(datetime.now(UTC), task_obj=task_obj))
