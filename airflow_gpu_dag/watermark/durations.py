@@ -31,6 +31,10 @@ from airflow_gpu_dag.executor_config import duration_hint, map_length_hint
 from airflow_gpu_dag.hooks.rest_client import parse_time
 from airflow_gpu_dag.log_once import LogOnce
 from airflow_gpu_dag.settings import estimate_settings
+from airflow_gpu_dag.watermark.task_instance_fields import as_int
+
+#: The largest map index read from a task instance (Airflow's column is an int); a malformed one is -1.
+MAX_MAP_INDEX = 2**31 - 1
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +95,7 @@ class ControllerHistory:
                     str(row.get("state")),
                     parse_time(row.get("start_date")),
                     parse_time(row.get("end_date")),
-                    int(row.get("map_index", -1)),
+                    as_int(row.get("map_index"), -1, -1, MAX_MAP_INDEX),
                     row.get("dag_run_id"),
                 )
                 for row in rows
@@ -148,7 +152,9 @@ class ControllerHistory:
         """Instances a not yet expanded mapped task instance (``map_index`` -1) will have: the median
         of its latest runs' counts, else its ``map_length`` hint; None when unknown or not mapped."""
         dag_id, task_id = str(ti.get("dag_id")), str(ti.get("task_id"))
-        if int(ti.get("map_index", -1)) != -1 or task_id not in self._mapped_tasks(dag_id):
+        if as_int(ti.get("map_index"), -1, -1, MAX_MAP_INDEX) != -1 or task_id not in self._mapped_tasks(
+            dag_id
+        ):
             return None
         key = (dag_id, task_id)
         with self._lock:

@@ -76,6 +76,8 @@ def read_heartbeat_file(path: str | Path) -> dict[str, Any]:
         value = raw.get(key)
         if not math.isfinite(real_number(value)):  # also a bool, a string, 10**400
             raise ValueError(f"heartbeat file {path}: {key!r} is missing or not a number ({value!r})")
+    if real_number(raw["interval"]) <= 0:  # no controller ticks every 0 s: its age limit would be <= 0
+        raise ValueError(f"heartbeat file {path}: 'interval' {raw['interval']!r} is not a tick interval > 0")
     return raw
 
 

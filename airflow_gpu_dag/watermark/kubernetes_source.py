@@ -38,9 +38,10 @@ def _quantity(value: object) -> float:
     from kubernetes.utils import parse_quantity
 
     try:
-        return float(parse_quantity(value))
-    except (TypeError, ValueError):
+        number = float(parse_quantity(value))
+    except (TypeError, ValueError, ArithmeticError):  # ArithmeticError: "1e400" overflows, a NaN Decimal
         return 0.0
+    return number if math.isfinite(number) else 0.0  # "NaN", "Infinity": garbage too
 
 
 def _container_request(container: Any, resource: str) -> float:

@@ -169,7 +169,11 @@ class NvmlSource:
             for entry in entries or ():
                 used = getattr(entry, "usedGpuMemory", None)
                 pid = int(entry.pid)
-                found[pid] = _Process(pid, int(used) // MIB if isinstance(used, int) else 0)
+                mib = int(used) // MIB if isinstance(used, int) else 0
+                # a process in both lists (compute and graphics) keeps the most memory either reports:
+                # a graphics entry without a figure must not erase our task's memory from the count
+                if pid not in found or mib > found[pid].used_mib:
+                    found[pid] = _Process(pid, mib)
         return list(found.values()) if listed else None
 
     def _excluded(

@@ -48,7 +48,7 @@ def gpus_of_task_instance(ti: Mapping[str, Any]) -> int:
     if is_gpu_pool(str(ti.get("pool") or "")):
         try:
             return max(0, int(ti.get("pool_slots") or 1))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite pool_slots
             return 0
     return 0
 

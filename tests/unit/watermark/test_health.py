@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -16,6 +18,7 @@ from airflow_gpu_dag.cli.definition import get_parser
 from airflow_gpu_dag.watermark.health import (
     Heartbeat,
     check_heartbeat_file,
+    heartbeat_status,
     read_heartbeat_file,
     write_heartbeat_file,
 )
@@ -189,3 +192,194 @@ def test_a_heartbeat_with_a_huge_tick_is_reported_not_raised(tmp_path: Path) -> 
     assert not fresh and "last_tick" in message
     path.write_text(json.dumps({"last_tick": FIXED_NOW - 1, "interval": 60}))
     assert check_heartbeat_file(path, now=FIXED_NOW)[0]
+
+
+# -- direct tests: reading, status fields, failed writes, the endpoint -------------------------------
+def test_a_heartbeat_file_that_is_not_utf8_is_unreadable_not_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "hb.json"
+    path.write_bytes(b'{"last_tick": 1, "interval": 10, "pid": "\xff\xfe"}')
+    with pytest.raises(ValueError, match=f"heartbeat file {path} is unreadable"):
+        read_heartbeat_file(path)
+    assert check_heartbeat_file(path, now=2.0)[0] is False
+
+
+def test_a_heartbeat_path_that_is_a_directory_is_unreadable(tmp_path: Path) -> None:
+    fresh, message = check_heartbeat_file(tmp_path, now=2.0)
+    assert not fresh and f"heartbeat file {tmp_path} is unreadable" in message
+
+
+@pytest.mark.parametrize(
+    ("content", "key"),
+    [
+        ('{"last_tick": true, "interval": 10}', "last_tick"),
+        ('{"last_tick": null, "interval": 10}', "last_tick"),
+        ('{"last_tick": Infinity, "interval": 10}', "last_tick"),
+        ('{"last_tick": 1, "interval": -Infinity}', "interval"),
+        ('{"last_tick": [1], "interval": 10}', "last_tick"),
+        ('{"last_tick": 1, "interval": {"s": 10}}', "interval"),
+    ],
+)
+def test_a_heartbeat_field_that_is_not_a_finite_number_is_named(
+    tmp_path: Path, content: str, key: str
+) -> None:
+    path = tmp_path / "hb.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=f"'{key}' is missing or not a number"):
+        read_heartbeat_file(path)
+
+
+def test_heartbeat_status_reports_every_field(tmp_path: Path) -> None:
+    path = tmp_path / "hb.json"
+    write_heartbeat_file(path, {"last_tick": 1000.0, "interval": 20, "pid": 812, "active": True})
+    status = heartbeat_status(path, now=1012.34567)
+    assert status == {
+        "fresh": True,
+        "status": "ok",
+        "message": "ok: last tick 12.3s ago (limit 60s), active, pid 812",
+        "heartbeat_file": str(path),
+        "age_s": 12.346,
+        "limit_s": 60.0,
+        "active": True,
+        "pid": 812,
+    }
+
+
+def test_heartbeat_status_of_a_missing_file_has_no_age_limit_or_pid(tmp_path: Path) -> None:
+    status = heartbeat_status(tmp_path / "absent.json", max_age=30, now=1.0)
+    assert (status["fresh"], status["status"]) == (False, "unreadable")
+    assert status["age_s"] is status["limit_s"] is status["active"] is status["pid"] is None
+    assert "has not completed a tick" in status["message"]
+
+
+def test_a_standby_controller_is_said_to_be_standby(tmp_path: Path) -> None:
+    path = tmp_path / "hb.json"
+    write_heartbeat_file(path, {"last_tick": 100.0, "interval": 10, "pid": 5, "active": False})
+    fresh, message = check_heartbeat_file(path, now=101.0)
+    assert fresh and "standby, pid 5" in message
+    status = heartbeat_status(path, now=500.0)
+    assert (
+        status["status"] == "stale" and status["active"] is False and "(standby, pid 5)" in status["message"]
+    )
+
+
+def test_the_age_limit_is_exclusive_and_the_skew_limit_inclusive(tmp_path: Path) -> None:
+    """3 x interval old is stale; 3 x interval in the future is clock skew; just inside either is ok."""
+    path = tmp_path / "hb.json"
+    write_heartbeat_file(path, {"last_tick": 1000.0, "interval": 10.0, "pid": 1, "active": True})
+    assert heartbeat_status(path, now=1000.0 + 3 * 10.0)["status"] == "stale"
+    assert heartbeat_status(path, now=1000.0 + 29.5)["status"] == "ok"
+    assert heartbeat_status(path, now=1000.0 - 3 * 10.0)["status"] == "clock_skew"
+    assert heartbeat_status(path, now=1000.0 - 29.5)["status"] == "ok"
+    assert heartbeat_status(path, max_age=5, now=1000.0 - 5)["status"] == "clock_skew"  # --max-age too
+
+
+def test_a_heartbeat_without_a_pid_or_active_flag_is_still_checked(tmp_path: Path) -> None:
+    path = tmp_path / "hb.json"
+    path.write_text('{"last_tick": 1000, "interval": 10}')
+    status = heartbeat_status(path, now=1001.0)
+    assert status["fresh"] and status["pid"] is None and status["active"] is False
+    assert status["message"] == "ok: last tick 1.0s ago (limit 30s), standby, pid None"
+
+
+@pytest.mark.parametrize("interval", [0, -10])
+def test_a_heartbeat_with_a_non_positive_interval_is_refused_as_not_a_heartbeat(
+    tmp_path: Path, interval: int
+) -> None:
+    """A controller never writes an interval <= 0: the file is broken, and the check must say so
+    (not send the operator to sync clocks with NTP)."""
+    path = tmp_path / "hb.json"
+    path.write_text(json.dumps({"last_tick": 1000.0, "interval": interval, "pid": 1, "active": True}))
+    status = heartbeat_status(path, now=1000.0)
+    assert status["status"] == "unreadable" and "'interval'" in status["message"], status["message"]
+
+
+def test_write_heartbeat_file_keeps_the_old_file_when_the_data_cannot_be_written(tmp_path: Path) -> None:
+    path = tmp_path / "hb.json"
+    write_heartbeat_file(path, {"last_tick": 1.0, "interval": 10.0})
+    with pytest.raises(TypeError):
+        write_heartbeat_file(path, {"last_tick": object(), "interval": 10.0})
+    assert read_heartbeat_file(path)["last_tick"] == 1.0  # the old heartbeat, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hb.json"]  # no temporary file left
+
+
+def test_write_heartbeat_file_onto_a_directory_raises_and_leaves_no_temporary_file(tmp_path: Path) -> None:
+    target = tmp_path / "hb.json"
+    target.mkdir()
+    with pytest.raises(OSError):
+        write_heartbeat_file(target, {"last_tick": 1.0, "interval": 10.0})
+    assert [p.name for p in tmp_path.iterdir()] == ["hb.json"]
+
+
+def test_a_beat_that_cannot_write_its_file_is_logged_and_still_counts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The heartbeat's directory is a file: the tick is recorded (``/health`` stays right), the write
+    failure is logged, and nothing is raised into the controller's loop."""
+    blocker = tmp_path / "run"
+    blocker.write_text("not a directory")
+    beat = Heartbeat(10.0, blocker / "hb.json", clock=lambda: 1000.0)
+    with caplog.at_level(logging.ERROR, logger="airflow_gpu_dag.watermark.health"):
+        beat.beat(active=True)
+    assert beat.status(now=1001.0)[0] is True
+    assert any(
+        f"cannot write the heartbeat file {blocker / 'hb.json'}" in r.getMessage() for r in caplog.records
+    )
+
+
+def test_before_the_first_tick_the_snapshot_has_no_tick_and_the_status_is_starting() -> None:
+    beat = Heartbeat(5, clock=lambda: 1000.0)
+    assert beat.snapshot()["last_tick"] is None and beat.snapshot()["active"] is False
+    healthy, body = beat.status()
+    assert not healthy and (body["status"], body["age"], body["max_age"]) == ("starting", None, 15.0)
+
+
+def test_an_empty_heartbeat_path_writes_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    beat = Heartbeat(10.0, "", clock=lambda: 1.0)
+    beat.beat(active=False)
+    assert beat.path is None and list(tmp_path.iterdir()) == []
+
+
+def test_concurrent_beats_leave_one_whole_heartbeat_file(tmp_path: Path) -> None:
+    path = tmp_path / "hb.json"
+    ticks = iter(range(10_000))
+    lock = threading.Lock()
+
+    def clock() -> float:
+        with lock:
+            return float(next(ticks))
+
+    beat = Heartbeat(10.0, path, clock=clock)
+    threads = [threading.Thread(target=lambda: [beat.beat(active=True) for _ in range(50)]) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert [p.name for p in tmp_path.iterdir()] == ["hb.json"]
+    assert read_heartbeat_file(path)["active"] is True
+
+
+def test_the_health_endpoint_ignores_a_query_string_and_says_clock_skew() -> None:
+    clock = {"t": 1000.0}
+    beat = Heartbeat(2.0, clock=lambda: clock["t"])
+    beat.beat(active=True)
+    server = beat.serve(0)
+    try:
+        url = f"http://127.0.0.1:{server.address[1]}/health"
+        code, body = _get(url + "?verbose=1")
+        assert code == 200 and body["status"] == "ok" and body["active"] is True
+        clock["t"] -= 6.0  # the clock stepped back by the limit
+        code, body = _get(url)
+        assert code == 503 and body["status"] == "clock skew" and body["age"] == -6.0
+        code, body = _get(url + "/")
+        assert code == 404 and "GET /health" in body["error"]
+    finally:
+        server.stop()
+
+
+def test_a_stopped_health_server_no_longer_answers() -> None:
+    server = Heartbeat(2.0).serve(0, "127.0.0.1")
+    port = server.address[1]
+    server.stop()
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
+        pass

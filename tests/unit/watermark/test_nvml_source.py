@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,9 +15,11 @@ import pytest
 from airflow_gpu_dag.core.model.resources import GpuRequest
 from airflow_gpu_dag.gpu.inventory import GpuDevice, GpuInventory
 from airflow_gpu_dag.gpu.lease import LeaseManager, LeaseOwner, LeaseSettings
+from airflow_gpu_dag.gpu.lease_view import HeldDevice
+from airflow_gpu_dag.watermark import nvml_source
 from airflow_gpu_dag.watermark.nvml_source import NvmlSource
 from airflow_gpu_dag.watermark.sources import SourceError
-from tests.unit.watermark.conftest import FakeNvml, N, _load, lease_manager
+from tests.unit.watermark.conftest import MIB, FakeNvml, N, _load, lease_manager
 
 
 @pytest.mark.parametrize(("k", "j"), [(4, 0), (4, 2), (0, 3), (8, 0), (3, 5)])
@@ -221,3 +224,238 @@ def test_a_gpu_leased_by_another_pools_task_is_held_not_free(
     assert a100.gpus == 4 and "1 of them held by our tasks" in a100.detail  # its own lease counts
     unknown_pool = _source(tmp_path, nvml, [2, 3], None).read()
     assert unknown_pool.gpus == 2  # outside the controller (no pool named): every lease counts
+
+
+# -- direct tests: NVML failures, lease matching, process lists -------------------------------------
+def _held(
+    index: int,
+    uuid: str | None = None,
+    pool: str | None = None,
+    pids: frozenset[int] = frozenset(),
+    same_pidns: bool = True,
+) -> HeldDevice:
+    """One GPU of a live lease, as :func:`~airflow_gpu_dag.gpu.lease_view.held_devices` returns it."""
+    return HeldDevice(
+        index=index,
+        uuid=uuid,
+        lease_id=f"lease-{index}",
+        owner=LeaseOwner("d", "r", f"t{index}", pool=pool),
+        pids=pids,
+        pgids=frozenset(),
+        same_pidns=same_pidns,
+    )
+
+
+@pytest.fixture
+def leases(monkeypatch: pytest.MonkeyPatch) -> list[HeldDevice]:
+    """The lease table the source sees: append :class:`HeldDevice` entries (no table on disk)."""
+    table: list[HeldDevice] = []
+    monkeypatch.setattr(nvml_source, "held_devices", lambda lease_dir=None: list(table))
+    return table
+
+
+class GraphicsNvml(FakeNvml):
+    """:class:`FakeNvml` that also lists graphics processes (``graphics[index]``)."""
+
+    def __init__(self, count: int = N) -> None:
+        super().__init__(count)
+        self.graphics: dict[int, list[SimpleNamespace]] = {}
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: dict[str, Any]) -> list[SimpleNamespace]:
+        return list(self.graphics.get(handle["index"], []))
+
+
+class BrokenNvml(FakeNvml):
+    """:class:`FakeNvml` whose calls can be made to fail one by one."""
+
+    def __init__(self, count: int = N) -> None:
+        super().__init__(count)
+        self.fail: set[str] = set()
+        self.ecc: dict[int, int] = {}
+        self.lost: set[int] = set()
+        self.inits = self.shutdowns = 0
+
+    def nvmlInit(self) -> None:
+        self.inits += 1
+
+    def nvmlShutdown(self) -> None:
+        self.shutdowns += 1
+        if "shutdown" in self.fail:
+            raise RuntimeError("Uninitialized")
+
+    def nvmlDeviceGetCount(self) -> int:
+        if "count" in self.fail:
+            raise RuntimeError("Driver/library version mismatch")
+        return super().nvmlDeviceGetCount()
+
+    def nvmlDeviceGetUUID(self, handle: dict[str, Any]) -> bytes:
+        if "uuid" in self.fail:
+            raise RuntimeError("Not Supported")
+        return super().nvmlDeviceGetUUID(handle)
+
+    def nvmlDeviceGetMemoryInfo(self, handle: dict[str, Any]) -> SimpleNamespace:
+        if handle["index"] in self.lost:
+            raise RuntimeError("GPU is lost")
+        return super().nvmlDeviceGetMemoryInfo(handle)
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: dict[str, Any], kind: int, counter: int) -> int:
+        return self.ecc.get(handle["index"], 0)
+
+
+def test_pynvml_not_installed_is_a_source_error_naming_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
+    with pytest.raises(SourceError, match=r"pynvml is not installed \(pip install nvidia-ml-py\)"):
+        NvmlSource(leases=False).read()
+
+
+def test_a_failing_device_count_is_a_source_error_and_nvml_is_shut_down() -> None:
+    nvml = BrokenNvml()
+    nvml.fail.add("count")
+    with pytest.raises(SourceError, match="NVML device count failed: Driver/library version mismatch"):
+        NvmlSource(nvml=nvml, leases=False).read()
+    assert (nvml.inits, nvml.shutdowns) == (1, 1)
+
+
+def test_a_failing_shutdown_does_not_cost_the_reading() -> None:
+    nvml = BrokenNvml(2)
+    nvml.fail.add("shutdown")
+    reading = NvmlSource(nvml=nvml, leases=False).read()
+    assert reading.gpus == 2 and reading.detail == "nvml 2/2 usable"
+
+
+def test_a_host_without_gpus_reads_zero_not_an_error() -> None:
+    reading = NvmlSource(nvml=FakeNvml(0), leases=False).read()
+    assert (reading.gpus, reading.detail) == (0, "nvml 0/0 usable")
+
+
+def test_free_memory_is_judged_in_whole_mib() -> None:
+    """One byte short of ``min_free_memory`` is short: free memory is rounded down to MiB."""
+    exact = FakeNvml(1)
+    exact.gpus[0]["free_mib"] = 40960
+    short = FakeNvml(1)
+    short.gpus[0]["free_mib"] = 40960 - 1 / MIB  # 40 GiB less one byte
+    assert NvmlSource(min_free_memory=40960, nvml=exact, leases=False).read().gpus == 1
+    reading = NvmlSource(min_free_memory=40960, nvml=short, leases=False).read()
+    assert reading.gpus == 0 and "gpu0 free 40959MiB < 40960MiB" in reading.detail
+
+
+def test_leases_off_never_reads_the_lease_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    def unreadable(lease_dir: Any = None) -> list[HeldDevice]:
+        raise AssertionError("the lease table was read with leases=False")
+
+    monkeypatch.setattr(nvml_source, "held_devices", unreadable)
+    reading = NvmlSource(nvml=FakeNvml(2), leases=False).read()
+    assert reading.gpus == 2 and "lease table" not in reading.detail
+
+
+def test_the_lease_table_is_read_from_lease_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    seen: list[Any] = []
+    monkeypatch.setattr(nvml_source, "held_devices", lambda lease_dir=None: seen.append(lease_dir) or [])
+    NvmlSource(nvml=FakeNvml(1), lease_dir=str(tmp_path)).read()
+    NvmlSource(nvml=FakeNvml(1)).read()
+    assert seen == [tmp_path, None]  # None: the table of [gpu_dag] lease_dir
+
+
+def test_a_leased_gpu_counts_when_nvml_cannot_list_its_processes(leases: list[HeldDevice]) -> None:
+    nvml = FakeNvml(2, list_processes=False)
+    nvml.busy(0, os.getppid())  # a process that is not the lease's, but NVML does not say so
+    leases.append(_held(0, "GPU-0000", pids=frozenset({os.getpid()})))
+    reading = NvmlSource(min_free_memory=40960, max_utilization=10, nvml=nvml).read()
+    assert reading.gpus == 2 and "1 of them held by our tasks" in reading.detail
+
+
+def test_a_lease_of_another_pid_namespace_is_trusted(leases: list[HeldDevice]) -> None:
+    """NVML reports host pids that a containerised controller cannot tell apart: the lease is trusted."""
+    nvml = FakeNvml(2)
+    nvml.busy(1, os.getppid())
+    leases.append(_held(1, "GPU-0001", same_pidns=False))
+    assert NvmlSource(min_free_memory=40960, max_utilization=10, nvml=nvml).read().gpus == 2
+
+
+def test_a_foreign_process_keeping_a_leased_gpu_busy_excludes_it(leases: list[HeldDevice]) -> None:
+    nvml = FakeNvml(2)
+    nvml.busy(0, os.getpid(), used_mib=1000, util=5)
+    nvml.busy(0, os.getppid(), used_mib=1000, util=90)  # not ours: the thresholds apply
+    leases.append(_held(0, "GPU-0000", pids=frozenset({os.getpid()})))
+    reading = NvmlSource(min_free_memory=40960, max_utilization=10, nvml=nvml).read()
+    assert reading.gpus == 1
+    assert f"gpu0 util 90% > 10% (foreign pid {os.getppid()} on a leased GPU)" in reading.detail
+
+
+def test_a_foreign_graphics_process_on_a_leased_gpu_is_seen(leases: list[HeldDevice]) -> None:
+    nvml = GraphicsNvml(2)
+    nvml.gpus[0]["free_mib"] = 1000
+    nvml.graphics[0] = [SimpleNamespace(pid=os.getppid(), usedGpuMemory=79000 * MIB)]
+    leases.append(_held(0, "GPU-0000", pids=frozenset({os.getpid()})))
+    reading = NvmlSource(min_free_memory=40960, nvml=nvml).read()
+    assert reading.gpus == 1 and f"foreign pid {os.getppid()} on a leased GPU" in reading.detail
+
+
+def test_our_process_in_both_process_lists_keeps_its_memory(leases: list[HeldDevice]) -> None:
+    """Our task's process has a compute and a graphics context; the graphics list does not report its
+    memory (``usedGpuMemory`` None, as on drivers that cannot). Its 70 GiB must still be given back
+    before the thresholds are applied for a small foreign process."""
+    nvml = GraphicsNvml(2)
+    nvml.busy(0, os.getpid(), used_mib=70000, util=5)
+    nvml.busy(0, os.getppid(), used_mib=1000, util=5)
+    nvml.graphics[0] = [SimpleNamespace(pid=os.getpid(), usedGpuMemory=None)]
+    leases.append(_held(0, "GPU-0000", pids=frozenset({os.getpid()})))
+    reading = NvmlSource(min_free_memory=40960, max_utilization=10, nvml=nvml).read()
+    assert reading.gpus == 2, reading.detail  # 80000 - 1000 MiB free without our process
+
+
+def test_a_process_whose_memory_nvml_cannot_report_does_not_fail_the_reading(
+    leases: list[HeldDevice],
+) -> None:
+    nvml = FakeNvml(1)
+    nvml.gpus[0]["procs"].append(SimpleNamespace(pid=os.getppid(), usedGpuMemory=None))
+    nvml.gpus[0]["util"] = 50
+    leases.append(_held(0, "GPU-0000", pids=frozenset({os.getpid()})))
+    reading = NvmlSource(max_utilization=10, nvml=nvml).read()
+    assert reading.gpus == 0 and "util 50% > 10% (foreign pid" in reading.detail
+
+
+def test_a_lease_is_matched_by_uuid_when_nvml_numbers_gpus_otherwise(leases: list[HeldDevice]) -> None:
+    """The lease recorded GPU-0002 as index 5 (another numbering): the busy GPU 2 is the leased one."""
+    nvml = FakeNvml(8)
+    nvml.busy(2, os.getpid())
+    leases.append(_held(5, "GPU-0002", pids=frozenset({os.getpid()})))
+    reading = NvmlSource(min_free_memory=40960, max_utilization=10, nvml=nvml).read()
+    assert reading.gpus == 8 and "1 of them held by our tasks" in reading.detail
+
+
+def test_a_lease_without_uuid_or_a_gpu_without_one_is_matched_by_index(leases: list[HeldDevice]) -> None:
+    nvml = BrokenNvml(2)
+    nvml.busy(1, os.getpid())
+    leases.append(_held(1, None, pids=frozenset({os.getpid()})))
+    assert NvmlSource(min_free_memory=40960, max_utilization=10, nvml=nvml).read().gpus == 2
+    leases[:] = [_held(1, "GPU-0001", pids=frozenset({os.getpid()}))]
+    nvml.fail.add("uuid")  # NVML cannot say the UUID: the index decides
+    assert NvmlSource(min_free_memory=40960, max_utilization=10, nvml=nvml).read().gpus == 2
+
+
+def test_an_idle_gpu_leased_by_another_pool_is_not_free(leases: list[HeldDevice]) -> None:
+    leases.append(_held(0, "GPU-0000", pool="gpu_t4"))
+    reading = NvmlSource(nvml=FakeNvml(2), pool="gpu_a100").read()
+    assert reading.gpus == 1
+    assert "gpu0 held by d.t0 (run r, try None) of pool gpu_t4" in reading.detail
+
+
+def test_a_lease_that_names_no_pool_is_this_pools(leases: list[HeldDevice]) -> None:
+    nvml = FakeNvml(2)
+    nvml.busy(0, os.getpid())
+    leases.append(_held(0, "GPU-0000", pool=None, pids=frozenset({os.getpid()})))
+    reading = NvmlSource(min_free_memory=40960, max_utilization=10, nvml=nvml, pool="gpu_a100").read()
+    assert reading.gpus == 2 and "1 of them held by our tasks" in reading.detail
+
+
+def test_a_leased_gpu_with_uncorrected_ecc_errors_or_lost_does_not_count(leases: list[HeldDevice]) -> None:
+    """Health comes first: our task's lease does not make a broken GPU usable."""
+    nvml = BrokenNvml(3)
+    nvml.ecc[0] = 2
+    nvml.lost.add(1)
+    leases.extend(_held(i, f"GPU-{i:04d}", pids=frozenset({os.getpid()})) for i in range(3))
+    reading = NvmlSource(nvml=nvml).read()
+    assert reading.gpus == 1 and "1 of them held by our tasks" in reading.detail
+    assert "gpu0 unhealthy (2 uncorrected ECC errors)" in reading.detail
+    assert "gpu1 unhealthy (GPU is lost)" in reading.detail
