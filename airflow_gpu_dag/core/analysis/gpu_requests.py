@@ -160,11 +160,19 @@ def check_gpu_request(
             "implausible-gpu-memory",
             dag_id,
             task_id,
-            f"asks for {_large_memory(gpu.memory_mib)} per GPU; no GPU has more than "
-            f"{_large_memory(MAX_PLAUSIBLE_GPU_MEMORY_MIB)} (a typo or the wrong unit? gpu_memory is the "
-            "memory of each GPU, not of the task).",
-            "give the memory one GPU needs, e.g. gpu_memory='80GiB'; if your GPUs have more, describe "
-            "them in [gpu_dag] inventory.",
+            f"asks for {_large_memory(gpu.memory_mib)} per GPU; "
+            + (
+                f"the largest GPU of the inventory has {_large_memory(largest)}"
+                if largest and largest > MAX_PLAUSIBLE_GPU_MEMORY_MIB
+                else f"no GPU has more than {_large_memory(MAX_PLAUSIBLE_GPU_MEMORY_MIB)}"
+            )
+            + " (a typo or the wrong unit? gpu_memory is the memory of each GPU, not of the task).",
+            "give the memory one GPU needs, e.g. gpu_memory='80GiB'"
+            + (
+                "."
+                if largest and largest > MAX_PLAUSIBLE_GPU_MEMORY_MIB
+                else "; if your GPUs have more, describe them in [gpu_dag] inventory."
+            ),
         )
         return
     types = limits.gpu_types

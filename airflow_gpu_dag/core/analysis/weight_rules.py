@@ -200,6 +200,15 @@ def resolve_priority(rule: str | PriorityRule, capacity: Mapping[str, int] | Non
     """
     if callable(rule):
         return rule
+    if not isinstance(rule, str):
+        raise ValueError(
+            f"unknown priority rule {rule!r}: give a rule's name (a string) or a callable graph -> weights"
+        )
+    if rule == "packing":
+        raise ValueError(
+            "priority rule 'packing' is planned with the simulator: resolve it with "
+            "airflow_gpu_dag.core.planning.planner.resolve_rule"
+        )
     if rule in PRIORITY_RULES:
         return PRIORITY_RULES[rule]
     if rule in CAPACITY_RULES:
@@ -213,8 +222,11 @@ def resolve_priority(rule: str | PriorityRule, capacity: Mapping[str, int] | Non
 
         bound.__name__ = rule
         return bound
-    names = ", ".join(sorted([*PRIORITY_RULES, *CAPACITY_RULES, "packing"]))
-    raise ValueError(f"unknown priority rule {rule!r}; use one of {names} or a callable graph -> weights")
+    names = ", ".join(sorted([*PRIORITY_RULES, *CAPACITY_RULES]))
+    raise ValueError(
+        f"unknown priority rule {rule!r}; use one of {names}, a callable graph -> weights, or 'packing' "
+        "through airflow_gpu_dag.core.planning.planner.resolve_rule"
+    )
 
 
 def plan_order_weights(graph: TaskGraph, start: Mapping[str, float]) -> dict[str, int]:
