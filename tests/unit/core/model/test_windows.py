@@ -537,7 +537,7 @@ def test_window_from_hint_reads_the_wire_form_the_plan_passes() -> None:
     assert fixed == FixedWindow(_utc(2026, 11, 10, 21), _utc(2026, 11, 11, 5))
 
 
-# -- suspected defects -----------------------------------------------------------------------------------
+# -- a window read back from its hint means the same instants -------------------------------------------
 def test_a_named_fixed_offset_zone_reads_back_as_the_same_offset() -> None:
     """A window the parser accepts must mean the same instants once read back from its hint (the plan)."""
     window = parse_window("22:00", "06:00", timezone(timedelta(hours=1), "CET"))

@@ -577,7 +577,7 @@ def test_planned_remaining_is_the_planned_end_minus_each_planned_start() -> None
     assert remaining == {"a": 36.0, "e": 36.0, "c": 26.0, "b": 6.0, "d": 1.0}
 
 
-# -- 7. suspected defects ---------------------------------------------------------------------------------
+# -- 7. plans of unusual durations and of no candidate rule -----------------------------------------------
 def test_reservation_plan_with_the_search_survives_float_durations_and_zero_duration_joins() -> None:
     """Found by random search: 0-s joins and tenths of seconds. Without the search this DAG plans."""
     tasks = {
