@@ -103,10 +103,10 @@ def stock_admission(
     remaining = dict(open_slots)
     admitted: list[ReadyTask] = []
     for task in candidates:
+        if pool_totals is not None and task.pool in pool_totals and task.slots > pool_totals[task.pool]:
+            continue  # wider than its pool: never admitted, whatever the open slots say
         if task.pool not in remaining:
             admitted.append(task)  # unlimited pool
-            continue
-        if pool_totals is not None and task.pool in pool_totals and task.slots > pool_totals[task.pool]:
             continue
         available = remaining[task.pool]
         if available <= 0 or task.slots > available:

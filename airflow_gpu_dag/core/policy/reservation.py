@@ -347,7 +347,7 @@ def _walk(now: float, capacity: int, free: int, waiting: _Waiting) -> _Walk:
                 continue  # a tie is not a plan: ready work of the same priority is not held back
             start = now if task.ready_at is None else task.ready_at
             expected = max([start, *(walk.ends[k] for k in task.after)])
-            if expected <= now:
+            if not expected > now:  # NaN too: an unknown ready time is not reserved for
                 continue  # its upstream tasks overran their estimates: when it turns ready is unknown
             walk.head, walk.head_ready = task, expected
             return walk
@@ -705,7 +705,7 @@ def decide_pools(
     for t in ready:
         waiting_by_pool[t.pool].append(t)
     for p in pending:
-        if p.ready_at is not None:
+        if p.ready_at is not None and p.ready_at == p.ready_at:  # NaN: unknown, as None
             waiting_by_pool[p.pool].append(p)
     return {
         pool: decide_pool(

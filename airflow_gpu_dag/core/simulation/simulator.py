@@ -37,6 +37,7 @@ from airflow_gpu_dag.core.analysis.bounds import lower_bound
 from airflow_gpu_dag.core.analysis.weight_rules import PriorityRule, clamp_int32, resolve_priority
 from airflow_gpu_dag.core.model.graph import TaskGraph, task_pool, task_slots
 from airflow_gpu_dag.core.model.ladders import fit_ladders
+from airflow_gpu_dag.core.model.resources import real_number
 from airflow_gpu_dag.core.policy.admission import PendingTask, ReadyTask, RunningTask
 from airflow_gpu_dag.core.policy.objective import ReservationGate, StarvingWatch
 from airflow_gpu_dag.core.policy.reservation import DecisionWindow, decide_pool, decide_pools
@@ -358,6 +359,12 @@ class SimulationTables:
         """The tables of ``simulate(graph, capacity, triggers=triggers)``, its arguments checked as it
         checks them (:class:`CapacityError`, ``ValueError``)."""
         sources = _as_graphs(graph)
+        odd = next((p for p, c in capacity.items() if not math.isfinite(real_number(c))), None)
+        if odd is not None:
+            raise ValueError(
+                f"capacity of pool {odd!r} is {capacity[odd]!r}: give a whole number of slots (leave the "
+                "pool out for an unlimited one)"
+            )
         caps = {p: int(c) for p, c in capacity.items()}
         graphs = [fit_ladders(g, caps) for g in sources]  # a rung that never fits falls back
         _check_capacity(graphs, caps)
@@ -433,6 +440,12 @@ class _Simulation:
             if estimates is None
             else {k: float(estimates.get(k, d)) for k, d in self.durations.items()}
         )
+        unknown = next((k for k, seconds in self.believed.items() if not seconds >= 0), None)  # NaN too
+        if unknown is not None:  # a NaN end made the simulated controller hold slots the real one frees
+            raise ValueError(
+                f"estimates: task {unknown!r} is believed to run {self.believed[unknown]!r} s; give a number "
+                "of seconds >= 0 (or leave the task out to believe its duration)"
+            )
         # lookahead: a task of a capacity pool is *pending* once each upstream task has started or is
         # ready (waits in a pool, or starts now in an unlimited one); unqueued_up counts those not yet
         self.unqueued_up = dict(self.waiting_on)

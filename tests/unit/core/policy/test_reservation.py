@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -575,3 +578,191 @@ def test_a_decision_built_without_the_dataclass_init_is_the_same_decision(values
         why=why,
     )
     assert vars(at_capacity) == vars(expected)
+
+
+def _docs_example(*extra: ReadyTask) -> PoolDecision:
+    """docs/watermarks.md ("Reservation"): ``train_a`` holds 5 of 8 GPUs until t=100; ``train_big`` (8 GPUs)
+    waits ahead of two short evaluations."""
+    waiting = [
+        ReadyTask("train_big", "gpu", 8, 900, 3600.0),
+        ReadyTask("eval_1", "gpu", 1, 10, 30.0),
+        ReadyTask("eval_2", "gpu", 1, 10, 90.0),
+        *extra,
+    ]
+    return decide_pools(0.0, {"gpu": 8}, [RunningTask("train_a", "gpu", 5, 100.0)], waiting)["gpu"]
+
+
+def test_the_documented_example_backfills_the_work_that_ends_before_the_wide_task_can_start() -> None:
+    d = _docs_example()
+    assert (d.pool_size, d.reserved_for, d.reserved_slots, d.backfill_slots, d.shadow_time) == (
+        7,
+        "train_big",
+        8,
+        7,
+        100.0,
+    )
+    assert d.backfill_tasks == ("eval_1", "eval_2") and d.admitted == () and d.used == 5
+    assert "train_big" in d.reason and d.why is not None and d.why.code == "reserving"
+
+
+def test_the_documented_example_closes_the_pool_when_greedy_admission_would_pick_long_work() -> None:
+    """With ``eval_late`` (priority 50, 500 s) any open slot goes to it first and it would still run at
+    t=100: no backfill is safe, the pool is 0 and Airflow starts nothing."""
+    d = _docs_example(ReadyTask("eval_late", "gpu", 1, 50, 500.0))
+    assert (d.pool_size, d.reserved_for, d.backfill_tasks, d.backfill_slots) == (0, "train_big", (), 0)
+
+
+def test_the_documented_lookahead_example_reserves_for_the_pending_task() -> None:
+    d = decide_pools(
+        0.0,
+        {"gpu": 8},
+        [RunningTask("prep", "gpu", 1, 20.0)],
+        [ReadyTask("eval_1", "gpu", 1, 10, 15.0), ReadyTask("eval_long", "gpu", 4, 5, 500.0)],
+        pending=[PendingTask("finetune", "gpu", 4, 900, 3600.0, ready_at=20.0)],
+    )["gpu"]
+    assert (d.reserved_for, d.lookahead, d.shadow_time, d.backfill_tasks, d.pool_size) == (
+        "finetune",
+        True,
+        20.0,
+        ("eval_1",),
+        2,
+    )
+
+
+def test_the_shadow_time_is_now_when_enough_slots_are_free() -> None:
+    assert shadow_time(42.0, 5, 3, [run("r", 4, 100.0)]) == (42.0, 2)
+
+
+def test_the_shadow_time_ends_overdue_tasks_now_never_ends_unknown_ones_and_counts_ties() -> None:
+    running = [run("overdue", 2, 5.0), run("b", 2, 30.0), run("tie", 1, 30.0), run("unknown", 3, None)]
+    # free 1 + overdue 2 (at now=10) is 3 < 4; at 30, b and tie end together: 6 free, 2 beyond the 4
+    assert shadow_time(10.0, 1, 4, running) == (30.0, 2)
+
+
+def test_the_shadow_time_is_unknown_when_only_tasks_of_unknown_end_hold_the_slots() -> None:
+    assert shadow_time(0.0, 1, 4, [run("a", 3, None), run("b", 4, None)]) == (None, 0)
+    assert shadow_time(0.0, 0, 4, []) == (None, 0)
+
+
+def test_backfill_candidates_keep_what_fits_up_to_the_free_th_one_slot_task() -> None:
+    from airflow_gpu_dag.core.policy.reservation import backfill_candidates
+
+    after = [ready(f"t{i}", s, 1, order=i) for i, s in enumerate([1, 4, 3, 2, 1, 1, 1, 2])]
+    assert [t.key for t in backfill_candidates(after, 3)] == ["t0", "t2", "t3", "t4", "t5"]
+    assert backfill_candidates(after, 0) == [] and backfill_candidates(after, -2) == []
+    assert backfill_candidates(iter(after), 3) == backfill_candidates(after, 3)
+
+
+def test_a_decision_window_only_ever_narrows() -> None:
+    window = DecisionWindow()
+    assert (window.until, window.next_until) == (math.inf, math.inf)
+    window.before(500.0)
+    window.before(900.0)
+    assert window.until == 500.0
+    window.near(400.0)  # a rounded threshold: stops a little earlier than 400
+    assert 399.99 < window.until < 400.0
+    window.close(100.0)
+    window.before(300.0)
+    assert window.until == 100.0 and window.next_until == math.inf
+
+
+def test_a_generator_of_waiting_tasks_is_read_only_as_far_as_the_decision_needs() -> None:
+    """``waiting`` may be a generator over a long queue: here an endless stream of 1-slot tasks behind a
+    wide head, with 2 slots free. The decision reads the head and a few more, never the whole stream."""
+    read = 0
+
+    def endless() -> Iterator[ReadyTask]:
+        nonlocal read
+        read += 1
+        yield ready("wide", 8, 100, 50.0, 0)
+        for i in itertools.count(1):
+            read += 1
+            yield ready(f"s{i}", 1, 1, 5.0, i)
+
+    d = decide_pool(0.0, "gpu", 8, [run("r", 6, 50.0)], endless())
+    assert d.reserved_for == "wide" and d.backfill_tasks == ("s1", "s2") and d.pool_size == 8
+    assert read <= 4
+
+
+def test_a_capacity_dropped_below_what_runs_closes_the_pool_and_never_goes_negative() -> None:
+    """The watermark fell to 4 while 8 slots are held (running tasks are never preempted)."""
+    d = decide_pools(0.0, {"gpu": 4}, [run("r", 8, 50.0)], [ready("w", 4, 9), ready("s", 1, 1, order=1)])[
+        "gpu"
+    ]
+    assert (d.pool_size, d.reserved_for, d.used, d.shadow_time) == (0, "w", 8, 50.0)
+
+
+def test_a_negative_or_fractional_capacity_is_clamped_and_truncated() -> None:
+    waiting = [ready("w", 2, 9)]
+    negative = decide_pools(0.0, {"gpu": -3}, [], waiting)["gpu"]
+    assert (negative.capacity, negative.pool_size, negative.reserved_for) == (0, 0, None)
+    fractional = decide_pools(0.0, {"gpu": 2.7}, [], waiting)["gpu"]  # type: ignore[dict-item]
+    assert (fractional.capacity, fractional.pool_size, fractional.admitted) == (2, 2, ("w",))
+
+
+def test_tasks_of_unmanaged_pools_are_ignored_and_an_empty_pool_gets_its_capacity() -> None:
+    elsewhere = [RunningTask("x", "tpu", 5, 100.0)]
+    d = decide_pools(0.0, {"gpu": 8}, elsewhere, [ReadyTask("y", "tpu", 8, 9, 10.0)])["gpu"]
+    assert (d.pool_size, d.used, d.reserved_for, d.why is not None and d.why.code) == (8, 0, None, "idle")
+    assert decide_pools(0.0, {}, elsewhere, [ReadyTask("y", "tpu", 8, 9, 10.0)]) == {}
+
+
+@pytest.mark.parametrize(
+    ("waiting", "pending", "code"),
+    [
+        ([], [], "idle"),
+        ([ready("huge", 9, 1)], [], "too-wide"),
+        ([ready("a", 2, 1)], [], "fits"),
+        ([], [PendingTask("late", "gpu", 4, 9, 1.0, (0,), ready_at=-5.0)], "not-ready"),
+    ],
+)
+def test_a_pool_with_nothing_to_reserve_for_says_why_at_capacity(
+    waiting: list[ReadyTask], pending: list[PendingTask], code: str
+) -> None:
+    d = decide_pools(0.0, {"gpu": 8}, [], waiting, pending=pending)["gpu"]
+    assert (d.pool_size, d.reserved_for, d.why is not None and d.why.code) == (8, None, code)
+    assert d.reason
+
+
+def test_a_starving_task_lets_only_work_ahead_of_it_backfill() -> None:
+    running = [run("r", 4, 100.0)]
+    waiting = [ready("wide", 8, 100, 50.0, 0), ready("a", 1, 50, 10.0, 1)]
+    waiting += [ready("starve", 1, 40, 10.0, 2), ready("b", 1, 30, 10.0, 3)]
+    free = decide_pool(0.0, "gpu", 8, running, waiting)
+    assert free.backfill_tasks == ("a", "starve", "b")
+    bounded = decide_pool(0.0, "gpu", 8, running, waiting, starving=waiting[2])
+    assert (bounded.backfill_tasks, bounded.pool_size, bounded.reserved_for) == (("a",), 5, "wide")
+    first = decide_pool(0.0, "gpu", 8, running, waiting, starving=waiting[1])
+    assert (first.backfill_tasks, first.pool_size) == ((), 0)  # min(used, C - w)
+
+
+def test_decide_pools_sorts_the_ready_tasks_itself() -> None:
+    waiting = [ready("s1", 1, 1, 5.0, 1), ready("wide", 8, 100, 50.0, 0), ready("s2", 1, 1, 500.0, 2)]
+    running = [run("r", 4, 100.0)]
+    assert (
+        decide_pools(0.0, {"gpu": 8}, running, waiting)["gpu"]
+        == decide_pools(0.0, {"gpu": 8}, running, sorted(waiting, key=admission_order))["gpu"]
+    )
+
+
+def test_two_decisions_that_set_a_pool_alike_are_equal_whatever_their_reason() -> None:
+    quiet = PoolDecision.at_capacity("gpu", 8, 2, ("a",))
+    assert quiet.reason == "" and quiet.why is None and quiet.pool_size == 8
+    explained = decide_pools(0.0, {"gpu": 8}, [run("r", 2, 10.0)], [ready("a", 1, 1)])["gpu"]
+    assert explained.why is not None and explained.reason
+    assert explained == dataclasses.replace(quiet, reason=explained.reason)
+
+
+def test_a_pending_task_whose_ready_time_is_nan_is_ignored_like_an_unknown_one() -> None:
+    """An upstream task's NaN estimate (the simulator's ``estimates``, a learned duration) makes the
+    expected ready time NaN: unknown, as for ``ready_at=None`` or an overrun, so nothing is held for it.
+    Instead it is reserved for, and the ready 1-slot task stays out of 3 idle slots."""
+    running = [run("up", 1, 10.0)]
+    waiting = [ready("small", 1, 2, duration=200.0, order=1)]
+
+    def decide(ready_at: float | None) -> PoolDecision:
+        pending = [PendingTask("after_up", "gpu", 4, 3, 10.0, (0,), ready_at=ready_at)]
+        return decide_pools(0.0, {"gpu": 4}, running, waiting, pending=pending)["gpu"]
+
+    assert (decide(None).pool_size, decide(None).reserved_for) == (4, None)
+    assert (decide(math.nan).pool_size, decide(math.nan).reserved_for) == (4, None)

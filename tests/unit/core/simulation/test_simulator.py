@@ -878,3 +878,184 @@ def test_a_running_task_built_without_the_dataclass_init_is_the_same() -> None:
     assert [f.name for f in dataclasses.fields(RunningTask)] == list(vars(fast)) == list(vars(built))
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.slots = 0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("policy", ["stock", "critical_path", "reservation"])
+def test_an_empty_graph_simulates_to_nothing_with_a_ratio_of_one(policy: str) -> None:
+    result = simulate(TaskGraph("empty"), {"gpu": 4}, policy, 5.0, priority="critical_path")
+    assert (result.makespan, result.lower_bound, result.ratio, result.schedule) == (0.0, 0.0, 1.0, [])
+    assert result.runs == [simulator_module.RunResult("empty", 0.0, 0.0)]
+    assert result.mean_completion == 0.0 and result.max_wait() == 0.0
+    assert json.loads(json.dumps(result.to_dict()))["schedule"] == []
+
+
+def test_no_graph_at_all_is_an_empty_simulation() -> None:
+    result = simulate([], {"gpu": 4}, "stock")
+    assert (result.makespan, result.runs, result.ratio, result.completion_quantile(0.9)) == (
+        0.0,
+        [],
+        1.0,
+        0.0,
+    )
+
+
+@pytest.mark.parametrize("times", [[math.nan], [math.inf], [-1.0], [1.0, 2.0], []])
+def test_triggers_that_are_not_one_finite_time_per_graph_are_refused(times: list[float]) -> None:
+    graph = gpu_graph({"a": (10.0, 1)}, [], "trig")
+    with pytest.raises(ValueError, match=r"triggers: one time >= 0 per graph \(1\)"):
+        simulate(graph, CAP, "stock", triggers=times)
+
+
+def test_a_capacity_error_names_five_tasks_counts_the_rest_and_says_the_fix() -> None:
+    graph = gpu_graph({f"w{i}": (1.0, 4) for i in range(8)}, [], "wide")
+    with pytest.raises(CapacityError) as caught:
+        simulate(graph, {"gpu": 2}, "stock")
+    message = str(caught.value)
+    assert message.count("DAG 'wide', task 'w") == 5 and "'w4' needs 4 slots of pool 'gpu'" in message
+    assert "and 3 more" in message and "request fewer GPUs or give the pool more capacity" in message
+    assert isinstance(caught.value, ValueError)
+
+
+def test_a_task_of_an_unnamed_pool_is_unlimited_however_wide() -> None:
+    graph = gpu_graph({"huge": (10.0, 64), "other": (10.0, 64)}, [], "free")
+    result = simulate(graph, {"tpu": 1}, "stock")
+    assert [t.start for t in result.schedule] == [0.0, 0.0] and result.max_pool_usage == {"tpu": 0}
+
+
+@pytest.mark.parametrize(("policy", "interval"), [("stock", 0.0), ("reservation", 0.0), ("reservation", 5.0)])
+def test_a_zero_slot_task_starts_at_once_even_in_a_full_pool(policy: str, interval: float) -> None:
+    """A task mapped over nothing holds no slot: Airflow skips it at once, whatever its pool's state."""
+    graph = TaskGraph("zero")
+    graph.add("hog", 50.0, 2, pool="gpu")
+    graph.add("nothing", 5.0, 0, pool="gpu", pool_slots=0)
+    graph.add("after", 1.0, 2, pool="gpu")
+    graph.add_edge("nothing", "after")
+    result = simulate(graph, {"gpu": 2}, policy, interval, priority="critical_path")
+    got = {t.task_id: (t.start, t.slots) for t in result.schedule}
+    assert got == {"hog": (0.0, 2), "nothing": (0.0, 0), "after": (50.0, 2)}
+    assert result.max_pool_usage["gpu"] == 2
+
+
+def test_a_start_window_counts_from_the_runs_trigger() -> None:
+    graph = TaskGraph("later")
+    graph.add("a", 10.0, 1, pool="gpu").not_before = 30.0
+    result = simulate(graph, CAP, "stock", triggers=[5.0])
+    only = result.schedule[0]
+    assert (only.ready, only.start, only.end) == (35.0, 35.0, 45.0)
+    assert result.runs[0].completion == 40.0
+
+
+def test_a_priority_tie_goes_to_the_earlier_trigger_then_to_graph_order() -> None:
+    """Both runs' tasks turn ready at t=5 with equal weights: Airflow breaks the tie by logical date."""
+    first, second = TaskGraph("first"), TaskGraph("second")
+    first.add("x", 10.0, 1, pool="gpu")
+    second.add("x", 10.0, 1, pool="gpu").not_before = 5.0
+    result = simulate([first, second], {"gpu": 1}, "stock", triggers=[5.0, 0.0])
+    assert [(t.task_id, t.start) for t in result.schedule] == [("1:second/x", 5.0), ("0:first/x", 15.0)]
+    assert [(r.dag_id, r.trigger, r.end) for r in result.runs] == [
+        ("first", 5.0, 25.0),
+        ("second", 0.0, 15.0),
+    ]
+    same = simulate([first, second], {"gpu": 1}, "stock", triggers=[5.0, 5.0])
+    assert [(t.task_id, t.start) for t in same.schedule] == [("0:first/x", 5.0), ("1:second/x", 15.0)]
+
+
+def test_completion_quantiles_are_nearest_rank_and_clamped_to_the_runs() -> None:
+    runs = [
+        simulator_module.RunResult(d, t, e) for d, t, e in [("a", 0.0, 10.0), ("b", 5.0, 7.0), ("c", 0, 4)]
+    ]
+    result = SimulationResult("stock", 10.0, [], 10.0, runs=runs)  # completions 10, 2, 4
+    assert [result.completion_quantile(q) for q in (0.01, 0.34, 0.67, 1.0)] == [2.0, 4.0, 10.0, 10.0]
+    assert result.completion_quantile(5.0) == 10.0 and result.completion_quantile(0.0) == 2.0
+    assert result.mean_completion == pytest.approx(16.0 / 3)
+
+
+def test_max_wait_counts_only_tasks_holding_at_least_min_slots() -> None:
+    schedule = [
+        ScheduledTask("narrow", 50.0, 60.0, 1, "gpu", 1, 0.0),
+        ScheduledTask("wide", 20, 30, 8, "gpu", 1, 5),
+    ]
+    result = SimulationResult("stock", 60.0, schedule, 60.0)
+    assert (result.max_wait(), result.max_wait(2), result.max_wait(9)) == (50.0, 15.0, 0.0)
+
+
+def test_unicode_ids_simulate_and_serialize() -> None:
+    graph = TaskGraph("dåg-🚀")
+    graph.add("träin-✓", 10.0, 2, pool="gpü")
+    graph.add("évál", 10.0, 2, pool="gpü")
+    graph.add_edge("träin-✓", "évál")
+    result = simulate(graph, {"gpü": 2}, "reservation", 5.0, priority="critical_path")
+    assert [(t.task_id, t.start) for t in result.schedule] == [("träin-✓", 0.0), ("évál", 10.0)]
+    assert json.loads(json.dumps(result.to_dict()))["schedule"][1]["pool"] == "gpü"
+    assert result.runs[0].dag_id == "dåg-🚀"
+
+
+def test_the_reservation_policy_predicts_with_the_rule_every_graph_declares_else_packing() -> None:
+    agree = [TaskGraph("a", priority_rule="critical_path"), TaskGraph("b", priority_rule="critical_path")]
+    differ = [TaskGraph("a", priority_rule="critical_path"), TaskGraph("b", priority_rule="downstream")]
+    partly = [TaskGraph("a", priority_rule="critical_path"), TaskGraph("b")]
+    assert simulator_module.default_rule("reservation", agree) == "critical_path"
+    assert simulator_module.default_rule("reservation", differ) == "packing"
+    assert simulator_module.default_rule("reservation", partly) == "packing"
+    assert simulator_module.default_rule("stock", agree) == "downstream"
+    assert simulator_module.default_rule("critical_path", agree[0]) == "critical_path"
+
+
+def test_estimates_of_several_graphs_are_keyed_by_run_index_and_dag_id() -> None:
+    """As in ``test_simulator_controller_sees_estimates_not_actual_durations``, with a second graph: the
+    controller believes ``long`` runs 100 s only under its key ``0:g/long``."""
+    tasks = {"long": (10.0, 4), "prep": (1.0, 0), "wide": (5.0, 8)}
+    edges = [("prep", "wide")]
+    for i in range(4):
+        tasks[f"fill{i}"] = (20.0, 1)
+        edges.append(("prep", f"fill{i}"))
+    graphs_ = [gpu_graph(tasks, edges), TaskGraph("empty")]
+
+    def weights(graph: TaskGraph) -> dict[str, int]:
+        return {t: 9 if t in ("long", "prep") else 8 if t == "wide" else 1 for t in graph.nodes}
+
+    def wide_start(estimates: dict[str, float] | None) -> float:
+        result = simulate(graphs_, {"gpu": 8}, "reservation", priority=weights, estimates=estimates)
+        return result.by_id()["0:g/wide"].start
+
+    assert wide_start(None) == 10.0
+    assert wide_start({"long": 100.0}) == 10.0  # a bare task id names no task of several graphs
+    assert wide_start({"0:g/long": 100.0}) == 21.0
+
+
+def test_a_task_of_a_huge_duration_with_hourly_ticks_ends_and_waits_for_the_next_tick() -> None:
+    graph = TaskGraph("huge")
+    graph.add("long", 1e15, 1, pool="gpu")
+    graph.add("wide", 1.0, 2, pool="gpu")
+    graph.add("tiny", 1e-9, 1, pool="gpu")
+    with fails_after(20):
+        result = simulate(graph, {"gpu": 2}, "reservation", 3600.0, priority="critical_path")
+    wide = result.by_id()["wide"]
+    assert wide.start == next_multiple(1e15, 3600.0) and result.makespan == wide.end
+    assert result.controller_ticks >= 1e15 / 3600.0
+
+
+@pytest.mark.parametrize("capacity", [math.nan, math.inf])
+def test_a_capacity_that_is_not_a_number_of_slots_is_refused_naming_the_pool(capacity: float) -> None:
+    graph = gpu_graph({"a": (10.0, 1)}, [], "cap")
+    with pytest.raises(ValueError, match="'gpu'"):
+        simulate(graph, {"gpu": capacity}, "stock")  # type: ignore[dict-item]
+
+
+def test_a_nan_estimate_is_refused_or_predicted_as_the_controller_decides() -> None:
+    """``t1`` (3 GPUs, estimate NaN) runs with ``t2``; ``t3`` (4 GPUs) waits on ``t1``, ``t0`` (4 GPUs) is
+    ready. Either the NaN estimate is refused naming the task (as a NaN duration is), or the simulated
+    controller decides what ``decide_pools`` over every waiting task decides (``verify_controller``)."""
+    graph = gpu_graph({"t0": (20.0, 4), "t1": (10.0, 3), "t2": (5.0, 1), "t3": (10.0, 4)}, [("t1", "t3")])
+    weights = {"t0": 2, "t1": 3, "t2": 3, "t3": 3}
+    try:
+        simulate(
+            graph,
+            {"gpu": 4},
+            "reservation",
+            priority=lambda _g: weights,
+            estimates={"t1": math.nan},
+            verify_controller=True,
+        )
+    except ValueError as err:
+        assert "'t1'" in str(err)
