@@ -440,11 +440,11 @@ class _Simulation:
             if estimates is None
             else {k: float(estimates.get(k, d)) for k, d in self.durations.items()}
         )
-        unknown = next((k for k, seconds in self.believed.items() if not seconds >= 0), None)  # NaN too
+        unknown = next((k for k, seconds in self.believed.items() if seconds != seconds), None)  # NaN
         if unknown is not None:  # a NaN end made the simulated controller hold slots the real one frees
             raise ValueError(
-                f"estimates: task {unknown!r} is believed to run {self.believed[unknown]!r} s; give a number "
-                "of seconds >= 0 (or leave the task out to believe its duration)"
+                f"estimates: task {unknown!r} is believed to run NaN seconds; give a number of seconds "
+                "(or leave the task out to believe its duration)"
             )
         # lookahead: a task of a capacity pool is *pending* once each upstream task has started or is
         # ready (waits in a pool, or starts now in an unlimited one); unqueued_up counts those not yet
