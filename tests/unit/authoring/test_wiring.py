@@ -239,3 +239,226 @@ def test_wiring_tasks_declare_a_zero_estimate() -> None:
     assert all(graph.nodes[t].duration == 0 and graph.nodes[t].duration_declared for t in added)
     report = validate_graph(graph, extra=findings)
     assert [f for f in report.findings if f.code == "missing-estimate"] == []
+
+
+# -- The graph surgery itself (``_wiring``): names, labels, moved edges, gates a branch follows.
+
+
+def _all_edges(dag: DAG) -> set[tuple[str, str]]:
+    return {(t.task_id, d) for t in dag.tasks for d in t.downstream_task_ids}
+
+
+def _label(dag: DAG, up: str, down: str) -> str | None:
+    return ((dag.edge_info.get(up) or {}).get(down) or {}).get("label")
+
+
+def test_where_of_names_the_dag_only_when_the_task_has_one() -> None:
+    from types import SimpleNamespace
+
+    from airflow_gpu_dag.authoring._wiring import where_of
+
+    with DAG("wo", schedule=None) as dag:
+        inside = EmptyOperator(task_id="inside")
+    loose = EmptyOperator(task_id="loose")
+    assert where_of(inside) == "DAG 'wo', task 'inside'"
+    assert where_of(loose) == "task 'loose'"
+    # a task-like object without has_dag(): its dag attribute, if any
+    assert where_of(SimpleNamespace(task_id="fake", dag=dag)) == "DAG 'wo', task 'fake'"
+    assert where_of(SimpleNamespace(task_id="fake")) == "task 'fake'"
+
+
+def test_require_dag_returns_the_dag_or_names_the_helper_and_the_fix() -> None:
+    from airflow_gpu_dag.authoring._wiring import require_dag
+
+    with DAG("rd", schedule=None) as dag:
+        inside = EmptyOperator(task_id="inside")
+    assert require_dag(inside, "start_window") is dag
+    with pytest.raises(
+        ValueError,
+        match=r"task 'l\u00f6se': create it inside a DAG \(with DAG\(\.\.\.\):\) before calling cleanup\(\)",
+    ):
+        require_dag(EmptyOperator(task_id="l\u00f6se"), "cleanup")
+
+
+def test_labelled_joins_two_tasks_of_different_groups_and_nothing_else() -> None:
+    """Airflow's ``a >> Label(x) >> b`` would join the groups (every leaf of ``g`` to every root of ``h``)."""
+    from airflow_gpu_dag.authoring._wiring import labelled
+
+    with DAG("lab_groups", schedule=None) as dag:
+        with TaskGroup("g"):
+            train = EmptyOperator(task_id="train")
+            EmptyOperator(task_id="other_leaf")
+        with TaskGroup("h"):
+            evaluate = EmptyOperator(task_id="eval")
+            EmptyOperator(task_id="other_root")
+    labelled(train, evaluate, "data")
+    assert _all_edges(dag) == {("g.train", "h.eval")}
+    assert _label(dag, "g.train", "h.eval") == "data"
+
+
+def test_labelled_labels_each_edge_to_a_list_or_to_a_groups_roots() -> None:
+    from airflow_gpu_dag.authoring._wiring import labelled
+
+    with DAG("lab_many", schedule=None) as dag:
+        up = EmptyOperator(task_id="up")
+        b, c = EmptyOperator(task_id="b"), EmptyOperator(task_id="c")
+        with TaskGroup("grp") as grp:
+            first, second = EmptyOperator(task_id="first"), EmptyOperator(task_id="second")
+            first >> second
+    labelled(up, [b, c], "cleanup")
+    labelled(up, grp, "time")
+    assert up.downstream_task_ids == {"b", "c", "grp.first"}
+    assert (_label(dag, "up", "b"), _label(dag, "up", "c")) == ("cleanup", "cleanup")
+    assert _label(dag, "up", "grp.first") == "time"
+    assert "up" not in second.upstream_task_ids
+
+
+def test_check_gatable_refuses_a_task_of_a_mapped_group_naming_dag_task_and_fix() -> None:
+    from airflow.sdk import task_group
+
+    from airflow_gpu_dag.authoring._wiring import check_gatable
+
+    with DAG("gate_mapped_group", schedule=None) as dag:
+
+        @task_group
+        def trial(x: int) -> None:
+            EmptyOperator(task_id="fit")
+
+        trial.expand(x=[1, 2])
+        plain = EmptyOperator(task_id="plain")
+    assert check_gatable(plain) is dag
+    with pytest.raises(
+        ValueError,
+        match=r"DAG 'gate_mapped_group', task 'trial.fit' is mapped .* Fix: gate a task that is not",
+    ):
+        check_gatable(dag.get_task("trial.fit"))
+
+
+def test_insert_before_moves_every_upstream_edge_with_its_label() -> None:
+    from airflow.sdk import Label
+
+    from airflow_gpu_dag.authoring._wiring import insert_before
+
+    with DAG("ib_labels", schedule=None) as dag:
+        a, c, task, gate = (EmptyOperator(task_id=t) for t in ("a", "c", "task", "gate"))
+        a >> Label("data") >> task
+        c >> task
+    insert_before(task, gate, "time")
+    assert _all_edges(dag) == {("a", "gate"), ("c", "gate"), ("gate", "task")}
+    assert _label(dag, "a", "gate") == "data"
+    assert _label(dag, "c", "gate") is None  # an unlabelled edge stays unlabelled
+    assert _label(dag, "gate", "task") == "time"
+    assert _label(dag, "a", "task") is None  # no label left on the removed edge
+    dag.check_cycle()
+
+
+def test_insert_before_a_root_task_only_adds_the_gate_edge() -> None:
+    from airflow_gpu_dag.authoring._wiring import insert_before
+
+    with DAG("ib_root", schedule=None) as dag:
+        task, gate = EmptyOperator(task_id="task"), EmptyOperator(task_id="gate")
+    insert_before(task, gate)
+    assert _all_edges(dag) == {("gate", "task")}
+    assert _label(dag, "gate", "task") is None
+    assert gate.trigger_rule == TriggerRule.ALL_SUCCESS
+
+
+def test_two_gates_before_one_task_are_chained_and_the_branch_follows_the_first() -> None:
+    from airflow.providers.standard.operators.python import BranchPythonOperator
+
+    from airflow_gpu_dag.authoring._wiring import insert_before
+
+    with DAG("ib_two", schedule=None) as dag:
+        branch = BranchPythonOperator(task_id="pick", python_callable=lambda: "task")
+        task, window, budget = (EmptyOperator(task_id=t) for t in ("task", "task__window", "task__budget"))
+        branch >> task
+    seen: list[Any] = []
+    branch.skip_all_except = lambda ti, ids: seen.append(ids)
+    insert_before(task, window, "time")
+    insert_before(task, budget, "budget")
+    assert _all_edges(dag) == {
+        ("pick", "task__window"),
+        ("task__window", "task__budget"),
+        ("task__budget", "task"),
+    }
+    branch.skip_all_except(object(), "task")
+    assert seen == [["task", "task__window"]]
+
+
+def test_insert_before_a_teardown_changes_nothing() -> None:
+    from airflow_gpu_dag.authoring._wiring import insert_before
+
+    with DAG("ib_teardown", schedule=None) as dag:
+        work = EmptyOperator(task_id="work")
+        free = EmptyOperator(task_id="free").as_teardown()
+        gate = EmptyOperator(task_id="gate")
+        work >> free
+    with pytest.raises(ValueError, match=r"DAG 'ib_teardown', task 'free' is a teardown.*Fix: put the gate"):
+        insert_before(free, gate)
+    assert _all_edges(dag) == {("work", "free")}
+
+
+def test_follow_gate_accepts_any_collection_of_ids_and_adds_each_gate_once() -> None:
+    from airflow.providers.standard.operators.python import BranchPythonOperator
+
+    from airflow_gpu_dag.authoring._wiring import follow_gate
+
+    with DAG("fg_ids", schedule=None):
+        branch = BranchPythonOperator(task_id="pick", python_callable=lambda: "x")
+    seen: list[Any] = []
+    branch.skip_all_except = lambda ti, ids: seen.append(ids)
+    follow_gate(branch, "x", "x__window")
+    branch.skip_all_except(object(), ("x",))
+    branch.skip_all_except(object(), ["x", "x__window"])  # the gate chosen already: not twice
+    branch.skip_all_except(object(), [])
+    assert seen == [["x", "x__window"], ["x", "x__window"], []]
+
+
+def test_follow_gate_runs_the_original_on_the_rendered_copy_airflow_runs() -> None:
+    """Airflow runs a rendered copy of the operator (``ti.task``): the saved method must run on it."""
+    from types import SimpleNamespace
+
+    from airflow.providers.standard.operators.python import BranchPythonOperator
+
+    from airflow_gpu_dag.authoring._wiring import follow_gate
+
+    ran_on: list[Any] = []
+
+    class Recording(BranchPythonOperator):
+        def skip_all_except(self, ti: Any, branch_task_ids: Any) -> None:
+            ran_on.append((self, branch_task_ids))
+
+    with DAG("fg_copy", schedule=None):
+        parsed = Recording(task_id="pick", python_callable=lambda: "x")
+        rendered = Recording(task_id="pick_copy", python_callable=lambda: "x")
+    follow_gate(parsed, "x", "x__window")
+    parsed.skip_all_except(SimpleNamespace(task=rendered), "x")
+    parsed.skip_all_except(SimpleNamespace(task=None), "x")
+    assert ran_on == [(rendered, ["x", "x__window"]), (parsed, ["x", "x__window"])]
+
+
+def test_run_original_calls_a_plain_function_as_it_is() -> None:
+    from airflow_gpu_dag.authoring._wiring import run_original
+
+    parsed = EmptyOperator(task_id="parsed_ro")
+    assert run_original(parsed, lambda *args: args, object(), 1, 2) == (1, 2)
+
+
+def test_as_operator_unwraps_a_taskflow_result_and_keeps_anything_else() -> None:
+    from types import SimpleNamespace
+
+    from airflow.sdk import task
+
+    from airflow_gpu_dag.authoring._wiring import as_operator
+
+    with DAG("as_op", schedule=None):
+
+        @task
+        def fit() -> int:
+            return 1
+
+        result = fit()
+        plain = EmptyOperator(task_id="plain")
+    assert as_operator(result) is result.operator and as_operator(plain) is plain
+    odd = SimpleNamespace(operator=object())  # an ``operator`` that is no task: kept as given
+    assert as_operator(odd) is odd
