@@ -35,6 +35,8 @@ changed unless all of them can be made:
 
 from __future__ import annotations
 
+import hashlib
+import math
 import re
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -50,6 +52,8 @@ from airflow_gpu_dag.core.analysis.validation import (
     paths_overlap,
 )
 from airflow_gpu_dag.core.model.graph import TaskGraph
+from airflow_gpu_dag.core.model.resources import real_number
+from airflow_gpu_dag.datasets.completeness import parse_completeness
 from airflow_gpu_dag.deferral import require_timeout
 from airflow_gpu_dag.sensors.dataset import DatasetCompleteSensor
 
@@ -199,6 +203,19 @@ def _path_id(path: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]+", "_", path).strip("_")[-60:].strip("_") or "path"
 
 
+#: Longest task id Airflow stores (250 characters), less room for a ``_<count>`` suffix.
+_LONGEST_SENSOR_ID = 240
+
+
+def _fitted(task_id: str) -> str:
+    """``task_id``, or when it is longer than Airflow takes (two ids of deep task groups) its start and
+    a digest of the whole: the same id from parse to parse, and two long ids stay apart."""
+    if len(task_id) <= _LONGEST_SENSOR_ID:
+        return task_id
+    digest = hashlib.sha1(task_id.encode()).hexdigest()[:10]
+    return f"{task_id[: _LONGEST_SENSOR_ID - 11]}_{digest}"
+
+
 def _name_sensors(dag: Any, fixes: list[HiddenDependencyFix]) -> list[HiddenDependencyFix]:
     """``fixes`` with the task id of each planned sensor in ``added``: ``wait_<writer>_for_<reader>``
     when the pair needs one sensor and that id is free, else ``wait_<writer>_for_<reader>__<path>``
@@ -213,9 +230,9 @@ def _name_sensors(dag: Any, fixes: list[HiddenDependencyFix]) -> list[HiddenDepe
         if fix.how != "sensor":
             named.append(fix)
             continue
-        task_id = base = f"wait_{fix.writer}_for_{fix.other}"
+        task_id = base = _fitted(f"wait_{fix.writer}_for_{fix.other}")
         if per_pair[(fix.writer, fix.other)] > 1 or task_id in taken:
-            task_id = base = f"{base}__{_path_id(fix.path)}"
+            task_id = base = _fitted(f"{base}__{_path_id(fix.path)}")
             count = 1
             while task_id in taken:
                 count += 1
@@ -247,8 +264,18 @@ def fix_hidden_dependencies(
     graph, _ = build_task_graph(dag)
     fixes = _name_sensors(dag, _plan(str(dag.dag_id), graph, hidden_dependency_pairs(graph), mode))
     first_sensor = next((f for f in fixes if f.how == "sensor"), None)
-    if first_sensor is not None:  # checked before any edge is added
-        require_timeout(str(first_sensor.added), "DatasetCompleteSensor", timeout)
+    if first_sensor is not None:  # the sensors' arguments, checked before any edge is added
+        where = f"DAG {dag.dag_id!r}, task {first_sensor.added!r}"
+        require_timeout(str(first_sensor.added), "DatasetCompleteSensor", timeout, where=where)
+        try:
+            parse_completeness(completeness)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{where}: {err}") from None
+        if not 0 < real_number(poke_interval) < math.inf:
+            raise ValueError(
+                f"{where}: poke_interval={poke_interval!r} is not a finite number of seconds > 0. Fix: "
+                "pass e.g. poke_interval=30."
+            )
     added = {f.added for f in fixes if f.added}
     done: list[HiddenDependencyFix] = []
     for fix in fixes:

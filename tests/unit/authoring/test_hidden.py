@@ -238,3 +238,208 @@ def test_sensor_mode_still_orders_two_writers_of_one_path() -> None:
     assert [(f.writer, f.other) for f in fixes if f.how == "edge"] == [("w1", "w2")]
     assert hidden_dependency_pairs(graph) == []  # nothing left racing
     assert w1.downstream_task_ids >= {"w2"}
+
+
+def _graph_edges(dag: DAG) -> set[tuple[str, str]]:
+    return {(t.task_id, d) for t in dag.tasks for d in t.downstream_task_ids}
+
+
+def _race_and_reader_dag(dag_id: str) -> DAG:
+    """``w1`` and ``w2`` both write ``/lake/x`` (always an edge, planned first: its path sorts first);
+    ``r`` reads ``/lake/y``, which ``w3`` writes (a sensor in sensor mode)."""
+    with DAG(dag_id, schedule=None) as dag:
+        _bash("w1", outputs=("/lake/x",))
+        _bash("w2", outputs=("/lake/x",))
+        _bash("w3", outputs=("/lake/y",))
+        _bash("r", inputs=("/lake/y",))
+    return dag
+
+
+@pytest.mark.parametrize("mode", ["edge", "sensor"])
+def test_a_dag_without_declared_paths_needs_no_fix_and_no_timeout(mode: str) -> None:
+    with DAG(f"h_plain_{mode}", schedule=None) as dag:
+        EmptyOperator(task_id="a") >> EmptyOperator(task_id="b")
+    with DAG(f"h_empty_{mode}", schedule=None) as empty:
+        pass
+    assert fix_hidden_dependencies(dag, mode=mode) == []
+    assert fix_hidden_dependencies(empty, mode=mode) == []
+    assert _graph_edges(dag) == {("a", "b")}
+
+
+def test_an_edge_fix_adds_no_task_and_is_frozen() -> None:
+    dag = _two_path_dag("h_edge_fix")
+    fixes = fix_hidden_dependencies(dag, mode="edge")
+    assert [(f.writer, f.other, f.how, f.added) for f in fixes] == [("clean", "train", "edge", None)]
+    assert set(dag.task_dict) == {"clean", "train"}
+    assert edge_kinds(dag) == {("clean", "train"): "data"}
+    with pytest.raises(AttributeError):
+        fixes[0].how = "sensor"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("mode", ["Edge", "sensors", ""])
+def test_an_unknown_mode_is_refused_naming_the_dag_and_both_modes(mode: str) -> None:
+    dag = _two_path_dag("h_mode")
+    with pytest.raises(ValueError, match=rf"DAG 'h_mode': fix_hidden_dependencies\(mode='{mode}'\).*'edge'"):
+        fix_hidden_dependencies(dag, mode=mode, timeout=60)
+    assert _graph_edges(dag) == set() and set(dag.task_dict) == {"clean", "train"}
+
+
+def test_hidden_dependency_cycle_is_a_value_error_so_airflow_shows_an_import_error() -> None:
+    assert issubclass(HiddenDependencyCycle, ValueError)
+
+
+def test_the_sensor_gets_the_timeout_poke_interval_and_completeness_given() -> None:
+    from datetime import timedelta
+
+    with DAG("h_args", schedule=None) as dag:
+        _bash("clean", outputs=("/lake/a/",))
+        _bash("train", inputs=(" /lake/a/part-0 ",))
+    fixes = fix_hidden_dependencies(
+        dag, mode="sensor", timeout=timedelta(hours=1), poke_interval=5, completeness="manifest"
+    )
+    assert [(f.path, f.added) for f in fixes] == [("/lake/a", "wait_clean_for_train")]
+    sensor = dag.get_task("wait_clean_for_train")
+    assert (sensor.timeout, sensor.poke_interval) == (3600.0, 5.0)
+    assert sensor.completeness["kind"] == "manifest"
+    assert sensor.path == "/lake/a"  # normalised: no trailing slash
+    assert sensor.doc_md == "Hidden dependency: train reads /lake/a written by clean."
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf")])
+def test_a_timeout_that_is_not_a_positive_finite_number_changes_nothing(timeout: float) -> None:
+    dag = _race_and_reader_dag(f"h_timeout_{timeout}".replace("-", "minus"))
+    with pytest.raises(ValueError, match=r"timeout=.* must be a positive \(finite\) number"):
+        fix_hidden_dependencies(dag, mode="sensor", timeout=timeout)
+    assert _graph_edges(dag) == set() and len(dag.task_dict) == 4
+
+
+def test_the_sensor_also_waits_for_the_readers_other_upstream_tasks() -> None:
+    """The sensor takes the reader's place after its existing upstream tasks (they wait side by side)."""
+    with DAG("h_prep", schedule=None) as dag:
+        _bash("clean", outputs=("/lake/a",))
+        train = _bash("train", inputs=("/lake/a",))
+        EmptyOperator(task_id="prep") >> train
+    fix_hidden_dependencies(dag, mode="sensor", timeout=60)
+    assert dag.get_task("wait_clean_for_train").upstream_task_ids == {"prep"}
+    assert train.upstream_task_ids == {"prep", "wait_clean_for_train"}
+    assert dag.get_task("clean").downstream_task_ids == set()  # the reader does not wait for the task
+    dag.check_cycle()
+
+
+def test_a_sensor_id_taken_by_another_task_gets_the_path_suffix() -> None:
+    with DAG("h_taken", schedule=None) as dag:
+        _bash("clean", outputs=("/lake/a",))
+        _bash("train", inputs=("/lake/a",))
+        EmptyOperator(task_id="wait_clean_for_train")
+        EmptyOperator(task_id="wait_clean_for_train__lake_a")
+    fixes = fix_hidden_dependencies(dag, mode="sensor", timeout=60)
+    assert [f.added for f in fixes] == ["wait_clean_for_train__lake_a_2"]
+    assert isinstance(dag.get_task("wait_clean_for_train__lake_a_2"), DatasetCompleteSensor)
+
+
+def test_two_paths_that_read_as_the_same_id_get_distinct_sensor_ids() -> None:
+    """``/lake/a-b`` and ``/lake/a_b`` both read as ``lake_a_b``; two long paths share their last 60
+    characters: each sensor still gets an id of its own."""
+    tail = "/x" * 40
+    paths = ("/lake/a-b", "/lake/a_b", "/one" + tail, "/two" + tail)
+    with DAG("h_same_id", schedule=None) as dag:
+        _bash("clean", outputs=paths)
+        _bash("train", inputs=paths)
+    fixes = fix_hidden_dependencies(dag, mode="sensor", timeout=60)
+    added = [str(f.added) for f in fixes]
+    assert len(fixes) == 4 and len(set(added)) == 4
+    assert {f.path for f in fixes} == set(paths)
+    assert all(dag.get_task(a).path == f.path for a, f in zip(added, fixes, strict=True))
+    assert _left(dag) == []
+
+
+def test_unicode_and_url_paths_give_valid_sensor_ids() -> None:
+    import re
+
+    paths = ("/lake/données", "/lake/日本", "s3://bucket/clean")
+    with DAG("h_unicode", schedule=None) as dag:
+        _bash("clean", outputs=paths)
+        _bash("train", inputs=paths)
+    fixes = fix_hidden_dependencies(dag, mode="sensor", timeout=60)
+    added = [str(f.added) for f in fixes]
+    assert len(set(added)) == 3
+    assert all(re.fullmatch(r"[A-Za-z0-9_.-]+", a) for a in added), added
+    assert "wait_clean_for_train__s3_bucket_clean" in added
+
+
+def test_a_writer_of_the_root_path_is_repaired_with_a_sensor_on_root() -> None:
+    with DAG("h_root", schedule=None) as dag:
+        _bash("clean", outputs=("/",))
+        _bash("train", inputs=("/lake",))
+    fixes = fix_hidden_dependencies(dag, mode="sensor", timeout=60)
+    assert [(f.path, f.added) for f in fixes] == [("/", "wait_clean_for_train")]
+    assert _left(dag) == []
+
+
+@pytest.mark.parametrize("mode", ["edge", "sensor"])
+def test_a_pair_ordered_by_earlier_edge_repairs_gets_no_edge_of_its_own(mode: str) -> None:
+    """``w -> m`` and ``m -> r`` (planned first, ``/a`` sorts first) order ``w`` before ``r``: no
+    direct edge. A sensor does not order its writer, so sensor mode still guards ``r`` on ``/z``."""
+    with DAG(f"h_ordered_{mode}", schedule=None) as dag:
+        _bash("w", outputs=("/z",))
+        _bash("m", inputs=("/z",), outputs=("/a",))
+        _bash("r", inputs=("/a", "/z"))
+    fixes = fix_hidden_dependencies(dag, mode=mode, timeout=60)
+    by_pair = {(f.writer, f.other): f.how for f in fixes}
+    if mode == "edge":
+        assert by_pair == {("m", "r"): "edge", ("w", "m"): "edge", ("w", "r"): "ordered"}
+        assert _graph_edges(dag) == {("w", "m"), ("m", "r")}
+    else:
+        assert by_pair == {("m", "r"): "sensor", ("w", "m"): "sensor", ("w", "r"): "sensor"}
+    assert _left(dag) == []
+    assert fix_hidden_dependencies(dag, mode=mode, timeout=60) == []
+
+
+def test_a_cycle_refusal_names_the_shared_path_and_the_fix() -> None:
+    with DAG("h_cycle_msg", schedule=None) as dag:
+        _bash("a", inputs=("/lake/r",), outputs=("/lake/p",))
+        _bash("b", inputs=("/lake/p",), outputs=("/lake/r",))
+    with pytest.raises(HiddenDependencyCycle) as err:
+        fix_hidden_dependencies(dag, mode="sensor", timeout=60)
+    message = str(err.value)
+    assert message.startswith("DAG 'h_cycle_msg': cannot fix the hidden dependency between")
+    assert "/lake/" in message and "Fix: decide the order yourself" in message
+    assert _graph_edges(dag) == set() and set(dag.task_dict) == {"a", "b"}
+
+
+def test_a_bad_completeness_rule_is_refused_before_any_repair_is_made() -> None:
+    """The module promises nothing is changed unless every repair can be made."""
+    dag = _race_and_reader_dag("h_bad_rule")
+    with pytest.raises(ValueError, match="unknown completeness rule 'bogus'"):
+        fix_hidden_dependencies(dag, mode="sensor", timeout=60, completeness="bogus")
+    assert _graph_edges(dag) == set() and len(dag.task_dict) == 4
+
+
+@pytest.mark.parametrize("poke_interval", [0, float("nan")])
+def test_a_bad_poke_interval_is_refused_before_any_repair_is_made(poke_interval: float) -> None:
+    dag = _race_and_reader_dag(f"h_bad_poke_{poke_interval}")
+    with pytest.raises(ValueError, match=r"poke_interval=.* is not a finite number"):
+        fix_hidden_dependencies(dag, mode="sensor", timeout=60, poke_interval=poke_interval)
+    assert _graph_edges(dag) == set() and len(dag.task_dict) == 4
+
+
+def test_a_missing_timeout_is_refused_naming_the_dag_and_the_sensor() -> None:
+    dag = _two_path_dag("h_no_timeout")
+    with pytest.raises(ValueError, match=r"DAG 'h_no_timeout', task 'wait_clean_for_train__lake_a'.*timeout"):
+        fix_hidden_dependencies(dag, mode="sensor")
+
+
+def test_a_sensor_id_too_long_for_airflow_is_cut_to_a_stable_id_that_fits() -> None:
+    """Two task ids of 125 characters (deep task groups) give ``wait_<writer>_for_<reader>`` of 260,
+    over Airflow's 250: the sensor gets its start and a digest of the whole, the same at every parse."""
+    writer, reader = "c" * 125, "t" * 125
+    ids = []
+    for _ in range(2):
+        with DAG("h_long_ids", schedule=None) as dag:
+            _bash(writer, outputs=("/p",))
+            _bash(reader, inputs=("/p",))
+        (fix,) = fix_hidden_dependencies(dag, mode="sensor", timeout=60)
+        assert fix.added in dag.task_dict and len(str(fix.added)) <= 250
+        assert str(fix.added).startswith(f"wait_{writer}_for_t")
+        ids.append(fix.added)
+    assert ids[0] == ids[1]
