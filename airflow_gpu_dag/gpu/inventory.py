@@ -282,7 +282,12 @@ def _parse_shorthand(text: str) -> list[GpuDevice]:
         match = _SHORTHAND.match(part)
         if not match:
             raise InventoryError(f"inventory part {part.strip()!r} cannot be parsed; {_INVENTORY_HELP}")
-        count = int(match.group(1)) if match.group(1) else 1
+        digits = match.group(1)
+        if digits and len(digits) > len(str(MAX_INVENTORY_GPUS)):  # int() refuses 4,300 digits and more
+            raise InventoryError(
+                f"inventory part {part.strip()!r}: more than {MAX_INVENTORY_GPUS} GPUs in all"
+            )
+        count = int(digits) if digits else 1
         if count <= 0:
             raise InventoryError(f"inventory part {part.strip()!r} has a GPU count of 0; {_INVENTORY_HELP}")
         if len(devices) + count > MAX_INVENTORY_GPUS:  # one object per GPU: a typo would fill the memory
@@ -328,6 +333,9 @@ def _device_from_mapping(item: Mapping[str, Any], position: int) -> GpuDevice:
         raise InventoryError(f"{where}: index {index!r} must be an integer")
     raw_type = item.get("type", item.get("gpu_type"))
     name = item.get("name")
+    for key, value in (("type", raw_type), ("name", name), ("uuid", item.get("uuid"))):
+        if value is not None and not isinstance(value, str):  # str() would make a type up: "a100_h100"
+            raise InventoryError(f'{where}: {key}={value!r} must be a string, e.g. "a100"')
     if raw_type:
         gpu_type = _gpu_type(str(raw_type), where)
     elif name:
@@ -342,8 +350,10 @@ def _device_from_mapping(item: Mapping[str, Any], position: int) -> GpuDevice:
     healthy = item.get("healthy", True)
     if not isinstance(healthy, bool):  # "false" would be truthy: the GPU would still be leased
         raise InventoryError(f"{where}: healthy={healthy!r} must be true or false (JSON booleans)")
-    if util is not None and (isinstance(util, bool) or not isinstance(util, int | float)):
-        raise InventoryError(f"{where}: utilization={util!r} must be a number (percent)")
+    if util is not None and (
+        isinstance(util, bool) or not isinstance(util, int | float) or not 0 <= util <= 100  # NaN fails too
+    ):
+        raise InventoryError(f"{where}: utilization={util!r} must be a number (percent, 0 to 100)")
     return GpuDevice(
         index=index,
         gpu_type=gpu_type,
@@ -370,7 +380,12 @@ def parse_inventory(spec: str | Mapping[str, Any] | Sequence[Any], host: str | N
             except ValueError as err:
                 raise InventoryError(f"inventory JSON cannot be parsed ({err}); {_INVENTORY_HELP}") from None
         else:
-            return GpuInventory(tuple(_parse_shorthand(text)), source=STATIC, host=host)
+            devices = _parse_shorthand(text)
+            if not devices:  # " , ," is as empty as "" (which is refused above)
+                raise InventoryError(
+                    f"the static inventory is empty ({text!r} lists no GPUs); {_INVENTORY_HELP}"
+                )
+            return GpuInventory(tuple(devices), source=STATIC, host=host)
     items: Any = value.get("gpus") if isinstance(value, Mapping) else value
     if not isinstance(items, Sequence) or isinstance(items, str | bytes):
         raise InventoryError(f"inventory must list GPUs under 'gpus'; {_INVENTORY_HELP}")
@@ -400,7 +415,11 @@ def nvml_inventory() -> GpuInventory:
     except Exception as err:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
         raise InventoryUnavailable(f"NVML cannot be initialised: {err}") from err
     try:
-        devices = [_nvml_device(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())]
+        try:
+            count = int(pynvml.nvmlDeviceGetCount())
+        except Exception as err:  # "GPU is lost", a driver/library mismatch: NVML is of no use here
+            raise InventoryUnavailable(f"NVML cannot count the GPUs: {err}") from err
+        devices = [_nvml_device(pynvml, i) for i in range(count)]
     finally:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()

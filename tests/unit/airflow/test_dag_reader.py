@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -12,8 +13,18 @@ from airflow.providers.standard.operators.bash import BashOperator
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, Label, TaskGroup, task
 
-from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, gpu_hints
-from airflow_gpu_dag.airflow.dag_reader import build_task_graph, plan_dag, rule_uses
+from airflow_gpu_dag import CRITICAL_PATH_WEIGHT_RULE, PACKING_WEIGHT_RULE, gpu_hints
+from airflow_gpu_dag.airflow.dag_reader import (
+    _edge_kind,
+    _group_ids,
+    build_task_graph,
+    dag_default_duration,
+    plan_dag,
+    priority_rule_of,
+    rule_name,
+    rule_uses,
+    windows_from,
+)
 from airflow_gpu_dag.authoring import start_window
 from airflow_gpu_dag.core.model.mapping import expanded_id, task_of
 from airflow_gpu_dag.core.planning.plan import build_plan
@@ -285,3 +296,235 @@ def test_rule_uses_reads_each_pools_weight_rules_from_sdk_and_serialized_dags() 
             ("gpu_default", "downstream", False, False),
             ("default_pool", "upstream", False, False),
         }
+
+
+# -- the weight rule a DAG's tasks use -------------------------------------------------------------------
+def test_the_priority_rule_is_the_one_most_tasks_use_and_a_tie_goes_to_the_providers() -> None:
+    with DAG("mostly_packing", schedule=None) as dag:
+        for i in range(2):
+            EmptyOperator(task_id=f"p{i}", weight_rule=PACKING_WEIGHT_RULE)
+        EmptyOperator(task_id="c", weight_rule=CRITICAL_PATH_WEIGHT_RULE)
+        EmptyOperator(task_id="stock")
+    assert priority_rule_of(dag) == priority_rule_of(_serialized(dag)) == "packing"
+    with DAG("tie", schedule=None) as tie:
+        EmptyOperator(task_id="c", weight_rule=CRITICAL_PATH_WEIGHT_RULE)
+        EmptyOperator(task_id="stock")
+    assert priority_rule_of(tie) == priority_rule_of(_serialized(tie)) == "critical_path"
+    with DAG("stock_only", schedule=None) as stock:
+        EmptyOperator(task_id="a", weight_rule="upstream")
+    assert priority_rule_of(stock) is None and priority_rule_of(_serialized(stock)) is None
+
+
+def test_a_dag_without_tasks_is_an_empty_graph_and_an_empty_plan() -> None:
+    with DAG("nothing", schedule=None) as dag:
+        pass
+    graph, findings = build_task_graph(dag)
+    assert (graph.nodes, findings, graph.priority_rule) == ({}, [], None)
+    assert plan_dag(dag).makespan == 0.0
+
+
+def test_rule_name_reads_airflows_rules_in_each_form() -> None:
+    from airflow.task.priority_strategy import (
+        _AbsolutePriorityWeightStrategy,
+        _DownstreamPriorityWeightStrategy,
+        _UpstreamPriorityWeightStrategy,
+    )
+    from airflow.task.weight_rule import WeightRule
+
+    assert rule_name(None) == "downstream"  # Airflow's default
+    assert [rule_name(w) for w in (WeightRule.UPSTREAM, WeightRule.ABSOLUTE)] == ["upstream", "absolute"]
+    strategies = (
+        _DownstreamPriorityWeightStrategy,
+        _UpstreamPriorityWeightStrategy,
+        _AbsolutePriorityWeightStrategy,
+    )
+    assert [rule_name(s()) for s in strategies] == ["downstream", "upstream", "absolute"]
+    assert rule_name(CRITICAL_PATH_WEIGHT_RULE) == CRITICAL_PATH_WEIGHT_RULE
+
+    class MyStrategy:
+        pass
+
+    assert rule_name(MyStrategy()) == "MyStrategy"
+
+
+# -- the DAG's default duration ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        (math.nan, "not finite"),
+        (math.inf, "not finite"),
+        (-1, "negative"),
+        (True, "boolean"),
+        ([1200], "has type list"),
+        ("", "empty"),
+        ("\uff11h", "write '1h'"),  # a full-width digit
+        ("1000d", "longer than any task runs"),
+    ],
+)
+def test_a_dag_default_duration_that_is_no_duration_is_an_error_naming_the_dag_and_the_fix(
+    value: object, fragment: str
+) -> None:
+    with DAG("bad_default", schedule=None, default_args={"gpu_dag_default_duration": value}) as dag:
+        EmptyOperator(task_id="a")
+    seconds, finding = dag_default_duration(dag)
+    assert seconds is None and finding is not None
+    assert (finding.code, finding.dag_id, finding.task_id) == ("bad-default-duration", "bad_default", None)
+    assert fragment in finding.message and "[gpu_dag] default_duration applies" in finding.fix
+    graph, findings = build_task_graph(dag, default_duration=60.0)
+    assert graph.nodes["a"].duration == 60.0 and graph.nodes["a"].attrs["duration_default"] == "deployment"
+    assert findings == [finding]
+
+
+def test_a_dag_default_duration_of_none_or_no_default_args_is_no_default() -> None:
+    with DAG("unset", schedule=None, default_args={"gpu_dag_default_duration": None}) as dag:
+        EmptyOperator(task_id="a")
+    assert dag_default_duration(dag) == (None, None)
+    assert dag_default_duration(SimpleNamespace(dag_id="fake", default_args=None)) == (None, None)
+    with DAG("zero", schedule=None, default_args={"gpu_dag_default_duration": " 0 "}) as zero:
+        EmptyOperator(task_id="a")
+    graph, findings = build_task_graph(zero, default_duration=60.0)
+    assert (graph.nodes["a"].duration, graph.nodes["a"].attrs["duration_default"], findings) == (
+        0.0,
+        "dag",
+        [],
+    )
+
+
+# -- what a task's node says --------------------------------------------------------------------------------
+def test_a_node_carries_the_pool_slots_and_retries_of_its_task() -> None:
+    with DAG("attrs", schedule=None) as dag:
+        EmptyOperator(
+            task_id="t",
+            pool="gpu_a100",
+            pool_slots=2,
+            retries=3,
+            executor_config=gpu_hints(gpus=2, gpu_type="a100", duration="1h"),
+        )
+    for read in (dag, _serialized(dag)):
+        graph, findings = build_task_graph(read)
+        node = graph.nodes["t"]
+        assert (node.pool, node.pool_slots, node.retries, node.gpus, node.duration) == (
+            "gpu_a100",
+            2,
+            3,
+            2,
+            3600,
+        )
+        assert node.duration_declared and findings == []
+
+
+def test_pool_slots_that_contradict_the_gpus_are_an_error_naming_the_task_pool_and_fix() -> None:
+    with DAG("slots", schedule=None) as dag:
+        EmptyOperator(task_id="t", pool="gpu_a100", pool_slots=1, executor_config=gpu_hints(gpus=4))
+        EmptyOperator(task_id="in_default", pool_slots=1, executor_config=gpu_hints(gpus=4))
+    _, findings = build_task_graph(dag)
+    (mismatch,) = [f for f in findings if f.code == "pool-slots-mismatch"]
+    assert (mismatch.dag_id, mismatch.task_id) == ("slots", "t")
+    assert "requests 4 GPUs but takes 1 slots of pool 'gpu_a100'" in mismatch.message
+    assert mismatch.fix.startswith("set pool_slots=4")
+
+
+@pytest.mark.parametrize(
+    ("config", "code", "fragment"),
+    [
+        ({"gpu_dag": "junk"}, "bad-hint", "must be a dict of hints"),
+        ({"gpu_dag": {"duration_s": math.nan}}, "bad-estimate", "not finite"),
+        ({"gpu_dag": {"duration_s": -5}}, "bad-estimate", "negative"),
+        ({"gpu_dag": {"gpus": "\uff12"}}, "bad-gpu-request", "write '2'"),  # a full-width 2
+        ({"gpu_dag": {"duration_s": 60, "window": "22-06"}}, "bad-hint", "start window hint must be a dict"),
+        (
+            {"gpu_dag": {"duration_s": 60, "window": {"opens": "25:00", "closes": "06:00"}}},
+            "bad-hint",
+            "no window",
+        ),
+    ],
+)
+def test_a_malformed_hint_is_an_error_naming_the_task_and_planning_goes_on_with_the_default(
+    config: dict[str, Any], code: str, fragment: str
+) -> None:
+    with DAG("hints", schedule=None) as dag:
+        EmptyOperator(task_id="t", executor_config=config)
+        EmptyOperator(task_id="ok", executor_config=gpu_hints(duration="10m"))
+    graph, findings = build_task_graph(dag, default_duration=60.0, run_start=_at(9))
+    assert [(f.code, f.dag_id, f.task_id) for f in findings] == [(code, "hints", "t")]
+    assert fragment in findings[0].message and findings[0].fix
+    node = graph.nodes["t"]
+    assert node.duration in (60.0, 60) and node.gpu is None and node.not_before == 0.0
+    assert plan_dag(dag, default_duration=60.0, run_start=_at(9)).findings == findings
+
+
+# -- fallback rungs -----------------------------------------------------------------------------------------
+def _rung(index: int, assumed_index: int, assumed_rung: str | None = "small") -> dict[str, Any]:
+    fallback = {
+        "ladder": "train",
+        "rung": f"r{index}",
+        "index": index,
+        "rungs": 3,
+        "assumed_index": assumed_index,
+        "assumed_rung": assumed_rung,
+        "start_within_s": 600,
+        "watched": False,
+    }
+    return {"gpu_dag": {"duration_s": 3600.0, "fallback": fallback}}
+
+
+def test_the_assumed_rung_counts_its_estimate_and_a_later_rung_counts_nothing() -> None:
+    with DAG("ladder", schedule=None) as dag:
+        EmptyOperator(task_id="first", executor_config=_rung(0, 0, None))
+        EmptyOperator(task_id="later", executor_config=_rung(1, 0, None))
+    graph, findings = build_task_graph(dag)
+    assert findings == []
+    first, later = graph.nodes["first"], graph.nodes["later"]
+    assert first.duration == 3600.0 and "contingent_duration" not in first.attrs
+    assert later.duration == 0.0 and later.attrs["contingent_duration"] == 3600.0
+    first_info: Any = first.attrs["fallback"]
+    later_info: Any = later.attrs["fallback"]
+    assert (first_info["role"], first_info["assumed_rung"]) == ("assumed", "r0")  # the first rung: itself
+    assert (later_info["role"], later_info["assumed_rung"], later_info["expected_duration"]) == (
+        "contingent",
+        None,
+        3600.0,
+    )
+
+
+# -- start windows ------------------------------------------------------------------------------------------
+_NIGHT = {"opens": "22:00:00", "closes": "06:00:00", "tz": "UTC", "on_missed": "skip"}
+
+
+def test_every_instance_of_a_mapped_task_with_a_window_waits_for_it_and_windows_from_moves_them() -> None:
+    with DAG("mapped_window", schedule=None) as dag:
+
+        @task(executor_config={"gpu_dag": {"duration_s": 60, "window": _NIGHT}})
+        def each(x: int) -> int:
+            return x
+
+        each.expand(x=[1, 2, 3])
+    graph, findings = build_task_graph(dag, run_start=_at(9), expand_mapped=True)
+    assert findings == []
+    assert {t: n.not_before for t, n in graph.nodes.items()} == {f"each[{i}]": 13 * 3600.0 for i in range(3)}
+    inside = windows_from(dag, graph, _at(23))
+    assert {n.not_before for n in inside.nodes.values()} == {0.0}
+    assert {n.not_before for n in graph.nodes.values()} == {13 * 3600.0}  # the input is never changed
+
+
+def test_windows_from_gives_the_same_graph_when_no_task_has_a_window() -> None:
+    with DAG("no_window", schedule=None) as dag:
+        _op("a") >> _op("b")
+    graph, _ = build_task_graph(dag)
+    assert windows_from(dag, graph, _at(23)) is graph
+
+
+# -- task groups whose proxy is gone ----------------------------------------------------------------------
+def test_a_task_group_that_is_gone_falls_back_to_the_prefixes_of_the_task_id() -> None:
+    class Gone:
+        @property
+        def group_id(self) -> str:
+            raise ReferenceError("weakly-referenced object no longer exists")
+
+    dag = SimpleNamespace(
+        task_dict={"a.b.c": SimpleNamespace(task_group=Gone())},
+        edge_info={"a.b.downstream_join_id": {"d": {"label": "data"}}},
+    )
+    assert _group_ids(dag, "a.b.c") == ["a.b", "a"]
+    assert _edge_kind(dag, "a.b.c", "d") == "data"
+    assert _edge_kind(dag, "d", "a.b.c") is None

@@ -334,3 +334,174 @@ def test_a_database_without_tables_says_run_db_migrate(
     assert "no such table: task_instance" in plan["history_note"]
     assert run_cli("estimates", "gpu_pipeline", "--file", str(good)) == 0
     assert "run `airflow db migrate`" in capsys.readouterr().out
+
+
+# -- read_history: edge cases -------------------------------------------------------------------------------
+def _insert(db: History, task_id: str, run_id: str, map_index: int, state: str | None, **times: Any) -> None:
+    with db.engine.begin() as conn:
+        conn.execute(
+            text("insert into task_instance values ('learn', :t, :r, :m, :s, :b, :e, :u)"),
+            {
+                "t": task_id,
+                "r": run_id,
+                "m": map_index,
+                "s": state,
+                "b": _ts(times.get("start")),
+                "e": _ts(times.get("end")),
+                "u": times.get("duration"),
+            },
+        )
+
+
+def test_read_history_of_no_task_ids_reads_nothing(db: History) -> None:
+    db.run("learn", {"prep": [("success", 10.0)]})
+    with db.session() as session:
+        assert read_history("learn", set(), session=session) == {}
+        assert read_history("nobody", None, session=session) == {}
+
+
+def test_read_history_counts_every_map_index_as_a_try_newest_first(db: History) -> None:
+    run_id = db.run("learn", {"mtrain": [("success", 60.0), ("success", 60.0), ("success", 30.0)]})
+    with db.session() as session:
+        (samples,) = read_history("learn", ["mtrain"], session=session).values()
+    # the same end for 0 and 1: the higher map index first
+    assert [(s.map_index, s.duration, s.run_id) for s in samples] == [
+        (1, 60.0, run_id),
+        (0, 60.0, run_id),
+        (2, 30.0, run_id),
+    ]
+
+
+def test_a_window_below_one_still_reads_the_latest_tries(db: History) -> None:
+    for i in range(10):
+        db.run("learn", {"prep": [("success", 100.0 + i)]})
+    with db.session() as session:
+        found = read_history("learn", ["prep"], window=0, session=session)
+    durations = [s.duration for s in found["prep"]]
+    assert durations[0] == 109.0 and 1 <= len(durations) <= 1 * 2 + 2
+
+
+def test_more_than_500_task_ids_still_read_every_asked_task(db: History) -> None:
+    """Past 500 ids the query is not narrowed by an IN list (it would be too long); the tasks asked
+    for must still all be read."""
+    db.run("learn", {"prep": [("success", 10.0)], "train": [("success", 20.0)]})
+    asked = {"prep", "train", *(f"t{i}" for i in range(600))}
+    with db.session() as session:
+        found = read_history("learn", asked, session=session)
+    assert [s.duration for s in found["prep"]] == [10.0] and [s.duration for s in found["train"]] == [20.0]
+
+
+def test_a_try_marked_success_without_running_is_read_with_no_duration(db: History) -> None:
+    _insert(db, "prep", "marked", -1, "success", end=T0)
+    with db.session() as session:
+        (sample,) = read_history("learn", ["prep"], session=session)["prep"]
+    assert (sample.duration, sample.start, sample.end) == (None, None, T0.timestamp())
+    graph, _ = build_task_graph(_dag(), expand_mapped=True)
+    with db.session() as session:
+        estimates = learned_durations("learn", graph, EstimateSettings(min_runs=1), session=session)
+    assert estimates["prep"].learned is None and estimates["prep"].duration == 600  # the declared 10m
+
+
+# -- has_history -------------------------------------------------------------------------------------------
+def test_has_history_is_a_successful_try_or_a_mapped_instance(db: History) -> None:
+    with db.session() as session:
+        assert not history.has_history("learn", session=session)
+    _insert(db, "prep", "r1", -1, "failed", start=T0, end=T0, duration=1.0)
+    db.run("other", {"prep": [("success", 10.0)]})
+    with db.session() as session:
+        assert not history.has_history("learn", session=session)  # a failure, and another DAG's success
+    _insert(db, "mtrain", "r2", 0, None)  # an expanded instance not run yet: its map count
+    with db.session() as session:
+        assert history.has_history("learn", session=session)
+
+
+# -- read_map_counts: edge cases -----------------------------------------------------------------------------
+def test_the_median_map_count_of_an_even_number_of_runs_is_rounded_up(db: History) -> None:
+    for count in (2, 3, 4, 5):
+        db.run("learn", {"mtrain": [("success", 60.0)] * count})
+    with db.session() as session:
+        assert read_map_counts("learn", ["mtrain"], runs=4, session=session) == {"mtrain": 4}  # 3.5 -> 4
+        assert read_map_counts("learn", ["mtrain"], runs=0, session=session) == {"mtrain": 5}  # the latest
+
+
+def test_a_task_whose_instances_were_all_removed_has_no_map_count(db: History) -> None:
+    db.run("learn", {"mtrain": [("removed", None)] * 3, "mprep": [("success", 1.0), (None, None)]})
+    with db.session() as session:
+        found = read_map_counts("learn", ["mtrain", "mprep", "absent"], session=session)
+    assert found == {"mprep": 2}  # an instance with no state yet counts
+
+
+# -- an unreadable history -----------------------------------------------------------------------------------
+class _Failing:
+    """A session whose every query fails with ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.queries = 0
+
+    def execute(self, query: Any) -> Any:
+        self.queries += 1
+        raise self.error
+
+
+def test_the_note_of_an_unreadable_history_is_the_errors_first_line_cut_to_200_characters(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    history._warned.clear()
+    graph, _ = build_task_graph(_dag())
+    error = RuntimeError("x" * 500 + "\n[SQL: select a very long statement]")
+    with caplog.at_level(logging.WARNING, logger=history.__name__):
+        estimates = learned_durations("learn", graph, session=_Failing(error))
+    assert estimates["prep"].note == f"history unreadable (RuntimeError: {'x' * 200})"
+    assert "[SQL" not in caplog.text and "DAG 'learn'" in caplog.text
+    assert "planning with the declared durations instead" in caplog.text
+    empty = learned_durations("learn", graph, session=_Failing(TimeoutError()))
+    assert empty["prep"].note == "history unreadable (TimeoutError: )"
+
+
+def test_an_unreadable_history_is_logged_once_per_dag(caplog: pytest.LogCaptureFixture) -> None:
+    history._warned.clear()
+    graph, _ = build_task_graph(_dag())
+    with caplog.at_level(logging.WARNING, logger=history.__name__):
+        for dag_id in ("a", "b", "a", "b"):
+            learned_durations(dag_id, graph, session=_Failing(RuntimeError("database is locked")))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2 and "DAG 'a'" in warnings[0] and "DAG 'b'" in warnings[1]
+
+
+def test_without_a_session_the_read_uses_a_session_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+
+    opened: list[bool] = []
+
+    @contextlib.contextmanager
+    def own(scoped: bool = True) -> Iterator[Any]:
+        opened.append(scoped)
+        yield SimpleNamespace(execute=lambda query: SimpleNamespace(all=list, first=lambda: None))
+
+    monkeypatch.setattr(history, "create_session", own)
+    assert read_history("learn", ["prep"]) == {}
+    assert read_map_counts("learn", ["mtrain"]) == {}
+    assert history.has_history("learn") is False
+    assert opened == [False, False, False]  # never the thread's scoped session
+
+
+# -- learned_task_graph without the database ----------------------------------------------------------
+def test_learned_task_graph_without_past_runs_reads_nothing_and_says_so() -> None:
+    never = _Failing(AssertionError("the database must not be read"))
+    declared_only = learned_task_graph(_dag(), past_runs=False, session=never)
+    assert never.queries == 0
+    assert declared_only.note == "declared only, past runs not read" and declared_only.map_counts == {}
+    assert [t for t in declared_only.graph.nodes if t.startswith("mtrain")] == ["mtrain[0]", "mtrain[1]"]
+    assert declared_only.graph.nodes["prep"].duration == 600
+
+
+def test_learned_task_graph_reads_map_counts_only_for_mapped_tasks_it_expands() -> None:
+    with DAG("plain", schedule=None) as plain:
+        BashOperator(task_id="prep", bash_command="true", executor_config=gpu_hints(duration="10m"))
+    failing = _Failing(RuntimeError("no"))
+    learned_task_graph(plain, session=failing)
+    assert failing.queries == 1  # the task history only: no mapped task, no map-count query
+    flat = _Failing(RuntimeError("no"))
+    learned = learned_task_graph(_dag(), expand_mapped=False, session=flat)
+    assert flat.queries == 1 and "mtrain" in learned.graph.nodes and learned.map_counts == {}
