@@ -30,6 +30,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import httpx
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_fixed
 
+from airflow_gpu_dag.core.model.resources import real_number
 from airflow_gpu_dag.hooks.deadline import deadline, deadline_client, fetch
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,9 @@ def parse_time(value: object) -> float | None:
 #: ``token: ...``, ``"password": "..."``, ``Authorization: Bearer ...`` in an answer: the value is masked.
 _SECRET_VALUE = re.compile(
     r"(?i)((?:access_|refresh_|id_)?token|password|passwd|secret|authorization|api[_-]?key|session)"
-    r"(\"?\s*[:=]\s*\"?)(?:bearer\s+)?[^\s\"'&,;<>]+"
+    # the field's name and its separator (JSON or Python quotes, = or :), then its value: a quoted one
+    # to its closing quote (spaces included), else up to the next separator
+    r"([\"']?\s*[:=]\s*)(?:\"(?:bearer\s+)?[^\"]*\"?|'(?:bearer\s+)?[^']*'?|(?:bearer\s+)?[^\s\"'&,;<>]+)"
 )
 _NOT_JSON = object()
 
@@ -138,10 +141,11 @@ def excerpt(text: str, secrets: Iterable[str | None] = (), limit: int = 120) -> 
     """The start of an answer, safe to show: one line of printable characters, at most ``limit``
     long, with ``secrets`` and the values of fields that look like credentials masked."""
     text = text[: limit * 20]
+    # the fields first: a secret that is also a field's name ("password") would hide the field
+    text = _SECRET_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}***", text)
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
-    text = _SECRET_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}***", text)
     text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -168,7 +172,7 @@ def decode_json(
     """
     try:
         value = response.json()
-    except ValueError:  # json.JSONDecodeError, UnicodeDecodeError
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError; [[[...]]] nested too deep
         value = _NOT_JSON
     if value is not _NOT_JSON and isinstance(value, expect):
         return value
@@ -231,13 +235,15 @@ class AirflowRestClient:
         mask(password)
         mask(token)
         self._get_retries = max(0, int(get_retries))
+        if not 0 <= real_number(retry_wait) < math.inf:  # NaN fails too: it would fail the first retry
+            raise ValueError(f"retry_wait={retry_wait!r} must be a finite number of seconds >= 0, e.g. 2")
         self._retry_wait = retry_wait
         self._http = deadline_client(
             base_url=self.base_url, timeout=timeout, transport=transport, follow_redirects=follow_redirects
         )
 
-    def __repr__(self) -> str:
-        return f"AirflowRestClient(base_url={self.base_url!r}, username={self._username!r})"
+    def __repr__(self) -> str:  # no user:password@ of the base URL either
+        return f"AirflowRestClient(base_url={shown_url(self.base_url, '')!r}, username={self._username!r})"
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
@@ -265,8 +271,8 @@ class AirflowRestClient:
             raise RestError(f"POST /auth/token: HTTP {response.status_code}", response.status_code)
         where = f"POST {shown_url(self.base_url, '/auth/token')}"
         token = decode_json(response, where, secrets=self._secrets()).get("access_token")
-        if not token or not isinstance(token, str):
-            raise RestError("POST /auth/token: no access_token in the answer")
+        if not token or not isinstance(token, str):  # an answer, not a transport error: not retried
+            raise RestError("POST /auth/token: no access_token in the answer", response.status_code)
         mask(token)
         self._token = str(token)
         self._token_from_login = True
@@ -528,7 +534,11 @@ class AirflowRestClient:
             return None
         if response.status_code != 200:
             raise RestError(f"GET /api/v2/variables/{key}: HTTP {response.status_code}", response.status_code)
-        return str(self._answer(response, "GET", f"/variables/{quote(key, safe='')}").get("value"))
+        answer = self._answer(response, "GET", f"/variables/{quote(key, safe='')}")
+        value = answer.get("value")
+        if not isinstance(value, str):  # {} from a proxy: no value is not the text "None"
+            raise RestError(f"GET /api/v2/variables/{key}: the answer has no value ({excerpt(str(answer))})")
+        return value
 
     def create_variable(self, key: str, value: str, description: str = "") -> bool:
         """Create a Variable; False when it already exists (409)."""

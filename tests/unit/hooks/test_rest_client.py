@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -13,7 +15,15 @@ import httpx
 import pytest
 
 from airflow_gpu_dag.hooks.airflow_api import AirflowApiHook, base_url_of
-from airflow_gpu_dag.hooks.rest_client import AirflowRestClient, RestError, excerpt
+from airflow_gpu_dag.hooks.rest_client import (
+    AirflowRestClient,
+    RestError,
+    decode_json,
+    excerpt,
+    parse_time,
+    shown_url,
+    transport_failure,
+)
 from airflow_gpu_dag.watermark.config import parse_config
 from airflow_gpu_dag.watermark.controller import WatermarkController
 from airflow_gpu_dag.watermark.sources import CapacityReading, SourceError
@@ -509,3 +519,354 @@ def test_an_excerpt_is_one_short_line_with_credentials_masked() -> None:
     assert len(shown) <= 120 and "\n" not in shown and "\x00" not in shown
     assert "eyJ" not in shown and '"p"' not in shown and "xyz" not in shown
     assert excerpt("the key is p-known here", ["p-known"]) == "the key is *** here"
+
+
+# -- direct tests of the module's helpers and calls ------------------------------------------------------
+def _recording(
+    answer: Callable[[httpx.Request], httpx.Response],
+) -> tuple[AirflowRestClient, list[httpx.Request]]:
+    """A client with a ready token whose every request is answered by ``answer`` and recorded."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return answer(request)
+
+    client = AirflowRestClient(
+        "http://api:8080", token="t0k-ready-123", transport=httpx.MockTransport(handler)
+    )
+    return client, seen
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("2026-01-01T00:00:00Z", 1767225600.0),
+        ("2026-01-01T02:00:00+02:00", 1767225600.0),
+        ("2026-01-01T00:00:00.250000+00:00", 1767225600.25),
+        (None, None),
+        ("", None),
+        ("not a time", None),
+        (1767225600, None),  # a number is no ISO-8601 text: None, not a crash
+    ],
+)
+def test_parse_time_reads_iso_timestamps_and_gives_none_for_anything_else(value: Any, expected: Any) -> None:
+    assert parse_time(value) == expected
+
+
+def _failure(cause: BaseException | None, message: str = "boom", kind: type = httpx.ConnectError) -> Any:
+    err = kind(message, request=httpx.Request("GET", "http://api:8080/api/v2/pools"))
+    err.__cause__ = cause
+    return err
+
+
+@pytest.mark.parametrize(
+    ("err", "expected"),
+    [
+        (_failure(ConnectionRefusedError(111, "nope")), "ConnectError: api:8080 refused the connection"),
+        (_failure(socket.gaierror(-2, "Name unknown")), "the host name 'api' cannot be resolved (DNS)"),
+        (_failure(None, "read", httpx.ReadTimeout), "ReadTimeout: no complete answer from api:8080"),
+        (_failure(ssl.SSLError(1, "WRONG_VERSION_NUMBER")), "TLS with api:8080 failed"),
+        (_failure(ConnectionResetError(104, "peer")), "api:8080 reset the connection"),
+        (_failure(OSError(errno.EHOSTUNREACH, "gone")), "no route to api:8080"),
+        (_failure(None, "something odd"), "ConnectError: api:8080: something odd"),
+    ],
+)
+def test_transport_failure_says_which_cause_and_where(err: BaseException, expected: str) -> None:
+    assert expected in transport_failure(err)
+
+
+def test_transport_failure_of_an_error_without_its_request_names_the_base_urls_host_and_port() -> None:
+    """httpx raises some errors without a request attached; the message still says where."""
+    assert transport_failure(httpx.ConnectError("boom"), "https://api.example.com") == (
+        "ConnectError: api.example.com:443: boom"
+    )
+    assert transport_failure(httpx.ConnectError(""), "") == "ConnectError: ?:?"
+
+
+def test_shown_url_leaves_out_the_user_and_password() -> None:
+    assert shown_url("http://admin:pw@api:8080", "/api/v2/pools") == "http://api:8080/api/v2/pools"
+    assert shown_url("http://api:8080", "https://u:p@other:9/x?y=1") == "https://other:9/x?y=1"
+
+
+def test_repr_of_a_client_with_credentials_in_its_base_url_hides_them() -> None:
+    """The module promises the password is never part of ``repr()``; ``shown_url`` exists because a
+    base URL may carry ``user:password@``, yet ``__repr__`` prints ``base_url`` as given."""
+    client = AirflowRestClient("http://admin:pa55-SECRET@api:8080", token="t")
+    assert "pa55-SECRET" not in repr(client)
+
+
+@pytest.mark.parametrize(
+    ("length", "shown"),
+    [(120, "x" * 120), (121, "x" * 117 + "..."), (0, "")],
+)
+def test_an_excerpt_is_cut_at_its_limit_with_an_ellipsis(length: int, shown: str) -> None:
+    assert excerpt("x" * length, limit=120) == shown
+
+
+def test_a_quoted_credential_with_spaces_is_masked_whole() -> None:
+    shown = excerpt('{"detail": "bad", "password": "correct horse battery"}')
+    assert "horse" not in shown and "battery" not in shown
+
+
+def test_a_credential_in_an_answer_of_the_wrong_shape_is_masked_in_the_error() -> None:
+    """``_objects`` and ``pages`` show ``repr(items)``, whose quotes are single: the credential pattern
+    only knows double quotes, so another account's password in the answer reaches the message."""
+    client, _ = _recording(lambda request: httpx.Response(200, json={"tasks": {"password": "hunter2-XYZ"}}))
+    with pytest.raises(RestError, match="expected a list of objects under 'tasks'") as err:
+        client.dag_tasks("d")
+    assert "hunter2-XYZ" not in str(err.value)
+
+
+def test_decode_json_names_every_kind_it_accepts() -> None:
+    response = httpx.Response(200, json="text", request=httpx.Request("GET", "http://api/x"))
+    with pytest.raises(RestError, match=r"GET x: expected a JSON object or a JSON list, got a JSON str"):
+        decode_json(response, "GET x", (dict, list))
+    assert decode_json(response, "GET x", str) == "text"
+
+
+def test_an_answer_that_is_not_utf8_is_not_json_not_a_unicode_error() -> None:
+    client, _ = _recording(
+        lambda request: httpx.Response(
+            200, content=b'{"a": "\xff\xfe"}', headers={"content-type": "application/json"}
+        )
+    )
+    with pytest.raises(RestError, match=r"got not JSON \(HTTP 200, application/json\)"):
+        client.get_pool("gpu")
+
+
+def test_a_deeply_nested_answer_is_a_rest_error_not_a_recursion_error() -> None:
+    """A broken or hostile server (what MAX_ITEMS guards against) answering ``[[[[...]]]]``: json raises
+    RecursionError, which is no ValueError, so the call fails with a bare RecursionError."""
+    body = b"[" * 100_000 + b"]" * 100_000
+    client, _ = _recording(lambda request: httpx.Response(200, content=body))
+    with pytest.raises(RestError, match="/api/v2/pools/gpu"):
+        client.get_pool("gpu")
+
+
+def test_a_variable_answer_without_a_value_is_a_rest_error_not_the_text_none() -> None:
+    """The lease code reads this Variable: the text ``"None"`` parses as a garbage lease, which counts as
+    expired, so a proxy answering ``{}`` would let this controller take over a live lease."""
+    client, _ = _recording(lambda request: httpx.Response(200, json={"key": "lease"}))
+    with pytest.raises(RestError, match="/api/v2/variables/lease"):
+        client.get_variable("lease")
+
+
+def test_get_variable_reads_the_value_none_on_404_and_raises_on_other_statuses() -> None:
+    answers = {"/api/v2/variables/a": httpx.Response(200, json={"key": "a", "value": '{"x": 1}'})}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return answers.get(request.url.path, httpx.Response(404 if "missing" in request.url.path else 500))
+
+    client, _ = _recording(answer)
+    assert client.get_variable("a") == '{"x": 1}'
+    assert client.get_variable("missing") is None
+    with pytest.raises(RestError, match=r"GET /api/v2/variables/broken: HTTP 500") as err:
+        client.get_variable("broken")
+    assert err.value.status == 500
+
+
+def test_create_variable_is_false_when_it_exists_and_an_error_on_other_statuses() -> None:
+    statuses = iter([201, 409, 500])
+    client, seen = _recording(lambda request: httpx.Response(next(statuses)))
+    assert client.create_variable("lease", "v", "d") is True
+    assert client.create_variable("lease", "v") is False
+    with pytest.raises(RestError, match="POST /api/v2/variables: HTTP 500"):
+        client.create_variable("lease", "v")
+    assert json.loads(seen[0].content) == {"key": "lease", "value": "v", "description": "d"}
+
+
+def test_a_login_answer_without_a_token_is_not_retried_like_a_transport_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``send`` promises GETs are retried after transport errors only; the RestError for a 201 without
+    ``access_token`` carries no status, so the retry takes it for one and logs in ``1 + get_retries``
+    times, ``retry_wait`` apart."""
+    logins: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/auth/token":
+            logins.append("login")
+            return httpx.Response(201, json={"detail": "ok"})
+        return httpx.Response(200, json={})
+
+    monkeypatch.setattr("time.sleep", lambda seconds: None)  # tenacity's sleep
+    client = AirflowRestClient(
+        "http://api", "admin", "pw", transport=httpx.MockTransport(handler), get_retries=2, retry_wait=5
+    )
+    with pytest.raises(RestError, match="no access_token"):
+        client.get_pool("gpu")
+    assert logins == ["login"]
+
+
+def test_a_negative_retry_wait_is_refused_when_the_client_is_built() -> None:
+    """``timeout`` is checked when the client is built; ``retry_wait=-1`` is taken and the first GET
+    that fails to connect then ends in ``ValueError: sleep length must be non-negative``."""
+    with pytest.raises(ValueError, match="retry_wait"):
+        AirflowRestClient("http://api", token="t", get_retries=1, retry_wait=-1.0)
+
+
+def test_a_login_without_a_user_or_token_says_what_to_set() -> None:
+    client = AirflowRestClient("http://api", transport=httpx.MockTransport(lambda r: httpx.Response(200)))
+    with pytest.raises(RestError, match="no token and no login: set the connection's login/password"):
+        client.get_pool("gpu")
+
+
+def test_token_logs_in_once_and_again_only_when_asked() -> None:
+    logins: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        logins.append(1)
+        return httpx.Response(201, json={"access_token": f"tok-{len(logins)}"})
+
+    client = AirflowRestClient("http://api", "admin", "pw", transport=httpx.MockTransport(handler))
+    assert client.token() == "tok-1" and client.token() == "tok-1"
+    assert client.token(refresh=True) == "tok-2" and len(logins) == 2
+
+
+@pytest.mark.parametrize("token", [None, 7, ""])
+def test_a_login_answer_whose_token_is_not_text_is_refused(token: Any) -> None:
+    client = AirflowRestClient(
+        "http://api",
+        "admin",
+        "pw",
+        transport=httpx.MockTransport(lambda r: httpx.Response(201, json={"access_token": token})),
+    )
+    with pytest.raises(RestError, match="POST /auth/token: no access_token in the answer"):
+        client.token()
+
+
+def test_pages_stop_at_an_empty_page_whatever_total_entries_claims() -> None:
+    """A server whose ``total_entries`` overstates what it has must not keep the caller paging."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        offset = int(request.url.params["offset"])
+        items = [{"task_id": f"t{i}"} for i in range(offset, min(offset + 100, 150))]
+        return httpx.Response(200, json={"task_instances": items, "total_entries": 10_000})
+
+    client, seen = _recording(answer)
+    assert len(client.run_task_instances("d", "r")) == 150
+    assert [r.url.params["offset"] for r in seen] == ["0", "100", "150"]
+
+
+def test_pages_treat_a_boolean_total_entries_as_missing() -> None:
+    """``true`` is no count (bool is an int in Python): the short page ends the list."""
+    client, seen = _recording(
+        lambda request: httpx.Response(
+            200, json={"task_instances": [{"task_id": "a"}], "total_entries": True}
+        )
+    )
+    assert client.run_task_instances("d", "r") == [{"task_id": "a"}]
+    assert len(seen) == 1
+
+
+def test_ids_with_slashes_spaces_and_unicode_are_quoted_into_one_path_segment() -> None:
+    client, seen = _recording(lambda request: httpx.Response(200, json={"task_instances": []}))
+    client.run_task_instances("team/ü dag", "manual__2026-01-01T00:00:00+00:00")
+    assert seen[0].url.raw_path.split(b"?")[0] == (
+        b"/api/v2/dags/team%2F%C3%BC%20dag/dagRuns/manual__2026-01-01T00%3A00%3A00%2B00%3A00/taskInstances"
+    )
+
+
+@pytest.mark.parametrize(("limit", "sent"), [(1000, "100"), (0, "1"), (-5, "1"), (40, "40")])
+def test_task_history_asks_for_one_page_of_at_most_100(limit: int, sent: str) -> None:
+    client, seen = _recording(lambda request: httpx.Response(200, json={"task_instances": []}))
+    assert client.task_history("d", "t", limit=limit, states=("success", "failed")) == []
+    params = seen[0].url.params
+    assert params["limit"] == sent and params["order_by"] == "-end_date"
+    assert params.get_list("state") == ["success", "failed"] and params["task_id"] == "t"
+
+
+def test_set_task_instance_state_cuts_the_note_and_leaves_out_map_index_minus_one() -> None:
+    client, seen = _recording(lambda request: httpx.Response(200))
+    note = "é" * 1500
+    assert client.set_task_instance_state("d", "r", "t", -1, "failed", note) == []  # an empty answer
+    assert seen[0].url.path == "/api/v2/dags/d/dagRuns/r/taskInstances/t"
+    body = json.loads(seen[0].content)
+    assert body == {"new_state": "failed", "note": "é" * 1000}
+    client.set_task_instance_state("d", "r", "t", 3, "success")
+    assert seen[1].url.path.endswith("/taskInstances/t/3") and json.loads(seen[1].content) == {
+        "new_state": "success"
+    }
+
+
+def test_a_status_that_is_not_ok_is_an_error_with_the_start_of_the_answer_masked() -> None:
+    client, _ = _recording(lambda request: httpx.Response(409, text="conflict: token=abc123-SECRET"))
+    with pytest.raises(
+        RestError, match=r"PATCH /api/v2/variables/lease: HTTP 409 conflict: token=\*\*\*"
+    ) as err:
+        client.put_variable("lease", "v")
+    assert err.value.status == 409 and "SECRET" not in str(err.value)
+
+
+def test_upstream_task_ids_inverts_the_downstream_lists() -> None:
+    tasks = [
+        {"task_id": "a", "downstream_task_ids": ["b", "c"]},
+        {"task_id": "b", "downstream_task_ids": ["c"]},
+        {"task_id": "c", "downstream_task_ids": None},
+    ]
+    client, _ = _recording(lambda request: httpx.Response(200, json={"tasks": tasks}))
+    assert client.upstream_task_ids("d") == {"a": [], "b": ["a"], "c": ["a", "b"]}
+
+
+def test_a_pool_write_the_server_refuses_names_the_pool_and_status() -> None:
+    client, _ = _recording(lambda request: httpx.Response(403, json={"detail": "Forbidden"}))
+    with pytest.raises(RestError, match="PATCH /api/v2/pools/gpu: HTTP 403") as err:
+        client.set_pool("gpu", 3, "d")
+    assert err.value.status == 403
+
+
+def test_a_missing_pool_is_created_with_the_same_body() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.method == "PATCH":
+            return httpx.Response(404)
+        return httpx.Response(201, json=json.loads(request.content))
+
+    client, seen = _recording(answer)
+    assert client.set_pool("gpu", 3, "desc", include_deferred=True)["slots"] == 3
+    assert [(r.method, r.url.path) for r in seen] == [
+        ("PATCH", "/api/v2/pools/gpu"),
+        ("POST", "/api/v2/pools"),
+    ]
+    assert seen[0].content == seen[1].content
+
+
+def test_one_client_serves_several_threads_at_once() -> None:
+    """The controller's history reads and its tick share one client: answers never cross threads."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        name = request.url.path.rsplit("/", 1)[-1]
+        return httpx.Response(200, json={"name": name, "slots": int(name[1:])})
+
+    client, _ = _recording(answer)
+    errors: list[BaseException] = []
+
+    def read(i: int) -> None:
+        try:
+            for _ in range(20):
+                assert client.get_pool(f"p{i}") == {"name": f"p{i}", "slots": i}
+        except BaseException as err:  # reported to the main thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+
+
+def test_a_password_that_is_a_field_name_does_not_unmask_other_credentials() -> None:
+    """``excerpt`` replaces the client's own secrets before it looks for credential fields: with the
+    (dev-setup) password ``password``, ``password=...`` in an answer becomes ``***=...`` and the value
+    behind it is shown."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/auth/token":
+            return httpx.Response(201, json={"access_token": "tok-0123456789"})
+        return httpx.Response(500, text="backend login failed: user=etl password=hunter2-XYZ")
+
+    client = AirflowRestClient("http://api", "admin", "password", transport=httpx.MockTransport(handler))
+    with pytest.raises(RestError, match="HTTP 500") as err:
+        client.put_variable("lease", "v")
+    assert "hunter2-XYZ" not in str(err.value)
