@@ -320,6 +320,9 @@ def watermark(args: argparse.Namespace) -> None:
         raise _fail("--dry-run needs --once (decide once, print, write nothing)")
     _refuse_bad_config()
     heartbeat_file = getattr(args, "heartbeat_file", None)
+    if heartbeat_file is not None and not str(heartbeat_file).strip():
+        # an unset $HEARTBEAT: running without the file a probe watches gets a healthy controller killed
+        raise _fail("--heartbeat-file is empty: give the file the liveness probe reads, or leave it out")
     problem = _unwritable(heartbeat_file) if heartbeat_file else None
     if problem:
         raise _fail(

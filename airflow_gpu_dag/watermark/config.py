@@ -547,7 +547,12 @@ def load_config(path: str | Path | None) -> WatermarkConfig:
                 else "no watermark config: pass --config FILE (YAML/JSON with 'pools') or set "
                 '[gpu_dag] pools = {"gpu_default": 8} for static pools'
             )
-        return parse_config({"pools": {name: {"source": slots} for name, slots in capacities.items()}})
+        try:
+            return parse_config({"pools": {name: {"source": slots} for name, slots in capacities.items()}})
+        except ConfigError as err:  # the user wrote [gpu_dag] pools, not a file with pools.<name>.source
+            raise ConfigError(
+                f"[gpu_dag] pools = {json.dumps(capacities)}: {err}; fix the option, or pass --config FILE"
+            ) from None
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")

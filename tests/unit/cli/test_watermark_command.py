@@ -4,14 +4,19 @@
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
 
+from airflow_gpu_dag.cli.definition import get_parser
+from airflow_gpu_dag.cli.watermark_command import OUTCOME_COLUMNS, _run_forever, outcome_row
 from airflow_gpu_dag.hooks.airflow_api import AirflowApiHook
 from airflow_gpu_dag.watermark.health import write_heartbeat_file
 from tests.unit.cli.conftest import (
@@ -334,3 +339,293 @@ def test_watermark_health_port_in_use_is_one_line_before_touching_pools(
     assert f"127.0.0.1:{port}" in last and "Traceback" not in err
     assert rest_without_pools.pools == {} and rest_without_pools.writes == []
     assert rest_without_pools.closed
+
+
+# -- direct tests of the command's options, rows and loop -----------------------------------------------
+def _parse_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """What argparse says (on stderr) when it refuses ``airflow gpu-dag <argv>``."""
+    with pytest.raises(SystemExit) as stop:
+        get_parser().parse_args(["gpu-dag", *argv])
+    assert stop.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e400", "soon", ""])
+def test_an_interval_that_is_no_finite_positive_number_is_refused_by_the_parser(
+    capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    err = _parse_error(capsys, "watermark", "--interval", value)
+    assert f"expected seconds > 0, got {value!r}" in err
+
+
+@pytest.mark.parametrize("value", ["nan", "-0", "inf"])
+def test_a_max_age_that_is_no_finite_positive_number_is_refused_by_the_parser(
+    capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    err = _parse_error(capsys, "watermark-health", "--heartbeat-file", "hb.json", "--max-age", value)
+    assert f"expected seconds > 0, got {value!r}" in err
+
+
+@pytest.mark.parametrize("value", ["-1", "65536", "80.0", "http", "99999999999999999999"])
+def test_a_health_port_outside_0_to_65535_is_refused_by_the_parser(
+    capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    err = _parse_error(capsys, "watermark", "--health-port", value)
+    assert f"expected a TCP port 0-65535, got {value!r}" in err
+
+
+@pytest.mark.parametrize("value", ["0", "65535"])
+def test_the_ends_of_the_port_range_are_accepted(value: str) -> None:
+    args = get_parser().parse_args(["gpu-dag", "watermark", "--health-port", value])
+    assert args.health_port == int(value)
+
+
+def test_watermark_health_needs_the_heartbeat_file(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "--heartbeat-file" in _parse_error(capsys, "watermark-health")
+
+
+def _outcome(
+    error: str | None = None,
+    written: bool = False,
+    would_write: bool = False,
+    size: int | None = 2,
+    decision: Any = None,
+) -> Any:
+    capacity = SimpleNamespace(gpus=4, status="ok", detail="static 4", failures=0)
+    return SimpleNamespace(
+        pool="gpu",
+        capacity=capacity,
+        previous=4,
+        size=size,
+        error=error,
+        written=written,
+        would_write=would_write,
+        decision=decision,
+    )
+
+
+@pytest.mark.parametrize(
+    ("outcome", "action"),
+    [
+        (_outcome(error="boom", written=True), "error"),  # an error wins over what was written
+        (_outcome(written=True), "written"),
+        (_outcome(would_write=True), "would write"),
+        (_outcome(), "no change"),
+        (_outcome(size=None), "unchanged"),
+    ],
+)
+def test_an_outcomes_action_says_what_happened_to_the_pool(outcome: Any, action: str) -> None:
+    assert outcome_row(outcome)["action"] == action
+
+
+def test_an_outcome_row_has_the_plain_columns_in_order_and_no_reservation_without_a_decision() -> None:
+    row = outcome_row(_outcome())
+    assert tuple(row) == OUTCOME_COLUMNS
+    assert (row["reserved_for"], row["reserved_slots"], row["backfill_slots"]) == (None, 0, 0)
+    assert (row["shadow_time"], row["lookahead"], row["reason"]) == (None, False, None)
+
+
+def test_slots_are_only_reported_while_a_task_is_reserved_for() -> None:
+    """A decision that reserves for nobody shows 0 reserved and 0 backfill slots, whatever it holds."""
+    idle = SimpleNamespace(
+        reserved_for=None, reserved_slots=3, backfill_slots=1, shadow_time=None, lookahead=None, reason="idle"
+    )
+    row = outcome_row(_outcome(decision=idle))
+    assert (row["reserved_slots"], row["backfill_slots"], row["lookahead"], row["reason"]) == (
+        0,
+        0,
+        False,
+        "idle",
+    )
+    busy = SimpleNamespace(
+        reserved_for="d/r/t/-1", reserved_slots=3, backfill_slots=1, shadow_time=5.0, lookahead=1, reason="r"
+    )
+    row = outcome_row(_outcome(decision=busy))
+    assert (row["reserved_for"], row["reserved_slots"], row["backfill_slots"]) == ("d/r/t/-1", 3, 1)
+    assert row["shadow_time"] == 5.0 and row["lookahead"] is True
+
+
+def _held_by_another(rest: ClosingRest, tmp_path: Path) -> str:
+    """A config whose lease Variable another live controller holds: this one stands by."""
+    rest.variables["wm_lease"] = json.dumps({"holder": "other-host:1:abc", "expires": time.time() + 3600})
+    rest.pools["gpu"] = {"name": "gpu", "slots": 4, "description": "GPU pool", "include_deferred": False}
+    return config(tmp_path, lease={"lock_file": None, "variable": "wm_lease"})
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
+def test_once_standing_by_says_so_in_every_format_and_writes_nothing(
+    rest: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _held_by_another(rest, tmp_path)
+    writes = list(rest.writes)
+    assert run_cli("watermark", "--config", path, "--once") == 0
+    assert "standing by: another watermark controller holds the lease" in capsys.readouterr().out
+    assert run_cli("watermark", "--config", path, "--once", "-o", "json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["standing_by"], out["pools"], out["released"]) == (True, [], [])
+    assert run_cli("watermark", "--config", path, "--once", "-o", "plain") == 0
+    assert capsys.readouterr().out.splitlines() == ["\t".join(OUTCOME_COLUMNS)]  # the header, no row
+    assert rest.writes == writes and json.loads(rest.variables["wm_lease"])["holder"] == "other-host:1:abc"
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
+def test_a_dry_run_writes_no_heartbeat_file(rest: ClosingRest, tmp_path: Path) -> None:
+    """``--dry-run`` writes nothing: a heartbeat would tell a probe a controller ticks when none does."""
+    heartbeat = tmp_path / "hb.json"
+    argv = [
+        "watermark",
+        "--config",
+        config(tmp_path),
+        "--once",
+        "--dry-run",
+        "--heartbeat-file",
+        str(heartbeat),
+    ]
+    assert run_cli(*argv) == 0
+    assert not heartbeat.exists() and rest.writes == []
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
+def test_the_interval_option_wins_over_the_files_in_the_heartbeat(rest: ClosingRest, tmp_path: Path) -> None:
+    heartbeat = tmp_path / "hb.json"
+    argv = [
+        "watermark",
+        "--config",
+        config(tmp_path),
+        "--once",
+        "--interval",
+        "7",
+        "--heartbeat-file",
+        str(heartbeat),
+    ]
+    assert run_cli(*argv) == 0
+    beat = json.loads(heartbeat.read_text())
+    assert (beat["interval"], beat["active"]) == (7.0, True) and beat["last_tick"] <= time.time()
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
+def test_an_interval_option_over_a_day_is_one_line_naming_the_option(
+    rest: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli("watermark", "--config", config(tmp_path), "--once", "--interval", "100000") == 1
+    err = capsys.readouterr().err
+    assert "airflow gpu-dag watermark: --interval 100000: interval: at most 1 day" in err
+    assert "Traceback" not in err and rest.writes == []
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
+def test_a_bad_gpu_dag_option_stops_the_controller_before_any_pool_is_touched(
+    rest: ClosingRest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__OBJECTIVE", "fastest")
+    assert run_cli("watermark", "--config", config(tmp_path), "--once") == 1
+    err = capsys.readouterr().err
+    assert "[gpu_dag] objective 'fastest' is not one of" in err
+    assert "Fix or unset it (docs/configuration.md" in err and "Traceback" not in err
+    assert rest.writes == [] and rest.pools == {}
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
+def test_a_config_file_that_does_not_exist_is_one_line_naming_it(
+    rest: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nope.yaml"
+    assert run_cli("watermark", "--config", str(missing), "--once") == 1
+    err = capsys.readouterr().err
+    assert f"watermark config {missing}: no such file; check the --config path" in err
+    assert "Traceback" not in err and rest.writes == []
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
+def test_the_client_is_closed_after_a_tick_and_after_a_refused_start(
+    rest: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli("watermark", "--config", config(tmp_path), "--once") == 0
+    assert rest.closed
+    rest.closed = False
+    rest.ti_error = RuntimeError("api-server unreachable")
+    assert run_cli("watermark", "--config", config(tmp_path), "--once") == 1
+    assert rest.closed
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
+def test_an_empty_heartbeat_file_is_refused_naming_the_option(
+    rest: ClosingRest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--heartbeat-file "$HEARTBEAT"`` with the variable unset: the controller runs with no heartbeat,
+    and the probe (``watermark-health --heartbeat-file ...``) then restarts a healthy controller."""
+    assert run_cli("watermark", "--config", config(tmp_path), "--once", "--heartbeat-file", "") == 1
+    assert "--heartbeat-file" in capsys.readouterr().err
+    assert rest.writes == []
+
+
+class _LoopController:
+    """What ``_run_forever`` drives: ``run(stop, on_tick)`` ticks twice, then stops by SIGTERM."""
+
+    holder, group, active = "h:1:x", "host:h", True
+
+    def __init__(self) -> None:
+        self.stopped_by_signal = False
+
+    def run(self, stop: threading.Event, on_tick: Any) -> None:
+        on_tick([])
+        on_tick([])
+        handler = signal.getsignal(signal.SIGTERM)
+        assert callable(handler)
+        handler(signal.SIGTERM, None)
+        self.stopped_by_signal = stop.is_set()
+
+
+def test_the_loop_stops_on_sigterm_beats_every_tick_and_gives_the_handlers_back(tmp_path: Path) -> None:
+    from airflow_gpu_dag.watermark.config import parse_config
+    from airflow_gpu_dag.watermark.health import Heartbeat
+
+    cfg = parse_config({"pools": {"gpu": {"source": 2}}, "lease": {"lock_file": None, "variable": None}})
+    heartbeat = Heartbeat(30.0, tmp_path / "hb.json")
+    beats: list[bool] = []
+    real_beat = heartbeat.beat
+    heartbeat.beat = lambda active: (beats.append(active), real_beat(active))  # type: ignore[method-assign]
+
+    def before(signum: int, frame: object) -> None:
+        raise AssertionError("not restored yet")
+
+    previous = {sig: signal.signal(sig, before) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        controller = _LoopController()
+        _run_forever(controller, cfg, heartbeat)
+        assert controller.stopped_by_signal and beats == [True, True]
+        assert signal.getsignal(signal.SIGTERM) is before and signal.getsignal(signal.SIGINT) is before
+        assert json.loads((tmp_path / "hb.json").read_text())["active"] is True
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
+@pytest.mark.parametrize(
+    ("content", "status"),
+    [
+        ("{not json", "unreadable"),
+        ('{"last_tick": NaN, "interval": 60}', "unreadable"),
+        ('{"last_tick": "yesterday", "interval": 60}', "unreadable"),
+        ("[1, 2]", "unreadable"),
+    ],
+)
+def test_a_heartbeat_file_that_is_not_a_heartbeat_is_exit_1_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, status: str
+) -> None:
+    path = tmp_path / "hb.json"
+    path.write_text(content)
+    assert run_cli("watermark-health", "--heartbeat-file", str(path), "-o", "json") == 1
+    out = json.loads(capsys.readouterr().out)
+    assert (out["fresh"], out["status"]) == (False, status) and str(path) in out["message"]
+
+
+@pytest.mark.usefixtures("_no_configured_pools")
+def test_a_tick_in_the_future_is_clock_skew_not_fresh(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "hb.json"
+    write_heartbeat_file(path, {"last_tick": time.time() + 3600, "interval": 60, "pid": 7, "active": True})
+    assert run_cli("watermark-health", "--heartbeat-file", str(path)) == 1
+    assert capsys.readouterr().out.startswith("clock skew: last tick ")

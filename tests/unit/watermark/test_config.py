@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+import re
 import subprocess
 import sys
 import time
@@ -687,3 +689,196 @@ def test_a_trickling_prometheus_ends_its_read_within_the_source_timeout() -> Non
         assert first.status == "floor" and "ReadTimeout" in first.detail
         second = tracker.read()
         assert "ReadTimeout" in second.detail and "still hung" not in second.detail
+
+
+# -- direct tests of the config module: boundaries, helpers, files ----------------------------------------
+ONE_POOL: dict[str, Any] = {"g": {"source": 2}}
+
+
+@pytest.mark.parametrize(
+    ("raw", "ok"),
+    [
+        ({"pools": ONE_POOL, "interval": "1d"}, True),
+        ({"pools": ONE_POOL, "interval": 86401}, False),
+        ({"pools": {"g": {"source": 1_000_000}}}, True),
+        ({"pools": {"g": {"source": 1_000_001}}}, False),
+        ({"pools": {"g": {"source": 2, "source_timeout": "24h"}}}, True),
+        ({"pools": {"g": {"source": 2, "source_timeout": 86401}}}, False),
+        ({"pools": ONE_POOL, "interval": "1d", "fail_open_after": 30}, True),  # exactly 30 days
+        ({"pools": ONE_POOL, "interval": "1d", "fail_open_after": 31}, False),
+        ({"pools": ONE_POOL, "interval": 60, "lease": {"ttl": "30d"}}, True),
+        ({"pools": ONE_POOL, "interval": 60, "lease": {"ttl": 2_592_001}}, False),
+        ({"pools": ONE_POOL, "interval": 60, "lease": {"ttl": 60}}, False),  # not longer than the interval
+        ({"pools": ONE_POOL, "interval": 60, "lease": {"ttl": 60.5}}, True),
+        ({"pools": {"g" * 256: {"source": 2}}}, True),
+        ({"pools": {"g" * 257: {"source": 2}}}, False),
+        ({"pools": {"g": {"source": {"type": "nvml", "max_utilization": 100}}}}, True),
+        ({"pools": {"g": {"source": {"type": "nvml", "max_utilization": 101}}}}, False),
+    ],
+)
+def test_limits_are_inclusive_and_one_past_them_is_refused(raw: dict[str, Any], ok: bool) -> None:
+    if ok:
+        parse_config(raw)
+    else:
+        with pytest.raises(ConfigError):
+            parse_config(raw)
+
+
+def test_the_lease_group_is_the_variable_else_the_hosts_lock_file_else_the_host() -> None:
+    def group(lease: dict[str, Any]) -> str:
+        return parse_config({"pools": ONE_POOL, "lease": lease}).lease_group("h1")
+
+    assert group({"variable": "team_a", "lock_file": "/x.lock"}) == "variable:team_a"
+    assert group({"variable": None, "lock_file": "/x.lock"}) == "lock:h1:/x.lock"
+    assert group({"variable": None, "lock_file": None}) == "host:h1"
+
+
+def test_with_interval_gives_a_new_config_whose_default_lease_follows_the_interval() -> None:
+    from airflow_gpu_dag.watermark.config import with_interval
+
+    config = parse_config({"pools": ONE_POOL, "interval": 60})
+    faster = with_interval(config, 10)
+    assert (faster.interval, faster.lease_ttl(), faster.fail_open_window()) == (10.0, 30.0, 30.0)
+    assert (config.interval, config.lease_ttl()) == (60.0, 180.0)  # the original is left as it was
+
+
+@pytest.mark.parametrize(
+    ("interval", "message"),
+    [
+        (0, "interval: expected seconds > 0"),
+        (-5, "interval: expected seconds > 0"),
+        (float("nan"), "interval: expected seconds > 0"),
+        (float("inf"), "interval: at most 1 day"),
+        (86401, "interval: at most 1 day"),
+    ],
+)
+def test_with_interval_refuses_what_the_files_interval_may_not_be(interval: float, message: str) -> None:
+    from airflow_gpu_dag.watermark.config import with_interval
+
+    with pytest.raises(ConfigError, match=message):
+        with_interval(parse_config({"pools": ONE_POOL}), interval)
+
+
+def test_with_interval_refuses_an_interval_that_makes_fail_open_after_exceed_30_days() -> None:
+    from airflow_gpu_dag.watermark.config import with_interval
+
+    config = parse_config({"pools": ONE_POOL, "interval": 60, "fail_open_after": 40})
+    with pytest.raises(ConfigError, match="fail_open_after: 40 intervals of 86400 s is more than 30 days"):
+        with_interval(config, 86400)
+
+
+@pytest.mark.parametrize(
+    ("interval", "timeouts"),
+    [(10, [30]), (7, [30.5, 12]), (60, ["1h"]), (0.5, [2, 2, 2])],
+)
+def test_the_fixes_the_risk_warning_names_remove_the_risk(interval: float, timeouts: list[Any]) -> None:
+    """The warning gives numbers to set; set them, and it has nothing left to say."""
+    pools = {f"g{i}": {"source": 2, "source_timeout": t} for i, t in enumerate(timeouts)}
+    raw: dict[str, Any] = {"interval": interval, "pools": pools}
+    risk = parse_config(raw).fail_open_risk()
+    assert risk is not None
+    fail_open = re.search(r"raise fail_open_after to (\d+)", risk)
+    ttl = re.search(r"set lease.ttl to (\S+)s,", risk)
+    assert fail_open and ttl, risk
+    fixed = {**raw, "fail_open_after": int(fail_open.group(1)), "lease": {"ttl": float(ttl.group(1))}}
+    assert parse_config(fixed).fail_open_risk() is None
+
+
+def test_the_default_config_carries_no_risk_and_sums_its_sources_timeouts() -> None:
+    config = parse_config({"pools": {"a": {"source": 2}, "b": {"source": 2, "source_timeout": "45s"}}})
+    assert config.source_wait() == 75.0 and config.fail_open_window() == 180.0
+    assert config.lease_ttl() == 180.0 and config.fail_open_risk() is None  # 180 s > 60 + 75
+    slow = parse_config({"pools": {"a": {"source": 2, "source_timeout": "2m"}}})  # 180 s <= 60 + 120
+    assert slow.fail_open_risk() is not None
+
+
+def test_parsing_leaves_the_document_as_it_was() -> None:
+    """A caller may parse one document twice (a reload, a dry run then a run)."""
+    raw: dict[str, Any] = {
+        "interval": "30s",
+        "lease": {"lock_file": None, "variable": "v", "ttl": "2m"},
+        "pools": {
+            "a": {"source": {"type": "nvml", "devices": ["0", 1], "min_free_memory": "40GiB"}, "floor": "1"},
+            "b": {"source": " nvml ", "backfill": "strict"},
+            "c": {"source": {"type": "file", "path": "/x", "max_age": "5m"}},
+        },
+    }
+    before = copy.deepcopy(raw)
+    first = parse_config(raw)
+    assert raw == before and parse_config(raw) == first
+    assert dict(first.pools[0].source.options) == {"devices": [0, 1], "min_free_memory": 40960}
+    assert first.pools[2].source.options == {"path": "/x", "max_age": 300.0}
+
+
+@pytest.mark.parametrize(
+    ("backfill", "flags"), [(True, (True, False)), ("strict", (True, True)), (False, (False, False))]
+)
+def test_backfill_true_strict_or_false(backfill: Any, flags: tuple[bool, bool]) -> None:
+    (pool,) = parse_config({"pools": {"g": {"source": 2, "backfill": backfill}}}).pools
+    assert (pool.backfill, pool.strict_backfill) == flags
+
+
+def test_a_file_sources_max_age_may_be_null_meaning_no_limit() -> None:
+    (pool,) = parse_config(
+        {"pools": {"g": {"source": {"type": "file", "path": "/x", "max_age": None}}}}
+    ).pools
+    assert pool.source.options == {"path": "/x", "max_age": None}
+
+
+def test_a_pool_without_settings_says_it_needs_a_source() -> None:
+    with pytest.raises(ConfigError, match=r"pools.g: expected a mapping with a 'source', got None"):
+        parse_config({"pools": {"g": None}})
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("nested.yaml", "pools:\n  gpu:\n    source: {type: static, gpus: 2, gpus: 4}\n"),
+        ("nested.json", '{"pools": {"gpu": {"source": 2, "floor": 0, "floor": 1}}}'),
+        ("lease.yaml", "lease:\n  ttl: 90\n  ttl: 120\npools:\n  gpu: {source: 2}\n"),
+    ],
+)
+def test_a_key_given_twice_deep_inside_the_file_is_refused(tmp_path: Path, name: str, text: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(
+        ConfigError, match=rf"watermark config {re.escape(str(path))}: key '\w+' is given twice"
+    ):
+        load_config(path)
+
+
+def test_several_yaml_documents_in_one_file_are_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "wm.yaml"
+    path.write_text("pools:\n  a: {source: 2}\n---\npools:\n  b: {source: 3}\n")
+    with pytest.raises(ConfigError, match=rf"watermark config {re.escape(str(path))}: not valid JSON/YAML"):
+        load_config(path)
+
+
+def test_a_directory_given_as_the_config_file_is_an_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=rf"watermark config {re.escape(str(tmp_path))}: cannot read it"):
+        load_config(tmp_path)
+
+
+def test_unicode_pool_names_and_a_byte_order_mark_load_from_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "wm.yaml"
+    path.write_bytes("\ufeffpools:\n  gpu_ü/ñ: {source: 2}\n  7: {source: 1}\n".encode())
+    assert [p.name for p in load_config(str(path)).pools] == ["gpu_ü/ñ", "7"]
+
+
+def test_a_bad_gpu_dag_pools_option_is_named_when_no_file_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", "{not json")
+    with pytest.raises(ConfigError, match=r"no watermark config: \[gpu_dag\] pools .*pass --config FILE"):
+        load_config(None)
+    monkeypatch.delenv("AIRFLOW__GPU_DAG__POOLS")
+    with pytest.raises(ConfigError, match=r"pass --config FILE .* or set \[gpu_dag\] pools"):
+        load_config(None)
+
+
+def test_gpu_dag_pools_over_the_slot_limit_are_reported_as_the_option(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without ``--config`` there is no file, yet the error names ``pools.gpu.source (static GPU count)``,
+    a key of a file the user does not have, and neither ``[gpu_dag] pools`` nor the fix."""
+    monkeypatch.setenv("AIRFLOW__GPU_DAG__POOLS", '{"gpu": 2000000}')
+    with pytest.raises(ConfigError, match=r"\[gpu_dag\] pools"):
+        load_config(None)
