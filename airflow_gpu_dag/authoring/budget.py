@@ -135,6 +135,8 @@ def expected_gpu_seconds(task: Any, where: str | None = None) -> tuple[int, floa
     """
     hints = read_hints(getattr(task, "executor_config", None))
     declared = hints.get("gpus")
+    if isinstance(declared, str) and declared.strip().isascii() and declared.strip().isdigit():
+        declared = int(declared.strip())  # a count written as text, as read before
     gpus = 0
     if declared is not None:
         whole = isinstance(declared, int | float) and not isinstance(declared, bool) and 1 <= declared < 2**31

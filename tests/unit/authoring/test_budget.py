@@ -228,3 +228,12 @@ def test_a_teardown_cannot_be_gated_and_its_dag_is_left_as_it_was() -> None:
 def test_a_gpu_count_that_is_no_whole_number_of_gpus_is_refused_naming_the_task(gpus: float) -> None:
     with DAG("bad_gpus", schedule=None), pytest.raises(ValueError, match=r"^DAG 'bad_gpus', task 'fit.*gpus"):
         budget_gate(_gpu_task(executor_config=gpu_hints(gpus=gpus, duration="1h")), gpu_hours_per_run=10)
+
+
+@pytest.mark.usefixtures("_no_variables")
+def test_a_gpu_count_written_as_text_is_read_as_the_count() -> None:
+    from airflow_gpu_dag.authoring.budget import expected_gpu_seconds
+
+    with DAG("text_gpus", schedule=None):
+        task = _gpu_task(executor_config={"gpu_dag": {"gpus": "2", "duration_s": 3600}})
+    assert expected_gpu_seconds(task) == (2, 7200.0)
