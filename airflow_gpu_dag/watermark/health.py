@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_gpu_dag.core.model.resources import real_number
+from airflow_gpu_dag.watermark.config import MAX_INTERVAL
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +77,11 @@ def read_heartbeat_file(path: str | Path) -> dict[str, Any]:
         value = raw.get(key)
         if not math.isfinite(real_number(value)):  # also a bool, a string, 10**400
             raise ValueError(f"heartbeat file {path}: {key!r} is missing or not a number ({value!r})")
-    if real_number(raw["interval"]) <= 0:  # no controller ticks every 0 s: its age limit would be <= 0
-        raise ValueError(f"heartbeat file {path}: 'interval' {raw['interval']!r} is not a tick interval > 0")
+    if not 0 < real_number(raw["interval"]) <= MAX_INTERVAL:  # a limit <= 0 or infinite (1e308 x 3)
+        raise ValueError(
+            f"heartbeat file {path}: 'interval' {raw['interval']!r} is not a tick interval of a controller "
+            f"(> 0 and at most {MAX_INTERVAL:.0f} s)"
+        )
     return raw
 
 

@@ -281,12 +281,12 @@ def test_a_heartbeat_without_a_pid_or_active_flag_is_still_checked(tmp_path: Pat
     assert status["message"] == "ok: last tick 1.0s ago (limit 30s), standby, pid None"
 
 
-@pytest.mark.parametrize("interval", [0, -10])
+@pytest.mark.parametrize("interval", [0, -10, 1e308, 86401])
 def test_a_heartbeat_with_a_non_positive_interval_is_refused_as_not_a_heartbeat(
     tmp_path: Path, interval: int
 ) -> None:
-    """A controller never writes an interval <= 0: the file is broken, and the check must say so
-    (not send the operator to sync clocks with NTP)."""
+    """A controller never writes an interval <= 0 or over a day: the file is broken, and the check must
+    say so (not send the operator to sync clocks with NTP, nor read a 1e308-s interval as fresh for ever)."""
     path = tmp_path / "hb.json"
     path.write_text(json.dumps({"last_tick": 1000.0, "interval": interval, "pid": 1, "active": True}))
     status = heartbeat_status(path, now=1000.0)
