@@ -22,7 +22,7 @@ from airflow_gpu_dag.core.model.findings import ERROR, WARNING, Finding
 from airflow_gpu_dag.core.model.graph import TaskGraph, TaskNode, task_pool
 from airflow_gpu_dag.core.model.ladders import as_rung_findings
 from airflow_gpu_dag.core.model.pools import DEFAULT_POOL, normalize_gpu_type, pool_for_gpu_type
-from airflow_gpu_dag.core.model.resources import format_duration
+from airflow_gpu_dag.core.model.resources import MAX_ESTIMATE_S, format_duration, real_number
 
 __all__ = [
     "Finding",
@@ -188,14 +188,17 @@ def _check_estimates(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Fin
         rung = node.attrs.get("fallback")
         # a fallback rung: its own estimate, not what the plan counts for it (the wait of one that
         # falls back, 0 for one skipped)
-        duration = float(rung.get("expected_duration") or 0.0) if isinstance(rung, dict) else node.duration
-        if not (math.isfinite(duration) and duration >= 0):  # the DAG reader refuses these; a graph
-            yield Finding(  # built another way gets the same error, not a crash
+        raw = (rung.get("expected_duration") or 0.0) if isinstance(rung, dict) else node.duration
+        duration = real_number(raw)  # NaN for text: a rung's estimate stored by hand
+        if not (math.isfinite(duration) and 0 <= duration <= MAX_ESTIMATE_S):  # the DAG reader refuses
+            yield Finding(  # these; a graph built another way gets the same error, not a crash
                 ERROR,
                 "bad-estimate",
                 graph.dag_id,
                 node.task_id,
-                f"estimate {duration!r} is not a duration.",
+                f"estimate {raw!r} is not a duration."
+                if not (math.isfinite(duration) and duration >= 0)
+                else f"estimate {duration:g} s is over 366 days (a typo or the wrong unit?).",
                 "declare a finite estimate of 0 or more, e.g. duration='2h'.",
             )
             continue
@@ -217,12 +220,15 @@ def _check_estimates(graph: TaskGraph, policy: ValidationPolicy) -> Iterable[Fin
                 "merge it with a neighbouring step.",
             )
         elif round(duration) > policy.max_task_seconds:
+            shown = format_duration(duration)
+            if shown == format_duration(policy.max_task_seconds):  # "2h00m, over 2h00m": its seconds
+                shown = f"{round(duration)} s"
             yield Finding(
                 WARNING,
                 "granularity-too-coarse",
                 graph.dag_id,
                 node.task_id,
-                f"estimated {format_duration(duration)}, over "
+                f"estimated {shown}, over "
                 f"{format_duration(policy.max_task_seconds)}: the scheduler loses flexibility.",
                 "split it into atomic steps (load, preprocess, init, train, checkpoint, evaluate).",
             )

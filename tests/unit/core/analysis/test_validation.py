@@ -16,6 +16,9 @@ from airflow_gpu_dag.core.analysis.validation import (
     cycle_finding,
     find_hidden_dependencies,
     hidden_dependency_pairs,
+    normalise_path,
+    path_contains,
+    paths_overlap,
 )
 from airflow_gpu_dag.core.model.findings import ERROR, WARNING, Finding
 from airflow_gpu_dag.core.model.pools import MAX_POOL_NAME_LENGTH
@@ -810,3 +813,188 @@ def test_awaiting_another_part_of_a_dataset_does_not_guard_the_part_read() -> No
     graph.add_task(TaskNode("read_p0", duration=1200, inputs=("/lake/clean/p0",)))
     graph.add_edge("wait_p1", "read_p0")
     assert [f.task_id for f in find_hidden_dependencies(graph)] == ["read_p0"]
+
+
+# -- more edge cases ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("duration", [float("nan"), float("-inf"), -1.0, -0.001])
+def test_a_non_finite_or_negative_estimate_is_a_bad_estimate_naming_dag_task_and_fix(duration: float) -> None:
+    graph = TaskGraph("broken")
+    graph.add_task(TaskNode("train", duration=duration, gpu=GpuRequest(1), pool="gpu"))
+    report = validate_graph(graph, ValidationPolicy(pool_slots={"gpu": 8}))
+    (finding,) = report.findings
+    assert (finding.severity, finding.code, finding.dag_id, finding.task_id) == (
+        ERROR,
+        "bad-estimate",
+        "broken",
+        "train",
+    )
+    assert finding.message == f"estimate {duration!r} is not a duration."
+    assert "duration='2h'" in finding.fix
+    assert not report.ok
+
+
+def test_a_bad_estimate_without_a_declared_duration_is_not_also_a_missing_estimate() -> None:
+    graph = TaskGraph("broken")
+    graph.add_task(TaskNode("t", duration=float("nan"), gpu=GpuRequest(1), duration_declared=False))
+    assert _codes(validate_graph(graph)) == [("bad-estimate", "t")]
+
+
+def test_a_rung_with_a_non_finite_estimate_of_its_own_is_a_bad_estimate() -> None:
+    graph = TaskGraph("rungs")
+    rung = {**_FALLBACK, "role": "contingent", "expected_duration": float("nan")}
+    graph.add_task(TaskNode("train.big", duration=0.0, attrs={"fallback": rung}))
+    assert _codes(validate_graph(graph)) == [("bad-estimate", "train.big")]
+
+
+def test_a_rung_with_a_non_numeric_estimate_is_a_bad_estimate_not_a_crash() -> None:
+    """The check says a graph built without the DAG reader 'gets the same error, not a crash'."""
+    graph = TaskGraph("rungs")
+    rung = {**_FALLBACK, "role": "contingent", "expected_duration": "2h"}
+    graph.add_task(TaskNode("train.big", duration=0.0, attrs={"fallback": rung}))
+    assert _codes(validate_graph(graph)) == [("bad-estimate", "train.big")]
+
+
+def test_an_estimate_over_366_days_is_a_bad_estimate() -> None:
+    """docs/cli.md: ``bad-estimate`` is 'an estimate over 366 days (a typo or the wrong unit)'; the DAG
+    reader refuses it, and a graph built another way should get the same error."""
+    graph = TaskGraph("typo")
+    graph.add_task(TaskNode("train", duration=400 * 86400.0))
+    assert [(f.code, f.is_error) for f in validate_graph(graph).findings] == [("bad-estimate", True)]
+
+
+@pytest.mark.parametrize("seconds", [7201, 7230, 7259.4])
+def test_a_too_coarse_warning_never_says_the_estimate_equals_the_bound(seconds: float) -> None:
+    """The check compares 'as printed', so that a warning never contradicts itself; over an hour the
+    printed estimate drops its seconds, so 2 h 30 s reads as the 2 h bound."""
+    graph = TaskGraph("round")
+    graph.add_task(TaskNode("t", duration=seconds))
+    (finding,) = validate_graph(graph).findings
+    assert finding.code == "granularity-too-coarse"
+    assert not finding.message.startswith("estimated 2h00m, over 2h00m"), finding.message
+
+
+def test_granularity_is_judged_on_the_estimate_rounded_to_whole_seconds() -> None:
+    """599.5 s prints as 10m and is not too fine; 7200.4 s prints as 2h00m and is not too coarse."""
+    graph = TaskGraph("round")
+    graph.add_task(TaskNode("a", duration=599.5))
+    graph.add_task(TaskNode("b", duration=7200.4))
+    assert validate_graph(graph).findings == []
+
+
+def test_no_granularity_turns_off_only_the_granularity_warnings() -> None:
+    graph = TaskGraph("coarse")
+    graph.add_task(TaskNode("tiny", duration=5))
+    graph.add_task(TaskNode("huge", duration=86400))
+    graph.add_task(TaskNode("bare", duration=1200, gpu=GpuRequest(1), duration_declared=False))
+    graph.add_task(TaskNode("broken", duration=-5))
+    report = validate_graph(graph, ValidationPolicy(check_granularity=False))
+    assert _codes(report) == [("missing-estimate", "bare"), ("bad-estimate", "broken")]
+
+
+def test_a_huge_but_finite_estimate_is_reported_without_overflow() -> None:
+    graph = TaskGraph("huge")
+    graph.add_task(TaskNode("t", duration=1e300))
+    (finding,) = [f for f in validate_graph(graph).findings if f.task_id == "t"]
+    assert (finding.code, finding.message) == (
+        "bad-estimate",
+        "estimate 1e+300 s is over 366 days (a typo or the wrong unit?).",
+    )
+
+
+def test_a_missing_estimate_assumed_from_the_deployment_default_says_so() -> None:
+    graph = TaskGraph("deployment")
+    attrs: dict[str, object] = {"duration_default": "deployment"}
+    graph.add_task(TaskNode("gpu", duration=1800, gpu=GpuRequest(1), duration_declared=False, attrs=attrs))
+    graph.add_task(TaskNode("cpu", duration=1800, duration_declared=False, attrs=dict(attrs)))
+    plain = validate_graph(graph)
+    assert [(f.task_id, f.message) for f in plain.findings] == [
+        ("gpu", "no duration estimate; assuming 30m, [gpu_dag] default_duration.")
+    ]
+    assert "gpu_hints(duration=" in plain.findings[0].fix
+    strict = validate_graph(graph, ValidationPolicy(cpu_estimates=True))
+    assert _codes(strict) == [("missing-estimate", "gpu"), ("missing-estimate", "cpu")]
+
+
+def test_an_unknown_pool_names_the_known_pools_sorted_and_quotes_a_unicode_name() -> None:
+    graph = TaskGraph("ünï")
+    graph.add_task(TaskNode("trâin", duration=1200, gpu=GpuRequest(1), pool="gpu pool ü"))
+    report = validate_graph(graph, ValidationPolicy(pool_slots={"gpu_b": 8, "gpu_a": 4}))
+    (finding,) = report.errors
+    assert (finding.code, finding.dag_id, finding.task_id) == ("unknown-pool", "ünï", "trâin")
+    assert finding.message == "pool 'gpu pool ü' does not exist (known pools: gpu_a, gpu_b)."
+    assert finding.fix.startswith("create it (airflow pools set 'gpu pool ü' <slots>")
+
+
+def test_extra_findings_may_be_any_iterable() -> None:
+    graph = TaskGraph("extra")
+    graph.add_task(TaskNode("t", duration=1200))
+    extra = Finding(ERROR, "bad-gpu-request", "extra", "t", "cannot parse.", "fix it.")
+    report = validate_graph(graph, extra=(f for f in [extra]))
+    assert report.findings == [extra]
+    with pytest.raises(ValueError, match=r"cannot parse") as err:
+        report.raise_for_errors()
+    assert isinstance(err.value, GraphValidationError) and err.value.findings == [extra]
+
+
+def test_paths_are_compared_by_whole_components() -> None:
+    assert path_contains("/a", "/a") and path_contains("/a", "/a/b") and path_contains("/a/", "/a/b")
+    assert not path_contains("/a", "/ab") and not path_contains("/a/b", "/a")
+    assert paths_overlap("/a/b", "/a") and paths_overlap("/a", "/a/b")
+    assert not paths_overlap("/ab", "/a") and not paths_overlap("/a/x", "/a/y")
+    assert normalise_path("  /data/x//  ") == "/data/x" and normalise_path("///") == "/"
+
+
+def test_a_sibling_sorting_between_a_path_and_its_children_does_not_hide_the_children() -> None:
+    """``/d/a-b`` and ``/d/a.txt`` sort between ``/d/a`` and ``/d/a/x``: the scan must go on past them."""
+    graph = TaskGraph("sorted")
+    graph.add_task(TaskNode("write", duration=1200, outputs=("/d/a",)))
+    graph.add_task(TaskNode("dash", duration=1200, inputs=("/d/a-b",)))
+    graph.add_task(TaskNode("dot", duration=1200, inputs=("/d/a.txt",)))
+    graph.add_task(TaskNode("read", duration=1200, inputs=("/d/a/x",)))
+    assert [(d.writer, d.other) for d in hidden_dependency_pairs(graph)] == [("write", "read")]
+
+
+def test_two_unordered_writers_are_never_guarded_by_a_completeness_sensor() -> None:
+    """A sensor orders a reader after complete data; two writers still race."""
+    graph = TaskGraph("race")
+    graph.add_task(TaskNode("w1", duration=1200, outputs=("/lake/x",)))
+    graph.add_task(TaskNode("w2", duration=1200, outputs=("/lake/x/p",), awaits=("/lake/x",)))
+    (finding,) = find_hidden_dependencies(graph)
+    assert finding.task_id == "w2"
+    assert finding.message.startswith(
+        "'w2' also writes '/lake/x/p', which overlaps '/lake/x' written by 'w1'"
+    )
+    assert finding.fix.startswith("add the edge w1 >> w2")
+
+
+def test_a_sensor_upstream_of_the_writer_only_does_not_guard_the_reader() -> None:
+    graph = TaskGraph("wrong_side")
+    graph.add_task(TaskNode("wait", duration=0, awaits=("/lake/x",)))
+    graph.add_task(TaskNode("write", duration=1200, outputs=("/lake/x",)))
+    graph.add_task(TaskNode("read", duration=1200, inputs=("/lake/x",)))
+    graph.add_edge("wait", "write")
+    assert [(d.writer, d.other) for d in hidden_dependency_pairs(graph)] == [("write", "read")]
+
+
+def test_hidden_dependencies_with_unicode_task_ids_and_paths() -> None:
+    graph = TaskGraph("数据")
+    graph.add_task(TaskNode("写入", duration=1200, outputs=("/データ/ü/",)))
+    graph.add_task(TaskNode("读取", duration=1200, inputs=("/データ/ü/part-0",)))
+    (finding,) = find_hidden_dependencies(graph)
+    assert (finding.dag_id, finding.task_id) == ("数据", "读取")
+    assert "'/データ/ü' written by '写入'" in finding.message
+    assert finding.fix.startswith("add the edge 写入 >> 读取")
+
+
+def test_a_graph_without_any_paths_has_no_hidden_dependencies() -> None:
+    graph = TaskGraph("nopaths")
+    graph.add_task(TaskNode("a", duration=1200))
+    graph.add_task(TaskNode("b", duration=1200, awaits=("/x",)))
+    assert hidden_dependency_pairs(graph) == [] and hidden_dependency_pairs(TaskGraph("empty")) == []
+
+
+def test_two_readers_of_one_path_are_not_a_hidden_dependency() -> None:
+    graph = TaskGraph("readers")
+    graph.add_task(TaskNode("r1", duration=1200, inputs=("/x",)))
+    graph.add_task(TaskNode("r2", duration=1200, inputs=("/x/y",)))
+    assert hidden_dependency_pairs(graph) == []
