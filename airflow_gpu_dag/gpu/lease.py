@@ -361,6 +361,10 @@ class LeaseManager:
         """
         owner = owner or LeaseOwner()
         timeout = self.settings.wait_timeout_s if timeout is None else timeout
+        if not timeout >= 0:  # NaN too: it never ran out, and the task polled for ever
+            raise ValueError(
+                f"{owner.describe()}: a lease timeout of {timeout!r} s is not a number of seconds >= 0"
+            )
         if self.markers is not None:  # another lease_dir on this host would hand out our GPUs twice
             self.markers.announce()
         asked = time.monotonic()

@@ -82,7 +82,7 @@ class LeaseSettings:
                 raise ValueError(f"lease setting {name}={value} must be > 0 (a finite number of seconds)")
         if self.reclaim_grace_s < 0:
             raise ValueError(f"lease setting reclaim_grace_s={self.reclaim_grace_s} must be >= 0")
-        if self.wait_timeout_s < 0:
+        if not self.wait_timeout_s >= 0:  # NaN too: a lease would wait for ever
             raise ValueError(f"lease setting wait_timeout_s={self.wait_timeout_s} must be >= 0")
         if self.heartbeat_s * 2 > self.ttl_s:
             raise ValueError(

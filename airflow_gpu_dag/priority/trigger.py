@@ -124,8 +124,9 @@ class TriggerTimes:
                 MAX_RUN_AGE / 86400,
             )
             found = bounded
-        with self._lock:
-            self._seen[key] = found
+        with self._lock:  # a thread that computed it first wins: every task of the run gets one time
+            found = self._seen.setdefault(key, found)
+            self._seen.move_to_end(key)
             while len(self._seen) > self._size:
                 self._seen.popitem(last=False)
         return found

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import multiprocessing
 import os
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,6 +23,7 @@ import pytest
 from airflow_gpu_dag.core.model.resources import GpuRequest
 from airflow_gpu_dag.gpu.inventory import GpuDevice, GpuInventory, parse_inventory
 from airflow_gpu_dag.gpu.lease import (
+    Lease,
     LeaseError,
     LeaseImpossible,
     LeaseManager,
@@ -26,6 +31,7 @@ from airflow_gpu_dag.gpu.lease import (
     LeaseSettings,
     LeaseTableCorrupt,
     LeaseTimeout,
+    _held_devices,
     process_alive,
     process_start_token,
 )
@@ -894,3 +900,287 @@ def test_a_hung_holder_is_still_reclaimed_after_the_ttl(tmp_path: Path) -> None:
     time.sleep(0.8)
     assert m.try_acquire(GpuRequest(1), LeaseOwner(task_id="next")) is not None
     assert not hung.heartbeat() and hung.lost
+
+
+# -- direct checks of the API's promises --------------------------------------------------------------
+class _HeartbeatManager:
+    """A manager whose ``heartbeat`` answers from a script (True, False, or an exception to raise)."""
+
+    def __init__(self, *answers: bool | Exception) -> None:
+        self.settings = SimpleNamespace(heartbeat_s=0.01)
+        self.answers = list(answers)
+        self.calls = 0
+
+    def heartbeat(self, lease_id: str) -> bool:
+        self.calls += 1
+        answer = self.answers.pop(0) if self.answers else False
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def _scripted_lease(*answers: bool | Exception) -> Lease:
+    return Lease(_HeartbeatManager(*answers), "f" * 32, (0,), owner("t"), GpuRequest(1), 0.0)  # type: ignore[arg-type]
+
+
+def _until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return condition()
+
+
+def _heartbeat_threads(lease: Lease) -> list[threading.Thread]:
+    name = f"gpu-lease-heartbeat-{lease.lease_id[:8]}"
+    return [t for t in threading.enumerate() if t.name == name and t.is_alive()]
+
+
+def test_env_names_the_lease_and_nothing_but_its_devices(tmp_path: Path) -> None:
+    lease = manager(tmp_path).acquire(GpuRequest(2), owner("t"))
+    ids = ",".join(map(str, lease.devices))
+    assert lease.visible_devices == ids
+    assert lease.env() == {
+        "CUDA_VISIBLE_DEVICES": ids,
+        "NVIDIA_VISIBLE_DEVICES": ids,
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "GPU_DAG_LEASE_ID": lease.lease_id,
+        "GPU_DAG_DEVICES": ids,
+    }
+    assert repr(lease) == f"Lease({lease.lease_id!r}, devices={list(lease.devices)}, state='held')"
+
+
+def test_to_dict_has_the_documented_keys_and_is_json(tmp_path: Path) -> None:
+    """``gpu_lease`` given to a task is this dict: ``lease_id``, ``devices``, ``uuids``, ``acquired_at``,
+    ``owner`` (docs/gpu-tasks.md); it crosses XCom and process boundaries as JSON."""
+    inventory = GpuInventory(tuple(GpuDevice(i, "a100", 81920, uuid=f"GPU-{i}") for i in range(2)))
+    m = LeaseManager(LeaseSettings(lease_dir=tmp_path / "leases", poll_s=0.05), inventory)
+    lease = m.acquire(GpuRequest(1), owner("t"))
+    data = json.loads(json.dumps(lease.to_dict()))
+    assert set(data) == {"lease_id", "devices", "uuids", "acquired_at", "owner"}
+    assert data["devices"] == list(lease.devices) and data["uuids"] == [f"GPU-{lease.devices[0]}"]
+    assert data["owner"]["task_id"] == "t" and data["acquired_at"] == lease.acquired_at
+
+
+def test_best_fit_takes_the_smallest_devices_and_returns_them_sorted(tmp_path: Path) -> None:
+    sizes = (81920, 16384, 16384, 81920)
+    inventory = GpuInventory(tuple(GpuDevice(i, "a100", mib) for i, mib in enumerate(sizes)))
+    m = LeaseManager(LeaseSettings(lease_dir=tmp_path / "leases", poll_s=0.05), inventory)
+    assert m.acquire(GpuRequest(2)).devices == (1, 2)  # the big ones are kept for big requests
+    assert m.acquire(GpuRequest(2)).devices == (0, 3)
+
+
+def test_try_acquire_records_the_work_groups_in_the_granting_write(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    lease = m.try_acquire(GpuRequest(1), owner("t"), work_groups=[os.getpgid(0)])
+    assert lease is not None
+    (record,) = json.loads(m.table_path.read_text())["leases"].values()
+    assert record["processes"] == [
+        {"pid": os.getpgid(0), "start": process_start_token(os.getpgid(0)), "pgid": os.getpgid(0)}
+    ]
+    assert record["request"] == {"gpus": 1, "memory_mib": None, "gpu_type": None}
+
+
+def test_a_process_registered_twice_is_recorded_once(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    lease = m.acquire(GpuRequest(1), owner("t"))
+    lease.register_process(os.getpid())
+    lease.register_process(os.getpid())
+    (record,) = m.leases()
+    assert [p["pid"] for p in record["processes"]] == [os.getpid()]
+    assert record["processes"][0]["start"] == process_start_token(os.getpid())
+
+
+def test_an_unknown_lease_is_neither_renewed_registered_nor_released(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    assert not m.heartbeat("nope")
+    assert not m.register_process("nope", os.getpid())
+    assert not m.release("nope")
+    assert m.ledger.read() == [] and m.leases() == []
+
+
+def test_a_heartbeat_renews_the_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    m = manager(tmp_path)
+    lease = m.acquire(GpuRequest(1), owner("t"))
+    later = time.time() + 30
+    monkeypatch.setattr(time, "time", lambda: later)
+    assert lease.heartbeat() and lease.state == "held"
+    (record,) = m.leases()
+    assert record["heartbeat_at"] == later and record["acquired_at"] == lease.acquired_at
+
+
+def test_a_lease_as_context_manager_releases_with_the_outcome(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    with m.acquire(GpuRequest(1), owner("ok")) as lease:
+        assert lease.state == "held"
+    assert lease.state == "released"
+    with pytest.raises(ValueError, match="bad batch"), m.acquire(GpuRequest(1), owner("bad")):
+        raise ValueError("bad batch")
+    assert [(r.task_id, r.outcome) for r in m.ledger.read()] == [("ok", "success"), ("bad", "failed")]
+    assert m.leases() == []
+
+
+def test_manager_lease_stops_its_heartbeat_thread_when_done(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    with m.lease(GpuRequest(1), owner("t")) as lease:
+        assert len(_heartbeat_threads(lease)) == 1
+    assert _heartbeat_threads(lease) == [] and lease.state == "released"
+    assert [r.outcome for r in m.ledger.read()] == ["success"]
+
+
+def test_starting_the_heartbeat_twice_runs_one_thread(tmp_path: Path) -> None:
+    lease = manager(tmp_path).acquire(GpuRequest(1), owner("t"))
+    lease.stop_heartbeat()  # before any start: nothing to stop
+    lease.start_heartbeat()
+    lease.start_heartbeat()
+    try:
+        assert len(_heartbeat_threads(lease)) == 1
+    finally:
+        assert lease.release()
+    assert _heartbeat_threads(lease) == []
+
+
+def test_a_failed_heartbeat_is_retried_and_a_lost_lease_calls_back_once() -> None:
+    lease = _scripted_lease(True, OSError("disk full"), True, False, False)
+    lost: list[Lease] = []
+    lease.start_heartbeat(on_lost=lost.append)
+    assert _until(lambda: bool(lost))
+    assert _until(lambda: not _heartbeat_threads(lease))  # the thread ends once the lease is lost
+    assert lost == [lease] and lease.lost and lease.manager.calls == 4  # type: ignore[attr-defined]
+    assert not lease.release()  # nothing to release any more
+
+
+def test_an_on_lost_callback_that_raises_or_releases_does_not_break_the_thread(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    lease = _scripted_lease(False)
+    calls: list[bool] = []
+
+    def on_lost(held: Lease) -> None:
+        calls.append(held.release())
+        held.stop_heartbeat()  # from the heartbeat thread itself: must not join itself
+        raise RuntimeError("callback failed")
+
+    with caplog.at_level("ERROR", logger="airflow_gpu_dag.gpu.lease"):
+        lease.start_heartbeat(on_lost=on_lost)
+        assert _until(lambda: bool(calls) and not _heartbeat_threads(lease))
+    assert calls == [False] and lease.lost
+    assert any("on_lost callback failed" in r.getMessage() for r in caplog.records)
+
+
+def test_a_release_that_fails_keeps_the_lease_held_for_a_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    m = manager(tmp_path)
+    lease = m.acquire(GpuRequest(1), owner("t"))
+    real = m.table.record_usage
+    failures = iter([OSError("ledger disk full")])
+
+    def record_usage(*args: Any, **kwargs: Any) -> None:
+        for err in failures:
+            raise err
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(m.table, "record_usage", record_usage)
+    with pytest.raises(OSError, match="ledger disk full"):
+        lease.release()
+    assert lease.state == "held" and [r["lease_id"] for r in m.leases()] == [lease.lease_id]
+    assert lease.release() and lease.state == "released"
+    assert m.leases() == [] and len(m.ledger.read()) == 1
+
+
+def test_a_live_inventory_is_read_again_for_every_attempt(tmp_path: Path) -> None:
+    readings = iter([1000, 1000, 81000])
+
+    def inventory() -> GpuInventory:
+        free = next(readings, 81000)
+        return GpuInventory((GpuDevice(0, "a100", 81920, memory_free_mib=free),), source="nvml")
+
+    m = LeaseManager(LeaseSettings(lease_dir=tmp_path / "leases", poll_s=0.01, wait_timeout_s=5), inventory)
+    assert m.acquire(GpuRequest(1, memory_mib=40960), owner("t")).devices == (0,)
+    assert next(readings, None) is None  # it waited for the memory to be freed
+
+
+def test_a_zero_timeout_fails_after_one_attempt(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    m.acquire(GpuRequest(4), owner("big"))
+    attempts: list[bool] = []
+    with pytest.raises(LeaseTimeout, match=r"waited 0s for 1 GPU\(s\)"):
+        m.acquire(GpuRequest(1), owner("small"), timeout=0, cancelled=lambda: attempts.append(True) or False)
+    assert attempts == [True]
+
+
+def test_a_nan_timeout_is_refused_rather_than_waiting_for_ever(tmp_path: Path) -> None:
+    """``nan <= 0`` is False, so the remaining time never runs out; a NaN must fail at once, naming it."""
+    m = manager(tmp_path)
+    m.acquire(GpuRequest(4), owner("big"))
+    polls = itertools.count()
+
+    def cancelled() -> bool:
+        if next(polls) >= 20:
+            raise AssertionError("still polling after 20 attempts: the wait has no end")
+        return False
+
+    with pytest.raises((ValueError, LeaseError), match=r"(?i)timeout"):
+        m.acquire(GpuRequest(1), owner("small"), timeout=math.nan, cancelled=cancelled)
+
+
+def test_an_impossible_request_without_an_owner_names_the_request_and_the_fix(tmp_path: Path) -> None:
+    m = manager(tmp_path, "2xa100:80GiB")
+    with pytest.raises(LeaseImpossible) as err:
+        m.check_possible(GpuRequest(3))
+    message = str(err.value)
+    assert message.startswith("3x GPU can never be leased on ") and "Fix:" in message
+
+
+def test_a_unicode_owner_survives_the_table_the_ledger_and_the_timeout_message(tmp_path: Path) -> None:
+    m = manager(tmp_path, "1xa100:80GiB")
+    who = LeaseOwner(dag_id="训练", run_id="manual__λ", task_id="モデル-ü", try_number=1, pool="gpu")
+    lease = m.acquire(GpuRequest(1), who)
+    (record,) = m.leases()
+    assert record["owner"]["task_id"] == "モデル-ü"
+    with pytest.raises(LeaseTimeout, match=r"训练\.モデル-ü"):
+        m.acquire(GpuRequest(1), owner("next"), timeout=0)
+    assert lease.release()
+    (usage,) = m.ledger.read()
+    assert (usage.dag_id, usage.task_id, usage.run_id) == ("训练", "モデル-ü", "manual__λ")
+
+
+def test_held_devices_match_by_uuid_and_by_index_where_a_record_has_no_uuid() -> None:
+    inventory = GpuInventory(tuple(GpuDevice(i, "a100", uuid=f"GPU-{i}") for i in range(4)))
+    records = [
+        {"devices": [0], "uuids": ["GPU-3"]},  # another container's index 0 is our 3
+        {"devices": [1, 2], "uuids": ["GPU-9"]},  # 1: a GPU we do not see; 2: no UUID, by index
+        {"devices": ["1"]},  # an index written as text
+    ]
+    assert _held_devices(inventory, records) == {3, 2, 1}
+
+
+def test_threads_of_one_process_never_share_a_device(tmp_path: Path) -> None:
+    """The table is "atomic across processes"; the workers' threads (one manager, a lease each) too."""
+    m = manager(tmp_path)
+    in_use: set[int] = set()
+    guard = threading.Lock()
+    overlaps: list[tuple[int, ...]] = []
+    granted = itertools.count()
+
+    def worker() -> None:
+        for _ in range(15):
+            lease = m.try_acquire(GpuRequest(2), owner("t"))
+            if lease is None:
+                continue
+            next(granted)
+            with guard:
+                if in_use & set(lease.devices):
+                    overlaps.append(lease.devices)
+                in_use.update(lease.devices)
+            with guard:
+                in_use.difference_update(lease.devices)
+            assert lease.release()
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert overlaps == [] and next(granted) > 2
+    assert m.leases() == []

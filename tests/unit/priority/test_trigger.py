@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
+import threading
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
@@ -198,3 +201,182 @@ def test_a_loaded_backfill_or_catch_up_run_is_weighed_from_its_creation_not_its_
 def test_out_of_range_run_ids_do_not_raise(run_id: str) -> None:
     found = parse_run_id_time(run_id)
     assert found is None or math.isfinite(found)
+
+
+# -- direct checks of the module's promises ------------------------------------------------------------
+def _loaded(run_id: str, **run: object) -> SimpleNamespace:
+    """A task instance carrying its loaded run (in ``__dict__``, as SQLAlchemy keeps a loaded relation)."""
+    ti = SimpleNamespace(dag_id="d", run_id=run_id)
+    ti.__dict__["dag_run"] = SimpleNamespace(**run)
+    return ti
+
+
+@pytest.mark.parametrize(
+    ("run_id", "expected"),
+    [
+        ("manual__2026-11-30T17:00:00+05", NOW),  # an hours-only offset
+        ("manual__2026-11-30T17:30:00+0530", NOW),  # an offset without a colon
+        ("manual__2026-11-30T12:00:00-00:00", NOW),
+        ("manual__2026-11-30T12:00+00:00", NOW),  # no seconds
+        ("manual__2026-11-30T12:00:00", NOW),  # no offset: UTC, not this host's zone
+        ("manual__2026-11-30T12:00:00,5+00:00", NOW + 0.5),  # a decimal comma
+        ("manual__2026-11-30T12:00:00.1234567+00:00", NOW + 0.123456),  # more digits than microseconds
+        ("operator_triggered__2026-11-30T12:00:00+00:00", NOW),
+        ("asset_materialization__2026-11-30T12:00:00+00:00_Jcy2ixpR", NOW),
+    ],
+)
+def test_iso_forms_of_the_time_in_a_run_id_are_read(run_id: str, expected: float) -> None:
+    assert parse_run_id_time(run_id) == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "run_id",
+    [
+        "MANUAL__2026-11-30T12:00:00+00:00",  # run types are lower case
+        "manual__2026-11-30 12:00:00+00:00",  # not the isoformat Airflow writes
+        "manual__2026-11-30T24:00:00+00:00",
+        "manual__2026-11-30T12:00:00+24:00",  # an offset that does not exist
+        "manual__\u0662\u0660\u0662\u0666-\u0661\u0661-\u0663\u0660T12:00:00+00:00",  # Arabic-Indic digits
+        "manual_2026-11-30T12:00:00+00:00",
+        "manual__",
+    ],
+)
+def test_malformed_times_in_run_ids_give_none_not_an_error(run_id: str) -> None:
+    assert parse_run_id_time(run_id) is None
+
+
+def test_a_missing_run_id_gives_none() -> None:
+    assert parse_run_id_time(None) is None  # type: ignore[arg-type]
+
+
+def test_every_task_instance_of_a_run_gets_the_time_first_seen_even_as_the_clock_moves() -> None:
+    ticks = iter([NOW, NOW + 60, NOW + 120])
+    times = trigger.TriggerTimes(clock=lambda: next(ticks))
+    first = times.of(_ti("scheduled__2026-11-01T00:00:00+00:00"))
+    assert first == NOW
+    assert times.of(_ti("scheduled__2026-11-01T00:00:00+00:00")) == NOW  # remembered: the clock not read
+    assert (
+        times.of(SimpleNamespace(dag_id="other", run_id="scheduled__2026-11-01T00:00:00+00:00")) == NOW + 60
+    )
+
+
+def test_the_least_recently_used_run_is_forgotten_first() -> None:
+    ticks = iter(float(NOW + i) for i in range(10))
+    times = trigger.TriggerTimes(size=2, clock=lambda: next(ticks))
+    a, b, c = (_ti(f"scheduled__2026-11-0{i}T00:00:00+00:00") for i in (1, 2, 3))
+    assert (times.of(a), times.of(b)) == (NOW, NOW + 1)
+    assert times.of(a) == NOW  # used again: b is now the oldest
+    assert times.of(c) == NOW + 2
+    assert times.of(a) == NOW  # kept
+    assert times.of(b) == NOW + 3  # forgotten: seen anew
+
+
+def test_a_task_instance_without_ids_or_a_dict_is_weighed_as_first_seen() -> None:
+    class Slotted:
+        __slots__ = ("dag_id",)
+
+        def __init__(self) -> None:
+            self.dag_id = "d"
+
+    times = trigger.TriggerTimes(clock=lambda: NOW)
+    assert times.of(Slotted()) == NOW
+    assert times.of(object()) == NOW
+
+
+def test_a_naive_loaded_run_after_is_utc() -> None:
+    ti = _loaded("manual__whatever", run_type="manual", run_after=datetime(2026, 11, 30, 11, 0))
+    assert trigger.TriggerTimes(clock=lambda: NOW).of(ti) == NOW - 3600
+
+
+def test_a_loaded_run_without_run_after_uses_queued_at_then_the_run_id() -> None:
+    queued = _loaded(
+        "manual__2026-11-30T10:00:00+00:00",
+        run_type="manual",
+        run_after=None,
+        queued_at=pendulum.datetime(2026, 11, 30, 11, 0, tz="UTC"),
+    )
+    assert trigger.TriggerTimes(clock=lambda: NOW).of(queued) == NOW - 3600
+    neither = _loaded("manual__2026-11-30T10:00:00+00:00", run_type="manual", run_after=None, queued_at=None)
+    assert trigger.TriggerTimes(clock=lambda: NOW).of(neither) == NOW - 7200
+
+
+def test_a_loaded_run_without_a_run_type_is_typed_by_its_run_id() -> None:
+    manual = _loaded(
+        "manual__2026-11-30T10:00:00+00:00",
+        run_after=datetime(2026, 11, 30, 11, 0, tzinfo=UTC),
+        created_at=datetime(2026, 11, 30, 11, 30, tzinfo=UTC),
+    )
+    assert trigger.TriggerTimes(clock=lambda: NOW).of(manual) == NOW - 3600
+    scheduled = _loaded(
+        "scheduled__2026-11-01T00:00:00+00:00",
+        run_after=datetime(2026, 11, 1, tzinfo=UTC),
+        created_at=datetime(2026, 11, 30, 11, 30, tzinfo=UTC),
+    )
+    assert trigger.TriggerTimes(clock=lambda: NOW).of(scheduled) == NOW - 1800
+
+
+def test_a_relation_loaded_as_none_falls_back_to_the_run_id() -> None:
+    ti = _ti("manual__2026-11-30T11:00:00+00:00")
+    ti.__dict__["dag_run"] = None
+    assert trigger.TriggerTimes(clock=lambda: NOW).of(ti) == NOW - 3600
+
+
+def test_a_loaded_run_time_is_bounded_like_a_run_id(times: trigger.TriggerTimes) -> None:
+    future = _loaded("manual__x", run_type="manual", run_after=datetime(2100, 1, 1, tzinfo=UTC))
+    assert times.of(future) == NOW
+    ancient = SimpleNamespace(dag_id="e", run_id="manual__y")
+    ancient.__dict__["dag_run"] = SimpleNamespace(
+        run_type="manual", run_after=datetime(2000, 1, 1, tzinfo=UTC)
+    )
+    assert times.of(ancient) == NOW - 30 * 86400.0
+
+
+def test_the_bounds_themselves_are_kept(
+    times: trigger.TriggerTimes, caplog: pytest.LogCaptureFixture
+) -> None:
+    oldest = datetime.fromtimestamp(NOW - trigger.MAX_RUN_AGE, UTC).isoformat()
+    latest = datetime.fromtimestamp(NOW + trigger.CLOCK_SKEW, UTC).isoformat()
+    with caplog.at_level("WARNING", logger="airflow_gpu_dag.priority.trigger"):
+        assert times.of(_ti(f"manual__{oldest}")) == NOW - trigger.MAX_RUN_AGE
+        assert times.of(_ti(f"manual__{latest}")) == NOW + trigger.CLOCK_SKEW
+    assert caplog.records == []  # within the bounds: nothing to warn about
+    beyond = datetime.fromtimestamp(NOW + trigger.CLOCK_SKEW + 1, UTC).isoformat()
+    assert times.of(_ti(f"manual__{beyond}")) == NOW
+
+
+def test_a_run_older_than_the_bound_is_logged_once_naming_the_run_and_the_bound(
+    times: trigger.TriggerTimes, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("WARNING", logger="airflow_gpu_dag.priority.trigger"):
+        for _ in range(3):
+            times.of(SimpleNamespace(dag_id="etl", run_id="manual__2000-01-01T00:00:00+00:00"))
+    (record,) = caplog.records
+    message = record.getMessage()
+    assert "'manual__2000-01-01T00:00:00+00:00'" in message and "'etl'" in message
+    assert " ago;" in message and "30 days ago" in message
+
+
+def test_two_threads_weighing_a_new_run_at_once_get_the_same_time() -> None:
+    """The class has a lock and promises one time per run in a process; two threads (the api-server's)
+    that both miss the cache each read the clock and each return their own, the later overwriting it."""
+    barrier = threading.Barrier(2, timeout=1.0)
+    ticks = itertools.count()
+
+    def clock() -> float:
+        moment = NOW + next(ticks)
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait()  # both threads missed the cache before either remembers its time
+        return moment
+
+    times = trigger.TriggerTimes(clock=clock)
+    got: list[float] = []
+    threads = [
+        threading.Thread(target=lambda: got.append(times.of(_ti("scheduled__2026-11-01T00:00:00+00:00"))))
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert len(got) == 2
+    assert got[0] == got[1] == times.of(_ti("scheduled__2026-11-01T00:00:00+00:00"))
