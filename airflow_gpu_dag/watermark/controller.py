@@ -24,6 +24,7 @@ their capacity, and the scheduler's watchdog does so for a controller that died 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -32,6 +33,7 @@ from typing import Any
 
 import airflow_gpu_dag.metrics as metrics
 from airflow_gpu_dag.core.model.ladders import can_fall_back
+from airflow_gpu_dag.core.model.resources import real_number
 from airflow_gpu_dag.core.policy.admission import PendingTask, ReadyTask, RunningTask
 from airflow_gpu_dag.core.policy.objective import ReservationGate
 from airflow_gpu_dag.core.policy.reservation import PoolDecision, decide_pools
@@ -155,6 +157,10 @@ class WatermarkController:
 
         if default_duration is None:
             default_duration = default_duration_seconds()
+        if not 0 <= real_number(default_duration) < math.inf:  # NaN too
+            raise ValueError(
+                f"default_duration={default_duration!r} must be a finite number of seconds >= 0, e.g. 1800"
+            )
         self.default_duration = float(default_duration)
 
         #: the cross-DAG objective's reservation gate ([gpu_dag] objective; None: reserve for every head)
@@ -240,7 +246,9 @@ class WatermarkController:
         for ti in self.client.task_instances(list(self.specs), states):
             try:
                 pool, state = str(ti.get("pool")), str(ti.get("state"))
-                if pool not in self.specs or (state == "deferred" and pool not in deferred_pools):
+                if pool not in self.specs or state not in states:  # an answer the filter did not narrow
+                    continue
+                if state == "deferred" and pool not in deferred_pools:
                     continue
                 slots = task_instance_fields.slots(ti)
                 if state == "scheduled":
@@ -295,7 +303,8 @@ class WatermarkController:
             if (dag_id, run_id) not in runs:
                 by_task: dict[str, list[dict[str, Any]]] = {}
                 for other in self.client.run_task_instances(dag_id, run_id):
-                    by_task.setdefault(str(other.get("task_id")), []).append(other)
+                    if isinstance(other, Mapping):  # a null in the answer must not cost the lookahead
+                        by_task.setdefault(str(other.get("task_id")), []).append(other)
                 runs[(dag_id, run_id)] = by_task
             ends = [now]
             after: list[str] = []
@@ -482,7 +491,7 @@ class WatermarkController:
         stop = stop or threading.Event()
         done = 0
         try:
-            while not stop.is_set():
+            while not stop.is_set() and (max_ticks is None or done < max_ticks):
                 started = time.monotonic()
                 try:
                     outcomes = self.tick()

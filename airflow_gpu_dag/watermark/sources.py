@@ -235,7 +235,11 @@ class CapacityTracker:
     def restore(self, last_good: int | None, failures: int, source: str | None = None) -> bool:
         """Continue from state saved in the pool description by a previous controller; a last good
         value another source configuration measured (``source``: its fingerprint) is not taken: a
-        source that now fails must not keep a capacity the old one saw. True when restored."""
+        source that now fails must not keep a capacity the old one saw, and one this tracker measured
+        since (a first tick that could not read the pools still read the sources) is newer. True when
+        restored."""
+        if self.last_good is not None:  # measured since this controller started: newer than the saved one
+            return False
         if source is not None and source != self.fingerprint:
             log.warning(
                 "pool %s: its source configuration changed; not restoring last good %s",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -590,3 +591,401 @@ def test_a_tick_sends_the_plan_error_of_a_run_that_finished_since_the_last(
     ctl.tick()
     ctl.tick()
     assert sent == ([] if dry_run else [("pipe", error["start_error_s"], error["end_error_s"])])
+
+
+# -- direct checks of the controller's promises (docstrings and docs/watermarks.md) -----------------
+
+
+class FakeLock:
+    """A leader lock whose answers the test sets; records its releases."""
+
+    def __init__(self, acquire: bool = True, may_write: bool = True) -> None:
+        self.answer, self.writable, self.releases = acquire, may_write, 0
+
+    def acquire(self) -> bool:
+        return self.answer
+
+    def may_write(self) -> bool:
+        return self.writable
+
+    def describe(self) -> str:
+        return "fake lease"
+
+    def release(self) -> None:
+        self.releases += 1
+
+
+class NoWait(threading.Event):
+    """A stop event whose wait between ticks returns at once (no 60-s interval in a unit test)."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.is_set()
+
+
+class AnyAnswer(FakeRest):
+    """A REST API that ignores the pool and state filters of the task-instance list."""
+
+    def task_instances(self, pools: Any, states: Any) -> list[Any]:
+        return list(self.tis)
+
+
+class PoolsDown(FakeRest):
+    """Pools that cannot be read while ``down`` is set."""
+
+    down = False
+
+    def get_pool(self, name: str) -> dict[str, Any] | None:
+        if self.down:
+            raise RestError("GET /api/v2/pools/gpu: HTTP 503")
+        return super().get_pool(name)
+
+
+class FailingWrites(FakeRest):
+    """Pool writes that fail while ``failing`` is set."""
+
+    failing = True
+
+    def set_pool(
+        self, name: str, slots: int, description: str, include_deferred: bool = False
+    ) -> dict[str, Any]:
+        if self.failing:
+            raise RestError("PATCH /api/v2/pools/gpu: HTTP 500")
+        return super().set_pool(name, slots, description, include_deferred)
+
+
+def _two_pools(rest: FakeRest, **gpu: Any) -> WatermarkController:
+    config = parse_config(
+        {
+            "pools": {"gpu": {"source": 0, **gpu}, "gpu2": {"source": 0}},
+            "lease": {"lock_file": None, "variable": None},
+        }
+    )
+    sources: Any = {"gpu": Source(4), "gpu2": Source(4)}
+    return WatermarkController(config, rest, sources, default_duration=60.0, clock=lambda: NOW)  # type: ignore[arg-type]
+
+
+def _claimed_pool(lease: str, holder: str, expires: float) -> dict[str, Any]:
+    claim = (lease, holder, expires)
+    text = describe(PoolCapacity(4, "ok", "fake 4", 0, 4), None, 2, claim, 60.0)
+    return {"name": "gpu", "slots": 2, "description": text, "include_deferred": False}
+
+
+def test_describe_writes_the_claim_and_interval_into_the_state() -> None:
+    text = describe(PoolCapacity(3, "ok", "fake 3", 0, 3), None, 3, ("variable:l", "h1", NOW + 180), 60.0)
+    state = parse_pool_state(text)
+    assert text.startswith("gpu-dag watermark: pool 3 of capacity 3 | source ok: fake 3")
+    assert state is not None
+    assert (state.lease, state.holder, state.expires, state.interval) == ("variable:l", "h1", NOW + 180, 60.0)
+    assert (state.capacity, state.last_good, state.failures, state.why) == (3, 3, 0, None)
+
+
+def test_describe_without_a_claim_leaves_the_pool_unclaimed() -> None:
+    state = parse_pool_state(describe(PoolCapacity(2, "ok", "x", 0, 2), None, 2))
+    assert state is not None and state.lease is None and state.holder is None
+    assert not state.claimed(NOW)
+
+
+def test_a_first_tick_on_unreadable_pools_writes_nothing_and_the_next_tick_does() -> None:
+    rest = PoolsDown()
+    rest.down = True
+    ctl = controller(rest, Source(4))
+    [outcome] = ctl.tick()
+    assert outcome.size is None and not outcome.written and (outcome.error or "").startswith("pools: ")
+    assert "HTTP 503" in (outcome.error or "") and rest.writes == [] and not ctl.active
+    rest.down = False
+    [outcome] = ctl.tick()
+    assert outcome.written and ctl.active and rest.writes == [("gpu", 4)]
+
+
+def test_a_failed_pool_write_is_reported_and_retried_at_the_next_tick() -> None:
+    rest = FailingWrites()
+    ctl = controller(rest, Source(4))
+    [outcome] = ctl.tick()
+    assert not outcome.written and outcome.size == 4 and "HTTP 500" in (outcome.error or "")
+    rest.failing = False
+    [outcome] = ctl.tick()
+    assert outcome.written and outcome.error is None and rest.pools["gpu"]["slots"] == 4
+
+
+def test_an_outcome_reports_the_size_the_pool_had_before() -> None:
+    rest = FakeRest()
+    rest.pools["gpu"] = {"name": "gpu", "slots": 7, "description": "", "include_deferred": False}
+    [outcome] = controller(rest, Source(4)).tick()
+    assert (outcome.previous, outcome.size, outcome.written) == (7, 4, True)
+
+
+def test_a_pool_whose_other_group_claim_lapsed_is_taken_over() -> None:
+    """Only a live claim of another group keeps the controller off a pool; a lapsed one is no owner."""
+    rest = FakeRest()
+    rest.pools["gpu"] = _claimed_pool("variable:team_b", "B", NOW - 1)
+    [outcome] = controller(rest, Source(4)).tick()
+    assert outcome.written and outcome.error is None and rest.pools["gpu"]["slots"] == 4
+    state = parse_pool_state(rest.pools["gpu"]["description"])
+    assert state is not None and state.lease != "variable:team_b" and state.claimed(NOW)
+
+
+def test_a_live_claim_of_the_same_group_does_not_stop_a_write() -> None:
+    """A replica of the same lease group (a standby that took over) writes over its predecessor's claim."""
+    rest = FakeRest()
+    ctl = controller(rest, Source(4))
+    rest.pools["gpu"] = _claimed_pool(ctl.group, "another-replica", NOW + 100)
+    [outcome] = ctl.tick()
+    assert outcome.written and rest.pools["gpu"]["slots"] == 4
+    assert pool_holder(rest) == ctl.holder
+
+
+def pool_holder(rest: FakeRest) -> str | None:
+    state = parse_pool_state(rest.pools["gpu"]["description"])
+    return None if state is None else state.holder
+
+
+def test_another_groups_live_claim_names_the_other_group_and_the_fix() -> None:
+    rest = FakeRest()
+    rest.pools["gpu"] = _claimed_pool("variable:team_b", "B", NOW + 100)
+    [outcome] = controller(rest, Source(4)).tick()
+    assert outcome.size is None and not outcome.written and rest.writes == []
+    error = outcome.error or ""
+    assert "variable:team_b" in error and "controller B" in error and "Fix:" in error
+
+
+def test_a_dry_run_writes_nothing_and_says_what_it_would_write() -> None:
+    rest = FakeRest()
+    rest.tis = [ti("hold", "running", started=NOW - 10, duration=100), ti("wide", "scheduled", slots=4)]
+    ctl = controller(rest, Source(4), backfill=False)
+    ctl.dry_run = True
+    [outcome] = ctl.tick()
+    assert outcome.would_write and not outcome.written and outcome.size == 0
+    assert ctl.release("stopped") == [] and rest.writes == [] and rest.pools == {}
+
+
+def test_a_dry_run_controller_takes_no_lease(tmp_path: Any) -> None:
+    config = parse_config(
+        {"pools": {"gpu": {"source": 4}}, "lease": {"lock_file": str(tmp_path / "no" / "such" / "dir" / "x")}}
+    )
+    ctl = build_controller(config, FakeRest(), "h", {"gpu": Source(4)}, dry_run=True)  # type: ignore[arg-type]
+    assert ctl.leader_lock is None and ctl.dry_run
+
+
+def test_a_standby_controller_neither_reads_nor_writes_pools() -> None:
+    rest = PoolsDown()
+    rest.down = True  # a standby must not even read the pools
+    ctl = controller(rest, Source(4))
+    ctl.leader_lock = FakeLock(acquire=False)  # type: ignore[assignment]
+    assert ctl.tick() == [] and not ctl.active and rest.writes == []
+
+
+def test_losing_the_lease_writes_the_claimed_pools_back_to_their_capacity() -> None:
+    rest = FakeRest()
+    rest.tis = [ti("hold", "running", started=NOW - 10, duration=100), ti("wide", "scheduled", slots=4)]
+    ctl = controller(rest, Source(4), backfill=False)
+    lock = FakeLock()
+    ctl.leader_lock = lock  # type: ignore[assignment]
+    ctl.tick()
+    assert rest.pools["gpu"]["slots"] == 0 and ctl.active
+    lock.answer = False
+    assert ctl.tick() == []
+    assert not ctl.active and rest.pools["gpu"]["slots"] == 4
+    state = parse_pool_state(rest.pools["gpu"]["description"])
+    assert state is not None and not state.claimed(NOW)
+
+
+def test_shutdown_of_an_inactive_controller_writes_nothing_but_gives_up_the_lease() -> None:
+    rest = FakeRest()
+    ctl = controller(rest, Source(4))
+    lock = FakeLock()
+    ctl.leader_lock = lock  # type: ignore[assignment]
+    ctl.shutdown()
+    assert rest.writes == [] and lock.releases == 1 and ctl.released == []
+
+
+def test_shutdown_of_an_active_controller_records_the_pools_it_released() -> None:
+    rest = FakeRest()
+    rest.tis = [ti("hold", "running", started=NOW - 10, duration=100), ti("wide", "scheduled", slots=4)]
+    ctl = controller(rest, Source(4), backfill=False)
+    ctl.tick()
+    ctl.shutdown("test over")
+    assert ctl.released == ["gpu"] and not ctl.active and rest.pools["gpu"]["slots"] == 4
+    assert "test over" in rest.pools["gpu"]["description"]
+
+
+def test_run_with_stop_already_set_ticks_never_but_still_stops_cleanly() -> None:
+    ctl = controller(FakeRest(), Source(4))
+    lock = FakeLock()
+    ctl.leader_lock = lock  # type: ignore[assignment]
+    stop = threading.Event()
+    stop.set()
+    ctl.run(stop)
+    assert ctl.ticks == 0 and lock.releases == 1
+
+
+def test_run_calls_on_tick_with_each_ticks_outcomes_until_stopped() -> None:
+    rest = FakeRest()
+    ctl = controller(rest, Source(4))
+    stop, seen = NoWait(), []
+
+    def on_tick(outcomes: list[Any]) -> None:
+        seen.append([o.pool for o in outcomes])
+        if len(seen) == 2:
+            stop.set()
+
+    ctl.run(stop, on_tick=on_tick)
+    assert seen == [["gpu"], ["gpu"]] and ctl.ticks == 2
+    assert ctl.released == ["gpu"] and not ctl.active  # the clean stop failed open
+
+
+def test_run_survives_a_tick_that_raises_and_still_fails_open(caplog: pytest.LogCaptureFixture) -> None:
+    rest = FakeRest()
+    ctl = controller(rest, Source(4))
+    ctl.tick()  # active, the pool claimed
+
+    def boom() -> list[Any]:
+        raise RuntimeError("bug in a tick")
+
+    ctl.tick = boom  # type: ignore[method-assign]
+    ctl.run(max_ticks=1)
+    assert "watermark tick failed" in caplog.text
+    assert ctl.released == ["gpu"]
+
+
+def test_run_survives_an_on_tick_callback_that_raises(caplog: pytest.LogCaptureFixture) -> None:
+    ctl = controller(FakeRest(), Source(4))
+    stop, calls = NoWait(), []
+
+    def on_tick(outcomes: list[Any]) -> None:
+        calls.append(1)
+        if len(calls) == 2:
+            stop.set()
+        raise OSError("heartbeat file: disk full")
+
+    ctl.run(stop, on_tick=on_tick)
+    assert len(calls) == 2 and "watermark tick failed" in caplog.text
+
+
+def test_run_with_max_ticks_zero_runs_no_tick() -> None:
+    rest = FakeRest()
+    ctl = controller(rest, Source(4))
+    ctl.run(max_ticks=0)
+    assert ctl.ticks == 0 and rest.writes == []
+
+
+def test_deferred_task_instances_hold_slots_only_in_include_deferred_pools() -> None:
+    rest = AnyAnswer()
+    rest.tis = [
+        ti("def_a", "deferred", started=NOW - 5, pool="gpu"),
+        ti("def_b", "deferred", started=NOW - 5, pool="gpu2"),
+        ti("run_b", "running", started=NOW - 5, pool="gpu2"),
+    ]
+    running, ready = _two_pools(rest, include_deferred=True)._tasks(NOW)
+    assert sorted(t.key for t in running) == ["d/r/def_a/-1", "d/r/run_b/-1"] and ready == []
+
+
+def test_task_instances_of_unmanaged_pools_are_ignored() -> None:
+    rest = AnyAnswer()
+    rest.tis = [
+        ti("elsewhere", "running", slots=3, started=NOW - 5, pool="cpu"),
+        ti("w", "scheduled", slots=2, pool="other_gpu"),
+        ti("mine", "scheduled", slots=1),
+    ]
+    running, ready = controller(rest, Source(4))._tasks(NOW)
+    assert running == [] and [t.key for t in ready] == ["d/r/mine/-1"]
+
+
+def test_one_unreadable_task_instance_is_skipped_and_counted(caplog: pytest.LogCaptureFixture) -> None:
+    rest = AnyAnswer()
+    rest.tis = [None, ti("a", "running", started=NOW - 5), "garbage", ti("b", "scheduled", slots=2)]  # type: ignore[list-item]
+    with caplog.at_level(logging.WARNING):
+        running, ready = controller(rest, Source(4))._tasks(NOW)
+    assert [t.key for t in running] == ["d/r/a/-1"] and [t.key for t in ready] == ["d/r/b/-1"]
+    assert "skipped 2 unreadable task instance(s)" in caplog.text
+
+
+def test_a_finished_task_instance_in_the_answer_holds_no_slots() -> None:
+    """The REST answer is checked for the pool; a state it did not ask for must not hold slots either."""
+    rest = AnyAnswer()
+    rest.tis = [
+        ti("done", "success", slots=3, started=NOW - 100, duration=1000),
+        ti("retry", "up_for_retry", slots=1, started=NOW - 100, duration=1000),
+        ti("wide", "scheduled", slots=4, priority=100),
+    ]
+    running, _ = controller(rest, Source(4))._tasks(NOW)
+    assert running == []
+
+
+def _pending_state(rest: FakeRest, up_state: str | None, up_pool: str) -> None:
+    rest.upstream = {"up": [], "wide": ["up"]}
+    rest.tis = [
+        ti("up", up_state, slots=1, duration=30, pool=up_pool, started=NOW - 10),
+        ti("wide", None, slots=4, priority=100, duration=600),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("up_state", "up_pool", "ready_at", "after"),
+    [
+        ("success", "gpu", NOW, ()),
+        ("upstream_failed", "gpu", NOW, ()),
+        ("running", "gpu", NOW + 20, ()),
+        ("scheduled", "gpu", NOW, ("d/r/up/-1",)),
+        ("scheduled", "cpu_pool", NOW + 30, ()),
+    ],
+)
+def test_lookahead_ready_time_follows_each_upstream_state(
+    up_state: str, up_pool: str, ready_at: float, after: tuple[str, ...]
+) -> None:
+    rest = FakeRest()
+    _pending_state(rest, up_state, up_pool)
+    [task] = controller(rest, Source(4))._pending(NOW)
+    assert (task.key, task.ready_at, task.after) == ("d/r/wide/-1", ready_at, after)
+
+
+@pytest.mark.parametrize(
+    ("up_state", "up_pool"),
+    [(None, "gpu"), ("up_for_retry", "gpu"), ("up_for_reschedule", "gpu"), ("scheduled", "gpu2")],
+)
+def test_lookahead_skips_a_task_whose_upstream_has_not_started(up_state: str | None, up_pool: str) -> None:
+    """Not started, up for retry, or waiting in another managed pool: when it turns ready is unknown."""
+    rest = FakeRest()
+    _pending_state(rest, up_state, up_pool)
+    assert "d/r/wide/-1" not in [t.key for t in _two_pools(rest)._pending(NOW)]
+
+
+def test_lookahead_reads_nothing_for_pools_without_reservation_or_lookahead() -> None:
+    for pool in ({"reservation": False}, {"lookahead": False}):
+        rest = FakeRest()
+        _lookahead_state(rest)
+        rest.ti_error = rest.tasks_error = RestError("must not be called")
+        assert controller(rest, Source(4), **pool)._pending(NOW) == []
+
+
+def test_one_malformed_task_instance_of_a_run_does_not_cost_the_lookahead() -> None:
+    class JunkInRun(FakeRest):
+        def run_task_instances(self, dag_id: str, run_id: str) -> list[Any]:
+            return [*super().run_task_instances(dag_id, run_id), None]
+
+    rest = JunkInRun()
+    _lookahead_state(rest)
+    [outcome] = controller(rest, Source(4)).tick()
+    assert outcome.decision is not None and outcome.decision.reserved_for == "d/r/wide/-1"
+
+
+def test_a_late_restore_does_not_replace_a_capacity_measured_since() -> None:
+    """First tick: pools unreadable, the source reads 2. Next tick the old description (6) must not
+    replace that newer measurement as the last good value."""
+    rest = PoolsDown()
+    controller(rest, Source(6)).tick()  # an earlier controller saved last good 6
+    rest.down = True
+    source = Source(2)
+    ctl = controller(rest, source, stale_intervals=3)
+    [first] = ctl.tick()
+    assert first.capacity.gpus == 2 and first.error
+    rest.down, source.value = False, SourceError("exporter down")
+    [outcome] = ctl.tick()
+    assert (outcome.capacity.status, outcome.capacity.last_good) == ("stale", 2)
+    assert rest.pools["gpu"]["slots"] == 2
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -5.0])
+def test_a_bad_default_duration_is_refused_with_its_name(bad: float) -> None:
+    config = parse_config({"pools": {"gpu": {"source": 4}}, "lease": {"lock_file": None, "variable": None}})
+    with pytest.raises(ValueError, match="default_duration"):
+        WatermarkController(config, FakeRest(), {"gpu": Source(4)}, default_duration=bad)  # type: ignore[arg-type,dict-item]
