@@ -177,7 +177,8 @@ class LearnedDurations:
                 self._start()
         if queue:
             self._wake.set()
-        if self.inline and (entry is None or self._clock() - entry.at > self.refresh_s):
+        stale = entry is None or self._clock() - entry.at > self.refresh_s
+        if self.inline and stale and not self._stopped.is_set():  # stopped: nothing new is read
             return self._refresh(version, dag)
         return entry
 

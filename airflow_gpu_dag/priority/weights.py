@@ -138,6 +138,7 @@ class CrossDagWeights:
         self._bases: weakref.WeakKeyDictionary[Any, DagBasis] = weakref.WeakKeyDictionary()
         self._failed: weakref.WeakKeyDictionary[Any, tuple[dict[str, int], str]] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
+        self._settings_lock = threading.RLock()  # re-entered: a reader's prepare may ask for the settings
         self.triggers = TriggerTimes()
         self.background: Background | None = None
         self.learned: LearnedDurations | None = None
@@ -152,6 +153,10 @@ class CrossDagWeights:
 
     # -- settings ---------------------------------------------------------------------------------
     def settings(self) -> WeightSettings:
+        with self._settings_lock:  # one thread re-reads: two would each make (and leak) a new reader
+            return self._fresh_settings()
+
+    def _fresh_settings(self) -> WeightSettings:
         now = time.monotonic()
         if self._settings is None or now - self._settings_at > SETTINGS_TTL_S:
             self._settings = self._read_settings()
@@ -280,8 +285,10 @@ class CrossDagWeights:
 
     def _current(self, basis: DagBasis, current: WeightSettings) -> bool:
         """Whether ``basis`` was made for the current capacities and planner settings (a change of
-        either makes the DAG analysed, and planned, again)."""
-        return basis.capacity == current.capacity and basis.planner == self._planner(current)
+        either makes the DAG analysed, and planned, again), and not from history learning has since
+        been turned off for."""
+        same = basis.capacity == current.capacity and basis.planner == self._planner(current)
+        return same and (current.learned or not basis.from_history)  # learning turned off: declared again
 
     def _keep_version(self, basis: DagBasis) -> None:
         key = f"{basis.dag_id}:{basis.version}"

@@ -425,3 +425,221 @@ def test_a_refresh_bound_of_years_still_reads_the_learned_durations() -> None:
         assert reads == ["dag"] and learned.running
     finally:
         learned.stop()
+
+
+# -- more: the refresh bound, inline reads, the reading thread, read_learned --------------------------
+
+
+def test_refresh_bound_is_at_least_the_minimum() -> None:
+    from airflow_gpu_dag.priority.learned import MIN_REFRESH_S, refresh_bound
+
+    assert refresh_bound(0.2) == MIN_REFRESH_S == 1.0
+    assert refresh_bound(-600.0) == MIN_REFRESH_S
+    assert refresh_bound(float("nan")) == MIN_REFRESH_S  # not a NaN bound that no age ever reaches
+    assert refresh_bound(600.0) == 600.0
+    assert LearnedDurations(0.0).refresh_s == MIN_REFRESH_S
+
+
+@pytest.mark.parametrize(
+    ("graph", "learned_tasks", "nothing"),
+    [(None, 0, True), (None, 3, True), (TaskGraph("g"), 0, True), (TaskGraph("g"), 1, False)],
+)
+def test_a_learned_entry_changes_nothing_without_a_graph_or_learned_tasks(
+    graph: TaskGraph | None, learned_tasks: int, nothing: bool
+) -> None:
+    from airflow_gpu_dag.priority.learned import Learned
+
+    assert Learned(0.0, graph, learned_tasks).changes_nothing is nothing
+
+
+def test_inline_reads_are_kept_until_the_refresh_bound_then_read_again() -> None:
+    now = [0.0]
+    history = FakeHistory(train_s=1200.0)
+    learned = LearnedDurations(refresh_s=60.0, inline=True, read=history, clock=lambda: now[0])
+    dag = _pipeline()
+    first = learned.get("wrong:v1", dag)
+    assert first is not None and first.at == 0.0 and learned.reads == 1
+    now[0] = 60.0  # as old as the bound: still fresh inline
+    assert learned.get("wrong:v1", dag) is first and learned.reads == 1
+    now[0] = 60.5
+    again = learned.get("wrong:v1", dag)
+    assert again is not None and again.at == 60.5 and learned.reads == 2
+    assert not learned.running  # inline: no thread
+
+
+def test_the_least_recently_asked_version_is_dropped_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    import airflow_gpu_dag.priority.learned as module
+
+    monkeypatch.setattr(module, "MAX_VERSIONS", 2)
+    learned = LearnedDurations(inline=True, read=FakeHistory(train_s=1200.0))
+    dag = _pipeline()
+    for version in ("wrong:a", "wrong:b", "wrong:a", "wrong:c"):
+        learned.get(version, dag)
+    assert sorted(learned._entries) == ["wrong:a", "wrong:c"]
+    assert sorted(learned._dags) == ["wrong:a", "wrong:c"] == sorted(learned._first) == sorted(learned._last)
+
+
+def test_a_version_is_due_again_exactly_at_the_refresh_bound() -> None:
+    now = [0.0]
+    learned = LearnedDurations(
+        refresh_s=60.0, inline=True, read=FakeHistory(train_s=1200.0), clock=lambda: now[0]
+    )
+    learned.get("wrong:v1", _pipeline())
+    now[0] = 59.9
+    assert learned._due() == []
+    now[0] = 60.0
+    assert [version for version, _ in learned._due()] == ["wrong:v1"]
+
+
+def test_prepare_runs_before_the_entry_is_visible_and_a_failing_prepare_keeps_the_entry(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Callers that find the entry also find what ``prepare`` made; a failure there loses no read."""
+    seen: list[bool] = []
+    learned: LearnedDurations
+
+    def prepare(version: str, dag: Any, entry: Any) -> None:
+        seen.append(version in learned._entries)
+        raise RuntimeError("cannot analyse")
+
+    learned = LearnedDurations(inline=True, read=FakeHistory(train_s=1200.0), prepare=prepare)
+    entry = learned.get("wrong:v1", _pipeline())
+    assert entry is not None and learned._entries["wrong:v1"] is entry
+    assert seen == [False]
+    assert "preparing the weights of DAG version wrong:v1 failed" in caplog.text
+
+
+def test_concurrent_asks_for_a_new_version_read_it_once() -> None:
+    """The scheduler's and the api-server's threads ask for one new version at once: one read."""
+    release = threading.Event()
+    reads: list[str] = []
+
+    def slow(dag: Any) -> tuple[None, int]:
+        reads.append(dag)
+        release.wait(timeout=10)
+        return None, 0
+
+    learned = LearnedDurations(read=slow)
+    barrier = threading.Barrier(6)
+    got: list[Any] = []
+
+    def ask() -> None:
+        barrier.wait(timeout=10)
+        got.append(learned.get("wrong:v1", "dag"))
+
+    threads = [threading.Thread(target=ask) for _ in range(6)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=10)
+        assert got == [None] * 6  # none waits for the read
+        release.set()
+        assert learned.wait_for("wrong:v1", timeout=10) is not None
+        assert learned.get("wrong:v1", "dag") is not None and reads == ["dag"]
+    finally:
+        release.set()
+        learned.stop()
+
+
+def test_a_failing_read_in_the_thread_keeps_it_reading_other_versions() -> None:
+    def read(dag: Any) -> tuple[None, int]:
+        if dag == "broken":
+            raise RuntimeError("database is locked")
+        return None, 0
+
+    learned = LearnedDurations(read=read)
+    try:
+        assert learned.get("broken:v1", "broken") is None
+        assert learned.get("fine:v1", "fine") is None
+        assert learned.wait_for("fine:v1", timeout=10) is not None
+        assert learned.running and learned.get("broken:v1", "broken") is None
+    finally:
+        learned.stop()
+
+
+def test_wait_for_a_version_never_asked_for_gives_up_at_its_timeout() -> None:
+    learned = LearnedDurations(inline=True, read=FakeHistory(train_s=1200.0))
+    assert learned.wait_for("wrong:v9", timeout=0.05) is None
+
+
+def test_a_stopped_inline_reader_reads_nothing_new() -> None:
+    """``stop``: "entries already read stay readable; new versions are no longer read"."""
+    history = FakeHistory(train_s=1200.0)
+    learned = LearnedDurations(inline=True, read=history)
+    assert learned.get("wrong:v1", _pipeline()) is not None
+    learned.stop()
+    assert learned.get("wrong:v1", _pipeline()) is not None
+    assert learned.get("wrong:v2", _pipeline()) is None and len(history.threads) == 1
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def rollback(self) -> None:
+        self.calls.append("rollback")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+def _learned_graph(map_counts: dict[str, int], *learned: float | None) -> Any:
+    estimates = {f"t{i}": SimpleNamespace(learned=value) for i, value in enumerate(learned)}
+    return SimpleNamespace(graph=TaskGraph("wrong"), estimates=estimates, map_counts=map_counts)
+
+
+def test_read_learned_counts_learned_durations_and_map_counts_in_its_own_session(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import airflow_gpu_dag.airflow.history as history_module
+    import airflow_gpu_dag.priority.learned as module
+
+    session = _Session()
+    monkeypatch.setattr(module.airflow_settings, "NonScopedSession", lambda: session)
+    sessions: list[Any] = []
+    monkeypatch.setattr(
+        history_module, "has_history", lambda dag_id, session=None: sessions.append(session) or 1
+    )
+    learned = _learned_graph({"sweep": 4}, 600.0, None, 30.0)
+    monkeypatch.setattr(
+        history_module,
+        "learned_task_graph",
+        lambda dag, expand_mapped, session: sessions.append(session) or learned,
+    )
+    assert module.read_learned(SimpleNamespace(dag_id="wrong")) == (learned.graph, 3)
+    assert sessions == [session, session] and session.calls == ["close"]  # read only: nothing committed
+
+
+def test_read_learned_rolls_back_a_failed_history_check_and_still_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A failed LIMIT 1 query aborts the transaction: rolled back, so the learned graph's query can run."""
+    import airflow_gpu_dag.airflow.history as history_module
+    import airflow_gpu_dag.priority.learned as module
+
+    session = _Session()
+    monkeypatch.setattr(module.airflow_settings, "NonScopedSession", lambda: session)
+
+    def failing(dag_id: str, session: Any = None) -> bool:
+        raise RuntimeError("relation task_instance does not exist")
+
+    def read(dag: Any, expand_mapped: bool, session: Any) -> Any:
+        session.calls.append("read")
+        return _learned_graph({})
+
+    monkeypatch.setattr(history_module, "has_history", failing)
+    monkeypatch.setattr(history_module, "learned_task_graph", read)
+    _graph, learned_tasks = module.read_learned(SimpleNamespace(dag_id="wrong"))
+    assert learned_tasks == 0 and session.calls == ["rollback", "read", "close"]
+
+
+@pytest.mark.parametrize("maker", [None, "raises"])
+def test_no_own_session_when_none_can_be_made(monkeypatch: pytest.MonkeyPatch, maker: Any) -> None:
+    import airflow_gpu_dag.priority.learned as module
+
+    def broken() -> Any:
+        raise RuntimeError("not configured")
+
+    monkeypatch.setattr(module.airflow_settings, "NonScopedSession", broken if maker else None)
+    assert module._own_session() is None

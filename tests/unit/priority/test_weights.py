@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -614,3 +615,198 @@ def test_policy_text_of_a_stock_rule_says_its_weights_are_not_keys() -> None:
         "DAG 'told' uses a stock weight rule: its weights are Airflow's, not cross-DAG keys "
         "(set weight_rule=CRITICAL_PATH_WEIGHT_RULE)."
     )
+
+
+# -- more: settings changes, empty DAGs, the descendants term, concurrent use --------------------------
+
+
+def _learned_history(train_s: float) -> Callable[[Any], tuple[TaskGraph, int]]:
+    """A history in which ``train`` really takes ``train_s`` (declared 1 h by ``_pipeline``)."""
+
+    def read(dag: Any) -> tuple[TaskGraph, int]:
+        graph, _ = build_task_graph(dag)
+        estimate = DurationEstimate("train", 3600.0, 3600.0, learned=train_s, runs=5)
+        return with_estimates(graph, {"train": estimate}), 1
+
+    return read
+
+
+def _learning(weights: CrossDagWeights, train_s: float) -> None:
+    """``weights`` reads its learned durations (inline) from a history where train takes ``train_s``."""
+    weights.settings()
+    assert weights.learned is not None and weights.learned.inline
+    weights.learned = LearnedDurations(
+        weights.learned.refresh_s,
+        inline=True,
+        read=_learned_history(train_s),
+        prepare=weights._prepare_learned,
+    )
+
+
+def test_turning_learned_durations_off_returns_the_weights_to_the_declared_estimates(
+    own: Callable[..., tuple[CrossDagWeights, Config]],
+) -> None:
+    """Settings are re-read every SETTINGS_TTL_S: ``learned_durations = false`` must bring the declared
+    estimates back for DAG objects already weighed with learned ones."""
+    reference, _ = own()
+    sdag = serialized(_pipeline("unlearned"))
+    declared = _weights(reference, sdag)
+    weights, config = own(learned=True)
+    _learning(weights, train_s=1200.0)
+    learned = _weights(weights, sdag)
+    assert _key(learned["train"]) - TRIGGER == -0.5 * 1200  # the learned 20 minutes
+    config.change(weights, learned=False)
+    assert _weights(weights, sdag) == declared
+
+
+def test_a_capacity_change_keeps_following_the_learned_durations(
+    own: Callable[..., tuple[CrossDagWeights, Config]],
+) -> None:
+    """New pool sizes re-analyse the DAG: from its learned graph, not from the declared estimates."""
+    weights, config = own(learned=True, capacity={"gpu": 8})
+    _learning(weights, train_s=1200.0)
+    sdag = serialized(_pipeline("relearned_caps"))
+    # W = 20 min x 4 slots / 8 = 10 min; due = T + min(4 W, W + 12 h) = T + 40 min
+    assert _key(_weights(weights, sdag)["train"]) - TRIGGER == 2400 - 0.5 * 1200
+    config.change(weights, capacity={"gpu": 4})
+    # W = 20 min; due = T + 80 min
+    assert _key(_weights(weights, sdag)["train"]) - TRIGGER == 4800 - 0.5 * 1200
+    assert weights.basis(sdag).capacity == {"gpu": 4} and weights.basis(sdag).from_history
+
+
+@pytest.mark.parametrize("rule", ["critical_path", "packing"])
+def test_an_empty_dag_has_an_empty_basis_under_both_rules(
+    own: Callable[..., tuple[CrossDagWeights, Config]], rule: str
+) -> None:
+    """A DAG without tasks (a file being written) is analysed, and planned, without an error."""
+    weights, _ = own(rule, capacity={"gpu": 8})
+    with DAG("empty", schedule=None) as dag:
+        pass
+    basis = weights.basis(serialized(dag))
+    assert basis.shape.remaining == {} and basis.shape.work == 0.0
+    assert basis.remaining("anything") is None and basis.descendant_lead("anything") == 0
+
+
+def test_packing_without_pool_sizes_uses_the_critical_path_and_plans_nothing(
+    own: Callable[..., tuple[CrossDagWeights, Config]],
+) -> None:
+    packing, _ = own("packing")
+    critical, _ = own("critical_path")
+    sdag = serialized(_pipeline("unsized", rule=PACKING_WEIGHT_RULE))
+    assert _weights(packing, sdag) == _weights(critical, sdag)
+    assert packing.basis(sdag).planned  # not tried again per call
+    assert packing.background is not None and packing.background.known_plans() == {}
+
+
+def test_fair_weighs_the_descendants_lead(own: Callable[..., tuple[CrossDagWeights, Config]]) -> None:
+    """fair: key = T + min(5 W, W + 12 h) - 0.5 x remaining - 6 h x min(lead, 24); prep leads train."""
+    weights, _ = own(objective=get_objective("fair"))
+    keys = {t: _key(w) - TRIGGER for t, w in _weights(weights, serialized(_pipeline("fairly"))).items()}
+    assert keys == {"prep": -0.5 * (600 + 3600) - 6 * 3600 * 1, "train": -0.5 * 3600}
+
+
+def test_a_mapped_index_is_weighed_like_its_task_when_the_dag_does_not_expand_it(
+    own: Callable[..., tuple[CrossDagWeights, Config]],
+) -> None:
+    """An instance ``map_index`` 3 of an unmapped task node (or None) is weighed as the task itself."""
+    weights, _ = own()
+    sdag = serialized(_pipeline("indexed"))
+    plain = _weights(weights, sdag)
+    assert _weights(weights, sdag, map_index=3) == plain
+    assert _weights(weights, sdag, map_index=None) == plain
+
+
+def test_a_settings_read_that_fails_raises_for_the_strategy_to_fall_back(
+    own: Callable[..., tuple[CrossDagWeights, Config]],
+) -> None:
+    """weight() may raise (the strategy catches it); the strategy's get_weight itself never raises."""
+    from airflow_gpu_dag.priority_strategy import CriticalPathPriorityStrategy
+
+    def broken() -> WeightSettings:
+        raise ValueError("[gpu_dag] pools is not JSON")
+
+    weights = CrossDagWeights("critical_path", broken)
+    sdag = serialized(_pipeline("unconfigured"))
+    with pytest.raises(ValueError, match="not JSON"):
+        weights.weight(strategy_ti(sdag, "prep", RUN_ID))
+    saved = CriticalPathPriorityStrategy._weights
+    CriticalPathPriorityStrategy._weights = weights
+    try:
+        task = sdag.task_dict["prep"]
+        assert CriticalPathPriorityStrategy().get_weight(strategy_ti(sdag, "prep", RUN_ID)) == (
+            fallback_weight(task)
+        )
+    finally:
+        CriticalPathPriorityStrategy._weights = saved
+        weights.reset()
+
+
+def test_concurrent_weights_of_one_dag_object_equal_the_serial_ones(
+    own: Callable[..., tuple[CrossDagWeights, Config]],
+) -> None:
+    """An api-server weighs task instances from several threads at once: same weights as one by one."""
+    import threading
+
+    reference, _ = own(capacity={"gpu": 8})
+    dag = _pipeline("threaded")
+    dag_policy(dag)
+    expected = _weights(reference, serialized(dag))
+    weights, _ = own(capacity={"gpu": 8})
+    sdag = serialized(dag)
+    barrier = threading.Barrier(8)
+    results: list[dict[str, int]] = []
+    errors: list[BaseException] = []
+
+    def weigh() -> None:
+        try:
+            barrier.wait(timeout=10)
+            results.append(_weights(weights, sdag))
+        except BaseException as err:
+            errors.append(err)
+
+    threads = [threading.Thread(target=weigh) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert errors == [] and len(results) == 8
+    assert all(result == expected for result in results)
+
+
+def test_concurrent_settings_rereads_leave_no_unstopped_reader(
+    own: Callable[..., tuple[CrossDagWeights, Config]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The learned-durations thread re-reads settings (``_prepare_learned``) while the scheduler's thread
+    does: every LearnedDurations that a settings change replaces must be stopped, or its refresh thread
+    re-reads every DAG's history for ever."""
+    import threading
+
+    made: list[LearnedDurations] = []
+    both_read, both_made = threading.Barrier(2), threading.Barrier(2)
+
+    class Recorded(LearnedDurations):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+            with contextlib.suppress(threading.BrokenBarrierError):
+                both_made.wait(timeout=1)
+
+    weights, config = own(plan_in_background=True, learned=True)
+    weights.settings()
+    monkeypatch.setattr(weights_module, "LearnedDurations", Recorded)
+    config.change(weights, learned_refresh=1200.0)
+    read = weights._read_settings
+
+    def reading_together() -> WeightSettings:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            both_read.wait(timeout=1)
+        return read()
+
+    weights._read_settings = reading_together
+    threads = [threading.Thread(target=weights.settings) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    live = [learned for learned in made if not learned._stopped.is_set()]
+    assert live == [weights.learned], f"{len(live)} readers not stopped"
