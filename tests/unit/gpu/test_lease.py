@@ -970,14 +970,24 @@ def test_best_fit_takes_the_smallest_devices_and_returns_them_sorted(tmp_path: P
 
 
 def test_try_acquire_records_the_work_groups_in_the_granting_write(tmp_path: Path) -> None:
-    m = manager(tmp_path)
-    lease = m.try_acquire(GpuRequest(1), owner("t"), work_groups=[os.getpgid(0)])
-    assert lease is not None
-    (record,) = json.loads(m.table_path.read_text())["leases"].values()
-    assert record["processes"] == [
-        {"pid": os.getpgid(0), "start": process_start_token(os.getpgid(0)), "pgid": os.getpgid(0)}
-    ]
-    assert record["request"] == {"gpus": 1, "memory_mib": None, "gpu_type": None}
+    """A group whose leader runs (a session of its own: pid = pgid); this process's own group may have a
+    leader that is gone, as under a pytest-xdist worker."""
+    import subprocess
+    import sys
+
+    leader = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        m = manager(tmp_path)
+        lease = m.try_acquire(GpuRequest(1), owner("t"), work_groups=[leader.pid])
+        assert lease is not None
+        (record,) = json.loads(m.table_path.read_text())["leases"].values()
+        start = process_start_token(leader.pid)
+        assert start is not None
+        assert record["processes"] == [{"pid": leader.pid, "start": start, "pgid": leader.pid}]
+        assert record["request"] == {"gpus": 1, "memory_mib": None, "gpu_type": None}
+    finally:
+        leader.kill()
+        leader.wait(timeout=10)
 
 
 def test_a_process_registered_twice_is_recorded_once(tmp_path: Path) -> None:
