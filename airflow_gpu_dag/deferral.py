@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -97,6 +98,18 @@ def require_timeout(
         raise ValueError(
             f"{where}: {sensor} timeout={timeout!r} must be a positive (finite) number of "
             "seconds or a timedelta, e.g. timeout=timedelta(hours=2)."
+        )
+    return seconds
+
+
+def require_poke_interval(poke_interval: object, where: str) -> float:
+    """Seconds between a sensor's checks; one that is not a finite number > 0 (NaN, ``inf``, ``-1``) is a
+    parse-time error naming the task (``where``), where Airflow's own names neither DAG nor task."""
+    seconds = real_number(poke_interval)
+    if not 0 < seconds < math.inf:  # NaN fails too
+        raise ValueError(
+            f"{where}: poke_interval={poke_interval!r} is not a finite number of seconds > 0. Fix: pass "
+            "e.g. poke_interval=30."
         )
     return seconds
 

@@ -36,7 +36,6 @@ changed unless all of them can be made:
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -52,9 +51,8 @@ from airflow_gpu_dag.core.analysis.validation import (
     paths_overlap,
 )
 from airflow_gpu_dag.core.model.graph import TaskGraph
-from airflow_gpu_dag.core.model.resources import real_number
 from airflow_gpu_dag.datasets.completeness import parse_completeness
-from airflow_gpu_dag.deferral import require_timeout
+from airflow_gpu_dag.deferral import require_poke_interval, require_timeout
 from airflow_gpu_dag.sensors.dataset import DatasetCompleteSensor
 
 __all__ = ["HiddenDependencyCycle", "HiddenDependencyFix", "fix_hidden_dependencies"]
@@ -271,11 +269,7 @@ def fix_hidden_dependencies(
             parse_completeness(completeness)
         except (TypeError, ValueError) as err:
             raise ValueError(f"{where}: {err}") from None
-        if not 0 < real_number(poke_interval) < math.inf:
-            raise ValueError(
-                f"{where}: poke_interval={poke_interval!r} is not a finite number of seconds > 0. Fix: "
-                "pass e.g. poke_interval=30."
-            )
+        require_poke_interval(poke_interval, where)
     added = {f.added for f in fixes if f.added}
     done: list[HiddenDependencyFix] = []
     for fix in fixes:

@@ -19,7 +19,6 @@ fails and the consumer is blocked. Every successful check emits an event of ``as
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -29,7 +28,6 @@ from airflow.sdk import Asset, BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
 from airflow_gpu_dag.airflow.declaring import partial_default
-from airflow_gpu_dag.core.model.resources import real_number
 from airflow_gpu_dag.datasets.completeness import (
     CompletenessResult,
     StabilityTracker,
@@ -45,6 +43,7 @@ from airflow_gpu_dag.datasets.completeness import (
 from airflow_gpu_dag.deferral import (
     declared_where,
     is_deferrable,
+    require_poke_interval,
     require_timeout,
     resume_race_retry,
     soft_failing,
@@ -120,11 +119,7 @@ class DatasetCompleteSensor(BaseSensorOperator):
         if asset is not None:
             kwargs["outlets"] = [*list(kwargs.get("outlets") or []), asset]
             kwargs["inlets"] = [*list(kwargs.get("inlets") or []), asset]
-        if not 0 < real_number(poke_interval) < math.inf:  # NaN fails too (Airflow's error names no task)
-            raise ValueError(
-                f"{where}: poke_interval={poke_interval!r} is not a finite number of seconds > 0. Fix: pass "
-                "e.g. poke_interval=30."
-            )
+        require_poke_interval(poke_interval, where)
         url, path_conn_id = storage_url(path)
         # Declared for the lint: readers downstream of this sensor wait for a complete dataset.
         config = control_task_hints(kwargs.get("executor_config"))

@@ -250,3 +250,13 @@ def test_resume_race_retry_ignores_a_non_integer_default_args_retries() -> None:
     for bad in (True, "3"):
         with DAG("odd", schedule=None, default_args={"retries": bad}):
             assert resume_race_retry({"task_id": "t"})["retries"] == RESUME_RACE_RETRIES
+
+
+def test_a_poke_interval_that_is_no_positive_number_of_seconds_names_the_task() -> None:
+    from airflow_gpu_dag.deferral import require_poke_interval
+
+    assert require_poke_interval(30, "task 't'") == 30.0
+    for bad in (0, -1, float("nan"), float("inf"), True, "30", 10**400):
+        fix = r"Fix: pass e\.g\. poke_interval=30\."
+        with pytest.raises(ValueError, match=rf"^task 't': poke_interval=.* {fix}"):
+            require_poke_interval(bad, "task 't'")
